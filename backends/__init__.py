@@ -1,0 +1,25 @@
+"""Backends move data and call kernels; the algorithms live in ``emulinalg``.
+
+Each backend module provides the same small surface:
+
+- ``name``: short string used in plans and benchmark records.
+- ``int_matmul(a, b, term_bound)``: the exact integer GEMM of integer-valued arrays
+  (..., m, k) @ (..., k, n) whose products are bounded by ``term_bound`` in magnitude; returns
+  the exact sums (float64 holding integers).
+- ``native_matmul(a, b)``: the library's own product, for fallbacks and references.
+- ``emulation_faster(...)``: whether emulation beats native here (the ``strategy="performant"``
+  test).
+"""
+
+from __future__ import annotations
+
+
+def for_namespace(xp):
+    """The backend module for an array namespace, or None when there is none (yet)."""
+    import array_api_compat
+
+    if array_api_compat.is_numpy_namespace(xp):
+        from . import numpy as backend
+
+        return backend
+    return None

@@ -1,0 +1,171 @@
+"""Command line: ``python -m emulinalg {demo,info}`` (also installed as ``emulinalg``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import platform
+import sys
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _words(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _extend(values: list[list]) -> list | None:
+    flat = [x for group in values or [] for x in group]
+    return flat or None
+
+
+def _version(module: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        try:
+            return getattr(importlib.import_module(module), "__version__", "?")
+        except Exception:
+            return None
+
+
+def _blas() -> str:
+    """The BLAS numpy was built with (and, with threadpoolctl, the one loaded)."""
+    import numpy as np
+
+    text = "unknown"
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg.get("Build Dependencies", {}).get("blas", {})
+        if blas:
+            text = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+
+        loaded = [
+            f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads)"
+            for i in threadpool_info()
+            if i.get("user_api") == "blas"
+        ]
+        if loaded:
+            text += "; loaded: " + ", ".join(loaded)
+    except Exception:
+        pass
+    return text
+
+
+def info(args) -> int:
+    """Print versions, the BLAS, and the CPU features seen by ``emulinalg._cpu``."""
+    import numpy as np
+
+    import emulinalg
+
+    version = getattr(emulinalg, "__version__", None) or _version("emulinalg") or "?"
+    print(f"emulinalg         {version} ({emulinalg.__file__})")
+    print(f"python            {platform.python_version()} ({sys.executable})")
+    print(f"platform          {platform.platform()} {platform.machine()}")
+    print(f"numpy             {np.__version__}, BLAS: {_blas()}")
+    print(f"array-api-compat  {_version('array_api_compat') or 'not installed'}")
+    for name in ("cupy", "dask", "distributed"):
+        print(f"{name:<17} {_version(name) or 'not installed'}")
+    try:
+        from emulinalg import _cpu
+    except ImportError:
+        print("emulinalg._cpu    not built (not x86-64, or installed without a C++ compiler)")
+    else:
+        feats = _cpu.features()
+        on = [k for k, v in feats.items() if v]
+        off = [k for k, v in feats.items() if not v]
+        print(f"emulinalg._cpu    {_cpu.__file__}")
+        print(f"  CPU features    yes: {', '.join(on) or '-'}")
+        print(f"                  no:  {', '.join(off) or '-'}")
+        amx = feats.get("amx_int8") and feats.get("amx_tile") and feats.get("os_xtiledata")
+        print(f"  AMX usable      {'yes' if amx else 'no'}")
+    return 0
+
+
+def demo(args) -> int:
+    from emulinalg import _demo
+
+    return _demo.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m emulinalg",
+        description="emulinalg: FP64/FP32 matrix products on low-precision matrix engines "
+        "(Ozaki schemes).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{demo,info}")
+
+    p = sub.add_parser(
+        "demo",
+        help="emulated vs native products on built-in inputs: accuracy and time",
+        description="Compare native and emulated matmul on square phi-matrices: effective bits "
+        "against the exact product, and time relative to native.",
+    )
+    p.add_argument("--size", "-N", type=int, default=512, help="matrix size N (default 512)")
+    p.add_argument(
+        "--phi",
+        type=_floats,
+        action="append",
+        metavar="X[,X...]",
+        help="exponent spread phi of the inputs; repeatable or comma list (default 1)",
+    )
+    p.add_argument(
+        "--precision",
+        type=_words,
+        action="append",
+        metavar="P[,P...]",
+        help="only these emulated rows, e.g. float64, float32, OzakiII, OzakiI "
+        "(prefix match; native rows are always shown)",
+    )
+    p.add_argument(
+        "--dtype",
+        type=_words,
+        action="append",
+        metavar="D[,D...]",
+        help="input dtypes: float64, float32, complex128, complex64 (default float64,float32)",
+    )
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per row, median (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the inputs (default 0)")
+    p.add_argument(
+        "--strategy",
+        choices=("eager", "performant"),
+        default="eager",
+        help="eager (default) always emulates; performant lets emulinalg choose native "
+        "where that is faster at the asked accuracy",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON list of records")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=demo)
+
+    p = sub.add_parser("info", help="versions, BLAS and CPU features")
+    p.set_defaults(func=info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    for name in ("phi", "precision", "dtype"):
+        if hasattr(args, name):
+            setattr(args, name, _extend(getattr(args, name)))
+    if getattr(args, "dtype", None):
+        bad = set(args.dtype) - {"float64", "float32", "complex128", "complex64"}
+        if bad:
+            parser.error(f"unknown dtype(s): {', '.join(sorted(bad))}")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""Array API semantics of the three products; everything reduces to one batched GEMM.
+
+Shapes, dtypes and errors are handled here once for every backend. Integer and bool products
+are exact natively and never emulated.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import array_api_compat
+
+from . import _engine
+from ._config import get_config
+from ._plan import Plan, record
+from ._precision import parse
+
+_KINDS = ("bool", "integral", "real floating", "complex floating")
+
+
+def _namespace(x1, x2, op):
+    for x in (x1, x2):
+        if not array_api_compat.is_array_api_obj(x):
+            raise TypeError(f"{op}: operands must be arrays, got {type(x).__name__}")
+    try:
+        xp = array_api_compat.array_namespace(x1, x2)
+    except TypeError as e:
+        raise TypeError(f"{op}: operands come from different array libraries ({e})") from None
+    for x in (x1, x2):
+        try:
+            ok = xp.isdtype(x.dtype, _KINDS)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise TypeError(f"{op}: unsupported dtype {x.dtype}; expected bool, integer, real or complex floating")
+    return xp
+
+
+def _precision(precision):
+    return parse(get_config().precision if precision is None else precision)
+
+
+def _backend(xp):
+    from .backends import for_namespace
+
+    return for_namespace(xp)
+
+
+def _gemm(xp, a, b, request, op):
+    """Batched a (..., m, k) @ b (..., k, n) for floating dtypes with equal batch shapes."""
+    dt = a.dtype
+    compute = dt
+    if dt == getattr(xp, "float16", None):  # computed at float32 level, rounded like native
+        compute = xp.float32
+        a, b = xp.astype(a, compute), xp.astype(b, compute)
+    c, plan = _engine.matmul(xp, _backend(xp), a, b, request, get_config())
+    plan.notes.insert(0, op)
+    record(plan)
+    return c if compute == dt else xp.astype(c, dt)
+
+
+def _native(xp, op, result, request):
+    record(Plan(backend=getattr(xp, "__name__", "?").split(".")[-1], precision=str(request or "native"),
+                notes=[op, "integer/bool inputs: exact natively"]))
+    return result
+
+
+def _broadcast_batch(xp, a, b, op):
+    try:
+        batch = tuple(_broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise ValueError(f"{op}: batch dimensions {a.shape[:-2]} and {b.shape[:-2]} do not broadcast") from None
+    return xp.broadcast_to(a, batch + a.shape[-2:]), xp.broadcast_to(b, batch + b.shape[-2:])
+
+
+def _broadcast_shapes(s1, s2):
+    n = max(len(s1), len(s2))
+    s1 = (1,) * (n - len(s1)) + tuple(s1)
+    s2 = (1,) * (n - len(s2)) + tuple(s2)
+    out = []
+    for d1, d2 in zip(s1, s2):
+        if d1 != d2 and 1 not in (d1, d2):
+            raise ValueError
+        out.append(d2 if d1 == 1 else d1)
+    return out
+
+
+def _floating(xp, dt):
+    return xp.isdtype(dt, ("real floating", "complex floating"))
+
+
+def matmul(x1, x2, /, *, precision=None):
+    """Matrix product with Array API ``matmul`` semantics, emulated at ``precision``.
+
+    Parameters
+    ----------
+    x1 : array, shape (..., m, k) or (k,)
+    x2 : array, shape (..., k, n) or (k,)
+        Arrays of one library (numpy now; cupy and dask backends follow). A 1-D operand is
+        promoted to a matrix and the added axis removed from the result; batch dimensions
+        broadcast.
+    precision : None, "float64", "float32", "native", int, OzakiI or OzakiII
+        None: the level of the inputs' dtype (or ``emulinalg.config(precision=...)``).
+        "float64"/"float32": error no worse than that native GEMM (certified per entry against
+        |A||B|; entries that cannot be certified are computed natively, as the plan reports).
+        int: that many bits relative to |A||B|. OzakiI/OzakiII: that exact scheme.
+        "native": the library's own product.
+
+    Returns
+    -------
+    array, shape (..., m, n)
+        Same dtype and library as ``x1 @ x2`` would give.
+
+    Raises
+    ------
+    ValueError
+        0-D operands, mismatched contraction sizes, non-broadcastable batch dimensions, bad
+        precision values.
+    TypeError
+        Non-arrays, arrays of different libraries, unsupported dtypes, bad precision types.
+
+    Notes
+    -----
+    Scheme I: Ozaki, Ogita, Oishi, Rump 2012; Ootomo, Ozaki, Yokota 2024. Scheme II: Ozaki,
+    Uchino, Imamura, arXiv:2504.08009; Uchino et al., SC-W 2025. ``emulinalg.last_plan()``
+    reports the scheme, counts and any native fallback.
+    """
+    xp = _namespace(x1, x2, "matmul")
+    request = _precision(precision)
+    if x1.ndim == 0 or x2.ndim == 0:
+        raise ValueError("matmul: operands must have at least one dimension (0-D arrays are not matrices)")
+    a = xp.expand_dims(x1, axis=0) if x1.ndim == 1 else x1
+    b = xp.expand_dims(x2, axis=-1) if x2.ndim == 1 else x2
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(
+            f"matmul: contraction dimensions differ: x1 has {a.shape[-1]} (shape {x1.shape}), "
+            f"x2 has {b.shape[-2]} (shape {x2.shape})"
+        )
+    a, b = _broadcast_batch(xp, a, b, "matmul")
+    dt = xp.result_type(x1.dtype, x2.dtype)
+    if not _floating(xp, dt):
+        return _native(xp, "matmul", xp.matmul(x1, x2), request)
+    c = _gemm(xp, xp.astype(a, dt), xp.astype(b, dt), request, "matmul")
+    if x2.ndim == 1:
+        c = c[..., 0]
+    if x1.ndim == 1:
+        c = c[..., 0, :] if x2.ndim > 1 else c[..., 0]
+    return c
+
+
+def _normalize_axes(seq, ndim, which):
+    try:
+        seq = [operator.index(seq)] if not hasattr(seq, "__len__") else [operator.index(a) for a in seq]
+    except TypeError:
+        raise TypeError(f"tensordot: axes of {which} must be integers, got {seq!r}") from None
+    out = []
+    for a in seq:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"tensordot: axis {a} is out of range for {which} with {ndim} dimensions")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"tensordot: repeated axis in {which}: {seq}")
+    return out
+
+
+def tensordot(x1, x2, /, *, axes=2, precision=None):
+    """Tensor contraction with Array API ``tensordot`` semantics, emulated at ``precision``.
+
+    Parameters
+    ----------
+    x1, x2 : arrays of one library
+    axes : int or (sequence of int, sequence of int)
+        An int N contracts the last N axes of x1 with the first N of x2; a pair lists the axes
+        to contract (negative axes allowed). Contracted axes must have equal sizes (no
+        broadcasting).
+    precision : see :func:`matmul`
+
+    Returns
+    -------
+    array
+        Shape: the non-contracted axes of x1, then those of x2, in order; dtype as native.
+
+    Raises
+    ------
+    ValueError
+        Negative or too large N, axes out of range, repeated axes, unequal numbers of axes,
+        contracted sizes that differ.
+    TypeError
+        As for :func:`matmul`, and non-integer axes.
+    """
+    xp = _namespace(x1, x2, "tensordot")
+    request = _precision(precision)
+    if isinstance(axes, bool):
+        raise TypeError("tensordot: axes must be an int or a pair of sequences of ints")
+    try:
+        nax = operator.index(axes)
+    except TypeError:
+        nax = None
+    if nax is not None:
+        if nax < 0:
+            raise ValueError(f"tensordot: axes must be non-negative, got {nax}")
+        if nax > x1.ndim or nax > x2.ndim:
+            raise ValueError(f"tensordot: cannot contract {nax} axes of arrays with {x1.ndim} and {x2.ndim} dimensions")
+        ax1, ax2 = list(range(x1.ndim - nax, x1.ndim)), list(range(nax))
+    else:
+        try:
+            first, second = axes
+        except (TypeError, ValueError):
+            raise TypeError("tensordot: axes must be an int or a pair of sequences of ints") from None
+        ax1 = _normalize_axes(first, x1.ndim, "x1")
+        ax2 = _normalize_axes(second, x2.ndim, "x2")
+        if len(ax1) != len(ax2):
+            raise ValueError(f"tensordot: {len(ax1)} axes of x1 paired with {len(ax2)} axes of x2")
+    for p, q in zip(ax1, ax2):
+        if x1.shape[p] != x2.shape[q]:
+            raise ValueError(
+                f"tensordot: contracted axis {p} of x1 has size {x1.shape[p]} but axis {q} of x2 "
+                f"has size {x2.shape[q]} (contracted axes are not broadcast)"
+            )
+    free1 = [i for i in range(x1.ndim) if i not in ax1]
+    free2 = [i for i in range(x2.ndim) if i not in ax2]
+    out_shape = tuple(x1.shape[i] for i in free1) + tuple(x2.shape[i] for i in free2)
+    dt = xp.result_type(x1.dtype, x2.dtype)
+    if not _floating(xp, dt):
+        return _native(xp, "tensordot", xp.tensordot(x1, x2, axes=(ax1, ax2)), request)
+    M = _prod(x1.shape[i] for i in free1)
+    N = _prod(x2.shape[i] for i in free2)
+    K = _prod(x1.shape[i] for i in ax1)
+    a = xp.reshape(xp.permute_dims(xp.astype(x1, dt), tuple(free1 + ax1)), (M, K))
+    b = xp.reshape(xp.permute_dims(xp.astype(x2, dt), tuple(ax2 + free2)), (K, N))
+    return xp.reshape(_gemm(xp, a, b, request, "tensordot"), out_shape)
+
+
+def _prod(it):
+    p = 1
+    for v in it:
+        p *= v
+    return p
+
+
+def vecdot(x1, x2, /, *, axis=-1, precision=None):
+    """Vector dot product over ``axis`` with Array API ``vecdot`` semantics (x1 is conjugated).
+
+    Parameters
+    ----------
+    x1, x2 : arrays of one library, at least 1-D
+        Non-contracted dimensions broadcast; the contracted axis must have equal sizes.
+    axis : int
+        Negative, counted from the end of both operands (a non-negative axis is accepted when
+        both operands have the same number of dimensions).
+    precision : see :func:`matmul`
+
+    Returns
+    -------
+    array
+        The broadcast shape without ``axis``; dtype as native.
+
+    Raises
+    ------
+    ValueError
+        0-D operands, an axis out of range, unequal contracted sizes, non-broadcastable shapes.
+    TypeError
+        As for :func:`matmul`.
+    """
+    xp = _namespace(x1, x2, "vecdot")
+    request = _precision(precision)
+    if x1.ndim == 0 or x2.ndim == 0:
+        raise ValueError("vecdot: operands must have at least one dimension")
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"vecdot: axis must be an int, got {axis!r}") from None
+    if axis >= 0:
+        if x1.ndim != x2.ndim or axis >= x1.ndim:
+            raise ValueError(f"vecdot: axis {axis} must be negative (operands have {x1.ndim} and {x2.ndim} dims)")
+        axis -= x1.ndim
+    if axis < -min(x1.ndim, x2.ndim):
+        raise ValueError(f"vecdot: axis {axis} out of range for operands with {x1.ndim} and {x2.ndim} dims")
+    if x1.shape[axis] != x2.shape[axis]:
+        raise ValueError(f"vecdot: contracted sizes differ: {x1.shape[axis]} and {x2.shape[axis]} (not broadcast)")
+    a = xp.moveaxis(x1, axis, -1)
+    b = xp.moveaxis(x2, axis, -1)
+    try:
+        batch = tuple(_broadcast_shapes(a.shape[:-1], b.shape[:-1]))
+    except ValueError:
+        raise ValueError(f"vecdot: shapes {x1.shape} and {x2.shape} do not broadcast") from None
+    dt = xp.result_type(x1.dtype, x2.dtype)
+    if not _floating(xp, dt):
+        return _native(xp, "vecdot", xp.vecdot(x1, x2, axis=axis), request)
+    k = a.shape[-1]
+    a = xp.broadcast_to(xp.astype(a, dt), batch + (k,))
+    b = xp.broadcast_to(xp.astype(b, dt), batch + (k,))
+    if xp.isdtype(dt, "complex floating"):
+        a = xp.conj(a)
+    c = _gemm(xp, xp.expand_dims(a, axis=-2), xp.expand_dims(b, axis=-1), request, "vecdot")
+    return c[..., 0, 0]

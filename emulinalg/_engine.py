@@ -1,0 +1,176 @@
+"""One emulated (batched) GEMM: plan, split finite/non-finite, run the scheme, patch, assemble.
+
+The front end (``_api``) has already validated shapes and dtypes and broadcast the batch
+dimensions: ``a`` is (..., m, k), ``b`` is (..., k, n) with the same batch shape and a floating
+or complex dtype of the same library.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import _ozaki1, _ozaki2, _select
+from ._moduli import MAX_MODULI
+from ._plan import Plan
+from ._precision import MAX_SLICES, NATIVE, Level, OzakiI, OzakiII, level_for_dtype
+from ._scaling import ozaki2_prescale
+from ._xputil import make_complex
+
+# Scheme parameters when the certificate is not used (strategy-independent defaults for
+# explicit families) are chosen by _select; these bound what a level may use.
+_REAL = {"float64": "float64", "float32": "float32", "complex128": "float64", "complex64": "float32"}
+
+
+def _dtype_name(xp, dt):
+    for name in ("float64", "float32", "complex128", "complex64"):
+        if dt == getattr(xp, name):
+            return name
+    raise TypeError(f"internal: unsupported dtype {dt}")
+
+
+def _parts(xp, x):
+    """float64 real and imaginary parts (None when real)."""
+    if xp.isdtype(x.dtype, "complex floating"):
+        return xp.astype(xp.real(x), xp.float64), xp.astype(xp.imag(x), xp.float64)
+    return xp.astype(x, xp.float64), None
+
+
+def _finite_lines(xp, re, im, axis):
+    ok = xp.isfinite(re) if im is None else xp.isfinite(re) & xp.isfinite(im)
+    return xp.all(ok, axis=axis)
+
+
+def _zero_nonfinite(xp, re, im):
+    ok = xp.isfinite(re) if im is None else xp.isfinite(re) & xp.isfinite(im)
+    re = xp.where(ok, re, 0.0)
+    return re, (None if im is None else xp.where(ok, im, 0.0))
+
+
+def matmul(xp, backend, a, b, request, cfg):
+    """Return ``(c, plan)`` for the batched product of validated operands."""
+    dtype_name = _dtype_name(xp, a.dtype)
+    real_name = _REAL[dtype_name]
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    batch = math.prod(a.shape[:-2])
+    if request is None:
+        request = level_for_dtype(real_name)
+    plan = Plan(backend=backend.name if backend else _library_name(xp), precision=str(request),
+                shape=(batch, m, n, k))
+    if request == NATIVE:
+        return backend_native(xp, backend, a, b), plan
+    if backend is None:
+        plan.fallback = "no backend: no emulation backend for this array library yet"
+        return xp.matmul(a, b), plan
+    if batch * m * n * k == 0:
+        plan.notes.append("empty product")
+        return xp.matmul(a, b), plan
+    explicit = isinstance(request, (OzakiI, OzakiII))
+    native_bits = 53 if real_name == "float64" else 24
+    if (
+        cfg.strategy == "performant"
+        and not explicit
+        and request.bits <= native_bits
+        and not backend.emulation_faster(request, m, n, k, batch)
+    ):
+        plan.fallback = (
+            f"performant: native is faster than emulation on the {backend.name} backend at "
+            f"this precision (strategy='eager' emulates anyway)"
+        )
+        return backend.native_matmul(a, b), plan
+
+    ar, ai = _parts(xp, a)
+    br, bi = _parts(xp, b)
+    if (ai is None) != (bi is None):  # real x complex: give the real side a zero imaginary part
+        ai = xp.zeros_like(ar) if ai is None else ai
+        bi = xp.zeros_like(br) if bi is None else bi
+    rows_ok = _finite_lines(xp, ar, ai, axis=-1)
+    cols_ok = _finite_lines(xp, br, bi, axis=-2)
+    nonfinite = not (bool(xp.all(rows_ok)) and bool(xp.all(cols_ok)))
+    if nonfinite:
+        ar, ai = _zero_nonfinite(xp, ar, ai)
+        br, bi = _zero_nonfinite(xp, br, bi)
+
+    imm = backend.int_matmul
+    native_mask = None
+    if explicit:
+        scheme = request
+        parts = _run(xp, imm, ar, ai, br, bi, scheme, real_name, None)
+    else:
+        family = "ozaki1" if cfg.scheme == "ozaki1" else "ozaki2"
+        scheme, prescale, native_mask = _choose(xp, backend, ar, ai, br, bi, request, family)
+        if scheme is None:
+            plan.fallback = f"precision: no {family} configuration certifies {request} on these inputs"
+            plan.native_entries = batch * m * n
+            return backend.native_matmul(a, b), plan
+        parts = _run(xp, imm, ar, ai, br, bi, scheme, real_name, prescale)
+        plan.notes.append(f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry")
+
+    plan.scheme = str(scheme)
+    plan.gemms = scheme.gemms * (1 if ai is None else (3 if isinstance(scheme, OzakiII) else 4))
+    plan.k_block = _k_block(backend, scheme, k)
+    c = parts[0] if len(parts) == 1 else _complex(xp, parts, dtype_name)
+    if real_name != dtype_name and len(parts) == 1:  # pragma: no cover - real inputs stay real
+        c = xp.astype(c, getattr(xp, dtype_name))
+
+    if native_mask is not None and bool(xp.any(native_mask)):
+        count = int(xp.sum(xp.astype(native_mask, xp.int64)))
+        plan.native_entries += count
+        plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
+    if nonfinite:
+        bad = ~(xp.expand_dims(rows_ok, axis=-1) & xp.expand_dims(cols_ok, axis=-2))
+        native_mask = bad if native_mask is None else (native_mask | bad)
+        plan.native_entries += int(xp.sum(xp.astype(bad, xp.int64)))
+        plan.fallback = (plan.fallback + "; " if plan.fallback else "") + (
+            "non-finite: entries in rows/columns with NaN/Inf computed natively"
+        )
+    if native_mask is not None and bool(xp.any(native_mask)):
+        c = xp.where(native_mask, backend.native_matmul(a, b), c)
+    return c, plan
+
+
+def _library_name(xp):
+    return getattr(xp, "__name__", "unknown").split(".")[-1]
+
+
+def backend_native(xp, backend, a, b):
+    return backend.native_matmul(a, b) if backend else xp.matmul(a, b)
+
+
+def _complex(xp, parts, dtype_name):
+    return make_complex(xp, parts[0], parts[1], getattr(xp, dtype_name))
+
+
+def _run(xp, imm, ar, ai, br, bi, scheme, real_name, prescale):
+    if isinstance(scheme, OzakiII):
+        return _ozaki2.product(xp, imm, ar, ai, br, bi, scheme.moduli, scheme.mode, real_name, prescale)
+    return _ozaki1.product(xp, imm, ar, ai, br, bi, scheme.slices, real_name)
+
+
+def _choose(xp, backend, ar, ai, br, bi, level: Level, family):
+    """Smallest scheme of the family certifying the level on every entry it can; the entries it
+    cannot are returned as a mask for the native product (None scheme: none at all)."""
+    nm = backend.native_matmul
+    if family == "ozaki2":
+        prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
+        needed = _select.ozaki2_moduli_needed(xp, nm, ar, ai, br, bi, prescale, level.bits)
+        limit, make = MAX_MODULI, (lambda c: OzakiII(moduli=c, mode="accurate"))
+    else:
+        prescale = None
+        needed = _select.ozaki1_slices_needed(xp, nm, ar, ai, br, bi, level.bits)
+        limit, make = MAX_SLICES, (lambda c: OzakiI(slices=c))
+    beyond = needed > limit
+    ok = xp.where(beyond, 0, needed)
+    count = int(xp.max(ok)) if ok.size else 0
+    if bool(xp.all(beyond)):
+        return None, None, beyond
+    return make(max(count, 2 if family == "ozaki2" else 1)), prescale, beyond
+
+
+def _k_block(backend, scheme, k):
+    kb = getattr(backend, "k_block", None)
+    if kb is None:
+        return None
+    if isinstance(scheme, OzakiII):
+        return kb(k, _ozaki2.RESIDUE_PRODUCT_BOUND)
+    return kb(k * scheme.slices * 2, _ozaki1.SLICE_PRODUCT_BOUND)

@@ -1,0 +1,80 @@
+"""``emulinalg.namespace``: the array library's Array API namespace with emulated products."""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import array_api_compat
+
+from . import _api
+from ._precision import parse
+
+PRODUCTS = ("matmul", "tensordot", "vecdot")
+
+
+def _bind(fn, precision):
+    if precision is None:
+        return fn
+
+    @functools.wraps(fn)
+    def bound(x1, x2, /, *, precision=precision, **kw):
+        return fn(x1, x2, precision=precision, **kw)
+
+    return bound
+
+
+class EmulatedNamespace(types.ModuleType):
+    """An Array API namespace: everything from array_api_compat's namespace for the library,
+    with ``matmul``, ``tensordot``, ``vecdot`` (and ``linalg``'s) emulated."""
+
+    def __init__(self, base, precision=None):
+        super().__init__(f"emulinalg[{base.__name__}]")
+        self._base = base
+        self.precision = precision
+        for name in PRODUCTS:
+            setattr(self, name, _bind(getattr(_api, name), precision))
+        linalg = types.SimpleNamespace(**{
+            n: getattr(base.linalg, n) for n in dir(base.linalg) if not n.startswith("_")
+        })
+        for name in PRODUCTS:
+            setattr(linalg, name, getattr(self, name))
+        self.linalg = linalg
+
+    def __getattr__(self, name):  # everything else comes from the library's namespace
+        return getattr(self._base, name)
+
+    def __dir__(self):
+        return sorted(set(dir(self._base)) | set(self.__dict__))
+
+    def __repr__(self):
+        return f"<emulinalg namespace over {self._base.__name__}, precision={self.precision!r}>"
+
+
+def namespace(*arrays, precision=None):
+    """The Array API namespace for ``arrays``' library, with emulated products.
+
+    Parameters
+    ----------
+    *arrays : arrays of one library (numpy, cupy, dask, ...)
+    precision : see :func:`emulinalg.matmul`
+        Default precision of the namespace's products (a call's own ``precision=`` overrides it).
+
+    Returns
+    -------
+    EmulatedNamespace
+        array_api_compat's namespace for that library with ``matmul``, ``tensordot``, ``vecdot``
+        and ``linalg.matmul/tensordot/vecdot`` replaced.
+
+    Raises
+    ------
+    TypeError
+        No arrays, arrays of different libraries, or non-array arguments.
+    ValueError, TypeError
+        A bad ``precision``.
+    """
+    parse(precision)
+    if not arrays:
+        raise TypeError("namespace() needs at least one array to know the library")
+    base = array_api_compat.array_namespace(*arrays)
+    return EmulatedNamespace(base, precision)

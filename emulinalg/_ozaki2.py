@@ -1,0 +1,89 @@
+"""Ozaki Scheme II: residues modulo INT8-sized moduli, one integer GEMM per modulus, CRT.
+
+Pipeline (named after the steps): scaling (``_scaling.ozaki2_shifts``) -> residues
+(``residues``) -> modular products (``modular_products``) -> CRT accumulation and unscaling
+(``reconstruct``). Complex inputs use 3M: T1 = Ar Br, T2 = Ai Bi, T3 = (Ar+Ai)(Br+Bi) per
+modulus, Re = T1 - T2, Im = T3 - T1 - T2, exact in modular arithmetic, so 3 GEMMs per modulus.
+
+References: Ozaki, Uchino, Imamura, "Ozaki Scheme II: A GEMM-oriented emulation of floating-point
+matrix multiplication using an integer modular technique", arXiv:2504.08009; Uchino et al.,
+SC-W 2025 (GEMMul8); Uchino et al., arXiv:2512.08321 (complex, 3M).
+"""
+
+from __future__ import annotations
+
+from . import _exact
+from ._moduli import crt_constants
+from ._scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
+from ._xputil import fmod
+
+RESIDUE_PRODUCT_BOUND = 128 * 128  # |r_a * r_b| for residues in [-128, 127]
+
+
+def symmetric_mod(xp, x, m):
+    """Residue of integer-valued floats ``x`` modulo ``m`` in [-(m//2), (m-1)//2] (exact)."""
+    r = fmod(xp, x, float(m))
+    r = xp.where(r > (m - 1) // 2, r - m, r)
+    return xp.where(r < -(m // 2), r + m, r)
+
+
+def residues(xp, Xr, Xi, m):
+    """Residue planes of the scaled integer operand: (re, im, re+im) for 3M, or (re,)."""
+    rr = symmetric_mod(xp, Xr, m)
+    if Xi is None:
+        return (rr,)
+    ri = symmetric_mod(xp, Xi, m)
+    return rr, ri, symmetric_mod(xp, rr + ri, m)
+
+
+def modular_products(xp, int_matmul, ra, rb, m):
+    """Real and imaginary parts of A'B' mod m, as int64 in the symmetric range."""
+    if len(ra) == 1:
+        return (symmetric_mod(xp, int_matmul(ra[0], rb[0], RESIDUE_PRODUCT_BOUND), m),)
+    t1 = int_matmul(ra[0], rb[0], RESIDUE_PRODUCT_BOUND)
+    t2 = int_matmul(ra[1], rb[1], RESIDUE_PRODUCT_BOUND)
+    t3 = int_matmul(ra[2], rb[2], RESIDUE_PRODUCT_BOUND)
+    return symmetric_mod(xp, t1 - t2, m), symmetric_mod(xp, t3 - t1 - t2, m)
+
+
+def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=None):
+    """Scheme II product of A = ar + i ai (..., m, k) and B = br + i bi (..., k, n).
+
+    ``ai``/``bi`` are None for real operands (both or neither). Inputs are finite float64;
+    returns a tuple of real and (for complex) imaginary parts of dtype ``out_dtype``
+    ("float64"/"float32"), each the correctly rounded value of the reconstructed integer
+    product times 2**-(mu_i + nu_j). ``prescale`` reuses ``_scaling.ozaki2_prescale``'s result.
+    """
+    c = crt_constants(moduli)
+    if prescale is None:
+        prescale = ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode)
+    mu, nu = ozaki2_shifts(xp, prescale, c.L)
+    Ar, Ai = scale_to_integers(xp, ar, mu, -1), scale_to_integers(xp, ai, mu, -1)
+    Br, Bi = scale_to_integers(xp, br, nu, -2), scale_to_integers(xp, bi, nu, -2)
+    shape = Ar.shape[:-1] + (Br.shape[-1],)
+    nparts = 1 if ai is None else 2
+    limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
+    quotient = [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
+    for ell, m in enumerate(c.moduli):
+        W = modular_products(xp, int_matmul, residues(xp, Ar, Ai, m), residues(xp, Br, Bi, m), m)
+        for p, w in enumerate(W):
+            _exact.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
+            quotient[p] = quotient[p] + w * c.weight_ratios[ell]
+    return reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype)
+
+
+def reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype):
+    """Symmetric CRT representative, unscaled by 2**-(mu_i+nu_j) and rounded once.
+
+    X = sum_l W_l w_l is exact in the limbs; X/P is within n*128*2**-53 of the float sum of
+    W_l (w_l/P), and the scaling keeps |X mod P| <= P/4, so rounding that sum gives the exact
+    quotient and X - qP the exact product.
+    """
+    exp_offset = -(xp.expand_dims(mu, axis=-1) + xp.expand_dims(nu, axis=-2))
+    out = []
+    for lp, qf in zip(limbs, quotient):
+        q = xp.astype(xp.round(qf), xp.int64)
+        _exact.add_multiple(xp, lp, -q, c.P_limbs)
+        negative, mag = _exact.normalize(xp, lp)
+        out.append(_exact.round_to_float(xp, negative, mag, exp_offset, out_dtype))
+    return tuple(out)

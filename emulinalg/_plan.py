@@ -1,0 +1,87 @@
+"""What each product did: the plan a user can inspect, and the native-fallback counter."""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Plan:
+    """How one product was computed.
+
+    Attributes
+    ----------
+    backend : str
+        "numpy", "cupy", "dask", ... (the array family's backend).
+    precision : str
+        The target level ("float64", "float32", "53 bits", "native", or the explicit scheme).
+    scheme : str
+        "native" or the scheme with its parameters, e.g. "OzakiII(moduli=16, mode=accurate)".
+    gemms : int
+        Integer GEMMs per real product (0 for native).
+    k_block : int or None
+        Inner-dimension block of the integer GEMMs where exactness needed blocking.
+    fallback : str or None
+        Why the product, or part of it, was computed natively.
+    native_entries : int
+        Output entries taken from the native product (non-finite inputs, uncertifiable entries).
+    notes : list of str
+        Further decisions (bound used, counts).
+    shape : tuple
+        (batch, m, n, k) of the underlying GEMM.
+    """
+
+    backend: str
+    precision: str
+    scheme: str = "native"
+    gemms: int = 0
+    k_block: int | None = None
+    fallback: str | None = None
+    native_entries: int = 0
+    notes: list = field(default_factory=list)
+    shape: tuple = ()
+
+    @property
+    def emulated(self):
+        return self.scheme != "native"
+
+    def __str__(self):
+        s = f"[{self.backend}] precision={self.precision} scheme={self.scheme}"
+        if self.emulated:
+            s += f" gemms={self.gemms}"
+            if self.k_block:
+                s += f" k_block={self.k_block}"
+        if self.native_entries:
+            s += f" native_entries={self.native_entries}"
+        if self.fallback:
+            s += f" fallback: {self.fallback}"
+        if self.notes:
+            s += " (" + "; ".join(self.notes) + ")"
+        return s
+
+
+_LAST = contextvars.ContextVar("emulinalg_last_plan", default=None)
+_FALLBACKS = collections.Counter()
+_LOCK = threading.Lock()
+
+
+def record(plan):
+    _LAST.set(plan)
+    if plan.fallback:
+        with _LOCK:
+            _FALLBACKS[plan.fallback.split(":")[0]] += 1
+    return plan
+
+
+def last_plan():
+    """The :class:`Plan` of the last product computed in this thread / asyncio task (or None)."""
+    return _LAST.get()
+
+
+def fallback_counts():
+    """Per-process count of products that fell back to native (fully or in part), by reason."""
+    with _LOCK:
+        return dict(_FALLBACKS)

@@ -1,0 +1,143 @@
+"""The ``precision=`` argument: parsing, validation and the explicit scheme specs."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+from ._moduli import MAX_MODULI, MIN_MODULI
+
+MIN_SLICES, MAX_SLICES = 1, 12
+LEVELS = {"float64": 53, "float32": 24}  # significand bits of each named level
+MAX_BITS = 106  # the widest level an integer request may ask for (double-double)
+
+ACCEPTED = (
+    "precision must be one of: None (the inputs' own dtype), 'float64', 'float32', 'native', "
+    f"an int number of mantissa bits in [1, {MAX_BITS}], emulinalg.OzakiI(slices=p) with "
+    f"{MIN_SLICES} <= p <= {MAX_SLICES}, or emulinalg.OzakiII(moduli=n, mode='fast'|'accurate') "
+    f"with {MIN_MODULI} <= n <= {MAX_MODULI}"
+)
+
+
+def _count(value, lo, hi, what):
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {value!r}; {ACCEPTED}") from None
+    if isinstance(value, bool) or not lo <= v <= hi:
+        raise ValueError(f"{what} must be in [{lo}, {hi}], got {value!r}; {ACCEPTED}")
+    return v
+
+
+@dataclass(frozen=True)
+class OzakiI:
+    """Ozaki Scheme I with ``slices`` INT8 slices per operand (signed leading slice, unsigned
+    lower slices, p(p+1)/2 slice products).
+
+    Parameters
+    ----------
+    slices : int
+        Number of 8-bit slices p, 1 <= p <= 12; each operand keeps about 8p - 1 bits of its
+        row/column maximum.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a non-integer or out-of-range count.
+
+    Notes
+    -----
+    Ozaki, Ogita, Oishi, Rump, Numer. Algorithms 2012; Ootomo, Ozaki, Yokota, IJHPCA 2024.
+    """
+
+    slices: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "slices", _count(self.slices, MIN_SLICES, MAX_SLICES, "OzakiI slices"))
+
+    @property
+    def gemms(self):
+        return self.slices * (self.slices + 1) // 2
+
+    def __str__(self):
+        return f"OzakiI(slices={self.slices})"
+
+
+@dataclass(frozen=True)
+class OzakiII:
+    """Ozaki Scheme II with the first ``moduli`` INT8 moduli (256, 255, 253, 251, ...).
+
+    Parameters
+    ----------
+    moduli : int
+        Number of moduli n, 2 <= n <= 20; one INT8 GEMM per modulus (three for complex, 3M).
+    mode : {"accurate", "fast"}
+        Scaling: "accurate" bounds |A||B| with one extra INT8 GEMM; "fast" uses Cauchy-Schwarz
+        on row/column norms (scale-invariant form).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a non-integer or out-of-range count or an unknown mode.
+
+    Notes
+    -----
+    Ozaki, Uchino, Imamura, arXiv:2504.08009; Uchino et al., SC-W 2025 (GEMMul8);
+    Uchino et al., arXiv:2512.08321 (complex 3M).
+    """
+
+    moduli: int
+    mode: str = "accurate"
+
+    def __post_init__(self):
+        object.__setattr__(self, "moduli", _count(self.moduli, MIN_MODULI, MAX_MODULI, "OzakiII moduli"))
+        if self.mode not in ("accurate", "fast"):
+            raise ValueError(f"OzakiII mode must be 'accurate' or 'fast', got {self.mode!r}; {ACCEPTED}")
+
+    @property
+    def gemms(self):
+        return self.moduli + (self.mode == "accurate")
+
+    def __str__(self):
+        return f"OzakiII(moduli={self.moduli}, mode={self.mode})"
+
+
+@dataclass(frozen=True)
+class Level:
+    """A target accuracy: ``bits`` correct bits relative to the componentwise bound |A||B|;
+    ``name`` is "float64"/"float32" for the named levels (no worse than that native GEMM)."""
+
+    bits: int
+    name: str
+
+    def __str__(self):
+        return self.name
+
+
+NATIVE = "native"
+
+
+def parse(precision):
+    """Validate ``precision``; returns None (decide from dtype), NATIVE, a Level, or a scheme."""
+    if precision is None or precision == NATIVE and isinstance(precision, str):
+        return precision
+    if isinstance(precision, (OzakiI, OzakiII)):
+        return precision
+    if isinstance(precision, str):
+        if precision in LEVELS:
+            return Level(LEVELS[precision], precision)
+        raise ValueError(f"unknown precision {precision!r}; {ACCEPTED}")
+    if isinstance(precision, bool) or isinstance(precision, float):
+        raise TypeError(f"precision={precision!r} is not valid; {ACCEPTED}")
+    try:
+        bits = operator.index(precision)
+    except TypeError:
+        raise TypeError(f"precision={precision!r} is not valid; {ACCEPTED}") from None
+    if not 1 <= bits <= MAX_BITS:
+        raise ValueError(f"precision={precision!r} bits out of range; {ACCEPTED}")
+    return Level(bits, f"{bits} bits")
+
+
+def level_for_dtype(real_dtype_name):
+    """The default level of an input dtype ('float64' or 'float32')."""
+    return Level(LEVELS[real_dtype_name], real_dtype_name)

@@ -1,0 +1,109 @@
+"""Power-of-two scaling vectors: row shifts ``mu`` for A and column shifts ``nu`` for B.
+
+Scaling by powers of two is exact, so A' = trunc(2**mu * A) and B' = trunc(B * 2**nu) lose only
+the bits below the integer grid. Operands are given as real parts (and imaginary parts or None);
+the contraction axis is -1 for A (..., m, k) and -2 for B (..., k, n).
+
+References: Ozaki, Ogita, Oishi, Rump 2012 (Scheme I, row-max scaling); Ozaki, Uchino, Imamura,
+arXiv:2504.08009 and Uchino et al., SC-W 2025 (Scheme II fast/accurate modes); the fast mode here
+is the scale-invariant Cauchy-Schwarz form (Kawakami & Takahashi, arXiv:2606.29129), not
+GEMMul8's, whose shift depends on the scale of the input (research/accuracy-and-cost.md §0.1).
+"""
+
+from __future__ import annotations
+
+from ._xputil import frexp_exponent, ldexp
+
+
+def magnitude(xp, re, im):
+    """Elementwise bound max(|re|, |im|) used for exponents."""
+    return xp.abs(re) if im is None else xp.maximum(xp.abs(re), xp.abs(im))
+
+
+def max_exponent(xp, re, im, axis):
+    """``floor(log2(max |x|))`` along ``axis`` (0 where the whole line is zero) as int64."""
+    mx = xp.max(magnitude(xp, re, im), axis=axis)
+    e = xp.astype(frexp_exponent(xp, mx), xp.int64) - 1
+    return xp.where(mx == 0, 0, e)
+
+
+def _expand(xp, v, axis):
+    return xp.expand_dims(v, axis=axis)
+
+
+def _bound_operand(xp, re, im, shift, axis):
+    """Integers >= |x| * 2**shift (per line); each <= 64 when shift = 5 - e - is_complex."""
+    s = _expand(xp, shift, axis)
+    out = xp.ceil(ldexp(xp, xp.abs(re), s))
+    if im is not None:
+        out = out + xp.ceil(ldexp(xp, xp.abs(im), s))
+    return out
+
+
+def _sqnorm_bound(xp, re, im, shift, axis):
+    """Upper bound of || |re| + |im| ||_2^2 after scaling by 2**shift."""
+    s = _expand(xp, shift, axis)
+    x = ldexp(xp, xp.abs(re), s)
+    if im is not None:
+        x = x + ldexp(xp, xp.abs(im), s)
+    k = re.shape[axis]
+    # Each add and multiply rounds by at most u; (k + 4) u covers the recursive sum and the
+    # complex add.
+    return xp.sum(x * x, axis=axis) * (1.0 + (k + 4) * 2.0**-52)
+
+
+def _half_log_shift(xp, L, v):
+    """``floor(L - log2(v)/2)`` for positive bounds ``v`` (zeros are treated as 1), with a margin
+    so that float noise can only make the shift smaller (the safe side)."""
+    v = xp.where(v > 0, v, 1.0)
+    return xp.astype(xp.floor(L - 0.5 * xp.log2(v) - 1e-9), xp.int64)
+
+
+def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
+    """The part of Scheme II scaling that does not depend on the number of moduli.
+
+    Returns ``(s, t, e, f)``: pre-shifts s (rows of A) and t (columns of B) that bring each
+    line's max below 64 (32 for complex), and line bounds e, f such that
+    2**(s_i+t_j) (|A||B|)_ij <= sqrt(e_i f_j) for every (i, j).
+
+    accurate: one extra integer GEMM of the bounds Ā = ceil(2**s|A|), B̄ (entries <= 64) gives
+    C̄ >= 2**(s_i+t_j)(|A||B|) and e_i = max_j C̄_ij, f_j = max_i C̄_ij (GEMMul8's accurate
+    mode). fast: Cauchy-Schwarz, e_i = ||2**s_i |a_i| ||_2**2 (no GEMM).
+    """
+    cplx = ai is not None
+    s = 5 - max_exponent(xp, ar, ai, axis=-1) - int(cplx)
+    t = 5 - max_exponent(xp, br, bi, axis=-2) - int(cplx)
+    if mode == "accurate":
+        cbar = int_matmul(_bound_operand(xp, ar, ai, s, axis=-1), _bound_operand(xp, br, bi, t, axis=-2), 64 * 64)
+        e = xp.max(cbar, axis=-1)
+        f = xp.max(cbar, axis=-2)
+    elif mode == "fast":
+        e = _sqnorm_bound(xp, ar, ai, s, axis=-1)
+        f = _sqnorm_bound(xp, br, bi, t, axis=-2)
+    else:  # validated by the precision parser; guards internal misuse
+        raise ValueError(f"unknown scaling mode {mode!r}")
+    return s, t, e, f
+
+
+def ozaki2_shifts(xp, prescale, L):
+    """Shifts ``(mu, nu)`` with ``|A'B'|_ij <= 2**(2L)`` componentwise (real and imaginary parts):
+    mu_i = s_i + floor(L - log2(e_i)/2), and likewise nu_j, since C̄_ij <= sqrt(e_i f_j)."""
+    s, t, e, f = prescale
+    return s + _half_log_shift(xp, L, e), t + _half_log_shift(xp, L, f)
+
+
+def ozaki1_shifts(xp, ar, ai, br, bi, slices):
+    """Row/column shifts putting each line's max in [2**(8p-2), 2**(8p-1)) so that the scaled
+    integers fit ``p`` slices (one signed leading INT8 slice, p-1 unsigned 8-bit slices)."""
+    top = 8 * slices - 2
+    mu = top - max_exponent(xp, ar, ai, axis=-1)
+    nu = top - max_exponent(xp, br, bi, axis=-2)
+    return mu, nu
+
+
+def scale_to_integers(xp, x, shift, axis):
+    """trunc(x * 2**shift) per line: exact integers held in float64 (a double times a power of
+    two stays a double, and truncating it is exact)."""
+    if x is None:
+        return None
+    return xp.trunc(ldexp(xp, x, _expand(xp, shift, axis)))

@@ -1,0 +1,56 @@
+"""The few operations the schemes need beyond the Array API standard.
+
+numpy and cupy (and so their dask chunks) provide them natively; the generic fallbacks keep the
+algorithms runnable on any Array API namespace.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def ldexp(xp, x, e):
+    """``x * 2**e`` with one rounding (exact unless the result under- or overflows)."""
+    f = getattr(xp, "ldexp", None)
+    if f is not None:
+        if not isinstance(e, int):
+            e = xp.astype(e, xp.int32)
+        return f(x, e)
+    # Two steps keep every power of two representable.
+    if isinstance(e, int):
+        h = e // 2
+        return (x * math.ldexp(1.0, h)) * math.ldexp(1.0, e - h)
+    h = e // 2
+    return (x * xp.pow(2.0, xp.astype(h, x.dtype))) * xp.pow(2.0, xp.astype(e - h, x.dtype))
+
+
+def frexp_exponent(xp, x):
+    """Integer ``E`` with ``|x| = f * 2**E``, ``0.5 <= f < 1`` (0 for x == 0); x must be finite."""
+    f = getattr(xp, "frexp", None)
+    if f is not None:
+        return f(x)[1]
+    ax = xp.abs(x)
+    e = xp.floor(xp.log2(xp.where(ax == 0, 1.0, ax)))
+    # log2 may be off by one near powers of two: correct with an exact comparison.
+    e = xp.where(ldexp(xp, xp.ones_like(ax), xp.astype(e, xp.int64)) > ax, e - 1, e)
+    e = xp.where(ldexp(xp, xp.ones_like(ax), xp.astype(e + 1, xp.int64)) <= ax, e + 1, e)
+    return xp.where(ax == 0, 0, xp.astype(e, xp.int64) + 1)
+
+
+def fmod(xp, x, m):
+    """Exact remainder of integer-valued floats, with the sign of ``x`` (C fmod)."""
+    f = getattr(xp, "fmod", None)
+    if f is not None:
+        return f(x, m)
+    return x - m * xp.trunc(x / m)  # exact only while |x| < 2**53; fmod exists where it matters
+
+
+def make_complex(xp, re, im, dtype):
+    """Complex array from real and imaginary parts, keeping inf/nan parts as they are (re + 1j*im
+    would turn an infinite imaginary part into a NaN real part)."""
+    out = xp.astype(re, dtype)
+    try:
+        out.imag = im
+        return out
+    except (AttributeError, TypeError, ValueError):  # immutable arrays
+        return out + 1j * xp.astype(im, dtype)

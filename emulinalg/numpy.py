@@ -1,0 +1,18 @@
+"""``emulinalg.numpy``: an Array API namespace for numpy arrays with emulated products.
+
+``import emulinalg.numpy as xp`` gives array_api_compat's numpy namespace in which ``matmul``,
+``tensordot``, ``vecdot`` and ``linalg.matmul/tensordot/vecdot`` are emulinalg's.
+"""
+
+from array_api_compat.numpy import *  # noqa: F401,F403
+from array_api_compat import numpy as _base
+
+from . import _api
+from ._namespace import EmulatedNamespace as _EmulatedNamespace
+
+matmul = _api.matmul
+tensordot = _api.tensordot
+vecdot = _api.vecdot
+linalg = _EmulatedNamespace(_base).linalg
+
+__array_api_version__ = _base.__array_api_version__
