@@ -7,6 +7,7 @@ Each backend module provides the same small surface:
   (..., m, k) @ (..., k, n) whose products are bounded by ``term_bound`` in magnitude; returns
   the exact sums (float64 holding integers).
 - ``native_matmul(a, b)``: the library's own product, for fallbacks and references.
+- ``quiet()``: a context manager silencing expected floating-point warnings.
 - ``emulation_faster(...)``: whether emulation beats native here (the ``strategy="performant"``
   test).
 """

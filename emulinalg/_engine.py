@@ -91,42 +91,57 @@ def matmul(xp, backend, a, b, request, cfg):
         ar, ai = _zero_nonfinite(xp, ar, ai)
         br, bi = _zero_nonfinite(xp, br, bi)
 
-    imm = backend.int_matmul
-    native_mask = None
-    if explicit:
-        scheme = request
-        parts = _run(xp, imm, ar, ai, br, bi, scheme, real_name, None)
-    else:
-        family = "ozaki1" if cfg.scheme == "ozaki1" else "ozaki2"
-        scheme, prescale, native_mask = _choose(xp, backend, ar, ai, br, bi, request, family)
-        if scheme is None:
-            plan.fallback = f"precision: no {family} configuration certifies {request} on these inputs"
-            plan.native_entries = batch * m * n
-            return backend.native_matmul(a, b), plan
-        parts = _run(xp, imm, ar, ai, br, bi, scheme, real_name, prescale)
-        plan.notes.append(f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry")
-
-    plan.scheme = str(scheme)
-    plan.gemms = scheme.gemms * (1 if ai is None else (3 if isinstance(scheme, OzakiII) else 4))
-    plan.k_block = _k_block(backend, scheme, k)
-    c = parts[0] if len(parts) == 1 else _complex(xp, parts, dtype_name)
-    if real_name != dtype_name and len(parts) == 1:  # pragma: no cover - real inputs stay real
-        c = xp.astype(c, getattr(xp, dtype_name))
-
-    if native_mask is not None and bool(xp.any(native_mask)):
-        count = int(xp.sum(xp.astype(native_mask, xp.int64)))
-        plan.native_entries += count
-        plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
+    with backend.quiet():
+        c, native_mask = _emulate(xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name)
+    if c is None:
+        return backend.native_matmul(a, b), plan
     if nonfinite:
         bad = ~(xp.expand_dims(rows_ok, axis=-1) & xp.expand_dims(cols_ok, axis=-2))
-        native_mask = bad if native_mask is None else (native_mask | bad)
         plan.native_entries += int(xp.sum(xp.astype(bad, xp.int64)))
         plan.fallback = (plan.fallback + "; " if plan.fallback else "") + (
             "non-finite: entries in rows/columns with NaN/Inf computed natively"
         )
-    if native_mask is not None and bool(xp.any(native_mask)):
-        c = xp.where(native_mask, backend.native_matmul(a, b), c)
+        native_mask = bad if native_mask is None else (native_mask | bad)
+    if native_mask is not None:
+        with backend.quiet():  # the native product's own overflows are the result here
+            c = xp.where(native_mask, backend.native_matmul(a, b), c)
     return c, plan
+
+
+def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name):
+    """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
+    ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
+    the native product (None when there are none)."""
+    imm = backend.int_matmul
+    native_mask = prescale = None
+    if isinstance(request, (OzakiI, OzakiII)):
+        scheme = request
+    else:
+        family = "ozaki1" if family == "ozaki1" else "ozaki2"
+        scheme, prescale, native_mask = _choose(xp, backend, ar, ai, br, bi, request, family)
+        if scheme is None:
+            plan.fallback = f"precision: no {family} configuration certifies {request} on these inputs"
+            plan.native_entries = math.prod(plan.shape[:3])
+            return None, None
+        plan.notes.append(f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry")
+        count = int(xp.sum(xp.astype(native_mask, xp.int64)))
+        if count:
+            plan.native_entries += count
+            plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
+        else:
+            native_mask = None
+    parts = _run(xp, imm, ar, ai, br, bi, scheme, real_name, prescale)
+    plan.scheme = str(scheme)
+    plan.gemms = _gemm_count(scheme, complex_=ai is not None)
+    plan.k_block = _k_block(backend, scheme, ar.shape[-1])
+    c = parts[0] if len(parts) == 1 else make_complex(xp, parts[0], parts[1], getattr(xp, dtype_name))
+    return c, native_mask
+
+
+def _gemm_count(scheme, complex_):
+    if isinstance(scheme, OzakiII):  # 3M per modulus, plus the accurate-mode bound GEMM
+        return scheme.moduli * (3 if complex_ else 1) + (scheme.mode == "accurate")
+    return scheme.gemms * (4 if complex_ else 1)  # 4M per slice pair
 
 
 def _library_name(xp):
@@ -137,14 +152,31 @@ def backend_native(xp, backend, a, b):
     return backend.native_matmul(a, b) if backend else xp.matmul(a, b)
 
 
-def _complex(xp, parts, dtype_name):
-    return make_complex(xp, parts[0], parts[1], getattr(xp, dtype_name))
+# Output entries per row block: the exact accumulators hold ~10 int64 limbs per entry.
+BLOCK_ENTRIES = 1 << 22
 
 
 def _run(xp, imm, ar, ai, br, bi, scheme, real_name, prescale):
-    if isinstance(scheme, OzakiII):
-        return _ozaki2.product(xp, imm, ar, ai, br, bi, scheme.moduli, scheme.mode, real_name, prescale)
-    return _ozaki1.product(xp, imm, ar, ai, br, bi, scheme.slices, real_name)
+    """The scheme's product, by blocks of rows of A so the exact accumulators stay bounded.
+    Scaling that couples rows (Scheme II's column shifts) is computed once, on the whole A."""
+    if isinstance(scheme, OzakiII) and prescale is None:
+        prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode)
+    m = ar.shape[-2]
+    rows = max(1, BLOCK_ENTRIES // max(1, math.prod(ar.shape[:-2]) * br.shape[-1]))
+    blocks = []
+    for r0 in range(0, m, rows):
+        sl = slice(r0, min(m, r0 + rows))
+        a_r = ar[..., sl, :]
+        a_i = None if ai is None else ai[..., sl, :]
+        if isinstance(scheme, OzakiII):
+            s, t, e, f = prescale
+            pre = (s[..., sl], t, e[..., sl], f)
+            blocks.append(_ozaki2.product(xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, real_name, pre))
+        else:
+            blocks.append(_ozaki1.product(xp, imm, a_r, a_i, br, bi, scheme.slices, real_name))
+    if len(blocks) == 1:
+        return blocks[0]
+    return tuple(xp.concat([b[p] for b in blocks], axis=-2) for p in range(len(blocks[0])))
 
 
 def _choose(xp, backend, ar, ai, br, bi, level: Level, family):

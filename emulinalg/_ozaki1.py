@@ -19,7 +19,7 @@ import math
 from . import _exact
 from ._moduli import LIMB_BITS
 from ._scaling import ozaki1_shifts, scale_to_integers
-from ._xputil import fmod, ldexp
+from ._xputil import ldexp
 
 SLICE_BITS = 8
 SLICE_PRODUCT_BOUND = 255 * 255  # unsigned x unsigned dominates signed slices (128 * 255)
@@ -32,9 +32,8 @@ def slices(xp, X, p):
     out = []
     for t in range(p):
         q = xp.floor(ldexp(xp, X, -SLICE_BITS * (p - 1 - t)))  # exact: power-of-two division
-        if t > 0:
-            q = fmod(xp, q, 256.0)
-            q = xp.where(q < 0, q + 256.0, q)
+        if t > 0:  # q - 256 floor(q/256): exact (power-of-two division; Sterbenz subtraction)
+            q = q - 256.0 * xp.floor(q / 256.0)
         out.append(q)
     return out
 

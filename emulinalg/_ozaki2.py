@@ -15,24 +15,41 @@ from __future__ import annotations
 from . import _exact
 from ._moduli import crt_constants
 from ._scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
-from ._xputil import fmod
+from ._xputil import floor_mod, ldexp
 
 RESIDUE_PRODUCT_BOUND = 128 * 128  # |r_a * r_b| for residues in [-128, 127]
 
 
+SPLIT_BITS = 32  # scaled integers reach ~2**83: split them into two exact parts below 2**53
+
+
 def symmetric_mod(xp, x, m):
-    """Residue of integer-valued floats ``x`` modulo ``m`` in [-(m//2), (m-1)//2] (exact)."""
-    r = fmod(xp, x, float(m))
-    r = xp.where(r > (m - 1) // 2, r - m, r)
-    return xp.where(r < -(m // 2), r + m, r)
+    """Residue of integer-valued floats ``x`` (|x| < 2**53) modulo ``m``, in [-(m//2), (m-1)//2]."""
+    r = floor_mod(xp, x, float(m))
+    return xp.where(r > (m - 1) // 2, r - m, r)
+
+
+def split(xp, X):
+    """X = hi * 2**SPLIT_BITS + lo exactly, with lo in [0, 2**32) and |hi| < 2**53 (or None)."""
+    if X is None:
+        return None
+    hi = xp.floor(ldexp(xp, X, -SPLIT_BITS))
+    return hi, X - ldexp(xp, hi, SPLIT_BITS)
+
+
+def _residue(xp, parts, m):
+    hi, lo = parts
+    r = floor_mod(xp, hi, float(m)) * float(pow(2, SPLIT_BITS, m)) + floor_mod(xp, lo, float(m))
+    return symmetric_mod(xp, r, m)
 
 
 def residues(xp, Xr, Xi, m):
-    """Residue planes of the scaled integer operand: (re, im, re+im) for 3M, or (re,)."""
-    rr = symmetric_mod(xp, Xr, m)
+    """Residue planes of a scaled integer operand (given ``split``): (re, im, re+im) for 3M,
+    or (re,)."""
+    rr = _residue(xp, Xr, m)
     if Xi is None:
         return (rr,)
-    ri = symmetric_mod(xp, Xi, m)
+    ri = _residue(xp, Xi, m)
     return rr, ri, symmetric_mod(xp, rr + ri, m)
 
 
@@ -58,9 +75,9 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
     if prescale is None:
         prescale = ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode)
     mu, nu = ozaki2_shifts(xp, prescale, c.L)
-    Ar, Ai = scale_to_integers(xp, ar, mu, -1), scale_to_integers(xp, ai, mu, -1)
-    Br, Bi = scale_to_integers(xp, br, nu, -2), scale_to_integers(xp, bi, nu, -2)
-    shape = Ar.shape[:-1] + (Br.shape[-1],)
+    Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1)) for x in (ar, ai))
+    Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2)) for x in (br, bi))
+    shape = ar.shape[:-1] + (br.shape[-1],)
     nparts = 1 if ai is None else 2
     limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
     quotient = [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]

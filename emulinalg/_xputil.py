@@ -37,12 +37,16 @@ def frexp_exponent(xp, x):
     return xp.where(ax == 0, 0, xp.astype(e, xp.int64) + 1)
 
 
-def fmod(xp, x, m):
-    """Exact remainder of integer-valued floats, with the sign of ``x`` (C fmod)."""
-    f = getattr(xp, "fmod", None)
-    if f is not None:
-        return f(x, m)
-    return x - m * xp.trunc(x / m)  # exact only while |x| < 2**53; fmod exists where it matters
+def floor_mod(xp, x, m):
+    """``x mod m`` in [0, m) for integer-valued floats with |x| < 2**53 and an integer m > 0.
+
+    Exact: the quotient estimate floor(x/m) may be off by one, but m*q and x - m*q are exact
+    integers below 2**53, and one correction step each way fixes the remainder. (C fmod is exact
+    too, but far slower on large arguments.)
+    """
+    r = x - m * xp.floor(x / m)
+    r = xp.where(r < 0, r + m, r)
+    return xp.where(r >= m, r - m, r)
 
 
 def make_complex(xp, re, im, dtype):
