@@ -5,7 +5,8 @@ The products follow the Array API (``matmul``, ``tensordot``, ``vecdot``) and ta
 INT8 moduli with the CRT, Scheme II) on the backend of the arrays' own library.
 
 >>> import numpy as np, emulinalg
->>> a = np.arange(6.0).reshape(2, 3); b = np.ones((3, 2))
+>>> a = np.arange(6.0).reshape(2, 3)
+... b = np.ones((3, 2))
 >>> emulinalg.matmul(a, b, precision=emulinalg.OzakiII(moduli=16)).tolist()
 [[3.0, 3.0], [12.0, 12.0]]
 """
@@ -22,7 +23,11 @@ _here = _os.path.dirname(__file__)
 if not _os.path.isdir(_os.path.join(_here, "backends")):
     _src_backends = _os.path.join(_os.path.dirname(_here), "backends")
     if _os.path.isdir(_src_backends):
-        __path__.append(_os.path.dirname(_here))  # noqa: F821 - the package's own __path__
+        __path__.append(_os.path.dirname(_here))
+        # ...and an installed copy's compiled modules (emulinalg._cpu, ...) stay importable.
+        import pkgutil as _pkgutil
+
+        __path__ = _pkgutil.extend_path(__path__, __name__)
 
 from . import linalg  # noqa: E402
 from ._api import matmul, tensordot, vecdot  # noqa: E402

@@ -60,6 +60,24 @@ def _blas() -> str:
     return text
 
 
+def _cpu_missing_reason(pkg) -> str:
+    """Why ``emulinalg._cpu`` does not import: not built, or shadowed by a source checkout."""
+    try:
+        from importlib.metadata import distribution
+
+        files = distribution("emulinalg").files or []
+        installed = [f for f in files if str(f).startswith("emulinalg/_cpu")]
+    except Exception:
+        installed = []
+    if installed:
+        where = installed[0].locate()
+        return (
+            f"built ({where}) but not importable from this source checkout "
+            f"({pkg.__path__[0]}); run from another folder"
+        )
+    return "not built (not x86-64, or installed without a C++ compiler)"
+
+
 def info(args) -> int:
     """Print versions, the BLAS, and the CPU features seen by ``emulinalg._cpu``."""
     import numpy as np
@@ -77,7 +95,7 @@ def info(args) -> int:
     try:
         from emulinalg import _cpu
     except ImportError:
-        print("emulinalg._cpu    not built (not x86-64, or installed without a C++ compiler)")
+        print(f"emulinalg._cpu    {_cpu_missing_reason(emulinalg)}")
     else:
         feats = _cpu.features()
         on = [k for k, v in feats.items() if v]

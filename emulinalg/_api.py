@@ -32,7 +32,10 @@ def _namespace(x1, x2, op):
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise TypeError(f"{op}: unsupported dtype {x.dtype}; expected bool, integer, real or complex floating")
+            raise TypeError(
+                f"{op}: unsupported dtype {x.dtype}; "
+                "expected bool, integer, real floating or complex floating"
+            )
     return xp
 
 
@@ -60,8 +63,13 @@ def _gemm(xp, a, b, request, op):
 
 
 def _native(xp, op, result, request):
-    record(Plan(backend=getattr(xp, "__name__", "?").split(".")[-1], precision=str(request or "native"),
-                notes=[op, "integer/bool inputs: exact natively"]))
+    record(
+        Plan(
+            backend=getattr(xp, "__name__", "?").split(".")[-1],
+            precision=str(request or "native"),
+            notes=[op, "integer/bool inputs: exact natively"],
+        )
+    )
     return result
 
 
@@ -69,7 +77,9 @@ def _broadcast_batch(xp, a, b, op):
     try:
         batch = tuple(_broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     except ValueError:
-        raise ValueError(f"{op}: batch dimensions {a.shape[:-2]} and {b.shape[:-2]} do not broadcast") from None
+        raise ValueError(
+            f"{op}: batch dimensions {a.shape[:-2]} and {b.shape[:-2]} do not broadcast"
+        ) from None
     return xp.broadcast_to(a, batch + a.shape[-2:]), xp.broadcast_to(b, batch + b.shape[-2:])
 
 
@@ -128,7 +138,9 @@ def matmul(x1, x2, /, *, precision=None):
     xp = _namespace(x1, x2, "matmul")
     request = _precision(precision)
     if x1.ndim == 0 or x2.ndim == 0:
-        raise ValueError("matmul: operands must have at least one dimension (0-D arrays are not matrices)")
+        raise ValueError(
+            "matmul: operands must have at least one dimension (0-D arrays are not matrices)"
+        )
     a = xp.expand_dims(x1, axis=0) if x1.ndim == 1 else x1
     b = xp.expand_dims(x2, axis=-1) if x2.ndim == 1 else x2
     if a.shape[-1] != b.shape[-2]:
@@ -150,13 +162,19 @@ def matmul(x1, x2, /, *, precision=None):
 
 def _normalize_axes(seq, ndim, which):
     try:
-        seq = [operator.index(seq)] if not hasattr(seq, "__len__") else [operator.index(a) for a in seq]
+        seq = (
+            [operator.index(seq)]
+            if not hasattr(seq, "__len__")
+            else [operator.index(a) for a in seq]
+        )
     except TypeError:
         raise TypeError(f"tensordot: axes of {which} must be integers, got {seq!r}") from None
     out = []
     for a in seq:
         if not -ndim <= a < ndim:
-            raise ValueError(f"tensordot: axis {a} is out of range for {which} with {ndim} dimensions")
+            raise ValueError(
+                f"tensordot: axis {a} is out of range for {which} with {ndim} dimensions"
+            )
         out.append(a % ndim)
     if len(set(out)) != len(out):
         raise ValueError(f"tensordot: repeated axis in {which}: {seq}")
@@ -200,13 +218,18 @@ def tensordot(x1, x2, /, *, axes=2, precision=None):
         if nax < 0:
             raise ValueError(f"tensordot: axes must be non-negative, got {nax}")
         if nax > x1.ndim or nax > x2.ndim:
-            raise ValueError(f"tensordot: cannot contract {nax} axes of arrays with {x1.ndim} and {x2.ndim} dimensions")
+            raise ValueError(
+                f"tensordot: cannot contract {nax} axes of arrays with "
+                f"{x1.ndim} and {x2.ndim} dimensions"
+            )
         ax1, ax2 = list(range(x1.ndim - nax, x1.ndim)), list(range(nax))
     else:
         try:
             first, second = axes
         except (TypeError, ValueError):
-            raise TypeError("tensordot: axes must be an int or a pair of sequences of ints") from None
+            raise TypeError(
+                "tensordot: axes must be an int or a pair of sequences of ints"
+            ) from None
         ax1 = _normalize_axes(first, x1.ndim, "x1")
         ax2 = _normalize_axes(second, x2.ndim, "x2")
         if len(ax1) != len(ax2):
@@ -272,12 +295,19 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None):
         raise TypeError(f"vecdot: axis must be an int, got {axis!r}") from None
     if axis >= 0:
         if x1.ndim != x2.ndim or axis >= x1.ndim:
-            raise ValueError(f"vecdot: axis {axis} must be negative (operands have {x1.ndim} and {x2.ndim} dims)")
+            raise ValueError(
+                f"vecdot: axis {axis} must be negative (operands have {x1.ndim} and {x2.ndim} dims)"
+            )
         axis -= x1.ndim
     if axis < -min(x1.ndim, x2.ndim):
-        raise ValueError(f"vecdot: axis {axis} out of range for operands with {x1.ndim} and {x2.ndim} dims")
+        raise ValueError(
+            f"vecdot: axis {axis} out of range for operands with {x1.ndim} and {x2.ndim} dims"
+        )
     if x1.shape[axis] != x2.shape[axis]:
-        raise ValueError(f"vecdot: contracted sizes differ: {x1.shape[axis]} and {x2.shape[axis]} (not broadcast)")
+        raise ValueError(
+            f"vecdot: contracted sizes differ: {x1.shape[axis]} and {x2.shape[axis]} "
+            "(the contracted axis is not broadcast)"
+        )
     a = xp.moveaxis(x1, axis, -1)
     b = xp.moveaxis(x2, axis, -1)
     try:

@@ -19,7 +19,7 @@ class Config:
     scheme: str = "auto"
 
 
-_CONFIG = contextvars.ContextVar("emulinalg_config", default=Config())
+_CONFIG = contextvars.ContextVar("emulinalg_config", default=Config())  # noqa: B039 (frozen)
 
 
 def get_config():

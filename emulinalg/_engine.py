@@ -18,7 +18,12 @@ from ._xputil import make_complex
 
 # Scheme parameters when the certificate is not used (strategy-independent defaults for
 # explicit families) are chosen by _select; these bound what a level may use.
-_REAL = {"float64": "float64", "float32": "float32", "complex128": "float64", "complex64": "float32"}
+_REAL = {
+    "float64": "float64",
+    "float32": "float32",
+    "complex128": "float64",
+    "complex64": "float32",
+}
 
 
 def _dtype_name(xp, dt):
@@ -55,8 +60,11 @@ def matmul(xp, backend, a, b, request, cfg):
     batch = math.prod(a.shape[:-2])
     if request is None:
         request = level_for_dtype(real_name)
-    plan = Plan(backend=backend.name if backend else _library_name(xp), precision=str(request),
-                shape=(batch, m, n, k))
+    plan = Plan(
+        backend=backend.name if backend else _library_name(xp),
+        precision=str(request),
+        shape=(batch, m, n, k),
+    )
     if request == NATIVE:
         return backend_native(xp, backend, a, b), plan
     if backend is None:
@@ -92,7 +100,9 @@ def matmul(xp, backend, a, b, request, cfg):
         br, bi = _zero_nonfinite(xp, br, bi)
 
     with backend.quiet():
-        c, native_mask = _emulate(xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name)
+        c, native_mask = _emulate(
+            xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name
+        )
     if c is None:
         return backend.native_matmul(a, b), plan
     if nonfinite:
@@ -120,10 +130,14 @@ def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtyp
         family = "ozaki1" if family == "ozaki1" else "ozaki2"
         scheme, prescale, native_mask = _choose(xp, backend, ar, ai, br, bi, request, family)
         if scheme is None:
-            plan.fallback = f"precision: no {family} configuration certifies {request} on these inputs"
+            plan.fallback = (
+                f"precision: no {family} configuration certifies {request} on these inputs"
+            )
             plan.native_entries = math.prod(plan.shape[:3])
             return None, None
-        plan.notes.append(f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry")
+        plan.notes.append(
+            f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry"
+        )
         count = int(xp.sum(xp.astype(native_mask, xp.int64)))
         if count:
             plan.native_entries += count
@@ -134,7 +148,11 @@ def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtyp
     plan.scheme = str(scheme)
     plan.gemms = _gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
-    c = parts[0] if len(parts) == 1 else make_complex(xp, parts[0], parts[1], getattr(xp, dtype_name))
+    c = (
+        parts[0]
+        if len(parts) == 1
+        else make_complex(xp, parts[0], parts[1], getattr(xp, dtype_name))
+    )
     return c, native_mask
 
 
@@ -171,7 +189,11 @@ def _run(xp, imm, ar, ai, br, bi, scheme, real_name, prescale):
         if isinstance(scheme, OzakiII):
             s, t, e, f = prescale
             pre = (s[..., sl], t, e[..., sl], f)
-            blocks.append(_ozaki2.product(xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, real_name, pre))
+            blocks.append(
+                _ozaki2.product(
+                    xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, real_name, pre
+                )
+            )
         else:
             blocks.append(_ozaki1.product(xp, imm, a_r, a_i, br, bi, scheme.slices, real_name))
     if len(blocks) == 1:

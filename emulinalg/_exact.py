@@ -26,7 +26,7 @@ def zeros(xp, shape, n_limbs, device=None):
 
 
 def add_shifted(xp, limbs, v, shift):
-    """``limbs += v * 2**shift`` for int64 ``v`` with ``|v| < 2**62`` and a Python int ``shift >= 0``."""
+    """``limbs += v * 2**shift`` for int64 ``v`` (|v| < 2**62) and a Python int ``shift >= 0``."""
     q, r = divmod(shift, LIMB_BITS)
     # Split v into limb-sized pieces first (the top one keeps the sign) so shifting by r < LIMB_BITS
     # cannot overflow int64.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 # Pairwise coprime, each at most 256, so every residue fits INT8 in [-128, 127].
 MODULI = (256, 255, 253, 251, 247, 241, 239, 233, 229, 227,
@@ -50,7 +50,7 @@ def _limbs(x: int, n: int) -> tuple[int, ...]:
     return tuple((x >> (LIMB_BITS * i)) & mask for i in range(n))
 
 
-@lru_cache(maxsize=None)
+@cache
 def crt_constants(n: int) -> CRTConstants:
     """Exact CRT constants for the first ``n`` moduli of :data:`MODULI` (2 <= n <= 20)."""
     if not MIN_MODULI <= n <= MAX_MODULI:

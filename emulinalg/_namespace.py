@@ -34,9 +34,9 @@ class EmulatedNamespace(types.ModuleType):
         self.precision = precision
         for name in PRODUCTS:
             setattr(self, name, _bind(getattr(_api, name), precision))
-        linalg = types.SimpleNamespace(**{
-            n: getattr(base.linalg, n) for n in dir(base.linalg) if not n.startswith("_")
-        })
+        linalg = types.SimpleNamespace(
+            **{n: getattr(base.linalg, n) for n in dir(base.linalg) if not n.startswith("_")}
+        )
         for name in PRODUCTS:
             setattr(linalg, name, getattr(self, name))
         self.linalg = linalg

@@ -53,7 +53,9 @@ class OzakiI:
     slices: int
 
     def __post_init__(self):
-        object.__setattr__(self, "slices", _count(self.slices, MIN_SLICES, MAX_SLICES, "OzakiI slices"))
+        object.__setattr__(
+            self, "slices", _count(self.slices, MIN_SLICES, MAX_SLICES, "OzakiI slices")
+        )
 
     @property
     def gemms(self):
@@ -90,9 +92,13 @@ class OzakiII:
     mode: str = "accurate"
 
     def __post_init__(self):
-        object.__setattr__(self, "moduli", _count(self.moduli, MIN_MODULI, MAX_MODULI, "OzakiII moduli"))
+        object.__setattr__(
+            self, "moduli", _count(self.moduli, MIN_MODULI, MAX_MODULI, "OzakiII moduli")
+        )
         if self.mode not in ("accurate", "fast"):
-            raise ValueError(f"OzakiII mode must be 'accurate' or 'fast', got {self.mode!r}; {ACCEPTED}")
+            raise ValueError(
+                f"OzakiII mode must be 'accurate' or 'fast', got {self.mode!r}; {ACCEPTED}"
+            )
 
     @property
     def gemms(self):
@@ -119,7 +125,7 @@ NATIVE = "native"
 
 def parse(precision):
     """Validate ``precision``; returns None (decide from dtype), NATIVE, a Level, or a scheme."""
-    if precision is None or precision == NATIVE and isinstance(precision, str):
+    if precision is None or (isinstance(precision, str) and precision == NATIVE):
         return precision
     if isinstance(precision, (OzakiI, OzakiII)):
         return precision
@@ -127,7 +133,7 @@ def parse(precision):
         if precision in LEVELS:
             return Level(LEVELS[precision], precision)
         raise ValueError(f"unknown precision {precision!r}; {ACCEPTED}")
-    if isinstance(precision, bool) or isinstance(precision, float):
+    if isinstance(precision, (bool, float)):
         raise TypeError(f"precision={precision!r} is not valid; {ACCEPTED}")
     try:
         bits = operator.index(precision)

@@ -74,7 +74,9 @@ def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
     s = 5 - max_exponent(xp, ar, ai, axis=-1) - int(cplx)
     t = 5 - max_exponent(xp, br, bi, axis=-2) - int(cplx)
     if mode == "accurate":
-        cbar = int_matmul(_bound_operand(xp, ar, ai, s, axis=-1), _bound_operand(xp, br, bi, t, axis=-2), 64 * 64)
+        cbar = int_matmul(
+            _bound_operand(xp, ar, ai, s, axis=-1), _bound_operand(xp, br, bi, t, axis=-2), 64 * 64
+        )
         e = xp.max(cbar, axis=-1)
         f = xp.max(cbar, axis=-2)
     elif mode == "fast":

@@ -4,8 +4,8 @@
 ``tensordot``, ``vecdot`` and ``linalg.matmul/tensordot/vecdot`` are emulinalg's.
 """
 
-from array_api_compat.numpy import *  # noqa: F401,F403
 from array_api_compat import numpy as _base
+from array_api_compat.numpy import *  # noqa: F403
 
 from . import _api
 from ._namespace import EmulatedNamespace as _EmulatedNamespace

@@ -51,7 +51,8 @@ def load(values, n_limbs):
 
 def value_of(negative, limbs):
     return [
-        (-1 if negative[i] else 1) * sum(int(limb[i]) << (LIMB_BITS * j) for j, limb in enumerate(limbs))
+        (-1 if negative[i] else 1)
+        * sum(int(limb[i]) << (LIMB_BITS * j) for j, limb in enumerate(limbs))
         for i in range(len(negative))
     ]
 
@@ -61,7 +62,10 @@ exponents = st.integers(min_value=-1400, max_value=1100)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(big_ints, exponents), min_size=1, max_size=40), st.sampled_from(["float64", "float32"]))
+@given(
+    st.lists(st.tuples(big_ints, exponents), min_size=1, max_size=40),
+    st.sampled_from(["float64", "float32"]),
+)
 def test_round_to_float_is_correctly_rounded(pairs, dtype):
     values = [v for v, _ in pairs]
     exps = np.array([e for _, e in pairs], dtype=np.int64)
@@ -80,7 +84,9 @@ def test_round_to_float_ties_and_boundaries():
     exps = np.array([0, 0, 0, -1074, -1075, -1076, 10], dtype=np.int64)
     negative, mag = _exact.normalize(xp, load(values, 4))
     out = _exact.round_to_float(xp, negative, mag, exps, "float64")
-    expect = [round_fraction(Fraction(v) * Fraction(2) ** int(e), "float64") for v, e in zip(values, exps)]
+    expect = [
+        round_fraction(Fraction(v) * Fraction(2) ** int(e), "float64") for v, e in zip(values, exps)
+    ]
     assert out.tolist() == expect
     assert out[3] == 5e-324 and out[4] == 0.0 and out[5] == 5e-324
 
@@ -93,7 +99,7 @@ def test_moduli_pairwise_coprime_and_int8():
 @pytest.mark.parametrize("n", range(2, 21))
 def test_crt_constants_exact(n):
     c = crt_constants(n)
-    assert c.P == math.prod(_moduli.MODULI[:n])
+    assert math.prod(_moduli.MODULI[:n]) == c.P
     for w, m in zip(c.weights, c.moduli):
         for m2 in c.moduli:  # w = 1 mod m, 0 mod every other modulus
             assert w % m2 == (1 if m2 == m else 0)
