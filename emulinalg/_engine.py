@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from . import _ozaki1, _ozaki2, _select
-from ._moduli import MAX_MODULI
+from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ._plan import Plan
 from ._precision import MAX_SLICES, NATIVE, Level, OzakiI, OzakiII, level_for_dtype
 from ._scaling import ozaki2_prescale
@@ -128,17 +128,22 @@ def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtyp
         scheme = request
     else:
         family = "ozaki1" if family == "ozaki1" else "ozaki2"
-        scheme, prescale, native_mask = _choose(xp, backend, ar, ai, br, bi, request, family)
+        scheme, prescale, native_mask = _choose(
+            xp, backend, ar, ai, br, bi, request, family, real_name
+        )
         if scheme is None:
             plan.fallback = (
                 f"precision: no {family} configuration certifies {request} on these inputs"
             )
             plan.native_entries = math.prod(plan.shape[:3])
             return None, None
-        plan.notes.append(
-            f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry"
-        )
-        count = int(xp.sum(xp.astype(native_mask, xp.int64)))
+        if native_mask is None:
+            plan.notes.append("k=1: exact product, rounded once")
+        else:
+            plan.notes.append(
+                f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry"
+            )
+        count = 0 if native_mask is None else int(xp.sum(xp.astype(native_mask, xp.int64)))
         if count:
             plan.native_entries += count
             plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
@@ -201,9 +206,25 @@ def _run(xp, imm, ar, ai, br, bi, scheme, real_name, prescale):
     return tuple(xp.concat([b[p] for b in blocks], axis=-2) for p in range(len(blocks[0])))
 
 
-def _choose(xp, backend, ar, ai, br, bi, level: Level, family):
+def _exact_at_k1(level, family, real_name):
+    """For a real product with k = 1 native is the correctly rounded exact product, which a
+    bound cannot match (any nonzero error flips some roundings): take the smallest
+    configuration that is exact for every input of that dtype instead."""
+    b = 53 if real_name == "float64" else 24  # significand bits of the inputs
+    if family == "ozaki1":  # slices holding b bits: z = b//8 + 1; the triangle needs 2z - 1
+        return OzakiI(slices=2 * (b // 8 + 1) - 1)
+    # Scheme II keeps floor(L - 6) + 6 bits of an entry at k = 1 (C̄ <= 64 * 64)
+    n = next(
+        n for n in range(MIN_MODULI, MAX_MODULI + 1) if math.floor(crt_constants(n).L - 6) + 6 >= b
+    )
+    return OzakiII(moduli=n, mode="accurate")
+
+
+def _choose(xp, backend, ar, ai, br, bi, level: Level, family, real_name):
     """Smallest scheme of the family certifying the level on every entry it can; the entries it
     cannot are returned as a mask for the native product (None scheme: none at all)."""
+    if ar.shape[-1] == 1 and ai is None and level.name in ("float64", "float32"):
+        return _exact_at_k1(level, family, real_name), None, None
     nm = backend.native_matmul
     if family == "ozaki2":
         prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ._moduli import MAX_MODULI, MIN_MODULI
 
-MIN_SLICES, MAX_SLICES = 1, 12
+MIN_SLICES, MAX_SLICES = 1, 13
 LEVELS = {"float64": 53, "float32": 24}  # significand bits of each named level
 MAX_BITS = 106  # the widest level an integer request may ask for (double-double)
 
@@ -37,7 +37,7 @@ class OzakiI:
     Parameters
     ----------
     slices : int
-        Number of 8-bit slices p, 1 <= p <= 12; each operand keeps about 8p - 1 bits of its
+        Number of 8-bit slices p, 1 <= p <= 13; each operand keeps about 8p - 1 bits of its
         row/column maximum.
 
     Raises

@@ -29,7 +29,7 @@ from ._precision import MAX_SLICES, MIN_SLICES
 from ._scaling import magnitude, max_exponent
 from ._xputil import ldexp
 
-TAU = 1.0
+TAU = 0.25
 
 
 def _l1_upper(xp, re, im, axis):
