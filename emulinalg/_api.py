@@ -56,7 +56,11 @@ def _gemm(xp, a, b, request, op):
     if dt == getattr(xp, "float16", None):  # computed at float32 level, rounded like native
         compute = xp.float32
         a, b = xp.astype(a, compute), xp.astype(b, compute)
-    c, plan = _engine.matmul(xp, _backend(xp), a, b, request, get_config())
+    backend = _backend(xp)
+    # A backend that schedules the product itself (dask: a graph of block products) provides
+    # its own ``matmul``; the others run the engine over their integer GEMMs.
+    run = getattr(backend, "matmul", None) or _engine.matmul
+    c, plan = run(xp, backend, a, b, request, get_config())
     plan.notes.insert(0, op)
     record(plan)
     return c if compute == dt else xp.astype(c, dt)
