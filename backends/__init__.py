@@ -23,4 +23,8 @@ def for_namespace(xp):
         from . import numpy as backend
 
         return backend
+    if array_api_compat.is_cupy_namespace(xp):
+        from . import cupy as backend
+
+        return backend
     return None

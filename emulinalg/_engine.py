@@ -14,6 +14,7 @@ from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ._plan import Plan
 from ._precision import MAX_SLICES, NATIVE, Level, OzakiI, OzakiII, level_for_dtype
 from ._scaling import ozaki2_prescale
+from ._timing import stage
 from ._xputil import make_complex
 
 # Scheme parameters when the certificate is not used (strategy-independent defaults for
@@ -99,7 +100,8 @@ def matmul(xp, backend, a, b, request, cfg):
         ar, ai = _zero_nonfinite(xp, ar, ai)
         br, bi = _zero_nonfinite(xp, br, bi)
 
-    with backend.quiet():
+    # Stage timings (off unless recording): emulation work not marked otherwise is scaling.
+    with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
             xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name
         )
@@ -122,7 +124,6 @@ def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtyp
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
     the native product (None when there are none)."""
-    imm = backend.int_matmul
     native_mask = prescale = None
     if isinstance(request, (OzakiI, OzakiII)):
         scheme = request
@@ -149,7 +150,7 @@ def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtyp
             plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
         else:
             native_mask = None
-    parts = _run(xp, imm, ar, ai, br, bi, scheme, real_name, prescale)
+    parts = _run(xp, backend, ar, ai, br, bi, scheme, real_name, prescale)
     plan.scheme = str(scheme)
     plan.gemms = _gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
@@ -179,13 +180,15 @@ def backend_native(xp, backend, a, b):
 BLOCK_ENTRIES = 1 << 22
 
 
-def _run(xp, imm, ar, ai, br, bi, scheme, real_name, prescale):
+def _run(xp, backend, ar, ai, br, bi, scheme, real_name, prescale):
     """The scheme's product, by blocks of rows of A so the exact accumulators stay bounded.
     Scaling that couples rows (Scheme II's column shifts) is computed once, on the whole A."""
+    imm = backend.int_matmul
     if isinstance(scheme, OzakiII) and prescale is None:
         prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode)
     m = ar.shape[-2]
-    rows = max(1, BLOCK_ENTRIES // max(1, math.prod(ar.shape[:-2]) * br.shape[-1]))
+    budget = getattr(backend, "block_entries", BLOCK_ENTRIES)
+    rows = max(1, budget // max(1, math.prod(ar.shape[:-2]) * br.shape[-1]))
     blocks = []
     for r0 in range(0, m, rows):
         sl = slice(r0, min(m, r0 + rows))

@@ -43,6 +43,9 @@ class CRTConstants:
     # Largest L with 2**(2L) <= (P - 1) / 4: |A'B'| <= 2**(2L) keeps the symmetric
     # representative unique with a factor-2 margin, so the float quotient can't be off by one.
     L: float
+    # The largest double <= floor((P - 1) / 4): shifts are decided by exact comparisons against
+    # it, so every backend chooses the same shifts (a log2 may differ in its last bit).
+    Q_down: float
 
 
 def _limbs(x: int, n: int) -> tuple[int, ...]:
@@ -73,7 +76,13 @@ def crt_constants(n: int) -> CRTConstants:
         n_limbs=n_limbs,
         log2_P=math.log2(P),
         L=0.5 * math.log2((P - 1) / 4),
+        Q_down=_float_down((P - 1) // 4),
     )
+
+
+def _float_down(q: int) -> float:
+    f = float(q)
+    return math.nextafter(f, 0.0) if int(f) > q else f
 
 
 def check_pairwise_coprime() -> bool:

@@ -19,12 +19,14 @@ import math
 from . import _exact
 from ._moduli import LIMB_BITS
 from ._scaling import ozaki1_shifts, scale_to_integers
+from ._timing import stage, staged
 from ._xputil import ldexp
 
 SLICE_BITS = 8
 SLICE_PRODUCT_BOUND = 255 * 255  # unsigned x unsigned dominates signed slices (128 * 255)
 
 
+@staged("slicing")
 def slices(xp, X, p):
     """The p slices of integer-valued float64 ``X`` (|X| < 2**(8p-1)), leading slice signed."""
     if X is None:
@@ -38,6 +40,7 @@ def slices(xp, X, p):
     return out
 
 
+@staged("products")
 def significance_products(xp, int_matmul, SAr, SAi, SBr, SBi, s):
     """C_s for the real part (and the imaginary part) as int64.
 
@@ -76,10 +79,12 @@ def product(xp, int_matmul, ar, ai, br, bi, p, out_dtype):
     limbs = [_exact.zeros(xp, shape, n_limbs) for _ in range(nparts)]
     for s in range(p):
         for lp, c in zip(limbs, significance_products(xp, int_matmul, SAr, SAi, SBr, SBi, s)):
-            _exact.add_shifted(xp, lp, c, SLICE_BITS * (p - 1 - s))
+            with stage("reconstruction"):
+                _exact.add_shifted(xp, lp, c, SLICE_BITS * (p - 1 - s))
     exp_offset = SLICE_BITS * (p - 1) - (xp.expand_dims(mu, axis=-1) + xp.expand_dims(nu, axis=-2))
     out = []
-    for lp in limbs:
-        negative, mag = _exact.normalize(xp, lp)
-        out.append(_exact.round_to_float(xp, negative, mag, exp_offset, out_dtype))
+    with stage("reconstruction"):
+        for lp in limbs:
+            negative, mag = _exact.normalize(xp, lp)
+            out.append(_exact.round_to_float(xp, negative, mag, exp_offset, out_dtype))
     return tuple(out)

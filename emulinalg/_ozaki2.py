@@ -15,6 +15,7 @@ from __future__ import annotations
 from . import _exact
 from ._moduli import crt_constants
 from ._scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
+from ._timing import stage, staged
 from ._xputil import floor_mod, ldexp
 
 RESIDUE_PRODUCT_BOUND = 128 * 128  # |r_a * r_b| for residues in [-128, 127]
@@ -43,6 +44,7 @@ def _residue(xp, parts, m):
     return symmetric_mod(xp, r, m)
 
 
+@staged("slicing")
 def residues(xp, Xr, Xi, m):
     """Residue planes of a scaled integer operand (given ``split``): (re, im, re+im) for 3M,
     or (re,)."""
@@ -53,6 +55,7 @@ def residues(xp, Xr, Xi, m):
     return rr, ri, symmetric_mod(xp, rr + ri, m)
 
 
+@staged("products")
 def modular_products(xp, int_matmul, ra, rb, m):
     """Real and imaginary parts of A'B' mod m, as int64 in the symmetric range."""
     if len(ra) == 1:
@@ -74,7 +77,7 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
     c = crt_constants(moduli)
     if prescale is None:
         prescale = ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode)
-    mu, nu = ozaki2_shifts(xp, prescale, c.L)
+    mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
     Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1)) for x in (ar, ai))
     Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2)) for x in (br, bi))
     shape = ar.shape[:-1] + (br.shape[-1],)
@@ -83,12 +86,14 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
     quotient = [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
     for ell, m in enumerate(c.moduli):
         W = modular_products(xp, int_matmul, residues(xp, Ar, Ai, m), residues(xp, Br, Bi, m), m)
-        for p, w in enumerate(W):
-            _exact.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
-            quotient[p] = quotient[p] + w * c.weight_ratios[ell]
+        with stage("reconstruction"):
+            for p, w in enumerate(W):
+                _exact.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
+                quotient[p] = quotient[p] + w * c.weight_ratios[ell]
     return reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype)
 
 
+@staged("reconstruction")
 def reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype):
     """Symmetric CRT representative, unscaled by 2**-(mu_i+nu_j) and rounded once.
 

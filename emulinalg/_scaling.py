@@ -52,11 +52,18 @@ def _sqnorm_bound(xp, re, im, shift, axis):
     return xp.sum(x * x, axis=axis) * (1.0 + (k + 4) * 2.0**-52)
 
 
-def _half_log_shift(xp, L, v):
-    """``floor(L - log2(v)/2)`` for positive bounds ``v`` (zeros are treated as 1), with a margin
-    so that float noise can only make the shift smaller (the safe side)."""
+def _half_log_shift(xp, L, Q_down, v):
+    """The largest integer t with ``v * 4**t <= Q`` (Q = (P-1)/4, so t = floor(L - log2(v)/2))
+    for positive bounds ``v`` (zeros are treated as 1).
+
+    A log2 estimate is corrected by exact comparisons (v * 4**t is an exact double and Q_down
+    the largest double <= Q), so the shift is the same on every backend.
+    """
     v = xp.where(v > 0, v, 1.0)
-    return xp.astype(xp.floor(L - 0.5 * xp.log2(v) - 1e-9), xp.int64)
+    t = xp.astype(xp.floor(L - 0.5 * xp.log2(v)), xp.int64)
+    t = xp.where(ldexp(xp, v, 2 * t) > Q_down, t - 1, t)
+    t = xp.where(ldexp(xp, v, 2 * t) > Q_down, t - 1, t)
+    return xp.where(ldexp(xp, v, 2 * (t + 1)) <= Q_down, t + 1, t)
 
 
 def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
@@ -87,11 +94,11 @@ def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
     return s, t, e, f
 
 
-def ozaki2_shifts(xp, prescale, L):
+def ozaki2_shifts(xp, prescale, L, Q_down):
     """Shifts ``(mu, nu)`` with ``|A'B'|_ij <= 2**(2L)`` componentwise (real and imaginary parts):
     mu_i = s_i + floor(L - log2(e_i)/2), and likewise nu_j, since C̄_ij <= sqrt(e_i f_j)."""
     s, t, e, f = prescale
-    return s + _half_log_shift(xp, L, e), t + _half_log_shift(xp, L, f)
+    return s + _half_log_shift(xp, L, Q_down, e), t + _half_log_shift(xp, L, Q_down, f)
 
 
 def ozaki1_shifts(xp, ar, ai, br, bi, slices):

@@ -139,3 +139,20 @@ def test_residues_of_large_scaled_integers():
             v = int(x) % m
             expect.append(v - m if v > (m - 1) // 2 else v)
         assert r.tolist() == expect
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(min_value=2, max_value=20), st.lists(st.integers(0, 2**40), min_size=1, max_size=30)
+)
+def test_scheme2_shift_is_exact_floor(n, vs):
+    """t = max{t : v 4**t <= (P-1)/4}, decided exactly (the same on every backend)."""
+    from emulinalg._scaling import _half_log_shift
+
+    c = crt_constants(n)
+    Q = (c.P - 1) // 4
+    t = _half_log_shift(xp, c.L, c.Q_down, np.array(vs, dtype=np.float64))
+    for v, ti in zip(vs, t.tolist()):
+        v = max(v, 1)
+        lhs = Fraction(v) * Fraction(4) ** ti
+        assert lhs <= Q < lhs * 4, (v, ti)
