@@ -14,12 +14,19 @@ Each backend module provides the same small surface:
 
 from __future__ import annotations
 
+import os
+
 
 def for_namespace(xp):
     """The backend module for an array namespace, or None when there is none (yet)."""
     import array_api_compat
 
     if array_api_compat.is_numpy_namespace(xp):
+        if os.environ.get("EMULINALG_AMX") == "1":  # opt-in until emulation_faster is measured
+            from . import amx
+
+            if amx.usable():
+                return amx
         from . import numpy as backend
 
         return backend

@@ -13,3 +13,6 @@ export PYTHONPATH="/tmp/emul:${PYTHONPATH:-}"
 python3 -m emulinalg info 2>&1 | tee "$out/info.log"
 python3 -m pytest -q tests/test_gpu.py -rs -x -p no:cacheprovider 2>&1 | tee "$out/gpu_tests.log"
 python3 tools/device/gpu_smoke.py 2>&1 | tee "$out/gpu_smoke.log"
+if [ -d .gpuref ]; then
+  python3 tools/device/gpu_records.py "$out/h200_records.jsonl" 2>&1 | tee "$out/gpu_records.log"
+fi

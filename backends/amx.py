@@ -1,0 +1,127 @@
+"""amx backend: numpy arrays, integer GEMMs on Intel AMX INT8 tiles (``emulinalg._amx``).
+
+An integer GEMM whose operands fit int8 (Scheme II's residues in [-128, 127], the accurate-mode
+bound operands in [0, 64]) runs as an exact TDPBSSD tile GEMM: int32 accumulation, exact for
+k <= ``MAX_K`` = 2**17 - 1 because every product is at most 2**14 in magnitude; longer K is
+cut into blocks whose int32 results are added in int64. Other integer GEMMs (Scheme I's
+unsigned [0, 255] slices, for now) and everything else are the numpy backend's.
+
+The backend is chosen only where :func:`usable` is True; it never executes an AMX instruction
+elsewhere. ``EMULATE = True`` runs the same kernels on ``emulinalg._amx``'s scalar tile model
+instead (slow; for tests on machines without AMX).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import numpy as _numpy_backend
+
+name = "amx"
+
+INT8_TERM_BOUND = 128 * 128  # |a b| for a, b in [-128, 127]
+MAX_K = 2**17 - 1  # k * 2**14 < 2**31: the int32 tile sums cannot overflow
+K_BLOCK = (MAX_K // 64) * 64  # whole 64-deep K tiles per block beyond MAX_K
+
+EMULATE = False  # run the scalar tile model instead of AMX (tests)
+
+quiet = _numpy_backend.quiet
+native_matmul = _numpy_backend.native_matmul
+
+
+def _module():
+    try:
+        from emulinalg import _amx
+    except ImportError:
+        return None
+    return _amx
+
+
+def usable():
+    """Whether AMX kernels can run here.
+
+    Returns
+    -------
+    bool
+        True when ``emulinalg._amx`` is built with AMX kernels, the CPU has AMX-TILE/INT8/BF16,
+        the OS enabled the tile state and (Linux) the process was granted it. The first call
+        makes the Linux permission request.
+    """
+    amx = _module()
+    return amx is not None and bool(amx.available())
+
+
+def reason():
+    """Why :func:`usable` is False ("" when it is True)."""
+    amx = _module()
+    if amx is None:
+        return "emulinalg._amx is not built (not x86-64, or installed without a C++ compiler)"
+    return amx.reason()
+
+
+def k_block(k, term_bound):
+    """K-block size of an integer GEMM with inner dimension ``k``, or None for one pass."""
+    if term_bound > INT8_TERM_BOUND:
+        return _numpy_backend.k_block(k, term_bound)
+    return None if k <= MAX_K else K_BLOCK
+
+
+def _fits_int8(x):
+    return x.size > 0 and float(x.min()) >= -128 and float(x.max()) <= 127
+
+
+def int_matmul(a, b, term_bound):
+    """Exact ``a @ b`` for integer-valued float arrays with ``|a_ih b_hj| <= term_bound``.
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray, shapes (..., m, k) and (..., k, n)
+        Integer-valued arrays; batch dimensions broadcast.
+    term_bound : int
+        Bound of every product's magnitude. Up to 128 * 128, operands whose entries all lie
+        in [-128, 127] run on the INT8 tiles; anything else on the numpy backend.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (..., m, n)
+        The exact sums (below 2**53 in magnitude).
+
+    Raises
+    ------
+    RuntimeError
+        When the tiles are needed but AMX is not usable here and ``EMULATE`` is False.
+    """
+    if term_bound > INT8_TERM_BOUND or not (_fits_int8(a) and _fits_int8(b)):
+        return _numpy_backend.int_matmul(a, b, term_bound)
+    amx = _module()
+    if amx is None or not (EMULATE or amx.available()):
+        raise RuntimeError(f"amx backend: AMX is not usable here: {reason()}")
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    out = np.empty(batch + (a.shape[-2], b.shape[-1]), dtype=np.float64)
+    for idx in np.ndindex(*batch):
+        out[idx] = _gemm_s8(amx, a[idx], b[idx])
+    return out
+
+
+def _gemm_s8(amx, a, b):
+    """One 2-D product of int8-valued arrays, K-blocked beyond MAX_K."""
+    k = a.shape[-1]
+    if k <= MAX_K:
+        return _tiles(amx, a, b)
+    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.int64)
+    for k0 in range(0, k, K_BLOCK):
+        acc += _tiles(amx, a[:, k0 : k0 + K_BLOCK], b[k0 : k0 + K_BLOCK])
+    return acc  # |sum| <= k * 2**14: exact in float64 for any k below 2**39
+
+
+def _tiles(amx, a, b):
+    a8 = np.ascontiguousarray(a, dtype=np.int8)  # exact: values checked to lie in [-128, 127]
+    b8 = np.ascontiguousarray(b, dtype=np.int8)
+    return amx.gemm_s8s8s32(a8, b8, emulate=EMULATE)
+
+
+def emulation_faster(request, m, n, k, batch):
+    """Not yet: the lead decides from the measurements on the AMX machine."""
+    return False

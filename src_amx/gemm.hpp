@@ -1,0 +1,29 @@
+// Entry points of the tile GEMMs, one per (element type, tile implementation). The emulated
+// ones (gemm_emulated.cpp) are built everywhere; the AMX ones (gemm_amx.cpp, compiled with
+// -mamx-tile -mamx-int8 -mamx-bf16) only where the compiler supports AMX, which the build
+// announces with EMULINALG_AMX_COMPILED. Call the AMX ones only after
+// tile_config.hpp's status(true).available.
+//
+// All: C (m x n) = A (m x k) B (k x n), contiguous row-major; threads <= 0 means OpenMP's
+// default (OMP_NUM_THREADS). Return false only if the emulation's shape checks failed.
+// gemm_s8s8s32_*: int8 x int8 -> int32, exact for k <= kMaxKS8 (kernel.hpp).
+// gemm_bf16bf16f32_*: bf16 (uint16 bit patterns) x bf16 -> fp32 (TDPBF16PS rounding).
+#pragma once
+
+#include <cstdint>
+
+namespace emulinalg::amx {
+
+bool gemm_s8s8s32_emulated(const std::int8_t* a, const std::int8_t* b, std::int32_t* c,
+                           std::int64_t m, std::int64_t n, std::int64_t k, int threads);
+bool gemm_bf16bf16f32_emulated(const std::uint16_t* a, const std::uint16_t* b, float* c,
+                               std::int64_t m, std::int64_t n, std::int64_t k, int threads);
+
+#ifdef EMULINALG_AMX_COMPILED
+bool gemm_s8s8s32_amx(const std::int8_t* a, const std::int8_t* b, std::int32_t* c,
+                      std::int64_t m, std::int64_t n, std::int64_t k, int threads);
+bool gemm_bf16bf16f32_amx(const std::uint16_t* a, const std::uint16_t* b, float* c,
+                          std::int64_t m, std::int64_t n, std::int64_t k, int threads);
+#endif
+
+}  // namespace emulinalg::amx

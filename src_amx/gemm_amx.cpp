@@ -1,0 +1,20 @@
+// The tile GEMMs on real AMX tiles. The only translation unit compiled with
+// -mamx-tile -mamx-int8 -mamx-bf16 (CMakeLists.txt), so no other code can contain a tile
+// instruction; these functions run only after status(true).available (amx_module.cpp).
+#include "gemm.hpp"
+#include "kernel.hpp"
+#include "tile_ops_amx.hpp"
+
+namespace emulinalg::amx {
+
+bool gemm_s8s8s32_amx(const std::int8_t* a, const std::int8_t* b, std::int32_t* c,
+                      std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+    return gemm<Int8Traits, AmxTileOps>(a, b, c, m, n, k, threads);
+}
+
+bool gemm_bf16bf16f32_amx(const std::uint16_t* a, const std::uint16_t* b, float* c,
+                          std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+    return gemm<Bf16Traits, AmxTileOps>(a, b, c, m, n, k, threads);
+}
+
+}  // namespace emulinalg::amx

@@ -1,0 +1,19 @@
+// The tile GEMMs on the scalar tile model (tile_ops_emulated.hpp): no AMX instruction, runs on
+// any CPU. Slow (a few GMAC/s); it exists to test the kernel's packing and blocking logic.
+#include "gemm.hpp"
+#include "kernel.hpp"
+#include "tile_ops_emulated.hpp"
+
+namespace emulinalg::amx {
+
+bool gemm_s8s8s32_emulated(const std::int8_t* a, const std::int8_t* b, std::int32_t* c,
+                           std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+    return gemm<Int8Traits, EmulatedTileOps>(a, b, c, m, n, k, threads);
+}
+
+bool gemm_bf16bf16f32_emulated(const std::uint16_t* a, const std::uint16_t* b, float* c,
+                               std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+    return gemm<Bf16Traits, EmulatedTileOps>(a, b, c, m, n, k, threads);
+}
+
+}  // namespace emulinalg::amx

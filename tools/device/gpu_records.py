@@ -1,0 +1,87 @@
+"""Issue-3 records on the GPU machine: default precision vs cuBLAS at N = 8192.
+
+Inputs are ``phi_matrix`` (seeds 11, 12) and the exact reference for the first rows comes
+precomputed (``.gpuref/ref_<dtype>_<phi>.npz``, made on the CPU with ``emulinalg.reference``;
+the input hashes are checked). Writes DESIGN.md §5 JSON lines to the path given.
+
+    python3 tools/device/gpu_records.py OUT.jsonl [N]
+"""
+
+import datetime
+import hashlib
+import json
+import sys
+import time
+
+import cupy as cp
+import numpy as np
+
+import emulinalg
+from emulinalg.inputs import phi_matrix
+from emulinalg.reference import accuracy
+
+
+def timed(fn, *args, repeat):
+    fn(*args)
+    cp.cuda.Device().synchronize()
+    ts = []
+    for _ in range(repeat):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        fn(*args)
+        e.record()
+        e.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
+    return float(np.median(ts))
+
+
+def main(path, n=8192):
+    device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    with open(path, "w") as out:
+        for dtype in ("float64", "float32", "complex128"):
+            for phi in (0.5, 1, 2, 4):
+                t0 = time.time()
+                a = phi_matrix((n, n), phi, dtype, seed=11)
+                b = phi_matrix((n, n), phi, dtype, seed=12)
+                ref = np.load(f".gpuref/ref_{dtype}_{phi}.npz")
+                ok = hashlib.sha256(a.tobytes()).hexdigest() == str(
+                    ref["a_hash"]
+                ) and hashlib.sha256(b.tobytes()).hexdigest() == str(ref["b_hash"])
+                rows = ref["hi"].shape[0]
+                ga, gb = cp.asarray(a), cp.asarray(b)
+                tn = timed(cp.matmul, ga, gb, repeat=10)
+                cn = cp.asnumpy((ga @ gb)[:rows])
+                with emulinalg.config(strategy="eager"):
+                    te = timed(emulinalg.matmul, ga, gb, repeat=3)
+                    ce = cp.asnumpy(emulinalg.matmul(ga, gb)[:rows])
+                    plan = emulinalg.last_plan()
+                flops = (8 if dtype.startswith("complex") else 2) * n**3
+                rec = {
+                    "backend": "cupy", "op": "matmul", "dtype": dtype, "precision": dtype[:7]
+                    if dtype != "complex128" else "float64", "scheme": plan.scheme,
+                    "m": n, "n": n, "k": n, "batch": 1, "phi": phi, "seconds": te,
+                    "tflops": flops / te / 1e12, "native_tflops": flops / tn / 1e12,
+                    "speedup": tn / te, "native_entries": plan.native_entries,
+                    "reference": "exact" if ok else "none (no reference for these inputs)",
+                    "reference_rows": rows, "device": device,
+                    "date": datetime.date.today().isoformat(),
+                    "command": f"python3 tools/device/gpu_records.py {path} {n}",
+                }  # fmt: skip
+                if ok:
+                    sub = (a[:rows], b)
+                    r = (ref["hi"], ref["lo"])
+                    e_acc = accuracy(ce, *sub, ref=r)
+                    n_acc = accuracy(cn, *sub, ref=r)
+                    rec.update(
+                        bits_maxrel=e_acc["bits_maxrel"], native_bits_maxrel=n_acc["bits_maxrel"],
+                        bits_cw=e_acc["bits_cw"], native_bits_cw=n_acc["bits_cw"],
+                    )  # fmt: skip
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+                print(json.dumps(rec), f"[{time.time() - t0:.1f} s]", flush=True)
+                del ga, gb
+                cp.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], *(int(x) for x in sys.argv[2:]))
