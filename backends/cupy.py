@@ -66,15 +66,16 @@ def _gemm_s8(a8, b8):
 
 
 def _to_int8(x, axis):
-    """Integer-valued floats as ``x = v + o`` with int8 ``v`` and an offset ``o`` in
-    {-128, 0, 128} per index along the contraction axis.
+    """Integer-valued floats as ``x = v + o`` with int8 ``v`` and an integer offset ``o`` per
+    index along the contraction axis.
 
-    Each such line holds Scheme I slices of one kind: signed in [-128, 127], unsigned in
-    [0, 255], or negated unsigned in [-255, 0] (the -Bi part of the 4M real product).
+    Each such line holds Scheme I slices of one kind, spanning at most 256 consecutive values:
+    signed [-128, 127], unsigned [0, 255], or their negations (the -Bi part of the 4M real
+    product: [-127, 128] and [-255, 0]). The offset moves the line's [min, max] into int8.
     """
-    over = cp.max(x, axis=axis, keepdims=True) > 127
-    under = cp.min(x, axis=axis, keepdims=True) < -128
-    o = cp.where(over, 128.0, cp.where(under, -128.0, 0.0))
+    hi = cp.max(x, axis=axis, keepdims=True)
+    lo = cp.min(x, axis=axis, keepdims=True)
+    o = cp.where(hi > 127, hi - 127, cp.where(lo < -128, lo + 128, 0.0))
     return (x - o).astype(cp.int8), o
 
 

@@ -6,6 +6,7 @@ are exact natively and never emulated.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 
 import array_api_compat
@@ -22,6 +23,8 @@ def _namespace(x1, x2, op):
     for x in (x1, x2):
         if not array_api_compat.is_array_api_obj(x):
             raise TypeError(f"{op}: operands must be arrays, got {type(x).__name__}")
+        if type(x).__module__.startswith("numpy.ma"):  # the mask would be silently dropped
+            raise TypeError(f"{op}: masked arrays are not supported; pass x.filled(...)")
     try:
         xp = array_api_compat.array_namespace(x1, x2)
     except TypeError as e:
@@ -63,10 +66,14 @@ def _gemm(xp, a, b, request, op):
     c, plan = run(xp, backend, a, b, request, get_config())
     plan.notes.insert(0, op)
     record(plan)
-    return c if compute == dt else xp.astype(c, dt)
+    if compute == dt:
+        return c
+    with backend.quiet() if backend else contextlib.nullcontext():  # overflow to inf, as native
+        return xp.astype(c, dt)
 
 
 def _native(xp, op, result, request):
+    result = xp.asarray(result)  # a 0-D array, not a numpy scalar, as for the floating path
     record(
         Plan(
             backend=getattr(xp, "__name__", "?").split(".")[-1],

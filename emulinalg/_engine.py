@@ -109,12 +109,12 @@ def matmul(xp, backend, a, b, request, cfg):
         return backend.native_matmul(a, b), plan
     if nonfinite:
         bad = ~(xp.expand_dims(rows_ok, axis=-1) & xp.expand_dims(cols_ok, axis=-2))
-        plan.native_entries += int(xp.sum(xp.astype(bad, xp.int64)))
         plan.fallback = (plan.fallback + "; " if plan.fallback else "") + (
             "non-finite: entries in rows/columns with NaN/Inf computed natively"
         )
         native_mask = bad if native_mask is None else (native_mask | bad)
     if native_mask is not None:
+        plan.native_entries = int(xp.sum(xp.astype(native_mask, xp.int64)))
         with backend.quiet():  # the native product's own overflows are the result here
             c = xp.where(native_mask, backend.native_matmul(a, b), c)
     return c, plan
@@ -132,21 +132,31 @@ def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtyp
         scheme, prescale, native_mask = _choose(
             xp, backend, ar, ai, br, bi, request, family, real_name
         )
+        native_bits = 53 if real_name == "float64" else 24
+        certified = True
+        if request.bits > native_bits and native_mask is not None and bool(xp.any(native_mask)):
+            # Beyond the native precision the native product is the worse choice for the
+            # entries no configuration certifies: take the most accurate configuration instead.
+            scheme = OzakiII(moduli=MAX_MODULI) if family == "ozaki2" else OzakiI(slices=MAX_SLICES)
+            plan.fallback = (
+                f"precision: {request} is not certified on every entry; used the most accurate "
+                f"configuration, {scheme}"
+            )
+            native_mask, certified = None, False
         if scheme is None:
             plan.fallback = (
                 f"precision: no {family} configuration certifies {request} on these inputs"
             )
             plan.native_entries = math.prod(plan.shape[:3])
             return None, None
-        if native_mask is None:
+        if native_mask is None and certified:
             plan.notes.append("k=1: exact product, rounded once")
-        else:
+        elif certified:
             plan.notes.append(
                 f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry"
             )
         count = 0 if native_mask is None else int(xp.sum(xp.astype(native_mask, xp.int64)))
         if count:
-            plan.native_entries += count
             plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
         else:
             native_mask = None

@@ -162,3 +162,15 @@ def test_native_precision_is_numpy(rng):
     a = rng.standard_normal((7, 9))
     b = rng.standard_normal((9, 3))
     np.testing.assert_array_equal(emulinalg.matmul(a, b, precision="native"), a @ b)
+
+
+def test_levels_beyond_native_use_the_most_accurate_scheme_rather_than_native():
+    """precision=80 on float64 cannot be certified on every entry with 20 moduli, but native
+    (53 bits) is worse still: the plan takes the largest configuration and says so."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
+    c = emulinalg.matmul(a, b, precision=80)
+    plan = emulinalg.last_plan()
+    assert plan.scheme == "OzakiII(moduli=20, mode=accurate)", str(plan)
+    assert "not certified" in plan.fallback and plan.native_entries == 0
+    assert accuracy(c, a, b)["bits_cw"] >= accuracy(a @ b, a, b)["bits_cw"]
