@@ -17,8 +17,7 @@ from ._scaling import ozaki2_prescale
 from ._timing import stage
 from ._xputil import make_complex
 
-# Scheme parameters when the certificate is not used (strategy-independent defaults for
-# explicit families) are chosen by _select; these bound what a level may use.
+_NATIVE_BITS = {"float64": 53, "float32": 24}  # significand bits of the native products
 _REAL = {
     "float64": "float64",
     "float32": "float32",
@@ -75,11 +74,10 @@ def matmul(xp, backend, a, b, request, cfg):
         plan.notes.append("empty product")
         return xp.matmul(a, b), plan
     explicit = isinstance(request, (OzakiI, OzakiII))
-    native_bits = 53 if real_name == "float64" else 24
     if (
         cfg.strategy == "performant"
         and not explicit
-        and request.bits <= native_bits
+        and request.bits <= _NATIVE_BITS[real_name]
         and not backend.emulation_faster(request, m, n, k, batch)
     ):
         plan.fallback = (
@@ -89,10 +87,7 @@ def matmul(xp, backend, a, b, request, cfg):
         return backend.native_matmul(a, b), plan
 
     ar, ai = _parts(xp, a)
-    br, bi = _parts(xp, b)
-    if (ai is None) != (bi is None):  # real x complex: give the real side a zero imaginary part
-        ai = xp.zeros_like(ar) if ai is None else ai
-        bi = xp.zeros_like(br) if bi is None else bi
+    br, bi = _parts(xp, b)  # the front end gave both operands the result dtype
     rows_ok = _finite_lines(xp, ar, ai, axis=-1)
     cols_ok = _finite_lines(xp, br, bi, axis=-2)
     nonfinite = not (bool(xp.all(rows_ok)) and bool(xp.all(cols_ok)))
@@ -132,9 +127,12 @@ def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtyp
         scheme, prescale, native_mask = _choose(
             xp, backend, ar, ai, br, bi, request, family, real_name
         )
-        native_bits = 53 if real_name == "float64" else 24
         certified = True
-        if request.bits > native_bits and native_mask is not None and bool(xp.any(native_mask)):
+        if (
+            request.bits > _NATIVE_BITS[real_name]
+            and native_mask is not None
+            and bool(xp.any(native_mask))
+        ):
             # Beyond the native precision the native product is the worse choice for the
             # entries no configuration certifies: take the most accurate configuration instead.
             scheme = OzakiII(moduli=MAX_MODULI) if family == "ozaki2" else OzakiI(slices=MAX_SLICES)
@@ -223,7 +221,7 @@ def _exact_at_k1(level, family, real_name):
     """For a real product with k = 1 native is the correctly rounded exact product, which a
     bound cannot match (any nonzero error flips some roundings): take the smallest
     configuration that is exact for every input of that dtype instead."""
-    b = 53 if real_name == "float64" else 24  # significand bits of the inputs
+    b = _NATIVE_BITS[real_name]  # significand bits of the inputs
     if family == "ozaki1":  # slices holding b bits: z = b//8 + 1; the triangle needs 2z - 1
         return OzakiI(slices=2 * (b // 8 + 1) - 1)
     # Scheme II keeps floor(L - 6) + 6 bits of an entry at k = 1 (C̄ <= 64 * 64)
