@@ -56,7 +56,8 @@ def _gemm(xp, a, b, request, op):
     """Batched a (..., m, k) @ b (..., k, n) for floating dtypes with equal batch shapes."""
     dt = a.dtype
     compute = dt
-    if dt == getattr(xp, "float16", None):  # computed at float32 level, rounded like native
+    f16 = getattr(xp, "float16", None)  # (numpy compares any dtype equal to None: test first)
+    if f16 is not None and dt == f16:  # computed at the float32 level, rounded like native
         compute = xp.float32
         a, b = xp.astype(a, compute), xp.astype(b, compute)
     backend = _backend(xp)
@@ -117,14 +118,14 @@ def matmul(x1, x2, /, *, precision=None):
     ----------
     x1 : array, shape (..., m, k) or (k,)
     x2 : array, shape (..., k, n) or (k,)
-        Arrays of one library (numpy now; cupy and dask backends follow). A 1-D operand is
+        Arrays of one library (numpy: CPU, cupy: GPU; others run natively). A 1-D operand is
         promoted to a matrix and the added axis removed from the result; batch dimensions
         broadcast.
     precision : None, "float64", "float32", "native", int, OzakiI or OzakiII
         None: the level of the inputs' dtype (or ``emulinalg.config(precision=...)``).
         "float64"/"float32": error no worse than that native GEMM (certified per entry against
-        |A||B|; entries that cannot be certified are computed natively, as the plan reports).
-        int: that many bits relative to |A||B|. OzakiI/OzakiII: that exact scheme.
+        ``|A||B|``; entries that cannot be certified are computed natively, as the plan reports).
+        int: that many bits relative to ``|A||B|``. OzakiI/OzakiII: that exact scheme.
         "native": the library's own product.
 
     Returns
@@ -216,6 +217,11 @@ def tensordot(x1, x2, /, *, axes=2, precision=None):
         contracted sizes that differ.
     TypeError
         As for :func:`matmul`, and non-integer axes.
+
+    Notes
+    -----
+    The contraction is reshaped into one GEMM and computed like :func:`matmul` (Ozaki Scheme I
+    or II; see there for the papers).
     """
     xp = _namespace(x1, x2, "tensordot")
     request = _precision(precision)
@@ -295,6 +301,11 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None):
         0-D operands, an axis out of range, unequal contracted sizes, non-broadcastable shapes.
     TypeError
         As for :func:`matmul`.
+
+    Notes
+    -----
+    Computed as a batch of 1 x k by k x 1 GEMMs, like :func:`matmul` (Ozaki Scheme I or II;
+    see there for the papers).
     """
     xp = _namespace(x1, x2, "vecdot")
     request = _precision(precision)

@@ -23,6 +23,14 @@ _CONFIG = contextvars.ContextVar("emulinalg_config", default=Config())  # noqa: 
 
 
 def get_config():
+    """The defaults in force in this thread / asyncio task.
+
+    Returns
+    -------
+    Config
+        Frozen dataclass with ``precision`` (None or any value ``precision=`` accepts),
+        ``strategy`` ("performant" or "eager") and ``scheme`` ("auto", "ozaki1", "ozaki2").
+    """
     return _CONFIG.get()
 
 

@@ -72,6 +72,12 @@ def namespace(*arrays, precision=None):
         No arrays, arrays of different libraries, or non-array arguments.
     ValueError, TypeError
         A bad ``precision``.
+
+    Notes
+    -----
+    The products follow :func:`emulinalg.matmul` (Ozaki Scheme I: Ozaki, Ogita, Oishi, Rump
+    2012; Scheme II: Ozaki, Uchino, Imamura, arXiv:2504.08009); everything else is
+    array_api_compat's namespace for the library.
     """
     parse(precision)
     if not arrays:

@@ -46,6 +46,7 @@ class Plan:
 
     @property
     def emulated(self):
+        """True when an Ozaki scheme computed the product (entries may still be native)."""
         return self.scheme != "native"
 
     def __str__(self):
@@ -77,11 +78,26 @@ def record(plan):
 
 
 def last_plan():
-    """The :class:`Plan` of the last product computed in this thread / asyncio task (or None)."""
+    """How the last product in this thread / asyncio task was computed.
+
+    Returns
+    -------
+    Plan or None
+        The plan of the last ``matmul``/``tensordot``/``vecdot`` call made in this context
+        (None before the first): backend, target precision, scheme and its counts, k-blocking,
+        and any native fallback with its reason.
+    """
     return _LAST.get()
 
 
 def fallback_counts():
-    """Per-process count of products that fell back to native (fully or in part), by reason."""
+    """Products that fell back to native, fully or in part, since the process started.
+
+    Returns
+    -------
+    dict of str to int
+        Count per reason class: "performant" (native predicted faster), "precision" (entries no
+        configuration certifies), "non-finite" (NaN/Inf inputs), "no backend".
+    """
     with _LOCK:
         return dict(_FALLBACKS)

@@ -59,6 +59,7 @@ class OzakiI:
 
     @property
     def gemms(self):
+        """Slice products per real product: the triangle p(p+1)/2."""
         return self.slices * (self.slices + 1) // 2
 
     def __str__(self):
@@ -74,7 +75,7 @@ class OzakiII:
     moduli : int
         Number of moduli n, 2 <= n <= 20; one INT8 GEMM per modulus (three for complex, 3M).
     mode : {"accurate", "fast"}
-        Scaling: "accurate" bounds |A||B| with one extra INT8 GEMM; "fast" uses Cauchy-Schwarz
+        Scaling: "accurate" bounds ``|A||B|`` with one extra INT8 GEMM; "fast" uses Cauchy-Schwarz
         on row/column norms (scale-invariant form).
 
     Raises
@@ -102,6 +103,7 @@ class OzakiII:
 
     @property
     def gemms(self):
+        """INT8 GEMMs per real product: one per modulus, plus the accurate-mode bound GEMM."""
         return self.moduli + (self.mode == "accurate")
 
     def __str__(self):
@@ -110,7 +112,7 @@ class OzakiII:
 
 @dataclass(frozen=True)
 class Level:
-    """A target accuracy: ``bits`` correct bits relative to the componentwise bound |A||B|;
+    """A target accuracy: ``bits`` correct bits relative to the componentwise bound ``|A||B|``;
     ``name`` is "float64"/"float32" for the named levels (no worse than that native GEMM)."""
 
     bits: int
