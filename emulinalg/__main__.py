@@ -1,4 +1,4 @@
-"""Command line: ``python -m emulinalg {demo,info}`` (also installed as ``emulinalg``)."""
+"""Command line: ``python -m emulinalg {bench,demo,info}`` (also installed as ``emulinalg``)."""
 
 from __future__ import annotations
 
@@ -109,6 +109,10 @@ def info(args) -> int:
 
 
 def demo(args) -> int:
+    if getattr(args, "workload", "matmul") == "scf":
+        from emulinalg.examples import scf_demo
+
+        return scf_demo.main(args)
     from emulinalg import _demo
 
     return _demo.main(args)
@@ -120,13 +124,29 @@ def build_parser() -> argparse.ArgumentParser:
         description="emulinalg: FP64/FP32 matrix products on low-precision matrix engines "
         "(Ozaki schemes).",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{demo,info}")
+    sub = parser.add_subparsers(dest="command", metavar="{bench,demo,info}")
 
     p = sub.add_parser(
         "demo",
         help="emulated vs native products on built-in inputs: accuracy and time",
         description="Compare native and emulated matmul on square phi-matrices: effective bits "
         "against the exact product, and time relative to native.",
+    )
+    p.add_argument(
+        "workload",
+        nargs="?",
+        choices=("matmul", "scf"),
+        default="matmul",
+        help="matmul (default): phi-matrices against the exact product; scf: density-fitted "
+        "Hartree-Fock energies against native (needs PySCF: pip install 'emulinalg[scf]')",
+    )
+    p.add_argument(
+        "--molecule",
+        type=_words,
+        action="append",
+        metavar="NAME[/BASIS][,...]",
+        help="scf only: water, benzene or a PySCF atom string, optional basis "
+        "(default water/cc-pvdz,benzene/cc-pvdz)",
     )
     p.add_argument("--size", "-N", type=int, default=512, help="matrix size N (default 512)")
     p.add_argument(
@@ -166,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help="versions, BLAS and CPU features")
     p.set_defaults(func=info)
+
+    from emulinalg import _bench
+
+    _bench.add_parser(sub)
     return parser
 
 

@@ -4,7 +4,7 @@ Inputs are ``phi_matrix`` (seeds 11, 12) and the exact reference for the first r
 precomputed (``.gpuref/ref_<dtype>_<phi>.npz``, made on the CPU with ``emulinalg.reference``;
 the input hashes are checked). Writes DESIGN.md §5 JSON lines to the path given.
 
-    python3 tools/device/gpu_records.py OUT.jsonl [N [dtype,dtype,...]]
+    python3 tools/device/gpu_records.py OUT.jsonl [N [dtype,... [phi,...]]]
 """
 
 import datetime
@@ -39,11 +39,11 @@ def _sha(x):
     return hashlib.sha256(x.tobytes()).hexdigest()
 
 
-def main(path, n=8192, only=None):
+def main(path, n=8192, only=None, phis=(0.5, 1, 2, 4)):
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     with open(path, "w") as out:
         for dtype in only or ("float64", "float32", "complex128"):
-            for phi in (0.5, 1, 2, 4):
+            for phi in phis:
                 t0 = time.time()
                 a = phi_matrix((n, n), phi, dtype, seed=11)
                 b = phi_matrix((n, n), phi, dtype, seed=12)
@@ -92,4 +92,9 @@ def main(path, n=8192, only=None):
 
 if __name__ == "__main__":
     dtypes = sys.argv[3].split(",") if len(sys.argv) > 3 else None
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 8192, dtypes)
+    phis = (
+        [float(x) if "." in x else int(x) for x in sys.argv[4].split(",")]
+        if len(sys.argv) > 4
+        else (0.5, 1, 2, 4)
+    )
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 8192, dtypes, phis)
