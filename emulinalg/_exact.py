@@ -116,3 +116,11 @@ def round_to_float(xp, negative, limbs, exp_offset, dtype="float64"):
     if dtype == "float32":
         out = xp.astype(out, xp.float32)  # exact: keep has <= 24 bits at a float32 exponent, or inf
     return out
+
+
+def unscale(xp, limbs, mu, nu, dtype, shift=0):
+    """The exact integer in (unnormalized) ``limbs`` times ``2**(shift - mu_i - nu_j)``, rounded
+    once to ``dtype``: the common last step of both schemes (mu: (..., m), nu: (..., n))."""
+    exp_offset = shift - (xp.expand_dims(mu, axis=-1) + xp.expand_dims(nu, axis=-2))
+    negative, mag = normalize(xp, limbs)
+    return round_to_float(xp, negative, mag, exp_offset, dtype)

@@ -81,10 +81,6 @@ def product(xp, int_matmul, ar, ai, br, bi, p, out_dtype):
         for lp, c in zip(limbs, significance_products(xp, int_matmul, SAr, SAi, SBr, SBi, s)):
             with stage("reconstruction"):
                 _exact.add_shifted(xp, lp, c, SLICE_BITS * (p - 1 - s))
-    exp_offset = SLICE_BITS * (p - 1) - (xp.expand_dims(mu, axis=-1) + xp.expand_dims(nu, axis=-2))
-    out = []
     with stage("reconstruction"):
-        for lp in limbs:
-            negative, mag = _exact.normalize(xp, lp)
-            out.append(_exact.round_to_float(xp, negative, mag, exp_offset, out_dtype))
-    return tuple(out)
+        shift = SLICE_BITS * (p - 1)
+        return tuple(_exact.unscale(xp, lp, mu, nu, out_dtype, shift) for lp in limbs)

@@ -101,11 +101,8 @@ def reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype):
     W_l (w_l/P), and the scaling keeps |X mod P| <= P/4, so rounding that sum gives the exact
     quotient and X - qP the exact product.
     """
-    exp_offset = -(xp.expand_dims(mu, axis=-1) + xp.expand_dims(nu, axis=-2))
     out = []
     for lp, qf in zip(limbs, quotient):
-        q = xp.astype(xp.round(qf), xp.int64)
-        _exact.add_multiple(xp, lp, -q, c.P_limbs)
-        negative, mag = _exact.normalize(xp, lp)
-        out.append(_exact.round_to_float(xp, negative, mag, exp_offset, out_dtype))
+        _exact.add_multiple(xp, lp, -xp.astype(xp.round(qf), xp.int64), c.P_limbs)
+        out.append(_exact.unscale(xp, lp, mu, nu, out_dtype))
     return tuple(out)

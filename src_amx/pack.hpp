@@ -52,16 +52,22 @@ constexpr std::int64_t k_per_tile() {
     return kTileBytes / sizeof(T);
 }
 
+// A panel of `blocks` x `ktiles` tiles, sized (at least one tile) but not filled.
+inline Panel new_panel(std::int64_t blocks, std::int64_t ktiles) {
+    Panel p;
+    p.blocks = blocks;
+    p.ktiles = ktiles;
+    p.bytes = aligned_bytes(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks * ktiles)) *
+                            kTileSize);
+    return p;
+}
+
 // Pack A (m x k, row stride lda elements) into `blocks` 16-row blocks (blocks * 16 >= m).
 template <class T>
 Panel pack_a(const T* a, std::int64_t m, std::int64_t k, std::int64_t lda, std::int64_t blocks,
              int threads) {
     constexpr std::int64_t KT = k_per_tile<T>();
-    Panel p;
-    p.blocks = blocks;
-    p.ktiles = ceil_div(k, KT);
-    p.bytes = aligned_bytes(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks * p.ktiles)) *
-                            kTileSize);
+    Panel p = new_panel(blocks, ceil_div(k, KT));
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t ib = 0; ib < blocks; ++ib) {
         for (int r = 0; r < kTileRows; ++r) {
@@ -85,11 +91,7 @@ Panel pack_b_vnni(const T* b, std::int64_t k, std::int64_t n, std::int64_t ldb,
     constexpr std::int64_t KT = k_per_tile<T>();
     constexpr int G = 4 / sizeof(T);
     static_assert(G * sizeof(T) == 4 && KT == kTileRows * G, "VNNI groups fill one dword");
-    Panel p;
-    p.blocks = blocks;
-    p.ktiles = ceil_div(k, KT);
-    p.bytes = aligned_bytes(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks * p.ktiles)) *
-                            kTileSize);
+    Panel p = new_panel(blocks, ceil_div(k, KT));
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t jb = 0; jb < blocks; ++jb) {
         const std::int64_t j0 = jb * kTileRows;  // 16 columns per block

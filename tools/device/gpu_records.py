@@ -21,7 +21,7 @@ from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy
 
 
-def timed(fn, *args, repeat):
+def timed(fn, *args, repeat=5):
     fn(*args)
     cp.cuda.Device().synchronize()
     ts = []

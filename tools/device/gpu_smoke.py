@@ -3,25 +3,11 @@
 import time
 
 import cupy as cp
+from gpu_records import timed  # same folder: one CUDA-event timer for both scripts
 
 import emulinalg
 from emulinalg.backends import cupy as be
 from emulinalg.inputs import phi_matrix
-
-
-def timed(fn, *args, repeat=5):
-    fn(*args)
-    cp.cuda.Device().synchronize()
-    ts = []
-    for _ in range(repeat):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        fn(*args)
-        e.record()
-        e.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
-    return sorted(ts)[len(ts) // 2]
-
 
 for n in (4096, 8192):
     r = cp.random.default_rng(0)
