@@ -8,8 +8,12 @@ Each backend module provides the same small surface:
   the exact sums (float64 holding integers).
 - ``native_matmul(a, b)``: the library's own product, for fallbacks and references.
 - ``quiet()``: a context manager silencing expected floating-point warnings.
-- ``emulation_faster(...)``: whether emulation beats native here (the ``strategy="performant"``
-  test).
+- optional ``ozaki2_product(...)``: a whole Scheme II product in the backend's own kernels
+  (``emulinalg._engine._run`` says the contract); ``magnitude_lower_matmul(xa, xb)``: a cheap
+  lower bound of a product of magnitudes for the certificate (``emulinalg._select``).
+
+Whether emulation beats native here (``strategy="performant"``) is decided by the cost model of
+``emulinalg._cost``, fitted from this backend's benchmark records.
 """
 
 from __future__ import annotations

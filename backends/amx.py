@@ -121,7 +121,3 @@ def _tiles(amx, a, b):
     b8 = np.ascontiguousarray(b, dtype=np.int8)
     return amx.gemm_s8s8s32(a8, b8, emulate=EMULATE)
 
-
-def emulation_faster(request, m, n, k, batch):
-    """Not yet: the lead decides from the measurements on the AMX machine."""
-    return False

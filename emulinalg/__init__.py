@@ -32,21 +32,25 @@ if not _os.path.isdir(_os.path.join(_here, "backends")):
 from . import linalg  # noqa: E402
 from ._api import matmul, tensordot, vecdot  # noqa: E402
 from ._config import config, get_config  # noqa: E402
+from ._cost import CostModel, get_cost_model, set_cost_model  # noqa: E402
 from ._namespace import namespace  # noqa: E402
 from ._plan import Plan, fallback_counts, last_plan  # noqa: E402
 from ._precision import OzakiI, OzakiII  # noqa: E402
 
 __all__ = [
+    "CostModel",
     "OzakiI",
     "OzakiII",
     "Plan",
     "config",
     "fallback_counts",
     "get_config",
+    "get_cost_model",
     "last_plan",
     "linalg",
     "matmul",
     "namespace",
+    "set_cost_model",
     "tensordot",
     "vecdot",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from . import _ozaki1, _ozaki2, _select
+from . import _cost, _ozaki1, _ozaki2, _select
 from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ._plan import Plan
 from ._precision import MAX_SLICES, NATIVE, Level, OzakiI, OzakiII, level_for_dtype
@@ -51,10 +51,28 @@ def _zero_nonfinite(xp, re, im):
     return re, (None if im is None else xp.where(ok, im, 0.0))
 
 
-def matmul(xp, backend, a, b, request, cfg):
-    """Return ``(c, plan)`` for the batched product of validated operands."""
+def matmul(xp, backend, a, b, request, cfg, dd=False):
+    """Return ``(c, plan)`` for the batched product of validated operands.
+
+    ``dd=True`` (float64/complex128 only) returns ``c`` as a double-double pair ``(hi, lo)``:
+    ``hi`` is the usual result and ``lo`` the correctly rounded remainder of the exact emulated
+    value (0 for entries computed natively), so that partial products (the dask layer's K-blocks)
+    can be summed without losing the emulation's accuracy.
+    """
+    if dd:
+        c, plan = _matmul(xp, backend, a, b, request, cfg, "dd")
+        if not isinstance(c, tuple):
+            c = (c, xp.zeros_like(c))
+        return c, plan
+    return _matmul(xp, backend, a, b, request, cfg, None)
+
+
+def _matmul(xp, backend, a, b, request, cfg, out):
+    """``matmul``; ``out="dd"`` returns a (hi, lo) pair when emulated (a plain array otherwise)."""
     dtype_name = _dtype_name(xp, a.dtype)
     real_name = _REAL[dtype_name]
+    if out == "dd" and real_name != "float64":
+        raise ValueError("internal: double-double results are for float64/complex128 products")
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     batch = math.prod(a.shape[:-2])
@@ -74,17 +92,15 @@ def matmul(xp, backend, a, b, request, cfg):
         plan.notes.append("empty product")
         return xp.matmul(a, b), plan
     explicit = isinstance(request, (OzakiI, OzakiII))
-    if (
-        cfg.strategy == "performant"
-        and not explicit
-        and request.bits <= _NATIVE_BITS[real_name]
-        and not backend.emulation_faster(request, m, n, k, batch)
-    ):
-        plan.fallback = (
-            f"performant: native is faster than emulation on the {backend.name} backend at "
-            f"this precision (strategy='eager' emulates anyway)"
-        )
-        return backend.native_matmul(a, b), plan
+    performant = (
+        cfg.strategy == "performant" and not explicit and request.bits <= _NATIVE_BITS[real_name]
+    )
+    if performant:
+        # Even the fewest moduli/slices the level can need lose to native: skip the statistics.
+        family = "ozaki1" if cfg.scheme == "ozaki1" else "ozaki2"
+        guess = _cost.likely_count(family, request.bits, k)
+        if not _faster(backend, guess, dtype_name, m, n, k, batch, plan):
+            return backend.native_matmul(a, b), plan
 
     ar, ai = _parts(xp, a)
     br, bi = _parts(xp, b)  # the front end gave both operands the result dtype
@@ -98,7 +114,8 @@ def matmul(xp, backend, a, b, request, cfg):
     # Stage timings (off unless recording): emulation work not marked otherwise is scaling.
     with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
-            xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name
+            xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name, out,
+            performant,
         )
     if c is None:
         return backend.native_matmul(a, b), plan
@@ -111,11 +128,36 @@ def matmul(xp, backend, a, b, request, cfg):
     if native_mask is not None:
         plan.native_entries = int(xp.sum(xp.astype(native_mask, xp.int64)))
         with backend.quiet():  # the native product's own overflows are the result here
-            c = xp.where(native_mask, backend.native_matmul(a, b), c)
+            nat = backend.native_matmul(a, b)
+            if isinstance(c, tuple):
+                c = (xp.where(native_mask, nat, c[0]), xp.where(native_mask, 0.0, c[1]))
+            else:
+                c = xp.where(native_mask, nat, c)
     return c, plan
 
 
-def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name):
+def _faster(backend, scheme, dtype_name, m, n, k, batch, plan):
+    """The cost model's verdict; a slower prediction is recorded as the plan's fallback."""
+    model = _cost.get_cost_model(backend.name)
+    if model is not None:
+        t_emu = model.emulated_seconds(scheme, dtype_name, m, n, k, batch)
+        t_nat = model.native_seconds(dtype_name, m, n, k, batch)
+        if t_emu < t_nat:
+            plan.notes.append(f"performant: {scheme} predicted {t_emu:.3g} s < native {t_nat:.3g} s")
+            return True
+        why = f"{scheme} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source})"
+    else:
+        why = "no cost model"
+    plan.fallback = (
+        f"performant: native is faster than emulation on the {backend.name} backend at this "
+        f"precision: {why} (strategy='eager' emulates anyway)"
+    )
+    return False
+
+
+def _emulate(
+    xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant
+):
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
     the native product (None when there are none)."""
@@ -124,9 +166,10 @@ def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtyp
         scheme = request
     else:
         family = "ozaki1" if family == "ozaki1" else "ozaki2"
-        scheme, prescale, native_mask = _choose(
-            xp, backend, ar, ai, br, bi, request, family, real_name
-        )
+        with stage("statistics"):
+            scheme, prescale, native_mask = _choose(
+                xp, backend, ar, ai, br, bi, request, family, real_name
+            )
         certified = True
         if (
             request.bits > _NATIVE_BITS[real_name]
@@ -153,20 +196,27 @@ def _emulate(xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtyp
             plan.notes.append(
                 f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry"
             )
+        m, n, k = ar.shape[-2], br.shape[-1], ar.shape[-1]
+        if performant and not _faster(backend, scheme, dtype_name, m, n, k, plan.shape[0], plan):
+            return None, None  # the statistics asked for more than native's time allows
         count = 0 if native_mask is None else int(xp.sum(xp.astype(native_mask, xp.int64)))
         if count:
             plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
         else:
             native_mask = None
-    parts = _run(xp, backend, ar, ai, br, bi, scheme, real_name, prescale)
+    parts = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale)
     plan.scheme = str(scheme)
     plan.gemms = _gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
-    c = (
-        parts[0]
-        if len(parts) == 1
-        else make_complex(xp, parts[0], parts[1], getattr(xp, dtype_name))
-    )
+    dt = getattr(xp, dtype_name)
+    if out == "dd":  # parts: (re_hi, re_lo[, im_hi, im_lo])
+        if len(parts) == 2:
+            return (parts[0], parts[1]), native_mask
+        return (
+            make_complex(xp, parts[0], parts[2], dt),
+            make_complex(xp, parts[1], parts[3], dt),
+        ), native_mask
+    c = parts[0] if len(parts) == 1 else make_complex(xp, parts[0], parts[1], dt)
     return c, native_mask
 
 
@@ -188,10 +238,16 @@ def backend_native(xp, backend, a, b):
 BLOCK_ENTRIES = 1 << 22
 
 
-def _run(xp, backend, ar, ai, br, bi, scheme, real_name, prescale):
+def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale):
     """The scheme's product, by blocks of rows of A so the exact accumulators stay bounded.
-    Scaling that couples rows (Scheme II's column shifts) is computed once, on the whole A."""
+    Scaling that couples rows (Scheme II's column shifts) is computed once, on the whole A.
+
+    Returns the parts (real[, imaginary]); with ``out_dtype="dd"`` each part is flattened into
+    its (hi, lo) pair. A backend may run a whole Scheme II product in its own kernels
+    (``backend.ozaki2_product``, same contract and bit-identical output as
+    ``_ozaki2.product``; it returns None to decline)."""
     imm = backend.int_matmul
+    fused = getattr(backend, "ozaki2_product", None)
     if isinstance(scheme, OzakiII) and prescale is None:
         prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode)
     m = ar.shape[-2]
@@ -205,13 +261,13 @@ def _run(xp, backend, ar, ai, br, bi, scheme, real_name, prescale):
         if isinstance(scheme, OzakiII):
             s, t, e, f = prescale
             pre = (s[..., sl], t, e[..., sl], f)
-            blocks.append(
-                _ozaki2.product(
-                    xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, real_name, pre
-                )
-            )
+            args = (a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre)
+            res = None if fused is None else fused(*args)
+            blocks.append(_ozaki2.product(xp, imm, *args) if res is None else res)
         else:
-            blocks.append(_ozaki1.product(xp, imm, a_r, a_i, br, bi, scheme.slices, real_name))
+            blocks.append(_ozaki1.product(xp, imm, a_r, a_i, br, bi, scheme.slices, out_dtype))
+    if out_dtype == "dd":
+        blocks = [tuple(x for part in blk for x in part) for blk in blocks]
     if len(blocks) == 1:
         return blocks[0]
     return tuple(xp.concat([b[p] for b in blocks], axis=-2) for p in range(len(blocks[0])))
@@ -236,21 +292,17 @@ def _choose(xp, backend, ar, ai, br, bi, level: Level, family, real_name):
     cannot are returned as a mask for the native product (None scheme: none at all)."""
     if ar.shape[-1] == 1 and ai is None and level.name in ("float64", "float32"):
         return _exact_at_k1(level, family, real_name), None, None
-    nm = backend.native_matmul
     if family == "ozaki2":
         prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
-        needed = _select.ozaki2_moduli_needed(xp, nm, ar, ai, br, bi, prescale, level.bits)
-        limit, make = MAX_MODULI, (lambda c: OzakiII(moduli=c, mode="accurate"))
+        count, beyond = _select.ozaki2_moduli_needed(
+            xp, backend, ar, ai, br, bi, prescale, level.bits
+        )
+        scheme = None if count is None else OzakiII(moduli=count, mode="accurate")
     else:
         prescale = None
-        needed = _select.ozaki1_slices_needed(xp, nm, ar, ai, br, bi, level.bits)
-        limit, make = MAX_SLICES, (lambda c: OzakiI(slices=c))
-    beyond = needed > limit
-    ok = xp.where(beyond, 0, needed)
-    count = int(xp.max(ok)) if ok.size else 0
-    if bool(xp.all(beyond)):
-        return None, None, beyond
-    return make(max(count, 2 if family == "ozaki2" else 1)), prescale, beyond
+        count, beyond = _select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, level.bits)
+        scheme = None if count is None else OzakiI(slices=count)
+    return scheme, prescale, beyond
 
 
 def _k_block(backend, scheme, k):

@@ -72,13 +72,9 @@ def normalize(xp, limbs):
     return negative, limbs
 
 
-def round_to_float(xp, negative, limbs, exp_offset, dtype="float64"):
-    """Correctly rounded ``(-1)**negative * V * 2**exp_offset`` where ``V`` is given by normalized
-    non-negative ``limbs`` and ``exp_offset`` is an integer array (or int) broadcastable to them.
+def _round(xp, negative, limbs, exp_offset, dtype):
+    """``round_to_float`` plus the rounded magnitude as ``keep * 2**d`` in units of V."""
 
-    Round-to-nearest-even at the precision of ``dtype`` ("float64" or "float32"), gradual underflow
-    included; results beyond the range become inf.
-    """
     mant, emin_sub = _FORMATS[dtype]
     i64 = xp.int64
     # Exponent estimate from a float approximation (relative error ~1e-15): it is bitlen(V) or
@@ -115,12 +111,65 @@ def round_to_float(xp, negative, limbs, exp_offset, dtype="float64"):
     out = xp.where(negative, -out, out)
     if dtype == "float32":
         out = xp.astype(out, xp.float32)  # exact: keep has <= 24 bits at a float32 exponent, or inf
-    return out
+    return out, keep, sh + drop
+
+
+def round_to_float(xp, negative, limbs, exp_offset, dtype="float64"):
+    """Correctly rounded ``(-1)**negative * V * 2**exp_offset`` where ``V`` is given by normalized
+    non-negative ``limbs`` and ``exp_offset`` is an integer array (or int) broadcastable to them.
+
+    Round-to-nearest-even at the precision of ``dtype`` ("float64" or "float32"), gradual underflow
+    included; results beyond the range become inf.
+    """
+    return _round(xp, negative, limbs, exp_offset, dtype)[0]
 
 
 def unscale(xp, limbs, mu, nu, dtype, shift=0):
     """The exact integer in (unnormalized) ``limbs`` times ``2**(shift - mu_i - nu_j)``, rounded
-    once to ``dtype``: the common last step of both schemes (mu: (..., m), nu: (..., n))."""
+    once to ``dtype``: the common last step of both schemes (mu: (..., m), nu: (..., n)).
+    ``dtype="dd"`` returns the double-double pair of ``unscale_dd``."""
+    if dtype == "dd":
+        return unscale_dd(xp, limbs, mu, nu, shift)
     exp_offset = shift - (xp.expand_dims(mu, axis=-1) + xp.expand_dims(nu, axis=-2))
     negative, mag = normalize(xp, limbs)
     return round_to_float(xp, negative, mag, exp_offset, dtype)
+
+
+def _limbs_of_shifted(xp, keep, d, n_limbs):
+    """Limbs of ``keep * 2**d`` (0 <= keep < 2**54, d >= 0 elementwise); the top limb is
+    unbounded above like ``normalize``'s."""
+    out = []
+    for i in range(n_limbs):
+        below = LIMB_BITS * i - d  # > 0: this limb starts above bit d of the value
+        right = xp.bitwise_right_shift(keep, xp.clip(below, 0, 62))
+        s = xp.clip(-below, 0, LIMB_BITS - 1)
+        # Mask before shifting left so nothing leaves int64.
+        left = xp.bitwise_left_shift(
+            xp.bitwise_and(keep, xp.bitwise_left_shift(xp.ones_like(keep), LIMB_BITS - s) - 1), s
+        )
+        piece = xp.where(below >= 0, right, xp.where(-below < LIMB_BITS, left, 0))
+        if i < n_limbs - 1:
+            piece = xp.bitwise_and(piece, _MASK)
+        elif n_limbs > 1:  # the top limb holds everything from its first bit up
+            piece = xp.where(
+                below >= 0, right, xp.bitwise_left_shift(keep, xp.clip(-below, 0, 62))
+            )
+        out.append(piece)
+    return out
+
+
+def unscale_dd(xp, limbs, mu, nu, shift=0):
+    """Like ``unscale`` to float64, as a double-double ``(hi, lo)``: ``hi`` is the correctly
+    rounded value (the same array ``unscale`` returns) and ``lo`` the correctly rounded
+    remainder (exact - hi); ``lo`` is 0 where hi is infinite. Used where partial products are
+    summed later (the dask layer's K-blocks) so the sum keeps the emulation's accuracy."""
+    exp_offset = shift - (xp.expand_dims(mu, axis=-1) + xp.expand_dims(nu, axis=-2))
+    negative, mag = normalize(xp, limbs)
+    hi, keep, d = _round(xp, negative, mag, exp_offset, "float64")
+    # d < 0: the dropped bits were zeros below the integer grid, so hi is exact.
+    exact = d < 0
+    pieces = _limbs_of_shifted(xp, xp.where(exact, 0, keep), xp.where(exact, 0, d), len(mag))
+    neg_r, rmag = normalize(xp, [m - p for m, p in zip(mag, pieces)])
+    lo = round_to_float(xp, negative ^ neg_r, rmag, exp_offset, "float64")
+    lo = xp.where(exact | ~xp.isfinite(hi), 0.0, lo)
+    return hi, lo

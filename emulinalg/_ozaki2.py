@@ -71,7 +71,7 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
 
     ``ai``/``bi`` are None for real operands (both or neither). Inputs are finite float64;
     returns a tuple of real and (for complex) imaginary parts of dtype ``out_dtype``
-    ("float64"/"float32"), each the correctly rounded value of the reconstructed integer
+    ("float64"/"float32"; "dd": each part a (hi, lo) float64 pair, ``_exact.unscale_dd``), each the correctly rounded value of the reconstructed integer
     product times 2**-(mu_i + nu_j). ``prescale`` reuses ``_scaling.ozaki2_prescale``'s result.
     """
     c = crt_constants(moduli)

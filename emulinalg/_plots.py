@@ -29,6 +29,7 @@ from matplotlib.patches import Patch
 PANELS = ("plane", "speedup", "stages")
 _MARKERS = {"float64": "o", "float32": "s", "complex128": "D", "complex64": "^"}
 _STAGE_COLORS = {
+    "statistics": "#deebf7",
     "scaling": "#9ecae1",
     "slicing": "#3182bd",
     "products": "#fd8d3c",

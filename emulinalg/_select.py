@@ -16,8 +16,11 @@ triangle, at most 1.01 (p-1) 2**8p per term in integer units:
 
     err_ij <= x (alpha_i ||b_j||_1 + beta_j ||a_i||_1 + c p k alpha_i beta_j).
 
-(|A||B|) is bounded below by the float product of the magnitudes (one native GEMM, rounded down
-by (k+2)u). The smallest count that certifies every entry is used; entries no count up to the
+(|A||B|) is bounded below cheaply (``magnitude_lower``): magnitudes of the line-normalized
+operands truncated toward zero to float32 (or to bfloat16 by a backend's tensor-core hook), one
+low-precision GEMM, and its rounding removed by the factor 1 - (k+2) 2**-22 and an absolute
+(k+2) 2**-149 for the subnormal range: all terms are >= 0, so truncation only lowers the sum.
+The smallest count that certifies every entry is used; entries no count up to the
 maximum can certify (or with a zero lower bound but a nonzero upper bound) are taken from the
 native product, and the plan says how many.
 """
@@ -38,7 +41,33 @@ def _l1_upper(xp, re, im, axis):
     return xp.sum(x, axis=axis) * (1.0 + (k + 2) * 2.0**-52)
 
 
-def _normalized_terms(xp, native_matmul, ar, ai, br, bi, bits):
+def _down_to_float32(xp, x):
+    """float32 values <= x (x >= 0): the cast rounds to nearest, so step down where it rose."""
+    f = xp.astype(x, xp.float32)
+    return xp.where(xp.astype(f, xp.float64) > x, xp.nextafter(f, xp.zeros_like(f)), f)
+
+
+_LOWER_K_MAX = 1 << 20  # beyond this the float32 rounding factor is no longer tight
+
+
+def magnitude_lower(xp, backend, xa, xb):
+    """Elementwise lower bound of ``xa @ xb`` for non-negative operands whose entries are <= 2
+    (line-normalized magnitudes), at a fraction of a native GEMM's cost."""
+    k = xa.shape[-1]
+    if k > _LOWER_K_MAX:
+        return backend.native_matmul(xa, xb) * (1.0 - (k + 2) * 2.0**-52)
+    hook = getattr(backend, "magnitude_lower_matmul", None)
+    if hook is not None:  # e.g. one bfloat16 tensor-core GEMM, already a lower bound
+        s = xp.astype(hook(xa, xb), xp.float64)
+    else:
+        s = xp.astype(
+            backend.native_matmul(_down_to_float32(xp, xa), _down_to_float32(xp, xb)), xp.float64
+        )
+        s = s * (1.0 - (k + 2) * 2.0**-22)
+    return xp.maximum(s - (k + 2) * 2.0**-149, 0.0)
+
+
+def _normalized_terms(xp, backend, ar, ai, br, bi, bits):
     """Both sides of the certificate are homogeneous in each row's and column's scale, so they
     are evaluated on operands normalized by 2**-floor(log2 max) per line: no overflow, and
     underflow only lowers the lower bound (the safe side)."""
@@ -48,7 +77,7 @@ def _normalized_terms(xp, native_matmul, ar, ai, br, bi, bits):
     ai = None if ai is None else ldexp(xp, ai, -ea)
     bi = None if bi is None else ldexp(xp, bi, -eb)
     k = ar.shape[-1]
-    lam = native_matmul(magnitude(xp, ar, ai), magnitude(xp, br, bi)) * (1.0 - (k + 2) * 2.0**-52)
+    lam = magnitude_lower(xp, backend, magnitude(xp, ar, ai), magnitude(xp, br, bi))
     R = TAU * 2.0**-bits * lam
     na = xp.expand_dims(_l1_upper(xp, ar, ai, -1), axis=-1)  # (..., m, 1)
     nb = xp.expand_dims(_l1_upper(xp, br, bi, -2), axis=-2)  # (..., 1, n)
@@ -56,10 +85,11 @@ def _normalized_terms(xp, native_matmul, ar, ai, br, bi, bits):
     return k, R, na, nb, c
 
 
-def ozaki2_moduli_needed(xp, native_matmul, ar, ai, br, bi, prescale, bits):
-    """Per-entry smallest number of moduli (MAX_MODULI + 1 where none suffices)."""
+def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
+    """``(count, beyond)``: the smallest number of moduli certifying every entry that the
+    maximum certifies, and the mask of entries it does not (count None: no entry at all)."""
     _, _, e, f = prescale
-    k, R, na, nb, c = _normalized_terms(xp, native_matmul, ar, ai, br, bi, bits)
+    k, R, na, nb, c = _normalized_terms(xp, backend, ar, ai, br, bi, bits)
     # alpha_i = 2**-s_i sqrt(e_i) with s_i = 5 - ea_i - cplx, normalized by 2**ea_i
     scale = 2.0 ** (int(ai is not None) - 5)
     alpha = scale * xp.expand_dims(xp.sqrt(xp.astype(e, xp.float64)), axis=-1)
@@ -69,15 +99,22 @@ def ozaki2_moduli_needed(xp, native_matmul, ar, ai, br, bi, prescale, bits):
     denom = 2.0 * G + xp.sqrt(4.0 * G * G + 4.0 * Q * R)
     exact = denom == 0  # no overlapping nonzeros: the entry is computed exactly
     y = xp.where(exact, xp.inf, 2.0 * R / xp.where(exact, 1.0, denom))
-    needed = xp.full(y.shape, MAX_MODULI + 1, dtype=xp.int64)
-    for n in range(MAX_MODULI, MIN_MODULI - 1, -1):
-        needed = xp.where(y >= 2.0 ** -crt_constants(n).L, n, needed)
-    return needed
+    # n moduli certify an entry iff y >= 2**-L_n (L_n increases with n): the count for all
+    # certifiable entries follows from the smallest such y, without a pass per count.
+    beyond = y < 2.0 ** -crt_constants(MAX_MODULI).L
+    if bool(xp.all(beyond)):
+        return None, beyond
+    y_min = float(xp.min(xp.where(beyond, xp.inf, y)))
+    count = next(
+        (n for n in range(MIN_MODULI, MAX_MODULI + 1) if y_min >= 2.0 ** -crt_constants(n).L),
+        None,
+    )
+    return count, beyond
 
 
-def ozaki1_slices_needed(xp, native_matmul, ar, ai, br, bi, bits):
-    """Per-entry smallest number of slices (MAX_SLICES + 1 where none suffices)."""
-    k, R, na, nb, c = _normalized_terms(xp, native_matmul, ar, ai, br, bi, bits)
+def ozaki1_slices_needed(xp, backend, ar, ai, br, bi, bits):
+    """``(count, beyond)`` as ``ozaki2_moduli_needed``, for Scheme I slices."""
+    k, R, na, nb, c = _normalized_terms(xp, backend, ar, ai, br, bi, bits)
     # 2**-mu_i = 2**(ea_i + 2) 2**-8p: alpha_i = 4 after normalization (0 for zero lines)
     alpha = 4.0 * xp.astype(na > 0, xp.float64)
     beta = 4.0 * xp.astype(nb > 0, xp.float64)
@@ -86,4 +123,7 @@ def ozaki1_slices_needed(xp, native_matmul, ar, ai, br, bi, bits):
     for p in range(MAX_SLICES, MIN_SLICES - 1, -1):
         err = 2.0 ** (-8 * p) * (G + c * p * k * alpha * beta)
         needed = xp.where(err <= R, p, needed)
-    return needed
+    beyond = needed > MAX_SLICES
+    if bool(xp.all(beyond)):
+        return None, beyond
+    return int(xp.max(xp.where(beyond, 0, needed))), beyond

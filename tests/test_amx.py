@@ -224,7 +224,12 @@ def test_backend_surface():
     assert amx.k_block(amx.MAX_K, 2**14) is None
     assert amx.k_block(amx.MAX_K + 1, 2**14) == amx.K_BLOCK <= amx.MAX_K
     assert amx.K_BLOCK % 64 == 0
-    assert amx.emulation_faster(None, 4096, 4096, 4096, 1) is False
+    # performant: the cost model fitted on the AMX host keeps native at FP64/FP32 levels
+    from emulinalg import _cost
+
+    for dt, bits in (("float64", 53), ("float32", 24)):
+        guess = _cost.likely_count("ozaki2", bits, 4096)
+        assert not _cost.emulation_faster("amx", guess, dt, 4096, 4096, 4096)
 
 
 def test_backend_int_matmul_batched_residues(rng, backend):

@@ -103,7 +103,9 @@ def test_recording_covers_every_stage_and_changes_no_result(precision):
         with _timing.recording() as rec:
             timed = emulinalg.matmul(a, b, precision=precision)
     np.testing.assert_array_equal(timed, plain)
-    assert set(rec.seconds) == set(_timing.STAGES)
+    # an explicit scheme needs no statistics to choose a count
+    expected = set(_timing.STAGES) - ({"statistics"} if precision != "float64" else set())
+    assert set(rec.seconds) == expected
     assert all(t > 0 for t in rec.seconds.values())
     # products: one call per modulus (Scheme II; the accurate-mode bound GEMM is scaling) or
     # per significance level (Scheme I)

@@ -78,6 +78,27 @@ def test_round_to_float_is_correctly_rounded(pairs, dtype):
         assert float(o) == round_fraction(Fraction(v) * Fraction(2) ** int(e), dtype), (v, e)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(big_ints, st.integers(min_value=-1300, max_value=1100)), min_size=1,
+                max_size=40))
+def test_unscale_dd_is_hi_plus_correctly_rounded_remainder(pairs):
+    values = [v for v, _ in pairs] + [2**53 + 1, 2**60 + 2**7 + 1, 3, -(2**170) - 1]
+    exps = [e for _, e in pairs] + [0, -10, -1076, -100]
+    # unscale multiplies by 2**(shift - mu - nu): put the exponent in mu (one column, nu = 0)
+    mu = -np.array(exps, dtype=np.int64)
+    limbs = [x[:, None] for x in load(values, 10)]
+    with np.errstate(over="ignore"):
+        hi, lo = _exact.unscale_dd(xp, limbs, mu, np.zeros(1, dtype=np.int64))
+        ref_hi = _exact.unscale(xp, limbs, mu, np.zeros(1, dtype=np.int64), "float64")
+    assert np.array_equal(hi, ref_hi)  # hi is exactly the float64 result
+    for v, e, h, low in zip(values, exps, hi[:, 0], lo[:, 0]):
+        exact = Fraction(v) * Fraction(2) ** e
+        if math.isinf(h):
+            assert low == 0.0
+            continue
+        assert float(low) == round_fraction(exact - Fraction(float(h)), "float64"), (v, e)
+
+
 def test_round_to_float_ties_and_boundaries():
     # ties to even at 53 bits, carry into the next binade, smallest subnormal, half of it
     values = [2**53 + 1, 2**53 + 3, 2**54 - 1, 1, 1, 3, -(2**53 + 1)]

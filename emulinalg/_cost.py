@@ -1,0 +1,222 @@
+"""A small cost model per backend: predicted seconds of the native and the emulated product.
+
+``strategy="performant"`` (the default) emulates only where the model predicts emulation to be
+faster than the native GEMM at the asked precision (cuBLAS's PERFORMANT choice, Schwarz et al.,
+SCA/HPCAsia 2026). The model is deliberately coarse — three throughputs and a per-entry cost:
+
+    native   = flops / native_flops[dtype]                flops = 2 m n k batch (x4 complex)
+    emulated = gemms * 2 m n k batch / int_gemm_ops       the integer GEMMs
+             + count * entries * batch * entry_seconds    residues/slices, CRT/shift-reduce
+             + 2 m n k batch / stats_flops                the certificate's lower-bound GEMM
+             + fixed_seconds
+
+with ``entries = m k + k n + m n`` (times the complex parts) and ``count`` the moduli or slices.
+The figures are fitted from the project's own benchmark records (``calibrate``: the stage
+breakdown of ``python -m emulinalg bench`` separates GEMM time from per-entry work) and can be
+replaced per backend with ``set_cost_model``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import threading
+from dataclasses import dataclass
+
+from ._moduli import crt_constants
+from ._precision import OzakiI, OzakiII
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Throughputs of one backend on one machine.
+
+    Attributes
+    ----------
+    native_flops : dict
+        Effective flop/s of the native product per dtype name ("float64", "float32", and
+        optionally "complex128"/"complex64", else the real dtype's rate; a complex product
+        counts 4 real products' flops).
+    int_gemm_ops : float
+        Integer-GEMM operations per second (2 m n k per GEMM) as the scheme's GEMMs run.
+    entry_seconds : float
+        Seconds per matrix entry per modulus/slice of the memory-bound stages.
+    stats_flops : float
+        flop/s of the certificate's lower-bound GEMM of magnitudes (``math.inf``: free).
+    fixed_seconds : float
+        Per-call overhead (launches, Python).
+    source : str
+        Where the figures come from (records file and command, or "user").
+    """
+
+    native_flops: dict
+    int_gemm_ops: float
+    entry_seconds: float
+    stats_flops: float = math.inf
+    fixed_seconds: float = 0.0
+    source: str = "user"
+
+    def native_seconds(self, dtype, m, n, k, batch=1):
+        rate = self.native_flops.get(dtype) or self.native_flops[_REAL[dtype]]
+        return _flops(dtype, m, n, k, batch) / rate
+
+    def emulated_seconds(self, scheme, dtype, m, n, k, batch=1):
+        """Predicted seconds of ``scheme`` (an ``OzakiI``/``OzakiII``) on this backend."""
+        cplx = dtype.startswith("complex")
+        if isinstance(scheme, OzakiII):
+            count = scheme.moduli
+            gemms = count * (3 if cplx else 1) + (scheme.mode == "accurate")
+        else:
+            count = scheme.slices
+            gemms = scheme.gemms * (4 if cplx else 1)
+        mnk = m * n * k * batch
+        entries = (m * k + k * n + m * n) * batch * (3 if cplx else 1)
+        return (
+            gemms * 2 * mnk / self.int_gemm_ops
+            + count * entries * self.entry_seconds
+            + 2 * mnk / self.stats_flops
+            + self.fixed_seconds
+        )
+
+
+_REAL = {"float64": "float64", "float32": "float32", "complex128": "float64",
+         "complex64": "float32"}  # fmt: skip
+
+
+def _flops(dtype, m, n, k, batch):
+    return 2 * m * n * k * batch * (4 if dtype.startswith("complex") else 1)
+
+
+def likely_count(family, bits, k):
+    """The fewest moduli/slices a level of ``bits`` can need at inner dimension ``k`` (from the
+    certificate with equal magnitudes: the truncation error must sit ~log2(k)/2 + 6 bits below
+    the level). Used to skip the statistics when even that count loses to native."""
+    need = bits + 6 + 0.5 * math.log2(max(k, 1))
+    if family == "ozaki1":
+        return OzakiI(slices=max(1, min(13, math.ceil((need + 2) / 8))))
+    n = next((n for n in range(2, 21) if crt_constants(n).L >= need), 20)
+    return OzakiII(moduli=n, mode="accurate")
+
+
+# Fitted with ``calibrate`` from the committed records named in ``source``; the tests re-fit them.
+_BUILTIN = {
+    "numpy": CostModel(
+        # 2-core CI machine, OpenBLAS: the integer GEMMs run in float BLAS at about the native
+        # rate and the elementwise stages in numpy, so emulation is never faster here.
+        native_flops={"float64": 1.1e10, "float32": 4.7e10},
+        int_gemm_ops=1.9e10,
+        entry_seconds=5.2e-8,
+        source="docs/benchmarks/ci-cpu/square.jsonl",
+    ),
+    "cupy": CostModel(
+        # H200, unfused path: cuBLAS INT8 GEMMs with int8 conversion copies and the modular
+        # reduction; cupy elementwise residues and limb CRT.
+        native_flops={"float64": 5.9e13, "float32": 4.9e13},
+        int_gemm_ops=9.0e13,
+        entry_seconds=3.4e-10,
+        source="docs/benchmarks/h200/bench_h200_4096.jsonl",
+    ),
+    "amx": CostModel(
+        # 16-core AMX host: INT8 tile GEMM 8.1 Top/s at N = 8192, torch FP64 0.93 / FP32 1.85
+        # TFLOP/s (xeon-amx-16c/NOTES.md); elementwise stages run in numpy.
+        native_flops={"float64": 9.3e11, "float32": 1.85e12},
+        int_gemm_ops=8.1e12,
+        entry_seconds=5.2e-9,
+        source="docs/benchmarks/xeon-amx-16c/NOTES.md",
+    ),
+}
+_USER: dict = {}
+_LOCK = threading.Lock()
+
+
+def get_cost_model(backend_name):
+    """The cost model used for ``backend_name`` ("numpy", "cupy", "amx"), or None."""
+    with _LOCK:
+        return _USER.get(backend_name, _BUILTIN.get(backend_name))
+
+
+def set_cost_model(backend_name, model=None, **changes):
+    """Replace (``model``) or adjust (``changes``: fields of :class:`CostModel`) the cost model
+    of a backend for this process; ``set_cost_model(name)`` restores the built-in one.
+
+    Raises
+    ------
+    TypeError
+        For a field name that :class:`CostModel` does not have.
+    """
+    with _LOCK:
+        if model is None and not changes:
+            _USER.pop(backend_name, None)
+            return
+        base = model or _USER.get(backend_name) or _BUILTIN.get(backend_name)
+        if base is None:
+            raise ValueError(f"no cost model for backend {backend_name!r}; pass a CostModel")
+        _USER[backend_name] = dataclasses.replace(base, source="user", **changes)
+
+
+def emulation_faster(backend_name, scheme, dtype, m, n, k, batch=1):
+    """True when ``scheme`` is predicted faster than the native product (False without a
+    model: native is the safe default)."""
+    model = get_cost_model(backend_name)
+    if model is None:
+        return False
+    return model.emulated_seconds(scheme, dtype, m, n, k, batch) < model.native_seconds(
+        dtype, m, n, k, batch
+    )
+
+
+def calibrate(records, source="records"):
+    """Fit a :class:`CostModel` from benchmark records (dicts or a JSON-lines path).
+
+    Native rates: median native flop/s per dtype. Integer GEMMs: total GEMM operations over
+    total ``products`` stage seconds. Per-entry cost: ``slicing + reconstruction + scaling``
+    seconds over count x entries. Certificate: the ``statistics`` stage where recorded.
+    """
+    if isinstance(records, str):
+        with open(records) as fh:
+            records = [json.loads(line) for line in fh if line.strip()]
+    native = {}
+    ops = gemm_s = ent = ent_s = st_flops = st_s = 0.0
+    for r in records:
+        flops = _flops(r["dtype"], r["m"], r["n"], r["k"], r.get("batch", 1))
+        if r.get("native_seconds"):
+            native.setdefault(r["dtype"], []).append(flops / r["native_seconds"])
+        scheme = _parse_scheme(r.get("scheme", "native"))
+        st = r.get("stages")
+        if scheme is None or not st:
+            continue
+        cplx = r["dtype"].startswith("complex")
+        m, n, k, b = r["m"], r["n"], r["k"], r.get("batch", 1)
+        if isinstance(scheme, OzakiII):
+            count, gemms = scheme.moduli, scheme.moduli * (3 if cplx else 1)
+        else:
+            count, gemms = scheme.slices, scheme.gemms * (4 if cplx else 1)
+        ops += gemms * 2 * m * n * k * b
+        gemm_s += st.get("products", 0.0)
+        ent += count * (m * k + k * n + m * n) * b * (3 if cplx else 1)
+        ent_s += st.get("slicing", 0.0) + st.get("reconstruction", 0.0) + st.get("scaling", 0.0)
+        if st.get("statistics"):
+            st_flops += 2 * m * n * k * b
+            st_s += st["statistics"]
+    if not native or not gemm_s or not ent:
+        raise ValueError("calibrate: records need native times and emulated stage breakdowns")
+    return CostModel(
+        native_flops={d: sorted(v)[len(v) // 2] for d, v in native.items()},
+        int_gemm_ops=ops / gemm_s,
+        entry_seconds=ent_s / ent,
+        stats_flops=(st_flops / st_s) if st_s else math.inf,
+        source=source,
+    )
+
+
+def _parse_scheme(text):
+    if text.startswith("OzakiII("):
+        inner = dict(p.split("=") for p in text[8:-1].split(", "))
+        return OzakiII(moduli=int(inner["moduli"]), mode=inner.get("mode", "accurate"))
+    if text.startswith("OzakiI("):
+        return OzakiI(slices=int(text[7:-1].split("=")[1]))
+    return None
+
+
+__all__ = ["CostModel", "calibrate", "emulation_faster", "get_cost_model", "set_cost_model"]

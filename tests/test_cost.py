@@ -1,0 +1,124 @@
+"""The cost model behind strategy="performant": fitted from committed records, overridable,
+and deciding native vs emulated in the engine (visibly in the plan)."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+import emulinalg
+from emulinalg import _cost
+from emulinalg.inputs import phi_matrix
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["numpy", "cupy"])
+def test_builtin_models_are_the_fit_of_their_records(name):
+    model = _cost.get_cost_model(name)
+    path = ROOT / model.source
+    if not path.exists():
+        pytest.skip("benchmark records not in this checkout")
+    fit = _cost.calibrate(str(path))
+    for dt in ("float64", "float32"):
+        assert model.native_flops[dt] == pytest.approx(fit.native_flops[dt], rel=0.05)
+    assert model.int_gemm_ops == pytest.approx(fit.int_gemm_ops, rel=0.05)
+    assert model.entry_seconds == pytest.approx(fit.entry_seconds, rel=0.05)
+
+
+def test_calibrate_recovers_a_synthetic_machine():
+    true = _cost.CostModel(
+        native_flops={"float64": 1e12, "float32": 2e12}, int_gemm_ops=8e12, entry_seconds=1e-9
+    )
+    recs = []
+    for n in (512, 1024):
+        for scheme in (emulinalg.OzakiII(moduli=16), emulinalg.OzakiI(slices=7)):
+            cplx = 1
+            gemms = scheme.moduli if isinstance(scheme, emulinalg.OzakiII) else scheme.gemms
+            count = getattr(scheme, "moduli", None) or scheme.slices
+            recs.append({
+                "dtype": "float64", "m": n, "n": n, "k": n, "scheme": str(scheme),
+                "native_seconds": true.native_seconds("float64", n, n, n),
+                "stages": {"products": gemms * 2 * n**3 / true.int_gemm_ops,
+                           "slicing": count * 3 * n * n * true.entry_seconds * cplx},
+            })  # fmt: skip
+    fit = _cost.calibrate(recs)
+    assert fit.int_gemm_ops == pytest.approx(8e12)
+    assert fit.entry_seconds == pytest.approx(1e-9)
+    assert fit.native_flops["float64"] == pytest.approx(1e12)
+    assert math.isinf(fit.stats_flops)
+
+
+def test_calibrate_rejects_records_without_breakdowns():
+    with pytest.raises(ValueError, match="stage breakdowns"):
+        _cost.calibrate([{"dtype": "float64", "m": 4, "n": 4, "k": 4, "native_seconds": 1.0}])
+
+
+def test_likely_count_matches_measured_choices():
+    # H200 records at N = 8192: the certificate chose 17-18 moduli for float64, 10 for float32
+    assert _cost.likely_count("ozaki2", 53, 8192).moduli in (17, 18)
+    assert _cost.likely_count("ozaki2", 24, 8192).moduli == 10
+    assert _cost.likely_count("ozaki1", 53, 1024).slices >= 8
+
+
+def test_set_cost_model_switches_the_engine_and_restores():
+    a = phi_matrix((24, 40), 1.0, seed=1)
+    b = phi_matrix((40, 16), 1.0, seed=2)
+    native = a @ b
+    c = emulinalg.matmul(a, b)
+    plan = emulinalg.last_plan()
+    assert not plan.emulated and "predicted" in plan.fallback and "performant" in plan.fallback
+    np.testing.assert_array_equal(c, native)
+    try:  # a machine where the integer GEMMs are free: performant now emulates
+        emulinalg.set_cost_model("numpy", int_gemm_ops=math.inf, entry_seconds=0.0)
+        assert emulinalg.get_cost_model("numpy").source == "user"
+        emulinalg.matmul(a, b)
+        plan = emulinalg.last_plan()
+        assert plan.emulated and plan.fallback is None
+        assert any(n.startswith("performant: OzakiII") for n in plan.notes)
+        with emulinalg.config(strategy="eager"):
+            eager = emulinalg.matmul(a, b)
+        np.testing.assert_array_equal(emulinalg.matmul(a, b), eager)
+    finally:
+        emulinalg.set_cost_model("numpy")
+    assert emulinalg.get_cost_model("numpy").source.startswith("docs/")
+    emulinalg.matmul(a, b)
+    assert not emulinalg.last_plan().emulated
+
+
+def test_set_cost_model_errors():
+    with pytest.raises(TypeError):
+        emulinalg.set_cost_model("numpy", no_such_field=1.0)
+    with pytest.raises(ValueError, match="no cost model"):
+        emulinalg.set_cost_model("nonexistent", int_gemm_ops=1.0)
+
+
+def test_performant_rechecks_after_the_statistics():
+    # Integer GEMMs cheap enough for the guessed count but not for the maximum: a wide-range
+    # input needing many moduli goes native after the certificate, and the plan says why.
+    a = phi_matrix((16, 64), 4.0, seed=3)
+    b = phi_matrix((64, 16), 4.0, seed=4)
+    m, n, k = 16, 16, 64
+    model = emulinalg.get_cost_model("numpy")
+    nat = model.native_seconds("float64", m, n, k)
+    guess = _cost.likely_count("ozaki2", 53, k)
+    # the per-GEMM time that makes exactly the guessed count break even with native
+    per_gemm = nat / (guess.moduli + 1.5)
+    try:
+        emulinalg.set_cost_model(
+            "numpy", int_gemm_ops=2 * m * n * k / per_gemm, entry_seconds=0.0,
+            stats_flops=math.inf,
+        )  # fmt: skip
+        emulinalg.matmul(a, b)
+        plan = emulinalg.last_plan()
+        with emulinalg.config(strategy="eager"):
+            emulinalg.matmul(a, b)
+        eager_plan = emulinalg.last_plan()
+    finally:
+        emulinalg.set_cost_model("numpy")
+    assert eager_plan.scheme == "OzakiII(moduli=20, mode=accurate)" != str(guess)
+    assert not plan.emulated
+    assert "OzakiII(moduli=20, mode=accurate) predicted" in plan.fallback
