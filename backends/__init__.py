@@ -38,4 +38,8 @@ def for_namespace(xp):
         from . import cupy as backend
 
         return backend
+    if array_api_compat.is_dask_namespace(xp):  # a graph of block products on the chunks' backend
+        from . import dask as backend
+
+        return backend
     return None

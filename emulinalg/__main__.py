@@ -1,4 +1,4 @@
-"""Command line: ``python -m emulinalg {bench,demo,info}`` (also installed as ``emulinalg``)."""
+"""Command line: ``python -m emulinalg {bench,demo,info}`` (also the ``emulinalg`` script)."""
 
 from __future__ import annotations
 
@@ -113,6 +113,10 @@ def demo(args) -> int:
         from emulinalg.examples import scf_demo
 
         return scf_demo.main(args)
+    if getattr(args, "workload", "matmul") == "dask":
+        from emulinalg.examples import out_of_core
+
+        return out_of_core.demo_main(args)
     from emulinalg import _demo
 
     return _demo.main(args)
@@ -135,10 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "workload",
         nargs="?",
-        choices=("matmul", "scf"),
+        choices=("matmul", "scf", "dask"),
         default="matmul",
         help="matmul (default): phi-matrices against the exact product; scf: density-fitted "
-        "Hartree-Fock energies against native (needs PySCF: pip install 'emulinalg[scf]')",
+        "Hartree-Fock energies against native (needs PySCF: pip install 'emulinalg[scf]'); "
+        "dask: an out-of-core product on a LocalCluster (emulinalg.examples.out_of_core)",
     )
     p.add_argument(
         "--molecule",

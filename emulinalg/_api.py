@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import sys
 
 import array_api_compat
 
@@ -17,6 +18,16 @@ from ._plan import Plan, record
 from ._precision import parse
 
 _KINDS = ("bool", "integral", "real floating", "complex floating")
+
+
+def _dask_operands(x1, x2):
+    """A numpy/cupy operand beside a dask array becomes a dask array, as dask.array.matmul
+    accepts it (``backends.dask.coerce_operands``)."""
+    if "dask.array" not in sys.modules:
+        return x1, x2
+    from .backends import dask as backend
+
+    return backend.coerce_operands(x1, x2)
 
 
 def _namespace(x1, x2, op):
@@ -86,6 +97,8 @@ def _native(xp, op, result, request):
 
 
 def _broadcast_batch(xp, a, b, op):
+    if a.shape[:-2] == b.shape[:-2]:  # nothing to broadcast (dask's query planning lacks it)
+        return a, b
     try:
         batch = tuple(_broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     except ValueError:
@@ -147,6 +160,7 @@ def matmul(x1, x2, /, *, precision=None):
     Uchino, Imamura, arXiv:2504.08009; Uchino et al., SC-W 2025. ``emulinalg.last_plan()``
     reports the scheme, counts and any native fallback.
     """
+    x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "matmul")
     request = _precision(precision)
     if x1.ndim == 0 or x2.ndim == 0:
@@ -164,7 +178,7 @@ def matmul(x1, x2, /, *, precision=None):
     dt = xp.result_type(x1.dtype, x2.dtype)
     if not _floating(xp, dt):
         return _native(xp, "matmul", xp.matmul(x1, x2), request)
-    c = _gemm(xp, xp.astype(a, dt), xp.astype(b, dt), request, "matmul")
+    c = _gemm(xp, xp.astype(a, dt, copy=False), xp.astype(b, dt, copy=False), request, "matmul")
     if x2.ndim == 1:
         c = c[..., 0]
     if x1.ndim == 1:
@@ -223,6 +237,7 @@ def tensordot(x1, x2, /, *, axes=2, precision=None):
     The contraction is reshaped into one GEMM and computed like :func:`matmul` (Ozaki Scheme I
     or II; see there for the papers).
     """
+    x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "tensordot")
     request = _precision(precision)
     if isinstance(axes, bool):
@@ -307,6 +322,7 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None):
     Computed as a batch of 1 x k by k x 1 GEMMs, like :func:`matmul` (Ozaki Scheme I or II;
     see there for the papers).
     """
+    x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "vecdot")
     request = _precision(precision)
     if x1.ndim == 0 or x2.ndim == 0:
