@@ -2,18 +2,34 @@
 
 ``int_matmul`` turns the integer-valued operands into int8 and calls ``cublasGemmEx`` (INT8
 inputs, INT32 accumulation, ``CUBLAS_COMPUTE_32I``) through cupy's handle and current stream.
-Everything else (scaling, residues, CRT, rounding) is the shared Array API code running on
-cupy arrays, so the result equals the numpy reference bit for bit for the same scheme. The
-fused kernels of ``src_cuda/`` will slot in behind the same ``int_matmul``/scheme surface.
+
+``ozaki2_product`` runs a whole Scheme II product in the CUDA kernels of ``backends/cuda/``
+(compiled at first use with NVRTC): one pass from float64 to the int8 residues of every modulus
+in the GEMM's layout, one strided-batched INT8 GEMM per K-block over all moduli (and batch, and
+3M products), one pass from the INT32 products to the correctly rounded result. It computes the
+same integers and the same exact reconstruction as ``emulinalg._ozaki2.product``, so the result
+is bit-identical to the numpy reference. Everything else (Scheme I, scaling statistics) is the
+shared Array API code running on cupy arrays. ``magnitude_lower_matmul`` is the certificate's
+lower bound of |A||B| as one bfloat16 tensor-core GEMM.
+
+``EMULINALG_CUPY_KERNELS=0`` in the environment turns the kernels off (the generic path runs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 
+import array_api_compat
 import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
+
+from emulinalg._moduli import crt_constants
+from emulinalg._scaling import ozaki2_shifts
+
+from . import cuda as _cuda
 
 name = "cupy"
 
@@ -116,7 +132,270 @@ def quiet():
     return contextlib.nullcontext()  # cupy raises no floating-point warnings
 
 
-def emulation_faster(request, m, n, k, batch):
-    """Not yet: the unfused path round-trips every product through memory (issue: fused
-    Hopper kernels). ``strategy="eager"`` emulates anyway."""
-    return False
+# ----------------------------------------------------------------------------------------------
+# Scheme II in CUDA kernels (backends/cuda/): residues -> batched INT8 GEMMs -> CRT
+# ----------------------------------------------------------------------------------------------
+
+_R_16BF, _R_32F = 14, 0  # cudaDataType CUDA_R_16BF, CUDA_R_32F
+_COMPUTE_32F = getattr(cublas, "CUBLAS_COMPUTE_32F", 68)
+_ONE_F32 = np.array(1, dtype=np.float32)
+_ZERO_F32 = np.array(0, dtype=np.float32)
+_KP_ALIGN = 16  # int8 rows start 16-byte aligned: cuBLAS IMMA's vectorized loads
+_NP_ALIGN = 4  # INT32 output rows 16-byte aligned (ldc, and the TN GEMM's m, multiple of 4)
+_BF16_ALIGN = 8  # bf16 rows 16-byte aligned
+_MAX_GRID_YZ = 65535  # grid.y/z limit; the kernels loop over what lies beyond
+_MAX_BATCH = 65535  # matrices per cuBLAS batched call, kept below the grid limit it may use
+_OUT_KIND = {"float64": 0, "float32": 1, "dd": 2}  # ozaki2_crt.cu's `kind`
+_THREADS = 256
+
+# Bytes of A residues and INT32 products held at once: larger row blocks are done in chunks of
+# rows (B's residues are made once per call).
+chunk_bytes = 6 << 30
+
+_modules: dict = {}
+
+
+def kernels_enabled() -> bool:
+    """Whether ``ozaki2_product``/``magnitude_lower_matmul`` use the CUDA kernels
+    (``EMULINALG_CUPY_KERNELS=0`` turns them off, e.g. to compare with the generic path)."""
+    return os.environ.get("EMULINALG_CUPY_KERNELS", "1") != "0"
+
+
+def _ceil(x, a):
+    return -(-x // a) * a
+
+
+def _kernel(file, expr, tables=None):
+    """The kernel ``expr`` of ``backends/cuda/<file>``, compiled by NVRTC at first use (cupy
+    caches the binary on disk), its ``__constant__`` tables filled from ``tables()`` (a dict
+    name -> numpy array) once per module and device."""
+    key = (cp.cuda.Device().id, file, expr)
+    fn = _modules.get(key)
+    if fn is None:
+        plain = "<" not in expr  # extern "C" kernels need no name expression
+        mod = cp.RawModule(
+            code=_cuda.source(file),
+            options=("--std=c++17",),
+            name_expressions=None if plain else (expr,),
+        )
+        if tables is not None:
+            for sym, arr in tables().items():
+                cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
+            # The copies are queued on the current stream; kernels may run on any other one.
+            cp.cuda.runtime.deviceSynchronize()
+        fn = mod.get_function(expr)
+        _modules[key] = fn
+    return fn
+
+
+def _strides(x):
+    return tuple(s // x.itemsize for s in x.strides)
+
+
+def _i32(v):
+    return np.int32(v)
+
+
+def _i64(v):
+    return np.int64(v)
+
+
+def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n):
+    """int8 planes (P, n, B, rows_pad, kp) of the logical operand (B, rows, k) given by ``re``
+    (and ``im``) with element ``strides``, lines scaled by ``shift`` (B lines of ``rows``, batch
+    stride ``shift_sb``): ``ozaki2_residues.cu``."""
+    B = re.shape[0]
+    cplx = im is not None
+    planes = cp.empty((3 if cplx else 1, n, B, rows_pad, kp), dtype=cp.int8)
+    fn = _kernel("ozaki2_residues.cu", f"ozaki2_residues<{n}, {'true' if cplx else 'false'}>")
+    sb, sr, sc = strides
+    grid = (-(-kp // 32), min(-(-rows_pad // 32), _MAX_GRID_YZ), min(B, _MAX_GRID_YZ))
+    args = (
+        re, im if cplx else re, _i64(sb), _i64(sr), _i64(sc),
+        _i32(B), _i32(rows), _i32(k), _i32(rows_pad), _i32(kp),
+        _i32(sr == 1 and sc != 1), shift, _i64(shift_sb), planes,
+    )  # fmt: skip
+    fn(grid, (_THREADS,), args)
+    return planes
+
+
+def _int8_products(pa, pb):
+    """INT32 products (nkb, P, n, B, m, n_p) of the A planes (P, n, B, m, kp) and the B planes
+    (P, n, B, n_p, kp): one strided-batched cuBLAS INT8 "TN" GEMM per K-block of at most
+    ``_K_BLOCK`` columns (|r_a r_b| <= 2**14, so INT32 sums are exact), over all planes."""
+    mats = math.prod(pa.shape[:3])
+    m, kp = pa.shape[-2:]
+    n_p = pb.shape[-2]
+    nkb = -(-kp // _K_BLOCK)
+    out = cp.empty((nkb,) + pa.shape[:3] + (m, n_p), dtype=cp.int32)
+    sa, sb, sc = m * kp, n_p * kp, m * n_p
+    handle = cp.cuda.device.get_cublas_handle()
+    for kb in range(nkb):
+        k0 = kb * _K_BLOCK
+        kk = min(_K_BLOCK, kp - k0)
+        for z in range(0, mats, _MAX_BATCH):
+            count = min(_MAX_BATCH, mats - z)
+            cublas.gemmStridedBatchedEx(
+                handle, _OP_T, _OP_N, n_p, m, kk,
+                _ONE.ctypes.data, pb.data.ptr + z * sb + k0, _R_8I, kp, sb,
+                pa.data.ptr + z * sa + k0, _R_8I, kp, sa,
+                _ZERO.ctypes.data, out.data.ptr + (kb * mats + z) * sc * 4, _R_32I, n_p, sc,
+                count, _COMPUTE_32I, _GEMM_DEFAULT,
+            )  # fmt: skip
+    return out
+
+
+def _crt_tables(n):
+    t = _cuda.crt_tables(n)
+    return {
+        "emu_wdig": np.array(t["wdig"], dtype=np.int32).ravel(),
+        "emu_pdig": np.array(t["pdig"], dtype=np.int32),
+        "emu_ratio": np.array(t["ratios"], dtype=np.float64),
+    }
+
+
+def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype):
+    """Rows r0.. of the outputs from the INT32 products of one chunk: ``ozaki2_crt.cu``.
+    ``outs``: the (B, m, n) output arrays (hi[, lo] per part, in part order)."""
+    nkb, _, _, B, mc, n_p = prod.shape
+    m_full, ncols = outs[0].shape[-2:]
+    nw = _cuda.crt_words(n)
+    fn = _kernel(
+        "ozaki2_crt.cu",
+        f"ozaki2_crt<{n}, {nw}, {'true' if cplx else 'false'}>",
+        tables=lambda: _crt_tables(n),
+    )
+    o = list(outs) + [outs[0]] * (4 - len(outs))  # unused pointers are never written
+    if out_dtype != "dd" and cplx:
+        o = [outs[0], outs[0], outs[1], outs[1]]
+    rows = B * mc
+    grid = (-(-ncols // 32), min(-(-rows // 8), _MAX_GRID_YZ))
+    args = (
+        prod, _i64(prod[0].size), _i32(nkb), _i64(B * mc * n_p),
+        _i32(B), _i32(mc), _i32(ncols), _i32(n_p), _i32(m_full), _i32(r0),
+        mu32, nu32, _i32(_OUT_KIND[out_dtype]), *o,
+    )  # fmt: skip
+    fn(grid, (32, 8), args)
+
+
+class _Operands:
+    """A and B of one call as the kernels see them: (B, lines, k) float64 views with element
+    strides, the shifts as int32 (B, lines), and the padded sizes."""
+
+    def __init__(self, ar, ai, br, bi, mu, nu):
+        self.batch = ar.shape[:-2]
+        self.m, self.k = ar.shape[-2:]
+        self.n = br.shape[-1]
+        self.B = math.prod(self.batch)
+        B, m, k, n = self.B, self.m, self.k, self.n
+        self.kp, self.n_p = _ceil(k, _KP_ALIGN), _ceil(n, _NP_ALIGN)
+        self.a = [None if x is None else x.reshape(B, m, k) for x in (ar, ai)]
+        self.b = [None if x is None else x.reshape(B, k, n) for x in (br, bi)]
+        # one stride set per operand: re and im must agree (they normally share a layout)
+        for ops in (self.a, self.b):
+            if ops[1] is not None and ops[0].strides != ops[1].strides:
+                ops[:] = [cp.ascontiguousarray(x) for x in ops]
+        sa, sbb = _strides(self.a[0]), _strides(self.b[0])
+        self.a_strides = sa  # (batch, row i, k)
+        self.b_strides = (sbb[0], sbb[2], sbb[1])  # B'^T: (batch, column j, k)
+        self.mu = cp.ascontiguousarray(mu.reshape(B, m).astype(cp.int32))
+        self.nu = cp.ascontiguousarray(nu.reshape(B, n).astype(cp.int32))
+
+
+def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
+    """Scheme II product in the CUDA kernels: same contract and bit-identical output as
+    ``emulinalg._ozaki2.product(cupy, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype,
+    prescale)``.
+
+    ``ar``/``br`` are float64 cupy arrays (..., m, k)/(..., k, n), ``ai``/``bi`` the imaginary
+    parts or None, ``prescale`` from ``_scaling.ozaki2_prescale``; ``out_dtype`` is "float64",
+    "float32" or "dd" (each part a (hi, lo) float64 pair, as ``_exact.unscale_dd``). Returns the
+    tuple of parts, or None to decline (the caller then runs the generic path).
+    """
+    if not kernels_enabled() or out_dtype not in _OUT_KIND or prescale is None:
+        return None
+    if any(x is not None and x.dtype != cp.float64 for x in (ar, ai, br, bi)):
+        return None
+    xp = array_api_compat.array_namespace(ar)
+    c = crt_constants(moduli)
+    mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
+    ops = _Operands(ar, ai, br, bi, mu, nu)
+    B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
+    cplx = ai is not None
+    P = 3 if cplx else 1
+    pb = _residue_planes(ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli)
+    dt = cp.float32 if out_dtype == "float32" else cp.float64
+    per_part = 2 if out_dtype == "dd" else 1
+    outs = [cp.empty((B, m, n), dtype=dt) for _ in range((2 if cplx else 1) * per_part)]
+    nkb = -(-kp // _K_BLOCK)
+    row_bytes = P * moduli * B * (kp + 4 * nkb * n_p)
+    rows = max(1, min(m, chunk_bytes // row_bytes))
+    for r0 in range(0, m, rows):
+        r1 = min(m, r0 + rows)
+        a_re, a_im = (None if x is None else x[:, r0:r1] for x in ops.a)
+        pa = _residue_planes(
+            a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli
+        )
+        prod = _int8_products(pa, pb)
+        del pa
+        _crt(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype)
+        del prod
+    shape = ops.batch + (m, n)
+    outs = [x.reshape(shape) for x in outs]
+    if out_dtype == "dd":
+        return tuple((outs[2 * p], outs[2 * p + 1]) for p in range(len(outs) // 2))
+    return tuple(outs)
+
+
+def magnitude_lower_matmul(xa, xb):
+    """Certified lower bound ``L <= xa @ xb`` (elementwise, exact arithmetic) for non-negative
+    float64 ``xa`` (..., m, k) and ``xb`` (..., k, n) with entries <= 2, as one bfloat16
+    tensor-core GEMM.
+
+    The entries are truncated toward zero to bfloat16 (``bf16_lower.cu``), multiplied by cuBLAS
+    (``CUDA_R_16BF`` inputs, FP32 output, ``CUBLAS_COMPUTE_32F``), and the FP32 sums scaled by
+    ``1 - (k + 2) 2**-22`` in float64: every term is >= 0, so truncation only lowers the sum and
+    the factor covers the accumulation's rounding in any rounding mode (0 where it is <= 0).
+    """
+    k = xa.shape[-1]
+    batch = tuple(np.broadcast_shapes(xa.shape[:-2], xb.shape[:-2]))
+    m, n = xa.shape[-2], xb.shape[-1]
+    factor = 1.0 - (k + 2) * 2.0**-22
+    if factor <= 0 or 0 in (k, m, n):
+        return cp.zeros(batch + (m, n), dtype=cp.float64)
+    if not kernels_enabled():  # float64 GEMM: |error| <= k u |A||B| for non-negative terms
+        return cp.matmul(xa, xb) * (1.0 - (k + 2) * 2.0**-52)
+    B = math.prod(batch)
+    a3 = cp.broadcast_to(xa, batch + (m, k)).reshape(B, m, k)
+    b3 = cp.broadcast_to(xb, batch + (k, n)).reshape(B, k, n)
+    kp, n_p = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
+    a16 = _bf16_lower(a3, m, kp)  # (B, m, kp)
+    b16 = _bf16_lower(b3, kp, n_p)  # (B, kp, n_p)
+    c = cp.empty((B, m, n_p), dtype=cp.float32)
+    handle = cp.cuda.device.get_cublas_handle()
+    sa, sb, sc = m * kp, kp * n_p, m * n_p
+    for z in range(0, B, _MAX_BATCH):
+        count = min(_MAX_BATCH, B - z)
+        # row-major C = A B is column-major C^T = B^T A^T: "NN" with the buffers as they are
+        cublas.gemmStridedBatchedEx(
+            handle, _OP_N, _OP_N, n_p, m, kp,
+            _ONE_F32.ctypes.data, b16.data.ptr + 2 * z * sb, _R_16BF, n_p, sb,
+            a16.data.ptr + 2 * z * sa, _R_16BF, kp, sa,
+            _ZERO_F32.ctypes.data, c.data.ptr + 4 * z * sc, _R_32F, n_p, sc,
+            count, _COMPUTE_32F, _GEMM_DEFAULT,
+        )  # fmt: skip
+    out = c[..., :n].astype(cp.float64) * factor
+    return out.reshape(batch + (m, n))
+
+
+def _bf16_lower(x3, rows_pad, cols_pad):
+    """bfloat16 bits (B, rows_pad, cols_pad), zero-padded, of x3 (B, R, C) truncated toward 0."""
+    B, R, C = x3.shape
+    out = cp.empty((B, rows_pad, cols_pad), dtype=cp.uint16)
+    fn = _kernel("bf16_lower.cu", "bf16_lower")
+    sb, sr, sc = _strides(x3)
+    grid = (-(-cols_pad // _THREADS), min(B * rows_pad, _MAX_GRID_YZ))
+    args = (x3, _i64(sb), _i64(sr), _i64(sc), _i32(B), _i32(R), _i32(C),
+            _i32(rows_pad), _i32(cols_pad), out)  # fmt: skip
+    fn(grid, (_THREADS,), args)
+    return out

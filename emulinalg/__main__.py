@@ -1,4 +1,4 @@
-"""Command line: ``python -m emulinalg {bench,demo,info}`` (also the ``emulinalg`` script)."""
+"""Command line: ``python -m emulinalg {bench,demo,grade,info}`` (also the ``emulinalg`` script)."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="emulinalg: FP64/FP32 matrix products on low-precision matrix engines "
         "(Ozaki schemes).",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{bench,demo,info}")
+    sub = parser.add_subparsers(dest="command", metavar="{bench,demo,grade,info}")
 
     p = sub.add_parser(
         "demo",
@@ -192,9 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions, BLAS and CPU features")
     p.set_defaults(func=info)
 
-    from emulinalg import _bench
+    from emulinalg import _bench, _suite
 
     _bench.add_parser(sub)
+    _suite.add_parser(sub)
     return parser
 
 

@@ -245,11 +245,16 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale):
     Returns the parts (real[, imaginary]); with ``out_dtype="dd"`` each part is flattened into
     its (hi, lo) pair. A backend may run a whole Scheme II product in its own kernels
     (``backend.ozaki2_product``, same contract and bit-identical output as
-    ``_ozaki2.product``; it returns None to decline)."""
+    ``_ozaki2.product``, on the whole operands; it returns None to decline)."""
     imm = backend.int_matmul
     fused = getattr(backend, "ozaki2_product", None)
     if isinstance(scheme, OzakiII) and prescale is None:
         prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode)
+    if isinstance(scheme, OzakiII) and fused is not None:
+        # The backend's kernels bound their own memory: B's residues are made once.
+        res = fused(ar, ai, br, bi, scheme.moduli, scheme.mode, out_dtype, prescale)
+        if res is not None:
+            return tuple(x for part in res for x in part) if out_dtype == "dd" else res
     m = ar.shape[-2]
     budget = getattr(backend, "block_entries", BLOCK_ENTRIES)
     rows = max(1, budget // max(1, math.prod(ar.shape[:-2]) * br.shape[-1]))
@@ -261,9 +266,11 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale):
         if isinstance(scheme, OzakiII):
             s, t, e, f = prescale
             pre = (s[..., sl], t, e[..., sl], f)
-            args = (a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre)
-            res = None if fused is None else fused(*args)
-            blocks.append(_ozaki2.product(xp, imm, *args) if res is None else res)
+            blocks.append(
+                _ozaki2.product(
+                    xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre
+                )
+            )
         else:
             blocks.append(_ozaki1.product(xp, imm, a_r, a_i, br, bi, scheme.slices, out_dtype))
     if out_dtype == "dd":

@@ -1,0 +1,86 @@
+"""CUDA C++ sources of the cupy backend's Scheme II kernels, and their host-side tables.
+
+The ``.cu`` files here are compiled at run time with NVRTC (``cupy.RawModule``) and also build
+standalone with ``nvcc -arch=sm_90a`` (the explicit instantiations under ``#ifndef
+__CUDACC_RTC__`` exist for that check). This module needs no cupy: the tables and the source
+text are plain Python, so the CPU tests (``tests/test_gpu_kernel_model.py``) check them too.
+
+Stages (named as in ``emulinalg._ozaki2``):
+
+- ``ozaki2_residues.cu``: float64 operand -> int8 residues for every modulus, in the INT8 GEMM's
+  layout (planes of (rows, kp) with kp a multiple of 16), one pass;
+- the INT8 GEMMs are cuBLAS (``backends/cupy.py``);
+- ``ozaki2_crt.cu``: INT32 products -> exact CRT integer -> correctly rounded float;
+- ``bf16_lower.cu``: float64 -> bfloat16 truncated toward zero (certificate lower bounds).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+from emulinalg._moduli import MODULI, crt_constants
+
+_HERE = Path(__file__).resolve().parent
+_INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"\s*$', re.MULTILINE)
+
+WORD_BITS = 32  # word width of the CRT kernel's exact accumulator (balanced digits, int64 sums)
+MAX_WORDS = 6  # size of the __constant__ digit tables (n = 20 needs 5)
+RESIDUE_WORD_BITS = 16  # the residue kernel reduces |X| < 2**96 as six 16-bit words
+
+
+@cache
+def source(name: str) -> str:
+    """Text of ``name`` (a ``.cu`` file here) with its local ``#include "x.cuh"`` lines inlined.
+
+    Inlining keeps the whole program in the text NVRTC compiles, so cupy's compile cache (keyed
+    by the source text) can never pair an edited header with a stale binary.
+    """
+    text = (_HERE / name).read_text()
+    return _INCLUDE.sub(lambda m: (_HERE / m.group(1)).read_text(), text)
+
+
+def _balanced_digits(x: int, nw: int) -> tuple[int, ...]:
+    """``x = sum_i d_i 2**(32 i)`` with every ``d_i`` in [-2**31, 2**31): int32 digits, so the
+    kernel's ``mul.wide.s32`` of a residue by a digit is one instruction."""
+    out = []
+    for _ in range(nw - 1):
+        d = x & 0xFFFFFFFF
+        if d >= 1 << 31:
+            d -= 1 << 32
+        out.append(d)
+        x = (x - d) >> WORD_BITS
+    if not -(1 << 31) <= x < 1 << 31:
+        raise ValueError("internal: CRT constant does not fit the digit table")
+    out.append(x)
+    return tuple(out)
+
+
+@cache
+def crt_words(n: int) -> int:
+    """Words of the exact accumulator for ``n`` moduli: the weights (< P), P and the result
+    (|X| <= P/4) are all below 2**(32 nw - 1), so nw balanced int32 digits hold them."""
+    return (crt_constants(n).P.bit_length() + 1 + WORD_BITS - 1) // WORD_BITS
+
+
+@cache
+def crt_tables(n: int) -> dict:
+    """The ``__constant__`` tables of ``ozaki2_crt.cu`` for ``n`` moduli (row-major, padded to
+    20 moduli x MAX_WORDS digits): weight digits, P digits, the float64 weight ratios."""
+    c = crt_constants(n)
+    nw = crt_words(n)
+    wdig = [[0] * MAX_WORDS for _ in range(len(MODULI))]
+    for ell, w in enumerate(c.weights):
+        wdig[ell][:nw] = _balanced_digits(w, nw)
+    pdig = [0] * MAX_WORDS
+    pdig[:nw] = _balanced_digits(c.P, nw)
+    ratios = list(c.weight_ratios) + [0.0] * (len(MODULI) - n)
+    return {"nw": nw, "wdig": wdig, "pdig": pdig, "ratios": ratios}
+
+
+def header_moduli() -> tuple[int, ...]:
+    """The moduli table compiled into ``ozaki2_common.cuh`` (tests check it equals MODULI)."""
+    text = (_HERE / "ozaki2_common.cuh").read_text()
+    body = re.search(r"kModuli\[\w+\]\s*=\s*\{([^}]*)\}", text).group(1)
+    return tuple(int(v) for v in body.replace("\n", " ").split(",") if v.strip())

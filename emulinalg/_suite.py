@@ -1,0 +1,1060 @@
+"""The graded accuracy suite (issue #6): every case, every backend, against the exact product.
+
+Each case is a pair of operands drawn from a fixed seed (φ-matrices, wide exponent ranges,
+entries near overflow and in the subnormal range, rank-deficient and cancellation-heavy
+products, complex with ``|Re| ~ |Im|`` and purely imaginary parts, zero rows/columns, NaN/Inf).
+For each case the runner computes
+
+- the emulated product at the default precision (the level of the inputs' dtype) with
+  ``strategy="eager"`` (always emulated), and with the default strategy (which may choose
+  native where that is faster);
+- the native product of the same array library (``xp.matmul``);
+- the exact product (:func:`emulinalg.reference.exact_matmul`), on the host;
+
+and records for the emulated and native results the effective bits of
+:func:`emulinalg.reference.accuracy` (``bits_maxrel = -log2 max |Ĉ-C|/|C|``,
+``bits_cw = -log2 max |Ĉ-C|/(|A||B|)``) and the grade ratio
+
+    g = max_ij |Ĉ - C|_ij / (k u (|A||B|)_ij)
+
+(Demmel et al.'s grading of the BLAS with f(k) = k; u = 2**-53 for float64/complex128 and
+2**-24 for float32/complex64): a result passes the grade when g <= 1. The *verdict* of a case
+is the measured contract of DESIGN.md §4: emulated bits >= native bits on both measures, and
+the same pattern of non-finite outputs as the native product (positions for complex results,
+whose NaN-vs-inf components depend on the BLAS kernel; NaN/+inf/-inf for real ones).
+
+Where results lie in the subnormal range no result can meet ``k u |A||B|`` (the rounding of the
+result alone may exceed it), so each record also carries ``grade_un``, the same ratio with the
+underflow allowance ``k u λ`` (λ the smallest normal number) that the XBLAS test ratio includes.
+
+References
+----------
+X. S. Li, J. W. Demmel, D. H. Bailey, G. Henry, Y. Hida, J. Iskandar, W. Kahan, S. Y. Kang,
+A. Kapur, M. C. Martin, B. J. Thompson, T. Tung, D. J. Yoo, "Design, implementation and testing
+of extended and mixed precision BLAS", ACM TOMS 28(2), 2002 (the test ratio: computed error over
+the error bound, with an underflow term); BLAS Technical Forum, "Basic Linear Algebra Subprograms
+Technical (BLAST) Forum Standard", 2001, chapter 4 (error bounds of the extended and mixed
+precision BLAS); DESIGN.md §4 of this project (the contract the verdict checks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+import time
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .inputs import phi_matrix, special_cases
+
+__all__ = ["Case", "cases", "markdown_table", "run_case", "run_suite", "summary", "text_table"]
+
+PHIS = (0, 0.5, 1, 2, 4, 8)
+DTYPES = ("float64", "float32", "complex128", "complex64")
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24}
+_REAL = {
+    "float64": "float64",
+    "float32": "float32",
+    "complex128": "float64",
+    "complex64": "float32",
+}
+BACKENDS = ("numpy", "cupy", "amx")
+
+
+# --------------------------------------------------------------------------------------------
+# cases
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input pair of the suite.
+
+    Attributes
+    ----------
+    name : str
+        Unique id, ``family[param]-dtype-MxKxN``.
+    family : str
+        The generator (a key of ``GENERATORS``, or ``special:<name>`` for the catalogue of
+        :func:`emulinalg.inputs.special_cases`).
+    dtype : str
+        float64, float32, complex128 or complex64.
+    m, k, n : int
+        A is m x k, B is k x n.
+    params : tuple of (str, value)
+        Generator parameters (``phi``, ``spread``, ``ratio``, ...).
+    quick : bool
+        Part of the quick suite (the CI test).
+    """
+
+    name: str
+    family: str
+    dtype: str
+    m: int
+    k: int
+    n: int
+    params: tuple = ()
+    quick: bool = False
+
+    @property
+    def seed(self) -> int:
+        """Fixed seed derived from the name: the same case always gives the same operands."""
+        return zlib.crc32(self.name.encode())
+
+    @property
+    def phi(self):
+        return dict(self.params).get("phi")
+
+    def operands(self) -> tuple[np.ndarray, np.ndarray]:
+        """The numpy operands ``(a, b)`` of this case (read-only)."""
+        if self.family.startswith("special:"):
+            want = self.family.split(":", 1)[1]
+            _, a, b = next(c for c in special_cases(seed=0) if c[0] == want)
+        else:
+            rng = np.random.default_rng(self.seed)
+            a, b = GENERATORS[self.family](rng, self, **dict(self.params))
+            a, b = np.asarray(a).astype(self.dtype), np.asarray(b).astype(self.dtype)
+        for x in (a, b):
+            x.setflags(write=False)
+        return a, b
+
+
+def _info(dtype):
+    """(emax, emin, p): max = 2**emax (1 - 2**-p), smallest normal 2**emin, p significand bits."""
+    fi = np.finfo(_REAL[dtype])
+    return int(fi.maxexp), int(fi.minexp), int(fi.nmant) + 1
+
+
+def _cplx(dtype):
+    return np.dtype(dtype).kind == "c"
+
+
+def _signed(rng, shape, low=0.5, high=1.0):
+    """Uniform magnitudes in [low, high) with random signs (float64)."""
+    mag = rng.uniform(low, high, shape)
+    return np.where(rng.random(shape) < 0.5, -mag, mag)
+
+
+def _draw(rng, shape, dtype, phi=0.5):
+    """φ-matrix entries ``(U - 0.5) exp(φ N)``; independent real and imaginary parts."""
+
+    def one():
+        return (rng.random(shape) - 0.5) * np.exp(phi * rng.standard_normal(shape))
+
+    return one() + 1j * one() if _cplx(dtype) else one()
+
+
+def _ldexp(x, e):
+    """``x * 2**e`` exactly, also where ``2.0**e`` itself would overflow (complex too)."""
+    if np.iscomplexobj(x):
+        out = np.empty(np.shape(x), dtype=np.complex128)
+        out.real, out.imag = np.ldexp(x.real, e), np.ldexp(x.imag, e)
+        return out
+    return np.ldexp(x, e)
+
+
+def _signed_like(rng, shape, dtype, low=0.5, high=1.0):
+    if _cplx(dtype):
+        return _signed(rng, shape, low, high) + 1j * _signed(rng, shape, low, high)
+    return _signed(rng, shape, low, high)
+
+
+def _gen_phi(rng, case, phi):
+    """The field's standard test matrices (``inputs.phi_matrix``), seeded per case."""
+    a = phi_matrix((case.m, case.k), phi, dtype=case.dtype, seed=case.seed)
+    b = phi_matrix((case.k, case.n), phi, dtype=case.dtype, seed=case.seed + 1)
+    return a, b
+
+
+def _gen_row_spread(rng, case, spread):
+    """Row i of A scaled by 2**e_i, column j of B by 2**f_j, e and f spread over [-spread,
+    spread] (a shuffled even grid): each row and column has its own scale."""
+
+    def grid(count):
+        return rng.permutation(np.round(np.linspace(-spread, spread, count)).astype(np.int64))
+
+    a = _draw(rng, (case.m, case.k), case.dtype) * np.exp2(grid(case.m))[:, None]
+    b = _draw(rng, (case.k, case.n), case.dtype) * np.exp2(grid(case.n))[None, :]
+    return a, b
+
+
+def _gen_entry_spread(rng, case, spread):
+    """Every entry scaled by its own 2**e, e uniform in [-spread, spread]: the exponent range
+    is inside each row of A and each column of B."""
+    a = _signed_like(rng, (case.m, case.k), case.dtype)
+    b = _signed_like(rng, (case.k, case.n), case.dtype)
+    a = a * np.exp2(rng.integers(-spread, spread + 1, a.shape))
+    b = b * np.exp2(rng.integers(-spread, spread + 1, b.shape))
+    return a, b
+
+
+def _gen_near_overflow(rng, case):
+    """Entries of A within a factor 2 of the largest finite number, B scaled so every result
+    stays finite; the top-left quarter has equal signs, so those results come near the
+    largest finite number themselves."""
+    emax, _, _ = _info(case.dtype)
+    ea = emax - (1 if _cplx(case.dtype) else 0)  # complex: Re = ar br - ai bi doubles
+    eb = -math.ceil(math.log2(case.k))
+    a = _ldexp(_signed_like(rng, (case.m, case.k), case.dtype, 0.5, 0.99), ea)
+    b = _ldexp(_signed_like(rng, (case.k, case.n), case.dtype, 0.5, 0.99), eb)
+    h, w = case.m // 2, case.n // 2
+    a[:h] = np.abs(a[:h].real) + (1j * np.abs(a[:h].imag) if _cplx(case.dtype) else 0)
+    b[:, :w] = np.abs(b[:, :w].real) + (1j * np.abs(b[:, :w].imag) if _cplx(case.dtype) else 0)
+    if _cplx(case.dtype):  # (x + iy)(u + iv) with x, y, u, v > 0 cancels in Re: keep Im big
+        b[:, :w] = b[:, :w].real
+    return a, b
+
+
+def _gen_overflow(rng, case):
+    """Results that overflow: the first quarter of A's rows near 2**(emax-1) (positive) times a
+    positive column (+inf) and a negative column (-inf) of B of magnitude ~4; every other result
+    is finite."""
+    emax, _, _ = _info(case.dtype)
+    a = _draw(rng, (case.m, case.k), case.dtype)
+    b = _draw(rng, (case.k, case.n), case.dtype)
+    q = max(1, case.m // 4)
+    a[:q] = np.ldexp(rng.uniform(0.5, 0.99, (q, case.k)), emax - 1)
+    b[:, 0] = rng.uniform(3.0, 4.0, case.k)
+    b[:, 1] = -rng.uniform(3.0, 4.0, case.k)
+    b[:, 2:] = _ldexp(
+        b[:, 2:], -(emax // 2)
+    )  # the other columns keep the huge rows' products finite
+    return a, b
+
+
+def _gen_subnormal_entries(rng, case):
+    """Normal O(1) entries with a third of each row of A (and of B's rows) subnormal."""
+    _, emin, _ = _info(case.dtype)
+    tiny = 2.0 ** (emin - 10)
+    a = _draw(rng, (case.m, case.k), case.dtype)
+    b = _draw(rng, (case.k, case.n), case.dtype)
+    a[:, ::3] = _signed_like(rng, a[:, ::3].shape, case.dtype) * tiny
+    b[1::3, :] = _signed_like(rng, b[1::3, :].shape, case.dtype) * tiny
+    return a, b
+
+
+def _gen_subnormal_results(rng, case):
+    """Normal operands whose products (and sums) lie in the subnormal range."""
+    _, emin, p = _info(case.dtype)
+    e = (emin - p // 2) // 2  # products near 2**(emin - p/2): about p/2 significant bits
+    a = _signed_like(rng, (case.m, case.k), case.dtype) * 2.0**e
+    b = _signed_like(rng, (case.k, case.n), case.dtype) * 2.0**e
+    return a, b
+
+
+def _gen_cancellation(rng, case, ratio):
+    """``[X, X, S] @ [[Y], [-Y], [T]] = S T`` exactly, with X, Y of magnitude 2**ratio and S, T
+    of magnitude 1: the exact result is 2**(2 ratio) times smaller than ``|A||B|``."""
+    r = max(1, case.k // 8)
+    h = (case.k - r) // 2
+    r = case.k - 2 * h
+    x = _draw(rng, (case.m, h), case.dtype) * 2.0**ratio
+    y = _draw(rng, (h, case.n), case.dtype) * 2.0**ratio
+    s = _draw(rng, (case.m, r), case.dtype)
+    t = _draw(rng, (r, case.n), case.dtype)
+    return np.concatenate([x, x, s], axis=1), np.concatenate([y, -y, t], axis=0)
+
+
+def _gen_rank_deficient(rng, case, rank):
+    """A and B of rank ``rank``, products of thin φ-matrices (rounded once)."""
+    a = _draw(rng, (case.m, rank), case.dtype) @ _draw(rng, (rank, case.k), case.dtype)
+    b = _draw(rng, (case.k, rank), case.dtype) @ _draw(rng, (rank, case.n), case.dtype)
+    return a, b
+
+
+def _gen_null_product(rng, case, rank):
+    """A = P Q of rank ``rank`` and B = N G with the columns of N spanning the null space of Q:
+    A B = 0 up to the rounding of A and B's entries, so the exact result is about u ``|A||B|``
+    (u of the case's dtype): heavy cancellation in every entry."""
+    dt = np.complex128 if _cplx(case.dtype) else np.float64
+    p = np.asarray(_draw(rng, (case.m, rank), case.dtype), dtype=dt)
+    q = np.asarray(_draw(rng, (rank, case.k), case.dtype), dtype=dt)
+    basis, _ = np.linalg.qr(q.conj().T, mode="complete")
+    null = basis[:, rank:]
+    g = np.asarray(_draw(rng, (case.k - rank, case.n), case.dtype), dtype=dt)
+    return p @ q, null @ g
+
+
+def _gen_equal_parts(rng, case, phi):
+    """Complex with ``|Re| ~ |Im|``: x (1 +- i (1 + 1e-3 δ)) for a real φ-matrix x."""
+
+    def one(shape):
+        x = (rng.random(shape) - 0.5) * np.exp(phi * rng.standard_normal(shape))
+        s = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+        return x + 1j * s * x * (1 + 1e-3 * rng.standard_normal(shape))
+
+    return one((case.m, case.k)), one((case.k, case.n))
+
+
+def _gen_purely_imaginary(rng, case, phi):
+    """Both operands purely imaginary: a real result with an exactly zero imaginary part."""
+    a = 1j * (
+        (rng.random((case.m, case.k)) - 0.5) * np.exp(phi * rng.standard_normal((case.m, case.k)))
+    )
+    b = 1j * (
+        (rng.random((case.k, case.n)) - 0.5) * np.exp(phi * rng.standard_normal((case.k, case.n)))
+    )
+    return a, b
+
+
+def _gen_imag_times_real(rng, case, phi):
+    """A purely imaginary, B real (stored complex): a purely imaginary result."""
+    a, b = _gen_purely_imaginary(rng, case, phi)
+    return a, b.imag + 0j
+
+
+def _gen_exact_sums(rng, case):
+    """Short significands in a narrow exponent range, so that every partial sum of the product is
+    representable: the native product is exact (infinite bits) and the emulated one must be."""
+    _, _, p = _info(case.dtype)
+    erange = 8 if p > 24 else 2
+    spare = p - math.ceil(math.log2(case.k)) - 2 * erange - 1 - _cplx(case.dtype)
+    bits = max(1, spare // 2)
+
+    def one(shape):
+        x = np.ldexp(rng.integers(1 - 2**bits, 2**bits, shape), rng.integers(-erange, 1, shape))
+        return x.astype(np.float64)
+
+    if _cplx(case.dtype):
+        return (
+            one((case.m, case.k)) + 1j * one((case.m, case.k)),
+            one((case.k, case.n)) + 1j * one((case.k, case.n)),
+        )
+    return one((case.m, case.k)), one((case.k, case.n))
+
+
+def _gen_zero_lines(rng, case):
+    """Zero rows of A, zero columns of B and a zero inner index, in a φ-matrix product."""
+    a = _draw(rng, (case.m, case.k), case.dtype, phi=1.0)
+    b = _draw(rng, (case.k, case.n), case.dtype, phi=1.0)
+    a[[0, case.m // 2], :] = 0
+    b[:, [1, case.n - 1]] = 0
+    a[:, case.k // 3] = 0
+    b[case.k // 2, :] = 0
+    return a, b
+
+
+def _gen_nan_inf(rng, case):
+    """NaN, +inf and -inf in a few rows of A and columns of B (+inf and -inf in one row: NaN)."""
+    a = _draw(rng, (case.m, case.k), case.dtype, phi=1.0)
+    b = _draw(rng, (case.k, case.n), case.dtype, phi=1.0)
+    k = case.k
+    a[2, 5 % k] = np.nan
+    a[4, 1 % k] = np.inf
+    a[7, 7 % k] = -np.inf
+    a[9, 3 % k] = np.inf
+    a[9, 11 % k] = -np.inf
+    b[0, 3] = np.nan
+    b[6 % k, 6] = np.inf
+    if _cplx(case.dtype):
+        a[11, 0] = complex(1.0, np.nan)
+        b[2 % k, 8] = complex(0.0, -np.inf)
+    return a, b
+
+
+def _gen_inf_times_zero(rng, case):
+    """An infinite entry of A against zeros of B: NaN where they meet, inf elsewhere."""
+    a = _draw(rng, (case.m, case.k), case.dtype, phi=1.0)
+    b = _draw(rng, (case.k, case.n), case.dtype, phi=1.0)
+    a[3, 4] = np.inf
+    b[4, ::2] = 0
+    return a, b
+
+
+GENERATORS = {
+    "phi": _gen_phi,
+    "row_spread": _gen_row_spread,
+    "entry_spread": _gen_entry_spread,
+    "near_overflow": _gen_near_overflow,
+    "overflow": _gen_overflow,
+    "subnormal_entries": _gen_subnormal_entries,
+    "subnormal_results": _gen_subnormal_results,
+    "cancellation": _gen_cancellation,
+    "rank_deficient": _gen_rank_deficient,
+    "null_product": _gen_null_product,
+    "equal_parts": _gen_equal_parts,
+    "purely_imaginary": _gen_purely_imaginary,
+    "imag_times_real": _gen_imag_times_real,
+    "exact_sums": _gen_exact_sums,
+    "zero_lines": _gen_zero_lines,
+    "nan_inf": _gen_nan_inf,
+    "inf_times_zero": _gen_inf_times_zero,
+}
+COMPLEX_ONLY = {"equal_parts", "purely_imaginary", "imag_times_real"}
+NONFINITE_INPUTS = {"nan_inf", "inf_times_zero"}
+
+
+def _make(family, dtype, m, k, n, quick, **params):
+    tag = "".join(f"{v:g}" if isinstance(v, float) else str(v) for v in params.values())
+    name = f"{family}{tag}-{dtype}-{m}x{k}x{n}"
+    return Case(name, family, dtype, m, k, n, tuple(params.items()), quick)
+
+
+def _special_params(family, dtype):
+    """Per-dtype parameters of the special families (float32 cannot span 2**+-300)."""
+    wide = _REAL[dtype] == "float64"
+    return {
+        "row_spread": {"spread": 300 if wide else 48},
+        "entry_spread": {"spread": 300 if wide else 48},
+        "cancellation": {"ratio": 20 if wide else 8},
+        "rank_deficient": {"rank": 2},
+        "null_product": {"rank": 2},
+        "equal_parts": {"phi": 1.0},
+        "purely_imaginary": {"phi": 1.0},
+        "imag_times_real": {"phi": 1.0},
+    }.get(family, {})
+
+
+def cases(quick: bool = False) -> list[Case]:
+    """The suite's cases; ``quick=True`` gives the CI subset (every quick case is also in the
+    full suite, with the same name, shape and operands).
+
+    Returns
+    -------
+    list of Case
+        φ ∈ {0, 0.5, 1, 2, 4, 8} for each dtype with k = 1, 64, 256, 1024, 4096 and 65536;
+        the special families for each dtype where meaningful (complex-only ones for complex
+        dtypes) at k = 64, 4096 and, for a few, 65536; and the catalogue of
+        :func:`emulinalg.inputs.special_cases` (float64/complex128).
+    """
+    out: list[Case] = []
+    # φ grid: m = n = k at k = 256, m = n = 8 at k = 65536, m = n = 32 otherwise (the exact
+    # reference stays quick)
+    for dtype in DTYPES:
+        cplx = _cplx(dtype)
+        few = (1, 8)  # the φ values of the costlier quick shapes
+        grid = [  # (k, m = n, in the quick suite for φ)
+            (1, 32, PHIS),
+            (64, 32, PHIS),
+            (256, 256, () if cplx else few),
+            (1024, 32, few if cplx else PHIS),
+            (4096, 32, () if cplx else PHIS),
+            (65536, 8, ()),
+        ]
+        for phi in PHIS:
+            for k, mn, quick_phis in grid:
+                out.append(_make("phi", dtype, mn, k, mn, phi in quick_phis, phi=float(phi)))
+        # one long-k case per dtype in the quick suite, on thin operands
+        q65 = {"float64": 1.0, "float32": 2.0, "complex128": 4.0, "complex64": 0.5}[dtype]
+        out.append(_make("phi", dtype, 4, 65536, 4, True, phi=q65))
+
+    # special families, each dtype where meaningful
+    for family in GENERATORS:
+        if family == "phi":
+            continue
+        for dtype in DTYPES:
+            if family in COMPLEX_ONLY and not _cplx(dtype):
+                continue
+            params = _special_params(family, dtype)
+            out.append(_make(family, dtype, 24, 64, 24, True, **params))
+            if family != "null_product":  # its complete QR is k x k
+                out.append(_make(family, dtype, 16, 4096, 16, False, **params))
+            else:
+                out.append(_make(family, dtype, 32, 1024, 32, False, **params))
+    for family in ("row_spread", "entry_spread", "cancellation", "near_overflow"):
+        for dtype in ("float64", "complex64"):
+            params = _special_params(family, dtype)
+            out.append(_make(family, dtype, 8, 65536, 8, False, **params))
+    # a second, harder cancellation ratio (the exact result below native's rounding errors)
+    for dtype in DTYPES:
+        ratio = 40 if _REAL[dtype] == "float64" else 16
+        out.append(_make("cancellation", dtype, 24, 64, 24, True, ratio=ratio))
+        out.append(_make("cancellation", dtype, 16, 4096, 16, False, ratio=ratio))
+
+    # the catalogue of inputs.special_cases
+    for name, a, b in special_cases(seed=0):
+        m, k = a.shape
+        n = b.shape[1]
+        out.append(
+            Case(
+                f"special:{name}-{a.dtype}-{m}x{k}x{n}",
+                f"special:{name}",
+                str(a.dtype),
+                m,
+                k,
+                n,
+                (),
+                True,
+            )
+        )
+
+    names = [c.name for c in out]
+    assert len(names) == len(set(names)), "duplicate case names"
+    return [c for c in out if c.quick] if quick else out
+
+
+# --------------------------------------------------------------------------------------------
+# running one case
+# --------------------------------------------------------------------------------------------
+
+
+def _to_host(xp, x):
+    get = getattr(xp, "asnumpy", None)  # cupy
+    return get(x) if get is not None else np.asarray(x)
+
+
+@contextlib.contextmanager
+def _backend_env(backend):
+    """Select the backend the numpy namespace dispatches to (the AMX backend is opt-in)."""
+    old = os.environ.get("EMULINALG_AMX")
+    try:
+        if backend == "amx":
+            os.environ["EMULINALG_AMX"] = "1"
+        else:
+            os.environ.pop("EMULINALG_AMX", None)
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("EMULINALG_AMX", None)
+        else:
+            os.environ["EMULINALG_AMX"] = old
+
+
+def backend_missing(backend: str) -> str | None:
+    """Why ``backend`` cannot run here (None when it can)."""
+    if backend not in BACKENDS:
+        return f"unknown backend {backend!r}; expected one of {BACKENDS}"
+    if backend == "cupy":
+        try:
+            import cupy
+
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                return "cupy found no CUDA device"
+        except Exception as exc:  # ImportError, or cupy without a driver
+            return f"cupy is not usable here ({type(exc).__name__}: {exc})"
+    if backend == "amx":
+        from emulinalg.backends import amx
+
+        if not amx.usable():
+            return f"AMX is not usable here: {amx.reason()}"
+    return None
+
+
+def _nonfinite_codes(x):
+    """Per entry: 0 finite, else NaN/+inf/-inf codes per real component."""
+    parts = [x.real, x.imag] if x.dtype.kind == "c" else [x]
+    code = np.zeros(x.shape, dtype=np.int64)
+    for i, p in enumerate(parts):
+        c = np.where(np.isnan(p), 1, np.where(p == np.inf, 2, np.where(p == -np.inf, 3, 0)))
+        code = code + c * 4**i
+    return code
+
+
+def same_nonfinite_pattern(got, want) -> bool:
+    """Non-finite outputs where native has them: NaN/+inf/-inf for real results, positions for
+    complex ones (which component becomes NaN rather than inf depends on the BLAS kernel)."""
+    g, w = _nonfinite_codes(got), _nonfinite_codes(want)
+    if want.dtype.kind == "c":
+        g, w = g != 0, w != 0
+    return bool(np.array_equal(g, w))
+
+
+def _uses_scaled_reference(hi) -> bool:
+    """Results whose remainder ``lo`` would underflow (subnormal range) are graded with
+    :func:`accuracy`'s own per-entry scaled reference, which keeps their bits."""
+    mags = (
+        np.abs(np.concatenate([hi.real.ravel(), hi.imag.ravel()]))
+        if hi.dtype.kind == "c"
+        else np.abs(hi.ravel())
+    )
+    mags = mags[np.isfinite(mags) & (mags != 0)]
+    return bool(mags.size) and float(mags.min()) < 2.0**-960
+
+
+def _grade_underflow(c, a, b, ref, k, real, scaled):
+    """The grade with the underflow allowance of the standard model with gradual underflow:
+    ``max_ij |Ĉ - C|_ij / (k u (|A||B|)_ij + k u λ)``, λ the smallest normal number (the XBLAS
+    test ratio carries the same kind of term), over entries where Ĉ and C are finite. It equals
+    the plain grade wherever ``(|A||B|)_ij >> λ``; in the subnormal range no result, not even
+    the correctly rounded one, can meet ``k u |A||B|`` alone.
+
+    With ``scaled`` the exact product is evaluated per entry times ``2**-(s_i + t_j)`` (row and
+    column maximum exponents, as :func:`emulinalg.reference.accuracy` does without ``ref``), so
+    the rounding errors of results in the subnormal range are not lost to ``lo``'s underflow.
+    """
+    u = UNIT_ROUNDOFF[real]
+    lam = float(np.finfo(real).tiny)
+    cplx = np.iscomplexobj(c) or np.iscomplexobj(ref[0])
+    with np.errstate(all="ignore"):
+        c = np.asarray(c).astype(np.complex128 if cplx else np.float64)
+        ok = np.isfinite(c) & np.isfinite(ref[0])
+        if not ok.any():
+            return 0.0
+        if scaled:
+            hi, lo, sigma = scaled
+            c = _ldexp(np.where(ok, c, 0), -sigma)
+        else:
+            (hi, lo), sigma = ref, np.zeros(c.shape, dtype=np.int64)
+        den = _abs_product(a, b, sigma)
+        err = np.abs(np.where(ok, (c - hi) - lo, 0))
+        ratio = err / (k * u * den + k * u * np.ldexp(lam, -sigma))
+        return float(np.where(np.isnan(ratio), 0.0, ratio)[ok].max())
+
+
+def _scaled_exact(a, b):
+    """``(hi, lo, sigma)``: the exact product times ``2**-sigma``, sigma_ij = s_i + t_j from the
+    row maxima of |A| and column maxima of |B| (the reference's own per-entry scaling)."""
+    from .reference import _exact_components
+
+    sigma = _line_exponents(a, 1)[:, None] + _line_exponents(b, 0)[None, :]
+    his, los = _exact_components(a, b, extra_exp=-sigma)
+    if len(his) == 2:
+        return his[0] + 1j * his[1], los[0] + 1j * los[1], sigma
+    return his[0], los[0], sigma
+
+
+def _line_exponents(x, axis):
+    parts = [x.real, x.imag] if np.iscomplexobj(x) else [x]
+    big = np.zeros(x.shape[1 - axis])
+    for p in parts:
+        p = np.where(np.isfinite(p), np.abs(p), 0).astype(np.float64)
+        big = np.maximum(big, p.max(axis=axis, initial=0.0))
+    return np.frexp(big)[1].astype(np.int64)
+
+
+def _subnormal_range(a, b, real) -> bool:
+    """Whether some nonzero ``(|A||B|)_ij`` lies below the smallest normal number λ of the
+    result's precision: there the rounding error of the result alone, up to half the smallest
+    subnormal, can exceed ``k u |A||B|``, and only the grade with the underflow allowance
+    (``grade_un``) is attainable."""
+    with np.errstate(all="ignore"):
+        den = _abs_product(a, b, 0)
+    lam = float(np.finfo(real).tiny)
+    return bool(((den > 0) & (den < lam)).any())
+
+
+def _abs_product(a, b, sigma):
+    """``(|A||B|) * 2**-sigma`` (moduli of the entries; non-finite entries count as 0), in
+    float64 on operands scaled by powers of two per row / column, so it neither overflows nor
+    loses the subnormal range."""
+
+    def mod(x):
+        return np.abs(np.where(np.isfinite(x), x, 0)).astype(np.float64)
+
+    ma, mb = mod(a), mod(b)
+    ea = _line_exponents(a, 1)
+    eb = _line_exponents(b, 0)
+    p = np.ldexp(ma, -ea[:, None]) @ np.ldexp(mb, -eb[None, :])
+    return np.ldexp(p, ea[:, None] + eb[None, :] - sigma)
+
+
+def _plan_fields(plan, prefix="", full=True):
+    """The plan's choices as record fields (``full=False``: scheme, native entries, fallback)."""
+    if plan is None:
+        return {f"{prefix}scheme": "?", f"{prefix}plan": None}
+    out = {
+        f"{prefix}scheme": plan.scheme,
+        f"{prefix}native_entries": plan.native_entries,
+        f"{prefix}fallback": plan.fallback,
+    }
+    if full:
+        out.update(
+            {
+                f"{prefix}gemms": plan.gemms,
+                f"{prefix}k_block": plan.k_block,
+                f"{prefix}plan_backend": plan.backend,
+                f"{prefix}plan": str(plan),
+            }
+        )
+    return out
+
+
+def _verdict(emu, nat, same_pattern):
+    reasons = []
+    if not same_pattern:
+        reasons.append("non-finite pattern differs from native")
+    for key, label in (("bits_maxrel", "maxrel"), ("bits_cw", "cw")):
+        e, n = emu[key], nat[key]
+        if not (e >= n):  # NaN counts as a failure
+            reasons.append(f"{label} bits {e:.2f} < native {n:.2f}")
+    return reasons
+
+
+def run_case(case: Case, xp=np, backend: str = "numpy") -> dict:
+    """Grade one case on one backend; returns its record (see :func:`run_suite`)."""
+    import emulinalg
+    from emulinalg.reference import accuracy, exact_matmul
+
+    a_h, b_h = case.operands()
+    real = _REAL[case.dtype]
+    u = UNIT_ROUNDOFF[real]
+    rec = {
+        "suite": "graded",
+        "backend": backend,
+        "op": "matmul",
+        "case": case.name,
+        "family": case.family,
+        "dtype": case.dtype,
+        "m": case.m,
+        "n": case.n,
+        "k": case.k,
+        "phi": case.phi,
+        "params": {k: v for k, v in case.params},
+        "seed": case.seed,
+        "precision": real,
+        "nonfinite_inputs": not (np.isfinite(a_h).all() and np.isfinite(b_h).all()),
+        "reference": "exact",
+    }
+    t0 = time.perf_counter()
+    with _backend_env(backend):
+        a, b = xp.asarray(a_h), xp.asarray(b_h)
+        with np.errstate(all="ignore"):
+            with emulinalg.config(strategy="eager"):
+                c_emu = emulinalg.matmul(a, b)
+                plan = emulinalg.last_plan()
+            c_def = emulinalg.matmul(a, b)
+            plan_def = emulinalg.last_plan()
+            c_nat = xp.matmul(a, b)
+    c_emu, c_def, c_nat = (_to_host(xp, c) for c in (c_emu, c_def, c_nat))
+    ref = exact_matmul(a_h, b_h)
+    scaled = _uses_scaled_reference(ref[0])
+    rec["reference"] = "exact (per-entry scaled)" if scaled else "exact"
+
+    def grade(c):
+        return accuracy(c, a_h, b_h) if scaled else accuracy(c, a_h, b_h, ref=ref)
+
+    emu, dfl, nat = grade(c_emu), grade(c_def), grade(c_nat)
+    same = same_nonfinite_pattern(c_emu, c_nat)
+    same_def = same_nonfinite_pattern(c_def, c_nat)
+    g_emu, g_nat, g_def = (x["maxcw"] / (case.k * u) for x in (emu, nat, dfl))
+    sc = _scaled_exact(a_h, b_h) if scaled else None
+    gu_emu, gu_nat = (_grade_underflow(c, a_h, b_h, ref, case.k, real, sc) for c in (c_emu, c_nat))
+    reasons = _verdict(emu, nat, same)
+    reasons += [f"default strategy: {r}" for r in _verdict(dfl, nat, same_def)]
+    if c_emu.dtype != c_nat.dtype:
+        reasons.append(f"dtype {c_emu.dtype} != native {c_nat.dtype}")
+    rec.update(
+        {
+            "bits_maxrel": emu["bits_maxrel"],
+            "bits_cw": emu["bits_cw"],
+            "native_bits_maxrel": nat["bits_maxrel"],
+            "native_bits_cw": nat["bits_cw"],
+            "grade": g_emu,
+            "native_grade": g_nat,
+            "grade_pass": bool(g_emu <= 1.0),
+            "native_grade_pass": bool(g_nat <= 1.0),
+            "grade_un": gu_emu,
+            "native_grade_un": gu_nat,
+            "grade_un_pass": bool(gu_emu <= 1.0),
+            "subnormal_range": _subnormal_range(a_h, b_h, real),
+            "nonfinite_equal": same,
+            "nonfinite_mismatch_exact": emu["nonfinite_mismatch"],
+            "native_nonfinite_mismatch_exact": nat["nonfinite_mismatch"],
+            "compared": emu["compared"],
+            "normwise": emu["normwise"],
+            "native_normwise": nat["normwise"],
+            **_plan_fields(plan),
+            "default_bits_maxrel": dfl["bits_maxrel"],
+            "default_bits_cw": dfl["bits_cw"],
+            "default_grade": g_def,
+            "default_nonfinite_equal": same_def,
+            **_plan_fields(plan_def, "default_", full=False),
+            "verdict": "pass" if not reasons else "FAIL",
+            "verdict_reasons": reasons,
+            "seconds": time.perf_counter() - t0,
+        }
+    )
+    return rec
+
+
+def _device(xp, backend):
+    if backend == "cupy":
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"]
+        return (
+            name.decode() if isinstance(name, bytes) else str(name)
+        ), f"cupy.matmul (cupy {cupy.__version__}, cuBLAS)"
+    from .__main__ import _blas
+    from ._bench import cpu_description
+
+    return cpu_description(), f"numpy.matmul (numpy {np.__version__}, BLAS: {_blas()})"
+
+
+def run_suite(
+    xp=np, backend: str = "numpy", quick: bool = False, *, only=None, progress=None
+) -> list[dict]:
+    """Run the graded suite on one backend.
+
+    Parameters
+    ----------
+    xp : module
+        The array library: ``numpy`` (backends "numpy" and "amx") or ``cupy``.
+    backend : {"numpy", "cupy", "amx"}
+        Label of the emulation backend; "amx" selects the opt-in AMX backend for numpy arrays.
+    quick : bool
+        The CI subset of the cases.
+    only : callable, optional
+        Filter ``Case -> bool``.
+    progress : callable, optional
+        Called with each record as it is produced.
+
+    Returns
+    -------
+    list of dict
+        One record per case: the case (name, family, dtype, m, k, n, params, seed), effective
+        bits of the emulated product (``bits_maxrel``, ``bits_cw``) and of the native one
+        (``native_bits_*``), grades ``grade``/``native_grade`` (g <= 1 passes), the plan
+        (``scheme``, ``native_entries``, ``fallback``, ``plan``), the default strategy's figures
+        and plan (``default_*``), ``nonfinite_equal`` and the ``verdict`` ("pass"/"FAIL") with
+        its ``verdict_reasons``.
+
+    Raises
+    ------
+    RuntimeError
+        If the backend cannot run here.
+    """
+    why = backend_missing(backend)
+    if why:
+        raise RuntimeError(why)
+    from . import __version__
+
+    device, native = _device(xp, backend)
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    records = []
+    for case in cases(quick=quick):
+        if only is not None and not only(case):
+            continue
+        try:
+            rec = run_case(case, xp, backend)
+        except Exception as exc:  # a crash is a finding: record it, keep going
+            rec = {
+                "suite": "graded",
+                "backend": backend,
+                "case": case.name,
+                "family": case.family,
+                "dtype": case.dtype,
+                "m": case.m,
+                "n": case.n,
+                "k": case.k,
+                "verdict": "FAIL",
+                "verdict_reasons": [f"crash: {type(exc).__name__}: {exc}"],
+                "error": f"{type(exc).__name__}: {exc}",
+            }
+        rec.update({"device": device, "native": native, "emulinalg": __version__, "date": date})
+        records.append(rec)
+        if progress is not None:
+            progress(rec)
+    return records
+
+
+# --------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------
+
+COLUMNS = (
+    "case",
+    "dtype",
+    "k",
+    "bits mr/cw",
+    "native mr/cw",
+    "g / native g",
+    "scheme",
+    "native entries",
+    "default",
+    "verdict",
+)
+
+
+def _b(x):
+    if x is None:
+        return "?"
+    if math.isinf(x):
+        return "exact" if x > 0 else "-inf"
+    return f"{x:.1f}"
+
+
+def _g(x):
+    if x is None:
+        return "?"
+    if x == 0:
+        return "0"
+    return f"{x:.2g}"
+
+
+def _short_scheme(s):
+    return (
+        (s or "?")
+        .replace("OzakiII(moduli=", "II(")
+        .replace(", mode=accurate)", ")")
+        .replace("OzakiI(slices=", "I(")
+    )
+
+
+def row(rec) -> list[str]:
+    """The table cells of one record (see ``COLUMNS``)."""
+    if "error" in rec:
+        return [rec["case"], rec["dtype"], str(rec["k"]), "-", "-", "-", "-", "-", "-", "CRASH"]
+    if (rec.get("default_fallback") or "").startswith("performant"):
+        default = "native"
+    else:
+        default = f"{_short_scheme(rec.get('default_scheme'))} "
+        default += f"{_b(rec['default_bits_maxrel'])}/{_b(rec['default_bits_cw'])}"
+    verdict = rec["verdict"]
+    if not rec.get("grade_pass", True):
+        verdict += ", g>1"
+    return [
+        rec["case"],
+        rec["dtype"],
+        str(rec["k"]),
+        f"{_b(rec['bits_maxrel'])}/{_b(rec['bits_cw'])}",
+        f"{_b(rec['native_bits_maxrel'])}/{_b(rec['native_bits_cw'])}",
+        f"{_g(rec['grade'])} / {_g(rec['native_grade'])}",
+        _short_scheme(rec.get("scheme")),
+        str(rec.get("native_entries", 0)),
+        default,
+        verdict,
+    ]
+
+
+def summary(records) -> str:
+    """One line: cases, verdict counts, grade passes (emulated and native)."""
+    n = len(records)
+    fails = [r for r in records if r["verdict"] != "pass"]
+    g_fail = [r for r in records if not r.get("grade_pass", False)]
+    ng_fail = [r for r in records if not r.get("native_grade_pass", False)]
+    fb = sum(1 for r in records if r.get("native_entries"))
+    return (
+        f"{n} cases: {n - len(fails)} pass, {len(fails)} FAIL; emulated grade g <= 1 in "
+        f"{n - len(g_fail)} (native: {n - len(ng_fail)}); {fb} with entries taken from native"
+    )
+
+
+def text_table(records) -> str:
+    rows = [list(COLUMNS)] + [row(r) for r in records]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append("")
+    lines.append(summary(records))
+    for r in records:
+        if r["verdict"] != "pass":
+            lines.append(
+                f"FAIL {r['case']}: {'; '.join(r['verdict_reasons'])}; plan: {r.get('plan')}"
+            )
+    return "\n".join(lines)
+
+
+def markdown_table(records) -> str:
+    def esc(s):
+        return s.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in records:
+        cells = row(r)
+        cells[0] = f"`{cells[0]}`"
+        lines.append("| " + " | ".join(esc(c) for c in cells) + " |")
+    lines += ["", summary(records)]
+    fails = [r for r in records if r["verdict"] != "pass"]
+    if fails:
+        lines += ["", "Failing cases:", ""]
+        lines += [
+            f"- `{r['case']}`: {'; '.join(r['verdict_reasons'])}; plan: `{r.get('plan')}`"
+            for r in fails
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def json_safe(rec) -> dict:
+    """The record with non-finite floats replaced (JSON has none): +inf bits -> null (exact)."""
+
+    def fix(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None if v > 0 else ("-inf" if v < 0 else "nan")
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        return v
+
+    return {k: fix(v) for k, v in rec.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# command line: python -m emulinalg grade
+# --------------------------------------------------------------------------------------------
+
+
+def add_parser(sub):
+    """The ``grade`` subcommand of ``python -m emulinalg``."""
+    p = sub.add_parser(
+        "grade",
+        help="the graded accuracy suite: emulated vs native against the exact product",
+        description="Run the graded accuracy suite (issue #6) on one backend: for every case, "
+        "effective bits (max relative and componentwise) of the emulated product at the default "
+        "precision and of the native product against the exact one, the grade "
+        "g = max |C^-C| / (k u |A||B|), the plan, and the verdict (emulated bits >= native bits "
+        "on both measures, same non-finite pattern as native).",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="numpy",
+        help="numpy (default; CPU reference), cupy (GPU) or amx (numpy arrays on the opt-in "
+        "Intel AMX backend)",
+    )
+    p.add_argument("--quick", action="store_true", help="the CI subset (seconds, not minutes)")
+    p.add_argument(
+        "--case",
+        action="append",
+        metavar="TEXT",
+        help="only cases whose name contains TEXT (repeatable)",
+    )
+    p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON record per case")
+    p.add_argument("--table", metavar="FILE.md", help="write the table as markdown")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=main)
+    return p
+
+
+def command_line(args) -> str:
+    parts = ["python", "-m", "emulinalg", "grade", "--backend", args.backend]
+    if args.quick:
+        parts.append("--quick")
+    for c in args.case or []:
+        parts += ["--case", c]
+    return " ".join(parts)
+
+
+def main(args) -> int:
+    """Entry point of ``python -m emulinalg grade``; exit status 1 when a case fails."""
+    import json
+    import sys
+
+    why = backend_missing(args.backend)
+    if why:
+        print(f"grade: {why}", file=sys.stderr)
+        return 2
+    xp = np
+    if args.backend == "cupy":
+        import cupy as xp
+    command = command_line(args)
+    pick = None
+    if args.case:
+        pick = lambda c: any(t in c.name for t in args.case)  # noqa: E731
+
+    out = open(args.out, "w", encoding="utf-8") if args.out else None  # noqa: SIM115
+
+    def progress(rec):  # records are written as they come: a crash keeps the ones before it
+        rec["command"] = command
+        if out:
+            out.write(json.dumps(json_safe(rec), allow_nan=False) + "\n")
+            out.flush()
+        if not args.quiet:
+            print(f"grade: {rec['case']}: {rec['verdict']}", file=sys.stderr, flush=True)
+
+    try:
+        records = run_suite(xp, args.backend, quick=args.quick, only=pick, progress=progress)
+    finally:
+        if out:
+            out.close()
+    print(text_table(records))
+    if args.table:
+        with open(args.table, "w", encoding="utf-8") as fh:
+            fh.write(markdown_table(records))
+    return 0 if all(r["verdict"] == "pass" for r in records) else 1

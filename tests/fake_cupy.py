@@ -1,0 +1,350 @@
+"""A CPU stand-in for the few cupy pieces ``backends/cupy.py``'s Scheme II path uses, so its
+host code (shapes, strides, pointers, chunks, cuBLAS arguments, output mapping) runs here.
+
+Device memory is host memory: arrays are numpy arrays whose ``.data.ptr`` is their address.
+``cublas.gemmStridedBatchedEx`` does the column-major strided-batched GEMM from raw pointers.
+``RawModule`` kernels run in one of two ways (``make_module(native=...)``):
+
+- model: the numpy model of ``gpu_kernel_model`` reading and writing through the pointers and
+  element strides they are given, exactly as the CUDA kernels' parameters say;
+- native: the CUDA sources themselves, compiled as host C++ with g++ (``cuda_host_shim.h``), a
+  grid run block by block with one std::thread per CUDA thread.
+
+Nothing here is fast; it only checks that the host code drives the kernels as specified and, in
+native mode, that the CUDA code computes what the model does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import sys
+import types
+
+import gpu_kernel_model as model
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from emulinalg._moduli import MODULI
+
+
+class _Ptr:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class ndarray(np.ndarray):
+    """numpy array with cupy's ``.data.ptr`` (the address of element 0, as cupy's)."""
+
+    @property
+    def data(self):
+        return _Ptr(self.ctypes.data)
+
+
+def _wrap(x):
+    return np.asarray(x).view(ndarray)
+
+
+def _buffer(ptr, dtype, count):
+    """``count`` elements of ``dtype`` at address ``ptr``, writable."""
+    dtype = np.dtype(dtype)
+    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(ptr)
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def _view(arg, dtype, shape, strides):
+    """The memory a kernel sees through pointer ``arg`` (an array: its element 0) with element
+    ``strides`` (non-negative here)."""
+    itemsize = np.dtype(dtype).itemsize
+    extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides) if n > 0)
+    buf = _buffer(arg.ctypes.data, dtype, extent)
+    return as_strided(buf, shape, [s * itemsize for s in strides])
+
+
+def _strided_any(arg, dtype, shape, strides):
+    """Like _view for element strides of any sign (a negative-stride operand)."""
+    x = np.asarray(arg)
+    return as_strided(x.view(dtype), shape, [s * np.dtype(dtype).itemsize for s in strides])
+
+
+# ----------------------------------------------------------------------------------------------
+# kernels
+# ----------------------------------------------------------------------------------------------
+
+
+class _Kernel:
+    def __init__(self, module, expr):
+        self.module, self.expr = module, expr
+
+    def __call__(self, grid, block, args):
+        if self.module.native:
+            return _native_call(self.module, self.expr, grid, block, args)
+        name, targs = re.fullmatch(r"(\w+)(?:<(.*)>)?", self.expr).groups()
+        targs = [t.strip() for t in (targs or "").split(",") if t.strip()]
+        getattr(self, "_" + name)(grid, block, targs, *args)
+
+    def _ozaki2_residues(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
+                         rows_contig, shift, shift_sb, planes):  # fmt: skip
+        nmod, cplx = int(targs[0]), targs[1] == "true"
+        B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
+        assert block == (256,) and grid[0] * 32 >= Cp and grid[1] <= 65535 and grid[2] <= 65535
+        assert Cp % 16 == 0 and Rpad >= R and Cp >= C
+        assert int(rows_contig) == int(sr == 1 and sc != 1)
+        X = _strided_any(re_, np.float64, (B, R, C), (int(sb), int(sr), int(sc)))
+        Xi = _strided_any(im, np.float64, (B, R, C), (int(sb), int(sr), int(sc))) if cplx else None
+        S = _view(shift, np.int32, (B, R), (int(shift_sb), 1)).astype(np.int64)
+        out = _view(planes, np.int8, (3 if cplx else 1, nmod, B, Rpad, Cp),
+                    (nmod * B * Rpad * Cp, B * Rpad * Cp, Rpad * Cp, Cp, 1))  # fmt: skip
+        out[...] = model.residue_planes(X, Xi, S, MODULI[:nmod], Rpad, Cp)
+
+    def _ozaki2_crt(self, grid, block, targs, prod, kb_stride, nkb, plane, B, mc, n, n_p,
+                    m_full, r0, mu, nu, kind, o0, o1, o2, o3):  # fmt: skip
+        nmod, nw, cplx = int(targs[0]), int(targs[1]), targs[2] == "true"
+        B, mc, n, n_p, m_full, r0, nkb = (int(v) for v in (B, mc, n, n_p, m_full, r0, nkb))
+        assert block == (32, 8) and grid[0] * 32 >= n and grid[1] <= 65535
+        P = 3 if cplx else 1
+        C = _view(prod, np.int32, (nkb, P, nmod, B, mc, n_p),
+                  (int(kb_stride), nmod * int(plane), int(plane), mc * n_p, n_p, 1))  # fmt: skip
+        mu_flat = _view(mu, np.int32, (B * m_full,), (1,))
+        mus = np.stack([mu_flat[b * m_full + r0 : b * m_full + r0 + mc] for b in range(B)])
+        nus = _view(nu, np.int32, (B, n), (n, 1))
+        g = self.module.globals
+        tables = {
+            "nw": nw,
+            "wdig": g["emu_wdig"].reshape(20, 6).tolist(),
+            "pdig": g["emu_pdig"].tolist(),
+            "ratios": g["emu_ratio"].tolist(),
+        }
+        W = model.reduced_products(np.asarray(C)[..., :n], MODULI[:nmod], cplx)
+        off = -(mus[:, :, None].astype(np.int64) + nus[:, None, :].astype(np.int64))
+        kind = int(kind)
+        out_dtype = {0: "float64", 1: "float32", 2: "dd"}[kind]
+        dt = np.float32 if kind == 1 else np.float64
+        ptrs = [(o0, o1), (o2, o3)]
+        for p in range(2 if cplx else 1):
+            res = model.crt_entry([W[ell][p] for ell in range(nmod)], tables, off, out_dtype)
+            res = res if kind == 2 else (res,)
+            for ptr, val in zip(ptrs[p], res):
+                full = _view(ptr, dt, (B, m_full, n), (m_full * n, n, 1))
+                full[:, r0 : r0 + mc] = val
+
+    def _bf16_lower(self, grid, block, targs, x, sb, sr, sc, B, R, C, Rpad, Cp, out):
+        B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
+        X = np.zeros((B, Rpad, Cp))
+        X[:, :R, :C] = _strided_any(x, np.float64, (B, R, C), (int(sb), int(sr), int(sc)))
+        f = X.astype(np.float32)
+        f = np.where(f.astype(np.float64) > X, np.nextafter(f, np.float32(0)), f)  # rz
+        bits = (f.view(np.uint32) >> 16).astype(np.uint16)
+        _view(out, np.uint16, (B, Rpad, Cp), (Rpad * Cp, Cp, 1))[...] = bits
+
+
+class RawModule:
+    native = False  # set by make_module
+
+    def __init__(self, code, options=(), name_expressions=None):
+        assert "__global__" in code and "--std=c++17" in options
+        self.code, self.names, self.globals = code, name_expressions, {}
+
+    def get_function(self, expr):
+        assert self.names is None or expr in self.names
+        return _Kernel(self, expr)
+
+    def get_global(self, sym):
+        assert "__constant__" in self.code and sym in self.code
+        return ("global", self, sym)
+
+
+class _ConstantHolder:
+    def __init__(self, memptr, shape, dtype):
+        _, self.module, self.sym = memptr
+        self.shape, self.dtype = shape, np.dtype(dtype)
+
+    def set(self, arr):
+        arr = np.asarray(arr)
+        assert arr.shape == tuple(self.shape) and arr.dtype == self.dtype
+        self.module.globals[self.sym] = arr.copy()
+
+
+def _ndarray_factory(shape, dtype=float, memptr=None, **kw):
+    assert memptr is not None and memptr[0] == "global"
+    return _ConstantHolder(memptr, shape, dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# native mode: the .cu sources compiled for the CPU
+# ----------------------------------------------------------------------------------------------
+
+_PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
+    "ozaki2_residues": "const double* re, const double* im, long long sb, long long sr, "
+    "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, const int* shift, "
+    "long long shift_sb, unsigned* planes",
+    "ozaki2_crt": "const int* prod, long long kb_stride, int nkb, long long plane, int B, int mc, "
+    "int n, int n_p, int m_full, int r0, const int* mu, const int* nu, int kind, void* out0, "
+    "void* out1, void* out2, void* out3",
+    "bf16_lower": "const double* x, long long sb, long long sr, long long sc, int B, int R, "
+    "int C, int Rpad, int Cp, unsigned short* out",
+}
+_BARRIERS = {"ozaki2_residues": True, "ozaki2_crt": False, "bf16_lower": False}
+_CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int}
+_LIBS: dict = {}
+
+
+def _native_lib(code, expr):
+    """The shared library with ``expr``'s wrapper ``run`` (and ``set_table``), built once."""
+    import hashlib
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    key = hashlib.sha256((code + expr).encode()).hexdigest()[:16]
+    if key in _LIBS:
+        return _LIBS[key]
+    name = expr.split("<")[0]
+    params = [p.strip() for p in _PARAMS[name].split(",")]
+    names = [p.split()[-1].lstrip("*") for p in params]
+    tables = ""
+    if "emu_wdig" in code:
+        tables = """
+extern "C" void set_table(const char* sym, const void* src, unsigned long bytes) {
+  if (!std::strcmp(sym, "emu_wdig")) std::memcpy(emu_wdig, src, bytes);
+  if (!std::strcmp(sym, "emu_pdig")) std::memcpy(emu_pdig, src, bytes);
+  if (!std::strcmp(sym, "emu_ratio")) std::memcpy(emu_ratio, src, bytes);
+}"""
+    wrapper = f"""
+extern "C" void run(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                    unsigned bz, {", ".join(params)}) {{
+  emu_launch({{gx, gy, gz}}, {{bx, by, bz}}, [&] {{ {expr}({", ".join(names)}); }},
+             {"true" if _BARRIERS[name] else "false"});
+}}{tables}
+"""
+    tmp = Path(tempfile.mkdtemp(prefix="emul_native_"))
+    (tmp / "k.cpp").write_text(code + wrapper)
+    shim = Path(__file__).resolve().parent / "cuda_host_shim.h"
+    cmd = ["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
+           "-w", "-include", str(shim), "-o", str(tmp / "k.so"), str(tmp / "k.cpp")]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    lib = ctypes.CDLL(str(tmp / "k.so"))
+    shutil.rmtree(tmp, ignore_errors=True)  # loaded: the files are no longer needed
+    argtypes = [ctypes.c_uint] * 6
+    for p in params:
+        argtypes.append(ctypes.c_void_p if "*" in p else _CTYPES[p.rsplit(" ", 1)[0]])
+    lib.run.argtypes, lib.run.restype = argtypes, None
+    if tables:
+        lib.set_table.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_ulong]
+        lib.set_table.restype = None
+    _LIBS[key] = lib
+    return lib
+
+
+def _native_call(module, expr, grid, block, args):
+    lib = _native_lib(module.code, expr)
+    for sym, arr in module.globals.items():  # __constant__ tables: this module's values
+        lib.set_table(sym.encode(), arr.ctypes.data, arr.nbytes)
+    grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
+    conv = [a.ctypes.data if isinstance(a, np.ndarray) else int(a) for a in args]
+    lib.run(*grid, *block, *conv)
+
+
+# ----------------------------------------------------------------------------------------------
+# cuBLAS
+# ----------------------------------------------------------------------------------------------
+
+_TYPES = {3: np.int8, 10: np.int32, 14: np.uint16, 0: np.float32}
+
+
+def _as_compute(x, code):
+    if code == 14:  # bfloat16 bits -> float32
+        return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return x.astype(np.int64 if code in (3, 10) else np.float64)
+
+
+def gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B,
+                         Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, count, compute,
+                         algo):  # fmt: skip
+    """Column-major C_z (m x n, ldc) = op(A_z) (m x k) op(B_z) (k x n), z < count; alpha = 1,
+    beta = 0 (all the backend uses)."""
+    assert compute in (72, 68) and (Atype, Ctype) in ((3, 10), (14, 0)) and Atype == Btype
+    assert m % 4 == 0 and lda % 4 == 0 and ldb % 4 == 0 and ldc % 4 == 0
+    ta, tc = _TYPES[Atype], _TYPES[Ctype]
+    # op(A)[z, i, p]: transa -> A[z*sA + i*lda + p], else A[z*sA + p*lda + i]
+    sa = (strideA, lda, 1) if transa else (strideA, 1, lda)
+    sb = (strideB, ldb, 1) if transb else (strideB, 1, ldb)
+    ea = 1 + (count - 1) * strideA + max((m - 1) * sa[1] + (k - 1) * sa[2], 0)
+    eb = 1 + (count - 1) * strideB + max((k - 1) * sb[1] + (n - 1) * sb[2], 0)
+    isz_a = np.dtype(ta).itemsize
+    opA = as_strided(_buffer(A, ta, ea), (count, m, k), [s * isz_a for s in sa])
+    opB = as_strided(_buffer(B, ta, eb), (count, k, n), [s * isz_a for s in sb])
+    res = np.matmul(_as_compute(opA, Atype), _as_compute(opB, Btype))
+    if Ctype == 10:
+        assert np.abs(res).max(initial=0) < 2**31
+    ec = 1 + (count - 1) * strideC + (n - 1) * ldc + m - 1
+    isz_c = np.dtype(tc).itemsize
+    Cv = as_strided(_buffer(C, tc, ec), (count, m, n), (strideC * isz_c, isz_c, ldc * isz_c))
+    Cv[...] = res.astype(tc)
+
+
+def gemmEx(*args):
+    raise AssertionError("the Scheme II path uses the batched GEMM only")
+
+
+# ----------------------------------------------------------------------------------------------
+# the module
+# ----------------------------------------------------------------------------------------------
+
+
+def make_module(native=False):
+    """A ``cupy`` module object (with ``cupy.cuda`` and ``cupy.cuda.cublas``); ``native``: run
+    the kernels' CUDA sources compiled for the CPU instead of their numpy model."""
+    cp = types.ModuleType("cupy")
+    for name in ("int8", "int32", "int64", "uint16", "uint32", "uint64", "float32", "float64"):
+        setattr(cp, name, getattr(np, name))
+
+    def empty(shape, dtype=np.float64):
+        dtype = np.dtype(dtype)
+        buf = np.full(int(np.prod(shape)) * dtype.itemsize, 0x5A, dtype=np.uint8)
+        return _wrap(buf.view(dtype).reshape(shape))
+
+    cp.empty = empty  # garbage-filled: every element the kernels own must be written
+    cp.zeros = lambda shape, dtype=np.float64: _wrap(np.zeros(shape, dtype))
+    cp.asarray = _wrap
+    cp.ascontiguousarray = lambda x: _wrap(np.ascontiguousarray(x))
+    cp.broadcast_to = lambda x, shape: _wrap(np.broadcast_to(x, shape))
+    cp.matmul = lambda a, b: _wrap(np.matmul(a, b))
+    cp.ndarray = _ndarray_factory
+    cp.RawModule = type("RawModule", (RawModule,), {"native": native})
+    cuda = types.ModuleType("cupy.cuda")
+    cublas = types.ModuleType("cupy.cuda.cublas")
+    cublas.gemmStridedBatchedEx = gemmStridedBatchedEx
+    cublas.gemmEx = gemmEx
+    cuda.cublas = cublas
+    cuda.device = types.SimpleNamespace(get_cublas_handle=lambda: 1)
+    cuda.Device = lambda *a: types.SimpleNamespace(id=0)
+    cuda.runtime = types.SimpleNamespace(deviceSynchronize=lambda: None)
+    cp.cuda = cuda
+    return cp
+
+
+def load_backend(native=False):
+    """``backends/cupy.py`` imported against the stand-in (under a private module name)."""
+    import importlib.util
+    from pathlib import Path
+
+    import emulinalg.backends
+
+    cp = make_module(native)
+    saved = {k: sys.modules.get(k) for k in ("cupy", "cupy.cuda", "cupy.cuda.cublas")}
+    sys.modules.update({"cupy": cp, "cupy.cuda": cp.cuda, "cupy.cuda.cublas": cp.cuda.cublas})
+    try:
+        path = Path(emulinalg.backends.__path__[0]) / "cupy.py"
+        name = "emulinalg.backends._cupy_on_cpu" + ("_native" if native else "")
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return mod, cp

@@ -1,0 +1,391 @@
+"""numpy model of the cupy backend's Scheme II kernels (``backends/cuda/*.cu``), step for step.
+
+Each function does, per entry, the integer and float operations that the CUDA kernel does, in
+the same order and with the same word widths (uint64/int64 numpy arrays standing for the
+kernel's registers; shifts are guarded exactly where the kernel guards them). The CPU tests
+(``test_gpu_kernel_model.py``) check this model against the generic ``emulinalg._ozaki2`` path
+bit for bit, so on the GPU only the transcription into CUDA remains untested here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulinalg._moduli import crt_constants
+from emulinalg._scaling import ozaki2_shifts
+from emulinalg.backends.cuda import MAX_WORDS, crt_tables
+
+U64 = np.uint64
+K_BLOCK = 1 << 16  # as backends/cupy.py: |r_a r_b| <= 2**14, so INT32 sums are exact
+KP_ALIGN = 16  # k padding (int8 rows 16-byte aligned for IMMA)
+NP_ALIGN = 4  # n padding (INT32 output rows 16-byte aligned)
+
+
+def _ceil(x, a):
+    return (x + a - 1) // a * a
+
+
+def _u(x):
+    return np.asarray(x).astype(U64)
+
+
+def _shl(x, s):
+    """x << s for 0 <= s < 64 (s array), as the kernel's guarded shifts."""
+    return np.left_shift(_u(x), _u(s))
+
+
+def _shr(x, s):
+    return np.right_shift(_u(x), _u(s))
+
+
+# ----------------------------------------------------------------------------------------------
+# residues (ozaki2_residues.cu: element_words, residue_of)
+# ----------------------------------------------------------------------------------------------
+
+
+def element_words(x, shift):
+    """(neg, w0..w5): sign and the six 16-bit words of |trunc(x * 2**shift)| (< 2**96)."""
+    bits = np.ascontiguousarray(x, dtype=np.float64).view(U64)
+    shift = np.asarray(shift, dtype=np.int64)
+    neg = (bits >> U64(63)) != 0
+    eb = ((bits >> U64(52)) & U64(0x7FF)).astype(np.int64)
+    M = bits & U64((1 << 52) - 1)
+    M = np.where(eb != 0, M | U64(1 << 52), M)
+    E = np.where(eb != 0, eb - 1075, -1074)
+    e2 = E + shift
+    pos = e2 >= 0
+    # e2 >= 0: lo = M << e2 (e2 < 64), hi = M >> (64 - e2) (0 < e2 < 64) or M << (e2 - 64)
+    lo_pos = np.where(e2 < 64, _shl(M, np.clip(e2, 0, 63)), U64(0))
+    hi_pos = np.where(
+        e2 == 0,
+        U64(0),
+        np.where(
+            e2 < 64,
+            _shr(M, np.clip(64 - e2, 0, 63)),
+            np.where(e2 < 128, _shl(M, np.clip(e2 - 64, 0, 63)), U64(0)),
+        ),
+    )
+    lo_neg = np.where(e2 > -64, _shr(M, np.clip(-e2, 0, 63)), U64(0))
+    lo = np.where(pos, lo_pos, lo_neg)
+    hi = np.where(pos, hi_pos, U64(0))
+    lo32 = lo & U64(0xFFFFFFFF)
+    lh32 = lo >> U64(32)
+    hi32 = hi & U64(0xFFFFFFFF)
+    words = [
+        lo32 & U64(0xFFFF),
+        lo32 >> U64(16),
+        lh32 & U64(0xFFFF),
+        lh32 >> U64(16),
+        hi32 & U64(0xFFFF),
+        hi32 >> U64(16),
+    ]
+    return neg, words
+
+
+def residue_of(neg, words, m):
+    """Symmetric residue in [-(m//2), (m-1)//2] of the signed integer given by element_words."""
+    S = words[0].copy()
+    for i in range(1, 6):
+        S = S + words[i] * U64(pow(2, 16 * i, m))  # < 2**16 * (1 + 5 * 255) < 2**27 (u32)
+    assert int(S.max(initial=0)) < 1 << 32
+    u = (S % U64(m)).astype(np.int64)
+    v = np.where(neg, m - u, u)
+    return np.where(v > (m - 1) // 2, v - m, v)
+
+
+def residue_sum(rr, ri, m):
+    """Symmetric residue of rr + ri (both symmetric residues): one correction suffices."""
+    t = rr + ri
+    t = np.where(t > (m - 1) // 2, t - m, t)
+    return np.where(t < -(m // 2), t + m, t)
+
+
+def residue_planes(re, im, shift, moduli, rows_pad, kp):
+    """Planes (P, n_mod, B, rows_pad, kp) int8 of the logical operand (B, R, C) (rows = lines
+    scaled by ``shift`` (B, R), C the contraction axis), zero-padded: the kernel's output."""
+    B, R, C = re.shape
+    P = 1 if im is None else 3
+    out = np.zeros((P, len(moduli), B, rows_pad, kp), dtype=np.int8)
+    sh = np.broadcast_to(np.asarray(shift)[:, :, None], (B, R, C))
+    nr, wr = element_words(re, sh)
+    if im is not None:
+        ni, wi = element_words(im, sh)
+    for ell, m in enumerate(moduli):
+        rr = residue_of(nr, wr, m)
+        out[0, ell, :, :R, :C] = rr
+        if im is not None:
+            ri = residue_of(ni, wi, m)
+            out[1, ell, :, :R, :C] = ri
+            out[2, ell, :, :R, :C] = residue_sum(rr, ri, m)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# INT8 GEMMs (cuBLAS strided batched, K-blocked)
+# ----------------------------------------------------------------------------------------------
+
+
+def int8_gemms(pa, pb, k_block=K_BLOCK):
+    """INT32 products (nkb, P, n_mod, B, m, n_p) of A planes (.., m, kp) and B planes (.., n_p,
+    kp), one per K-block of ``k_block`` columns: what the batched cuBLAS calls write."""
+    kp = pa.shape[-1]
+    outs = []
+    for k0 in range(0, kp, k_block):
+        a = pa[..., k0 : k0 + k_block].astype(np.int64)
+        b = pb[..., k0 : k0 + k_block].astype(np.int64)
+        c = np.matmul(a, np.swapaxes(b, -1, -2))
+        assert np.abs(c).max(initial=0) < 2**31
+        outs.append(c.astype(np.int32))
+    return np.stack(outs)
+
+
+# ----------------------------------------------------------------------------------------------
+# CRT and rounding (ozaki2_crt.cu)
+# ----------------------------------------------------------------------------------------------
+
+_FMT = {"float64": (53, -1074, 1023, 64), "float32": (24, -149, 127, 32)}
+
+
+def mod_pos(T, m):
+    """T mod m in [0, m) for int32 T (C's truncating % then + m)."""
+    T = np.asarray(T, dtype=np.int64)
+    r = np.fmod(T, m)
+    return np.where(r < 0, r + m, r)
+
+
+def reduced_products(C, moduli, cplx):
+    """Per modulus and part: W_l (symmetric) from the K-blocked INT32 products."""
+    nkb = C.shape[0]
+    W = []
+    for ell, m in enumerate(moduli):
+        us = []
+        for p in range(3 if cplx else 1):
+            u = mod_pos(C[0, p, ell], m)
+            for kb in range(1, nkb):
+                u = u + mod_pos(C[kb, p, ell], m)
+                u = np.where(u >= m, u - m, u)
+            us.append(u)
+        if cplx:
+            re = us[0] - us[1]
+            re = np.where(re < 0, re + m, re)
+            im = us[2] - us[0] - us[1] + 2 * m
+            im = np.where(im >= m, im - m, im)
+            im = np.where(im >= m, im - m, im)
+            parts = [re, im]
+        else:
+            parts = [us[0]]
+        W.append([np.where(u > (m - 1) // 2, u - m, u) for u in parts])
+    return W
+
+
+def carry(acc):
+    """Normalize int64 accumulators: words 0..nw-2 in [0, 2**32), the top one signed."""
+    acc = list(acc)
+    for i in range(len(acc) - 1):
+        c = acc[i] >> np.int64(32)  # arithmetic shift
+        acc[i] = acc[i] & np.int64(0xFFFFFFFF)
+        acc[i + 1] = acc[i + 1] + c
+    return acc
+
+
+def signed_magnitude(acc):
+    """(neg, words): sign and magnitude words (uint64 < 2**32) of the accumulated integer."""
+    acc = carry(acc)
+    neg = acc[-1] < 0
+    acc = carry([np.where(neg, -a, a) for a in acc])
+    return neg, [a.astype(U64) for a in acc]
+
+
+def _bitlen32(v):
+    v = _u(v)
+    out = np.zeros(v.shape, dtype=np.int64)
+    for b in range(32):
+        out = np.where((v >> U64(b)) != 0, b + 1, out)
+    return out
+
+
+def round_words(v, off, fmt):
+    """Correctly rounded (RNE, gradual underflow, overflow to inf) V * 2**off, V given by the
+    magnitude words ``v``; returns (bits, keep, s, inf): the float's bits (unsigned), the kept
+    significand, the shift with |rounded| = keep * 2**s * 2**off, and the overflow flag."""
+    mant, emin, emax, _ = _FMT[fmt]
+    off = np.asarray(off, dtype=np.int64)
+    nw = len(v)
+    bl = np.zeros(v[0].shape, dtype=np.int64)
+    for i in range(nw):
+        bl = np.where(v[i] != 0, 32 * i + _bitlen32(v[i]), bl)
+    sh = bl - 64
+    T = np.zeros(v[0].shape, dtype=U64)
+    sticky = np.zeros(v[0].shape, dtype=bool)
+    for i in range(nw):
+        d = 32 * i - sh
+        up = _shl(v[i], np.clip(d, 0, 63))
+        dn = _shr(v[i], np.clip(-d, 0, 31))
+        lost = v[i] & (_shl(1, np.clip(-d, 0, 31)) - U64(1))
+        T = T | np.where(d >= 64, U64(0), np.where(d >= 0, up, np.where(d > -32, dn, U64(0))))
+        sticky = sticky | np.where(d >= 0, False, np.where(d > -32, lost != 0, v[i] != 0))
+    e_res = bl - 1 + off
+    q = np.clip(e_res - emin + 1, 0, mant)
+    qq = np.maximum(q, 1)
+    drop = 64 - qq
+    keep = _shr(T, drop)
+    rem = T & (_shl(1, drop) - U64(1))
+    half = _shl(1, drop - 1)
+    up = (rem > half) | ((rem == half) & (sticky | ((keep & U64(1)) != 0)))
+    keep_n = keep + up.astype(U64)
+    # q == 0: below the smallest subnormal; rounds up to it only from above half of it
+    keep_u = ((e_res == emin - 1) & ((U64(1 << 63) != T) | sticky)).astype(U64)
+    keep = np.where(q > 0, keep_n, keep_u)
+    E = np.where(q > 0, e_res - q + 1, emin)
+    zero = bl == 0
+    keep = np.where(zero, U64(0), keep)
+    E = np.where(zero, emin, E)
+    inf = (e_res > emax) & ~zero
+    Eb = np.clip(E - emin, 0, 4095).astype(U64)
+    bits = (Eb << U64(mant - 1)) + keep
+    inf_bits = U64(0x7FF0000000000000) if fmt == "float64" else U64(0x7F800000)
+    bits = np.where(inf, inf_bits, bits)
+    return bits, keep, E - off, inf
+
+
+def _word_of_shifted(x, s, i):
+    """Word i (bits [32i, 32i+32)) of x * 2**s for uint64 x, s >= 0."""
+    d = 32 * i - s
+    dn = _shr(x, np.clip(d, 0, 63)) & U64(0xFFFFFFFF)
+    up = _shl(x, np.clip(-d, 0, 31)) & U64(0xFFFFFFFF)
+    return np.where(d >= 64, U64(0), np.where(d >= 0, dn, np.where(d > -32, up, U64(0))))
+
+
+def _to_float(bits, neg, fmt):
+    if fmt == "float64":
+        return (bits | (neg.astype(U64) << U64(63))).view(np.float64)
+    b32 = (bits | (neg.astype(U64) << U64(31))).astype(np.uint32)
+    return b32.view(np.float32)
+
+
+def crt_entry(W, tables, off, out_dtype):
+    """One part: exact X = sum W_l w_l - qP, rounded (``out_dtype``) or (hi, lo) for "dd"."""
+    nw = tables["nw"]
+    shape = W[0].shape
+    acc = [np.zeros(shape, dtype=np.int64) for _ in range(nw)]
+    qf = np.zeros(shape, dtype=np.float64)
+    for ell, w in enumerate(W):
+        for i in range(nw):
+            acc[i] = acc[i] + w * np.int64(tables["wdig"][ell][i])
+        qf = qf + w.astype(np.float64) * tables["ratios"][ell]  # no FMA: __dmul_rn, __dadd_rn
+    q = np.rint(qf).astype(np.int64)
+    for i in range(nw):
+        acc[i] = acc[i] - q * np.int64(tables["pdig"][i])
+    neg, v = signed_magnitude(acc)
+    return finish(neg, v, off, out_dtype)
+
+
+def finish(neg, v, off, out_dtype):
+    """The float (or "dd" pair) of the signed integer (neg, magnitude words v) times 2**off."""
+    nw = len(v)
+    fmt = "float32" if out_dtype == "float32" else "float64"
+    bits, keep, s, inf = round_words(v, off, fmt)
+    hi = _to_float(bits, neg, fmt)
+    if out_dtype != "dd":
+        return hi
+    # lo = RN(exact - hi): the integer remainder R = V - keep * 2**s, rounded at the same offset
+    # and signed like _exact.unscale_dd: +0 where hi is exact by construction (s < 0) or inf;
+    # otherwise the sign of Y times that of R, so a zero remainder of a negative Y gives -0.
+    exact = (s < 0) | inf
+    ss = np.maximum(s, 0)
+    racc = [v[i].astype(np.int64) - _word_of_shifted(keep, ss, i).astype(np.int64)
+            for i in range(nw)]  # fmt: skip
+    rneg, r = signed_magnitude(racc)
+    rbits, _, _, _ = round_words(r, off, "float64")
+    lo = _to_float(rbits, neg ^ rneg, "float64")
+    lo = np.where(exact, 0.0, lo)
+    return hi, lo
+
+
+def crt(C, mu, nu, n, cplx, out_dtype):
+    """Parts (..., m, n) from INT32 products C (nkb, P, n_mod, B, m, n_p); mu (B, m), nu (B, n)."""
+    c = crt_constants(n)
+    tables = crt_tables(n)
+    assert len(tables["wdig"][0]) == MAX_WORDS
+    ncols = nu.shape[-1]
+    W = reduced_products(C[..., :ncols], c.moduli, cplx)
+    off = -(mu[:, :, None].astype(np.int64) + nu[:, None, :].astype(np.int64))
+    return tuple(
+        crt_entry([W[ell][p] for ell in range(n)], tables, off, out_dtype)
+        for p in range(2 if cplx else 1)
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# the whole hook
+# ----------------------------------------------------------------------------------------------
+
+
+def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, k_block=K_BLOCK):
+    """The model of ``backends.cupy.ozaki2_product`` on numpy arrays."""
+    c = crt_constants(moduli)
+    mu, nu = ozaki2_shifts(np, prescale, c.L, c.Q_down)
+    batch = ar.shape[:-2]
+    m, k = ar.shape[-2:]
+    n = br.shape[-1]
+    B = int(np.prod(batch, dtype=np.int64))
+    kp, n_p = _ceil(k, KP_ALIGN), _ceil(n, NP_ALIGN)
+    a3 = ar.reshape(B, m, k)
+    b3 = np.swapaxes(br.reshape(B, k, n), -1, -2)  # B as the logical (B, n, k) operand
+    ai3 = None if ai is None else ai.reshape(B, m, k)
+    bi3 = None if bi is None else np.swapaxes(bi.reshape(B, k, n), -1, -2)
+    mu2, nu2 = mu.reshape(B, m), nu.reshape(B, n)
+    pa = residue_planes(a3, ai3, mu2, c.moduli, m, kp)
+    pb = residue_planes(b3, bi3, nu2, c.moduli, n_p, kp)
+    C = int8_gemms(pa, pb, k_block)
+    parts = crt(C, mu2, nu2, moduli, ai is not None, out_dtype)
+    shape = batch + (m, n)
+    if out_dtype == "dd":
+        return tuple((h.reshape(shape), l_.reshape(shape)) for h, l_ in parts)
+    return tuple(p.reshape(shape) for p in parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# crafted integers for the rounding paths (ties, sticky bits, subnormals, overflow)
+# ----------------------------------------------------------------------------------------------
+
+_TARGETS = (-1080, -1074, -1060, -1022, -160, -149, -126, 0, 100, 127, 128, 1023, 1024)
+
+
+def crafted_integers(rng, count, max_bits):
+    """(ys, offs): signed Python ints below 2**max_bits, many with exact ties at 53 or 24
+    significant bits or only a far sticky bit, and exponent offsets that put y * 2**off near the
+    subnormal, float32 and overflow boundaries."""
+    ys, offs = [], []
+    for _ in range(count):
+        bl = int(rng.integers(1, max_bits))
+        y = int(rng.integers(1, 2**62)) | 1 << 61
+        y = y >> max(0, 62 - bl) if bl < 62 else y << (bl - 62)
+        kind = rng.integers(0, 4)
+        if kind == 1:  # exact tie: ...1 followed by zeros at the rounding position
+            cut = max(0, y.bit_length() - int(rng.choice([54, 25])))
+            y = (y >> cut << cut) | (1 << cut >> 1) if cut else y
+        elif kind == 2:  # a tie broken only by the last bit
+            y |= 1
+        y = -y if rng.integers(0, 2) else y
+        target = int(rng.choice(_TARGETS))
+        offs.append(target - y.bit_length() + int(rng.integers(-2, 3)))
+        ys.append(y)
+    return ys, np.array(offs, dtype=np.int64)
+
+
+def words_of(ys, nw):
+    """(neg, magnitude words) of Python ints, as signed_magnitude returns them."""
+    mag = [abs(y) for y in ys]
+    v = [np.array([(x >> (32 * i)) & 0xFFFFFFFF for x in mag], dtype=np.uint64) for i in range(nw)]
+    return np.array([y < 0 for y in ys]), v
+
+
+def residue_products(ys, moduli):
+    """INT32 "products" whose CRT reconstruction is y: the symmetric residues y mod m_l, shaped
+    (1, 1, n_mod, 1, len(ys), 1) like one K-block of real products of a single column."""
+    out = np.zeros((1, 1, len(moduli), 1, len(ys), 1), dtype=np.int32)
+    for ell, m in enumerate(moduli):
+        r = [y % m for y in ys]
+        out[0, 0, ell, 0, :, 0] = [v - m if v > (m - 1) // 2 else v for v in r]
+    return out

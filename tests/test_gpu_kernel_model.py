@@ -1,0 +1,406 @@
+"""CPU checks of the cupy backend's Scheme II kernels through their numpy model.
+
+``gpu_kernel_model`` mirrors ``backends/cuda/ozaki2_residues.cu`` and ``ozaki2_crt.cu`` operation
+for operation; here it must reproduce the generic ``emulinalg._ozaki2.product`` bit for bit (and
+the exact double-double rounding for "dd"), so the algorithm of the GPU path is tested without a
+GPU. ``fake_cupy`` then runs ``backends/cupy.py``'s host code on the CPU, with the kernels either
+the model or the CUDA sources themselves compiled as host C++ (g++), against the same generic
+path. ``tests/test_gpu.py`` compares the real kernels with the generic path on the GPU.
+"""
+
+from __future__ import annotations
+
+import gpu_kernel_model as model
+import numpy as np
+import pytest
+
+from emulinalg import _exact, _ozaki2
+from emulinalg._moduli import LIMB_BITS, MODULI, crt_constants
+from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
+from emulinalg.backends import numpy as npb
+from emulinalg.backends.cuda import crt_tables, crt_words, header_moduli, source
+from emulinalg.inputs import phi_matrix
+from emulinalg.reference import _round_hi_lo
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view({8: np.uint64, 4: np.uint32}[x.dtype.itemsize])
+
+
+def _same(x, y):
+    x, y = np.asarray(x), np.asarray(y)
+    return x.dtype == y.dtype and x.shape == y.shape and np.array_equal(_bits(x), _bits(y))
+
+
+def _same_value(x, y):
+    """Bitwise equal except that a zero may have either sign (``unscale_dd`` gives a zero
+    remainder the sign of the product, ``reference._round_hi_lo`` gives +0)."""
+    x, y = np.asarray(x), np.asarray(y)
+    nz = (x != 0) | (y != 0)
+    return np.array_equal(x, y) and _same(x[nz], y[nz])
+
+
+def _operands(shape, phi, cplx, seed, scale_a=0, scale_b=0):
+    batch, m, k, n = shape
+    dt = "complex128" if cplx else "float64"
+    a = phi_matrix(batch + (m, k), phi, dt, seed=seed)
+    b = phi_matrix(batch + (k, n), phi, dt, seed=seed + 1)
+    ar, br = np.ldexp(a.real, scale_a), np.ldexp(b.real, scale_b)
+    if not cplx:
+        return ar, None, br, None
+    return ar, np.ldexp(a.imag, scale_a), br, np.ldexp(b.imag, scale_b)
+
+
+def _generic(ar, ai, br, bi, n, mode, out_dtype):
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, mode)
+    with npb.quiet():
+        return pre, _ozaki2.product(np, npb.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre)
+
+
+def _exact_dd(ar, ai, br, bi, n, pre):
+    """(hi, lo) per part from the exact integer product A'B' (Python ints) and the reference's
+    correct double-double rounding."""
+    c = crt_constants(n)
+    mu, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
+
+    def ints(x, s, axis):
+        if x is None:
+            return None
+        return np.vectorize(int, otypes=[object])(scale_to_integers(np, x, s, axis))
+
+    Ar, Ai = ints(ar, mu, -1), ints(ai, mu, -1)
+    Br, Bi = ints(br, nu, -2), ints(bi, nu, -2)
+    parts = [Ar @ Br] if Ai is None else [Ar @ Br - Ai @ Bi, Ar @ Bi + Ai @ Br]
+    off = -(mu[..., :, None] + nu[..., None, :])
+    out = []
+    for Y in parts:
+        hl = [
+            _round_hi_lo(int(y), int(e))
+            for y, e in zip(Y.ravel(), np.broadcast_to(off, Y.shape).ravel())
+        ]
+        hi = np.array([h for h, _ in hl], dtype=np.float64).reshape(Y.shape)
+        lo = np.array([l_ for _, l_ in hl], dtype=np.float64).reshape(Y.shape)
+        out.append((hi, lo))
+    return tuple(out)
+
+
+def test_tables_match_the_python_constants():
+    assert header_moduli() == MODULI
+    for n in range(2, 21):
+        c, t = crt_constants(n), crt_tables(n)
+        nw = crt_words(n)
+        assert t["nw"] == nw and nw <= 5
+
+        def val(d):
+            return sum(v << (32 * i) for i, v in enumerate(d))
+
+        for ell in range(n):
+            assert val(t["wdig"][ell]) == c.weights[ell]
+            assert all(-(2**31) <= d < 2**31 for d in t["wdig"][ell])
+        assert val(t["pdig"]) == c.P
+        assert t["ratios"][:n] == list(c.weight_ratios)
+        assert 2 ** (32 * nw - 1) > c.P
+
+
+def test_sources_inline_their_headers():
+    for name in ("ozaki2_residues.cu", "ozaki2_crt.cu", "bf16_lower.cu"):
+        text = source(name)
+        assert '#include "' not in text and "__global__" in text
+
+
+@pytest.mark.parametrize("n", [2, 8, 17, 20])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_residue_planes_equal_generic_residues(n, cplx):
+    ar, ai, br, bi = _operands(((2,), 5, 37, 6), 4, cplx, seed=n)
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    c = crt_constants(n)
+    mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    X = [_ozaki2.split(np, scale_to_integers(np, x, mu, -1)) for x in (ar, ai)]
+    planes = model.residue_planes(ar, ai, mu, c.moduli, 5, 48)
+    assert not planes[..., 37:].any()
+    for ell, m in enumerate(c.moduli):
+        want = _ozaki2.residues(np, X[0], X[1], m)
+        for p, w in enumerate(want):
+            assert np.array_equal(planes[p, ell, :, :, :37], w.astype(np.int8))
+
+
+def test_residues_of_extreme_integers():
+    # |X| up to 2**82 (the scaling's bound for 20 moduli), negative, odd, subnormal inputs
+    rng = np.random.default_rng(0)
+    mant = rng.integers(1, 2**53, size=400).astype(np.float64) * rng.choice([-1, 1], size=400)
+    shift = rng.integers(-20, 60, size=400)
+    x = np.ldexp(mant, rng.integers(-60, 30, size=400) - shift)  # |x| 2**shift < 2**82
+    x[:5] = [5e-324, -5e-324, 2.5e-310, -0.0, 0.0]
+    shift[:5] = [1074 + 81, 1074 + 40, 1074, 3, 0]
+    X = np.trunc(np.ldexp(x, shift))
+    assert np.abs(X).max() < 2.0**83
+    neg, words = model.element_words(x, shift)
+    for m in MODULI:
+        got = model.residue_of(neg, words, m)
+        want = [int(v) % m for v in X]  # float64 holds these integers exactly
+        want = np.array([w - m if w > (m - 1) // 2 else w for w in want])
+        assert np.array_equal(got, want), m
+
+
+CASES = [
+    # (batch, m, k, n), phi
+    (((), 1, 1, 1), 1),
+    (((), 1, 13, 1), 0.5),
+    (((), 7, 33, 5), 1),
+    (((), 9, 19, 17), 4),
+    (((3,), 5, 21, 6), 1),
+    (((2, 2), 3, 10, 4), 0.5),
+]
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float32"])
+@pytest.mark.parametrize("mode", ["fast", "accurate"])
+@pytest.mark.parametrize("n", [2, 8, 14, 17, 20])
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_model_equals_generic(case, cplx, n, mode, out_dtype):
+    shape, phi = case
+    ar, ai, br, bi = _operands(shape, phi, cplx, seed=n + 3 * len(shape[0]))
+    pre, want = _generic(ar, ai, br, bi, n, mode, out_dtype)
+    got = model.ozaki2_product(ar, ai, br, bi, n, mode, out_dtype, pre, k_block=16)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert _same(g, w)
+
+
+@pytest.mark.parametrize("n", [2, 14, 20])
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_model_dd_is_exact_double_double(case, cplx, n):
+    shape, phi = case
+    ar, ai, br, bi = _operands(shape, phi, cplx, seed=7 * n)
+    pre, want = _generic(ar, ai, br, bi, n, "accurate", "dd")
+    got = model.ozaki2_product(ar, ai, br, bi, n, "accurate", "dd", pre)
+    ref = _exact_dd(ar, ai, br, bi, n, pre)
+    for (h, l_), (rh, rl), (wh, wl) in zip(got, ref, want):
+        assert _same(h, wh) and _same(l_, wl)
+        assert _same(h, rh) and _same_value(l_, rl)
+
+
+@pytest.mark.parametrize(
+    "what,scale_a,scale_b",
+    [
+        ("subnormal", -1000, -60),
+        ("deep-subnormal", -1030, -40),
+        ("near-overflow", 510, 511),
+        ("overflow", 512, 514),
+    ],
+)
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_model_extreme_ranges(what, scale_a, scale_b, out_dtype, cplx):
+    if out_dtype == "float32":  # bring the same situations to float32's range
+        scale_a, scale_b = (scale_a * 149) // 1074, (scale_b * 149) // 1074
+    ar, ai, br, bi = _operands(((), 6, 9, 7), 1, cplx, seed=11, scale_a=scale_a, scale_b=scale_b)
+    ar[2] = 0.0  # a zero row
+    br[:, 3] = 0.0
+    if ai is not None:
+        ai[2] = 0.0
+        bi[:, 3] = 0.0
+    n = 17
+    pre, want = _generic(ar, ai, br, bi, n, "accurate", out_dtype)
+    got = model.ozaki2_product(ar, ai, br, bi, n, "accurate", out_dtype, pre)
+    if out_dtype == "dd":
+        ref = _exact_dd(ar, ai, br, bi, n, pre)
+        for (h, l_), (rh, rl), (wh, wl) in zip(got, ref, want):
+            assert _same(h, wh) and _same(l_, wl)
+            assert _same(h, rh) and _same_value(l_, rl)
+    else:
+        for g, w in zip(got, want):
+            assert _same(g, w)
+    vals = np.concatenate([np.ravel(g[0] if out_dtype == "dd" else g) for g in got])
+    finite = vals[np.isfinite(vals) & (vals != 0)]
+    tiny = np.finfo(np.float32 if out_dtype == "float32" else np.float64).tiny
+    if what.endswith("subnormal"):
+        assert (np.abs(finite) < tiny).any()
+    if what == "overflow":
+        assert np.isinf(vals).any()
+
+
+def test_model_k_blocks():
+    ar, _, br, _ = _operands(((), 2, 70000, 3), 1, False, seed=5)
+    pre, want = _generic(ar, None, br, None, 20, "accurate", "float64")
+    got = model.ozaki2_product(ar, None, br, None, 20, "accurate", "float64", pre)
+    assert _same(got[0], want[0])
+
+
+def _f32_reference(y: int, e: int) -> np.float32:
+    """RNE float32 of y * 2**e by brute force: the nearest of the float32 neighbours (exact
+    Fraction comparisons), ties to the even significand; inf beyond the largest float32."""
+    from fractions import Fraction
+
+    x = Fraction(y) * Fraction(2) ** e
+    with np.errstate(over="ignore"):
+        c = np.float32(float(x)) if abs(x) < 2**200 else np.float32(np.inf if y > 0 else -np.inf)
+    best = None
+    for cand in (np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))):
+        if not np.isfinite(cand):
+            continue
+        d = abs(Fraction(float(cand)) - x)
+        if best is None or d < best[0] or (d == best[0] and int(cand.view(np.uint32)) % 2 == 0):
+            best = (d, cand)
+    big = Fraction(float(np.finfo(np.float32).max)) + Fraction(2) ** (127 - 24)
+    if abs(x) >= big:  # beyond max + half an ulp: RNE overflows
+        return np.float32(np.inf if y > 0 else -np.inf)
+    r = best[1]
+    return np.float32(-0.0) if r == 0 and y < 0 else r
+
+
+def test_rounding_ties_boundaries_and_dd():
+    """finish() on integers built to hit ties, sticky bits, the subnormal boundary and overflow."""
+    rng = np.random.default_rng(1)
+    ys, es = [], []
+    for _ in range(3000):
+        bl = int(rng.integers(1, 157))
+        y = int(rng.integers(1, 2**62)) | 1 << 61
+        y = y >> max(0, 62 - bl) if bl < 62 else y << (bl - 62)
+        kind = rng.integers(0, 4)
+        if kind == 1:  # exact tie at 53 or 24 bits: ...1 followed by zeros
+            cut = max(0, y.bit_length() - int(rng.choice([54, 25])))
+            y = (y >> cut << cut) | (1 << cut >> 1) if cut else y
+        elif kind == 2:  # only a far sticky bit beyond a tie
+            y |= 1
+        y = -y if rng.integers(0, 2) else y
+        target = int(
+            rng.choice([-1080, -1074, -1060, -1022, -160, -149, -126, 0, 100, 127, 128, 1023, 1024])
+        )
+        es.append(target - y.bit_length() + int(rng.integers(-2, 3)))
+        ys.append(y)
+    nw = 5
+    mag = [abs(y) for y in ys]
+    v = [np.array([(x >> (32 * i)) & 0xFFFFFFFF for x in mag], dtype=np.uint64) for i in range(nw)]
+    neg = np.array([y < 0 for y in ys])
+    off = np.array(es, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        hi, lo = model.finish(neg, v, off, "dd")
+        f32 = model.finish(neg, v, off, "float32")
+        f64 = model.finish(neg, v, off, "float64")
+    ref = [_round_hi_lo(y, e) for y, e in zip(ys, es)]
+    assert _same(hi, np.array([h for h, _ in ref])) and _same(f64, hi)
+    assert _same_value(lo, np.array([l_ for _, l_ in ref]))
+    # ... and exactly the generic double-double conversion, signs of zero included
+    limbs = [np.array([[(abs(y) >> (LIMB_BITS * i)) & ((1 << LIMB_BITS) - 1)] for y in ys])
+             for i in range(8)]  # fmt: skip
+    limbs = [np.where(neg[:, None], -x, x).astype(np.int64) for x in limbs]
+    with np.errstate(over="ignore"):
+        ghi, glo = _exact.unscale_dd(np, limbs, -off, np.zeros(1, dtype=np.int64))
+    assert _same(hi, ghi[:, 0]) and _same(lo, glo[:, 0])
+    assert _same(f32, np.array([_f32_reference(y, e) for y, e in zip(ys, es)], dtype=np.float32))
+
+
+# ----------------------------------------------------------------------------------------------
+# backends/cupy.py's host code, driven on the CPU through a stand-in for cupy
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["model", "native"])
+def cpu_backend(request):
+    """backends/cupy.py on a CPU stand-in for cupy whose kernels are the numpy model, or the CUDA
+    sources themselves compiled as host C++ (needs g++ with C++20)."""
+    import shutil
+
+    import fake_cupy
+
+    if request.param == "native" and shutil.which("g++") is None:
+        pytest.skip("no g++ to compile the CUDA sources for the CPU")
+    return fake_cupy.load_backend(native=request.param == "native")
+
+
+def _fake_vs_generic(be, cp, ar, ai, br, bi, n, mode, out_dtype, to_dev=None):
+    to_dev = to_dev or cp.asarray
+    pre, want = _generic(ar, ai, br, bi, n, mode, out_dtype)
+    g = [None if x is None else to_dev(x) for x in (ar, ai, br, bi)]
+    got = be.ozaki2_product(*g, n, mode, out_dtype, tuple(cp.asarray(x) for x in pre))
+    assert got is not None
+    flat = [x for p in got for x in (p if isinstance(p, tuple) else (p,))]
+    wflat = [x for p in want for x in (p if isinstance(p, tuple) else (p,))]
+    assert len(flat) == len(wflat)
+    for g_, w in zip(flat, wflat):
+        assert _same(np.asarray(g_), w)
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("case", [(((), 1, 1, 1), 1), (((), 7, 33, 5), 4), (((3,), 5, 21, 6), 1)],
+                         ids=str)  # fmt: skip
+def test_host_code_drives_the_kernels(cpu_backend, case, cplx, out_dtype):
+    be, cp = cpu_backend
+    shape, phi = case
+    ar, ai, br, bi = _operands(shape, phi, cplx, seed=2)
+    _fake_vs_generic(be, cp, ar, ai, br, bi, 17, "accurate", out_dtype)
+
+
+def test_host_code_views_chunks_and_k_blocks(cpu_backend, monkeypatch):
+    be, cp = cpu_backend
+    ar, ai, br, bi = _operands(((), 13, 40, 9), 1, True, seed=3)
+    monkeypatch.setattr(be, "chunk_bytes", 3000)  # one or two rows of A per chunk
+    monkeypatch.setattr(be, "_K_BLOCK", 16)  # three K-blocks
+    tr = {id(x): np.ascontiguousarray(x.T) for x in (ar, ai, br, bi)}
+
+    def transposed_view(x):  # same values, rows contiguous in memory
+        return cp.asarray(tr[id(x)]).T
+
+    _fake_vs_generic(be, cp, ar, ai, br, bi, 15, "accurate", "dd", to_dev=transposed_view)
+    _fake_vs_generic(be, cp, ar, None, br, None, 12, "fast", "float64",
+                     to_dev=lambda x: cp.asarray(x)[::-1][::-1])  # fmt: skip
+    rev = ar[::-1]  # negative row stride on the device too
+
+    def rev_view(x):
+        return cp.asarray(ar)[::-1] if x is rev else cp.asarray(x)
+
+    _fake_vs_generic(be, cp, rev, None, br, None, 12, "fast", "float32", to_dev=rev_view)
+    a3 = _operands(((4,), 6, 40, 9), 1, False, seed=8)[0]
+    b3 = np.broadcast_to(br, (4,) + br.shape)  # one B for every batch: stride 0
+    _fake_vs_generic(be, cp, a3, None, b3, None, 14, "accurate", "float64",
+                     to_dev=lambda x: cp.broadcast_to(cp.asarray(br), b3.shape) if x is b3
+                     else cp.asarray(x))  # fmt: skip
+
+
+def test_host_code_magnitude_lower(cpu_backend):
+    from fractions import Fraction
+
+    be, cp = cpu_backend
+    rng = np.random.default_rng(3)
+    xa = rng.uniform(0, 2, size=(2, 5, 37))
+    xb = rng.uniform(0, 2, size=(37, 6))
+    xa[0, 0, :3] = [1e-40, 5e-324, 0.0]
+    got = np.asarray(be.magnitude_lower_matmul(cp.asarray(xa), cp.asarray(xb)))
+    assert got.shape == (2, 5, 6) and got.dtype == np.float64
+    ref = np.matmul(xa, xb)
+    assert np.all(got >= 0.97 * ref)
+    for idx in np.ndindex(got.shape):
+        b, i, j = idx
+        exact = sum(Fraction(float(p)) * Fraction(float(q)) for p, q in zip(xa[b, i], xb[:, j]))
+        assert Fraction(float(got[idx])) <= exact
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+def test_crt_kernel_rounding_on_crafted_integers(cpu_backend, out_dtype):
+    """The CRT kernel (model or CUDA source) on products whose reconstruction is a chosen
+    integer: ties, sticky bits and range boundaries, against the rounding checked above."""
+    be, cp = cpu_backend
+    n = 20
+    c = crt_constants(n)
+    rng = np.random.default_rng(5)
+    ys, offs = model.crafted_integers(rng, 1500, c.P.bit_length() - 3)  # |y| <= P/4
+    prod = cp.asarray(model.residue_products(ys, c.moduli))
+    mu = cp.asarray((-offs).astype(np.int32)[None, :])
+    nu = cp.asarray(np.zeros((1, 1), dtype=np.int32))
+    dt = np.float32 if out_dtype == "float32" else np.float64
+    outs = [
+        cp.asarray(np.zeros((1, len(ys), 1), dtype=dt))
+        for _ in range(2 if out_dtype == "dd" else 1)
+    ]
+    be._crt(prod, n, False, mu, nu, 0, outs, out_dtype)
+    neg, v = model.words_of(ys, crt_tables(n)["nw"])
+    with np.errstate(over="ignore"):
+        want = model.finish(neg, v, offs, out_dtype)
+    want = want if out_dtype == "dd" else (want,)
+    for g, w in zip(outs, want):
+        assert _same(np.asarray(g)[0, :, 0], w)

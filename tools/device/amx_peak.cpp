@@ -1,0 +1,96 @@
+// Register-only AMX ceiling: back-to-back TDPBSSD / TDPBF16PS on resident tiles (no memory
+// traffic), per thread count, to separate the host's tile throughput from the GEMM kernels'
+// blocking. Four independent accumulators (tiles 4..7) from two A and two B tiles, the same
+// dependence pattern as a 2x2 register block.
+//
+//   g++ -O2 -fopenmp -mamx-tile -mamx-int8 -mamx-bf16 tools/device/amx_peak.cpp -o amx_peak
+//   ./amx_peak 1 2 4 8 16      # thread counts; prints one JSON line each
+#include <immintrin.h>
+#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+constexpr int ARCH_REQ_XCOMP_PERM = 0x1023;
+constexpr int XFEATURE_XTILEDATA = 18;
+
+struct alignas(64) Config {
+    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    std::uint16_t colsb[16] = {};
+    std::uint8_t rows[16] = {};
+};
+
+void configure() {
+    Config c;
+    for (int t = 0; t < 8; ++t) {
+        c.colsb[t] = 64;
+        c.rows[t] = 16;
+    }
+    _tile_loadconfig(&c);
+}
+
+template <bool Bf16>
+double run(int threads, long iters) {
+    auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+        configure();
+        alignas(64) static thread_local std::uint8_t buf[16 * 64];
+        std::memset(buf, 1, sizeof buf);
+        _tile_loadd(0, buf, 64);
+        _tile_loadd(1, buf, 64);
+        _tile_loadd(2, buf, 64);
+        _tile_loadd(3, buf, 64);
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_zero(6);
+        _tile_zero(7);
+        for (long i = 0; i < iters; ++i) {
+            if constexpr (Bf16) {
+                _tile_dpbf16ps(4, 0, 2);
+                _tile_dpbf16ps(5, 0, 3);
+                _tile_dpbf16ps(6, 1, 2);
+                _tile_dpbf16ps(7, 1, 3);
+            } else {
+                _tile_dpbssd(4, 0, 2);
+                _tile_dpbssd(5, 0, 3);
+                _tile_dpbssd(6, 1, 2);
+                _tile_dpbssd(7, 1, 3);
+            }
+        }
+        _tile_stored(4, buf, 64);
+        _tile_release();
+    }
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // One TDPBSSD: 16 x 16 x 64 multiply-adds (2 ops each); TDPBF16PS: 16 x 16 x 32.
+    double ops = 2.0 * 16 * 16 * (Bf16 ? 32 : 64) * 4.0 * iters * threads;
+    return ops / s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        std::fprintf(stderr, "arch_prctl(ARCH_REQ_XCOMP_PERM) failed: no AMX tile data\n");
+        return 1;
+    }
+    const long iters = 2000000;
+    run<false>(1, iters / 10);  // warm-up (frequency ramp)
+    for (int a = 1; a < argc; ++a) {
+        int t = std::atoi(argv[a]);
+        double i8 = run<false>(t, iters);
+        double bf = run<true>(t, iters);
+        std::printf("{\"bench\": \"amx_peak\", \"threads\": %d, \"int8_tops\": %.3f, "
+                    "\"bf16_tflops\": %.3f, \"int8_tops_per_thread\": %.3f}\n",
+                    t, i8 / 1e12, bf / 1e12, i8 / 1e12 / t);
+        std::fflush(stdout);
+    }
+    return 0;
+}

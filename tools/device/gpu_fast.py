@@ -1,0 +1,149 @@
+"""Stage timings of the cupy backend's Scheme II kernels (issue #4) beside cuBLAS DGEMM.
+
+float64 phi = 1 inputs, OzakiII(moduli=18, mode="accurate"), N = 4096 and 8192 (16384 with
+--big). Per size: residues (A and B), the batched INT8 GEMMs (and their Top/s), the CRT pass,
+the whole ``ozaki2_product`` call, the prescale (generic code) and the end-to-end
+``emulinalg.matmul``, DGEMM in the same run, and the bytes the three stages move. Each time is
+the median of --repeat runs (CUDA events) after two warm-up runs. At the smallest size the
+result is also compared bit for bit with the generic ``_ozaki2.product`` on the device.
+
+    python3 tools/device/gpu_fast.py --out OUT.jsonl [--big] [--sizes 4096,8192] [--repeat 10]
+
+Writes one JSON object per size to --out (and prints a summary line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+
+import array_api_compat.cupy as cxp
+import cupy as cp
+import numpy as np
+
+import emulinalg
+from emulinalg import _ozaki2
+from emulinalg._moduli import crt_constants
+from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts
+from emulinalg.backends import cupy as be
+
+MODULI, MODE, PHI = 18, "accurate", 1.0
+
+
+def median_ms(fn, repeat):
+    for _ in range(2):
+        fn()
+    cp.cuda.Device().synchronize()
+    ts = []
+    for _ in range(repeat):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(s, e))
+    return float(np.median(ts))
+
+
+def phi_matrix_gpu(n, phi, seed):
+    """(U(0,1) - 0.5) exp(phi N(0,1)), as emulinalg.inputs.phi_matrix, generated on the device."""
+    rng = cp.random.default_rng(seed)
+    return (rng.random((n, n)) - 0.5) * cp.exp(phi * rng.standard_normal((n, n)))
+
+
+def run_size(n, repeat, check):
+    a, b = phi_matrix_gpu(n, PHI, 1), phi_matrix_gpu(n, PHI, 2)
+    rec = {"N": n}
+    rec["dgemm_ms"] = median_ms(lambda: cp.matmul(a, b), repeat)
+    pre = ozaki2_prescale(cxp, be.int_matmul, a, None, b, None, MODE)
+    rec["prescale_ms"] = median_ms(
+        lambda: ozaki2_prescale(cxp, be.int_matmul, a, None, b, None, MODE), max(3, repeat // 3)
+    )
+    c = crt_constants(MODULI)
+    mu, nu = ozaki2_shifts(cxp, pre, c.L, c.Q_down)
+    ops = be._Operands(a, None, b, None, mu, nu)
+    kp, n_p = ops.kp, ops.n_p
+
+    def residues():
+        pa = be._residue_planes(ops.a[0], None, ops.a_strides, n, n, n, kp, ops.mu, n, MODULI)
+        pb = be._residue_planes(ops.b[0], None, ops.b_strides, n, n_p, n, kp, ops.nu, n, MODULI)
+        return pa, pb
+
+    rec["residues_ms"] = median_ms(residues, repeat)
+    pa, pb = residues()
+    rec["gemms_ms"] = median_ms(lambda: be._int8_products(pa, pb), repeat)
+    rec["int8_tops"] = 2.0 * n * n_p * kp * MODULI / (rec["gemms_ms"] * 1e-3) / 1e12
+    prod = be._int8_products(pa, pb)
+    pa = pb = None  # free before the next stage
+    out = [cp.empty((1, n, n), dtype=cp.float64)]
+    rec["crt_ms"] = median_ms(
+        lambda: be._crt(prod, MODULI, False, ops.mu, ops.nu, 0, out, "float64"), repeat
+    )
+    prod = out = None
+
+    def hook():
+        return be.ozaki2_product(a, None, b, None, MODULI, MODE, "float64", pre)
+
+    rec["total_ms"] = median_ms(hook, repeat)
+    scheme = emulinalg.OzakiII(moduli=MODULI, mode=MODE)
+    with emulinalg.config(strategy="eager"):
+        rec["end_to_end_ms"] = median_ms(
+            lambda: emulinalg.matmul(a, b, precision=scheme), max(3, repeat // 3)
+        )
+    plane = MODULI * (n * kp + n_p * kp)  # int8 residues of A and B
+    products = 4 * MODULI * n * n_p  # INT32
+    rec["bytes_moved"] = {
+        "residues": 8 * 2 * n * n + plane,
+        "gemms": plane + products,  # each plane read at least once
+        "crt": products + 8 * n * n,
+    }
+    rec["bytes_moved"]["total"] = sum(rec["bytes_moved"].values())
+    rec["speedup_vs_dgemm"] = rec["dgemm_ms"] / rec["total_ms"]
+    rec["tflops"] = 2.0 * n**3 / (rec["total_ms"] * 1e-3) / 1e12
+    rec["native_tflops"] = 2.0 * n**3 / (rec["dgemm_ms"] * 1e-3) / 1e12
+    if check:
+        got = hook()[0]
+        want = _ozaki2.product(cxp, be.int_matmul, a, None, b, None, MODULI, MODE, "float64", pre)
+        rec["bitwise_equal_generic"] = bool(
+            cp.array_equal(got.view(cp.uint64), want[0].view(cp.uint64))
+        )
+    return rec
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="JSON lines output path")
+    p.add_argument("--big", action="store_true", help="also N = 16384")
+    p.add_argument("--sizes", default="4096,8192", help="comma-separated N")
+    p.add_argument("--repeat", type=int, default=10, help="timed runs per measurement")
+    args = p.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")] + ([16384] if args.big else [])
+    device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    command = "python3 tools/device/gpu_fast.py " + " ".join(argv or sys.argv[1:])
+    with open(args.out, "w") as f:
+        for i, n in enumerate(sizes):
+            rec = run_size(n, args.repeat, check=(i == 0))
+            rec.update(
+                backend="cupy", op="matmul", dtype="float64", phi=PHI,
+                scheme=f"OzakiII(moduli={MODULI}, mode={MODE})", device=device,
+                date=datetime.date.today().isoformat(), command=command,
+            )  # fmt: skip
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            print(
+                f"N={n}: residues {rec['residues_ms']:.2f} ms, GEMMs {rec['gemms_ms']:.2f} ms "
+                f"({rec['int8_tops']:.0f} Top/s), CRT {rec['crt_ms']:.2f} ms, total "
+                f"{rec['total_ms']:.2f} ms ({rec['tflops']:.1f} TF, {rec['speedup_vs_dgemm']:.2f}x "
+                f"DGEMM {rec['dgemm_ms']:.2f} ms), prescale {rec['prescale_ms']:.2f} ms, "
+                f"end-to-end {rec['end_to_end_ms']:.2f} ms, "
+                f"{rec['bytes_moved']['total'] / 1e9:.2f} GB moved"
+                + (f", bitwise = generic: {rec['bitwise_equal_generic']}" if i == 0 else ""),
+                flush=True,
+            )
+            cp.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main()
