@@ -308,6 +308,7 @@ class Settings:
     warmup: int = 1
     case_seconds: float = 30.0
     ref_rows: int = 32
+    ref_cols: int = 0  # 0: every column of B
     strategy: str = "eager"
     stages: bool = True
     seed: int = 0
@@ -465,13 +466,15 @@ def operands(dims, phi: float, dtype: str, seed: int) -> tuple[np.ndarray, np.nd
     return a, phi_matrix(lead + (k, n), phi, dtype=dtype, seed=seed + 1)
 
 
-def exact_reference(dims, phi: float, dtype: str, seed: int, ref_rows: int):
-    """``(hi, lo)`` of :func:`emulinalg.reference.exact_matmul` for the graded rows of the first
-    batch entry of a group's inputs (rebuilt from the seed: runs in a worker process too)."""
+def exact_reference(dims, phi: float, dtype: str, seed: int, ref_rows: int, ref_cols: int = 0):
+    """``(hi, lo)`` of :func:`emulinalg.reference.exact_matmul` for the graded rows (and
+    columns) of the first batch entry of a group's inputs (rebuilt from the seed: runs in a
+    worker process too)."""
     from emulinalg.reference import exact_matmul
 
     a, b = operands(dims, phi, dtype, seed)
-    return exact_matmul(_first(a)[_ref_rows(dims[1], ref_rows)], _first(b))
+    cols = _ref_rows(dims[2], ref_cols)
+    return exact_matmul(_first(a)[_ref_rows(dims[1], ref_rows)], _first(b)[:, cols])
 
 
 def _reference_pool(settings: Settings, groups: list[Group]):
@@ -486,7 +489,7 @@ def _reference_pool(settings: Settings, groups: list[Group]):
     pool = concurrent.futures.ProcessPoolExecutor(
         settings.ref_workers, mp_context=multiprocessing.get_context("spawn")
     )
-    args = (settings.seed, settings.ref_rows)
+    args = (settings.seed, settings.ref_rows, settings.ref_cols)
     return pool, [pool.submit(exact_reference, g.dims, g.phi, g.dtype, *args) for g in groups]
 
 
@@ -548,13 +551,14 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
     a_h, b_h = operands(group.dims, group.phi, group.dtype, settings.seed)
     a, b = dev.put(a_h), dev.put(b_h)
     rows = _ref_rows(m, settings.ref_rows)
-    a_ref, b_ref = _first(a_h)[rows], _first(b_h)
+    cols = _ref_rows(n, settings.ref_cols)
+    a_ref, b_ref = _first(a_h)[rows], _first(b_h)[:, cols]
     del a_h, b_h
     if ref is None:
         ref = reference.exact_matmul(a_ref, b_ref)
 
     def grade(c):
-        acc = reference.accuracy(dev.get(_first(c)[rows]), a_ref, b_ref, ref=ref)
+        acc = reference.accuracy(dev.get(_first(c)[rows][:, cols]), a_ref, b_ref, ref=ref)
         if acc["nonfinite_mismatch"]:  # a wrong inf/nan is no accuracy at all
             return {"bits_maxrel": -math.inf, "bits_cw": -math.inf}
         return acc
@@ -589,6 +593,7 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
         "native_bits_cw": _finite(acc_nat["bits_cw"]),
         "reference": "exact",
         "ref_rows": len(range(m)[rows]),
+        "ref_cols": len(range(n)[cols]),
         "native": dev.native,
         "device": dev.description,
         "emulinalg": getattr(emulinalg, "__version__", "?"),
@@ -955,6 +960,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="rows of A graded against the exact product (default 32; 0 = all)",
     )
     p.add_argument(
+        "--ref-cols",
+        type=int,
+        default=0,
+        metavar="C",
+        help="columns of B graded (evenly spaced; default 0 = all): large N needs both",
+    )
+    p.add_argument(
         "--strategy",
         choices=("eager", "performant"),
         default="eager",
@@ -1036,6 +1048,7 @@ def settings_from_args(args) -> Settings:
         warmup=args.warmup if args.warmup is not None else q.get("warmup", 1),
         case_seconds=args.case_seconds or q.get("case_seconds", 30.0),
         ref_rows=args.ref_rows,
+        ref_cols=args.ref_cols,
         strategy=args.strategy,
         stages=not args.no_stages,
         seed=args.seed,
@@ -1061,7 +1074,10 @@ def command_line(s: Settings) -> str:
         parts += ["--precision", ",".join(m.label.replace(" [", "[") for m in s.methods)]
     parts += ["--phi", ",".join(f"{p:g}" for p in s.phis), "--repeat", str(s.repeat)]
     parts += ["--warmup", str(s.warmup), "--case-seconds", f"{s.case_seconds:g}"]
-    parts += ["--ref-rows", str(s.ref_rows), "--strategy", s.strategy, "--seed", str(s.seed)]
+    parts += ["--ref-rows", str(s.ref_rows)]
+    if s.ref_cols:
+        parts += ["--ref-cols", str(s.ref_cols)]
+    parts += ["--strategy", s.strategy, "--seed", str(s.seed)]
     if not s.stages:
         parts.append("--no-stages")
     if s.chunks:

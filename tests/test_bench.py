@@ -399,3 +399,25 @@ def test_bits_table_pivots_by_phi():
         "| float64 | 53.0 / exact | 50.0 / 52.0 | OzakiII(moduli=17/19, mode=accurate); "
         "native entries: 3 at φ=1 |",
     ]
+
+
+def test_reference_columns_grade_a_subset_of_entries():
+    """--ref-cols: the exact reference of sampled rows x sampled columns (large N on GPUs)."""
+    settings = _bench.Settings(
+        sizes=[40], shapes=["square"], dtypes=["float64"], phis=[2.0],
+        methods=[_bench.parse_method("OzakiII(moduli=9, mode=accurate)")],
+        repeat=1, ref_rows=8, ref_cols=5, stages=False,
+    )  # fmt: skip
+    recs = _bench.run(settings, notify=pytest.fail)
+    assert [r["ref_cols"] for r in recs] == [5, 5] and "--ref-cols 5" in _bench.command_line(
+        settings
+    )
+    a = phi_matrix((40, 40), 2.0, seed=0)
+    b = phi_matrix((40, 40), 2.0, seed=1)
+    rows, cols = np.arange(0, 40, 5), np.arange(0, 40, 8)
+    with emulinalg.config(strategy="eager"):
+        c = emulinalg.matmul(a, b, precision=emulinalg.OzakiII(moduli=9))
+    sub_b = b[:, cols]
+    acc = accuracy(c[rows][:, cols], a[rows], sub_b, ref=exact_matmul(a[rows], sub_b))
+    assert recs[1]["bits_maxrel"] == pytest.approx(acc["bits_maxrel"], abs=1e-9)
+    assert recs[1]["bits_cw"] == pytest.approx(acc["bits_cw"], abs=1e-9)
