@@ -7,6 +7,8 @@ are exact natively and never emulated.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import operator
 import sys
 
@@ -14,7 +16,7 @@ import array_api_compat
 
 from . import _engine
 from ._config import get_config
-from ._plan import Plan, record
+from ._plan import Plan, last_plan, record
 from ._precision import parse
 
 _KINDS = ("bool", "integral", "real floating", "complex floating")
@@ -120,10 +122,26 @@ def _broadcast_shapes(s1, s2):
     return out
 
 
+def _explainable(fn):
+    """Adds ``explain=False`` to a product: ``explain=True`` returns ``(result, plan)``, the plan
+    being what :func:`emulinalg.last_plan` reports for this call."""
+
+    @functools.wraps(fn)
+    def product(x1, x2, /, *, explain=False, **kwargs):
+        out = fn(x1, x2, **kwargs)
+        return (out, last_plan()) if explain else out
+
+    sig = inspect.signature(fn)
+    extra = inspect.Parameter("explain", inspect.Parameter.KEYWORD_ONLY, default=False)
+    product.__signature__ = sig.replace(parameters=[*sig.parameters.values(), extra])
+    return product
+
+
 def _floating(xp, dt):
     return xp.isdtype(dt, ("real floating", "complex floating"))
 
 
+@_explainable
 def matmul(x1, x2, /, *, precision=None):
     """Matrix product with Array API ``matmul`` semantics, emulated at ``precision``.
 
@@ -140,6 +158,9 @@ def matmul(x1, x2, /, *, precision=None):
         ``|A||B|``; entries that cannot be certified are computed natively, as the plan reports).
         int: that many bits relative to ``|A||B|``. OzakiI/OzakiII: that exact scheme.
         "native": the library's own product.
+    explain : bool
+        True: return ``(result, plan)``, the :class:`emulinalg.Plan` of this call (scheme,
+        counts, the cost model's prediction, native fallbacks and why).
 
     Returns
     -------
@@ -207,6 +228,7 @@ def _normalize_axes(seq, ndim, which):
     return out
 
 
+@_explainable
 def tensordot(x1, x2, /, *, axes=2, precision=None):
     """Tensor contraction with Array API ``tensordot`` semantics, emulated at ``precision``.
 
@@ -218,6 +240,9 @@ def tensordot(x1, x2, /, *, axes=2, precision=None):
         to contract (negative axes allowed). Contracted axes must have equal sizes (no
         broadcasting).
     precision : see :func:`matmul`
+    explain : bool
+        True: return ``(result, plan)``, the :class:`emulinalg.Plan` of this call (scheme,
+        counts, the cost model's prediction, native fallbacks and why).
 
     Returns
     -------
@@ -293,6 +318,7 @@ def _prod(it):
     return p
 
 
+@_explainable
 def vecdot(x1, x2, /, *, axis=-1, precision=None):
     """Vector dot product over ``axis`` with Array API ``vecdot`` semantics (x1 is conjugated).
 
@@ -304,6 +330,9 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None):
         Negative, counted from the end of both operands (a non-negative axis is accepted when
         both operands have the same number of dimensions).
     precision : see :func:`matmul`
+    explain : bool
+        True: return ``(result, plan)``, the :class:`emulinalg.Plan` of this call (scheme,
+        counts, the cost model's prediction, native fallbacks and why).
 
     Returns
     -------

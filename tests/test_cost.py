@@ -122,3 +122,18 @@ def test_performant_rechecks_after_the_statistics():
     assert eager_plan.scheme == "OzakiII(moduli=20, mode=accurate)" != str(guess)
     assert not plan.emulated
     assert "OzakiII(moduli=20, mode=accurate) predicted" in plan.fallback
+
+
+@pytest.mark.parametrize("op", ["matmul", "tensordot", "vecdot"])
+def test_explain_returns_the_plan_of_the_call(op):
+    a = phi_matrix((6, 9), 1.0, seed=5)
+    b = phi_matrix((9, 6), 1.0, seed=6) if op != "vecdot" else phi_matrix((6, 9), 1.0, seed=6)
+    fn = getattr(emulinalg, op)
+    kw = {"axes": 1} if op == "tensordot" else {}
+    with emulinalg.config(strategy="eager"):
+        c, plan = fn(a, b, explain=True, **kw)
+        plain = fn(a, b, **kw)
+    np.testing.assert_array_equal(c, plain)
+    assert plan.notes[0] == op and plan.scheme.startswith("OzakiII(")
+    assert any("certified" in n for n in plan.notes)
+    assert not isinstance(fn(a, b, explain=False, **kw), tuple)
