@@ -8,9 +8,14 @@ inputs, INT32 accumulation, ``CUBLAS_COMPUTE_32I``) through cupy's handle and cu
 in the GEMM's layout, one strided-batched INT8 GEMM per K-block over all moduli (and batch, and
 3M products), one pass from the INT32 products to the correctly rounded result. It computes the
 same integers and the same exact reconstruction as ``emulinalg._ozaki2.product``, so the result
-is bit-identical to the numpy reference. Everything else (Scheme I, scaling statistics) is the
-shared Array API code running on cupy arrays. ``magnitude_lower_matmul`` is the certificate's
-lower bound of |A||B| as one bfloat16 tensor-core GEMM.
+is bit-identical to the numpy reference. ``magnitude_lower_matmul`` is the certificate's lower
+bound of |A||B| as one bfloat16 tensor-core GEMM. The statistics that choose the number of
+moduli run in the kernels of ``backends/cuda/ozaki2_stats.cu`` too: ``ozaki2_prescale`` (the
+accurate-mode prescale: one INT8 GEMM of the bound operands, same values as
+``emulinalg._scaling.ozaki2_prescale``) and ``ozaki2_certificate`` (the count and mask of
+``emulinalg._select.ozaki2_moduli_needed``: the bf16 GEMM and one fused pass over its output).
+Everything else (Scheme I, the fast-mode prescale) is the shared Array API code running on cupy
+arrays.
 
 ``EMULINALG_CUPY_KERNELS=0`` in the environment turns the kernels off (the generic path runs).
 """
@@ -26,10 +31,13 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
-from emulinalg._moduli import crt_constants
+from emulinalg import _select
+from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg._scaling import ozaki2_shifts
+from emulinalg._timing import stage
 
 from . import cuda as _cuda
+from .cuda import fused as _fused
 
 name = "cupy"
 
@@ -156,7 +164,8 @@ _modules: dict = {}
 
 
 def kernels_enabled() -> bool:
-    """Whether ``ozaki2_product``/``magnitude_lower_matmul`` use the CUDA kernels
+    """Whether ``ozaki2_product``/``magnitude_lower_matmul``/``ozaki2_prescale``/
+    ``ozaki2_certificate`` use the CUDA kernels
     (``EMULINALG_CUPY_KERNELS=0`` turns them off, e.g. to compare with the generic path)."""
     return os.environ.get("EMULINALG_CUPY_KERNELS", "1") != "0"
 
@@ -282,7 +291,7 @@ class _Operands:
     """A and B of one call as the kernels see them: (B, lines, k) float64 views with element
     strides, the shifts as int32 (B, lines), and the padded sizes."""
 
-    def __init__(self, ar, ai, br, bi, mu, nu):
+    def __init__(self, ar, ai, br, bi, mu=None, nu=None):
         self.batch = ar.shape[:-2]
         self.m, self.k = ar.shape[-2:]
         self.n = br.shape[-1]
@@ -298,8 +307,9 @@ class _Operands:
         sa, sbb = _strides(self.a[0]), _strides(self.b[0])
         self.a_strides = sa  # (batch, row i, k)
         self.b_strides = (sbb[0], sbb[2], sbb[1])  # B'^T: (batch, column j, k)
-        self.mu = cp.ascontiguousarray(mu.reshape(B, m).astype(cp.int32))
-        self.nu = cp.ascontiguousarray(nu.reshape(B, n).astype(cp.int32))
+        if mu is not None:
+            self.mu = cp.ascontiguousarray(mu.reshape(B, m).astype(cp.int32))
+            self.nu = cp.ascontiguousarray(nu.reshape(B, n).astype(cp.int32))
 
 
 def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
@@ -323,22 +333,33 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
     cplx = ai is not None
     P = 3 if cplx else 1
-    pb = _residue_planes(ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli)
+    with stage("slicing"):
+        pb = _residue_planes(ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli)
     dt = cp.float32 if out_dtype == "float32" else cp.float64
     per_part = 2 if out_dtype == "dd" else 1
     outs = [cp.empty((B, m, n), dtype=dt) for _ in range((2 if cplx else 1) * per_part)]
     nkb = -(-kp // _K_BLOCK)
-    row_bytes = P * moduli * B * (kp + 4 * nkb * n_p)
+    # The fused CUTLASS GEMM (src_cuda/) writes INT8 residues: 1 byte per product entry, not 4.
+    fused_ok = not cplx and kp <= _fused.MAX_K and _fused.available()
+    row_bytes = P * moduli * B * (kp + (-(-n_p // 16) * 16 if fused_ok else 4 * nkb * n_p))
     rows = max(1, min(m, chunk_bytes // row_bytes))
     for r0 in range(0, m, rows):
         r1 = min(m, r0 + rows)
         a_re, a_im = (None if x is None else x[:, r0:r1] for x in ops.a)
-        pa = _residue_planes(
-            a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli
-        )
-        prod = _int8_products(pa, pb)
+        with stage("slicing"):
+            pa = _residue_planes(
+                a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli
+            )
+        with stage("products"):
+            prod = _fused.int8_mod_products(pa, pb, moduli) if fused_ok else None
+            if prod is None:
+                prod = _int8_products(pa, pb)
         del pa
-        _crt(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype)
+        with stage("reconstruction"):
+            if prod.dtype == cp.int8:
+                _fused.crt_s8(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype)
+            else:
+                _crt(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype)
         del prod
     shape = ops.batch + (m, n)
     outs = [x.reshape(shape) for x in outs]
@@ -371,6 +392,17 @@ def magnitude_lower_matmul(xa, xb):
     kp, n_p = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
     a16 = _bf16_lower(a3, m, kp)  # (B, m, kp)
     b16 = _bf16_lower(b3, kp, n_p)  # (B, kp, n_p)
+    c = _bf16_gemm(a16, b16)
+    out = c[..., :n].astype(cp.float64) * factor
+    return out.reshape(batch + (m, n))
+
+
+def _bf16_gemm(a16, b16):
+    """FP32 sums (B, m, n_p) of the bf16 products A (B, m, kp) @ B (B, kp, n_p), one
+    strided-batched cuBLAS GEMM (``CUBLAS_COMPUTE_32F``); the certificate's hook and
+    ``magnitude_lower_matmul`` share it, so both see the same sums."""
+    B, m, kp = a16.shape
+    n_p = b16.shape[-1]
     c = cp.empty((B, m, n_p), dtype=cp.float32)
     handle = cp.cuda.device.get_cublas_handle()
     sa, sb, sc = m * kp, kp * n_p, m * n_p
@@ -384,8 +416,7 @@ def magnitude_lower_matmul(xa, xb):
             _ZERO_F32.ctypes.data, c.data.ptr + 4 * z * sc, _R_32F, n_p, sc,
             count, _COMPUTE_32F, _GEMM_DEFAULT,
         )  # fmt: skip
-    out = c[..., :n].astype(cp.float64) * factor
-    return out.reshape(batch + (m, n))
+    return c
 
 
 def _bf16_lower(x3, rows_pad, cols_pad):
@@ -399,3 +430,198 @@ def _bf16_lower(x3, rows_pad, cols_pad):
             _i32(rows_pad), _i32(cols_pad), out)  # fmt: skip
     fn(grid, (_THREADS,), args)
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Scheme II statistics in CUDA kernels (backends/cuda/ozaki2_stats.cu)
+# ----------------------------------------------------------------------------------------------
+
+# Columns per block of the line passes that reduce along k (a multiple of the 32-column tile):
+# the sums over a line are taken chunk by chunk, in order, then the chunks in order.
+_STAT_CHUNK = 512
+_INT_MIN = -(2**31)
+_ALL_ONES = (1 << 64) - 1
+_STATS_NAMES = tuple(
+    f"{k}<{c}>"
+    for k in ("line_max_exponent", "bound_operand", "cert_operand")
+    for c in ("false", "true")
+)
+
+
+def _stats_kernel(expr):
+    """Kernel ``expr`` of ``ozaki2_stats.cu``; one NVRTC module holds all its kernels."""
+    dev = cp.cuda.Device().id
+    fn = _modules.get((dev, "ozaki2_stats.cu", expr))
+    if fn is None:
+        mod = _modules.get((dev, "ozaki2_stats.cu"))
+        if mod is None:
+            mod = cp.RawModule(
+                code=_cuda.source("ozaki2_stats.cu"),
+                options=("--std=c++17",),
+                name_expressions=_STATS_NAMES,
+            )
+            _modules[(dev, "ozaki2_stats.cu")] = mod
+        fn = _modules[(dev, "ozaki2_stats.cu", expr)] = mod.get_function(expr)
+    return fn
+
+
+def _tf(flag):
+    return "true" if flag else "false"
+
+
+def _line_args(re, im, strides):
+    sb, sr, sc = strides
+    return (re, re if im is None else im, _i64(sb), _i64(sr), _i64(sc))
+
+
+def _rows_contiguous(strides):
+    return _i32(strides[1] == 1 and strides[2] != 1)
+
+
+def _line_grid(cols, chunk, rows, B):
+    return (-(-cols // chunk), min(-(-rows // 32), _MAX_GRID_YZ), min(B, _MAX_GRID_YZ))
+
+
+def _line_max_exponent(re, im, strides, B, R, C):
+    """int32 (B, R): floor(log2 max |x|) per line of the logical (B, R, C) operand, INT_MIN for a
+    zero line."""
+    emax = cp.full((B, R), _INT_MIN, dtype=cp.int32)
+    fn = _stats_kernel(f"line_max_exponent<{_tf(im is not None)}>")
+    args = _line_args(re, im, strides) + (
+        _i32(B), _i32(R), _i32(C), _rows_contiguous(strides), _i32(_STAT_CHUNK), emax,
+    )  # fmt: skip
+    fn(_line_grid(C, _STAT_CHUNK, R, B), (_THREADS,), args)
+    return emax
+
+
+def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax):
+    """The shifts s (int64 (B, R)) and the int8 bound operand ceil(2**s |x|) as one plane set
+    (1, 1, B, Rpad, Cp) for ``_int8_products``."""
+    shift = cp.empty((B, R), dtype=cp.int64)
+    planes = cp.empty((1, 1, B, Rpad, Cp), dtype=cp.int8)
+    fn = _stats_kernel(f"bound_operand<{_tf(im is not None)}>")
+    args = _line_args(re, im, strides) + (
+        _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides), emax,
+        shift, planes,
+    )  # fmt: skip
+    fn(_line_grid(Cp, 32, Rpad, B), (_THREADS,), args)
+    return shift, planes
+
+
+def _usable(ar, ai, br, bi):
+    if not kernels_enabled():
+        return False
+    return all(x is None or x.dtype == cp.float64 for x in (ar, ai, br, bi))
+
+
+def ozaki2_prescale(ar, ai, br, bi, mode):
+    """``emulinalg._scaling.ozaki2_prescale(cupy, int_matmul, ar, ai, br, bi, mode)`` in the
+    kernels of ``ozaki2_stats.cu``: same ``(s, t, e, f)``, dtypes and values (all exact integers),
+    or None to decline ("fast" mode is left to the generic code).
+
+    accurate: one pass per operand for the line exponents, one writing the int8 bound operand
+    ceil(2**s |x|) in the INT8 GEMM's layout, one cuBLAS INT8 GEMM (INT32 out, exact: terms are
+    <= 64 * 64), and the row and column maxima of its INT32 result.
+    """
+    if mode != "accurate" or not _usable(ar, ai, br, bi):
+        return None
+    ops = _Operands(ar, ai, br, bi)
+    B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
+    if 0 in (B, m, k, n):
+        return None
+    ea = _line_max_exponent(*ops.a, ops.a_strides, B, m, k)
+    eb = _line_max_exponent(*ops.b, ops.b_strides, B, n, k)
+    s, pa = _bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea)
+    t, pb = _bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb)
+    prod = _int8_products(pa, pb)  # (nkb, 1, 1, B, m, n_p)
+    del pa, pb
+    cbar = prod[0] if prod.shape[0] == 1 else prod.sum(axis=0, dtype=cp.int64)
+    cbar = cbar.reshape(B, m, n_p)[:, :, :n]
+    e = cbar.max(axis=-1).astype(cp.float64)
+    f = cbar.max(axis=-2).astype(cp.float64)
+    batch = ops.batch
+    return (
+        s.reshape(batch + (m,)), t.reshape(batch + (n,)),
+        e.reshape(batch + (m,)), f.reshape(batch + (n,)),
+    )  # fmt: skip
+
+
+def _cert_operand(re, im, strides, B, R, Rpad, C, Cp, k_major, shift, ebound, scale, l1fac):
+    """bf16 magnitudes (B, Rpad, Cp) (or (B, Cp, Rpad) when ``k_major``) of the line-normalized
+    operand, its l1 upper bounds (B, R) and alpha = scale sqrt(ebound) (B, R)."""
+    chunks = -(-Cp // _STAT_CHUNK)
+    out = cp.empty((B, Cp, Rpad) if k_major else (B, Rpad, Cp), dtype=cp.uint16)
+    partial = cp.empty((B, chunks, R), dtype=cp.float64)
+    sh = cp.ascontiguousarray(shift.reshape(B, R).astype(cp.int64, copy=False))
+    fn = _stats_kernel(f"cert_operand<{_tf(im is not None)}>")
+    args = _line_args(re, im, strides) + (
+        _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides),
+        _i32(k_major), _i32(_STAT_CHUNK), sh, partial, out,
+    )  # fmt: skip
+    fn(_line_grid(Cp, _STAT_CHUNK, Rpad, B), (_THREADS,), args)
+    ev = cp.ascontiguousarray(ebound.reshape(B, R).astype(cp.float64, copy=False))
+    norm = cp.empty((B, R), dtype=cp.float64)
+    alpha = cp.empty((B, R), dtype=cp.float64)
+    lines = B * R
+    fn = _stats_kernel("cert_line_terms")
+    args = (partial, _i32(chunks), _i32(B), _i32(R), np.float64(l1fac), ev, np.float64(scale),
+            norm, alpha)  # fmt: skip
+    fn((min(-(-lines // _THREADS), 4096),), (_THREADS,), args)
+    return out, norm, alpha
+
+
+def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
+    """``emulinalg._select.ozaki2_moduli_needed(cupy, backend, ar, ai, br, bi, prescale, bits)``
+    (with this backend's bf16 ``magnitude_lower_matmul``) in the kernels of ``ozaki2_stats.cu``:
+    ``(count, beyond)``, or None to decline.
+
+    One pass per operand writes the truncated bf16 magnitudes of the line-normalized operand and
+    its l1 norms; the bf16 GEMM is ``magnitude_lower_matmul``'s; one pass over its FP32 sums
+    applies the lower-bound factor and term, evaluates the certificate in _select's float64
+    operations (in order, no FMA), writes the mask of entries beyond the most moduli and reduces
+    the smallest y of the others; the count is chosen from it on the host as _select does.
+    Every float operation is the generic one except the order of the l1 sums (here: in column
+    order, by chunks of ``_STAT_CHUNK``); both are upper bounds, and a decision can only differ
+    where y lies within a few ulps of a threshold.
+    """
+    if prescale is None or not _usable(ar, ai, br, bi):
+        return None
+    k = ar.shape[-1]
+    factor = 1.0 - (k + 2) * 2.0**-22
+    if k > _select._LOWER_K_MAX or factor <= 0:
+        return None
+    ops = _Operands(ar, ai, br, bi)
+    B, m, n = ops.B, ops.m, ops.n
+    if 0 in (B, m, k, n):
+        return None
+    cplx = ai is not None
+    s, t, e, f = prescale
+    kp, n_p = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
+    scale = 2.0 ** (int(cplx) - 5)
+    l1fac = 1.0 + (k + 2) * 2.0**-52
+    a16, na, alpha = _cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, s, e, scale, l1fac)
+    b16, nb, beta = _cert_operand(*ops.b, ops.b_strides, B, n, n_p, k, kp, True, t, f, scale, l1fac)
+    c32 = _bf16_gemm(a16, b16)
+    del a16, b16
+    beyond = cp.empty((B, m, n), dtype=cp.bool_)
+    ymin = cp.full((1,), _ALL_ONES, dtype=cp.uint64)
+    c = 1.0 if ai is None else 2.0
+    thr = 2.0 ** -crt_constants(MAX_MODULI).L
+    args = (
+        c32, _i64(n_p), _i32(B), _i32(m), _i32(n), na, alpha, nb, beta, np.float64(factor),
+        np.float64((k + 2) * 2.0**-149), np.float64(_select.TAU * 2.0**-bits),
+        np.float64(4.0 * c * k), np.float64(thr), beyond, ymin,
+    )  # fmt: skip
+    gx = min(-(-n // 32), 32)
+    gy = min(-(-(B * m) // 8), max(1, 4096 // gx), _MAX_GRID_YZ)
+    _stats_kernel("cert_entries")((gx, gy), (32, 8), args)
+    beyond = beyond.reshape(ops.batch + (m, n))
+    v = int(ymin[0])
+    if v == _ALL_ONES:
+        return None, beyond
+    y_min = float(np.array(v, dtype=np.uint64).view(np.float64))
+    count = next(
+        (nm for nm in range(MIN_MODULI, MAX_MODULI + 1) if y_min >= 2.0 ** -crt_constants(nm).L),
+        None,
+    )
+    return count, beyond

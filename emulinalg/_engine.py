@@ -249,7 +249,10 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale):
     imm = backend.int_matmul
     fused = getattr(backend, "ozaki2_product", None)
     if isinstance(scheme, OzakiII) and prescale is None:
-        prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode)
+        hook = getattr(backend, "ozaki2_prescale", None)  # same contract; None: declined
+        prescale = None if hook is None else hook(ar, ai, br, bi, scheme.mode)
+        if prescale is None:
+            prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode)
     if isinstance(scheme, OzakiII) and fused is not None:
         # The backend's kernels bound their own memory: B's residues are made once.
         res = fused(ar, ai, br, bi, scheme.moduli, scheme.mode, out_dtype, prescale)
@@ -300,7 +303,10 @@ def _choose(xp, backend, ar, ai, br, bi, level: Level, family, real_name):
     if ar.shape[-1] == 1 and ai is None and level.name in ("float64", "float32"):
         return _exact_at_k1(level, family, real_name), None, None
     if family == "ozaki2":
-        prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
+        hook = getattr(backend, "ozaki2_prescale", None)  # same contract; None: declined
+        prescale = None if hook is None else hook(ar, ai, br, bi, "accurate")
+        if prescale is None:
+            prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
         count, beyond = _select.ozaki2_moduli_needed(
             xp, backend, ar, ai, br, bi, prescale, level.bits
         )

@@ -87,7 +87,14 @@ def _normalized_terms(xp, backend, ar, ai, br, bi, bits):
 
 def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
     """``(count, beyond)``: the smallest number of moduli certifying every entry that the
-    maximum certifies, and the mask of entries it does not (count None: no entry at all)."""
+    maximum certifies, and the mask of entries it does not (count None: no entry at all).
+
+    A backend may compute this in its own kernels (``backend.ozaki2_certificate``, same
+    arguments and result; it returns None to decline)."""
+    hook = getattr(backend, "ozaki2_certificate", None)
+    res = None if hook is None else hook(ar, ai, br, bi, prescale, bits)
+    if res is not None:
+        return res
     _, _, e, f = prescale
     k, R, na, nb, c = _normalized_terms(xp, backend, ar, ai, br, bi, bits)
     # alpha_i = 2**-s_i sqrt(e_i) with s_i = 5 - ea_i - cplx, normalized by 2**ea_i

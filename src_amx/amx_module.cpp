@@ -8,13 +8,17 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "cpu_id.hpp"
 #include "gemm.hpp"
+#include "blocking.hpp"
 #include "kernel.hpp"
+#include "pack.hpp"
 #include "tile_config.hpp"
 
 namespace py = pybind11;
@@ -57,6 +61,18 @@ void require_amx(bool emulate, const char* name) {
     }
 }
 
+// An uninitialised (m, n) result in a 64-byte aligned buffer (2 MiB aligned, transparent huge
+// pages, from 2 MiB on: fewer page faults while the tiles store into it), owned by the array.
+template <class T>
+CArray<T> new_output(std::int64_t m, std::int64_t n) {
+    const std::size_t bytes = std::max<std::size_t>(1, static_cast<std::size_t>(m * n) * sizeof(T));
+    void* p = amx::alloc_bytes(bytes);
+    py::capsule owner(p, [](void* q) { std::free(q); });
+    const auto row = static_cast<py::ssize_t>(n * static_cast<std::int64_t>(sizeof(T)));
+    return CArray<T>({static_cast<py::ssize_t>(m), static_cast<py::ssize_t>(n)},
+                     {row, static_cast<py::ssize_t>(sizeof(T))}, static_cast<T*>(p), owner);
+}
+
 void check_ok(bool ok, const char* name) {
     if (!ok) {
         throw std::runtime_error(std::string(name) +
@@ -75,7 +91,7 @@ CArray<std::int32_t> gemm_s8s8s32(const CArray<std::int8_t>& a, const CArray<std
                               ": int32 sums of int8 products could overflow; block K");
     }
     require_amx(emulate, name);
-    CArray<std::int32_t> c({m, n});
+    CArray<std::int32_t> c = new_output<std::int32_t>(m, n);
     const std::int8_t* pa = a.data();
     const std::int8_t* pb = b.data();
     std::int32_t* pc = c.mutable_data();
@@ -99,7 +115,7 @@ CArray<float> gemm_bf16bf16f32(const CArray<std::uint16_t>& a, const CArray<std:
     std::int64_t m, k, n;
     shapes(a, b, m, k, n, name);
     require_amx(emulate, name);
-    CArray<float> c({m, n});
+    CArray<float> c = new_output<float>(m, n);
     const std::uint16_t* pa = a.data();
     const std::uint16_t* pb = b.data();
     float* pc = c.mutable_data();
@@ -137,9 +153,94 @@ py::dict features() {
     return d;
 }
 
+py::dict tuning_dict(const amx::Tuning& t) {
+    py::dict d;
+    d["mc"] = t.mc;
+    d["nc"] = t.nc;
+    d["kc"] = t.kc;
+    d["order"] = t.order;
+    d["sched"] = t.sched;
+    d["prefetch"] = t.prefetch;
+    d["partition"] = t.partition;
+    d["pack_a"] = t.pack_a;
+    d["nest"] = t.nest;
+    d["stream"] = t.stream;
+    d["spec"] = amx::format_tuning(t);
+    return d;
+}
+
+py::dict blocking() { return tuning_dict(amx::current_tuning()); }
+
+py::dict set_blocking(const py::object& spec, const py::kwargs& kw) {
+    const amx::Tuning old = amx::current_tuning();
+    amx::Tuning t = old;
+    if (!spec.is_none()) {
+        const std::string err = amx::parse_tuning(spec.cast<std::string>(), t);
+        if (!err.empty()) throw py::value_error("set_blocking: " + err);
+    }
+    for (auto item : kw) {
+        const std::string key = item.first.cast<std::string>();
+        const std::string err = amx::set_knob(t, key, item.second.cast<long long>());
+        if (!err.empty()) throw py::value_error("set_blocking: " + err);
+    }
+    const std::string err = amx::validate(t);
+    if (!err.empty()) throw py::value_error("set_blocking: " + err);
+    amx::set_current_tuning(t);
+    return tuning_dict(old);
+}
+
+py::dict plan(std::int64_t m, std::int64_t n, std::int64_t k, const std::string& dtype,
+              int threads) {
+    if (m < 0 || n < 0 || k < 0) throw py::value_error("plan: negative size");
+    std::int64_t kt;
+    if (dtype == "int8") kt = amx::k_per_tile<std::int8_t>();
+    else if (dtype == "bf16") kt = amx::k_per_tile<std::uint16_t>();
+    else throw py::value_error("plan: dtype must be 'int8' or 'bf16'");
+    const amx::Tuning t = amx::current_tuning();
+    const std::int64_t mp = amx::ceil_div(m, amx::kRegRows) * amx::kRegRows;
+    const std::int64_t np = amx::ceil_div(n, amx::kRegCols) * amx::kRegCols;
+    const amx::Plan p = amx::make_plan(t, mp, np, amx::ceil_div(k, kt), amx::resolve_threads(threads));
+    py::dict d;
+    d["rows"] = p.rows;
+    d["cols"] = p.cols;
+    d["ktiles"] = p.ktiles;
+    d["mc"] = p.mcr * amx::kRegRows;
+    d["nc"] = p.ncr * amx::kRegCols;
+    d["kc"] = p.kc;
+    d["order"] = p.order;
+    d["sched"] = p.sched;
+    d["prefetch"] = p.prefetch;
+    d["partition"] = p.partition;
+    d["nest"] = p.nest;
+    d["stream"] = p.stream;
+    d["pack_a"] = t.pack_a != 0 || m % amx::kRegRows != 0 || k % kt != 0;
+    d["grid"] = py::make_tuple(p.grid_rows, p.grid_cols);
+    d["team"] = p.team;
+    d["tasks"] = p.tasks;
+    return d;
+}
+
+py::dict cache_info() {
+    auto& pool = amx::BufferPool::instance();
+    py::dict d;
+    d["cached_bytes"] = pool.cached();
+    d["limit_bytes"] = pool.limit();
+    return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_amx, m) {
+    if (const char* env = std::getenv("EMULINALG_AMX_BLOCKING")) {
+        amx::Tuning t;
+        const std::string err = amx::parse_tuning(env, t);
+        if (err.empty()) {
+            amx::set_current_tuning(t);
+        } else if (PyErr_WarnEx(PyExc_RuntimeWarning,
+                                ("EMULINALG_AMX_BLOCKING ignored: " + err).c_str(), 1) != 0) {
+            throw py::error_already_set();
+        }
+    }
     m.doc() =
         "Exact INT8 (TDPBSSD) and BF16 (TDPBF16PS) tile GEMMs on Intel AMX, dispatched at run "
         "time (CPUID, XCR0, Linux arch_prctl permission), and the same kernels on a scalar tile "
@@ -156,6 +257,33 @@ PYBIND11_MODULE(_amx, m) {
     m.def("features", &features,
           "Dict: amx_tile, amx_int8, amx_bf16 (CPUID), os_xtiledata (XCR0), compiled_amx, "
           "permission (Linux XTILEDATA granted), available, openmp, max_threads.");
+    m.def("blocking", &blocking,
+          "The blocking knobs the GEMMs use now (dict; 'spec' is the string form that "
+          "set_blocking and the EMULINALG_AMX_BLOCKING variable accept). 0 in mc/nc/kc means "
+          "the default (blocking.hpp).");
+    m.def("set_blocking", &set_blocking, py::arg("spec") = py::none(),
+          "Set blocking knobs for the following GEMM calls (process-wide): a spec string "
+          "'mc=256,nc=512,kc=8,order=0,sched=0,prefetch=1,partition=0,pack_a=1,nest=0,stream=0' ('default' "
+          "resets) and/or keyword arguments of the same names. mc, nc: rows / columns of the C "
+          "block and B panel kept in L2 (multiples of 32); kc: K tiles per chunk (C tiles "
+          "reloaded between chunks; kc >= K tiles keeps C in the tiles); order: 0 = A strip "
+          "L1-resident (j innermost), 1 = B pair L1-resident; sched: load/dot order (0-2); "
+          "prefetch: bit 0 next strip into L2, bit 1 next block into L1; partition: 0 static "
+          "2-D thread grid, 1 dynamic tasks; pack_a: 0 loads A tiles from the input when no "
+          "padding is needed; nest: 0 = loops jc, ic, pc (C block in L2), 1 = jc, pc, ic; "
+          "stream: 1 loads the streamed operand with TILELOADDT1. "
+          "Results do not depend on the knobs (INT8 exact; BF16 sums each "
+          "entry's K tiles in ascending order). Returns the previous settings.");
+    m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::kw_only(),
+          py::arg("dtype") = "int8", py::arg("threads") = 0,
+          "The blocking a call of this size would run with the current knobs (dict: grid, "
+          "team, resolved mc/nc/kc, ...).");
+    m.def("cache_info", &cache_info,
+          "Packed-panel buffers cached between calls: cached_bytes, limit_bytes "
+          "(EMULINALG_AMX_CACHE_MB, default 256).");
+    m.def(
+        "clear_cache", [] { return amx::BufferPool::instance().clear(); },
+        "Free the cached packed-panel buffers; returns the bytes freed.");
     m.def("gemm_s8s8s32", &gemm_s8s8s32, py::arg("a"), py::arg("b"), py::kw_only(),
           py::arg("emulate") = false, py::arg("threads") = 0,
           "Exact int8 (m, k) @ int8 (k, n) -> int32 (m, n) with TDPBSSD.\n\n"

@@ -4,23 +4,27 @@
 //   Ops:    the tile operations (AmxTileOps: the real instructions; EmulatedTileOps: a scalar
 //           model of them),
 // so that the emulated instantiation, which runs everywhere, exercises exactly the packing,
-// padding, blocking and indexing of the AMX one.
+// padding, blocking, partitioning and indexing of the AMX one.
 //
 // gemm<Traits, Ops>(a, b, c, m, n, k, threads): C (m x n) = A (m x k) B (k x n), all
-// row-major and contiguous. Steps: pack A and B (pack.hpp, B in VNNI layout, once per call);
-// pad m and n to the 32 x 32 register block (a padded C buffer unless both are multiples of
-// 32); parallel loop over m_block x n_block tasks (blocking.hpp), each configuring its thread's
-// tiles once; copy the valid part of C out.
+// row-major and contiguous. Steps: pack B into VNNI tiles and A into tiles (pack.hpp, in
+// parallel, once per call; A is tile-loaded straight from the input instead when pack_a=0 and
+// no padding is needed); resolve the blocking (blocking.hpp: the loop nest and its knobs);
+// start one team in which each thread configures its tiles once and computes its region of C
+// (static 2-D grid) or its mc x nc tasks (dynamic). Register blocks that stick out of C (m or n
+// not multiples of 32) go through a 32 x 32 scratch block, so C needs no padded copy.
 //
 // Exactness (INT8): TDPBSSD accumulates in int32 modulo 2^32, so C is exact when every partial
 // sum stays in int32. For int8 inputs |a b| <= 128 * 128 = 2^14, so k <= kMaxKS8 = 2^17 - 1
 // guarantees |C| <= (2^17 - 1) 2^14 < 2^31; callers block K beyond that (backends/amx.py).
+// BF16: every C entry accumulates its K tiles in ascending order from zero (blocking.hpp), so
+// the result is independent of the blocking and threads, and equal to the tile model's.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <vector>
+#include <type_traits>
 
 #include "blocking.hpp"
 #include "pack.hpp"
@@ -55,81 +59,258 @@ struct Bf16Traits {
 // Tile registers of the 2 x 2 block: C_ij in tmm(2i+j), A_i in tmm(4+i), B_j in tmm(6+j).
 enum : int { kC00 = 0, kC01 = 1, kC10 = 2, kC11 = 3, kA0 = 4, kA1 = 5, kB0 = 6, kB1 = 7 };
 
-// C[32 x 32] (+)= A[32 x K block] B[K block x 32] for one register block. `c` points at the
-// block's top-left entry in a C buffer with row stride ldc elements; `first` starts the sums
-// from zero instead of reloading the previous K block's partial sums.
-template <class Traits, class Ops>
-inline void register_block(Ops& ops, const Panel& pa, const Panel& pb, std::int64_t ib,
-                           std::int64_t jb, std::int64_t kt0, std::int64_t kt1,
-                           typename Traits::Acc* c, std::int64_t ldc, bool first) {
-    using Acc = typename Traits::Acc;
-    const std::int64_t stride = ldc * static_cast<std::int64_t>(sizeof(Acc));
-    Acc* c10 = c + 16 * ldc;
-    if (first) {
-        ops.template zero<kC00>();
-        ops.template zero<kC01>();
-        ops.template zero<kC10>();
-        ops.template zero<kC11>();
-    } else {
-        ops.template load<kC00>(c, stride);
-        ops.template load<kC01>(c + 16, stride);
-        ops.template load<kC10>(c10, stride);
-        ops.template load<kC11>(c10 + 16, stride);
-    }
-    for (std::int64_t kt = kt0; kt < kt1; ++kt) {
-        // Interleaved so each dot product's operands were loaded one step earlier.
-        ops.template load<kA0>(pa.tile(ib, kt), kTileBytes);
-        ops.template load<kB0>(pb.tile(jb, kt), kTileBytes);
-        Traits::template dot<kC00, kA0, kB0>(ops);
-        ops.template load<kB1>(pb.tile(jb + 1, kt), kTileBytes);
-        Traits::template dot<kC01, kA0, kB1>(ops);
-        ops.template load<kA1>(pa.tile(ib + 1, kt), kTileBytes);
-        Traits::template dot<kC10, kA1, kB0>(ops);
-        Traits::template dot<kC11, kA1, kB1>(ops);
-    }
-    ops.template store<kC00>(c, stride);
-    ops.template store<kC01>(c + 16, stride);
-    ops.template store<kC10>(c10, stride);
-    ops.template store<kC11>(c10 + 16, stride);
+// Software prefetch (PREFETCHT0 / PREFETCHT1: x86-64 baseline, harmless on the tile model).
+constexpr int kToL1 = 3, kToL2 = 2;  // __builtin_prefetch locality of prefetcht0 / prefetcht1
+
+// The 16 rows of a tile into cache.
+template <int Locality>
+inline void prefetch_tile(const std::uint8_t* t, std::int64_t row_stride) {
+    for (int r = 0; r < kTileRows; ++r) __builtin_prefetch(t + r * row_stride, 0, Locality);
 }
 
-// C (mp x np, row stride ldc) = packed A x packed B; mp, np multiples of 32. Returns ops.ok()
-// of every thread (false only for the emulation's shape checks).
+// The K steps kt0..kt1-1 of one register block: C{00,01,10,11} += A{0,1} x B{0,1}, tiles
+// (ia, ia + 1) of A and (jb, jb + 1) of B. Sched orders the 4 loads and 4 dot products of a step
+// (the dot products write different C tiles, so the order never changes a result). Stream: 0,
+// or which operand (1 = A, 2 = B) is loaded with TILELOADDT1 (not kept in L1). pf (or null):
+// the operand whose tiles (pf_block, pf_block + 1) from kt0 on are prefetched into L1, one K
+// step per K step (the next register block's streamed tiles).
+template <class Traits, int Sched, int Stream, class Ops>
+inline void k_steps(Ops& ops, const TileSource& a, const TileSource& b, std::int64_t ia,
+                    std::int64_t jb, std::int64_t kt0, std::int64_t kt1, const TileSource* pf,
+                    std::int64_t pf_block) {
+    const std::int64_t sa = a.row_stride, sb = b.row_stride;
+    const std::uint8_t* a0 = a.tile(ia, kt0);
+    const std::uint8_t* a1 = a.tile(ia + 1, kt0);
+    const std::uint8_t* b0 = b.tile(jb, kt0);
+    const std::uint8_t* b1 = b.tile(jb + 1, kt0);
+    const std::uint8_t* p0 = pf ? pf->tile(pf_block, kt0) : nullptr;
+    const std::uint8_t* p1 = pf ? pf->tile(pf_block + 1, kt0) : nullptr;
+    auto load_a = [&](auto tile, const std::uint8_t* src) {
+        constexpr int T = decltype(tile)::value;
+        if constexpr (Stream == 1) ops.template load_stream<T>(src, sa);
+        else ops.template load<T>(src, sa);
+    };
+    auto load_b = [&](auto tile, const std::uint8_t* src) {
+        constexpr int T = decltype(tile)::value;
+        if constexpr (Stream == 2) ops.template load_stream<T>(src, sb);
+        else ops.template load<T>(src, sb);
+    };
+    using TA0 = std::integral_constant<int, kA0>;
+    using TA1 = std::integral_constant<int, kA1>;
+    using TB0 = std::integral_constant<int, kB0>;
+    using TB1 = std::integral_constant<int, kB1>;
+    for (std::int64_t kt = kt0; kt < kt1; ++kt) {
+        if constexpr (Sched == 0) {  // each dot product's operands loaded one step earlier
+            load_a(TA0{}, a0);
+            load_b(TB0{}, b0);
+            Traits::template dot<kC00, kA0, kB0>(ops);
+            load_b(TB1{}, b1);
+            Traits::template dot<kC01, kA0, kB1>(ops);
+            load_a(TA1{}, a1);
+            Traits::template dot<kC10, kA1, kB0>(ops);
+            Traits::template dot<kC11, kA1, kB1>(ops);
+        } else if constexpr (Sched == 1) {  // all loads, then all dot products
+            load_a(TA0{}, a0);
+            load_a(TA1{}, a1);
+            load_b(TB0{}, b0);
+            load_b(TB1{}, b1);
+            Traits::template dot<kC00, kA0, kB0>(ops);
+            Traits::template dot<kC01, kA0, kB1>(ops);
+            Traits::template dot<kC10, kA1, kB0>(ops);
+            Traits::template dot<kC11, kA1, kB1>(ops);
+        } else {  // schedule 0 with A and B swapped (B-major)
+            load_b(TB0{}, b0);
+            load_a(TA0{}, a0);
+            Traits::template dot<kC00, kA0, kB0>(ops);
+            load_a(TA1{}, a1);
+            Traits::template dot<kC10, kA1, kB0>(ops);
+            load_b(TB1{}, b1);
+            Traits::template dot<kC01, kA0, kB1>(ops);
+            Traits::template dot<kC11, kA1, kB1>(ops);
+        }
+        if (p0 != nullptr) {
+            prefetch_tile<kToL1>(p0, pf->row_stride);
+            prefetch_tile<kToL1>(p1, pf->row_stride);
+            p0 += pf->kt_stride;
+            p1 += pf->kt_stride;
+        }
+        a0 += a.kt_stride;
+        a1 += a.kt_stride;
+        b0 += b.kt_stride;
+        b1 += b.kt_stride;
+    }
+}
+
+template <class Traits, int Stream, class Ops>
+inline void k_steps_sched(int sched, Ops& ops, const TileSource& a, const TileSource& b,
+                          std::int64_t ia, std::int64_t jb, std::int64_t kt0, std::int64_t kt1,
+                          const TileSource* pf, std::int64_t pf_block) {
+    switch (sched) {
+        case 0: k_steps<Traits, 0, Stream>(ops, a, b, ia, jb, kt0, kt1, pf, pf_block); break;
+        case 1: k_steps<Traits, 1, Stream>(ops, a, b, ia, jb, kt0, kt1, pf, pf_block); break;
+        default: k_steps<Traits, 2, Stream>(ops, a, b, ia, jb, kt0, kt1, pf, pf_block); break;
+    }
+}
+
+// One thread's share of a product: its tile configuration (loaded once, in the constructor)
+// and the loop nest of blocking.hpp over rectangles of register blocks.
 template <class Traits, class Ops>
-bool gemm_packed(const Panel& pa, const Panel& pb, typename Traits::Acc* c, std::int64_t ldc,
-                 std::int64_t mp, std::int64_t np, int threads) {
-    const Blocking bl = choose_blocking(mp, np, threads);
-    const std::int64_t task_rows = ceil_div(mp, bl.m_block);
-    const std::int64_t task_cols = ceil_div(np, bl.n_block);
-    const std::int64_t tasks = task_rows * task_cols;
-    const std::int64_t ktiles = pa.ktiles;
-    const TileConfig cfg = full_tile_config();
-    bool all_ok = true;
-#pragma omp parallel num_threads(threads) reduction(&& : all_ok)
-    {
-        Ops ops;  // per thread: its own tile configuration (and, emulated, its own tiles)
-        ops.configure(cfg);
-#pragma omp for schedule(dynamic, 1)
-        for (std::int64_t t = 0; t < tasks; ++t) {
-            const std::int64_t i0 = (t / task_cols) * bl.m_block;
-            const std::int64_t j0 = (t % task_cols) * bl.n_block;
-            const std::int64_t i1 = std::min(mp, i0 + bl.m_block);
-            const std::int64_t j1 = std::min(np, j0 + bl.n_block);
-            for (std::int64_t kt0 = 0; kt0 < ktiles; kt0 += bl.k_tiles) {
-                const std::int64_t kt1 = std::min(ktiles, kt0 + bl.k_tiles);
-                for (std::int64_t i = i0; i < i1; i += kRegRows) {
-                    for (std::int64_t j = j0; j < j1; j += kRegCols) {
-                        register_block<Traits>(ops, pa, pb, i / 16, j / 16, kt0, kt1,
-                                               c + i * ldc + j, ldc, kt0 == 0);
+class Worker {
+public:
+    using Acc = typename Traits::Acc;
+
+    Worker(const TileSource& a, const TileSource& b, Acc* c, std::int64_t m, std::int64_t n,
+           const Plan& plan)
+        : a_(a), b_(b), c_(c), m_(m), n_(n), plan_(plan) {
+        ops_.configure(full_tile_config());
+    }
+    ~Worker() { ops_.release(); }
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+    bool ok() const { return ops_.ok(); }
+
+    // Register-block rows [r0, r1) x columns [c0, c1) of C, all of K.
+    void region(std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+        const Plan& p = plan_;
+        for (std::int64_t jc = c0; jc < c1; jc += p.ncr) {
+            const std::int64_t jce = std::min(c1, jc + p.ncr);
+            if (p.nest == 0) {
+                for (std::int64_t ic = r0; ic < r1; ic += p.mcr) {
+                    for (std::int64_t pc = 0; pc < p.ktiles; pc += p.kc) {
+                        chunk(ic, std::min(r1, ic + p.mcr), jc, jce, pc);
+                    }
+                }
+            } else {
+                for (std::int64_t pc = 0; pc < p.ktiles; pc += p.kc) {
+                    for (std::int64_t ic = r0; ic < r1; ic += p.mcr) {
+                        chunk(ic, std::min(r1, ic + p.mcr), jc, jce, pc);
                     }
                 }
             }
         }
-        all_ok = ops.ok();
-        ops.release();
     }
-    return all_ok;
-}
+
+private:
+    void chunk(std::int64_t ic, std::int64_t ice, std::int64_t jc, std::int64_t jce,
+               std::int64_t pc) {
+        const std::int64_t pce = std::min(plan_.ktiles, pc + plan_.kc);
+        if (plan_.order == 0) {
+            chunk<0>(ic, ice, jc, jce, pc, pce);
+        } else {
+            chunk<1>(ic, ice, jc, jce, pc, pce);
+        }
+    }
+
+    // One K chunk [pc, pce) of the C block [ic, ice) x [jc, jce). Order 0: per 32-row strip i
+    // (its A tiles stay in L1), all j; order 1: per 32-column strip j (B tiles in L1), all i.
+    template <int Order>
+    void chunk(std::int64_t ic, std::int64_t ice, std::int64_t jc, std::int64_t jce,
+               std::int64_t pc, std::int64_t pce) {
+        const Plan& p = plan_;
+        const bool first = pc == 0;
+        // outer strips o in [o0, o1) (L1-resident operand), inner blocks q in [q0, q1)
+        const std::int64_t o0 = Order == 0 ? ic : jc, o1 = Order == 0 ? ice : jce;
+        const std::int64_t q0 = Order == 0 ? jc : ic, q1 = Order == 0 ? jce : ice;
+        const TileSource& outer = Order == 0 ? a_ : b_;  // the operand reused from L1
+        const TileSource& inner = Order == 0 ? b_ : a_;  // the operand streamed from L2
+        const std::int64_t nq = q1 - q0;
+        for (std::int64_t o = o0; o < o1; ++o) {
+            // The next strip of the outer operand: the next o of this chunk, else the first
+            // of the next chunk, else none (the next block starts cold, as it would anyway).
+            std::int64_t next_o = -1, next_k0 = pc, next_k1 = pce;
+            if (p.prefetch & 1) {
+                if (o + 1 < o1) {
+                    next_o = o + 1;
+                } else if (pce < p.ktiles) {
+                    next_o = o0;
+                    next_k0 = pce;
+                    next_k1 = std::min(p.ktiles, pce + p.kc);
+                }
+            }
+            const std::int64_t lines = next_o >= 0 ? 2 * kTileRows * (next_k1 - next_k0) : 0;
+            for (std::int64_t q = q0; q < q1; ++q) {
+                if (lines > 0) {  // this block's share of the next strip, into L2
+                    prefetch_lines(outer, 2 * next_o, next_k0, next_k1 - next_k0,
+                                   lines * (q - q0) / nq, lines * (q - q0 + 1) / nq);
+                }
+                const bool pf_next = (p.prefetch & 2) && q + 1 < q1;
+                const std::int64_t i = Order == 0 ? o : q, j = Order == 0 ? q : o;
+                block(i, j, pc, pce, first, pf_next ? &inner : nullptr, 2 * (q + 1));
+            }
+        }
+    }
+
+    // Lines [l0, l1) of the 2 x nk tiles (blocks blk, blk + 1; K tiles k0..k0+nk-1) into L2.
+    static void prefetch_lines(const TileSource& s, std::int64_t blk, std::int64_t k0,
+                               std::int64_t nk, std::int64_t l0, std::int64_t l1) {
+        const std::int64_t per_block = nk * kTileRows;
+        for (std::int64_t l = l0; l < l1; ++l) {
+            const std::int64_t bi = l / per_block, rem = l % per_block;
+            const std::uint8_t* t = s.tile(blk + bi, k0 + rem / kTileRows);
+            __builtin_prefetch(t + (rem % kTileRows) * s.row_stride, 0, kToL2);
+        }
+    }
+
+    // Register block (i, j) over K tiles [kt0, kt1): C rows 32 i.., columns 32 j...
+    void block(std::int64_t i, std::int64_t j, std::int64_t kt0, std::int64_t kt1, bool first,
+               const TileSource* pf, std::int64_t pf_block) {
+        const std::int64_t row0 = i * kRegRows, col0 = j * kRegCols;
+        const std::int64_t rows = std::min<std::int64_t>(kRegRows, m_ - row0);
+        const std::int64_t cols = std::min<std::int64_t>(kRegCols, n_ - col0);
+        const bool edge = rows < kRegRows || cols < kRegCols;
+        Acc* c = edge ? scratch_ : c_ + row0 * n_ + col0;
+        const std::int64_t ldc = edge ? kRegCols : n_;
+        const std::int64_t stride = ldc * static_cast<std::int64_t>(sizeof(Acc));
+        Acc* c10 = c + 16 * ldc;
+        if (first) {
+            ops_.template zero<kC00>();
+            ops_.template zero<kC01>();
+            ops_.template zero<kC10>();
+            ops_.template zero<kC11>();
+        } else {
+            if (edge) {
+                scratch_in(row0, col0, rows, cols);
+                ops_.fence();  // the tile loads below must see the scratch just written
+            }
+            ops_.template load<kC00>(c, stride);
+            ops_.template load<kC01>(c + 16, stride);
+            ops_.template load<kC10>(c10, stride);
+            ops_.template load<kC11>(c10 + 16, stride);
+        }
+        const int sched = plan_.sched;
+        if (!plan_.stream) {
+            k_steps_sched<Traits, 0>(sched, ops_, a_, b_, 2 * i, 2 * j, kt0, kt1, pf, pf_block);
+        } else if (plan_.order == 0) {  // B streams past the L1-resident A strip
+            k_steps_sched<Traits, 2>(sched, ops_, a_, b_, 2 * i, 2 * j, kt0, kt1, pf, pf_block);
+        } else {
+            k_steps_sched<Traits, 1>(sched, ops_, a_, b_, 2 * i, 2 * j, kt0, kt1, pf, pf_block);
+        }
+        ops_.template store<kC00>(c, stride);
+        ops_.template store<kC01>(c + 16, stride);
+        ops_.template store<kC10>(c10, stride);
+        ops_.template store<kC11>(c10 + 16, stride);
+        if (edge) scratch_out(row0, col0, rows, cols);
+    }
+
+    void scratch_in(std::int64_t row0, std::int64_t col0, std::int64_t rows, std::int64_t cols) {
+        std::fill(scratch_, scratch_ + kRegRows * kRegCols, Acc(0));
+        for (std::int64_t r = 0; r < rows; ++r) {
+            std::memcpy(scratch_ + r * kRegCols, c_ + (row0 + r) * n_ + col0, cols * sizeof(Acc));
+        }
+    }
+    void scratch_out(std::int64_t row0, std::int64_t col0, std::int64_t rows, std::int64_t cols) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+            std::memcpy(c_ + (row0 + r) * n_ + col0, scratch_ + r * kRegCols, cols * sizeof(Acc));
+        }
+    }
+
+    Ops ops_;
+    TileSource a_, b_;
+    Acc* c_;
+    std::int64_t m_, n_;
+    Plan plan_;
+    alignas(64) Acc scratch_[kRegRows * kRegCols];
+};
 
 inline int resolve_threads(int threads) {
 #ifdef _OPENMP
@@ -140,29 +321,87 @@ inline int resolve_threads(int threads) {
 #endif
 }
 
+inline int thread_id() {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+inline int team_size() {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
+// C (m x n, contiguous) from A's and B's tiles (A: ceil(m/16) blocks, B: ceil(n/16) blocks,
+// `ktiles` K tiles each, zero padded) with `plan`. Returns ops.ok() of every thread (false only
+// for the emulation's shape checks).
+template <class Traits, class Ops>
+bool gemm_tiles(const TileSource& a, const TileSource& b, typename Traits::Acc* c,
+                std::int64_t m, std::int64_t n, const Plan& plan) {
+    bool all_ok = true;
+#pragma omp parallel num_threads(plan.team) reduction(&& : all_ok)
+    {
+        Worker<Traits, Ops> w(a, b, c, m, n, plan);
+        if (plan.partition == 0) {
+            // One grid region per thread (looping only if OpenMP gave fewer threads).
+            for (int t = thread_id(); t < plan.team; t += team_size()) {
+                const int gr = t / plan.grid_cols, gc = t % plan.grid_cols;
+                w.region(split_point(plan.rows, plan.grid_rows, gr),
+                         split_point(plan.rows, plan.grid_rows, gr + 1),
+                         split_point(plan.cols, plan.grid_cols, gc),
+                         split_point(plan.cols, plan.grid_cols, gc + 1));
+            }
+        } else {
+            // Tasks column-panel major: threads running at the same time share B panels.
+            const std::int64_t row_tasks = ceil_div(plan.rows, plan.mcr);
+#pragma omp for schedule(dynamic, 1)
+            for (std::int64_t t = 0; t < plan.tasks; ++t) {
+                const std::int64_t r0 = (t % row_tasks) * plan.mcr;
+                const std::int64_t c0 = (t / row_tasks) * plan.ncr;
+                w.region(r0, std::min(plan.rows, r0 + plan.mcr), c0,
+                         std::min(plan.cols, c0 + plan.ncr));
+            }
+        }
+        all_ok = w.ok();
+    }
+    return all_ok;
+}
+
 // C (m x n) = A (m x k) B (k x n), contiguous row-major. Returns false if the emulation's shape
 // checks failed (a bug in this file, never expected).
 template <class Traits, class Ops>
 bool gemm(const typename Traits::In* a, const typename Traits::In* b, typename Traits::Acc* c,
           std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+    using In = typename Traits::In;
     using Acc = typename Traits::Acc;
+    constexpr std::int64_t KT = k_per_tile<In>();
     threads = resolve_threads(threads);
     if (m == 0 || n == 0) return true;
     if (k == 0) {
         std::fill(c, c + m * n, Acc(0));
         return true;
     }
+    const Tuning tuning = current_tuning();
     const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
-    const Panel pa = pack_a(a, m, k, k, mp / 16, threads);
+    const std::int64_t ktiles = ceil_div(k, KT);
     const Panel pb = pack_b_vnni(b, k, n, n, np / 16, threads);
-    if (mp == m && np == n) return gemm_packed<Traits, Ops>(pa, pb, c, n, mp, np, threads);
-    std::vector<Acc> padded(static_cast<std::size_t>(mp * np));
-    const bool ok = gemm_packed<Traits, Ops>(pa, pb, padded.data(), np, mp, np, threads);
-    for (std::int64_t i = 0; i < m; ++i) {
-        std::memcpy(c + i * n, padded.data() + i * np, n * sizeof(Acc));
+    Panel pa;
+    TileSource as;
+    if (tuning.pack_a == 0 && m % kRegRows == 0 && k % KT == 0) {
+        const std::int64_t lda = k * static_cast<std::int64_t>(sizeof(In));  // bytes
+        as = {reinterpret_cast<const std::uint8_t*>(a), kTileRows * lda, kTileBytes, lda};
+    } else {
+        pa = pack_a(a, m, k, k, mp / 16, threads);
+        as = pa.source();
     }
-    return ok;
+    const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
+    return gemm_tiles<Traits, Ops>(as, pb.source(), c, m, n, plan);
 }
 
 }  // namespace emulinalg::amx

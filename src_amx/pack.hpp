@@ -1,4 +1,5 @@
-// Packing of the GEMM operands into tile-major panels, zero padded to whole tiles.
+// Memory and packing of the GEMM operands: huge-page-friendly buffers (cached between calls),
+// and tile-major panels, zero padded to whole tiles.
 //
 // Every 16-row x 64-byte tile is stored contiguously (1 KiB, loaded with stride 64: compact
 // loads are faster than strided ones), and the tiles of one 16-row block of A (16-column block
@@ -11,40 +12,187 @@
 // KT = 64 / sizeof(T) = 16 G is the K depth of one tile. This is the layout the SDM's pseudo-code
 // reads as B.row[k].dword[n]. Padding (rows of A beyond m, columns of B beyond n, K beyond k)
 // is zero, which adds nothing to integer sums and only +0 to BF16 ones.
+//
+// Both packers are parallel (OpenMP, over tiles) and write whole 64-byte lines; B's VNNI
+// interleave uses SSE2 (the x86-64 baseline, so this header stays safe in every translation
+// unit: it is compiled into the AMX and the non-AMX objects alike).
 #pragma once
+
+#include <emmintrin.h>  // SSE2: x86-64 baseline
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
+#include <mutex>
+#include <utility>
+#include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "blocking.hpp"
 #include "tile_config.hpp"
 
 namespace emulinalg::amx {
 
-struct AlignedFree {
-    void operator()(std::uint8_t* p) const { ::operator delete(p, std::align_val_t(64)); }
-};
-using AlignedBytes = std::unique_ptr<std::uint8_t[], AlignedFree>;
+// ---- buffers -------------------------------------------------------------------------------
 
-inline AlignedBytes aligned_bytes(std::size_t n) {
-    return AlignedBytes(static_cast<std::uint8_t*>(::operator new(n, std::align_val_t(64))));
+constexpr std::size_t kHugePage = std::size_t(2) << 20;
+
+// At least `bytes` (rounded up to 64, or to 2 MiB from 2 MiB on), aligned to 64 bytes, or to
+// 2 MiB with MADV_HUGEPAGE for the large ones (transparent huge pages: 512x fewer page faults
+// and TLB misses). Release with std::free. Throws std::bad_alloc.
+inline void* alloc_bytes(std::size_t bytes, std::size_t* capacity = nullptr) {
+    const std::size_t align = bytes >= kHugePage ? kHugePage : 64;
+    const std::size_t cap = std::max<std::size_t>(align, (bytes + align - 1) / align * align);
+    void* p = nullptr;
+    if (posix_memalign(&p, align, cap) != 0 || p == nullptr) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (align == kHugePage) madvise(p, cap, MADV_HUGEPAGE);  // advice only: errors ignored
+#endif
+    if (capacity) *capacity = cap;
+    return p;
 }
 
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// Packed panels are cached between calls (a Scheme II product runs ~18 GEMMs of one size back
+// to back), up to EMULINALG_AMX_CACHE_MB MiB in all (default 256; 0 disables). Thread-safe: the
+// GEMMs run without the GIL.
+class BufferPool {
+public:
+    static BufferPool& instance() {
+        static BufferPool pool;
+        return pool;
+    }
+    // A buffer of at least `bytes`: the smallest cached one that fits, else a new one.
+    std::pair<void*, std::size_t> acquire(std::size_t bytes) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            std::size_t best = free_.size();
+            for (std::size_t i = 0; i < free_.size(); ++i) {
+                if (free_[i].second >= bytes &&
+                    (best == free_.size() || free_[i].second < free_[best].second)) {
+                    best = i;
+                }
+            }
+            if (best != free_.size()) {
+                auto b = free_[best];
+                free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
+                cached_ -= b.second;
+                return b;
+            }
+        }
+        std::size_t cap = 0;
+        void* p = alloc_bytes(bytes, &cap);
+        return {p, cap};
+    }
+    void release(void* p, std::size_t cap) {
+        if (p == nullptr) return;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (cap > limit_) {
+            std::free(p);
+            return;
+        }
+        while (cached_ + cap > limit_ && !free_.empty()) {  // drop the smallest first
+            auto it = std::min_element(free_.begin(), free_.end(), [](auto& x, auto& y) {
+                return x.second < y.second;
+            });
+            cached_ -= it->second;
+            std::free(it->first);
+            free_.erase(it);
+        }
+        free_.emplace_back(p, cap);
+        cached_ += cap;
+    }
+    // Frees the cached buffers; returns how many bytes that gave back.
+    std::size_t clear() {
+        std::lock_guard<std::mutex> lock(mu_);
+        const std::size_t n = cached_;
+        for (auto& b : free_) std::free(b.first);
+        free_.clear();
+        cached_ = 0;
+        return n;
+    }
+    std::size_t cached() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return cached_;
+    }
+    std::size_t limit() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return limit_;
+    }
+    void set_limit(std::size_t bytes) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            limit_ = bytes;
+        }
+        if (cached() > bytes) clear();
+    }
 
-// A panel of `blocks` x `ktiles` tiles: blocks are 16-row blocks of A or 16-column blocks of B.
+private:
+    BufferPool() {
+        const char* env = std::getenv("EMULINALG_AMX_CACHE_MB");
+        if (env != nullptr && *env != '\0') {
+            char* end = nullptr;
+            const long long mb = std::strtoll(env, &end, 10);
+            if (end != env && mb >= 0) limit_ = static_cast<std::size_t>(mb) << 20;
+        }
+    }
+    ~BufferPool() { clear(); }
+    std::mutex mu_;
+    std::vector<std::pair<void*, std::size_t>> free_;
+    std::size_t cached_ = 0;
+    std::size_t limit_ = std::size_t(256) << 20;
+};
+
+// A pooled buffer, given back to the pool when destroyed.
+class PooledBytes {
+public:
+    PooledBytes() = default;
+    explicit PooledBytes(std::size_t bytes) {
+        auto b = BufferPool::instance().acquire(bytes);
+        p_ = static_cast<std::uint8_t*>(b.first);
+        cap_ = b.second;
+    }
+    PooledBytes(PooledBytes&& o) noexcept : p_(o.p_), cap_(o.cap_) { o.p_ = nullptr; }
+    PooledBytes& operator=(PooledBytes&& o) noexcept {
+        std::swap(p_, o.p_);
+        std::swap(cap_, o.cap_);
+        return *this;
+    }
+    PooledBytes(const PooledBytes&) = delete;
+    PooledBytes& operator=(const PooledBytes&) = delete;
+    ~PooledBytes() { BufferPool::instance().release(p_, cap_); }
+    std::uint8_t* get() const { return p_; }
+
+private:
+    std::uint8_t* p_ = nullptr;
+    std::size_t cap_ = 0;
+};
+
+// ---- tiles ---------------------------------------------------------------------------------
+
+// Where the tiles of an operand are: tile (block, kt) starts at base + block * block_stride +
+// kt * kt_stride and has 16 rows `row_stride` bytes apart (the TILELOADD stride). Blocks are
+// 16-row blocks of A or 16-column blocks of B.
+struct TileSource {
+    const std::uint8_t* base = nullptr;
+    std::int64_t block_stride = 0, kt_stride = 0, row_stride = 0;
+    const std::uint8_t* tile(std::int64_t block, std::int64_t kt) const {
+        return base + block * block_stride + kt * kt_stride;
+    }
+};
+
+// A packed panel of `blocks` x `ktiles` contiguous tiles.
 struct Panel {
-    AlignedBytes bytes;
+    PooledBytes bytes;
     std::int64_t blocks = 0, ktiles = 0;
 
-    const std::uint8_t* tile(std::int64_t block, std::int64_t kt) const {
+    std::uint8_t* tile(std::int64_t block, std::int64_t kt) const {
         return bytes.get() + (block * ktiles + kt) * kTileSize;
     }
-    std::uint8_t* tile(std::int64_t block, std::int64_t kt) {
-        return bytes.get() + (block * ktiles + kt) * kTileSize;
-    }
+    TileSource source() const { return {bytes.get(), ktiles * kTileSize, kTileSize, kTileBytes}; }
 };
 
 template <class T>
@@ -57,8 +205,8 @@ inline Panel new_panel(std::int64_t blocks, std::int64_t ktiles) {
     Panel p;
     p.blocks = blocks;
     p.ktiles = ktiles;
-    p.bytes = aligned_bytes(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks * ktiles)) *
-                            kTileSize);
+    p.bytes = PooledBytes(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks * ktiles)) *
+                          kTileSize);
     return p;
 }
 
@@ -68,20 +216,54 @@ Panel pack_a(const T* a, std::int64_t m, std::int64_t k, std::int64_t lda, std::
              int threads) {
     constexpr std::int64_t KT = k_per_tile<T>();
     Panel p = new_panel(blocks, ceil_div(k, KT));
-#pragma omp parallel for num_threads(threads) schedule(static)
+    const std::int64_t ktiles = p.ktiles;
+#pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
     for (std::int64_t ib = 0; ib < blocks; ++ib) {
-        for (int r = 0; r < kTileRows; ++r) {
-            const std::int64_t i = ib * kTileRows + r;
-            for (std::int64_t kt = 0; kt < p.ktiles; ++kt) {
-                auto* dst = p.tile(ib, kt) + r * kTileBytes;
-                const std::int64_t k0 = kt * KT;
-                const std::int64_t len = i < m ? std::min(KT, k - k0) : 0;
-                if (len > 0) std::memcpy(dst, a + i * lda + k0, len * sizeof(T));
-                std::memset(dst + len * sizeof(T), 0, kTileBytes - len * sizeof(T));
+        for (std::int64_t kt = 0; kt < ktiles; ++kt) {
+            std::uint8_t* dst = p.tile(ib, kt);
+            const std::int64_t k0 = kt * KT;
+            const std::int64_t klen = std::min(KT, k - k0);
+            for (int r = 0; r < kTileRows; ++r, dst += kTileBytes) {
+                const std::int64_t i = ib * kTileRows + r;
+                if (i < m && klen == KT) {
+                    std::memcpy(dst, a + i * lda + k0, kTileBytes);
+                } else {
+                    const std::int64_t len = i < m ? klen : 0;
+                    if (len > 0) std::memcpy(dst, a + i * lda + k0, len * sizeof(T));
+                    std::memset(dst + len * sizeof(T), 0, kTileBytes - len * sizeof(T));
+                }
             }
         }
     }
     return p;
+}
+
+// One VNNI tile row from G full source rows (16 columns each): SSE2 byte / word interleaves.
+template <class T>
+inline void vnni_row(const T* const* src, std::uint8_t* dst) {
+    if constexpr (sizeof(T) == 1) {  // 4 rows of 16 int8 -> 16 x [4 int8]
+        const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[0]));
+        const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[1]));
+        const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[2]));
+        const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[3]));
+        const __m128i lo01 = _mm_unpacklo_epi8(x0, x1), hi01 = _mm_unpackhi_epi8(x0, x1);
+        const __m128i lo23 = _mm_unpacklo_epi8(x2, x3), hi23 = _mm_unpackhi_epi8(x2, x3);
+        auto* d = reinterpret_cast<__m128i*>(dst);
+        _mm_store_si128(d + 0, _mm_unpacklo_epi16(lo01, lo23));  // columns 0-3
+        _mm_store_si128(d + 1, _mm_unpackhi_epi16(lo01, lo23));  // 4-7
+        _mm_store_si128(d + 2, _mm_unpacklo_epi16(hi01, hi23));  // 8-11
+        _mm_store_si128(d + 3, _mm_unpackhi_epi16(hi01, hi23));  // 12-15
+    } else {  // 2 rows of 16 bf16 -> 16 x [2 bf16]
+        const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[0]));
+        const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[0]) + 1);
+        const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[1]));
+        const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[1]) + 1);
+        auto* d = reinterpret_cast<__m128i*>(dst);
+        _mm_store_si128(d + 0, _mm_unpacklo_epi16(a0, b0));  // columns 0-3
+        _mm_store_si128(d + 1, _mm_unpackhi_epi16(a0, b0));  // 4-7
+        _mm_store_si128(d + 2, _mm_unpacklo_epi16(a1, b1));  // 8-11
+        _mm_store_si128(d + 3, _mm_unpackhi_epi16(a1, b1));  // 12-15
+    }
 }
 
 // Pack B (k x n, row stride ldb elements) into `blocks` 16-column VNNI blocks (blocks*16 >= n).
@@ -92,19 +274,30 @@ Panel pack_b_vnni(const T* b, std::int64_t k, std::int64_t n, std::int64_t ldb,
     constexpr int G = 4 / sizeof(T);
     static_assert(G * sizeof(T) == 4 && KT == kTileRows * G, "VNNI groups fill one dword");
     Panel p = new_panel(blocks, ceil_div(k, KT));
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (std::int64_t jb = 0; jb < blocks; ++jb) {
-        const std::int64_t j0 = jb * kTileRows;  // 16 columns per block
-        const std::int64_t cols = std::max<std::int64_t>(0, std::min<std::int64_t>(16, n - j0));
-        for (std::int64_t kt = 0; kt < p.ktiles; ++kt) {
-            T* dst = reinterpret_cast<T*>(p.tile(jb, kt));
-            std::memset(dst, 0, kTileSize);
-            for (int r = 0; r < kTileRows; ++r) {
+    const std::int64_t ktiles = p.ktiles;
+    // kt outer: a thread's tiles read a contiguous band of B's rows; the 64 source lines of one
+    // tile serve the next 3 (int8) / 1 (bf16) column blocks from L1.
+#pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
+    for (std::int64_t kt = 0; kt < ktiles; ++kt) {
+        for (std::int64_t jb = 0; jb < blocks; ++jb) {
+            std::uint8_t* dst = p.tile(jb, kt);
+            const std::int64_t j0 = jb * 16;
+            const std::int64_t cols = std::max<std::int64_t>(0, std::min<std::int64_t>(16, n - j0));
+            const bool full_k = kt * KT + KT <= k;
+            for (int r = 0; r < kTileRows; ++r, dst += kTileBytes) {
+                const std::int64_t kk0 = kt * KT + std::int64_t(r) * G;
+                if (cols == 16 && full_k) {
+                    const T* src[G];
+                    for (int g = 0; g < G; ++g) src[g] = b + (kk0 + g) * ldb + j0;
+                    vnni_row<T>(src, dst);
+                    continue;
+                }
+                T* d = reinterpret_cast<T*>(dst);
+                std::memset(dst, 0, kTileBytes);
                 for (int g = 0; g < G; ++g) {
-                    const std::int64_t kk = kt * KT + std::int64_t(r) * G + g;
-                    if (kk >= k) break;
-                    const T* src = b + kk * ldb + j0;
-                    for (std::int64_t c = 0; c < cols; ++c) dst[(r * 16 + c) * G + g] = src[c];
+                    if (kk0 + g >= k) break;
+                    const T* s = b + (kk0 + g) * ldb + j0;
+                    for (std::int64_t c = 0; c < cols; ++c) d[c * G + g] = s[c];
                 }
             }
         }

@@ -1,6 +1,6 @@
 // The TileOps interface (see tile_ops_emulated.hpp) on real AMX tiles, through the compiler
-// intrinsics _tile_loadconfig, _tile_release, _tile_zero, _tile_loadd, _tile_stored,
-// _tile_dpbssd and _tile_dpbf16ps (<immintrin.h>; GCC >= 11, Clang >= 12).
+// intrinsics _tile_loadconfig, _tile_release, _tile_zero, _tile_loadd, _tile_stream_loadd,
+// _tile_stored, _tile_dpbssd and _tile_dpbf16ps (<immintrin.h>; GCC >= 11, Clang >= 12).
 //
 // Include only from translation units compiled with -mamx-tile -mamx-int8 -mamx-bf16, and run
 // only after tile_config.hpp's status() said AMX is available (CPUID, XCR0, Linux permission):
@@ -43,6 +43,10 @@ public:
     }
     void release() { _tile_release(); }
     bool ok() const { return true; }
+    // GCC's tile-load asm declares no memory input: ordinary stores the next loads must see
+    // (a scratch block just filled) need this compiler barrier in between. (The tile-store asm
+    // clobbers memory, so reads after a store are ordered already.)
+    void fence() { __asm__ volatile("" ::: "memory"); }
 
     template <int T>
     void zero() {
@@ -56,6 +60,15 @@ public:
 #define EMULINALG_LOAD(t) _tile_loadd(t, base, stride)
         EMULINALG_TILE_DISPATCH(T, EMULINALG_LOAD)
 #undef EMULINALG_LOAD
+    }
+
+    // TILELOADDT1: the same load with a hint that the data is not reused from L1 (for the
+    // streamed operand, so that it does not evict the L1-resident one).
+    template <int T>
+    void load_stream(const void* base, std::int64_t stride) {
+#define EMULINALG_LOADT1(t) _tile_stream_loadd(t, base, stride)
+        EMULINALG_TILE_DISPATCH(T, EMULINALG_LOADT1)
+#undef EMULINALG_LOADT1
     }
 
     template <int T>

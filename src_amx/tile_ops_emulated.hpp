@@ -1,5 +1,5 @@
 // Scalar C++ model of the AMX tile registers and of the five tile instructions the kernels use
-// (LDTILECFG/TILERELEASE, TILEZERO, TILELOADD, TILESTORED, TDPBSSD, TDPBF16PS), with the same
+// (LDTILECFG/TILERELEASE, TILEZERO, TILELOADD(T1), TILESTORED, TDPBSSD, TDPBF16PS), with the same
 // TileOps interface as AmxTileOps (tile_ops_amx.hpp). The GEMM template in kernel.hpp runs on
 // either, so the packing, padding, blocking and indexing that the AMX build executes are the
 // ones tested here, on machines without AMX (and on CI).
@@ -38,6 +38,7 @@ public:
     }
     void release() { std::memset(tiles_, 0, sizeof tiles_); }
     bool ok() const { return ok_; }
+    void fence() {}  // the model's loads are ordinary reads
 
     template <int T>
     void zero() {
@@ -51,6 +52,12 @@ public:
         for (int r = 0; r < cfg_.rows[T]; ++r) {
             std::memcpy(tiles_[T][r], src + r * stride, cfg_.colsb[T]);
         }
+    }
+
+    // TILELOADDT1: a TILELOADD with a cache hint; the same data movement.
+    template <int T>
+    void load_stream(const void* base, std::int64_t stride) {
+        load<T>(base, stride);
     }
 
     template <int T>

@@ -40,9 +40,15 @@ inline double __longlong_as_double(long long x) { return emu_bits<double>(&x); }
 inline float __uint_as_float(unsigned x) { return emu_bits<float>(&x); }
 inline unsigned __float_as_uint(float x) { return emu_bits<unsigned>(&x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline int __clzll(long long x) {
+  return x == 0 ? 64 : __builtin_clzll(static_cast<unsigned long long>(x));
+}
 inline int __double2int_rn(double x) { return static_cast<int>(std::nearbyint(x)); }  // RNE
 inline double __dadd_rn(double a, double b) { return a + b; }  // built with -ffp-contract=off
 inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }  // correctly rounded (IEEE)
 inline float __double2float_rz(double x) {
   float f = static_cast<float>(x);
   if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
@@ -53,6 +59,21 @@ inline T __ldg(const T* p) {
   return *p;
 }
 inline int min(int a, int b) { return std::min(a, b); }
+// Atomics: the threads of a block run concurrently here (kernels with barriers).
+inline int atomicMax(int* p, int v) {
+  int old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old < v &&
+         !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
+inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
+  unsigned long long old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old > v &&
+         !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
 inline int max(int a, int b) { return std::max(a, b); }
 
 // Runs kernel() for every thread of every block of the grid.

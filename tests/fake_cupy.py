@@ -137,6 +137,73 @@ class _Kernel:
         bits = (f.view(np.uint32) >> 16).astype(np.uint16)
         _view(out, np.uint16, (B, Rpad, Cp), (Rpad * Cp, Cp, 1))[...] = bits
 
+    # ozaki2_stats.cu --------------------------------------------------------------------------
+
+    def _operand(self, targs, re_, im, sb, sr, sc, B, R, C):
+        cplx = targs[0] == "true"
+        st = (int(sb), int(sr), int(sc))
+        X = _strided_any(re_, np.float64, (B, R, C), st)
+        Xi = _strided_any(im, np.float64, (B, R, C), st) if cplx else None
+        return X, Xi
+
+    def _line_max_exponent(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, rows_contig,
+                           chunk, emax):  # fmt: skip
+        B, R, C, chunk = int(B), int(R), int(C), int(chunk)
+        assert block == (256,) and chunk % 32 == 0 and grid[0] == -(-C // chunk)
+        assert grid[1] <= 65535 and grid[2] <= 65535
+        assert int(rows_contig) == int(sr == 1 and sc != 1)
+        X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
+        out = _view(emax, np.int32, (B, R), (R, 1))
+        out[...] = np.maximum(out, model.line_max_exponent(X, Xi))  # atomicMax
+
+    def _bound_operand(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
+                       rows_contig, emax, shift, planes):  # fmt: skip
+        B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
+        assert block == (256,) and grid[0] * 32 >= Cp and grid[1] <= 65535 and grid[2] <= 65535
+        assert Cp % 16 == 0 and Rpad >= R and Cp >= C
+        assert int(rows_contig) == int(sr == 1 and sc != 1)
+        X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
+        em = _view(emax, np.int32, (B, R), (R, 1))
+        s, p = model.bound_operand(X, Xi, em, Rpad, Cp)
+        _view(shift, np.int64, (B, R), (R, 1))[...] = s
+        _view(planes, np.int8, (B, Rpad, Cp), (Rpad * Cp, Cp, 1))[...] = p
+
+    def _cert_operand(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
+                      rows_contig, k_major, chunk, shift, partial, out):  # fmt: skip
+        B, R, C, Rpad, Cp, chunk = (int(v) for v in (B, R, C, Rpad, Cp, chunk))
+        assert block == (256,) and chunk % 32 == 0 and grid[0] == -(-Cp // chunk)
+        assert grid[1] <= 65535 and grid[2] <= 65535 and Rpad >= R and Cp >= C
+        assert (Rpad if int(k_major) else Cp) % 4 == 0  # 4 entries per 8-byte store
+        assert int(rows_contig) == int(sr == 1 and sc != 1)
+        X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
+        sh = _view(shift, np.int64, (B, R), (R, 1))
+        o, part = model.cert_operand(X, Xi, sh, Rpad, Cp, bool(int(k_major)), chunk)
+        shape = (B, Cp, Rpad) if int(k_major) else (B, Rpad, Cp)
+        _view(out, np.uint16, shape, (shape[1] * shape[2], shape[2], 1))[...] = o
+        _view(partial, np.float64, (B, grid[0], R), (grid[0] * R, R, 1))[...] = part
+
+    def _cert_line_terms(self, grid, block, targs, partial, nchunks, B, R, l1fac, e, scale,
+                         norm, alpha):  # fmt: skip
+        B, R, nchunks = int(B), int(R), int(nchunks)
+        part = _view(partial, np.float64, (B, nchunks, R), (nchunks * R, R, 1))
+        ev = _view(e, np.float64, (B, R), (R, 1))
+        nv, av = model.cert_line_terms(part, float(l1fac), ev, float(scale))
+        _view(norm, np.float64, (B, R), (R, 1))[...] = nv
+        _view(alpha, np.float64, (B, R), (R, 1))[...] = av
+
+    def _cert_entries(self, grid, block, targs, c32, n_p, B, m, n, na, alpha, nb, beta, factor,
+                      abs_term, cR, c4, thr, beyond, ymin):  # fmt: skip
+        B, m, n, n_p = int(B), int(m), int(n), int(n_p)
+        assert block == (32, 8) and grid[0] <= 65535 and grid[1] <= 65535
+        c = _view(c32, np.float32, (B, m, n_p), (m * n_p, n_p, 1))
+        lines = [_view(x, np.float64, (B, r), (r, 1)) for x, r in ((na, m), (alpha, m), (nb, n),
+                                                                   (beta, n))]  # fmt: skip
+        bey, yb = model.cert_entries(c, n, *lines, *(float(v) for v in (factor, abs_term, cR, c4,
+                                                                         thr)))  # fmt: skip
+        _view(beyond, np.uint8, (B, m, n), (m * n, n, 1))[...] = bey
+        out = _view(ymin, np.uint64, (1,), (1,))
+        out[0] = min(int(out[0]), yb)  # atomicMin
+
 
 class RawModule:
     native = False  # set by make_module
@@ -146,7 +213,12 @@ class RawModule:
         self.code, self.names, self.globals = code, name_expressions, {}
 
     def get_function(self, expr):
-        assert self.names is None or expr in self.names
+        # cupy looks a name up among the name expressions, else takes it as the symbol itself
+        # (extern "C" kernels)
+        plain = rf'extern "C" __global__ void (__launch_bounds__\(\w*\))?\s*{expr}\('
+        assert (self.names is not None and expr in self.names) or (
+            "<" not in expr and re.search(plain, self.code)
+        )
         return _Kernel(self, expr)
 
     def get_global(self, sym):
@@ -183,9 +255,25 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "void* out1, void* out2, void* out3",
     "bf16_lower": "const double* x, long long sb, long long sr, long long sc, int B, int R, "
     "int C, int Rpad, int Cp, unsigned short* out",
+    "line_max_exponent": "const double* re, const double* im, long long sb, long long sr, "
+    "long long sc, int B, int R, int C, int rows_contiguous, int chunk, int* emax",
+    "bound_operand": "const double* re, const double* im, long long sb, long long sr, "
+    "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, const int* emax, "
+    "long long* shift, unsigned* out",
+    "cert_operand": "const double* re, const double* im, long long sb, long long sr, "
+    "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, int k_major, "
+    "int chunk, const long long* shift, double* partial, unsigned short* out",
+    "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, "
+    "const double* e, double scale, double* norm, double* alpha",
+    "cert_entries": "const float* c32, long long n_p, int B, int m, int n, const double* na, "
+    "const double* alpha, const double* nb, const double* beta, double factor, "
+    "double abs_term, double cR, double c4, double thr, unsigned char* beyond, "
+    "unsigned long long* ymin",
 }
-_BARRIERS = {"ozaki2_residues": True, "ozaki2_crt": False, "bf16_lower": False}
-_CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int}
+_BARRIERS = {"ozaki2_residues": True, "ozaki2_crt": False, "bf16_lower": False,
+             "line_max_exponent": True, "bound_operand": True, "cert_operand": True,
+             "cert_line_terms": False, "cert_entries": True}  # fmt: skip
+_CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "double": ctypes.c_double}
 _LIBS: dict = {}
 
 
@@ -242,7 +330,10 @@ def _native_call(module, expr, grid, block, args):
     for sym, arr in module.globals.items():  # __constant__ tables: this module's values
         lib.set_table(sym.encode(), arr.ctypes.data, arr.nbytes)
     grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))
-    conv = [a.ctypes.data if isinstance(a, np.ndarray) else int(a) for a in args]
+    conv = [
+        a.ctypes.data if isinstance(a, np.ndarray) else float(a) if t is ctypes.c_double else int(a)
+        for a, t in zip(args, lib.run.argtypes[6:])
+    ]
     lib.run(*grid, *block, *conv)
 
 
@@ -306,6 +397,8 @@ def make_module(native=False):
         return _wrap(buf.view(dtype).reshape(shape))
 
     cp.empty = empty  # garbage-filled: every element the kernels own must be written
+    cp.bool_ = np.bool_
+    cp.full = lambda shape, value, dtype=None: _wrap(np.full(shape, value, dtype=dtype))
     cp.zeros = lambda shape, dtype=np.float64: _wrap(np.zeros(shape, dtype))
     cp.asarray = _wrap
     cp.ascontiguousarray = lambda x: _wrap(np.ascontiguousarray(x))

@@ -389,3 +389,234 @@ def residue_products(ys, moduli):
         r = [y % m for y in ys]
         out[0, 0, ell, 0, :, 0] = [v - m if v > (m - 1) // 2 else v for v in r]
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# statistics (ozaki2_stats.cu): accurate-mode prescale and the certificate
+# ----------------------------------------------------------------------------------------------
+
+INT_MIN = -(2**31)
+ALL_ONES = (1 << 64) - 1
+STAT_CHUNK = 512  # as backends/cupy.py's _STAT_CHUNK
+BF16_ALIGN = 8
+
+
+def exponent_of(x):
+    """floor(log2 |x|) from the bits (INT_MIN for 0), as the kernel's exponent_of."""
+    b = np.ascontiguousarray(x, dtype=np.float64).view(U64) & U64(0x7FFFFFFFFFFFFFFF)
+    eb = (b >> U64(52)).astype(np.int64)
+    bitlen = np.frexp(b.astype(np.float64))[1].astype(np.int64)  # exact: b < 2**52 there
+    e = np.where(eb != 0, eb - 1023, bitlen - 1075)
+    return np.where(b == 0, INT_MIN, e)
+
+
+def pow2(p):
+    """2**p (p in [-1074, 1023]) built from its bits."""
+    p = np.asarray(p, dtype=np.int64)
+    normal = _shl(np.clip(p + 1023, 1, 2046), 52)
+    sub = _shl(1, np.clip(p + 1074, 0, 63))
+    return np.where(p >= -1022, normal, sub).view(np.float64)
+
+
+def scale2(x, p):
+    """RN(x * 2**p) as the kernel: one multiplication, two (the first exact) above 2**1023."""
+    p = np.asarray(p, dtype=np.int64)
+    big = p > 1023
+    with np.errstate(over="ignore"):  # the branch not taken may overflow
+        one = x * pow2(np.where(big, 0, p))
+        two = (x * pow2(np.where(big, p - 64, 0))) * pow2(64)
+    return np.where(big, two, one)
+
+
+def ceil_small(v):
+    i = np.trunc(v)
+    return (i + (i < v)).astype(np.int64)
+
+
+def bf16_rz(v):
+    """bfloat16 bits of v >= 0 truncated toward zero (float32 rz, then the top 16 bits)."""
+    f = np.asarray(v, dtype=np.float64).astype(np.float32)
+    f = np.where(f.astype(np.float64) > v, np.nextafter(f, np.float32(0)), f)
+    return (f.view(np.uint32) >> 16).astype(np.uint16)
+
+
+def line_max_exponent(re, im):
+    """int32 (B, R) of the logical (B, R, C) operand: max exponent per line, INT_MIN if zero."""
+    e = exponent_of(re)
+    if im is not None:
+        e = np.maximum(e, exponent_of(im))
+    return e.max(axis=-1).astype(np.int32)
+
+
+def bound_operand(re, im, emax, rows_pad, cols_pad):
+    """(s, planes): shifts 5 - e - cplx (int64 (B, R)) and the int8 bound operand
+    ceil(RN(|re| 2**s)) (+ the same of |im|), zero-padded to (B, rows_pad, cols_pad)."""
+    B, R, C = re.shape
+    e = np.where(emax == INT_MIN, 0, emax).astype(np.int64)
+    s = 5 - e - int(im is not None)
+    v = ceil_small(scale2(np.abs(re), s[:, :, None]))
+    if im is not None:
+        v = v + ceil_small(scale2(np.abs(im), s[:, :, None]))
+    out = np.zeros((B, rows_pad, cols_pad), dtype=np.int8)
+    out[:, :R, :C] = v
+    return s, out
+
+
+def cert_operand(re, im, shift, rows_pad, cols_pad, k_major, chunk=STAT_CHUNK):
+    """(bf16 bits, partial sums) of cert_operand: the truncated magnitudes of the operand
+    normalized by 2**-e (e = 5 - cplx - shift), (B, rows_pad, cols_pad) or its transpose when
+    ``k_major``; the l1 sums per chunk of columns, each in column order (B, chunks, R)."""
+    B, R, C = re.shape
+    cplx = im is not None
+    p = (np.asarray(shift, dtype=np.int64) - 5 + int(cplx))[:, :, None]
+    mag = np.abs(re) if im is None else np.maximum(np.abs(re), np.abs(im))
+    out = np.zeros((B, rows_pad, cols_pad), dtype=np.uint16)
+    out[:, :R, :C] = bf16_rz(scale2(mag, p))
+    if k_major:
+        out = np.ascontiguousarray(np.swapaxes(out, -1, -2))
+    x = scale2(np.abs(re), p)
+    if cplx:
+        x = x + scale2(np.abs(im), p)
+    chunks = -(-cols_pad // chunk)
+    partial = np.zeros((B, chunks, R))
+    for ch in range(chunks):
+        acc = np.zeros((B, R))
+        for c in range(ch * chunk, min(C, (ch + 1) * chunk)):  # padded columns add +0
+            acc = acc + x[:, :, c]
+        partial[:, ch] = acc
+    return out, partial
+
+
+def cert_line_terms(partial, l1fac, e, scale):
+    """(norm, alpha) per line: the chunk sums added in order, times l1fac; scale sqrt(e)."""
+    s = np.zeros(partial[:, 0].shape)
+    for ch in range(partial.shape[1]):
+        s = s + partial[:, ch]
+    return s * l1fac, scale * np.sqrt(np.asarray(e, dtype=np.float64))
+
+
+def cert_entries(c32, n, na, alpha, nb, beta, factor, abs_term, cR, c4, thr):
+    """(beyond (B, m, n) bool, ymin bits): _select.ozaki2_moduli_needed's float64 operations on
+    the FP32 sums c32 (B, m, n_p) of the bf16 GEMM, as cert_entries does them."""
+    x = np.asarray(c32)[..., :n].astype(np.float64)
+    lam = x * factor - abs_term
+    lam = np.where(lam > 0.0, lam, 0.0)
+    R = cR * lam
+    a_i, na_i = alpha[:, :, None], na[:, :, None]
+    b_j, nb_j = beta[:, None, :], nb[:, None, :]
+    G = a_i * nb_j + b_j * na_i
+    Q = (c4 * a_i) * b_j
+    disc = (4.0 * G) * G + (4.0 * Q) * R
+    denom = 2.0 * G + np.sqrt(disc)
+    exact = denom == 0.0
+    y = np.where(exact, np.inf, (2.0 * R) / np.where(exact, 1.0, denom))
+    beyond = y < thr
+    bits = np.where(beyond, U64(ALL_ONES), y.view(U64))
+    return beyond, int(bits.min(initial=U64(ALL_ONES)))
+
+
+def _logical(ar, ai, br, bi):
+    """A as (B, m, k) and B as its transposed lines (B, n, k), real and imaginary parts."""
+    m, k = ar.shape[-2:]
+    n = br.shape[-1]
+    B = int(np.prod(ar.shape[:-2], dtype=np.int64))
+    a = [None if x is None else x.reshape(B, m, k) for x in (ar, ai)]
+    shape = ar.shape[:-2] + (k, n)
+    b = [None if x is None else np.swapaxes(np.broadcast_to(x, shape).reshape(B, k, n), -1, -2)
+         for x in (br, bi)]  # fmt: skip
+    return B, m, k, n, a, b
+
+
+def ozaki2_prescale(ar, ai, br, bi, k_block=K_BLOCK):
+    """The model of ``backends.cupy.ozaki2_prescale(..., "accurate")`` on numpy arrays."""
+    _, m, k, n, a, b = _logical(ar, ai, br, bi)
+    kp, n_p = _ceil(k, KP_ALIGN), _ceil(n, NP_ALIGN)
+    s, pa = bound_operand(*a, line_max_exponent(*a), m, kp)
+    t, pb = bound_operand(*b, line_max_exponent(*b), n_p, kp)
+    C = int8_gemms(pa[None, None], pb[None, None], k_block).astype(np.int64).sum(axis=0)
+    cbar = C[0, 0, :, :, :n]
+    batch = ar.shape[:-2]
+    e = cbar.max(axis=-1).astype(np.float64)
+    f = cbar.max(axis=-2).astype(np.float64)
+    return (s.reshape(batch + (m,)), t.reshape(batch + (n,)),
+            e.reshape(batch + (m,)), f.reshape(batch + (n,)))  # fmt: skip
+
+
+def bf16_gemm(a16, b16):
+    """FP32 sums of bf16 operands (B, m, kp) @ (B, kp, n_p): exact float64 sums rounded to
+    float32, as the CPU stand-in for cuBLAS computes them (the GPU's may differ in the last
+    bits; both paths of a comparison use the same GEMM)."""
+    fa = (a16.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    fb = (b16.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return np.matmul(fa, fb).astype(np.float32)
+
+
+def magnitude_lower_matmul(xa, xb):
+    """``backends.cupy.magnitude_lower_matmul`` with ``bf16_gemm`` (for the generic path)."""
+    k = xa.shape[-1]
+    m, n = xa.shape[-2], xb.shape[-1]
+    batch = np.broadcast_shapes(xa.shape[:-2], xb.shape[:-2])
+    B = int(np.prod(batch, dtype=np.int64))
+    kp, n_p = _ceil(k, BF16_ALIGN), _ceil(n, BF16_ALIGN)
+    a = np.zeros((B, m, kp))
+    a[:, :, :k] = np.broadcast_to(xa, batch + (m, k)).reshape(B, m, k)
+    b = np.zeros((B, kp, n_p))
+    b[:, :k, :n] = np.broadcast_to(xb, batch + (k, n)).reshape(B, k, n)
+    c = bf16_gemm(bf16_rz(a), bf16_rz(b))
+    out = c[..., :n].astype(np.float64) * (1.0 - (k + 2) * 2.0**-22)
+    return out.reshape(batch + (m, n))
+
+
+def ozaki2_certificate(ar, ai, br, bi, prescale, bits, chunk=STAT_CHUNK):
+    """The model of ``backends.cupy.ozaki2_certificate``: ``(count, beyond)``."""
+    from emulinalg._moduli import MAX_MODULI, MIN_MODULI
+    from emulinalg._select import TAU
+
+    B, m, k, n, a, b = _logical(ar, ai, br, bi)
+    cplx = ai is not None
+    s, t, e, f = (np.asarray(x) for x in prescale)
+    kp, n_p = _ceil(k, BF16_ALIGN), _ceil(n, BF16_ALIGN)
+    scale = 2.0 ** (int(cplx) - 5)
+    l1fac = 1.0 + (k + 2) * 2.0**-52
+    a16, pa = cert_operand(*a, s.reshape(B, m), m, kp, False, chunk)
+    b16, pb = cert_operand(*b, t.reshape(B, n), n_p, kp, True, chunk)
+    na, alpha = cert_line_terms(pa, l1fac, e.reshape(B, m), scale)
+    nb, beta = cert_line_terms(pb, l1fac, f.reshape(B, n), scale)
+    c32 = bf16_gemm(a16, b16)
+    c = 1.0 if ai is None else 2.0
+    thr = 2.0 ** -crt_constants(MAX_MODULI).L
+    beyond, ymin = cert_entries(
+        c32, n, na, alpha, nb, beta, 1.0 - (k + 2) * 2.0**-22, (k + 2) * 2.0**-149,
+        TAU * 2.0**-bits, 4.0 * c * k, thr,
+    )  # fmt: skip
+    beyond = beyond.reshape(ar.shape[:-2] + (m, n))
+    if ymin == ALL_ONES:
+        return None, beyond
+    y_min = float(np.array(ymin, dtype=U64).view(np.float64))
+    count = next(
+        (nm for nm in range(MIN_MODULI, MAX_MODULI + 1) if y_min >= 2.0 ** -crt_constants(nm).L),
+        None,
+    )
+    return count, beyond
+
+
+def special_lines(ar, ai, br, bi):
+    """The operands (modified in place) with, where there is room, a zero row of A and a zero
+    column of B, a row of A holding a huge entry beside subnormal ones (bounds that underflow, a
+    tie at 2**-1075), a row of A and a column of B of subnormals only (shifts above 1023) and a
+    column of B near the overflow threshold."""
+    m, k = ar.shape[-2:]
+    n = br.shape[-1]
+    if m < 4 or k < 6 or n < 4:
+        return ar, ai, br, bi
+    for x in (ar, ai):
+        if x is not None:
+            x[..., 1, :] = 0.0
+            x[..., 0, :6] = [2.0**10, 2.0**-1060, 2.0**-1070, 3 * 2.0**-1076, 5e-324, -(2.0**9)]
+            x[..., 3, :] = np.ldexp(x[..., 3, :], -1060)
+    for x in (br, bi):
+        if x is not None:
+            x[..., :, 2] = 0.0
+            x[..., :, 0] = np.ldexp(x[..., :, 0] / np.abs(x[..., :, 0]).max(), 1023) * 0.9
+            x[..., :, 3] = np.ldexp(x[..., :, 3], -1070)
+    return ar, ai, br, bi

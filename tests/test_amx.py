@@ -136,6 +136,154 @@ def test_no_amx_call_without_amx():
 
 
 # ----------------------------------------------------------------------------------------------
+# Blocking knobs (blocking.hpp): results never depend on them
+# ----------------------------------------------------------------------------------------------
+
+# Small blocks so that the shapes below cross every loop boundary (C blocks, K chunks, edge
+# register blocks, thread regions), both loop orders, schedules, prefetch modes, partitions and
+# the unpacked-A path.
+TUNINGS = [
+    "default",
+    "mc=32,nc=32,kc=1",
+    "mc=64,nc=32,kc=3,order=1",
+    "kc=2,sched=1,prefetch=3",
+    "mc=32,nc=64,kc=4,sched=2,prefetch=2,partition=1",
+    "mc=32,nc=32,kc=1,order=1,prefetch=3,partition=1",
+    "kc=3,pack_a=0",
+    "mc=32,nc=32,kc=2,order=1,prefetch=3,pack_a=0",
+    "kc=100000,prefetch=0",
+    "mc=32,nc=64,kc=2,nest=1",
+    "mc=64,nc=32,kc=3,nest=1,order=1,partition=1,prefetch=3",
+    "kc=2,stream=1,sched=2",
+    "mc=32,nc=32,kc=5,order=1,stream=1,pack_a=0",
+]
+TUNING_SHAPES = [(33, 129, 17), (64, 256, 96), (96, 640, 160), (128, 1280, 64)]
+
+
+@pytest.fixture
+def restore_blocking():
+    """Give each test the default knobs and put back whatever was set before."""
+    before = _amx.set_blocking("default")
+    yield
+    _amx.set_blocking(before["spec"])
+
+
+@pytest.mark.parametrize("spec", TUNINGS)
+@pytest.mark.parametrize(("m", "k", "n"), TUNING_SHAPES)
+def test_s8_model_exact_under_every_blocking(rng, restore_blocking, spec, m, k, n):
+    a, b = random_int8(rng, (m, k)), random_int8(rng, (k, n))
+    want = exact_int(a, b)
+    _amx.set_blocking(spec)
+    for threads in (1, 3, 4):
+        np.testing.assert_array_equal(_amx.gemm_s8s8s32(a, b, emulate=True, threads=threads), want)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), TUNING_SHAPES)
+def test_bf16_model_bit_identical_under_every_blocking(rng, restore_blocking, m, k, n):
+    """Each entry sums its K tiles in ascending order whatever the blocking and threads."""
+    a = to_bf16_bits(rng.standard_normal((m, k)))
+    b = to_bf16_bits(rng.standard_normal((k, n)))
+    want = _amx.gemm_bf16bf16f32(a, b, emulate=True, threads=1).view(np.uint32)
+    for spec in TUNINGS:
+        _amx.set_blocking("default," + spec)
+        for threads in (1, 3):
+            got = _amx.gemm_bf16bf16f32(a, b, emulate=True, threads=threads)
+            np.testing.assert_array_equal(got.view(np.uint32), want, err_msg=spec)
+
+
+def test_set_blocking_interface(restore_blocking):
+    assert _amx.blocking()["spec"] == (
+        "mc=0,nc=0,kc=0,order=0,sched=2,prefetch=1,partition=1,pack_a=1,nest=1,stream=0"
+    )  # the defaults: the sweep's best on the AMX host (blocking.hpp)
+    before = _amx.set_blocking("mc=64,kc=4", order=1)
+    assert before["mc"] == 0 and before["order"] == 0
+    now = _amx.blocking()
+    assert (now["mc"], now["kc"], now["order"], now["nc"]) == (64, 4, 1, 0)
+    assert _amx.set_blocking(prefetch=0)["spec"] == now["spec"]  # returns the previous
+    for bad in ("mc=33", "order=2", "sched=3", "prefetch=4", "nc=-32", "kc=x", "mc", "nest=2"):
+        with pytest.raises(ValueError):
+            _amx.set_blocking(bad)
+    with pytest.raises(ValueError, match="unknown"):
+        _amx.set_blocking(bogus=1)
+    with pytest.raises(ValueError, match="unknown"):
+        _amx.set_blocking("kc=2,foo=1")
+    assert _amx.blocking()["prefetch"] == 0  # a failed call changes nothing
+    _amx.set_blocking("default")
+    assert _amx.blocking()["spec"] == before["spec"]
+
+
+def test_plan_thread_grid(restore_blocking):
+    """Static partition: near-square regions, idle threads only when blocks run out."""
+    _amx.set_blocking("default,partition=0,nest=0,sched=0,nc=512,kc=8")
+    assert _amx.plan(8192, 8192, 8192, threads=16)["grid"] == (4, 4)
+    assert _amx.plan(4096, 4096, 4096, threads=1)["grid"] == (1, 1)
+    assert _amx.plan(32, 8192, 64, threads=16)["grid"] == (1, 16)
+    assert _amx.plan(8192, 64, 64, threads=16)["grid"] == (16, 1)
+    p = _amx.plan(1, 1, 1, threads=16)
+    assert p["grid"] == (1, 1) and p["team"] == 1
+    p = _amx.plan(8192, 4096, 8192, threads=8)
+    assert p["grid"] == (4, 2) and p["team"] == 8
+    p = _amx.plan(4096, 4096, 4096, threads=16)
+    assert (p["mc"], p["nc"], p["kc"]) == (256, 512, 8) and p["ktiles"] == 64
+    assert _amx.plan(4096, 4096, 4096, dtype="bf16", threads=16)["ktiles"] == 128
+    assert _amx.plan(64, 64, 100, threads=1)["kc"] == 2  # never more than the K tiles
+    _amx.set_blocking(partition=1)
+    p = _amx.plan(1024, 1024, 1024, threads=16)
+    assert p["tasks"] >= 32 and p["team"] == 16
+    _amx.set_blocking(pack_a=0)
+    assert not _amx.plan(64, 64, 128)["pack_a"]
+    assert _amx.plan(63, 64, 128)["pack_a"]  # padding needed: packed anyway
+    assert _amx.plan(64, 64, 100)["pack_a"]
+
+
+@pytest.mark.parametrize(
+    ("env", "want", "warns"),
+    [("kc=3,order=1", "kc=3", False), ("mc=31", "mc=0", True), ("junk", "mc=0", True)],
+)
+def test_blocking_from_environment(env, want, warns):
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    from emulinalg import _amx\n"
+        "print(_amx.blocking()['spec']); print(len(w))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, EMULINALG_AMX_BLOCKING=env),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert want in out[0]
+    assert (int(out[1]) > 0) == warns
+
+
+def test_output_alignment_and_ownership(rng):
+    a, b = random_int8(rng, (7, 64)), random_int8(rng, (64, 33))
+    c = _amx.gemm_s8s8s32(a, b, emulate=True)
+    assert c.ctypes.data % 64 == 0 and c.flags.c_contiguous and c.flags.writeable
+    c[0, 0] += 1  # the array owns its buffer: writable, freed with it
+    big = _amx.gemm_s8s8s32(
+        np.zeros((1024, 1), np.int8), np.zeros((1, 1024), np.int8), emulate=True
+    )
+    assert big.ctypes.data % (2 << 20) == 0 and not big.any()
+    del c, big
+
+
+def test_panel_cache(rng):
+    a, b = random_int8(rng, (64, 640)), random_int8(rng, (640, 64))
+    _amx.gemm_s8s8s32(a, b, emulate=True)
+    info = _amx.cache_info()
+    assert info["limit_bytes"] > 0 and 0 < info["cached_bytes"] <= info["limit_bytes"]
+    np.testing.assert_array_equal(_amx.gemm_s8s8s32(a, b, emulate=True), exact_int(a, b))
+    assert _amx.clear_cache() > 0 and _amx.cache_info()["cached_bytes"] == 0
+
+
+# ----------------------------------------------------------------------------------------------
 # BF16 kernel on the tile model
 # ----------------------------------------------------------------------------------------------
 
@@ -297,6 +445,35 @@ def test_s8_amx_largest_exact_k():
     b = np.full((k, 2), -128, dtype=np.int8)
     b[:, 1] = 127
     assert _amx.gemm_s8s8s32(a, b).tolist() == [[k * 2**14, -k * 128 * 127]]
+
+
+@pytest.mark.amx
+@amx_only
+@pytest.mark.parametrize("spec", TUNINGS)
+def test_s8_amx_exact_under_every_blocking(rng, restore_blocking, spec):
+    """Every loop order, schedule, prefetch mode, partition and the unpacked-A path on AMX."""
+    _amx.set_blocking(spec)
+    for m, k, n in [(300, 1000, 500), (256, 2048, 320), (33, 129, 17)]:
+        a, b = random_int8(rng, (m, k)), random_int8(rng, (k, n))
+        want = a.astype(np.float64) @ b.astype(np.float64)  # exact: |sum| <= k 2**14 < 2**53
+        for threads in (1, 0):
+            np.testing.assert_array_equal(_amx.gemm_s8s8s32(a, b, threads=threads), want)
+
+
+@pytest.mark.amx
+@amx_only
+@pytest.mark.parametrize("spec", ["default", "mc=32,nc=32,kc=3,order=1,prefetch=3,partition=1"])
+@pytest.mark.parametrize(("m", "k", "n"), [(97, 1000, 130), (64, 4096, 64), (33, 129, 17)])
+def test_bf16_amx_bit_identical_to_model(rng, restore_blocking, spec, m, k, n):
+    """The tile model runs the AMX kernel's accumulation order with TDPBF16PS as the SDM's
+    pseudo-code has it; a mismatch here means hardware rounds differently from the SDM (the
+    model's dpbf16ps), not that the kernel's order changed (that is checked on the model)."""
+    _amx.set_blocking(spec)
+    a = to_bf16_bits(rng.standard_normal((m, k)))
+    b = to_bf16_bits(rng.standard_normal((k, n)))
+    got = _amx.gemm_bf16bf16f32(a, b, threads=0)
+    want = _amx.gemm_bf16bf16f32(a, b, emulate=True)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.amx

@@ -52,7 +52,7 @@ def _bits_equal(x, y):
     assert x.dtype == y.dtype and x.shape == y.shape
     if x.dtype.kind == "c":
         return _bits_equal(x.real, y.real) and _bits_equal(x.imag, y.imag)
-    u = {8: np.uint64, 4: np.uint32, 2: np.uint16}[x.dtype.itemsize]
+    u = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}[x.dtype.itemsize]
     return np.array_equal(x.view(u), y.view(u))
 
 
@@ -382,3 +382,152 @@ def test_magnitude_lower_matmul_is_tight(batch):
     assert got.shape == ref.shape
     assert np.all(got <= ref * (1 + 2.0**-40))
     assert np.all(got >= 0.98 * ref)
+
+
+# ----------------------------------------------------------------------------------------------
+# Statistics kernels (ozaki2_stats.cu): prescale and certificate hooks against the generic code
+# ----------------------------------------------------------------------------------------------
+
+
+def _cxp():
+    import array_api_compat
+
+    return array_api_compat.array_namespace(cp.zeros(1))
+
+
+def _generic_cert_backend():
+    """The backend surface without the statistics hooks: the generic certificate with the same
+    bf16 ``magnitude_lower_matmul``."""
+    import types
+
+    return types.SimpleNamespace(
+        int_matmul=cupy_backend.int_matmul,
+        magnitude_lower_matmul=cupy_backend.magnitude_lower_matmul,
+        native_matmul=cupy_backend.native_matmul,
+    )
+
+
+def _stats_vs_generic(ar, ai, br, bi, bits=(24, 53, 80), to_gpu=cp.asarray):
+    """The hooks equal the generic code run on the device (prescale also numpy's), bit for bit:
+    (s, t, e, f) and, per level, (count, beyond)."""
+    from emulinalg import _select
+
+    xp = _cxp()
+    g = [None if x is None else to_gpu(x) for x in (ar, ai, br, bi)]
+    want_pre = ozaki2_prescale(xp, cupy_backend.int_matmul, *g, "accurate")
+    np_pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
+    pre = cupy_backend.ozaki2_prescale(*g, "accurate")
+    assert pre is not None, "the prescale kernels declined"
+    for got, want, ref in zip(pre, want_pre, np_pre):
+        assert isinstance(got, cp.ndarray)
+        assert _bits_equal(cp.asnumpy(got), cp.asnumpy(want))
+        assert _bits_equal(cp.asnumpy(got), ref)
+    generic = _generic_cert_backend()
+    for b in bits:
+        count, beyond = _select.ozaki2_moduli_needed(xp, generic, *g, want_pre, b)
+        res = cupy_backend.ozaki2_certificate(*g, pre, b)
+        assert res is not None, "the certificate kernels declined"
+        assert res[0] == count, (b, res[0], count)
+        assert res[1].dtype == cp.bool_ and _bits_equal(cp.asnumpy(res[1]), cp.asnumpy(beyond))
+
+
+STAT_CASES = [  # ((batch, m, k, n), phi)
+    (((), 1, 1, 1), 1),
+    (((), 6, 1, 9), 1),
+    (((), 1, 300, 1), 0.5),
+    (((), 7, 33, 5), 4),
+    (((), 37, 61, 19), 1),
+    (((), 130, 3000, 77), 1),  # several chunks of columns, several blocks per line set
+    (((3,), 5, 21, 6), 0.5),
+    (((2, 2), 9, 10, 4), 4),
+]
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("case", STAT_CASES, ids=str)
+def test_statistics_kernels_bit_for_bit(case, cplx):
+    import gpu_kernel_model as model
+
+    shape, phi = case
+    ar, ai, br, bi = model.special_lines(*_operands(shape, phi, cplx, seed=41, zero_lines=False))
+    _stats_vs_generic(ar, ai, br, bi)
+
+
+def test_statistics_kernels_large_and_k_blocks():
+    a = phi_matrix((300, 2000), 1, seed=51)
+    b = phi_matrix((2000, 257), 1, seed=52)
+    _stats_vs_generic(a, None, b, None, bits=(53,))
+    ar, ai, br, bi = _operands(((), 3, 70000, 2), 1, True, seed=5)  # 2 INT32 K-blocks
+    _stats_vs_generic(ar, ai, br, bi, bits=(53, 80))
+
+
+def test_statistics_kernels_views():
+    ar, ai, br, bi = _operands(((), 45, 40, 9), 1, True, seed=3)
+    at, bt = np.ascontiguousarray(ar.T), np.ascontiguousarray(br.T)
+    ait, bit = np.ascontiguousarray(ai.T), np.ascontiguousarray(bi.T)
+
+    def gpu_view(x):
+        for src, dst in ((ar, at), (br, bt), (ai, ait), (bi, bit)):
+            if x is src:  # transposed copy viewed back: rows contiguous in memory
+                return cp.asarray(dst).T
+        return cp.asarray(x)
+
+    _stats_vs_generic(ar, ai, br, bi, to_gpu=gpu_view)
+    rev = ar[::-1]
+
+    def rev_view(x):  # negative row stride on the device
+        return cp.asarray(ar)[::-1] if x is rev else cp.asarray(x)
+
+    _stats_vs_generic(rev, None, br, None, bits=(53,), to_gpu=rev_view)
+    a3 = _operands(((4,), 6, 40, 9), 1, False, seed=8)[0]
+    b3 = np.broadcast_to(br, (4,) + br.shape)  # one B for every batch: stride 0 on the device
+    _stats_vs_generic(a3, None, b3, None, bits=(53,),
+                      to_gpu=lambda x: cp.broadcast_to(cp.asarray(br), b3.shape) if x is b3
+                      else cp.asarray(x))  # fmt: skip
+
+
+def test_statistics_hooks_decline():
+    a = cp.asarray(phi_matrix((5, 7), 1, seed=1))
+    b = cp.asarray(phi_matrix((7, 4), 1, seed=2))
+    assert cupy_backend.ozaki2_prescale(a, None, b, None, "fast") is None
+    assert cupy_backend.ozaki2_certificate(a, None, b, None, None, 53) is None
+    assert cupy_backend.ozaki2_prescale(a.astype(cp.float32), None, b, None, "accurate") is None
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32", 80])
+@pytest.mark.parametrize("dtype", ["float64", "complex128", "float32"])
+@pytest.mark.parametrize("phi", [0.5, 1, 4])
+def test_statistics_hooks_end_to_end(monkeypatch, phi, dtype, precision):
+    """emulinalg.matmul at a level: the same plan and bit-identical values with the statistics
+    hooks and with them declining (the generic statistics on the device)."""
+    a = cp.asarray(phi_matrix((70, 90), phi, dtype, seed=61))
+    b = cp.asarray(phi_matrix((90, 50), phi, dtype, seed=62))
+    a[3, :] = 0
+    calls = []
+    for name in ("ozaki2_prescale", "ozaki2_certificate"):
+        real = getattr(cupy_backend, name)
+
+        def spy(*args, _real=real, _name=name):
+            out = _real(*args)
+            calls.append((_name, out is not None))
+            return out
+
+        monkeypatch.setattr(cupy_backend, name, spy)
+    got, plan = _eager(emulinalg.matmul, a, b, precision=precision)
+    assert ("ozaki2_prescale", True) in calls and ("ozaki2_certificate", True) in calls
+    monkeypatch.setattr(cupy_backend, "ozaki2_prescale", lambda *args: None)
+    monkeypatch.setattr(cupy_backend, "ozaki2_certificate", lambda *args: None)
+    want, want_plan = _eager(emulinalg.matmul, a, b, precision=precision)
+    assert plan == want_plan
+    assert _bits_equal(cp.asnumpy(got), cp.asnumpy(want))
+
+
+def test_stage_marks_of_the_kernels():
+    from emulinalg._timing import recording
+
+    a = cp.asarray(phi_matrix((64, 80), 1, seed=71))
+    b = cp.asarray(phi_matrix((80, 48), 1, seed=72))
+    sync = cp.cuda.get_current_stream().synchronize
+    with emulinalg.config(strategy="eager"), recording(sync=sync) as rec:
+        emulinalg.matmul(a, b)
+    assert {"statistics", "slicing", "products", "reconstruction"} <= set(rec.seconds)

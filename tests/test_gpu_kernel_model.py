@@ -14,7 +14,7 @@ import gpu_kernel_model as model
 import numpy as np
 import pytest
 
-from emulinalg import _exact, _ozaki2
+from emulinalg import _exact, _ozaki2, _select
 from emulinalg._moduli import LIMB_BITS, MODULI, crt_constants
 from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
 from emulinalg.backends import numpy as npb
@@ -25,7 +25,7 @@ from emulinalg.reference import _round_hi_lo
 
 def _bits(x):
     x = np.asarray(x)
-    return x.view({8: np.uint64, 4: np.uint32}[x.dtype.itemsize])
+    return x.view({8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}[x.dtype.itemsize])
 
 
 def _same(x, y):
@@ -404,3 +404,222 @@ def test_crt_kernel_rounding_on_crafted_integers(cpu_backend, out_dtype):
     want = want if out_dtype == "dd" else (want,)
     for g, w in zip(outs, want):
         assert _same(np.asarray(g)[0, :, 0], w)
+
+
+# ----------------------------------------------------------------------------------------------
+# statistics (ozaki2_stats.cu): the accurate-mode prescale and the certificate
+# ----------------------------------------------------------------------------------------------
+
+
+def _stat_operands(shape, phi, cplx, seed, special=True):
+    ar, ai, br, bi = _operands(shape, phi, cplx, seed)
+    return model.special_lines(ar, ai, br, bi) if special else (ar, ai, br, bi)
+
+
+def _generic_cert_backend(lower):
+    """A backend surface without ``ozaki2_certificate``: the generic certificate with ``lower``
+    as its ``magnitude_lower_matmul`` hook."""
+    import types
+
+    return types.SimpleNamespace(magnitude_lower_matmul=lower, native_matmul=np.matmul)
+
+
+def _same_prescale(got, want):
+    assert len(got) == 4
+    for g, w in zip(got, want):
+        assert _same(np.asarray(g), np.asarray(w)), (g, w)
+
+
+STAT_CASES = [  # ((batch, m, k, n), phi)
+    (((), 1, 1, 1), 1),
+    (((), 1, 13, 1), 0.5),
+    (((), 7, 33, 5), 1),
+    (((), 9, 19, 17), 4),
+    (((), 6, 1, 9), 1),  # k = 1
+    (((3,), 5, 21, 6), 0.5),
+    (((2, 2), 4, 10, 4), 4),
+    (((), 8, 700, 7), 1),  # several chunks of columns (chunk 32 below)
+]
+
+
+def test_exponent_and_scale_helpers():
+    rng = np.random.default_rng(2)
+    x = np.ldexp(rng.uniform(-1, 1, 500), rng.integers(-1100, 1024, 500))
+    x[:6] = [0.0, -0.0, 5e-324, 2.0**-1022, np.nextafter(2.0**-1022, 0), 1.7e308]
+    e = model.exponent_of(x)
+    want = np.where(x == 0, model.INT_MIN, np.frexp(x)[1] - 1)
+    assert np.array_equal(e, want)
+    p = rng.integers(-1074, 1100, 500)
+    v = np.ldexp(rng.uniform(0, 1, 500), np.minimum(-p + 6, 1023))
+    assert _same(model.scale2(v, p), np.ldexp(v, p))
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("case", STAT_CASES, ids=str)
+def test_model_prescale_equals_generic(case, cplx):
+    shape, phi = case
+    ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=13)
+    want = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    _same_prescale(model.ozaki2_prescale(ar, ai, br, bi, k_block=16), want)
+
+
+@pytest.mark.parametrize("bits", [24, 53, 80])
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("case", STAT_CASES, ids=str)
+def test_model_certificate_equals_generic(case, cplx, bits):
+    shape, phi = case
+    ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=17 + bits)
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    be = _generic_cert_backend(model.magnitude_lower_matmul)
+    count, beyond = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
+    got_count, got_beyond = model.ozaki2_certificate(ar, ai, br, bi, pre, bits, chunk=32)
+    assert got_count == count
+    assert _same(got_beyond, beyond)
+
+
+def test_model_certificate_line_terms():
+    """The l1 norms: the generic ones up to the order of the sum (both are upper bounds); the
+    bf16 operands: those of the generic lower-bound hook."""
+    ar, ai, br, bi = _stat_operands(((2,), 9, 1000, 7), 1, True, seed=3)
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    a = ar, ai
+    s = pre[0]
+    out, part = model.cert_operand(*a, s, 9, 1000, False, chunk=64)
+    na, _ = model.cert_line_terms(part, 1.0 + 1002 * 2.0**-52, pre[2], 2.0**-4)
+    ea = np.expand_dims(5 - 1 - s, -1)
+    arn, ain = np.ldexp(ar, -ea), np.ldexp(ai, -ea)
+    want = _select._l1_upper(np, arn, ain, -1)
+    assert np.allclose(na, want, rtol=1000 * 2.0**-52, atol=0)
+    mag = np.maximum(np.abs(arn), np.abs(ain))
+    assert np.array_equal(out, model.bf16_rz(mag))
+
+
+@pytest.mark.parametrize("k", [1, 2, 31, 64, 1000])
+def test_model_certificate_k_and_overflowing_bits(k):
+    """All entries beyond (count None) at a level no count reaches; exact entries (k = 1)."""
+    ar, ai, br, bi = _stat_operands(((), 5, k, 4), 1, False, seed=k)
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    be = _generic_cert_backend(model.magnitude_lower_matmul)
+    for bits in (10, 53, 120, 200):
+        want = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
+        got = model.ozaki2_certificate(ar, ai, br, bi, pre, bits)
+        assert got[0] == want[0] and _same(got[1], want[1]), bits
+
+
+HOST_STAT_CASES = [(((), 1, 1, 1), 1), (((), 9, 70, 17), 4), (((3,), 5, 21, 6), 0.5)]
+
+
+def _stat_vs_generic(be, cp, ar, ai, br, bi, bits, to_dev=None):
+    """backends/cupy.py's prescale and certificate hooks (on the CPU stand-in) against the
+    generic code, which uses the same bf16 lower-bound hook: bit for bit."""
+    to_dev = to_dev or cp.asarray
+    want_pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    g = [None if x is None else to_dev(x) for x in (ar, ai, br, bi)]
+    pre = be.ozaki2_prescale(*g, "accurate")
+    assert pre is not None
+    _same_prescale(pre, want_pre)
+    assert be.ozaki2_prescale(*g, "fast") is None  # left to the generic code
+    generic = _generic_cert_backend(be.magnitude_lower_matmul)
+    for b in bits:
+        want = _select.ozaki2_moduli_needed(np, generic, ar, ai, br, bi, want_pre, b)
+        got = be.ozaki2_certificate(*g, pre, b)
+        assert got is not None and got[0] == want[0], (b, got[0], want[0])
+        assert _same(np.asarray(got[1]), want[1])
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("case", HOST_STAT_CASES, ids=str)
+def test_host_code_statistics(cpu_backend, case, cplx):
+    be, cp = cpu_backend
+    shape, phi = case
+    ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=23)
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53, 80))
+
+
+def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch):
+    be, cp = cpu_backend
+    monkeypatch.setattr(be, "_STAT_CHUNK", 32)  # three chunks of columns
+    monkeypatch.setattr(be, "_K_BLOCK", 16)  # five K-blocks of the bound GEMM
+    ar, ai, br, bi = _stat_operands(((), 13, 70, 9), 1, True, seed=3)
+    tr = {id(x): np.ascontiguousarray(x.T) for x in (ar, ai, br, bi)}
+
+    def transposed_view(x):  # same values, rows contiguous in memory
+        return cp.asarray(tr[id(x)]).T
+
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (53,), to_dev=transposed_view)
+    rev = ar[::-1]  # negative row stride on the device too
+
+    def rev_view(x):
+        return cp.asarray(ar)[::-1] if x is rev else cp.asarray(x)
+
+    _stat_vs_generic(be, cp, rev, None, br, None, (24, 80), to_dev=rev_view)
+    a3 = _stat_operands(((4,), 6, 40, 9), 1, False, seed=8)[0]
+    b2 = _stat_operands(((), 6, 40, 9), 1, False, seed=9)[2]
+    b3 = np.broadcast_to(b2, (4,) + b2.shape)  # one B for every batch: stride 0
+
+    def bcast(x):
+        return cp.broadcast_to(cp.asarray(b2), b3.shape) if x is b3 else cp.asarray(x)
+
+    _stat_vs_generic(be, cp, a3, None, b3, None, (53,), to_dev=bcast)
+
+
+def test_host_code_statistics_decline(cpu_backend, monkeypatch):
+    be, cp = cpu_backend
+    ar, _, br, _ = _stat_operands(((), 4, 8, 5), 1, False, seed=1)
+    g = cp.asarray(ar), None, cp.asarray(br), None
+    pre = be.ozaki2_prescale(*g, "accurate")
+    assert be.ozaki2_certificate(*g, None, 53) is None
+    a32 = cp.asarray(ar.astype(np.float32))
+    assert be.ozaki2_prescale(a32, None, g[2], None, "accurate") is None
+    monkeypatch.setenv("EMULINALG_CUPY_KERNELS", "0")
+    assert be.ozaki2_prescale(*g, "accurate") is None
+    assert be.ozaki2_certificate(*g, pre, 53) is None
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+def test_engine_choose_uses_the_hooks(cpu_backend, cplx):
+    """emulinalg._engine._choose with the hooks equals it without them (the generic code with
+    the same bf16 lower bound): scheme, prescale and mask."""
+    import types
+
+    from emulinalg import _engine
+    from emulinalg._precision import Level
+
+    be, cp = cpu_backend
+    ar, ai, br, bi = _stat_operands(((2,), 11, 45, 8), 1, cplx, seed=31)
+    generic = types.SimpleNamespace(
+        int_matmul=npb.int_matmul, magnitude_lower_matmul=be.magnitude_lower_matmul,
+        native_matmul=np.matmul,
+    )  # fmt: skip
+    g = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
+    for level in (Level(53, "float64"), Level(24, "float32"), Level(80, "80 bits")):
+        want = _engine._choose(np, generic, ar, ai, br, bi, level, "ozaki2", "float64")
+        got = _engine._choose(np, be, *g, level, "ozaki2", "float64")
+        assert got[0] == want[0]
+        _same_prescale(got[1], want[1])
+        assert _same(np.asarray(got[2]), want[2])
+
+
+def test_engine_run_uses_the_prescale_hook(cpu_backend, monkeypatch):
+    """emulinalg._engine._run for an explicit accurate-mode scheme takes the prescale from the
+    hook (then the fused product) and equals the generic numpy product bit for bit."""
+    import types
+
+    from emulinalg import _engine
+    from emulinalg._precision import OzakiII
+
+    be, cp = cpu_backend
+    calls = []
+    real = be.ozaki2_prescale
+    monkeypatch.setattr(be, "ozaki2_prescale", lambda *a: calls.append(a[-1]) or real(*a))
+    generic = types.SimpleNamespace(int_matmul=npb.int_matmul, native_matmul=np.matmul)
+    ar, ai, br, bi = _stat_operands(((), 9, 30, 7), 1, True, seed=5)
+    g = [cp.asarray(x) for x in (ar, ai, br, bi)]
+    for mode in ("accurate", "fast"):
+        scheme = OzakiII(moduli=13, mode=mode)
+        with npb.quiet():
+            want = _engine._run(np, generic, ar, ai, br, bi, scheme, "float64", None)
+        got = _engine._run(np, be, *g, scheme, "float64", None)
+        for x, y in zip(got, want):
+            assert _same(np.asarray(x), y)
+    assert calls == ["accurate", "fast"]

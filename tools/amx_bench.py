@@ -11,10 +11,13 @@ Top/s) of
   e.g. ``OPENBLAS_NUM_THREADS``, set by the caller);
 
 and writes one JSON object per line. The AMX int8 result is checked against an exact product
-on a block of rows (``"check"``). Each measurement is the median of repeated runs after one
-warm-up run, repeated while they fit ``--budget`` seconds; sizes whose predicted time (from
-the previous size, times (N/N_prev)^3) exceeds ``--max-run`` seconds are skipped and reported
-as such, so the whole run stays within a few minutes even with one thread.
+on a block of rows (``"check"``). INT8 and BF16 rows also carry ``pct_ceiling``: the percentage
+of the host's register ceiling (``--peak``, JSON lines of ``tools/device/amx_peak.cpp``; by
+default the 2026-11-30 figures of the 16-core host). ``"blocking"`` is the tile GEMM's
+blocking spec (``EMULINALG_AMX_BLOCKING``). Each measurement is the median of repeated runs
+after one warm-up run, repeated while they fit ``--budget`` seconds; sizes whose predicted
+time (from the previous size, times (N/N_prev)^3) exceeds ``--max-run`` seconds are skipped
+and reported as such, so the whole run stays within a few minutes even with one thread.
 
 Usage (from the repository root, with emulinalg installed):
     OPENBLAS_NUM_THREADS=16 python3 tools/amx_bench.py --threads 16 --sizes 1024,2048,4096,8192
@@ -110,6 +113,17 @@ def make_ops(n, threads, rng, emulate=False):
     return ops
 
 
+def pct_ceiling(name, threads, tops, peak):
+    """Percent of the register ceiling for INT8 / BF16 ops, else None."""
+    from amx_gemm_sweep import ceiling
+
+    if "int8" in name or "s8s8" in name:
+        return 100.0 * tops / ceiling(peak, threads, "s8s8s32")
+    if "bf16" in name:
+        return 100.0 * tops / ceiling(peak, threads, "bf16bf16f32")
+    return None
+
+
 def numpy_threads():
     try:
         from threadpoolctl import threadpool_info
@@ -137,9 +151,15 @@ def main(argv=None):
     p.add_argument(
         "--emulate", action="store_true", help="scalar tile model instead of AMX (dry runs)"
     )
+    p.add_argument("--peak", default="", help="amx_peak JSON lines (register ceiling)")
     args = p.parse_args(argv)
 
     from emulinalg import _amx
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from amx_gemm_sweep import load_peak
+
+    peak = load_peak(args.peak)
 
     if not (args.emulate or _amx.available()):
         print(f"amx_bench: AMX not available: {_amx.reason()}", file=sys.stderr)
@@ -154,6 +174,7 @@ def main(argv=None):
         "device": cpu_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "blocking": _amx.blocking()["spec"] if hasattr(_amx, "blocking") else None,
     }
     last = {}  # op -> (n, seconds) of the previous size, to predict the next one
     rng = np.random.default_rng(0)
@@ -183,6 +204,9 @@ def main(argv=None):
                 repeats=len(times),
                 tops=2.0 * n**3 / sec / 1e12,
             )
+            pct = pct_ceiling(name, args.threads, rec["tops"], peak)
+            if pct is not None:
+                rec["pct_ceiling"] = pct
             if check is not None:
                 rec["check"] = check()
             print(json.dumps(rec), file=out, flush=True)

@@ -11,7 +11,11 @@ Stages (named as in ``emulinalg._ozaki2``):
   layout (planes of (rows, kp) with kp a multiple of 16), one pass;
 - the INT8 GEMMs are cuBLAS (``backends/cupy.py``);
 - ``ozaki2_crt.cu``: INT32 products -> exact CRT integer -> correctly rounded float;
-- ``bf16_lower.cu``: float64 -> bfloat16 truncated toward zero (certificate lower bounds).
+- ``bf16_lower.cu``: float64 -> bfloat16 truncated toward zero (certificate lower bounds);
+- ``ozaki2_stats.cu``: the statistics that choose the number of moduli, as
+  ``emulinalg._scaling.ozaki2_prescale`` ("accurate") and ``emulinalg._select.ozaki2_moduli_needed``
+  compute them: line exponents, the int8 bound operand of the prescale GEMM, the certificate's
+  bf16 operands and l1 norms, and one pass over the bf16 GEMM's output (mask and min-reduction).
 """
 
 from __future__ import annotations

@@ -29,6 +29,18 @@ namespace {
 constexpr int kDigitStride = 6;
 enum OutKind { kFloat64 = 0, kFloat32 = 1, kDoubleDouble = 2 };
 
+// a + b * c for int32 b, c: one mad.wide.s32 (IMAD.WIDE). Written out because the compiler
+// otherwise keeps the sign-extended operands and emits a full 64-bit multiply (three IMADs).
+__device__ __forceinline__ long long mad_wide(long long a, int b, int c) {
+#ifdef __CUDA_ARCH__
+  long long r;
+  asm("mad.wide.s32 %0, %1, %2, %3;" : "=l"(r) : "r"(b), "r"(c), "l"(a));
+  return r;
+#else
+  return a + static_cast<long long>(b) * c;
+#endif
+}
+
 template <int M>
 __device__ __forceinline__ int mod_pos(int t) {  // t mod M in [0, M)
   const int r = t % M;
@@ -138,7 +150,7 @@ __device__ __forceinline__ void finish(long long (&acc)[NW], double qf, int off,
                                        void* out_hi, void* out_lo, long long idx) {
   const int q = __double2int_rn(qf);  // |q| <= 20 * 128: exact, round half even as numpy
 #pragma unroll
-  for (int i = 0; i < NW; ++i) acc[i] -= static_cast<long long>(q) * emu_pdig[i];
+  for (int i = 0; i < NW; ++i) acc[i] = mad_wide(acc[i], -q, emu_pdig[i]);  // |q| <= 2560
   unsigned v[NW];
   const bool neg = signed_magnitude(acc, v);
   if (kind == kFloat32) {
@@ -168,25 +180,36 @@ __device__ __forceinline__ void finish(long long (&acc)[NW], double qf, int off,
   static_cast<double*>(out_lo)[idx] = lo;
 }
 
-// Adds the terms of moduli L..NMOD-1: W_l * weight_l to the words, W_l * ratio_l to the
-// quotient estimate. src points at this entry in the first plane of the first K-block.
-template <int L, int NMOD, int NW, bool CPLX>
-__device__ __forceinline__ void accumulate(const int* __restrict__ src, long long plane,
+// Moduli per burst of loads: each thread first loads the products of G moduli (first K-block),
+// then reduces them, so G independent loads (3G for complex) are in flight per thread instead of
+// one load latency per modulus. Real: all moduli at once; complex: 6 (registers).
+template <int NMOD, bool CPLX>
+constexpr int kGroup = CPLX ? 6 : NMOD;
+
+// Adds the terms of moduli L..LEND-1: W_l * weight_l to the words, W_l * ratio_l to the
+// quotient estimate. raw[p * G + (L - L0)]: product p of modulus L (first K-block), loaded by
+// accumulate_group; src points at this entry in the first plane of the first K-block (further
+// K-blocks are read here, when KB: nkb > 1).
+template <int L, int LEND, int L0, int G, int NMOD, int NW, bool CPLX, bool KB>
+__device__ __forceinline__ void accumulate(const int (&raw)[(CPLX ? 3 : 1) * G],
+                                           const int* __restrict__ src, long long plane,
                                            long long kb_stride, int nkb,
                                            long long (&acc)[CPLX ? 2 : 1][NW],
                                            double (&qf)[CPLX ? 2 : 1]) {
-  if constexpr (L < NMOD) {
+  if constexpr (L < LEND) {
     constexpr int m = kModuli[L];
     constexpr int NP = CPLX ? 2 : 1;  // output parts
     constexpr int NT = CPLX ? 3 : 1;  // products per modulus
     int u[NT];
 #pragma unroll
     for (int p = 0; p < NT; ++p) {
-      const int* at = src + (p * NMOD + L) * plane;
-      u[p] = mod_pos<m>(__ldg(at));
-      for (int kb = 1; kb < nkb; ++kb) {  // K-blocks: add the reduced partial products
-        const int s = u[p] + mod_pos<m>(__ldg(at + kb * kb_stride));
-        u[p] = s >= m ? s - m : s;
+      u[p] = mod_pos<m>(raw[p * G + (L - L0)]);
+      if constexpr (KB) {
+        const int* at = src + (p * NMOD + L) * plane;
+        for (int kb = 1; kb < nkb; ++kb) {  // K-blocks: add the reduced partial products
+          const int s = u[p] + mod_pos<m>(__ldg(at + kb * kb_stride));
+          u[p] = s >= m ? s - m : s;
+        }
       }
     }
     int w[NP];
@@ -205,11 +228,32 @@ __device__ __forceinline__ void accumulate(const int* __restrict__ src, long lon
     for (int p = 0; p < NP; ++p) {
 #pragma unroll
       for (int i = 0; i < NW; ++i)
-        acc[p][i] += static_cast<long long>(w[p]) * emu_wdig[L * kDigitStride + i];
+        acc[p][i] = mad_wide(acc[p][i], w[p], emu_wdig[L * kDigitStride + i]);
       // numpy's quotient + w * ratio: two roundings, never fused into an FMA
       qf[p] = __dadd_rn(qf[p], __dmul_rn(static_cast<double>(w[p]), emu_ratio[L]));
     }
-    accumulate<L + 1, NMOD, NW, CPLX>(src, plane, kb_stride, nkb, acc, qf);
+    accumulate<L + 1, LEND, L0, G, NMOD, NW, CPLX, KB>(raw, src, plane, kb_stride, nkb, acc, qf);
+  }
+}
+
+// Moduli L0..NMOD-1 in groups of G: one burst of loads, then the group's terms (in modulus
+// order, as before: the same operations in the same order).
+template <int L0, int G, int NMOD, int NW, bool CPLX, bool KB>
+__device__ __forceinline__ void accumulate_group(const int* __restrict__ src, long long plane,
+                                                 long long kb_stride, int nkb,
+                                                 long long (&acc)[CPLX ? 2 : 1][NW],
+                                                 double (&qf)[CPLX ? 2 : 1]) {
+  if constexpr (L0 < NMOD) {
+    constexpr int NT = CPLX ? 3 : 1;
+    constexpr int LEND = L0 + G < NMOD ? L0 + G : NMOD;
+    int raw[NT * G];
+#pragma unroll
+    for (int p = 0; p < NT; ++p) {
+#pragma unroll
+      for (int g = 0; g < LEND - L0; ++g) raw[p * G + g] = __ldg(src + (p * NMOD + L0 + g) * plane);
+    }
+    accumulate<L0, LEND, L0, G, NMOD, NW, CPLX, KB>(raw, src, plane, kb_stride, nkb, acc, qf);
+    accumulate_group<LEND, G, NMOD, NW, CPLX, KB>(src, plane, kb_stride, nkb, acc, qf);
   }
 }
 
@@ -239,7 +283,11 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int i = 0; i < NW; ++i) acc[p][i] = 0;
       }
-      accumulate<0, NMOD, NW, CPLX>(prod + at, plane, kb_stride, nkb, acc, qf);
+      constexpr int G = kGroup<NMOD, CPLX>;
+      if (nkb == 1)  // the usual case, without the K-block loops
+        accumulate_group<0, G, NMOD, NW, CPLX, false>(prod + at, plane, kb_stride, nkb, acc, qf);
+      else
+        accumulate_group<0, G, NMOD, NW, CPLX, true>(prod + at, plane, kb_stride, nkb, acc, qf);
       const long long idx = orow * n + j;
       finish<NW>(acc[0], qf[0], off, kind, out0, out1, idx);
       if constexpr (CPLX) finish<NW>(acc[1], qf[1], off, kind, out2, out3, idx);

@@ -2,10 +2,13 @@
 
 float64 phi = 1 inputs, OzakiII(moduli=18, mode="accurate"), N = 4096 and 8192 (16384 with
 --big). Per size: residues (A and B), the batched INT8 GEMMs (and their Top/s), the CRT pass,
-the whole ``ozaki2_product`` call, the prescale (generic code) and the end-to-end
-``emulinalg.matmul``, DGEMM in the same run, and the bytes the three stages move. Each time is
-the median of --repeat runs (CUDA events) after two warm-up runs. At the smallest size the
-result is also compared bit for bit with the generic ``_ozaki2.product`` on the device.
+the whole ``ozaki2_product`` call, the end-to-end ``emulinalg.matmul``, DGEMM in the same run,
+and the bytes the three stages move; the statistics that choose the number of moduli at the
+float64 level (issue #6): the backend's prescale and certificate hooks (``statistics_ms``, with
+a breakdown by kernel) beside the generic code on the device (``statistics_generic_ms``). Each
+time is the median of --repeat runs (CUDA events) after two warm-up runs. At the smallest size
+the product is also compared bit for bit with the generic ``_ozaki2.product`` on the device, and
+the hooks' prescale and (count, beyond) with the generic ones.
 
     python3 tools/device/gpu_fast.py --out OUT.jsonl [--big] [--sizes 4096,8192] [--repeat 10]
 
@@ -24,12 +27,13 @@ import cupy as cp
 import numpy as np
 
 import emulinalg
-from emulinalg import _ozaki2
+from emulinalg import _ozaki2, _select
 from emulinalg._moduli import crt_constants
 from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts
 from emulinalg.backends import cupy as be
 
 MODULI, MODE, PHI = 18, "accurate", 1.0
+BITS = 53  # the float64 level
 
 
 def median_ms(fn, repeat):
@@ -53,14 +57,89 @@ def phi_matrix_gpu(n, phi, seed):
     return (rng.random((n, n)) - 0.5) * cp.exp(phi * rng.standard_normal((n, n)))
 
 
+def _generic_backend():
+    """The backend surface without the statistics hooks (the generic code, same bf16 bound)."""
+    import types
+
+    return types.SimpleNamespace(
+        int_matmul=be.int_matmul, magnitude_lower_matmul=be.magnitude_lower_matmul,
+        native_matmul=be.native_matmul,
+    )  # fmt: skip
+
+
+def statistics(a, b, repeat, check):
+    """Times of the statistics at the float64 level: the hooks (prescale + certificate), their
+    kernels one by one, and the generic code; with ``check`` the hooks' outputs against it."""
+    rec = {}
+
+    def hooks():
+        pre = be.ozaki2_prescale(a, None, b, None, MODE)
+        return pre, be.ozaki2_certificate(a, None, b, None, pre, BITS)
+
+    def generic():
+        pre = ozaki2_prescale(cxp, be.int_matmul, a, None, b, None, MODE)
+        return pre, _select.ozaki2_moduli_needed(cxp, _generic_backend(), a, None, b, None, pre,
+                                                 BITS)  # fmt: skip
+
+    rec["statistics_ms"] = median_ms(hooks, repeat)
+    rec["statistics_generic_ms"] = median_ms(generic, max(3, repeat // 3))
+    pre = be.ozaki2_prescale(a, None, b, None, MODE)
+    rec["prescale_ms"] = median_ms(lambda: be.ozaki2_prescale(a, None, b, None, MODE), repeat)
+    rec["certificate_ms"] = median_ms(
+        lambda: be.ozaki2_certificate(a, None, b, None, pre, BITS), repeat
+    )
+    # the kernels one by one (as the hooks call them)
+    ops = be._Operands(a, None, b, None)
+    B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
+    ea = be._line_max_exponent(*ops.a, ops.a_strides, B, m, k)
+    eb = be._line_max_exponent(*ops.b, ops.b_strides, B, n, k)
+    rec["stat_line_max_ms"] = median_ms(
+        lambda: (be._line_max_exponent(*ops.a, ops.a_strides, B, m, k),
+                 be._line_max_exponent(*ops.b, ops.b_strides, B, n, k)), repeat)  # fmt: skip
+
+    def bounds():
+        return (be._bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea)[1],
+                be._bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb)[1])  # fmt: skip
+
+    rec["stat_bound_operands_ms"] = median_ms(bounds, repeat)
+    pa, pb = bounds()
+    rec["stat_bound_gemm_ms"] = median_ms(lambda: be._int8_products(pa, pb), repeat)
+    cbar = be._int8_products(pa, pb)[0].reshape(B, m, n_p)[:, :, :n]
+    pa = pb = None
+    rec["stat_maxima_ms"] = median_ms(lambda: (cbar.max(axis=-1), cbar.max(axis=-2)), repeat)
+    cbar = None
+    k2, n2 = be._ceil(k, be._BF16_ALIGN), be._ceil(n, be._BF16_ALIGN)
+    s, t, e, f = pre
+    fac = 1.0 + (k + 2) * 2.0**-52
+
+    def cert_operands():
+        return (
+            be._cert_operand(*ops.a, ops.a_strides, B, m, m, k, k2, False, s, e, 2**-5, fac),
+            be._cert_operand(*ops.b, ops.b_strides, B, n, n2, k, k2, True, t, f, 2**-5, fac),
+        )
+
+    rec["cert_operands_ms"] = median_ms(cert_operands, repeat)
+    (a16, _, _), (b16, _, _) = cert_operands()
+    rec["cert_gemm_ms"] = median_ms(lambda: be._bf16_gemm(a16, b16), repeat)
+    rec["cert_gemm_tflops"] = 2.0 * m * n2 * k2 / (rec["cert_gemm_ms"] * 1e-3) / 1e12
+    if check:
+        got, want = hooks(), generic()
+        rec["prescale_equal_generic"] = all(
+            bool(cp.array_equal(x, y)) and x.dtype == y.dtype for x, y in zip(got[0], want[0])
+        )
+        rec["certificate_equal_generic"] = got[1][0] == want[1][0] and bool(
+            cp.array_equal(got[1][1], want[1][1])
+        )
+        rec["certificate_count"] = got[1][0]
+    return rec
+
+
 def run_size(n, repeat, check):
     a, b = phi_matrix_gpu(n, PHI, 1), phi_matrix_gpu(n, PHI, 2)
     rec = {"N": n}
     rec["dgemm_ms"] = median_ms(lambda: cp.matmul(a, b), repeat)
-    pre = ozaki2_prescale(cxp, be.int_matmul, a, None, b, None, MODE)
-    rec["prescale_ms"] = median_ms(
-        lambda: ozaki2_prescale(cxp, be.int_matmul, a, None, b, None, MODE), max(3, repeat // 3)
-    )
+    rec.update(statistics(a, b, repeat, check))
+    pre = be.ozaki2_prescale(a, None, b, None, MODE)
     c = crt_constants(MODULI)
     mu, nu = ozaki2_shifts(cxp, pre, c.L, c.Q_down)
     ops = be._Operands(a, None, b, None, mu, nu)
@@ -136,12 +215,21 @@ def main(argv=None):
                 f"N={n}: residues {rec['residues_ms']:.2f} ms, GEMMs {rec['gemms_ms']:.2f} ms "
                 f"({rec['int8_tops']:.0f} Top/s), CRT {rec['crt_ms']:.2f} ms, total "
                 f"{rec['total_ms']:.2f} ms ({rec['tflops']:.1f} TF, {rec['speedup_vs_dgemm']:.2f}x "
-                f"DGEMM {rec['dgemm_ms']:.2f} ms), prescale {rec['prescale_ms']:.2f} ms, "
+                f"DGEMM {rec['dgemm_ms']:.2f} ms), statistics {rec['statistics_ms']:.2f} ms "
+                f"(prescale {rec['prescale_ms']:.2f}, certificate {rec['certificate_ms']:.2f}; "
+                f"generic {rec['statistics_generic_ms']:.2f}), "
                 f"end-to-end {rec['end_to_end_ms']:.2f} ms, "
                 f"{rec['bytes_moved']['total'] / 1e9:.2f} GB moved"
-                + (f", bitwise = generic: {rec['bitwise_equal_generic']}" if i == 0 else ""),
+                + (
+                    f", bitwise = generic: {rec['bitwise_equal_generic']}, statistics = generic: "
+                    f"{rec['prescale_equal_generic']}/{rec['certificate_equal_generic']}"
+                    if i == 0
+                    else ""
+                ),
                 flush=True,
             )
+            keys = [k for k in rec if k.startswith(("stat_", "cert_")) and k.endswith("_ms")]
+            print("  statistics kernels (ms): " + ", ".join(f"{k} {rec[k]:.3f}" for k in keys))
             cp.get_default_memory_pool().free_all_blocks()
 
 

@@ -1,0 +1,227 @@
+"""Fused Scheme II INT8 GEMMs: the CUTLASS sm90a kernels of ``emulinalg._cuda`` (``src_cuda/``).
+
+The cupy backend's Scheme II path writes every INT32 product to device memory (cuBLAS) and reads
+it back in the CRT pass (``ozaki2_crt.cu``). Here one CUTLASS GEMM (TMA loads, int8 wgmma,
+persistent warp-specialized schedule) over all moduli reduces the INT32 accumulator modulo m_l
+in its epilogue and stores the symmetric residue as int8, and ``ozaki2_crt_s8.cu`` reconstructs
+from those bytes: a quarter of the product traffic, the same integers, so the same bits.
+
+- ``int8_mod_products(pa, pb, n)``: the residue planes of the products, or None where the fused
+  kernel does not apply (not built, no compute capability 9.0 device, complex 3M planes, K
+  beyond 2**16, empty shapes); the caller then keeps the cuBLAS path.
+- ``crt_s8(...)``: the CRT pass over those planes, with ``backends/cupy.py``'s ``_crt``
+  arguments.
+- ``int32_products(pa, pb)``: the same GEMM with an identity epilogue (INT32 out, cuBLAS's
+  layout), for benchmarks.
+
+cupy is imported inside the functions, so this module imports anywhere (the CPU tests run
+``crt_s8`` on a CPU stand-in for cupy). ``EMULINALG_FUSED=0`` in the environment turns the
+fused path off.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import cache
+
+import numpy as np
+
+from emulinalg._moduli import MODULI
+
+from . import crt_tables, crt_words, source
+
+MAX_K = 1 << 16  # |r_a r_b| <= 2**14: exact INT32 sums, as the cuBLAS path's K-blocks
+_ALIGN = 16  # TMA: 16-byte strides and rows of the int8 output
+_MAX_GRID_Y = 65535
+_OUT_KIND = {"float64": 0, "float32": 1, "dd": 2}  # ozaki2_crt.cu's `kind`
+
+# Tile configuration of emulinalg._cuda (src_cuda/gemm_s8_configs.cuh) and scheduler knobs;
+# tools/device/fused_bench.py measures them all.
+config = 0
+swizzle = 1
+raster = 0  # 0: heuristic, 1: along M, 2: along N
+
+_capable: dict = {}  # (cupy, device id) -> compute capability 9.0
+_tables: dict = {}  # (cupy, device id, n, B) -> device int32 moduli per GEMM batch index
+_kernels: dict = {}  # (cupy, device id, expr) -> compiled CRT kernel
+
+
+@cache
+def _module():
+    try:
+        from emulinalg import _cuda
+    except ImportError:
+        return None
+    return _cuda
+
+
+def available() -> bool:
+    """Whether the fused kernels can run: ``emulinalg._cuda`` was built (CUDA, CUTLASS headers at
+    build time), cupy imports, the current device has compute capability 9.0 (the module holds
+    sm_90a code only) and ``EMULINALG_FUSED`` is not "0"."""
+    if os.environ.get("EMULINALG_FUSED", "1") == "0" or _module() is None:
+        return False
+    try:
+        import cupy as cp
+
+        dev = cp.cuda.Device()
+        key = (id(cp), dev.id)  # id(cp): never a CPU stand-in's answer for the real cupy
+        if key not in _capable:
+            _capable[key] = str(dev.compute_capability) == "90"
+        return _capable[key]
+    except Exception:
+        return False
+
+
+def _moduli_table(cp, n, B):
+    """int32 device array: m_l for GEMM batch index l * B + b (the planes' order)."""
+    key = (id(cp), cp.cuda.Device().id, n, B)
+    t = _tables.get(key)
+    if t is None:
+        t = cp.asarray(np.repeat(np.asarray(MODULI[:n], dtype=np.int32), B))
+        # queued on the current stream; later GEMMs may run on another one
+        cp.cuda.get_current_stream().synchronize()
+        _tables[key] = t
+    return t
+
+
+def _planes_ok(cp, pa, pb):
+    # device arrays only (the CPU tests drive backends/cupy.py with numpy stand-ins)
+    if not (isinstance(pa, cp.ndarray) and isinstance(pb, cp.ndarray)):
+        return False
+    if pa.ndim != 5 or pb.ndim != 5 or pa.dtype != cp.int8 or pb.dtype != cp.int8:
+        return False
+    if pa.shape[:3] != pb.shape[:3] or pa.shape[-1] != pb.shape[-1]:
+        return False
+    if not (pa.flags.c_contiguous and pb.flags.c_contiguous):
+        return False
+    m, kp, n_p = pa.shape[-2], pa.shape[-1], pb.shape[-2]
+    return min(pa.shape[1], pa.shape[2], m, kp, n_p) > 0 and kp % _ALIGN == 0
+
+
+def int8_mod_products(pa, pb, moduli):
+    """INT8 residues of the products of the A planes (P, n, B, m, kp) and the B planes
+    (P, n, B, n_p, kp) of ``backends/cupy.py``'s ``_residue_planes``: planes (P, n, B, m, ldc)
+    whose entry (0, l, b, i, j), j < n_p, is symmetric((A B^T)[i, j] mod MODULI[l]) in
+    [-(m_l // 2), (m_l - 1) // 2] (``_moduli.symmetric_mod``); ldc is n_p rounded up to 16 (TMA
+    rows), columns n_p.. are not written.
+
+    One fused GEMM launch over all n * B matrices on the current stream. ``moduli`` is the count
+    n of ``ozaki2_product`` (the planes must hold that many). Returns None, without launching
+    anything, where the fused kernel does not apply: not ``available()``, complex (P = 3),
+    kp > 2**16, or an empty or unexpected shape. Only for residue planes: other INT8 GEMMs of
+    the backend (the prescale's bound operands) need ``_int8_products``' INT32 sums.
+    """
+    if not available():
+        return None
+    import cupy as cp
+
+    if not _planes_ok(cp, pa, pb) or pa.shape[0] != 1:
+        return None
+    P, n, B, m, kp = pa.shape
+    if kp > MAX_K or moduli != n or n > len(MODULI):
+        return None
+    n_p = pb.shape[-2]
+    ldc = -(-n_p // _ALIGN) * _ALIGN
+    out = cp.empty((P, n, B, m, ldc), dtype=cp.int8)
+    table = _moduli_table(cp, n, B)
+    _module().gemm_s8_mod_batched(
+        pa.data.ptr, pb.data.ptr, out.data.ptr, m, n_p, kp, kp, kp, ldc, n * B,
+        m * kp, n_p * kp, m * ldc, table.data.ptr, 1, cp.cuda.get_current_stream().ptr,
+        config, swizzle, raster,
+    )  # fmt: skip
+    return out
+
+
+def int32_products(pa, pb):
+    """The fused kernel with its identity epilogue: INT32 products (P, n, B, m, n_p), the layout
+    of one K-block of ``backends/cupy.py``'s ``_int8_products`` (all P planes; no K limit other
+    than INT32 wrap-around). None where not available."""
+    if not available():
+        return None
+    import cupy as cp
+
+    if not _planes_ok(cp, pa, pb) or pb.shape[-2] % 4:
+        return None
+    P, n, B, m, kp = pa.shape
+    n_p = pb.shape[-2]
+    out = cp.empty((P, n, B, m, n_p), dtype=cp.int32)
+    _module().gemm_s8_s32_batched(
+        pa.data.ptr, pb.data.ptr, out.data.ptr, m, n_p, kp, kp, kp, n_p, P * n * B,
+        m * kp, n_p * kp, m * n_p, cp.cuda.get_current_stream().ptr, config, swizzle, raster,
+    )  # fmt: skip
+    return out
+
+
+def configs() -> list:
+    """``emulinalg._cuda.config_info`` of every tile configuration (mod epilogue), [] without
+    the module."""
+    mod = _module()
+    if mod is None:
+        return []
+    return [dict(mod.config_info(c, 1), index=c) for c in range(mod.num_configs)]
+
+
+# ----------------------------------------------------------------------------------------------
+# CRT from INT8 residues (ozaki2_crt_s8.cu, NVRTC)
+# ----------------------------------------------------------------------------------------------
+
+_CRT_INCLUDE = re.compile(r'^#include "ozaki2_crt\.cu"\s*$', re.MULTILINE)
+
+
+@cache
+def crt_s8_source() -> str:
+    """``ozaki2_crt_s8.cu`` with ``ozaki2_crt.cu`` (and its headers) inlined: one program text
+    for NVRTC, so cupy's cache (keyed by the text) never pairs an edited part with a stale
+    binary."""
+    return _CRT_INCLUDE.sub(lambda _: source("ozaki2_crt.cu"), source("ozaki2_crt_s8.cu"))
+
+
+def _crt_tables(n):
+    t = crt_tables(n)
+    return {
+        "emu_wdig": np.array(t["wdig"], dtype=np.int32).ravel(),
+        "emu_pdig": np.array(t["pdig"], dtype=np.int32),
+        "emu_ratio": np.array(t["ratios"], dtype=np.float64),
+    }
+
+
+def _crt_kernel(cp, n, parts):
+    expr = f"ozaki2_crt_s8<{n}, {crt_words(n)}, {parts}>"
+    key = (id(cp), cp.cuda.Device().id, expr)  # id(cp): the CPU tests' stand-in keeps its own
+    fn = _kernels.get(key)
+    if fn is None:
+        mod = cp.RawModule(code=crt_s8_source(), options=("--std=c++17",), name_expressions=(expr,))
+        for sym, arr in _crt_tables(n).items():
+            cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
+        # The copies are queued on the current stream; kernels may run on any other one.
+        cp.cuda.runtime.deviceSynchronize()
+        fn = mod.get_function(expr)
+        _kernels[key] = fn
+    return fn
+
+
+def crt_s8(res, n, cplx, mu32, nu32, r0, outs, out_dtype):
+    """Rows r0.. of the outputs from the INT8 residue planes ``res`` (NP, n, B, mc, ldr) of one
+    chunk (NP = 2, Re and Im, for complex): ``ozaki2_crt_s8.cu``. Arguments and result as
+    ``backends/cupy.py``'s ``_crt`` (``outs``: the (B, m, n) output arrays, hi[, lo] per part,
+    in part order); bit-identical to it on the same products."""
+    import cupy as cp
+
+    NP, nmod, B, mc, ldr = res.shape
+    parts = 2 if cplx else 1
+    if nmod != n or parts != NP or res.dtype != cp.int8:
+        raise ValueError("crt_s8: planes do not match the moduli / parts")
+    m_full, ncols = outs[0].shape[-2:]
+    fn = _crt_kernel(cp, n, NP)
+    o = list(outs) + [outs[0]] * (4 - len(outs))  # unused pointers are never written
+    if out_dtype != "dd" and cplx:
+        o = [outs[0], outs[0], outs[1], outs[1]]
+    rows = B * mc
+    grid = (-(-ncols // 32), min(-(-rows // 8), _MAX_GRID_Y))
+    args = (
+        res, np.int64(B * mc * ldr), np.int32(B), np.int32(mc), np.int32(ncols), np.int32(ldr),
+        np.int32(m_full), np.int32(r0), mu32, nu32, np.int32(_OUT_KIND[out_dtype]), *o,
+    )  # fmt: skip
+    fn(grid, (32, 8), args)

@@ -1,0 +1,301 @@
+"""The fused Scheme II INT8 GEMM (``emulinalg._cuda``, ``src_cuda/``) and its CRT pass
+(``backends/cuda/ozaki2_crt_s8.cu``) through ``backends/cuda/fused.py``.
+
+On the CPU (always): the epilogue's mod-reduce arithmetic (``src_cuda/sym_mod.cuh``, compiled
+with g++) against Python's symmetric mod on edge and random int32 values for every modulus, and
+the INT8 CRT kernel (compiled as host C++ on the ``fake_cupy`` stand-in) against the INT32 CRT
+path bit for bit. On the GPU (marked ``gpu``; skipped without cupy, a compute capability 9.0
+device or a build with ``emulinalg._cuda``): the fused GEMM's INT8 residues against cuBLAS's
+INT32 products reduced in cupy, its identity epilogue against cuBLAS, and whole Scheme II
+products through the fused path against the cuBLAS path, bit for bit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emulinalg._moduli import MODULI
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sym(x, m):
+    r = np.mod(np.asarray(x, dtype=np.int64), m)
+    return np.where(r > (m - 1) // 2, r - m, r)
+
+
+def _gxx(tmp_path, name, code, flags=()):
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    src, lib = tmp_path / f"{name}.cpp", tmp_path / f"{name}.so"
+    src.write_text(code)
+    cmd = ["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-ffp-contract=off", "-w", *flags,
+           "-o", str(lib), str(src)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return ctypes.CDLL(str(lib))
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU: the epilogue's arithmetic and the INT8 CRT kernel
+# ----------------------------------------------------------------------------------------------
+
+
+def test_sym_mod_matches_symmetric_mod(tmp_path):
+    lib = _gxx(tmp_path, "sym_mod", """
+#include "sym_mod.cuh"
+extern "C" void run(const int* x, long n, int m, int* out) {
+  const float rcp = emu::rcp_rn(static_cast<float>(m));
+  for (long i = 0; i < n; ++i) out[i] = emu::sym_mod(x[i], m, rcp);
+}
+""", flags=("-I", str(ROOT / "src_cuda")))  # fmt: skip
+    lib.run.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_void_p]
+    rng = np.random.default_rng(7)
+    i32 = np.iinfo(np.int32)
+    edges = np.concatenate([
+        np.arange(-70000, 70000), np.arange(i32.min, i32.min + 5000),
+        np.arange(i32.max - 5000, i32.max, dtype=np.int64) + 1,
+        rng.integers(i32.min, i32.max, 200000, endpoint=True),
+    ]).astype(np.int32)  # fmt: skip
+    for m in sorted(set(MODULI) | {2, 3, 128, 129, 254}):
+        x = edges
+        if m % 2 == 0:  # exact ties of the float quotient: x = (q + 1/2) m
+            q = rng.integers(i32.min // m, i32.max // m, 20000)
+            x = np.concatenate([x, (q * m + m // 2 + np.array([[-1], [0], [1]])).ravel()])
+            x = x[(x >= i32.min) & (x <= i32.max)].astype(np.int32)
+        out = np.empty_like(x)
+        lib.run(x.ctypes.data, x.size, m, out.ctypes.data)
+        bad = np.flatnonzero(out != _sym(x, m))
+        assert bad.size == 0, (m, x[bad[:5]], out[bad[:5]])
+
+
+_CRT_S8_PARAMS = (
+    "const signed char* res, long long plane, int B, int mc, int n, int ldr, int m_full, int r0, "
+    "const int* mu, const int* nu, int kind, void* out0, void* out1, void* out2, void* out3"
+)
+
+
+@pytest.fixture(scope="module")
+def fake_native():
+    """The fake_cupy stand-in with kernels compiled from their CUDA sources (g++), and the same
+    stand-in with the numpy model: backends/cupy.py's INT32 ``_crt`` is the reference."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ to compile the CUDA sources for the CPU")
+    import fake_cupy
+
+    fake_cupy._PARAMS.setdefault("ozaki2_crt_s8", _CRT_S8_PARAMS)
+    fake_cupy._BARRIERS.setdefault("ozaki2_crt_s8", False)
+    be, cp = fake_cupy.load_backend(native=True)
+    return be, cp
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("n", [8, 18, 20])
+def test_crt_s8_equals_int32_crt(fake_native, monkeypatch, n, cplx, out_dtype):
+    """Same residues through ozaki2_crt_s8.cu (int8, padded rows) and ozaki2_crt.cu (int32):
+    identical bits, rows r0.. of a larger output, several batch entries."""
+    from emulinalg.backends.cuda import fused
+
+    be, cp = fake_native
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    rng = np.random.default_rng(n + 2 * cplx)
+    B, mc, ncols, ldr, m_full, r0 = 2, 5, 7, 16, 9, 3
+    NP = 2 if cplx else 1
+    w = np.zeros((NP, n, B, mc, ldr), dtype=np.int8)
+    for ell, m in enumerate(MODULI[:n]):
+        w[:, ell] = rng.integers(-(m // 2), (m - 1) // 2, (NP, B, mc, ldr), endpoint=True)
+    w[..., ncols:] = 77  # padding: never read
+    # INT32 "products" with the same residues: 3M (T1, T2, T3) = (Re, 0, Re + Im)
+    t = w[..., :ncols].astype(np.int32)
+    prod = t[None, :1] if not cplx else np.stack([t[0], np.zeros_like(t[0]), t[0] + t[1]])[None]
+    mu = rng.integers(-40, 40, (B, m_full)).astype(np.int32)
+    nu = rng.integers(-40, 40, (B, ncols)).astype(np.int32)
+    mu[0, r0] = 1100  # underflow / overflow ranges too
+    nu[1, 0] = -1300
+    dt = np.float32 if out_dtype == "float32" else np.float64
+    nout = (2 if cplx else 1) * (2 if out_dtype == "dd" else 1)
+
+    def outs():
+        return [cp.asarray(np.full((B, m_full, ncols), 0.5, dtype=dt)) for _ in range(nout)]
+
+    want, got = outs(), outs()
+    be._crt(cp.asarray(np.ascontiguousarray(prod)), n, cplx, cp.asarray(mu), cp.asarray(nu), r0,
+            want, out_dtype)  # fmt: skip
+    fused.crt_s8(cp.asarray(w), n, cplx, cp.asarray(mu), cp.asarray(nu), r0, got, out_dtype)
+    for g, x in zip(got, want):
+        g, x = np.asarray(g), np.asarray(x)
+        assert np.array_equal(g.view(np.uint8), x.view(np.uint8))
+        assert np.all(g[:, :r0] == 0.5) and np.all(g[:, r0 + mc :] == 0.5)
+        assert np.count_nonzero(g[:, r0 : r0 + mc] != 0.5) > g[:, r0 : r0 + mc].size // 2
+
+
+def test_crt_s8_source_inlines_the_int32_crt():
+    from emulinalg.backends.cuda import fused
+
+    text = fused.crt_s8_source()
+    assert "#include" not in text
+    assert "ozaki2_crt_s8(" in text and "__constant__ int emu_wdig" in text
+
+
+def test_fused_unavailable_declines(monkeypatch):
+    from emulinalg.backends.cuda import fused
+
+    monkeypatch.setenv("EMULINALG_FUSED", "0")
+    assert not fused.available()
+    assert fused.int8_mod_products(None, None, 18) is None
+    assert fused.int32_products(None, None) is None
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    """(cupy, emulinalg._cuda, backends.cupy, fused) where the fused kernels can run."""
+    cp = pytest.importorskip("cupy", reason="cupy is not installed")
+    try:
+        if cp.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no CUDA device")
+    except Exception as e:
+        pytest.skip(f"no CUDA device: {e}")
+    try:
+        from emulinalg import _cuda
+    except ImportError as e:
+        pytest.skip(f"emulinalg._cuda not built (CUDA + CUTLASS_INCLUDE_DIR at build time): {e}")
+    from emulinalg.backends import cupy as cb
+    from emulinalg.backends.cuda import fused
+
+    if not fused.available():
+        pytest.skip("fused kernels unavailable here (needs compute capability 9.0)")
+    return cp, _cuda, cb, fused
+
+
+def _planes(cp, n, B, rows, kp, k, seed, extreme=False):
+    """int8 residue planes (1, n, B, rows, kp) in each modulus' symmetric range, zero past k."""
+    rs = cp.random.RandomState(seed)
+    lo = cp.asarray([-(m // 2) for m in MODULI[:n]], dtype=cp.int32)[:, None, None, None]
+    hi = cp.asarray([(m - 1) // 2 for m in MODULI[:n]], dtype=cp.int32)[:, None, None, None]
+    if extreme:  # |r| at its largest, one sign: the INT32 sums at their bound
+        x = cp.broadcast_to(lo, (n, B, rows, kp)).copy()
+    else:
+        u = rs.random_sample((n, B, rows, kp))
+        x = cp.floor(lo + u * (hi - lo + 1)).astype(cp.int32)
+    x[..., k:] = 0
+    return x.astype(cp.int8)[None]
+
+
+def _reference_mod(cp, prod32, n):
+    """symmetric(prod mod m_l) of cuBLAS's INT32 products (1, 1, n, B, m, n_p)."""
+    ms = cp.asarray(MODULI[:n], dtype=cp.int64)[:, None, None, None]
+    r = cp.mod(prod32[0, 0].astype(cp.int64), ms)
+    return cp.where(r > (ms - 1) // 2, r - ms, r).astype(cp.int8)
+
+
+GEMM_SHAPES = [  # (n moduli, B, m, n_p, k)
+    (18, 1, 7, 100, 61),  # ragged M and N (n_p not a multiple of 16), K padded to 64
+    (18, 2, 300, 260, 1000),
+    (9, 3, 129, 64, 4096),
+    (20, 1, 256, 256, 1 << 12),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [0, 1, 2])
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=str)
+def test_fused_mod_equals_cublas_mod(gpu, shape, config, monkeypatch):
+    cp, _cuda, cb, fused = gpu
+    monkeypatch.setattr(fused, "config", config)
+    n, B, m, n_p, k = shape
+    kp = -(-k // 16) * 16
+    pa = _planes(cp, n, B, m, kp, k, seed=1)
+    pb = _planes(cp, n, B, n_p, kp, k, seed=2)
+    ref32 = cb._int8_products(pa, pb)
+    got = fused.int8_mod_products(pa, pb, n)
+    assert got is not None and got.dtype == cp.int8 and got.shape[:4] == (1, n, B, m)
+    assert got.shape[-1] % 16 == 0 and got.shape[-1] >= n_p
+    assert bool(cp.all(got[0, ..., :n_p] == _reference_mod(cp, ref32, n)))
+    s32 = fused.int32_products(pa, pb)
+    assert bool(cp.all(s32 == ref32[0]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [0, 2])
+def test_fused_mod_at_the_k_bound(gpu, monkeypatch, config):
+    """k = 2**16 with every residue at -(m // 2): |sum| up to 2**30, still exact."""
+    cp, _cuda, cb, fused = gpu
+    monkeypatch.setattr(fused, "config", config)
+    n, B, m, n_p, k = 4, 1, 64, 48, 1 << 16
+    pa = _planes(cp, n, B, m, k, k, seed=3, extreme=True)
+    pb = _planes(cp, n, B, n_p, k, k, seed=4, extreme=True)
+    ref32 = cb._int8_products(pa, pb)
+    got = fused.int8_mod_products(pa, pb, n)
+    assert bool(cp.all(got[0, ..., :n_p] == _reference_mod(cp, ref32, n)))
+    assert fused.int8_mod_products(pa, pb, n + 1) is None  # count must match the planes
+    pa2 = cp.zeros((1, n, B, m, k + 16), dtype=cp.int8)
+    pb2 = cp.zeros((1, n, B, n_p, k + 16), dtype=cp.int8)
+    assert fused.int8_mod_products(pa2, pb2, n) is None  # beyond 2**16: the caller's K-blocks
+
+
+@pytest.mark.gpu
+def test_fused_errors(gpu):
+    cp, _cuda, _, _ = gpu
+    a = cp.zeros(4096, dtype=cp.int8)
+    c = cp.zeros(4096, dtype=cp.int8)
+    mods = cp.asarray([255], dtype=cp.int32)
+    stream = cp.cuda.get_current_stream().ptr
+    args = dict(m=16, n=16, k=32, lda=32, ldb=32, ldc=16, batch=1, stride_a=0, stride_b=0,
+                stride_c=0, moduli=mods.data.ptr, stream=stream)  # fmt: skip
+    _cuda.gemm_s8_mod_batched(a.data.ptr, a.data.ptr, c.data.ptr, **args)
+    with pytest.raises(RuntimeError, match="16-byte aligned"):
+        _cuda.gemm_s8_mod_batched(a.data.ptr + 1, a.data.ptr, c.data.ptr, **args)
+    with pytest.raises(RuntimeError, match="multiples of 16"):
+        _cuda.gemm_s8_mod_batched(a.data.ptr, a.data.ptr, c.data.ptr, **dict(args, k=24))
+    with pytest.raises(RuntimeError, match="65536"):
+        _cuda.gemm_s8_mod_batched(a.data.ptr, a.data.ptr, c.data.ptr,
+                                  **dict(args, k=1 << 17, lda=1 << 17, ldb=1 << 17))  # fmt: skip
+    with pytest.raises(ValueError):
+        _cuda.gemm_s8_mod_batched(a.data.ptr, a.data.ptr, c.data.ptr, **dict(args, config=99))
+    cp.cuda.get_current_stream().synchronize()
+    info = _cuda.config_info(0, 1)
+    assert info["num_regs"] > 0 and info["local_bytes"] == 0  # no spills
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("case", [((), 1, 1, 1), ((), 7, 68, 61), ((2,), 129, 257, 65),
+                                  ((), 300, 1000, 200)], ids=str)  # fmt: skip
+def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out_dtype):
+    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.inputs import phi_matrix
+
+    cp, _cuda, cb, fused = gpu
+    batch, m, k, n = case
+    a = cp.asarray(phi_matrix(batch + (m, k), 1.0, "float64", seed=5))
+    b = cp.asarray(phi_matrix(batch + (k, n), 1.0, "float64", seed=6))
+    import array_api_compat.cupy as cxp
+
+    pre = ozaki2_prescale(cxp, cb.int_matmul, a, None, b, None, "accurate")
+    # backends/cupy.py uses the fused GEMM + INT8 CRT where it applies: compare with the
+    # cuBLAS INT32 path (fused switched off) and check the fused path really ran.
+    calls = []
+    mod_products = fused.int8_mod_products
+    monkeypatch.setattr(
+        fused, "int8_mod_products", lambda *a_: calls.append(1) or mod_products(*a_)
+    )
+    got = cb.ozaki2_product(a, None, b, None, 18, "accurate", out_dtype, pre)
+    assert calls
+    monkeypatch.setattr(fused, "available", lambda: False)
+    want = cb.ozaki2_product(a, None, b, None, 18, "accurate", out_dtype, pre)
+    flat = lambda r: [x for p in r for x in (p if isinstance(p, tuple) else (p,))]  # noqa: E731
+    for g, w in zip(flat(got), flat(want)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert bool(cp.all(g.view(cp.uint8) == w.view(cp.uint8)))

@@ -1,0 +1,233 @@
+"""The fused Scheme II INT8 GEMM (emulinalg._cuda) beside cuBLAS's INT8 GEMM, in one run.
+
+Per N (square, 18 moduli, int8 residues uniform in each modulus' symmetric range):
+
+- ``cublas_s32``: ``backends.cupy._int8_products`` (one strided-batched cuBLAS INT8 GEMM, INT32
+  out), the current Scheme II path;
+- ``fused_s32`` / ``fused_mod``: the CUTLASS kernel with its identity epilogue (INT32 out) and
+  with the mod-reduce epilogue (INT8 residues out), for every tile configuration (--configs)
+  and scheduler swizzle (--swizzles); the fastest exact one is used below;
+- ``crt_s32`` / ``crt_s8``: the CRT pass over the INT32 products / the INT8 residues;
+- ``e2e``: ``backends.cupy.ozaki2_product`` (float64, phi = 1, accurate) on the cuBLAS path and
+  on the fused path (the wiring of tests/test_fused_gpu.py), beside cuBLAS DGEMM.
+
+Times are medians of --repeat runs (CUDA events) after two warm-up runs; Top/s = 2 m n k
+moduli / time. Checks, exact: fused_s32 == cuBLAS, fused_mod == symmetric(cuBLAS mod m_l) on
+the full matrices (plane by plane), crt_s8 == crt_s32 bitwise, and the two e2e paths bitwise.
+
+    python3 tools/device/fused_bench.py --out OUT.jsonl [--sizes 4096,8192,16384]
+        [--repeat 10] [--configs 0,1,2] [--swizzles 1,8] [--no-e2e]
+
+Writes one JSON object per measurement to --out and prints a summary line for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+
+import array_api_compat.cupy as cxp
+import cupy as cp
+import numpy as np
+
+from emulinalg._moduli import MODULI as ALL_MODULI
+from emulinalg.backends import cupy as be
+from emulinalg.backends.cuda import fused
+
+NMOD = 18
+MODULI = ALL_MODULI[:NMOD]
+
+
+def median_ms(fn, repeat):
+    for _ in range(2):
+        fn()
+    cp.cuda.Device().synchronize()
+    ts = []
+    for _ in range(repeat):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(s, e))
+    return float(np.median(ts))
+
+
+def residue_planes(rows, kp, seed):
+    """(1, NMOD, 1, rows, kp) int8, plane l uniform in [-(m_l // 2), (m_l - 1) // 2]."""
+    rng = cp.random.default_rng(seed)
+    out = cp.empty((1, NMOD, 1, rows, kp), dtype=cp.int8)
+    for ell, m in enumerate(MODULI):
+        out[0, ell, 0] = rng.integers(-(m // 2), (m - 1) // 2 + 1, (rows, kp), dtype=cp.int32)
+    return out
+
+
+def sym_mod(x, m):
+    r = cp.mod(x, m)
+    return cp.where(r > (m - 1) // 2, r - m, r)
+
+
+def wired():
+    """backends.cupy's stages with the fused GEMM and the INT8 CRT where they apply."""
+    products, crt = be._int8_products, be._crt
+
+    def int8_products(pa, pb):  # only residue planes reach it inside ozaki2_product
+        planes = fused.int8_mod_products(pa, pb, pa.shape[1])
+        return products(pa, pb) if planes is None else planes
+
+    def crt_any(prod, n, cplx, mu32, nu32, r0, outs, out_dtype):
+        if prod.dtype == cp.int8:
+            return fused.crt_s8(prod, n, cplx, mu32, nu32, r0, outs, out_dtype)
+        return crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype)
+
+    return int8_products, crt_any
+
+
+def run_size(n, repeat, configs, swizzles, e2e, emit):
+    kp, n_p = -(-n // 16) * 16, -(-n // 4) * 4
+    ops = 2.0 * n * n_p * kp * NMOD
+    pa, pb = residue_planes(n, kp, 1), residue_planes(n_p, kp, 2)
+
+    def tops(ms):
+        return ops / (ms * 1e-3) / 1e12
+
+    ms = median_ms(lambda: be._int8_products(pa, pb), repeat)
+    emit({"N": n, "variant": "cublas_s32", "ms": ms, "tops": tops(ms)})
+    ref = be._int8_products(pa, pb)[0, 0]  # (NMOD, 1, n, n_p) int32
+    best = {}
+    for c, sw in ((c, sw) for c in configs for sw in swizzles):
+        fused.config, fused.swizzle = c, sw
+        tag = {"config": c, "config_name": fused.configs()[c]["name"], "swizzle": sw}
+        ms = median_ms(lambda: fused.int32_products(pa, pb), repeat)
+        got = fused.int32_products(pa, pb)[0]
+        equal = all(bool(cp.array_equal(got[ell], ref[ell])) for ell in range(NMOD))
+        del got
+        emit({"N": n, "variant": "fused_s32", **tag, "ms": ms, "tops": tops(ms),
+              "equal_cublas": equal})  # fmt: skip
+        ms = median_ms(lambda: fused.int8_mod_products(pa, pb, NMOD), repeat)
+        got = fused.int8_mod_products(pa, pb, NMOD)[0]
+        equal = all(
+            bool(cp.array_equal(got[ell, ..., :n_p], sym_mod(ref[ell], m).astype(cp.int8)))
+            for ell, m in enumerate(MODULI)
+        )
+        emit({"N": n, "variant": "fused_mod", **tag, "ms": ms, "tops": tops(ms),
+              "equal_cublas_mod": equal})  # fmt: skip
+        if equal and (not best or ms < best["ms"]):
+            best = {"config": c, "swizzle": sw, "ms": ms, "planes": got}
+        del got
+    # CRT passes over the same residues (shifts 0: the rounding path is the same for any)
+    mu = cp.zeros((1, n), dtype=cp.int32)
+    nu = cp.zeros((1, n), dtype=cp.int32)
+    out32 = [cp.empty((1, n, n), dtype=cp.float64)]
+    prod = ref[None, None]  # (1, 1, NMOD, 1, n, n_p): one K-block, the real product
+    ms = median_ms(lambda: be._crt(prod, NMOD, False, mu, nu, 0, out32, "float64"), repeat)
+    emit({"N": n, "variant": "crt_s32", "ms": ms})
+    out8 = planes = None
+    if best:
+        out8 = [cp.empty((1, n, n), dtype=cp.float64)]
+        planes = best["planes"][None]
+        ms = median_ms(lambda: fused.crt_s8(planes, NMOD, False, mu, nu, 0, out8, "float64"),
+                       repeat)  # fmt: skip
+        equal = bool(cp.array_equal(out8[0].view(cp.uint64), out32[0].view(cp.uint64)))
+        emit({"N": n, "variant": "crt_s8", "ms": ms, "equal_crt_s32": equal})
+        fused.config, fused.swizzle = best["config"], best["swizzle"]
+    ref = prod = pa = pb = best = out32 = out8 = planes = None  # free before the e2e runs
+    cp.get_default_memory_pool().free_all_blocks()
+    if not e2e:
+        return
+    from emulinalg._scaling import ozaki2_prescale
+
+    rng = cp.random.default_rng(3)
+    a = (rng.random((n, n)) - 0.5) * cp.exp(rng.standard_normal((n, n)))
+    b = (rng.random((n, n)) - 0.5) * cp.exp(rng.standard_normal((n, n)))
+    dgemm = median_ms(lambda: cp.matmul(a, b), repeat)
+    pre = ozaki2_prescale(cxp, be.int_matmul, a, None, b, None, "accurate")
+
+    def product():
+        return be.ozaki2_product(a, None, b, None, NMOD, "accurate", "float64", pre)[0]
+
+    base = median_ms(product, repeat)
+    want = product()
+    prods, crt = wired()
+    saved = be._int8_products, be._crt
+    be._int8_products, be._crt = prods, crt
+    try:
+        fast = median_ms(product, repeat)
+        got = product()
+    finally:
+        be._int8_products, be._crt = saved
+    equal = bool(cp.array_equal(got.view(cp.uint64), want.view(cp.uint64)))
+    emit({"N": n, "variant": "e2e", "config": fused.config, "swizzle": fused.swizzle,
+          "dgemm_ms": dgemm,
+          "cublas_path_ms": base, "fused_path_ms": fast, "speedup_vs_dgemm": dgemm / fast,
+          "cublas_path_speedup_vs_dgemm": dgemm / base, "tflops": 2.0 * n**3 / fast / 1e9,
+          "native_tflops": 2.0 * n**3 / dgemm / 1e9, "bitwise_equal_paths": equal})  # fmt: skip
+
+
+def summary(rec):
+    v = rec["variant"]
+    if v == "config":
+        return (f"config {rec['index']}: {rec['name']}, {rec['stages']} stages, "
+                f"{rec['smem_bytes']} B smem, {rec['threads']} threads, {rec['num_regs']} "
+                f"registers, {rec['local_bytes']} B local (spills)")  # fmt: skip
+    head = f"N={rec['N']} {v:10s}"
+    if v == "e2e":
+        return (f"{head} DGEMM {rec['dgemm_ms']:.2f} ms, cuBLAS path {rec['cublas_path_ms']:.2f} "
+                f"ms ({rec['cublas_path_speedup_vs_dgemm']:.2f}x), fused path "
+                f"{rec['fused_path_ms']:.2f} ms ({rec['speedup_vs_dgemm']:.2f}x DGEMM, config "
+                f"{rec['config']}, swizzle {rec['swizzle']}), bitwise equal: "
+                f"{rec['bitwise_equal_paths']}")  # fmt: skip
+    s = f"{head} {rec['ms']:8.2f} ms"
+    if "tops" in rec:
+        s += f" {rec['tops']:7.0f} Top/s"
+    if "config" in rec:
+        s += f"  [{rec['config']}: {rec['config_name']}, swizzle {rec['swizzle']}]"
+    for key in ("equal_cublas", "equal_cublas_mod", "equal_crt_s32"):
+        if key in rec:
+            s += f"  {key}={rec[key]}"
+    return s
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="JSON lines output path")
+    p.add_argument("--sizes", default="4096,8192,16384", help="comma-separated N")
+    p.add_argument("--repeat", type=int, default=10, help="timed runs per measurement")
+    p.add_argument("--configs", default=None, help="tile configurations (default: all)")
+    p.add_argument("--swizzles", default="1,8", help="tile scheduler max swizzle sizes")
+    p.add_argument("--no-e2e", action="store_true", help="skip the ozaki2_product comparison")
+    args = p.parse_args(argv)
+    if not fused.available():
+        sys.exit("fused kernels unavailable: emulinalg._cuda not built or no sm_90 device")
+    infos = fused.configs()
+    configs = [int(c) for c in args.configs.split(",")] if args.configs else list(range(len(infos)))
+    swizzles = [int(s) for s in args.swizzles.split(",")]
+    device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    common = {
+        "backend": "cupy", "moduli": NMOD, "device": device,
+        "date": datetime.date.today().isoformat(),
+        "command": "python3 tools/device/fused_bench.py " + " ".join(argv or sys.argv[1:]),
+    }  # fmt: skip
+    with open(args.out, "w") as f:
+
+        def emit(rec):
+            rec.update(common)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            print(summary(rec), flush=True)
+
+        for info in infos:
+            emit({"N": 0, "variant": "config", **info, "tile": list(info["tile"]),
+                  "cluster": list(info["cluster"])})  # fmt: skip
+        for n in (int(s) for s in args.sizes.split(",")):
+            t0 = time.time()
+            run_size(n, args.repeat, configs, swizzles, not args.no_e2e, emit)
+            print(f"N={n}: {time.time() - t0:.1f} s", flush=True)
+            cp.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main()
