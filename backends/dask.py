@@ -1,29 +1,86 @@
-"""dask backend: a lazy graph of emulated block products on the chunks' own backend.
+"""dask backend: lazy graphs of emulated products on the chunks' own backend.
 
 ``emulinalg.matmul`` (and ``tensordot``/``vecdot``, which the front end reduces to one batched
-matmul) on dask arrays builds a dask graph and computes nothing:
+matmul) on dask arrays builds a dask graph and computes nothing. The contraction chunks of the
+two operands are aligned first (the operand with more K-blocks is rechunked to the other's K
+chunks; batch chunks follow the first operand). Two graphs exist:
 
-1. The contraction chunks of the two operands are aligned (the operand with more K-blocks is
-   rechunked to the other's K chunks; batch chunks follow the first operand).
-2. ``dask.array.blockwise(..., concatenate=False)`` makes one task per block triple (i, k, j):
+Shared preprocessing (Scheme II: the default family's levels and explicit ``OzakiII``)
+-------------------------------------------------------------------------------------
+The whole product is computed as the in-core engine computes it on the whole matrices, with
+the work split over chunks and every chunk preprocessed once (``_shared_graph``). With ``I x Q``
+chunks of A and ``Q x J`` of B (batch blocks multiply every count):
+
+1. Statistics over the whole matrices, as reductions over chunks. One task per chunk gives its
+   lines' max magnitude and whether they hold NaN/Inf (NaN/Inf entries count as 0, as in the
+   engine); a max over K-chunks gives each row's (column's) exponent, hence the prescale
+   shifts ``s``, ``t`` of ``_scaling.ozaki2_prescale``. Accurate mode: one task per chunk makes
+   the int8 bound operand ``ceil(2**s |A|)`` (entries <= 64), one task per block triple its
+   integer GEMM (``backend.int_matmul(.., 64*64)``) and a tree sum over K-blocks the exact
+   ``C̄ = Ā B̄`` (integers below 2**53 add exactly in any order), then ``e_i = max_j C̄_ij``,
+   ``f_j = max_i C̄_ij``: the engine's values exactly. Fast mode: per-chunk sums of squares.
+   The certificate of a level (``_select``) is evaluated on operands normalized by the GLOBAL
+   line exponents: per chunk the normalized magnitudes (truncated to float32, as
+   ``_select.magnitude_lower`` does) and partial l1 norms; per block triple
+   ``_select.magnitude_lower`` (a lower bound of ``|A_k||B_k|``); the lower bounds summed over
+   K-blocks in float64 and multiplied by ``1 - q 2**-52`` stay a lower bound of ``|A||B|``; the
+   l1 partials summed and multiplied by ``1 + (k+2) 2**-52`` (any summation order has the
+   same error bound) stay upper bounds. ``_select.ozaki2_certified_y`` then gives ``y`` per
+   output block, one small task per output block its ``(min y, any beyond, all beyond)``, and
+   ONE task (``emulinalg-count``) the count of moduli, exactly as
+   ``_select.ozaki2_moduli_needed`` and ``_engine._emulate`` decide it, plus a flag per output
+   block: whether any of its entries is taken from the native product.
+2. Residues once per chunk (``emulinalg-residues``, I·Q + Q·J tasks): the shifts ``mu``, ``nu``
+   (``_scaling.ozaki2_shifts``' formula, from the count), ``scale_to_integers``, ``split`` and
+   ``residues`` for every modulus, stored as int8 planes (n per entry, 3n for complex: 3M).
+   dask deduplicates by key, so every block product reading a chunk reads the same planes.
+3. Block products (``emulinalg-products``, I·Q·J tasks): ``_ozaki2.modular_products`` per
+   modulus, kept as int8 residues, and a tree reduction over K-blocks (``split_every``) adding
+   them modulo each ``m_l``: the sums are congruent to the whole products, so their symmetric
+   residues are the engine's ``W_l`` exactly.
+4. One CRT per output block (I·J tasks): the engine's exact limb accumulation and
+   ``_ozaki2.reconstruct`` (rounded once to the result dtype, float32 included): the result
+   is bit for bit the engine's on the whole matrices with the same count.
+5. Native patch: entries beyond the certificate, or in rows/columns with NaN/Inf, take dask's
+   blocked native product (block products in the chunks' dtype, plain sums over K-blocks),
+   computed only for the output blocks that have such entries: the count task's flags tell
+   the residue tasks to keep the raw chunk alongside the planes and the product tasks to add
+   the native block product to their partial.
+
+The count and statistics are data-dependent, so the graph is built from ``dask.array``
+operations with known shapes (``blockwise``, reductions) wherever an array results, and from
+``blockwise`` layers whose chunks are Python objects (``meta=np.empty((0,)*nd, object)``,
+``concatenate=False``) for the residue planes, the count and the partial sums. The object
+layers are never concatenated; the graph's output is an ordinary array. Per-chunk layers carry
+the annotation ``{"emulinalg": "chunks"}`` and block layers ``{"emulinalg": "blocks"}``: dask's
+blockwise fusion does not merge layers with different annotations, so a per-chunk task is never
+inlined (and so recomputed) into the block products that read it. Which output block a task
+belongs to comes from small index arrays (``da.arange(nblocks, chunks=1)``).
+
+The Scheme I family, explicit ``OzakiI`` and ``EMULINALG_DASK_MODE=dd`` use the double-double
+graph below instead.
+
+Double-double graph (Scheme I, or ``EMULINALG_DASK_MODE=dd``)
+--------------------------------------------------------------
+1. ``dask.array.blockwise(..., concatenate=False)`` makes one task per block triple (i, k, j):
    ``A[i, k] @ B[k, j]`` computed by ``emulinalg._engine.matmul`` on the chunks' own backend
    (``backends.for_namespace`` of the chunk's array module: numpy -> CPU reference / AMX, cupy ->
    GPU), with an explicit ``meta`` so cupy chunks stay cupy. The engine returns the block result
    as a double-double pair ``(hi, lo)`` (``dd=True``): ``hi`` is the block's usual rounded
    result and ``lo`` the rounded remainder of the block's exact emulated value (0 for entries
    the engine computed natively). The pair travels as one array with a trailing axis of size 2.
-3. ``dask.array.reduction(..., split_every=...)`` adds the K-block partials in a tree with an
+2. ``dask.array.reduction(..., split_every=...)`` adds the K-block partials in a tree with an
    error-free double-double addition (TwoSum on the high and the low parts, renormalised);
    ``split_every`` comes from dask's config (``dask.config.set(split_every=...)``, default 4).
-4. One ``map_blocks`` rounds ``hi + lo`` once to the result dtype.
+3. One ``map_blocks`` rounds ``hi + lo`` once to the result dtype.
 
 float32/complex64 operands are cast to float64/complex128 inside each block task and the block
 products run at the requested level (by default the float32 level: 24 bits relative to
 ``|A_k||B_k|``), so no partial is rounded to float32; the partials are added in double-double
 like the others and the sum is rounded to float32 once at the end.
 
-Accuracy across K-blocks
-------------------------
+Accuracy across K-blocks (double-double graph)
+----------------------------------------------
 Split the contraction index into the K-blocks ``K_1, ..., K_q``: ``C = sum_k A_k B_k`` with
 ``A_k = A[:, K_k]``, ``B_k = B[K_k, :]``, and, entry by entry, ``sum_k |A_k||B_k| = |A||B|``
 exactly (the K-blocks partition the terms of every dot product). For a level of ``b`` bits the
@@ -47,18 +104,11 @@ high parts, which is what the native product does with those terms.
 
 Plans
 -----
-The scheme of each block is chosen on the worker when the block is computed (the chunk data
-decide it); ``emulinalg.last_plan()`` after the call describes the graph: backend ``"dask"``,
-scheme ``"blocked: ..."`` with the chunk backend and the scheme or level of each block, and
-notes with the chunking, the number of K-blocks and ``split_every``. Nothing is computed to
-make it.
-
-Not yet
--------
-Preprocessing reuse: each block product scales and slices/reduces its two chunks itself, so a
-chunk of A is preprocessed once per column block of B (and a chunk of B once per row block of
-A). Caching the scaled residues per chunk (with column/row scaling common to a K-block row) is
-the next step.
+``emulinalg.last_plan()`` after the call describes the graph without computing anything:
+backend ``"dask"``, scheme ``"blocked: ..."`` with the chunk backend and the scheme or level,
+and notes with the chunking, the number of K-blocks and of tasks per stage, and
+``split_every``. Data-dependent decisions (the count of moduli, native entries) are made on the
+workers and stay there.
 """
 
 from __future__ import annotations
@@ -66,14 +116,26 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 
 import numpy as np
 
-from emulinalg import _engine
+from emulinalg import _engine, _exact, _ozaki2, _select
+from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg._plan import Plan
 from emulinalg._precision import NATIVE, OzakiI, OzakiII, level_for_dtype
+from emulinalg._scaling import (
+    _bound_operand,
+    _half_log_shift,
+    magnitude,
+    max_exponent,
+    scale_to_integers,
+)
+from emulinalg._xputil import ldexp, make_complex
 
 name = "dask"
+
+MODE_ENV = "EMULINALG_DASK_MODE"  # "shared" (default; "dd" for cupy chunks) or "dd"
 
 _NATIVE_BITS = {"float64": 53, "float32": 24}
 _REAL = {
@@ -148,6 +210,18 @@ def _is_dask(x):
 # --------------------------------------------------------------------------------------------
 
 
+def _mode(chunk_backend=None):
+    """The graph for Scheme II products: ``EMULINALG_DASK_MODE``; by default "shared", except
+    for chunks whose backend runs a whole Scheme II product in its own kernels (cupy): the
+    shared graph's generic residue/CRT steps would bypass them, so those use "dd" until the
+    shared graph calls the kernels too."""
+    default = "dd" if getattr(chunk_backend, "ozaki2_product", None) else "shared"
+    mode = os.environ.get(MODE_ENV, "").strip().lower() or default
+    if mode not in ("shared", "dd"):
+        raise ValueError(f"{MODE_ENV}={mode!r}: expected 'shared' or 'dd'")
+    return mode
+
+
 def matmul(xp, backend, a, b, request, cfg):
     """``(c, plan)``: the lazy dask array of the batched product ``a @ b`` and the graph's plan.
 
@@ -196,6 +270,9 @@ def matmul(xp, backend, a, b, request, cfg):
     mb, kb, nb = max(a.chunks[-2]), max(a.chunks[-1]), max(b.chunks[-1])
     bb = math.prod(max(c) for c in a.chunks[:-2]) if a.ndim > 2 else 1
     family = "ozaki1" if cfg.scheme == "ozaki1" else "ozaki2"
+    shared = (isinstance(request, OzakiII) or (not explicit and family == "ozaki2")) and (
+        _mode(chunk_backend) == "shared"
+    )
     if (
         cfg.strategy == "performant"
         and not explicit
@@ -206,23 +283,42 @@ def matmul(xp, backend, a, b, request, cfg):
             f"performant: native is faster than emulation on the {chunk_backend.name} backend "
             "of the chunks at this precision (strategy='eager' emulates anyway)"
         )
-    # The graph decided to emulate: every block does (an edge block must not turn native).
-    block_cfg = dataclasses.replace(cfg, strategy="eager")
-    c, notes = _graph(a, b, request, block_cfg, native=False)
     if explicit:
         what = str(request)
         plan.gemms = _engine._gemm_count(request, complex_=dtype_name.startswith("complex"))
+    elif shared:
+        what = f"{request} level, Scheme II moduli chosen at compute time for the whole matrices"
     else:
         fam = "Scheme I" if family == "ozaki1" else "Scheme II"
         what = f"{request} level, {fam} configuration chosen per block at compute time"
     plan.scheme = f"blocked: [{chunk_backend.name}] {what}"
+    if shared:
+        c, notes = _shared_graph(a, b, request)
+        plan.notes.extend(notes)
+        return c, plan
+    # The graph decided to emulate: every block does (an edge block must not turn native).
+    block_cfg = dataclasses.replace(cfg, strategy="eager")
+    c, notes = _graph(a, b, request, block_cfg, native=False)
     plan.notes.extend(notes)
     plan.notes.append(
         "K-block partials added in double-double (TwoSum tree), rounded once"
         + (f"; blocks computed in {_ACC[dtype_name]}" if _ACC[dtype_name] != dtype_name else "")
     )
-    plan.notes.append("preprocessing per block product (no reuse across blocks yet)")
+    plan.notes.append("preprocessing per block product (dd graph: no reuse across blocks)")
     return c, plan
+
+
+def _align(a, b):
+    """Contraction chunks aligned (K follows the operand with fewer, larger K-blocks), batch
+    chunks of b following a's."""
+    ka, kb = a.chunks[-1], b.chunks[-2]
+    kchunks = ka if len(ka) <= len(kb) else kb
+    if a.chunks[-1] != kchunks:
+        a = a.rechunk(a.chunks[:-1] + (kchunks,))
+    want_b = a.chunks[:-2] + (kchunks, b.chunks[-1])
+    if b.chunks != want_b:
+        b = b.rechunk(want_b)
+    return a, b, kchunks
 
 
 def _graph(a, b, request, cfg, native):
@@ -233,14 +329,7 @@ def _graph(a, b, request, cfg, native):
 
     dtype_name = _dtype_name(a.dtype)
     nd = a.ndim
-    # Align chunks: batch axes follow a; K follows the operand with fewer (larger) K-blocks.
-    ka, kb = a.chunks[-1], b.chunks[-2]
-    kchunks = ka if len(ka) <= len(kb) else kb
-    if a.chunks[-1] != kchunks:
-        a = a.rechunk(a.chunks[:-1] + (kchunks,))
-    want_b = a.chunks[:-2] + (kchunks, b.chunks[-1])
-    if b.chunks != want_b:
-        b = b.rechunk(want_b)
+    a, b, kchunks = _align(a, b)
 
     batch_ind = tuple(range(nd - 2))
     i, kk, j, p = nd - 2, nd - 1, nd, nd + 1
@@ -445,3 +534,595 @@ def _round(x, dtype_name):
         s = x[..., 0] + x[..., 1]
         s = xp.where(xp.isfinite(s), s, x[..., 0])  # inf + nan from a non-finite entry
         return xp.astype(s, getattr(xp, dtype_name))
+
+
+# --------------------------------------------------------------------------------------------
+# The shared-preprocessing Scheme II graph
+# --------------------------------------------------------------------------------------------
+
+_CHUNKS = {"emulinalg": "chunks"}  # per-chunk layers: never fused into the block products
+_BLOCKS = {"emulinalg": "blocks"}
+
+
+def _shared_config(request, k, cplx, real_name):
+    """``(fixed, mode, bits)``: the count of moduli when the graph knows it (explicit
+    ``OzakiII``, or the engine's exact configuration at k = 1), the scaling mode, and the
+    level's bits when the count comes from the certificate."""
+    if isinstance(request, OzakiII):
+        return request.moduli, request.mode, None
+    if k == 1 and not cplx and request.name in ("float64", "float32"):
+        return _engine._exact_at_k1(request, "ozaki2", real_name).moduli, "accurate", None
+    return None, "accurate", request.bits
+
+
+def _shared_graph(a, b, request):
+    """The lazy Scheme II product with shared preprocessing (module docstring) and notes."""
+    import dask
+    import dask.array as da
+    from dask.array.utils import meta_from_array
+
+    a, b, kchunks = _align(a, b)
+    dtype_name = _dtype_name(a.dtype)
+    real_name = _REAL[dtype_name]
+    cplx = dtype_name.startswith("complex")
+    nd = a.ndim
+    bt = tuple(range(nd - 2))  # batch indices
+    i, kk, j, p = nd - 2, nd - 1, nd, nd + 1
+    k, q = a.shape[-1], len(kchunks)
+    split_every = dask.config.get("split_every", None) or 4
+    fixed, mode, bits = _shared_config(request, k, cplx, real_name)
+    certify = fixed is None
+    f64 = np.float64
+
+    def meta(ndim, dtype):
+        real = cplx and np.dtype(dtype).kind != "c"  # no complex -> real cast warning
+        return meta_from_array(a._meta.real if real else a._meta, ndim=ndim, dtype=dtype)
+
+    def obj(ndim):
+        return np.empty((0,) * ndim, dtype=object)
+
+    def one(*axes):  # every block of these axes becomes one entry
+        return {d: 1 for d in axes}
+
+    ai, bi = bt + (i, kk), bt + (kk, j)  # operand indices
+    rows, cols, out = bt + (i,), bt + (j,), bt + (i, j)
+
+    # 1. Statistics. Per chunk: [max magnitude, has NaN/Inf] per line; max over K-chunks.
+    with dask.annotate(**_CHUNKS):
+        amb = da.blockwise(
+            _line_stats,
+            ai + (p,),
+            a,
+            ai,
+            adjust_chunks={kk: 1},
+            new_axes={p: 2},
+            dtype=f64,
+            meta=meta(nd + 1, f64),
+            token="emulinalg-stats",
+            axis=-1,
+        ).max(axis=nd - 1, split_every=split_every)  # (..., m, 2)
+        bmb = da.blockwise(
+            _line_stats,
+            bi + (p,),
+            b,
+            bi,
+            adjust_chunks={kk: 1},
+            new_axes={p: 2},
+            dtype=f64,
+            meta=meta(nd + 1, f64),
+            token="emulinalg-stats",
+            axis=-2,
+        ).max(axis=nd - 2, split_every=split_every)  # (..., n, 2)
+
+        def per_chunk(fn, x, xi, lines, li, dtype, reduce_k=False, **kw):
+            return da.blockwise(
+                fn,
+                xi,
+                x,
+                xi,
+                lines,
+                li + (p,),
+                dtype=dtype,
+                concatenate=True,
+                adjust_chunks={kk: 1} if reduce_k else None,
+                meta=meta(len(xi), dtype),
+                token=f"emulinalg-{fn.__name__.strip('_')}",
+                **kw,
+            )
+
+        if mode == "accurate":
+            abar = per_chunk(_bound_chunk, a, ai, amb, rows, np.int8, axis=-1, cplx=cplx)
+            bbar = per_chunk(_bound_chunk, b, bi, bmb, cols, np.int8, axis=-2, cplx=cplx)
+        else:
+            asq = per_chunk(_sq_chunk, a, ai, amb, rows, f64, True, axis=-1, cplx=cplx)
+            bsq = per_chunk(_sq_chunk, b, bi, bmb, cols, f64, True, axis=-2, cplx=cplx)
+        if certify:
+            anrm = per_chunk(_normmag_chunk, a, ai, amb, rows, np.float32, axis=-1)
+            bnrm = per_chunk(_normmag_chunk, b, bi, bmb, cols, np.float32, axis=-2)
+            na = per_chunk(_l1_chunk, a, ai, amb, rows, f64, True, axis=-1)
+            nb = per_chunk(_l1_chunk, b, bi, bmb, cols, f64, True, axis=-2)
+            na = na.sum(axis=nd - 1, split_every=split_every)
+            nb = nb.sum(axis=nd - 2, split_every=split_every)
+
+    def per_block(fn, xs, ys, extra=None):  # one task per block triple (i, k, j), summed over k
+        args = [v for x in xs for v in (x, ai)] + [v for y in ys for v in (y, bi)]
+        with dask.annotate(**_BLOCKS):
+            t = da.blockwise(
+                fn,
+                ai[:-1] + (kk, j) + ((p,) if extra else ()),
+                *args,
+                adjust_chunks={kk: 1},
+                new_axes={p: extra} if extra else None,
+                dtype=f64,
+                concatenate=False,
+                meta=meta(nd + 1 + bool(extra), f64),
+                token=f"emulinalg-{fn.__name__.strip('_')}",
+            )
+            return t.sum(axis=nd - 1, split_every=split_every)
+
+    lam = None
+    if certify:  # one task per block triple: the bound GEMM block and the lower bound's
+        stats = per_block(_stats_block, [abar, anrm], [bbar, bnrm], extra=2)
+        cbar, lam = stats[..., 0], stats[..., 1]
+    elif mode == "accurate":
+        cbar = per_block(_bound_block, [abar], [bbar])
+    if mode == "accurate":  # exact integer sums: the engine's C̄, e and f
+        e, f = cbar.max(axis=-1), cbar.max(axis=-2)
+    else:
+        e = asq.sum(axis=nd - 1) * (1.0 + (k + 4) * 2.0**-52)
+        f = bsq.sum(axis=nd - 2) * (1.0 + (k + 4) * 2.0**-52)
+    count_args = [
+        da.blockwise(_any_bad, rows, amb, rows + (p,), adjust_chunks=one(*rows), dtype=bool,
+                     concatenate=True, meta=np.empty((0,) * len(rows), bool)),
+        rows,
+        da.blockwise(_any_bad, cols, bmb, cols + (p,), adjust_chunks=one(*cols), dtype=bool,
+                     concatenate=True, meta=np.empty((0,) * len(cols), bool)),
+        cols,
+    ]  # fmt: skip
+    y = None
+    if certify:
+        if q > 1:  # q float sums of lower bounds: (q - 1) u relative at most
+            lam = lam * (1.0 - q * 2.0**-52)
+        na = na * (1.0 + (k + 2) * 2.0**-52)
+        nb = nb * (1.0 + (k + 2) * 2.0**-52)
+        y = da.blockwise(
+            _cert_block,
+            out,
+            lam,
+            out,
+            e,
+            rows,
+            f,
+            cols,
+            na,
+            rows,
+            nb,
+            cols,
+            dtype=f64,
+            concatenate=True,
+            meta=meta(nd, f64),
+            token="emulinalg-certificate",
+            k=k,
+            cplx=cplx,
+            bits=bits,
+        )
+        summary = da.blockwise(
+            _cert_summary,
+            out + (p,),
+            y,
+            out,
+            adjust_chunks=one(*out),
+            new_axes={p: 3},
+            dtype=f64,
+            concatenate=True,
+            meta=np.empty((0,) * (nd + 1)),
+            token="emulinalg-cert-summary",
+        )
+        count_args += [summary, out + (p,)]
+    cfg = da.blockwise(
+        _count_task,
+        (),
+        *count_args,
+        dtype=object,
+        concatenate=True,
+        meta=np.empty((), object),
+        token="emulinalg-count",
+        fixed=fixed,
+        bits=bits,
+        native_bits=_NATIVE_BITS[real_name],
+    )
+    shift_kw = {"dtype": np.int64, "concatenate": True, "token": "emulinalg-shifts", "cplx": cplx}
+    mu = da.blockwise(_shift_task, rows, amb, rows + (p,), e, rows, cfg, (), **shift_kw,
+                      meta=meta(len(rows), np.int64))  # fmt: skip
+    nu = da.blockwise(_shift_task, cols, bmb, cols + (p,), f, cols, cfg, (), **shift_kw,
+                      meta=meta(len(cols), np.int64))  # fmt: skip
+
+    # Block indices of the output grid: the count task's per-block flags are looked up by them.
+    grid = {d: a.numblocks[d] for d in bt}
+    grid[i], grid[j] = a.numblocks[-2], b.numblocks[-1]
+    index = {d: da.arange(nblk, chunks=1) for d, nblk in grid.items()}
+
+    def ix(*axes):
+        return [x for d in axes for x in (index[d], (d,))]
+
+    # 2. Residues once per chunk.
+    with dask.annotate(**_CHUNKS):
+        res_kw = {"dtype": object, "meta": obj(nd), "token": "emulinalg-residues", "cplx": cplx}
+        res_kw["align_arrays"] = False  # the index arrays' chunks are block counts
+        ra = da.blockwise(_residues_chunk, ai, a, ai, mu, rows, cfg, (), *ix(*rows),
+                          axis=-1, **res_kw)  # fmt: skip
+        rb = da.blockwise(_residues_chunk, bi, b, bi, nu, cols, cfg, (), *ix(*cols),
+                          axis=-2, **res_kw)  # fmt: skip
+    # 3. Block products, added over K-blocks modulo each modulus.
+    with dask.annotate(**_BLOCKS):
+        prods = da.blockwise(
+            _product_block,
+            ai[:-1] + (kk, j),
+            ra,
+            ai,
+            rb,
+            bi,
+            cfg,
+            (),
+            *ix(*out),
+            adjust_chunks={kk: 1},
+            dtype=object,
+            concatenate=False,
+            align_arrays=False,
+            meta=obj(nd + 1),
+            token="emulinalg-products",
+        )
+        wsum = da.reduction(
+            prods,
+            _identity,
+            _wsum,
+            combine=_wsum,
+            axis=nd - 1,
+            keepdims=False,
+            dtype=object,
+            split_every=split_every,
+            concatenate=False,
+            meta=obj(nd),
+            name="emulinalg-wsum",
+        )
+    # 4./5. One CRT per output block, and the native patch.
+    c = da.blockwise(
+        _crt_block,
+        out,
+        wsum,
+        out,
+        mu,
+        rows,
+        nu,
+        cols,
+        amb,
+        rows + (p,),
+        bmb,
+        cols + (p,),
+        y,
+        out if certify else None,
+        cfg,
+        (),
+        *ix(*out),
+        dtype=dtype_name,
+        concatenate=True,
+        meta=meta(nd, dtype_name),
+        token="emulinalg-crt",
+        align_arrays=False,
+        dtype_name=dtype_name,
+    )
+
+    nbatch = math.prod(a.numblocks[:-2])
+    ni, nj = a.numblocks[-2], b.numblocks[-1]
+    chunks_a, chunks_b = nbatch * ni * q, nbatch * q * nj
+    planes = "3n (3M)" if cplx else "n"
+    how = (
+        f"OzakiII(moduli={fixed}, mode={mode})" if fixed is not None
+        else "the count of moduli from a certificate over the whole matrices (one count task)"
+    )  # fmt: skip
+    notes = [
+        f"chunks: m {_fmt(a.chunks[-2])}, n {_fmt(b.chunks[-1])}, k {_fmt(kchunks)}",
+        f"{q} K-block{'s' if q != 1 else ''}, {nbatch * ni * q * nj} block products, "
+        f"split_every={split_every}",
+        f"shared preprocessing: {how}; residues once per chunk ({chunks_a} + {chunks_b} "
+        f"residue tasks, {planes} int8 planes per entry), {nbatch * ni * q * nj} modular block "
+        f"products added mod m over K-blocks, one CRT per output block ({nbatch * ni * nj}): "
+        "the in-core engine's product of the whole matrices (bit for bit for the same count; "
+        "docs/dask.md)",
+    ]
+    if mode == "accurate":
+        what = "bound GEMM and magnitude lower bound" if certify else "bound GEMM"
+        notes.append(f"statistics: {nbatch * ni * q * nj} block tasks ({what})")
+    return c, notes
+
+
+# --------------------------------------------------------------------------------------------
+# Its tasks (run on the workers, on numpy or cupy chunks)
+# --------------------------------------------------------------------------------------------
+
+
+def _xp_backend(x):
+    import array_api_compat
+
+    from . import for_namespace
+
+    xp = array_api_compat.array_namespace(x)
+    return xp, for_namespace(xp)
+
+
+def _finite_parts(xp, x):
+    """float64 real/imaginary parts with NaN/Inf entries zeroed (as the engine computes its
+    statistics and products), and the elementwise finiteness."""
+    re, im = _engine._parts(xp, x)
+    ok = xp.isfinite(re) if im is None else xp.isfinite(re) & xp.isfinite(im)
+    if not bool(xp.all(ok)):
+        re, im = _engine._zero_nonfinite(xp, re, im)
+    return re, im, ok
+
+
+def _line_exponent(xp, lines):
+    """floor(log2 max |x|) per line (0 for zero lines) from the lines' [max, bad] stats: the
+    engine's ``max_exponent`` of the whole line (the max over K-chunks is the line's max)."""
+    return max_exponent(xp, xp.expand_dims(lines[..., 0], axis=-1), None, axis=-1)
+
+
+def _line_stats(x, axis):
+    """[max magnitude, has NaN/Inf] per line of one chunk (A: axis -1, B: axis -2), with a
+    size-1 K axis: (..., m, 1, 2) for A, (..., 1, n, 2) for B."""
+    xp, backend = _xp_backend(x)
+    with _chunk_quiet(xp, backend):
+        re, im, ok = _finite_parts(xp, x)
+        mx = xp.max(magnitude(xp, re, im), axis=axis)
+        bad = xp.astype(~xp.all(ok, axis=axis), xp.float64)
+        return xp.expand_dims(xp.stack([mx, bad], axis=-1), axis=-2 if axis == -1 else -3)
+
+
+def _bound_chunk(x, lines, axis, cplx):
+    """int8 ``ceil(2**s |x|)`` (entries <= 64) with the global prescale shift s = 5 - e - cplx."""
+    xp, backend = _xp_backend(x)
+    with _chunk_quiet(xp, backend):
+        re, im, _ = _finite_parts(xp, x)
+        s = 5 - _line_exponent(xp, lines) - int(cplx)
+        return xp.astype(_bound_operand(xp, re, im, s, axis), xp.int8)
+
+
+def _sq_chunk(x, lines, axis, cplx):
+    """The fast mode's partial sums of squares at the global shift (``_sqnorm_bound`` without
+    its rounding factor, applied to the total)."""
+    xp, backend = _xp_backend(x)
+    with _chunk_quiet(xp, backend):
+        re, im, _ = _finite_parts(xp, x)
+        s = xp.expand_dims(5 - _line_exponent(xp, lines) - int(cplx), axis=axis)
+        v = ldexp(xp, xp.abs(re), s)
+        if im is not None:
+            v = v + ldexp(xp, xp.abs(im), s)
+        return xp.sum(v * v, axis=axis, keepdims=True)
+
+
+def _normalized(xp, x, lines, axis):
+    re, im, _ = _finite_parts(xp, x)
+    ea = xp.expand_dims(_line_exponent(xp, lines), axis=axis)
+    return ldexp(xp, re, -ea), None if im is None else ldexp(xp, im, -ea)
+
+
+def _normmag_chunk(x, lines, axis):
+    """Magnitudes normalized by the global line exponents, truncated to float32 (what
+    ``_select.magnitude_lower`` multiplies): 4 bytes per entry."""
+    xp, backend = _xp_backend(x)
+    with _chunk_quiet(xp, backend):
+        re, im = _normalized(xp, x, lines, axis)
+        return _select._down_to_float32(xp, magnitude(xp, re, im))
+
+
+def _l1_chunk(x, lines, axis):
+    """Partial l1 norms of the normalized lines (``_select._l1_upper`` before its factor)."""
+    xp, backend = _xp_backend(x)
+    with _chunk_quiet(xp, backend):
+        re, im = _normalized(xp, x, lines, axis)
+        v = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
+        return xp.sum(v, axis=axis, keepdims=True)
+
+
+def _gemm_operand(xp, backend, x):
+    """int8 planes as ``backend.int_matmul`` takes them: as they are for cupy (its GEMM reads
+    int8), integer-valued float64 otherwise (the numpy/AMX contract)."""
+    return x if backend.name == "cupy" else xp.astype(x, xp.float64)
+
+
+def _bound_block(xa, xb):
+    """One block of the accurate-mode bound GEMM C̄ = Ā B̄ (exact integers), (..., m, 1, n)."""
+    xp, backend = _xp_backend(xa)
+    c = backend.int_matmul(_gemm_operand(xp, backend, xa), _gemm_operand(xp, backend, xb), 64 * 64)
+    return xp.expand_dims(xp.astype(c, xp.float64), axis=-2)
+
+
+def _stats_block(xa, ma, xb, mb):
+    """One block triple's statistics, (..., m, 1, n, 2): [the bound GEMM block Ā_k B̄_k (exact
+    integers), ``_select.magnitude_lower`` of the normalized magnitudes (a lower bound of
+    |A_k||B_k|)]."""
+    xp, backend = _xp_backend(xa)
+    with _chunk_quiet(xp, backend):
+        c = backend.int_matmul(
+            _gemm_operand(xp, backend, xa), _gemm_operand(xp, backend, xb), 64 * 64
+        )
+        lam = _select.magnitude_lower(
+            xp, backend, xp.astype(ma, xp.float64), xp.astype(mb, xp.float64)
+        )
+    return xp.expand_dims(xp.stack([xp.astype(c, xp.float64), lam], axis=-1), axis=-3)
+
+
+def _cert_block(lam, e, f, na, nb, k, cplx, bits):
+    """y per entry of one output block (``_select.ozaki2_certified_y`` on the whole-matrix
+    terms of this block's rows and columns)."""
+    xp, backend = _xp_backend(lam)
+    with _chunk_quiet(xp, backend):
+        R = _select.TAU * 2.0**-bits * lam
+        y, _ = _select.ozaki2_certified_y(
+            xp, k, R, xp.expand_dims(na, axis=-1), xp.expand_dims(nb, axis=-2), e, f, cplx
+        )
+    return y
+
+
+def _beyond(xp, y):
+    return y < 2.0 ** -crt_constants(MAX_MODULI).L
+
+
+def _cert_summary(y):
+    """[min y over certifiable entries, any beyond, all beyond] of one output block, as a
+    host array of shape (1, ..., 1, 3)."""
+    xp, _ = _xp_backend(y)
+    beyond = _beyond(xp, y)
+    ymin = float(xp.min(xp.where(beyond, xp.inf, y)))
+    out = np.array([ymin, float(bool(xp.any(beyond))), float(bool(xp.all(beyond)))])
+    return out.reshape((1,) * y.ndim + (3,))
+
+
+def _any_bad(lines):
+    """Whether a block of lines holds NaN/Inf, as a host array of shape (1, ..., 1)."""
+    xp, _ = _xp_backend(lines)
+    return np.full((1,) * (lines.ndim - 1), bool(xp.any(lines[..., 1] > 0)))
+
+
+def _count_task(abad, bbad, summary=None, *, fixed, bits, native_bits):
+    """The one count task: ``{"count": n (0: none, every entry native), "mask": whether the
+    certificate's beyond entries are native, "need": per output block, whether any entry is
+    taken from the native product}`` -- the decisions of ``_select.ozaki2_moduli_needed`` and
+    ``_engine._emulate`` on the whole matrices."""
+    abad = np.asarray(abad, dtype=bool)  # (batch blocks..., I)
+    bbad = np.asarray(bbad, dtype=bool)  # (batch blocks..., J)
+    lines = abad[..., :, None] | bbad[..., None, :]
+    if fixed is not None:
+        return {"count": int(fixed), "mask": False, "need": lines}
+    summary = np.asarray(summary)  # (batch blocks..., I, J, 3)
+    any_beyond = summary[..., 1] > 0
+    if bits > native_bits and bool(any_beyond.any()):
+        # Beyond the native precision native is the worse choice: the most accurate count.
+        return {"count": MAX_MODULI, "mask": False, "need": lines}
+    if bool((summary[..., 2] > 0).all()):  # nothing certifiable: the native product
+        return {"count": 0, "mask": True, "need": np.ones_like(lines)}
+    y_min = float(summary[..., 0].min())
+    count = next(
+        n for n in range(MIN_MODULI, MAX_MODULI + 1) if y_min >= 2.0 ** -crt_constants(n).L
+    )
+    return {"count": count, "mask": True, "need": lines | any_beyond}
+
+
+def _shift_task(lines, bound, cfg, cplx):
+    """mu (or nu) of ``_scaling.ozaki2_shifts``: s + the largest t with bound * 4**t <= Q."""
+    xp, _ = _xp_backend(lines)
+    s = 5 - _line_exponent(xp, lines) - int(cplx)
+    if not cfg["count"]:
+        return s
+    c = crt_constants(cfg["count"])
+    return s + _half_log_shift(xp, c.L, c.Q_down, bound)
+
+
+def _block_index(ix):
+    return tuple(int(v[0]) for v in ix)
+
+
+def _residues_chunk(x, shift, cfg, *ix, axis, cplx):
+    """``{"planes": int8 (n, 1 or 3, ..., rows, cols), "raw": the chunk or None}``: the
+    residues of the scaled chunk for every modulus (shared by every block product that reads
+    the chunk), and the chunk itself when a block product of its row (column) block needs the
+    native product."""
+    xp, backend = _xp_backend(x)
+    where = _block_index(ix)
+    need = cfg["need"][where] if axis == -1 else cfg["need"][where[:-1] + (slice(None), where[-1])]
+    out = {"planes": None, "raw": x if bool(np.any(need)) else None}
+    n = cfg["count"]
+    if n:
+        with _chunk_quiet(xp, backend):
+            re, im, _ = _finite_parts(xp, x)
+            Xr = _ozaki2.split(xp, scale_to_integers(xp, re, shift, axis))
+            Xi = _ozaki2.split(xp, scale_to_integers(xp, im, shift, axis))
+            out["planes"] = xp.stack([
+                xp.stack([xp.astype(r, xp.int8) for r in _ozaki2.residues(xp, Xr, Xi, m)])
+                for m in crt_constants(n).moduli
+            ])  # fmt: skip
+    return out
+
+
+def _product_block(ra, rb, cfg, *ix):
+    """``{"W": int8 (n, parts, ..., m_i, n_j) residues of A_ik B_kj mod each m_l, "nat": the
+    native block product or None}`` with a size-1 K axis implied (the reduction drops it)."""
+    need = bool(cfg["need"][_block_index(ix)])
+    n = cfg["count"]
+    out = {"W": None, "nat": None}
+    x = ra["raw"] if ra["planes"] is None else ra["planes"]
+    xp, backend = _xp_backend(x)
+    with _chunk_quiet(xp, backend):
+        if n:
+            pa, pb = ra["planes"], rb["planes"]
+            W = []
+            for ell, m in enumerate(crt_constants(n).moduli):
+                planes_a = tuple(_gemm_operand(xp, backend, pa[ell, t]) for t in range(pa.shape[1]))
+                planes_b = tuple(_gemm_operand(xp, backend, pb[ell, t]) for t in range(pb.shape[1]))
+                w = _ozaki2.modular_products(xp, backend.int_matmul, planes_a, planes_b, m)
+                W.append(xp.stack([xp.astype(v, xp.int8) for v in w]))
+            out["W"] = xp.stack(W)
+        if need:
+            out["nat"] = backend.native_matmul(ra["raw"], rb["raw"])
+    return out
+
+
+def _wsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
+    """Partial products of K-blocks added: residues modulo each m_l (exact small integers, kept
+    in the symmetric range as int8), native block products as plain sums."""
+    parts = [x for x in _flatten(parts) if isinstance(x, dict)]
+    if computing_meta or not parts:  # dask asking for the meta
+        return np.empty((0,) * 2, dtype=object)
+    out = dict(parts[0])
+    if len(parts) > 1:
+        W = parts[0]["W"]
+        if W is not None:
+            xp, _ = _xp_backend(W)
+            total = xp.astype(W, xp.int32)
+            for x in parts[1:]:
+                total = total + xp.astype(x["W"], xp.int32)
+            mods = crt_constants(W.shape[0]).moduli
+            m = xp.reshape(xp.asarray(mods, dtype=xp.int32), (-1,) + (1,) * (W.ndim - 1))
+            r = xp.remainder(total, m)  # in [0, m)
+            out["W"] = xp.astype(xp.where(r > (m - 1) // 2, r - m, r), xp.int8)
+        if parts[0]["nat"] is not None:
+            nat = parts[0]["nat"]
+            xp, backend = _xp_backend(nat)
+            with _chunk_quiet(xp, backend):  # inf - inf is NaN, as in the native product
+                for x in parts[1:]:
+                    nat = nat + x["nat"]
+            out["nat"] = nat
+    return out
+
+
+def _crt_block(w, mu, nu, amb, bmb, y, cfg, *ix, dtype_name):
+    """One output block: the exact CRT of its K-summed residues (the engine's limb accumulation
+    and ``_ozaki2.reconstruct``), unscaled and rounded once to the result dtype, with native
+    entries patched in (beyond the certificate, or in rows/columns with NaN/Inf)."""
+    xp, backend = _xp_backend(mu)
+    real_name = _REAL[dtype_name]
+    n = cfg["count"]
+    with _chunk_quiet(xp, backend):
+        if n:
+            c = crt_constants(n)
+            W = w["W"]
+            shape = W.shape[2:]
+            nparts = W.shape[1]
+            limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
+            quotient = [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
+            for ell in range(n):
+                for t in range(nparts):
+                    v = xp.astype(W[ell, t], xp.int64)
+                    _exact.add_multiple(xp, limbs[t], v, c.weight_limbs[ell])
+                    quotient[t] = quotient[t] + xp.astype(v, xp.float64) * c.weight_ratios[ell]
+            parts = _ozaki2.reconstruct(xp, c, limbs, quotient, mu, nu, real_name)
+            dt = getattr(xp, dtype_name)
+            out = parts[0] if nparts == 1 else make_complex(xp, parts[0], parts[1], dt)
+        if not bool(cfg["need"][_block_index(ix)]):
+            return out
+        nat = w["nat"]
+        if not n:
+            return nat
+        mask = xp.expand_dims(amb[..., 1] > 0, axis=-1) | xp.expand_dims(bmb[..., 1] > 0, axis=-2)
+        if cfg["mask"] and y is not None:
+            mask = mask | _beyond(xp, y)
+        return xp.where(mask, nat, out)

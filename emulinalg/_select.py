@@ -96,19 +96,8 @@ def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
     if res is not None:
         return res
     _, _, e, f = prescale
-    k, R, na, nb, c = _normalized_terms(xp, backend, ar, ai, br, bi, bits)
-    # alpha_i = 2**-s_i sqrt(e_i) with s_i = 5 - ea_i - cplx, normalized by 2**ea_i
-    scale = 2.0 ** (int(ai is not None) - 5)
-    alpha = scale * xp.expand_dims(xp.sqrt(xp.astype(e, xp.float64)), axis=-1)
-    beta = scale * xp.expand_dims(xp.sqrt(xp.astype(f, xp.float64)), axis=-2)
-    G = alpha * nb + beta * na
-    Q = 4.0 * c * k * alpha * beta
-    denom = 2.0 * G + xp.sqrt(4.0 * G * G + 4.0 * Q * R)
-    exact = denom == 0  # no overlapping nonzeros: the entry is computed exactly
-    y = xp.where(exact, xp.inf, 2.0 * R / xp.where(exact, 1.0, denom))
-    # n moduli certify an entry iff y >= 2**-L_n (L_n increases with n): the count for all
-    # certifiable entries follows from the smallest such y, without a pass per count.
-    beyond = y < 2.0 ** -crt_constants(MAX_MODULI).L
+    k, R, na, nb, _ = _normalized_terms(xp, backend, ar, ai, br, bi, bits)
+    y, beyond = ozaki2_certified_y(xp, k, R, na, nb, e, f, ai is not None)
     if bool(xp.all(beyond)):
         return None, beyond
     y_min = float(xp.min(xp.where(beyond, xp.inf, y)))
@@ -117,6 +106,31 @@ def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
         None,
     )
     return count, beyond
+
+
+def ozaki2_certified_y(xp, k, R, na, nb, e, f, complex_):
+    """``(y, beyond)`` per entry from the certificate's terms: ``y`` the largest ``2**-L`` the
+    Scheme II bound certifies (inf where the product is exact), ``beyond`` the entries no count
+    up to the maximum certifies (y < 2**-L_max). n moduli certify an entry iff y >= 2**-L_n.
+
+    ``R = TAU 2**-bits lam`` (..., m, n), ``na`` (..., m, 1) and ``nb`` (..., 1, n) are the
+    line-normalized terms of ``_normalized_terms``, ``e`` (..., m) and ``f`` (..., n) the
+    prescale's bounds and ``k`` the whole inner dimension: any rows/columns of the output (the
+    dask layer's output blocks, with terms summed over K-blocks) give the same entries as the
+    whole product from the same terms."""
+    # alpha_i = 2**-s_i sqrt(e_i) with s_i = 5 - ea_i - cplx, normalized by 2**ea_i
+    c = 2.0 if complex_ else 1.0
+    scale = 2.0 ** (int(complex_) - 5)
+    alpha = scale * xp.expand_dims(xp.sqrt(xp.astype(e, xp.float64)), axis=-1)
+    beta = scale * xp.expand_dims(xp.sqrt(xp.astype(f, xp.float64)), axis=-2)
+    G = alpha * nb + beta * na
+    Q = 4.0 * c * k * alpha * beta
+    denom = 2.0 * G + xp.sqrt(4.0 * G * G + 4.0 * Q * R)
+    exact = denom == 0  # no overlapping nonzeros: the entry is computed exactly
+    y = xp.where(exact, xp.inf, 2.0 * R / xp.where(exact, 1.0, denom))
+    # L_n increases with n: the count for all certifiable entries follows from the smallest
+    # such y, without a pass per count.
+    return y, y < 2.0 ** -crt_constants(MAX_MODULI).L
 
 
 def ozaki1_slices_needed(xp, backend, ar, ai, br, bi, bits):

@@ -1,12 +1,18 @@
-"""The dask layer: lazy graphs of emulated block products, added in double-double over K-blocks.
+"""The dask layer: lazy graphs of emulated products.
 
-The accuracy cases run through a real ``distributed.LocalCluster`` (two worker processes, one
-thread each); the rest use dask's synchronous scheduler. Query planning (``array.query-planning``)
+Scheme II (the default family's levels, explicit ``OzakiII``) runs the shared-preprocessing
+graph, whose result is the in-core engine's on the whole matrices bit for bit (entries taken
+from the native product aside); Scheme I and ``EMULINALG_DASK_MODE=dd`` run block products added
+in double-double over K-blocks. The accuracy cases run through a real
+``distributed.LocalCluster`` (two worker processes, one thread each) and dask's threaded
+scheduler; the rest use dask's synchronous scheduler. Query planning (``array.query-planning``)
 is fixed when ``dask.array`` is first imported, so the other mode runs in a subprocess.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import os
 import subprocess
 import sys
@@ -17,6 +23,10 @@ import pytest
 from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern
 
 import emulinalg
+from emulinalg import _engine, _select
+from emulinalg._scaling import ozaki2_prescale
+from emulinalg.backends import dask as dask_backend
+from emulinalg.backends import numpy as numpy_backend
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy
 
@@ -80,6 +90,9 @@ def test_nothing_is_computed_while_building():
         c = _eager(emulinalg.matmul, a, b)
         t = _eager(emulinalg.tensordot, a, b, axes=1)
         v = _eager(emulinalg.vecdot, a, a)
+        x = _eager(emulinalg.matmul, a, b, precision=emulinalg.OzakiII(moduli=8, mode="fast"))
+        z = _eager(emulinalg.matmul, a, b, precision=60)
+    assert x.shape == z.shape == (96, 40)
     assert isinstance(c, da.Array) and c.shape == (96, 40) and c.dtype == np.float64
     assert t.shape == (96, 40) and v.shape == (96,)
     plan = emulinalg.last_plan()
@@ -91,7 +104,7 @@ def test_nothing_is_computed_while_building():
         c.compute()
 
 
-def test_plan_describes_the_graph():
+def test_plan_describes_the_graph(monkeypatch):
     a = da.ones((100, 200), chunks=(50, 64))
     b = da.ones((200, 30), chunks=(64, 30))
     with dask.config.set(split_every=2):
@@ -99,14 +112,29 @@ def test_plan_describes_the_graph():
     plan = emulinalg.last_plan()
     assert plan.backend == "dask"
     assert (
-        plan.scheme == "blocked: [numpy] float64 level, Scheme II configuration chosen per "
-        "block at compute time"
+        plan.scheme == "blocked: [numpy] float64 level, Scheme II moduli chosen at compute time "
+        "for the whole matrices"
     )
     text = str(plan)
-    assert "4 K-blocks" in text and "split_every=2" in text and "double-double" in text
+    assert "4 K-blocks" in text and "split_every=2" in text and "shared preprocessing" in text
+    assert "(8 + 4 residue tasks" in text and "one CRT per output block (2)" in text
     assert "k 3x64+8" in text and plan.shape == (1, 100, 30, 200)
     _eager(emulinalg.matmul, a, b, precision=emulinalg.OzakiII(moduli=14))
     assert emulinalg.last_plan().scheme == "blocked: [numpy] OzakiII(moduli=14, mode=accurate)"
+    assert "shared preprocessing: OzakiII(moduli=14" in str(emulinalg.last_plan())
+    with emulinalg.config(scheme="ozaki1"):  # Scheme I: block products in double-double
+        _eager(emulinalg.matmul, a, b)
+    plan = emulinalg.last_plan()
+    assert plan.scheme.endswith("Scheme I configuration chosen per block at compute time")
+    assert "double-double" in str(plan)
+    monkeypatch.setenv("EMULINALG_DASK_MODE", "dd")
+    _eager(emulinalg.matmul, a, b)
+    plan = emulinalg.last_plan()
+    assert plan.scheme.endswith("Scheme II configuration chosen per block at compute time")
+    assert "double-double" in str(plan)
+    monkeypatch.setenv("EMULINALG_DASK_MODE", "both")
+    with pytest.raises(ValueError, match="EMULINALG_DASK_MODE"):
+        _eager(emulinalg.matmul, a, b)
 
 
 @pytest.mark.parametrize(
@@ -261,32 +289,233 @@ def _grade(c, A, B):
     return got, nat
 
 
+def _engine_certificate(A, B, bits):
+    """``(count, beyond)`` of the in-core engine's certificate on the whole matrices."""
+    ar, ai = _engine._parts(np, A)
+    br, bi = _engine._parts(np, B)
+    ar, ai = _engine._zero_nonfinite(np, ar, ai)
+    br, bi = _engine._zero_nonfinite(np, br, bi)
+    pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
+    return _select.ozaki2_moduli_needed(np, numpy_backend, ar, ai, br, bi, pre, bits)
+
+
+def _bits_equal(x, y):
+    """Entrywise: the same bits (NaNs included)."""
+    x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)
+    assert x.dtype == y.dtype and x.shape == y.shape
+    size = x.dtype.itemsize
+    return np.all(x.view(np.uint8).reshape(x.shape + (size,)) == y.view(np.uint8).reshape(
+        y.shape + (size,)), axis=-1)  # fmt: skip
+
+
+def _assert_in_core_bits(out, A, B, precision=None, native=None):
+    """``out`` has the bits of ``emulinalg.matmul(A, B)`` in core (same scheme, same count),
+    except where the engine takes the native product (beyond its certificate, ``native``): those
+    entries come from dask's blocked native product, close to the whole one. Returns the
+    engine's plan."""
+    with emulinalg.config(strategy="eager"):
+        want = emulinalg.matmul(A, B, precision=precision)
+    plan = emulinalg.last_plan()
+    native = np.zeros(want.shape, bool) if native is None else native.copy()
+    if precision is None or isinstance(precision, int):
+        bits = precision or (24 if A.dtype in (np.float32, np.complex64) else 53)
+        count, beyond = _engine_certificate(A, B, bits)
+        if count is not None and (bits <= 53 or not beyond.any()):
+            assert plan.scheme == f"OzakiII(moduli={count}, mode=accurate)"
+            native |= beyond
+    same = _bits_equal(out, want)
+    assert same[~native].all(), f"{(~same & ~native).sum()} emulated entries differ"
+    if native.any():
+        with np.errstate(over="ignore", invalid="ignore"):
+            nat, bound = np.matmul(A, B), np.abs(A) @ np.abs(B)
+        assert_same_nonfinite_pattern(out[native], nat[native])
+        with np.errstate(invalid="ignore"):
+            assert_close_to(out[native], nat[native], bound[native], RTOL[A.dtype.name])
+    return plan
+
+
 @pytest.mark.parametrize("phi", [0.5, 1.0, 4.0])
 @pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
-def test_bits_at_least_native_on_a_cluster(client, dtype, phi):
+def test_in_core_bits_on_a_cluster(client, dtype, phi):
     A = phi_matrix((160, 256), phi, dtype, seed=11)
     B = phi_matrix((256, 96), phi, dtype, seed=12)
-    a = da.from_array(A, chunks=(64, 64))  # 4 K-blocks
-    b = da.from_array(B, chunks=(64, 64))
-    with dask.config.set(split_every=2):  # a two-level tree: combine and aggregate
+    a = da.from_array(A, chunks=(53, 61))  # 5 K-blocks, odd sizes
+    b = da.from_array(B, chunks=(61, 37))
+    with dask.config.set(split_every=2):  # a three-level tree: combine and aggregate
         c = _eager(emulinalg.matmul, a, b)
-    assert "4 K-blocks" in str(emulinalg.last_plan())
+    assert "5 K-blocks" in str(emulinalg.last_plan())
     out = client.compute(c).result()
     assert type(out) is np.ndarray and out.dtype == np.dtype(dtype)
+    plan = _assert_in_core_bits(out, A, B)
     got, nat = _grade(out, A, B)
     print(
-        f"{dtype} phi={phi}: bits maxrel {got['bits_maxrel']:.1f} (native "
-        f"{nat['bits_maxrel']:.1f}), componentwise {got['bits_cw']:.1f} ({nat['bits_cw']:.1f})"
+        f"{dtype} phi={phi}: {plan.scheme}, native entries {plan.native_entries}: bits maxrel "
+        f"{got['bits_maxrel']:.1f} (native {nat['bits_maxrel']:.1f}), componentwise "
+        f"{got['bits_cw']:.1f} ({nat['bits_cw']:.1f})"
     )
     assert got["nonfinite_mismatch"] == 0
     assert got["bits_maxrel"] >= nat["bits_maxrel"]
     assert got["bits_cw"] >= nat["bits_cw"]
 
 
-@pytest.mark.parametrize("scheme", [emulinalg.OzakiI(slices=7), emulinalg.OzakiII(moduli=14)])
-def test_explicit_scheme_on_a_cluster(client, scheme):
-    # An explicit scheme promises no level; blocking it over K must not lose accuracy against
+def _count_task_result(c):
+    """The graph's count task, computed on its own (synchronously)."""
+    from dask.optimization import cull
+
+    dsk = dict(c.__dask_graph__())
+    (key,) = [k for k in dsk if _key_name(k) == "emulinalg-count"]
+    return dask.get(cull(dsk, [key])[0], key)
+
+
+def _key_name(key):
+    name = key[0] if isinstance(key, tuple) else key
+    return str(name).rsplit("-", 1)[0]
+
+
+@pytest.mark.parametrize("phi", [0.5, 1.0, 4.0])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
+def test_in_core_bits_threaded(dtype, phi):
+    A = phi_matrix((150, 230), phi, dtype, seed=21)
+    B = phi_matrix((230, 70), phi, dtype, seed=22)
+    a = da.from_array(A, chunks=(53, 61))  # 4 K-blocks (3 x 61 + 47), 3 x 3 output blocks
+    b = da.from_array(B, chunks=(61, 29))
+    c = _eager(emulinalg.matmul, a, b)
+    out = c.compute(scheduler="threads", num_workers=2)
+    plan = _assert_in_core_bits(out, A, B)
+    # The count task decided what the engine decided, and flagged the blocks with native
+    # entries (those beyond the certificate here).
+    cfg = _count_task_result(c)
+    assert plan.scheme == f"OzakiII(moduli={cfg['count']}, mode=accurate)"
+    _, beyond = _engine_certificate(A, B, 24 if dtype == "float32" else 53)
+    flags = np.add.reduceat(np.add.reduceat(beyond, [0, 53, 106], 0), [0, 29, 58], 1) > 0
+    assert np.array_equal(cfg["need"], flags)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128", "float32"])
+@pytest.mark.parametrize("moduli", [6, 13, 20])
+def test_explicit_ozaki2_in_core_bits(dtype, moduli):
+    A = phi_matrix((70, 150), 2.0, dtype, seed=31)
+    B = phi_matrix((150, 45), 2.0, dtype, seed=32)
+    a, b = da.from_array(A, chunks=(33, 47)), da.from_array(B, chunks=(47, 20))
+    scheme = emulinalg.OzakiII(moduli=moduli)
+    c = _eager(emulinalg.matmul, a, b, precision=scheme)
+    assert emulinalg.last_plan().gemms == moduli * (3 if dtype.startswith("complex") else 1) + 1
+    out = c.compute(scheduler="threads", num_workers=2)
+    plan = _assert_in_core_bits(out, A, B, precision=scheme)
+    assert plan.scheme == str(scheme)
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"),
+    [(20, "float64"), (60, "float64"), (None, "complex64"), (None, "float32")],
+)
+def test_other_levels_in_core_bits(sync, precision, dtype):
+    # 60 bits is beyond float64's native precision: the engine's most accurate count where any
+    # entry is beyond the certificate, no native entries.
+    A = phi_matrix((40, 75), 3.0, dtype, seed=41)
+    B = phi_matrix((75, 30), 3.0, dtype, seed=42)
+    a, b = da.from_array(A, chunks=(17, 26)), da.from_array(B, chunks=(26, 11))
+    out = _eager(emulinalg.matmul, a, b, precision=precision).compute()
+    _assert_in_core_bits(out, A, B, precision=precision)
+
+
+def test_batched_k1_and_fast_mode(sync):
+    X = phi_matrix((3, 16, 40), 1.0, "float64", seed=3)
+    Y = phi_matrix((3, 40, 8), 1.0, "float64", seed=4)
+    x, y = da.from_array(X, chunks=(2, 7, 13)), da.from_array(Y, chunks=(2, 13, 5))
+    _assert_in_core_bits(_eager(emulinalg.matmul, x, y).compute(), X, Y)
+    # k = 1: the engine's exact configuration (a bound would flip roundings)
+    A1, B1 = phi_matrix((20, 1), 2.0, "float64", seed=5), phi_matrix((1, 9), 2.0, "float64", seed=6)
+    a1, b1 = da.from_array(A1, chunks=(7, 1)), da.from_array(B1, chunks=(1, 4))
+    out = _eager(emulinalg.matmul, a1, b1).compute()
+    assert np.array_equal(out, A1 @ B1) and _bits_equal(out, _eager(emulinalg.matmul, A1, B1)).all()
+    # fast mode: e, f are sums of squares (summation order differs from the engine's; not
+    # promised bit for bit, see docs/dask.md), so here the accuracy of the scheme
+    A = phi_matrix((40, 75), 1.0, "float64", seed=7)
+    B = phi_matrix((75, 30), 1.0, "float64", seed=8)
+    a, b = da.from_array(A, chunks=(17, 26)), da.from_array(B, chunks=(26, 11))
+    scheme = emulinalg.OzakiII(moduli=16, mode="fast")
+    out = _eager(emulinalg.matmul, a, b, precision=scheme).compute()
+    assert_close_to(out, A @ B, np.abs(A) @ np.abs(B), RTOL["float64"])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+def test_nonfinite_and_zero_lines_in_core_bits(sync, dtype):
+    rng = np.random.default_rng(5)
+    A = phi_matrix((30, 50), 1.0, dtype, seed=51)
+    B = phi_matrix((50, 20), 1.0, dtype, seed=52)
+    A[1, 3] = np.inf
+    A[2, 40] = np.nan
+    A[4, 7], A[4, 45] = np.inf, -np.inf  # inf - inf across K-blocks: NaN
+    B[30, 7] = -np.inf
+    A[9, :] = 0.0  # a zero row
+    B[:, 15] = 0.0  # a zero column
+    A[11, :] *= 2.0**-600  # a row far below the others
+    B[:, 3] = rng.standard_normal(50) * 2.0**500
+    a, b = da.from_array(A, chunks=(11, 17)), da.from_array(B, chunks=(17, 6))
+    calls = collections.Counter()
+    orig = dask_backend._product_block
+
+    @functools.wraps(orig)
+    def product_block(*args, **kwargs):
+        res = orig(*args, **kwargs)
+        calls["native" if res["nat"] is not None else "emulated only"] += 1
+        return res
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dask_backend, "_product_block", product_block)
+        c = _eager(emulinalg.matmul, a, b)
+    out = c.compute()
+    bad_rows = ~np.all(np.isfinite(A), axis=1)
+    bad_cols = ~np.all(np.isfinite(B), axis=0)
+    lines = bad_rows[:, None] | bad_cols[None, :]
+    _assert_in_core_bits(out, A, B, native=lines)
+    assert np.all(out[9, ~bad_cols] == 0) and np.all(out[~bad_rows, 15] == 0)
+    # native block products only for the output blocks with NaN/Inf rows or columns:
+    # row block 0 (rows 1, 2, 4) and column block 1 (column 7), over 3 K-blocks
+    assert calls["native"] == 3 * (4 + 3 - 1) and calls["emulated only"] == 3 * 3 * 4 - calls[
+        "native"]  # fmt: skip
+
+
+def _counting(fn, calls):
+    @functools.wraps(fn)
+    def counted(*args, **kwargs):
+        calls[fn.__name__] += 1
+        return fn(*args, **kwargs)
+
+    return counted
+
+
+def test_preprocessing_is_shared(sync, monkeypatch):
+    calls = collections.Counter()
+    for fn in (
+        "_line_stats", "_bound_chunk", "_normmag_chunk", "_l1_chunk", "_stats_block",
+        "_count_task", "_shift_task", "_residues_chunk", "_product_block", "_crt_block",
+    ):  # fmt: skip
+        monkeypatch.setattr(dask_backend, fn, _counting(getattr(dask_backend, fn), calls))
+    A = phi_matrix((90, 200), 1.0, "float64", seed=61)
+    B = phi_matrix((200, 50), 1.0, "float64", seed=62)
+    a = da.from_array(A, chunks=(30, 50))  # 3 x 4 chunks
+    b = da.from_array(B, chunks=(50, 25))  # 4 x 2 chunks: 24 block triples, 6 output blocks
+    c = _eager(emulinalg.matmul, a, b)
+    assert not calls  # nothing ran while building
+    (opt,) = dask.optimize(c)
+    layers = collections.Counter(_key_name(k) for k in dict(opt.__dask_graph__()))
+    assert layers["emulinalg-residues"] == 12 + 8  # one task per chunk, not per block pair
+    assert layers["emulinalg-count"] == 1 and layers["emulinalg-crt"] == 6
+    _assert_in_core_bits(c.compute(), A, B)
+    per_chunk = 12 + 8
+    assert calls == {
+        "_line_stats": per_chunk, "_bound_chunk": per_chunk, "_normmag_chunk": per_chunk,
+        "_l1_chunk": per_chunk, "_residues_chunk": per_chunk, "_stats_block": 24,
+        "_product_block": 24, "_count_task": 1, "_shift_task": 3 + 2, "_crt_block": 6,
+    }  # fmt: skip
+
+
+def test_explicit_scheme_on_a_cluster(client):
+    # Scheme I runs the double-double graph: blocking it over K must not lose accuracy against
     # the same scheme on the whole matrices (each block is scaled on its own, never coarser).
+    scheme = emulinalg.OzakiI(slices=7)
     A = phi_matrix((96, 192), 1.0, "float64", seed=5)
     B = phi_matrix((192, 64), 1.0, "float64", seed=6)
     a, b = da.from_array(A, chunks=(48, 64)), da.from_array(B, chunks=(64, 32))
@@ -296,6 +525,13 @@ def test_explicit_scheme_on_a_cluster(client, scheme):
     whole = accuracy(_eager(emulinalg.matmul, A, B, precision=scheme), A, B)
     assert got["bits_maxrel"] >= whole["bits_maxrel"] - 1
     assert got["bits_cw"] >= whole["bits_cw"] - 1
+    # The dd graph for Scheme II too (EMULINALG_DASK_MODE=dd), on the same cluster.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EMULINALG_DASK_MODE", "dd")
+        c = _eager(emulinalg.matmul, a, b)
+    assert "double-double" in str(emulinalg.last_plan())
+    got, nat = _grade(client.compute(c).result(), A, B)
+    assert got["bits_maxrel"] >= nat["bits_maxrel"] and got["bits_cw"] >= nat["bits_cw"]
 
 
 def test_out_of_core_example_small(client):
@@ -340,6 +576,22 @@ def test_cupy_chunks_stay_on_the_gpu(dtype):
     )
     assert got["nonfinite_mismatch"] == 0
     assert got["bits_maxrel"] >= nat["bits_maxrel"] and got["bits_cw"] >= nat["bits_cw"]
+    # The in-core cupy product's bits: always for an explicit OzakiII (exact integers on every
+    # backend); for the level when the count agrees (the cupy engine's certificate kernels
+    # round the lower bound of |A||B| otherwise than the graph's per-block sums).
+    count = _count_task_result(c)["count"]
+    whole = _eager(emulinalg.matmul, cp.asarray(A), cp.asarray(B))
+    in_core = emulinalg.last_plan()
+    print(f"cupy {dtype}: dask count {count}, in core {in_core.scheme}")
+    if in_core.scheme == f"OzakiII(moduli={count}, mode=accurate)" and not in_core.native_entries:
+        assert _bits_equal(cp.asnumpy(out), cp.asnumpy(whole)).all()
+    scheme = emulinalg.OzakiII(moduli=14)
+    c = _eager(emulinalg.matmul, a, b, precision=scheme)
+    with dask.config.set(scheduler="threads"):
+        out = cp.asnumpy(c.compute())
+    whole = cp.asnumpy(_eager(emulinalg.matmul, cp.asarray(A), cp.asarray(B), precision=scheme))
+    assert _bits_equal(out, whole).all()
+    assert _bits_equal(out, _eager(emulinalg.matmul, A, B, precision=scheme)).all()
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,18 +600,29 @@ def test_cupy_chunks_stay_on_the_gpu(dtype):
 
 _QP_SCRIPT = textwrap.dedent(
     """
-    import numpy as np, dask, dask.array as da, emulinalg
+    import functools, numpy as np, dask, dask.array as da, emulinalg
+    from emulinalg.backends import dask as backend
     from emulinalg.inputs import phi_matrix
     from emulinalg.reference import accuracy
     assert da.array_expr_enabled() == {mode}
+    calls = []
+    residues = backend._residues_chunk
+    @functools.wraps(residues)
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return residues(*args, **kwargs)
+    backend._residues_chunk = counted
     A = phi_matrix((96, 192), 1.0, "float64", seed=1)
     B = phi_matrix((192, 40), 1.0, "float64", seed=2)
     a, b = da.from_array(A, chunks=(48, 64)), da.from_array(B, chunks=(64, 20))
     with emulinalg.config(strategy="eager"), dask.config.set(split_every=2):
         c = emulinalg.matmul(a, b)
-    assert emulinalg.last_plan().scheme.startswith("blocked"), emulinalg.last_plan()
+        want = emulinalg.matmul(A, B)
+    assert emulinalg.last_plan().scheme.startswith("OzakiII"), emulinalg.last_plan()
     out = c.compute(scheduler="sync")
     assert type(out) is np.ndarray and out.shape == (96, 40)
+    assert np.array_equal(out, want), "not the in-core bits"
+    assert len(calls) == 2 * 3 + 3 * 2, calls  # residues once per chunk
     got, nat = accuracy(out, A, B), accuracy(A @ B, A, B)
     assert got["bits_maxrel"] >= nat["bits_maxrel"] and got["bits_cw"] >= nat["bits_cw"]
     X = phi_matrix((3, 16, 40), 1.0, "float64", seed=3)

@@ -5,16 +5,19 @@
 builds ``A`` (m x k) and ``B`` (k x n) chunk by chunk from a fixed seed (entries
 ``(U(0,1) - 0.5) * exp(phi * N(0,1))``, the field's phi-matrices; every chunk has its own
 random stream, so nothing is ever held whole), multiplies them with ``emulinalg.matmul``
-(a lazy graph of emulated block products, K-blocks added in double-double) and computes, in one
-pass over the graph, the sum of all entries of ``C`` (so every block of the product is computed)
+(a lazy Scheme II graph: statistics over the whole matrices, residues made once per chunk,
+block products added modulo each modulus over K-blocks, one CRT per output block; with
+``EMULINALG_DASK_MODE=dd``, block products added in double-double) and computes, in one pass
+over the graph, the sum of all entries of ``C`` (so every block of the product is computed)
 and the entries of ``C`` in a few sampled rows (and columns, ``--cols``): the only part that
 travels back. Those are graded against the exact product (``emulinalg.reference``), next to the
 native product, and the progress of the computation is shown while it runs.
 
 The default shape is a Gram-type product with a long inner dimension, 1024 x 81920 times
 81920 x 64 (A: 640 MiB) on two workers of 300 MiB each; it takes one to two minutes on two cores
-with the numpy reference backend. Dask streams the chunks of A through the block products and
-spills to disk what does not fit (``--memory-limit``). ``--scheduler tcp://...`` runs on an
+with the numpy reference backend. The count of moduli depends on statistics over the whole
+matrices, so the workers hold the chunks from the statistics pass to the residue pass and spill
+to disk what does not fit (``--memory-limit``). ``--scheduler tcp://...`` runs on an
 existing cluster instead; ``--threads N`` on dask's threaded scheduler (no ``distributed``),
 which is the simple way to use one GPU with cupy chunks (``--cupy``).
 
