@@ -6,7 +6,7 @@ INT8 moduli with the CRT, Scheme II) on the backend of the arrays' own library.
 
 >>> import numpy as np, emulinalg
 >>> a = np.arange(6.0).reshape(2, 3)
-... b = np.ones((3, 2))
+>>> b = np.ones((3, 2))
 >>> emulinalg.matmul(a, b, precision=emulinalg.OzakiII(moduli=16)).tolist()
 [[3.0, 3.0], [12.0, 12.0]]
 """

@@ -20,12 +20,16 @@ from ._plan import Plan, last_plan, record
 from ._precision import parse
 
 _KINDS = ("bool", "integral", "real floating", "complex floating")
+_EMULATED = ("float32", "float64", "complex64", "complex128")  # float16: at the float32 level
 
 
 def _dask_operands(x1, x2):
     """A numpy/cupy operand beside a dask array becomes a dask array, as dask.array.matmul
     accepts it (``backends.dask.coerce_operands``)."""
     if "dask.array" not in sys.modules:
+        return x1, x2
+    libs = {type(x).__module__.split(".")[0] for x in (x1, x2)}
+    if not libs <= {"numpy", "cupy", "dask"}:  # other libraries: _namespace's clear error
         return x1, x2
     from .backends import dask as backend
 
@@ -69,10 +73,20 @@ def _gemm(xp, a, b, request, op):
     """Batched a (..., m, k) @ b (..., k, n) for floating dtypes with equal batch shapes."""
     dt = a.dtype
     compute = dt
-    f16 = getattr(xp, "float16", None)  # (numpy compares any dtype equal to None: test first)
-    if f16 is not None and dt == f16:  # computed at the float32 level, rounded like native
+    name = getattr(dt, "name", str(dt))  # numpy dtypes (numpy, dask) and cupy's
+    if name == "float16":  # computed at the float32 level, rounded like native
         compute = xp.float32
         a, b = xp.astype(a, compute), xp.astype(b, compute)
+    elif name not in _EMULATED:  # e.g. numpy's longdouble: the library's own product, visibly
+        record(
+            Plan(
+                backend=getattr(xp, "__name__", "?").split(".")[-1],
+                precision=str(request or "native"),
+                fallback=f"dtype {name}: no emulation for this dtype; native product",
+                notes=[op],
+            )
+        )
+        return xp.matmul(a, b)
     backend = _backend(xp)
     # A backend that schedules the product itself (dask: a graph of block products) provides
     # its own ``matmul``; the others run the engine over their integer GEMMs.

@@ -137,23 +137,44 @@ def get_cost_model(backend_name):
         return _USER.get(backend_name, _BUILTIN.get(backend_name))
 
 
+def _check(model):
+    rates = model.native_flops
+    if not isinstance(rates, dict) or not all(rates.get(d, 0) > 0 for d in ("float64", "float32")):
+        raise ValueError("CostModel.native_flops needs positive 'float64' and 'float32' rates")
+    if not all(v > 0 for v in rates.values()):
+        raise ValueError("CostModel.native_flops rates must be positive")
+    if not (model.int_gemm_ops > 0 and model.stats_flops > 0):
+        raise ValueError("CostModel.int_gemm_ops and stats_flops must be positive")
+    if not (model.entry_seconds >= 0 and model.fixed_seconds >= 0):
+        raise ValueError("CostModel.entry_seconds and fixed_seconds must be >= 0")
+
+
 def set_cost_model(backend_name, model=None, **changes):
     """Replace (``model``) or adjust (``changes``: fields of :class:`CostModel`) the cost model
-    of a backend for this process; ``set_cost_model(name)`` restores the built-in one.
+    of a backend ("numpy", "cupy", "amx") for this process; ``set_cost_model(name)`` restores
+    the built-in one. The model's ``source`` becomes "user" unless ``source=`` is given.
 
     Raises
     ------
+    ValueError
+        For an unknown backend name or a model with missing/non-positive rates.
     TypeError
-        For a field name that :class:`CostModel` does not have.
+        For a field name that :class:`CostModel` does not have, or a ``model`` that is not one.
     """
+    if backend_name not in _BUILTIN:
+        raise ValueError(
+            f"unknown backend {backend_name!r}: expected one of {', '.join(sorted(_BUILTIN))}"
+        )
+    if model is not None and not isinstance(model, CostModel):
+        raise TypeError(f"model must be an emulinalg.CostModel, got {type(model).__name__}")
     with _LOCK:
         if model is None and not changes:
             _USER.pop(backend_name, None)
             return
-        base = model or _USER.get(backend_name) or _BUILTIN.get(backend_name)
-        if base is None:
-            raise ValueError(f"no cost model for backend {backend_name!r}; pass a CostModel")
-        _USER[backend_name] = dataclasses.replace(base, source="user", **changes)
+        base = model or _USER.get(backend_name) or _BUILTIN[backend_name]
+        new = dataclasses.replace(base, **{"source": "user", **changes})
+        _check(new)
+        _USER[backend_name] = new
 
 
 def emulation_faster(backend_name, scheme, dtype, m, n, k, batch=1):

@@ -234,7 +234,7 @@ def format_table(records: list[dict]) -> str:
         "bits_cw",
         "native maxrel/cw",
         "time [s]",
-        "x native",
+        "time / native",
     )
     rows = []
     for r in records:

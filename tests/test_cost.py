@@ -92,8 +92,21 @@ def test_set_cost_model_switches_the_engine_and_restores():
 def test_set_cost_model_errors():
     with pytest.raises(TypeError):
         emulinalg.set_cost_model("numpy", no_such_field=1.0)
-    with pytest.raises(ValueError, match="no cost model"):
-        emulinalg.set_cost_model("nonexistent", int_gemm_ops=1.0)
+    with pytest.raises(ValueError, match="unknown backend 'nump'"):
+        emulinalg.set_cost_model("nump", int_gemm_ops=1.0)
+    with pytest.raises(TypeError, match="CostModel"):
+        emulinalg.set_cost_model("numpy", "fast")
+    bad = emulinalg.CostModel(native_flops={"float64": 1e10}, int_gemm_ops=1e10, entry_seconds=0)
+    with pytest.raises(ValueError, match="float32"):
+        emulinalg.set_cost_model("numpy", bad)
+    with pytest.raises(ValueError, match="positive"):
+        emulinalg.set_cost_model("numpy", int_gemm_ops=0.0)
+    assert emulinalg.get_cost_model("numpy").source.startswith("docs/")  # nothing was set
+    try:
+        emulinalg.set_cost_model("numpy", int_gemm_ops=1e12, source="my records")
+        assert emulinalg.get_cost_model("numpy").source == "my records"
+    finally:
+        emulinalg.set_cost_model("numpy")
 
 
 def test_performant_rechecks_after_the_statistics():

@@ -289,3 +289,32 @@ def test_array_api_strict_arrays_stay_strict():
     assert type(c) is type(a)
     assert c.shape == (2, 1)
     assert [[float(c[i, 0])] for i in range(2)] == [[3.0], [7.0]]
+
+
+@pytest.mark.skipif(not hasattr(np, "longdouble") or np.dtype(np.longdouble).itemsize <= 8,
+                    reason="longdouble is float64 here")  # fmt: skip
+@pytest.mark.parametrize("dt", ["longdouble", "clongdouble"])
+def test_extended_precision_dtypes_run_natively_and_say_so(dt):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 5)).astype(dt)
+    b = rng.standard_normal((5, 3)).astype(dt)
+    c = emulinalg.matmul(a, b)
+    assert c.dtype == (a @ b).dtype
+    np.testing.assert_array_equal(c, a @ b)
+    assert "no emulation for this dtype" in emulinalg.last_plan().fallback
+
+
+def test_float16_dask_arrays_follow_numpy_float16():
+    da = pytest.importorskip("dask.array")
+    a = np.linspace(-1, 1, 30 * 20).reshape(30, 20).astype(np.float16)
+    c = emulinalg.matmul(da.from_array(a, chunks=10), da.from_array(a.T, chunks=10)).compute()
+    want = emulinalg.matmul(a, a.T)
+    assert c.dtype == np.float16
+    np.testing.assert_allclose(c.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=1e-3)
+
+
+def test_dask_beside_another_library_is_a_clear_error():
+    da = pytest.importorskip("dask.array")
+    xs = pytest.importorskip("array_api_strict")
+    with pytest.raises(TypeError, match="different array libraries"):
+        emulinalg.matmul(xs.asarray(np.ones((3, 4))), da.ones((4, 2)))
