@@ -884,7 +884,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "bench",
         help="benchmark emulated against native products: throughput, bits, plots",
         description="Time emulated and native products side by side on phi-matrices, grade "
-        "both against the exact product, write JSON-lines records (DESIGN.md §5) and draw "
+        "both against the exact product, write JSON-lines records (format: docs/performance.md) and draw "
         "plots. Lists are comma-separated or repeated options.",
     )
     many = {"action": "append"}

@@ -286,6 +286,17 @@ def main(args) -> int:
         if not args.json and not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
+    if args.precision:  # a filter that matches no row would silently show native rows only
+        labels = [c.label for dt in (args.dtype or DEFAULT_DTYPES) for c in cases_for(dt)]
+        unknown = [f for f in args.precision if not any(_keep(lab, [f]) for lab in labels)]
+        if unknown:
+            print(
+                f"demo: --precision {', '.join(unknown)} matches no row; the rows are: "
+                + ", ".join(dict.fromkeys(labels)),
+                file=sys.stderr,
+            )
+            return 2
+
     records = run(
         size=args.size,
         phis=args.phi,

@@ -421,3 +421,11 @@ def test_reference_columns_grade_a_subset_of_entries():
     acc = accuracy(c[rows][:, cols], a[rows], sub_b, ref=exact_matmul(a[rows], sub_b))
     assert recs[1]["bits_maxrel"] == pytest.approx(acc["bits_maxrel"], abs=1e-9)
     assert recs[1]["bits_cw"] == pytest.approx(acc["bits_cw"], abs=1e-9)
+
+
+def test_demo_rejects_a_precision_filter_matching_no_row(capsys):
+    from emulinalg.__main__ import main
+
+    assert main(["demo", "--size", "8", "--precision", "fp64"]) == 2
+    err = capsys.readouterr().err
+    assert "fp64 matches no row" in err and "OzakiII(moduli=14" in err

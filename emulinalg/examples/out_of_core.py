@@ -293,7 +293,8 @@ def main(argv=None):
             cols=args.cols,
             precision=precision,
             seed=args.seed,
-            progress=not (args.quiet or args.json),
+            # a progress bar redrawn into a log file floods it: bars on terminals only
+            progress=not (args.quiet or args.json) and sys.stderr.isatty(),
             cupy=args.cupy,
             native=args.native,
             threads=args.threads,
