@@ -51,7 +51,7 @@ class Plan:
 
     def __str__(self):
         s = f"[{self.backend}] precision={self.precision} scheme={self.scheme}"
-        if self.emulated:
+        if self.emulated and self.gemms:  # 0: decided later (a dask graph's block products)
             s += f" gemms={self.gemms}"
             if self.k_block:
                 s += f" k_block={self.k_block}"
