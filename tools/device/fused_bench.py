@@ -31,7 +31,7 @@ import time
 
 import array_api_compat.cupy as cxp
 import cupy as cp
-import numpy as np
+from gpu_records import median_ms  # same folder: one CUDA-event timer
 
 from emulinalg._moduli import MODULI as ALL_MODULI
 from emulinalg.backends import cupy as be
@@ -39,21 +39,6 @@ from emulinalg.backends.cuda import fused
 
 NMOD = 18
 MODULI = ALL_MODULI[:NMOD]
-
-
-def median_ms(fn, repeat):
-    for _ in range(2):
-        fn()
-    cp.cuda.Device().synchronize()
-    ts = []
-    for _ in range(repeat):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(s, e))
-    return float(np.median(ts))
 
 
 def residue_planes(rows, kp, seed):

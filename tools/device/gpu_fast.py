@@ -24,7 +24,7 @@ import sys
 
 import array_api_compat.cupy as cxp
 import cupy as cp
-import numpy as np
+from gpu_records import median_ms  # same folder: one CUDA-event timer
 
 import emulinalg
 from emulinalg import _ozaki2, _select
@@ -34,21 +34,6 @@ from emulinalg.backends import cupy as be
 
 MODULI, MODE, PHI = 18, "accurate", 1.0
 BITS = 53  # the float64 level
-
-
-def median_ms(fn, repeat):
-    for _ in range(2):
-        fn()
-    cp.cuda.Device().synchronize()
-    ts = []
-    for _ in range(repeat):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(s, e))
-    return float(np.median(ts))
 
 
 def phi_matrix_gpu(n, phi, seed):

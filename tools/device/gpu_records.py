@@ -21,8 +21,10 @@ from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy
 
 
-def timed(fn, *args, repeat=5):
-    fn(*args)
+def timed(fn, *args, repeat=5, warmup=1):
+    """Median seconds of ``repeat`` CUDA-event-timed calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn(*args)
     cp.cuda.Device().synchronize()
     ts = []
     for _ in range(repeat):
@@ -33,6 +35,11 @@ def timed(fn, *args, repeat=5):
         e.synchronize()
         ts.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
     return float(np.median(ts))
+
+
+def median_ms(fn, repeat):
+    """``timed`` in milliseconds after two warm-up calls (the kernel-level scripts)."""
+    return 1e3 * timed(fn, repeat=repeat, warmup=2)
 
 
 def _sha(x):
