@@ -38,17 +38,19 @@ import numpy as np
 
 
 def phi_block(block_id=None, block_info=None, phi=1.0, seed=0, stream=0, cupy=False):
-    """One chunk of a phi-matrix, from its own random stream ``(seed, stream, i, j)``."""
+    """One chunk of a phi-matrix, from its own random stream ``(seed, stream, i, j)`` (numpy's
+    generator, or cupy's on the device: the two give different matrices)."""
     info = block_info[None]
     shape = info["chunk-shape"]
     i, j = block_id
-    rng = np.random.default_rng([seed, stream, i, j])
-    x = (rng.random(shape) - 0.5) * np.exp(phi * rng.standard_normal(shape))
-    if cupy:
+    if cupy:  # generated on the device (a host stream would dominate at GPU sizes)
         import cupy as cp
 
-        return cp.asarray(x)
-    return x
+        state = int(np.random.SeedSequence([seed, stream, i, j]).generate_state(1)[0])
+        rs = cp.random.RandomState(state)
+        return (rs.random_sample(shape) - 0.5) * cp.exp(phi * rs.standard_normal(shape))
+    rng = np.random.default_rng([seed, stream, i, j])
+    return (rng.random(shape) - 0.5) * np.exp(phi * rng.standard_normal(shape))
 
 
 def operand(shape, chunks, phi, seed, stream, cupy=False):
@@ -83,6 +85,45 @@ def _host(x):
     return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
 
 
+def _sync(x):
+    """Wait for the device (cupy arrays); nothing for host arrays."""
+    if type(x).__module__.startswith("cupy"):
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
+
+
+def _gather(client, threads, *xs):
+    """``xs`` computed: on ``client`` when there is one (persisted operands live there), else on
+    dask's threaded scheduler."""
+    import dask
+
+    if client is not None:
+        return tuple(client.compute(list(xs), sync=True))
+    return dask.compute(*xs, scheduler="threads", num_workers=threads)
+
+
+def _incore(client, a, b, precision, repeat, threads):
+    """The single-call in-core emulated product of the whole operands (materialised once),
+    timed after a warm-up on a corner: ``(C, median seconds, plan)``."""
+    import emulinalg
+
+    A, B = _gather(client, threads, a, b)
+    with emulinalg.config(strategy="eager"):
+        w = min(2048, *A.shape, B.shape[1])
+        emulinalg.matmul(A[:w, :w], B[:w, :w], precision=precision)  # kernels compiled
+        _sync(A)
+        times = []
+        for _ in range(repeat):
+            C = None
+            t0 = time.perf_counter()
+            C = emulinalg.matmul(A, B, precision=precision)
+            _sync(C)
+            times.append(time.perf_counter() - t0)
+        plan = emulinalg.last_plan()
+    return C, float(np.median(times)), plan
+
+
 def _sample(n, count):
     """``count`` evenly spaced indices of ``range(n)`` (all of them when count <= 0)."""
     if count <= 0 or count >= n:
@@ -105,9 +146,17 @@ def run(
     cupy=False,
     native="rows",
     threads=None,
+    persist=False,
+    incore=False,
+    repeat=1,
 ):
     """Build the product, compute it (on ``client``, or with dask's threaded scheduler when
-    ``client`` is None) and grade the sampled entries; returns a dict of results."""
+    ``client`` is None) and grade the sampled entries; returns a dict of results.
+
+    ``persist``: the operands are computed and held before the timed runs (their generation is
+    then not timed). ``incore``: also time one in-core emulated call on the whole operands
+    (materialised once, on the host or the GPU) and grade it on the same entries.
+    ``repeat``: timed runs of the graph (the median is reported)."""
     import dask
     import dask.array as da
 
@@ -118,6 +167,16 @@ def run(
     a = operand((m, k), (cm, ck), phi, seed, 0, cupy)
     b = operand((k, n), (ck, cn), phi, seed, 1, cupy)
     rsel, csel = _sample(m, rows), _sample(n, cols)
+    inc = None
+    if incore:  # first, so that its workspace never meets the held chunks
+        C, inc_seconds, inc_plan = _incore(client, a, b, precision, max(1, repeat), threads)
+        inc = {"c": _host(C[rsel, :][:, csel]), "seconds": inc_seconds, "plan": str(inc_plan)}
+        del C
+    if persist:
+        if client is not None:
+            a, b = client.persist([a, b])
+        else:
+            a, b = dask.persist(a, b, scheduler="threads", num_workers=threads)
 
     t0 = time.perf_counter()
     with emulinalg.config(strategy="eager"):
@@ -127,49 +186,63 @@ def run(
 
     # One pass over the graph: every block of C (its sum) and the sampled entries.
     wanted = [c[rsel, :][:, csel], da.sum(c)]
-    t0 = time.perf_counter()
     peaks = {}
-    if client is not None:
-        futures = client.compute(wanted)
-        if progress:
-            from distributed import progress as show
+    times = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        if client is not None:
+            futures = client.compute(wanted)
+            if progress:
+                from distributed import progress as show
 
-            show(futures)
-            print(file=sys.stderr)
-        c_s, total = (f.result() for f in futures)
-        peaks = client.run(_peak_rss)  # the workers' largest resident set so far
-    else:
-        from dask.diagnostics import ProgressBar
+                show(futures)
+                print(file=sys.stderr)
+            c_s, total = (f.result() for f in futures)
+            peaks = client.run(_peak_rss)  # the workers' largest resident set so far
+        else:
+            from dask.diagnostics import ProgressBar
 
-        with ProgressBar(out=sys.stderr) if progress else contextlib.nullcontext():
-            c_s, total = dask.compute(*wanted, scheduler="threads", num_workers=threads)
-    seconds = time.perf_counter() - t0
+            with ProgressBar(out=sys.stderr) if progress else contextlib.nullcontext():
+                c_s, total = dask.compute(*wanted, scheduler="threads", num_workers=threads)
+            _sync(c_s)
+        times.append(time.perf_counter() - t0)
+    seconds = float(np.median(times))
     c_s, total = _host(c_s), _host(total)
 
     # Grade: exact and native on the sampled entries, a group of columns at a time (B is never
     # held whole here); the maxima of the per-group errors are the maxima over all of them.
-    a_rows = a[rsel, :].compute(scheduler="sync")
+    (a_rows,) = _gather(client, threads, a[rsel, :])
     a_rows_h = _host(a_rows)
-    nat_whole = None
-    if native == "whole":
-        A, B = dask.compute(a, b, scheduler="threads", num_workers=threads)
-        nat_whole = _host((A @ B)[rsel, :][:, csel])
-        A = B = None
-    worst = {"emulated": [0.0, 0.0], "native": [0.0, 0.0]}
+    nat_whole = nat_seconds = None
+    if native == "whole":  # timed after a warm-up call
+        A, B = _gather(client, threads, a, b)
+        A @ B
+        _sync(A)
+        t0 = time.perf_counter()
+        C = A @ B
+        _sync(C)
+        nat_seconds = time.perf_counter() - t0
+        nat_whole = _host(C[rsel, :][:, csel])
+        A = B = C = None
+    worst = {"emulated": [0.0, 0.0], "native": [0.0, 0.0], "incore": [0.0, 0.0]}
     mismatch = 0
     for g0 in range(0, len(csel), 256):
         group = csel[g0 : g0 + 256]
-        b_g = b[:, group].compute(scheduler="sync")
+        (b_g,) = _gather(client, threads, b[:, group])
         b_g_h = _host(b_g)
         ref = exact_matmul(a_rows_h, b_g_h)
         nat = nat_whole[:, g0 : g0 + 256] if nat_whole is not None else _host(a_rows @ b_g)
-        for label, c_g in (("emulated", c_s[:, g0 : g0 + 256]), ("native", nat)):
+        graded = [("emulated", c_s[:, g0 : g0 + 256]), ("native", nat)]
+        if inc is not None:
+            graded.append(("incore", inc["c"][:, g0 : g0 + 256]))
+        for label, c_g in graded:
             acc = accuracy(c_g, a_rows_h, b_g_h, ref=ref)
             w = worst[label]
             w[0], w[1] = max(w[0], acc["maxrel"]), max(w[1], acc["maxcw"])
             if label == "emulated":
                 mismatch += acc["nonfinite_mismatch"]
-    return {
+    flops = 2.0 * m * n * k
+    res = {
         "m": m,
         "n": n,
         "k": k,
@@ -191,7 +264,21 @@ def run(
         "native_bits_cw": effective_bits(worst["native"][1]),
         "nonfinite_mismatch": mismatch,
         "plan": str(plan),
+        "tflops": flops / seconds / 1e12,
+        "times": times,
+        "persist": persist,
     }
+    if native == "whole":
+        res["native_seconds"] = nat_seconds
+        res["native_tflops"] = flops / nat_seconds / 1e12
+    if inc is not None:
+        res["incore_seconds"] = inc["seconds"]
+        res["incore_tflops"] = flops / inc["seconds"] / 1e12
+        res["ratio_to_incore"] = inc["seconds"] / seconds
+        res["incore_bits_maxrel"] = effective_bits(worst["incore"][0])
+        res["incore_bits_cw"] = effective_bits(worst["incore"][1])
+        res["incore_plan"] = inc["plan"]
+    return res
 
 
 def _peak_rss():
@@ -241,6 +328,14 @@ def build_parser():
         help="dask's threaded scheduler with N threads instead of a cluster (one GPU: --cupy)",
     )
     p.add_argument("--cupy", action="store_true", help="cupy chunks (GPU workers)")
+    p.add_argument("--persist", action="store_true", help="hold the operands before the timed runs")
+    p.add_argument(
+        "--incore",
+        action="store_true",
+        help="also time one in-core emulated call on the whole operands (they must fit)",
+    )
+    p.add_argument("--repeat", type=int, default=1, help="timed runs (median reported)")
+    p.add_argument("--out", help="append a benchmark record (JSON line) to this file")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return p
@@ -298,6 +393,9 @@ def main(argv=None):
             cupy=args.cupy,
             native=args.native,
             threads=args.threads,
+            persist=args.persist,
+            incore=args.incore,
+            repeat=args.repeat,
         )
         res["workers"] = where
     finally:
@@ -305,6 +403,9 @@ def main(argv=None):
             client.close()
         if cluster is not None:
             cluster.close()
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(json.dumps(_record(res, argv)) + "\n")
     if args.json:
         print(json.dumps(res))
     else:
@@ -315,6 +416,12 @@ def main(argv=None):
         )
         if res["worker_peak_rss"]:
             print(f"largest worker resident set: {res['worker_peak_rss'] / 2**20:.0f} MiB")
+        if "incore_seconds" in res:
+            print(
+                f"in-core single call: {res['incore_seconds']:.2f} s; the graph reaches "
+                f"{100 * res['ratio_to_incore']:.0f} % of its throughput "
+                f"({res['tflops']:.3g} vs {res['incore_tflops']:.3g} TFLOP/s effective)"
+            )
         print(
             f"{res['rows']} x {res['cols']} sampled entries against the exact product: bits "
             f"maxrel {res['bits_maxrel']:.1f} (native {res['native_bits_maxrel']:.1f}), "
@@ -322,6 +429,38 @@ def main(argv=None):
             f"native of the {res['native']})"
         )
     return 0
+
+
+def _record(res, argv):
+    """A benchmark record (the fields of docs/performance.md, ``backend: "dask"``) from
+    ``run``'s result."""
+    import datetime
+    import shlex
+
+    device = "cpu"
+    if res["chunk_library"] == "cupy":
+        import cupy as cp
+
+        device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    rec = {
+        "backend": "dask", "op": "matmul", "dtype": "float64", "precision": res["precision"],
+        "scheme": res["plan"], "m": res["m"], "n": res["n"], "k": res["k"], "batch": 1,
+        "phi": res["phi"], "seconds": res["seconds"], "tflops": res["tflops"],
+        "bits_maxrel": res["bits_maxrel"], "native_bits_maxrel": res["native_bits_maxrel"],
+        "bits_cw": res["bits_cw"], "native_bits_cw": res["native_bits_cw"],
+        "reference": f"exact on {res['rows']} x {res['cols']} sampled entries",
+        "device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "command": "python -m emulinalg.examples.out_of_core "
+        + " ".join(shlex.quote(v) for v in (argv if argv is not None else sys.argv[1:])),
+    }  # fmt: skip
+    for key in ("native_tflops", "incore_seconds", "incore_tflops", "ratio_to_incore",
+                "incore_bits_maxrel", "incore_bits_cw", "chunks", "chunk_library", "workers",
+                "operand_bytes", "times", "persist", "native", "worker_peak_rss"):  # fmt: skip
+        if key in res:
+            rec[key] = res[key]
+    if "native_tflops" in res:
+        rec["speedup"] = res["tflops"] / res["native_tflops"]
+    return rec
 
 
 def demo_main(args):
