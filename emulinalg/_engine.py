@@ -34,10 +34,19 @@ def _dtype_name(xp, dt):
 
 
 def _parts(xp, x):
-    """float64 real and imaginary parts (None when real)."""
+    """float64 real and imaginary parts (None when real); float64 operands are used as they are
+    (nothing writes into them: a copy would cost a pass over each and its memory)."""
     if xp.isdtype(x.dtype, "complex floating"):
         return xp.astype(xp.real(x), xp.float64), xp.astype(xp.imag(x), xp.float64)
-    return xp.astype(x, xp.float64), None
+    return xp.astype(x, xp.float64, copy=False), None
+
+
+def _all_finite(xp, re, im):
+    """True when every entry is finite, from one sum per part: NaN and Inf entries make the sum
+    non-finite; a sum that overflows (finite entries) only sends the caller to the per-line
+    check."""
+    ok = bool(xp.isfinite(xp.sum(re)))
+    return ok and (im is None or bool(xp.isfinite(xp.sum(im))))
 
 
 def _finite_lines(xp, re, im, axis):
@@ -104,9 +113,12 @@ def _matmul(xp, backend, a, b, request, cfg, out):
 
     ar, ai = _parts(xp, a)
     br, bi = _parts(xp, b)  # the front end gave both operands the result dtype
-    rows_ok = _finite_lines(xp, ar, ai, axis=-1)
-    cols_ok = _finite_lines(xp, br, bi, axis=-2)
-    nonfinite = not (bool(xp.all(rows_ok)) and bool(xp.all(cols_ok)))
+    with backend.quiet():
+        nonfinite = not (_all_finite(xp, ar, ai) and _all_finite(xp, br, bi))
+    if nonfinite:
+        rows_ok = _finite_lines(xp, ar, ai, axis=-1)
+        cols_ok = _finite_lines(xp, br, bi, axis=-2)
+        nonfinite = not (bool(xp.all(rows_ok)) and bool(xp.all(cols_ok)))
     if nonfinite:
         ar, ai = _zero_nonfinite(xp, ar, ai)
         br, bi = _zero_nonfinite(xp, br, bi)
@@ -126,7 +138,7 @@ def _matmul(xp, backend, a, b, request, cfg, out):
         )
         native_mask = bad if native_mask is None else (native_mask | bad)
     if native_mask is not None:
-        plan.native_entries = int(xp.sum(xp.astype(native_mask, xp.int64)))
+        plan.native_entries = int(xp.count_nonzero(native_mask))
         with backend.quiet():  # the native product's own overflows are the result here
             nat = backend.native_matmul(a, b)
             if isinstance(c, tuple):
@@ -199,7 +211,7 @@ def _emulate(
         m, n, k = ar.shape[-2], br.shape[-1], ar.shape[-1]
         if performant and not _faster(backend, scheme, dtype_name, m, n, k, plan.shape[0], plan):
             return None, None  # the statistics asked for more than native's time allows
-        count = 0 if native_mask is None else int(xp.sum(xp.astype(native_mask, xp.int64)))
+        count = 0 if native_mask is None else int(xp.count_nonzero(native_mask))
         if count:
             plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
         else:

@@ -401,6 +401,7 @@ def make_module(native=False):
     cp.full = lambda shape, value, dtype=None: _wrap(np.full(shape, value, dtype=dtype))
     cp.zeros = lambda shape, dtype=np.float64: _wrap(np.zeros(shape, dtype))
     cp.asarray = _wrap
+    cp.asnumpy = lambda x: np.array(x)  # a host copy, a plain numpy array
     cp.ascontiguousarray = lambda x: _wrap(np.ascontiguousarray(x))
     cp.broadcast_to = lambda x, shape: _wrap(np.broadcast_to(x, shape))
     cp.matmul = lambda a, b: _wrap(np.matmul(a, b))

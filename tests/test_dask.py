@@ -556,9 +556,14 @@ def _cupy():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["dd", "shared"])
 @pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
-def test_cupy_chunks_stay_on_the_gpu(dtype):
+def test_cupy_chunks_stay_on_the_gpu(dtype, mode, monkeypatch):
+    """Both graphs on cupy chunks (the double-double one is the default there): results stay
+    cupy arrays, bits >= cuBLAS on the whole matrices; the shared graph is the in-core product
+    bit for bit for an explicit scheme (and for the level when the count agrees)."""
     cp = _cupy()
+    monkeypatch.setenv("EMULINALG_DASK_MODE", mode)
     A = phi_matrix((384, 1024), 1.0, dtype, seed=21)
     B = phi_matrix((1024, 320), 1.0, dtype, seed=22)
     a = da.from_array(cp.asarray(A), chunks=(128, 256), asarray=False)  # 4 K-blocks
@@ -577,6 +582,9 @@ def test_cupy_chunks_stay_on_the_gpu(dtype):
     )
     assert got["nonfinite_mismatch"] == 0
     assert got["bits_maxrel"] >= nat["bits_maxrel"] and got["bits_cw"] >= nat["bits_cw"]
+    if mode == "dd":
+        assert "double-double" in str(emulinalg.last_plan())
+        return
     # The in-core cupy product's bits: always for an explicit OzakiII (exact integers on every
     # backend); for the level when the count agrees (the cupy engine's certificate kernels
     # round the lower bound of |A||B| otherwise than the graph's per-block sums).

@@ -104,31 +104,46 @@ __device__ __forceinline__ unsigned pack4(int a, int b, int c, int d) {
 
 }  // namespace
 
-// Grid (chunks of C, tiles of R, B); each block walks `chunk` columns (a multiple of 32).
+// Grid (chunks of C, tiles of R, B); each block walks `chunk` columns (a multiple of 32). Every
+// thread keeps the largest magnitude (as bits: they order as the values for x >= 0) of 4 columns
+// of one tile row over the chunk; 8 threads per row are combined through shared memory and the
+// row's exponent goes to emax with one atomicMax per row and chunk (a max: any order is exact).
 template <bool CPLX>
 __global__ void __launch_bounds__(kThreads)
     line_max_exponent(const double* __restrict__ re, const double* __restrict__ im, long long sb,
                       long long sr, long long sc, int B, int R, int C, int rows_contiguous,
                       int chunk, int* __restrict__ emax) {
   __shared__ Tile<CPLX> tile;
+  __shared__ unsigned long long red[kThreads];
   const int t = threadIdx.x;
+  const int rr = t >> 3, q = 4 * (t & 7);
   const int cbeg = blockIdx.x * chunk, cend = min(C, cbeg + chunk);
   for (int b = blockIdx.z; b < B; b += gridDim.z) {
     for (int r0 = blockIdx.y * kTile; r0 < R; r0 += gridDim.y * kTile) {
-      int best = kIntMin;
+      unsigned long long best = 0;
       for (int c0 = cbeg; c0 < cend; c0 += kTile) {
-        __syncthreads();  // the previous tile has been read
+        __syncthreads();  // the previous tile (and the previous rows' red) has been read
         load_tile<CPLX>(tile, re, im, b * sb, sr, sc, r0, c0, R, C, rows_contiguous);
         __syncthreads();
-        if (t < kTile) {
-          for (int cc = 0; cc < kTile; ++cc) {
-            best = max(best, exponent_of(tile.re[t][cc]));
-            if constexpr (CPLX) best = max(best, exponent_of(tile.im[t][cc]));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const unsigned long long x = abs_bits(tile.re[rr][q + j]);
+          best = x > best ? x : best;
+          if constexpr (CPLX) {
+            const unsigned long long y = abs_bits(tile.im[rr][q + j]);
+            best = y > best ? y : best;
           }
         }
       }
-      if (t < kTile && r0 + t < R && best != kIntMin)
-        atomicMax(emax + static_cast<long long>(b) * R + r0 + t, best);
+      red[t] = best;
+      __syncthreads();
+      if (t < kTile) {
+        unsigned long long m = 0;
+        for (int i = 0; i < 8; ++i) m = red[8 * t + i] > m ? red[8 * t + i] : m;
+        if (r0 + t < R && m != 0)
+          atomicMax(emax + static_cast<long long>(b) * R + r0 + t,
+                    exponent_of(__longlong_as_double(static_cast<long long>(m))));
+      }
     }
   }
 }

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import sys
 import time
 
@@ -149,6 +150,7 @@ def run(
     persist=False,
     incore=False,
     repeat=1,
+    warmup=0,
 ):
     """Build the product, compute it (on ``client``, or with dask's threaded scheduler when
     ``client`` is None) and grade the sampled entries; returns a dict of results.
@@ -156,7 +158,8 @@ def run(
     ``persist``: the operands are computed and held before the timed runs (their generation is
     then not timed). ``incore``: also time one in-core emulated call on the whole operands
     (materialised once, on the host or the GPU) and grade it on the same entries.
-    ``repeat``: timed runs of the graph (the median is reported)."""
+    ``repeat``: timed runs of the graph (the median is reported), after ``warmup`` untimed ones
+    (kernel compilation, memory pools)."""
     import dask
     import dask.array as da
 
@@ -188,7 +191,7 @@ def run(
     wanted = [c[rsel, :][:, csel], da.sum(c)]
     peaks = {}
     times = []
-    for _ in range(max(1, repeat)):
+    for run_i in range(warmup + max(1, repeat)):
         t0 = time.perf_counter()
         if client is not None:
             futures = client.compute(wanted)
@@ -205,7 +208,8 @@ def run(
             with ProgressBar(out=sys.stderr) if progress else contextlib.nullcontext():
                 c_s, total = dask.compute(*wanted, scheduler="threads", num_workers=threads)
             _sync(c_s)
-        times.append(time.perf_counter() - t0)
+        if run_i >= warmup:
+            times.append(time.perf_counter() - t0)
     seconds = float(np.median(times))
     c_s, total = _host(c_s), _host(total)
 
@@ -266,6 +270,7 @@ def run(
         "plan": str(plan),
         "tflops": flops / seconds / 1e12,
         "times": times,
+        "warmup": warmup,
         "persist": persist,
     }
     if native == "whole":
@@ -305,7 +310,9 @@ def build_parser():
     p.add_argument("--shape", default="1024,81920,64", help="m,k,n (default 1024,81920,64)")
     p.add_argument("--chunks", default="512,2048,64", help="chunk sizes cm,ck,cn")
     p.add_argument("--phi", type=float, default=1.0, help="exponent spread phi (default 1)")
-    p.add_argument("--rows", type=int, default=16, help="sampled rows graded exactly")
+    p.add_argument(
+        "--rows", type=int, default=16, help="sampled rows graded exactly (0: all of them)"
+    )
     p.add_argument("--cols", type=int, default=0, help="sampled columns (default 0: all)")
     p.add_argument(
         "--native",
@@ -335,18 +342,64 @@ def build_parser():
         help="also time one in-core emulated call on the whole operands (they must fit)",
     )
     p.add_argument("--repeat", type=int, default=1, help="timed runs (median reported)")
+    p.add_argument(
+        "--warmup", type=int, default=0, help="untimed runs of the graph before them (default 0)"
+    )
     p.add_argument("--out", help="append a benchmark record (JSON line) to this file")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return p
 
 
+def _triple(parser, text, what):
+    """Three positive integers "a,b,c", or a usage error."""
+    try:
+        vals = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        vals = ()
+    if len(vals) != 3 or min(vals) < 1:
+        parser.error(f"{what} must be three positive integers 'a,b,c', got {text!r}")
+    return vals
+
+
+def _check(parser, args):
+    """Usage errors before anything starts (a cluster, a long computation)."""
+    m, k, n = _triple(parser, args.shape, "--shape")
+    chunks = _triple(parser, args.chunks, "--chunks")
+    for name in ("threads", "workers", "repeat"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            parser.error(f"--{name} must be at least 1, got {v}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be at least 0, got {args.warmup}")
+    if not (args.threads or args.scheduler) and args.memory_limit != "auto":
+        try:
+            _bytes(args.memory_limit)
+        except (ValueError, TypeError, KeyError):
+            parser.error(
+                f"--memory-limit: a size such as 300MiB or auto, not {args.memory_limit!r}"
+            )
+    if args.cupy:
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            parser.error("--cupy: cupy is not installed")
+    if args.out:
+        try:  # a run that cannot write its record should fail now, not after computing
+            open(args.out, "a").close()
+        except OSError as e:
+            parser.error(f"--out: cannot write {args.out!r}: {e.strerror}")
+    return (m, k, n), chunks
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    m, k, n = (int(v) for v in args.shape.split(","))
-    chunks = tuple(int(v) for v in args.chunks.split(","))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    (m, k, n), chunks = _check(parser, args)
     precision = int(args.precision) if args.precision.isdigit() else args.precision
     cluster = client = None
+    if args.quiet or args.json:  # the workers' memory warnings are expected here (spilling)
+        logging.getLogger("distributed").setLevel(logging.ERROR)
     if args.threads:
         where = f"dask threaded scheduler, {args.threads} threads"
     elif args.scheduler:
@@ -355,20 +408,24 @@ def main(argv=None):
         client = Client(args.scheduler)
         where = f"cluster at {args.scheduler}"
     else:
+        import dask
         from distributed import Client, LocalCluster
 
-        cluster = LocalCluster(
-            n_workers=args.workers,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=args.memory_limit,
-            dashboard_address=None,
-        )
+        # Workers spill and pause near their limit; none is killed for reaching it (the
+        # limit is what makes this run out of core).
+        with dask.config.set({"distributed.worker.memory.terminate": False}):
+            cluster = LocalCluster(
+                n_workers=args.workers,
+                threads_per_worker=1,
+                processes=True,
+                memory_limit=args.memory_limit,
+                dashboard_address=None,
+                silence_logs=logging.ERROR if args.quiet or args.json else logging.WARNING,
+            )
         client = Client(cluster)
-        total = args.workers * _bytes(args.memory_limit)
-        where = (
-            f"LocalCluster: {args.workers} workers x {args.memory_limit} = {total / 2**20:.0f} MiB"
-        )
+        per = 0 if args.memory_limit == "auto" else _bytes(args.memory_limit)
+        total = f" = {args.workers * per / 2**20:.0f} MiB" if per else " (no fixed limit)"
+        where = f"LocalCluster: {args.workers} workers x {args.memory_limit}{total}"
     try:
         if not args.quiet:
             operands = 8 * (m * k + k * n)
@@ -396,6 +453,7 @@ def main(argv=None):
             persist=args.persist,
             incore=args.incore,
             repeat=args.repeat,
+            warmup=args.warmup,
         )
         res["workers"] = where
     finally:
@@ -453,9 +511,17 @@ def _record(res, argv):
         "command": "python -m emulinalg.examples.out_of_core "
         + " ".join(shlex.quote(v) for v in (argv if argv is not None else sys.argv[1:])),
     }  # fmt: skip
+    import os
+
+    import emulinalg
+
+    rec["emulinalg"] = emulinalg.__version__
+    rec["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     for key in ("native_tflops", "incore_seconds", "incore_tflops", "ratio_to_incore",
-                "incore_bits_maxrel", "incore_bits_cw", "chunks", "chunk_library", "workers",
-                "operand_bytes", "times", "persist", "native", "worker_peak_rss"):  # fmt: skip
+                "incore_bits_maxrel", "incore_bits_cw", "incore_plan", "chunks", "chunk_library",
+                "workers", "operand_bytes", "times", "warmup", "persist", "native",
+                "worker_peak_rss", "sum", "nonfinite_mismatch", "rows", "cols",
+                "build_seconds"):  # fmt: skip
         if key in res:
             rec[key] = res[key]
     if "native_tflops" in res:

@@ -18,7 +18,7 @@ done
 sleep 10
 timeout "${DASK2_S:-200}" python3 -m emulinalg.examples.out_of_core --cupy \
     --scheduler tcp://127.0.0.1:8786 --shape ${SHAPE:-32768,32768,32768} \
-    --chunks ${CHUNKS:-8192,32768,8192} --persist --repeat 2 --rows 16 --cols 128 \
+    --chunks ${CHUNKS:-8192,32768,8192} --persist --warmup 1 --repeat 2 --rows 16 --cols 128 \
     --out "$OUT/dask_h200x2.jsonl" 2>&1 | tee "$OUT/dask_2gpu.log"
 grep -h -i -E "error|warn" "$OUT"/worker*.log | head -20
 kill %1 %2 %3 2>/dev/null

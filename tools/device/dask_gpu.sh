@@ -19,12 +19,12 @@ export PYTHONPATH=/tmp/emul:$PYTHONPATH
 cd /tmp  # the installed package (with its extensions), not the source tree
 OOC="python3 -m emulinalg.examples.out_of_core --cupy --threads 1 --out $OUT/dask_h200.jsonl"
 timeout 240 $OOC --shape 32768,32768,32768 --chunks 8192,32768,8192 --native whole --persist \
-    --incore --repeat 3 --rows 16 --cols 128 2>&1 | tee "$OUT/dask_32768.log"
+    --incore --warmup 1 --repeat 3 --rows 16 --cols 128 2>&1 | tee "$OUT/dask_32768.log"
 echo "32768 done $((SECONDS - t0)) s"
 timeout 200 $OOC --shape 65536,65536,65536 --chunks 8192,16384,8192 --rows 8 --cols 64 \
     2>&1 | tee "$OUT/dask_65536.log"
 echo "65536 done $((SECONDS - t0)) s"
-timeout 120 $OOC --shape 32768,32768,32768 --chunks 8192,8192,8192 --persist --repeat 2 \
+timeout 120 $OOC --shape 32768,32768,32768 --chunks 8192,8192,8192 --persist --warmup 1 --repeat 2 \
     --rows 16 --cols 128 2>&1 | tee "$OUT/dask_32768_kblocks.log"
 echo "32768 K-blocks done $((SECONDS - t0)) s"
 if [ -n "${AMX_REST:-}" ]; then
