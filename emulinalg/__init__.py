@@ -18,7 +18,7 @@ import os as _os
 __version__ = "0.1.0.dev0"
 
 # In an installed wheel ``backends/`` lives inside the package; in a source checkout it is the
-# top-level folder beside ``emulinalg/`` (DESIGN.md layout), reached through the package path.
+# top-level folder beside ``emulinalg/`` (the repository layout), reached through the package path.
 _here = _os.path.dirname(__file__)
 if not _os.path.isdir(_os.path.join(_here, "backends")):
     _src_backends = _os.path.join(_os.path.dirname(_here), "backends")

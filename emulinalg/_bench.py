@@ -15,7 +15,7 @@ them to the device, and measures in one run, on the same inputs:
 
 Times are medians of ``--repeat`` runs after ``--warmup`` runs (the recorded run comes first
 and warms up too; native gets at least 10 runs), timed with device events on cupy. Each
-measurement is one JSON object in the format of DESIGN.md §5, written as it is made (``--out``).
+measurement is one JSON object in the format of docs/performance.md, written as it is made (``--out``).
 ``--plot`` draws the records (``emulinalg._plots``); ``--records`` re-plots saved ones.
 """
 

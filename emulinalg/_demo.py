@@ -6,7 +6,7 @@ product (numpy ``@``) and the emulated products side by side: the precision leve
 with the automatic scheme family (Ozaki Scheme II) and with ``config(scheme="ozaki1")``, plus a
 few explicit schemes. Bits are ``-log2`` of the maximum elementwise relative error
 (``bits_maxrel``) and of the maximum componentwise error ``|Ĉ-C| / (|A||B|)`` (``bits_cw``),
-against the exact product of the same inputs (DESIGN.md §4).
+against the exact product of the same inputs (docs/precision.md).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def run(
 ) -> list[dict]:
     """Run the demo and return one record per (dtype, φ, row), native rows included.
 
-    The records use the benchmark keys of DESIGN.md §5 (``backend``, ``op``, ``dtype``,
+    The records use the benchmark keys of docs/performance.md (``backend``, ``op``, ``dtype``,
     ``precision``, ``scheme``, ``m``/``n``/``k``, ``phi``, ``seconds``, ``native_seconds``,
     ``bits_maxrel``, ``native_bits_maxrel``, ``bits_cw``, ``native_bits_cw``, ``reference``, ...).
     A row whose product raised gets an ``error`` key instead of figures.

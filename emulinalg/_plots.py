@@ -46,7 +46,7 @@ def _group(r):
 
 def _usable(records):
     """Successful records, plus a native record per group for records that carry the native
-    figures only in their ``native_*`` keys (DESIGN.md §5 requires those; the bench harness
+    figures only in their ``native_*`` keys (the record format requires those; the bench harness
     also writes native rows of its own)."""
     out = [dict(r) for r in records if "error" not in r and r.get("seconds")]
     for r in out:
@@ -232,7 +232,7 @@ def plot(records, path: str) -> list[str]:
     Parameters
     ----------
     records : list of dict
-        Benchmark records (DESIGN.md §5, as written by ``python -m emulinalg bench``).
+        Benchmark records (docs/performance.md, as written by ``python -m emulinalg bench``).
     path : str
         Output file; its extension picks the format (png, svg, pdf). A path containing
         ``{panel}`` gives one file per panel (``plane``, ``speedup``, ``stages``).

@@ -19,7 +19,7 @@ and records for the emulated and native results the effective bits of
 
 (Demmel et al.'s grading of the BLAS with f(k) = k; u = 2**-53 for float64/complex128 and
 2**-24 for float32/complex64): a result passes the grade when g <= 1. The *verdict* of a case
-is the measured contract of DESIGN.md §4: emulated bits >= native bits on both measures, and
+is the measured contract of docs/precision.md: emulated bits >= native bits on both measures, and
 the same pattern of non-finite outputs as the native product (positions for complex results,
 whose NaN-vs-inf components depend on the BLAS kernel; NaN/+inf/-inf for real ones).
 
@@ -34,7 +34,7 @@ A. Kapur, M. C. Martin, B. J. Thompson, T. Tung, D. J. Yoo, "Design, implementat
 of extended and mixed precision BLAS", ACM TOMS 28(2), 2002 (the test ratio: computed error over
 the error bound, with an underflow term); BLAS Technical Forum, "Basic Linear Algebra Subprograms
 Technical (BLAST) Forum Standard", 2001, chapter 4 (error bounds of the extended and mixed
-precision BLAS); DESIGN.md §4 of this project (the contract the verdict checks).
+precision BLAS); docs/precision.md of this project (the contract the verdict checks).
 """
 
 from __future__ import annotations

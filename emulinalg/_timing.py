@@ -7,7 +7,7 @@ nothing measurable in normal use.
 
 Stages are timed *exclusively*: while an inner stage runs, the enclosing one is paused, so the
 stage times add up to at most the wall time of the product and never count anything twice. The
-stage names follow the steps of the algorithms (GEMMul8's file names, DESIGN.md §3):
+stage names follow the steps of the algorithms (GEMMul8's file names):
 
 ``statistics``
     What a precision level costs before the scheme runs: the operands' line exponents and

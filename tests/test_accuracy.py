@@ -1,4 +1,4 @@
-"""The accuracy contract (DESIGN.md §4), measured against the exact reference.
+"""The accuracy contract (docs/precision.md), measured against the exact reference.
 
 * ``precision=None`` / ``"float64"`` on float64 inputs (and ``"float32"`` on float32 inputs):
   both effective-bits measures (max elementwise relative, max componentwise) are no worse than

@@ -21,7 +21,7 @@ from emulinalg.__main__ import main as cli
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
 
-# DESIGN.md §5: the keys every measurement record carries.
+# docs/performance.md: the keys every measurement record carries.
 DESIGN_KEYS = {
     "backend", "op", "dtype", "precision", "scheme", "m", "n", "k", "batch", "phi", "seconds",
     "tflops", "native_tflops", "speedup", "bits_maxrel", "native_bits_maxrel", "bits_cw",
@@ -280,7 +280,7 @@ def test_plot_writes_three_panels(records, tmp_path):
 
 
 def test_plots_derive_native_points_from_native_keys(records):
-    """Records with only the native_* figures (as DESIGN.md §5 requires) still show native."""
+    """Records with only the native_* figures (as the record format requires) still show native."""
     pytest.importorskip("matplotlib")
     from emulinalg import _plots
 

@@ -2,7 +2,7 @@
 
 Each case of the suite is its own test id, twice:
 
-* ``test_verdict``: the measured contract of DESIGN.md §4 at the default precision, no slack:
+* ``test_verdict``: the measured contract of docs/precision.md at the default precision, no slack:
   emulated effective bits (max elementwise relative and componentwise) >= the native product's on
   the same inputs, with both the eager strategy and the default one, and the same non-finite
   pattern as native.

@@ -2,7 +2,7 @@
 
 Inputs are ``phi_matrix`` (seeds 11, 12) and the exact reference for the first rows comes
 precomputed (``.gpuref/ref_<dtype>_<phi>.npz``, made on the CPU with ``emulinalg.reference``;
-the input hashes are checked). Writes DESIGN.md §5 JSON lines to the path given.
+the input hashes are checked). Writes benchmark JSON lines (docs/performance.md) to the path given.
 
     python3 tools/device/gpu_records.py OUT.jsonl [N [dtype,... [phi,...]]]
 """
