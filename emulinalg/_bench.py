@@ -13,9 +13,9 @@ them to the device, and measures in one run, on the same inputs:
 - for each method, one extra run with the stage recorder on (``emulinalg._timing``): where the
   time goes.
 
-Times are medians of ``--repeat`` runs after ``--warmup`` runs (the recorded run comes first
-and warms up too; native gets at least 10 runs), timed with device events on cupy. Each
-measurement is one JSON object in the format of docs/performance.md, written as it is made (``--out``).
+Times are medians of ``--repeat`` runs after ``--warmup`` runs (the stage-recording run comes
+after them; native gets at least 10 runs), timed with device events on cupy. Each measurement
+is one JSON object in the format of docs/performance.md, written as it is made (``--out``).
 ``--plot`` draws the records (``emulinalg._plots``); ``--records`` re-plots saved ones.
 """
 
@@ -76,7 +76,12 @@ QUICK_METHODS = {
     "float32": ("float32", "OzakiII(moduli=8, mode=fast)"),
 }
 NATIVE_MIN_RUNS = 10  # the native product is cheap beside the emulation: always time it well
-DEFAULT_SIZES = {"numpy": (256, 512, 1024), "cupy": (4096, 8192, 16384), "dask": (512, 1024)}
+DEFAULT_SIZES = {
+    "numpy": (256, 512, 1024),
+    "cupy": (4096, 8192, 16384),
+    "dask": (512, 1024),
+    "amx": (2048, 4096, 8192),
+}
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,7 @@ INSTALL_HINT = {
     "numpy": "pip install numpy",
     "cupy": "pip install 'emulinalg[cuda]' on a machine with an NVIDIA GPU",
     "dask": "pip install 'emulinalg[dask]'",
+    "amx": "a CPU with Intel AMX (AMX-TILE/INT8/BF16) and emulinalg built with a C++ compiler",
 }
 FAMILIES = tuple(INSTALL_HINT)
 
@@ -274,11 +280,29 @@ def _dask_device(chunks):
     )
 
 
-_DEVICES = {"numpy": _numpy_device, "cupy": _cupy_device, "dask": _dask_device}
+def _amx_device(chunks):
+    """numpy arrays on the opt-in AMX backend (``EMULINALG_AMX=1`` while a product runs, as
+    ``python -m emulinalg grade --backend amx`` does); the native figures stay numpy's."""
+    from ._suite import _backend_env
+
+    def run(fn):
+        with _backend_env("amx"):
+            return _wall(fn)
+
+    d = _numpy_device(chunks)
+    d.family, d.run = "amx", run
+    return d
+
+
+_DEVICES = {"numpy": _numpy_device, "cupy": _cupy_device, "dask": _dask_device, "amx": _amx_device}
 
 
 def missing(family: str) -> str | None:
     """Why the array family cannot run here, or None when it can."""
+    if family == "amx":
+        from emulinalg.backends import amx
+
+        return None if amx.usable() else f"AMX is not usable here: {amx.reason()}"
     module = "dask.array" if family == "dask" else family
     try:
         mod = importlib.import_module(module)
@@ -884,15 +908,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "bench",
         help="benchmark emulated against native products: throughput, bits, plots",
         description="Time emulated and native products side by side on phi-matrices, grade "
-        "both against the exact product, write JSON-lines records (format: docs/performance.md) and draw "
-        "plots. Lists are comma-separated or repeated options.",
+        "both against the exact product, write JSON-lines records (format: docs/performance.md) "
+        "and draw plots. Lists are comma-separated or repeated options.",
     )
     many = {"action": "append"}
     p.add_argument(
         "--backend",
         type=_split_top,
         metavar="B[,B...]",
-        help="numpy (default), cupy, dask, or all (every one installed)",
+        help="numpy (default), cupy, dask, amx (numpy arrays on the opt-in Intel AMX "
+        "backend), or all (every one installed)",
         **many,
     )
     p.add_argument(

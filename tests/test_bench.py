@@ -329,6 +329,44 @@ def test_cli_skips_a_missing_backend(capsys):
     assert "skipping backend cupy" in err and "emulinalg[cuda]" in err
 
 
+def test_cli_skips_amx_where_it_is_not_usable(capsys):
+    from emulinalg.backends import amx
+
+    if amx.usable():
+        pytest.skip("AMX is usable here")
+    assert cli(["bench", "--backend", "amx", "--sizes", "16", "-q"]) == 1
+    assert "skipping backend amx: AMX is not usable here" in capsys.readouterr().err
+
+
+def test_amx_family_runs_products_on_the_amx_backend(monkeypatch):
+    """--backend amx: the products run with EMULINALG_AMX=1 (here on the tile model), the records
+    say "amx" and the emulated figures equal the numpy backend's for an explicit Scheme II (the
+    AMX INT8 GEMM is exact, as numpy's)."""
+    import os
+
+    pytest.importorskip("emulinalg._amx", reason="emulinalg._amx is not built")
+    from emulinalg.backends import amx
+
+    before = os.environ.get("EMULINALG_AMX")
+
+    monkeypatch.setattr(amx, "usable", lambda: True)
+    monkeypatch.setattr(amx, "EMULATE", True)
+    method = _bench.parse_method("OzakiII(moduli=14, mode=accurate)")
+
+    def run(family):
+        settings = _bench.Settings(
+            backends=[family], sizes=[32], shapes=["square"], dtypes=["float64"], phis=[1.0],
+            methods=[method], repeat=1, ref_rows=8, command="test",
+        )  # fmt: skip
+        return {r["method"]: r for r in _bench.run(settings, notify=pytest.fail)}
+
+    got, want = run("amx"), run("numpy")
+    rec = got["OzakiII(moduli=14, mode=accurate)"]
+    assert rec["backend"] == "amx"
+    assert rec["bits_maxrel"] == want["OzakiII(moduli=14, mode=accurate)"]["bits_maxrel"]
+    assert os.environ.get("EMULINALG_AMX") == before  # only while the products run
+
+
 @pytest.mark.parametrize(
     "args", [["--shape", "round"], ["--precision", "float16"], ["--backend", "tpu"]]
 )
