@@ -67,6 +67,8 @@ def k_block(k, term_bound):
 
 
 def _fits_int8(x):
+    if x.dtype == np.int8:  # residue planes made once (``_ozaki2.b_residue_planes``)
+        return x.size > 0
     return x.size > 0 and float(x.min()) >= -128 and float(x.max()) <= 127
 
 

@@ -155,7 +155,9 @@ def _faster(backend, scheme, dtype_name, m, n, k, batch, plan):
         t_emu = model.emulated_seconds(scheme, dtype_name, m, n, k, batch)
         t_nat = model.native_seconds(dtype_name, m, n, k, batch)
         if t_emu < t_nat:
-            plan.notes.append(f"performant: {scheme} predicted {t_emu:.3g} s < native {t_nat:.3g} s")
+            plan.notes.append(
+                f"performant: {scheme} predicted {t_emu:.3g} s < native {t_nat:.3g} s"
+            )
             return True
         why = f"{scheme} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source})"
     else:
@@ -273,6 +275,9 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale):
     m = ar.shape[-2]
     budget = getattr(backend, "block_entries", BLOCK_ENTRIES)
     rows = max(1, budget // max(1, math.prod(ar.shape[:-2]) * br.shape[-1]))
+    b_planes = None
+    if isinstance(scheme, OzakiII) and rows < m:  # B's residues once for all row blocks
+        b_planes = _ozaki2.b_residue_planes(xp, br, bi, prescale, scheme.moduli)
     blocks = []
     for r0 in range(0, m, rows):
         sl = slice(r0, min(m, r0 + rows))
@@ -283,7 +288,8 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale):
             pre = (s[..., sl], t, e[..., sl], f)
             blocks.append(
                 _ozaki2.product(
-                    xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre
+                    xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre,
+                    b_planes,
                 )
             )
         else:

@@ -66,26 +66,42 @@ def modular_products(xp, int_matmul, ra, rb, m):
     return symmetric_mod(xp, t1 - t2, m), symmetric_mod(xp, t3 - t1 - t2, m)
 
 
-def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=None):
+def b_residue_planes(xp, br, bi, prescale, moduli):
+    """B's residue planes for every modulus, as int8 (``residues`` of the scaled B): made once
+    and passed to ``product`` for each row block of A (``b_planes``) instead of once per block.
+    n planes per entry of B (3n for complex)."""
+    c = crt_constants(moduli)
+    _, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
+    Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2)) for x in (br, bi))
+    return [tuple(xp.astype(r, xp.int8) for r in residues(xp, Br, Bi, m)) for m in c.moduli]
+
+
+def product(
+    xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=None, b_planes=None
+):
     """Scheme II product of A = ar + i ai (..., m, k) and B = br + i bi (..., k, n).
 
     ``ai``/``bi`` are None for real operands (both or neither). Inputs are finite float64;
     returns a tuple of real and (for complex) imaginary parts of dtype ``out_dtype``
-    ("float64"/"float32"; "dd": each part a (hi, lo) float64 pair, ``_exact.unscale_dd``), each the correctly rounded value of the reconstructed integer
-    product times 2**-(mu_i + nu_j). ``prescale`` reuses ``_scaling.ozaki2_prescale``'s result.
+    ("float64"/"float32"; "dd": each part a (hi, lo) float64 pair, ``_exact.unscale_dd``),
+    each the correctly rounded value of the reconstructed integer product times
+    2**-(mu_i + nu_j). ``prescale`` reuses ``_scaling.ozaki2_prescale``'s result, ``b_planes``
+    ``b_residue_planes``' (same prescale and moduli).
     """
     c = crt_constants(moduli)
     if prescale is None:
         prescale = ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode)
     mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
     Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1)) for x in (ar, ai))
-    Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2)) for x in (br, bi))
+    if b_planes is None:
+        Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2)) for x in (br, bi))
     shape = ar.shape[:-1] + (br.shape[-1],)
     nparts = 1 if ai is None else 2
     limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
     quotient = [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
     for ell, m in enumerate(c.moduli):
-        W = modular_products(xp, int_matmul, residues(xp, Ar, Ai, m), residues(xp, Br, Bi, m), m)
+        rb = residues(xp, Br, Bi, m) if b_planes is None else b_planes[ell]
+        W = modular_products(xp, int_matmul, residues(xp, Ar, Ai, m), rb, m)
         with stage("reconstruction"):
             for p, w in enumerate(W):
                 _exact.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])

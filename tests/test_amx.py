@@ -510,3 +510,20 @@ def test_matmul_through_amx_backend_equals_numpy(eager, amx_backend, monkeypatch
     b = phi_matrix((1000, 150), phi, dtype=dtype, seed=6)
     got, want = matmul_amx_and_numpy(monkeypatch, a, b, OzakiII(moduli=16))
     np.testing.assert_array_equal(got, want)
+
+
+def test_row_blocks_with_b_residues_made_once(backend, monkeypatch):
+    """The amx backend on a product cut into row blocks (B's int8 residue planes made once and
+    passed to every block) equals numpy's one-block product bit for bit."""
+    from emulinalg import _engine
+
+    a = phi_matrix((45, 70), 1.0, "float64", seed=31)
+    b = phi_matrix((70, 33), 1.0, "float64", seed=32)
+    scheme = emulinalg.OzakiII(moduli=16)
+    monkeypatch.setattr(_engine, "BLOCK_ENTRIES", 8 * 33)  # rows of 8: 6 blocks
+    got = emulinalg.matmul(a, b, precision=scheme)
+    assert emulinalg.last_plan().backend == "amx"
+    monkeypatch.undo()
+    want = emulinalg.matmul(a, b, precision=scheme)
+    assert emulinalg.last_plan().backend == "numpy"
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))

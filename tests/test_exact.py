@@ -177,3 +177,33 @@ def test_scheme2_shift_is_exact_floor(n, vs):
         v = max(v, 1)
         lhs = Fraction(v) * Fraction(4) ** ti
         assert lhs <= Q < lhs * 4, (v, ti)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128", "float32"])
+def test_row_blocks_reuse_b_residues_and_change_no_bit(dtype, monkeypatch):
+    """A product cut into row blocks (B's residue planes made once, ``b_residue_planes``) equals
+    the one-block product bit for bit; with 20 moduli (float64) both are the exact product
+    correctly rounded."""
+    import emulinalg
+    from emulinalg import _engine
+    from emulinalg.inputs import phi_matrix
+    from emulinalg.reference import exact_matmul
+
+    a = phi_matrix((37, 40), 1.0, dtype, seed=3)
+    b = phi_matrix((40, 23), 1.0, dtype, seed=4)
+    calls = []
+    real = _ozaki2.b_residue_planes
+    monkeypatch.setattr(
+        _ozaki2, "b_residue_planes", lambda *args: calls.append(1) or real(*args)
+    )
+    for precision in (None, emulinalg.OzakiII(moduli=20)):
+        with emulinalg.config(strategy="eager"):
+            whole = emulinalg.matmul(a, b, precision=precision)
+            monkeypatch.setattr(_engine, "BLOCK_ENTRIES", 5 * 23)  # rows of 5: 8 blocks
+            blocked = emulinalg.matmul(a, b, precision=precision)
+            monkeypatch.setattr(_engine, "BLOCK_ENTRIES", 1 << 22)
+        assert np.array_equal(whole.view(np.uint8), blocked.view(np.uint8))
+    assert len(calls) == 2  # once per blocked product, none for the one-block ones
+    if dtype == "float64":  # 20 moduli keep every bit of these 40-term sums at phi = 1
+        hi, _ = exact_matmul(a, b)
+        assert np.array_equal(blocked, hi)
