@@ -6,6 +6,11 @@ k <= ``MAX_K`` = 2**17 - 1 because every product is at most 2**14 in magnitude; 
 cut into blocks whose int32 results are added in int64. Other integer GEMMs (Scheme I's
 unsigned [0, 255] slices, for now) and everything else are the numpy backend's.
 
+A whole real Scheme II product (``ozaki2_product``) runs its residues, the reduction of each
+tile GEMM's int32 output modulo m_l and the CRT in ``emulinalg._amx``'s C++ (the cupy backend's
+CUDA sources compiled for the CPU: ``src_amx/ozaki2_host.cpp``), bit-identical to the generic
+numpy code, which is tens of times slower at those stages.
+
 The backend is chosen only where :func:`usable` is True; it never executes an AMX instruction
 elsewhere. ``EMULATE = True`` runs the same kernels on ``emulinalg._amx``'s scalar tile model
 instead (slow; for tests on machines without AMX).
@@ -116,6 +121,66 @@ def _gemm_s8(amx, a, b):
     for k0 in range(0, k, K_BLOCK):
         acc += _tiles(amx, a[:, k0 : k0 + K_BLOCK], b[k0 : k0 + K_BLOCK])
     return acc  # |sum| <= k * 2**14: exact in float64 for any k below 2**39
+
+
+_KIND = {"float64": 0, "float32": 1, "dd": 2}
+
+
+def _crt_arrays(n):
+    """``ozaki2_crt``'s digit tables for n moduli (the cupy backend's, as int32/float64)."""
+    from .cuda import crt_tables
+
+    t = crt_tables(n)
+    return (
+        np.ascontiguousarray(np.array(t["wdig"], dtype=np.int32).ravel()),
+        np.array(t["pdig"], dtype=np.int32),
+        np.array(t["ratios"], dtype=np.float64),
+    )
+
+
+def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
+    """Scheme II product with the residues and the CRT in ``emulinalg._amx``'s C++ (the CUDA
+    sources' arithmetic compiled for the CPU, OpenMP) and one INT8 tile GEMM per modulus reduced
+    to int8 residues right away: same contract and bit-identical output as
+    ``emulinalg._ozaki2.product(numpy, int_matmul, ...)``. Real 2-D operands with
+    k <= ``MAX_K``; returns None to decline (complex, batches, longer K: the generic path)."""
+    amx = _module()
+    if (
+        amx is None
+        or not hasattr(amx, "ozaki2_crt")
+        or not (EMULATE or amx.available())
+        or ai is not None
+        or bi is not None
+        or ar.ndim != 2
+        or br.ndim != 2
+        or out_dtype not in _KIND
+        or prescale is None
+        or ar.shape[1] > MAX_K
+        or 0 in ar.shape + br.shape
+    ):
+        return None
+    from emulinalg._moduli import crt_constants
+    from emulinalg._scaling import ozaki2_shifts
+    from emulinalg._timing import stage
+
+    c = crt_constants(moduli)
+    mu, nu = ozaki2_shifts(np, prescale, c.L, c.Q_down)
+    mu32 = np.ascontiguousarray(mu, dtype=np.int32)
+    nu32 = np.ascontiguousarray(nu, dtype=np.int32)
+    m, n = ar.shape[0], br.shape[1]
+    with stage("slicing"):
+        pa = amx.ozaki2_residues(ar, mu32, moduli, True)  # (moduli, m, k)
+        pb = amx.ozaki2_residues(br.T, nu32, moduli, False)  # lines = columns: (moduli, k, n)
+    res = np.empty((moduli, m, n), dtype=np.int8)
+    with stage("products"):
+        for ell in range(moduli):
+            amx.ozaki2_reduce(amx.gemm_s8s8s32(pa[ell], pb[ell], emulate=EMULATE), ell, res[ell])
+    del pa, pb
+    with stage("reconstruction"):
+        hi = np.empty((m, n), dtype=np.float32 if out_dtype == "float32" else np.float64)
+        lo = np.empty((m, n), dtype=np.float64) if out_dtype == "dd" else None
+        amx.ozaki2_crt(res, mu32, nu32, _KIND[out_dtype], *_crt_arrays(moduli), hi, lo)
+    return ((hi, lo),) if out_dtype == "dd" else (hi,)
 
 
 def _tiles(amx, a, b):

@@ -230,6 +230,8 @@ py::dict cache_info() {
 
 }  // namespace
 
+void register_ozaki2_host(py::module_& m);  // ozaki2_host.cpp: Scheme II residues and CRT
+
 PYBIND11_MODULE(_amx, m) {
     if (const char* env = std::getenv("EMULINALG_AMX_BLOCKING")) {
         amx::Tuning t;
@@ -296,4 +298,5 @@ PYBIND11_MODULE(_amx, m) {
           "bf16 (m, k) @ bf16 (k, n) -> float32 (m, n) with TDPBF16PS; bf16 values are given "
           "as uint16 bit patterns. Products are exact in fp32, sums round to nearest even, "
           "subnormal inputs and outputs are flushed to zero.");
+    register_ozaki2_host(m);
 }

@@ -527,3 +527,79 @@ def test_row_blocks_with_b_residues_made_once(backend, monkeypatch):
     want = emulinalg.matmul(a, b, precision=scheme)
     assert emulinalg.last_plan().backend == "numpy"
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+# ----------------------------------------------------------------------------------------------
+# the C++ residue/CRT pipeline (src_amx/ozaki2_host.cpp) behind the amx backend's product hook
+# ----------------------------------------------------------------------------------------------
+
+
+def _pipeline_inputs(case, rng):
+    m, k, n = 37, 150, 29
+    if case == "phi":
+        a = phi_matrix((m, k), 2.0, "float64", seed=41)
+        b = phi_matrix((k, n), 2.0, "float64", seed=42)
+    elif case == "wide":  # rows/columns spanning 2**+-300, zero lines, subnormals
+        a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-300, 300, (m, 1)))
+        b = rng.standard_normal((k, n)) * np.exp2(rng.integers(-300, 300, (1, n)))
+        a[3] = 0.0
+        b[:, 5] = 0.0
+        a[7, :5] = 5e-324
+    else:  # huge: results near overflow
+        a = rng.uniform(-1, 1, (m, k)) * 2.0**1000
+        b = rng.uniform(-1, 1, (k, n)) * 2.0**20
+    return a, b
+
+
+@pytest.mark.parametrize("case", ["phi", "wide", "huge"])
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("moduli", [2, 9, 17, 20])
+def test_host_pipeline_equals_the_generic_product(case, out_dtype, moduli, monkeypatch, rng):
+    """amx.ozaki2_product (C++ residues and CRT, tile-model INT8 GEMMs) against
+    emulinalg._ozaki2.product on numpy, bit for bit, views included."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _ozaki2
+    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a, b = _pipeline_inputs(case, rng)
+    a = np.asfortranarray(a)[::-1]  # strided view
+    pre = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
+    got = amx.ozaki2_product(a, None, b, None, moduli, "accurate", out_dtype, pre)
+    with np.errstate(over="ignore"):  # float32 results beyond range round to inf, as native
+        want = _ozaki2.product(
+            xp, npb.int_matmul, a, None, b, None, moduli, "accurate", out_dtype, pre
+        )
+    assert got is not None
+    got, want = np.asarray(got).reshape(-1), np.asarray(want).reshape(-1)
+    assert got.dtype == want.dtype
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_host_pipeline_declines_what_it_does_not_cover(monkeypatch):
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a, b = np.ones((4, 8)), np.ones((8, 3))
+    pre = (np.zeros(4, np.int64), np.zeros(3, np.int64), np.ones(4), np.ones(3))
+    assert amx.ozaki2_product(a, a, b, b, 9, "accurate", "float64", pre) is None  # complex
+    assert amx.ozaki2_product(a[None], None, b[None], None, 9, "accurate", "float64", pre) is None
+    assert amx.ozaki2_product(a, None, b, None, 9, "accurate", "float64", None) is None
+
+
+def test_level_products_use_the_host_pipeline(backend, monkeypatch):
+    """The default level through the amx backend runs the hook and equals numpy's product."""
+    from emulinalg.backends import amx
+
+    calls = []
+    real = amx.ozaki2_product
+    monkeypatch.setattr(amx, "ozaki2_product", lambda *args: calls.append(1) or real(*args))
+    a = phi_matrix((60, 90), 1.0, "float64", seed=51)
+    b = phi_matrix((90, 40), 1.0, "float64", seed=52)
+    with emulinalg.config(strategy="eager"):
+        got, want = matmul_amx_and_numpy(monkeypatch, a, b, None)
+    assert calls
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))

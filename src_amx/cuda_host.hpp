@@ -1,0 +1,55 @@
+// Lets the CUDA sources of backends/cuda/ compile as host C++: CUDA keywords become plain C++
+// and the intrinsics they use get exact host equivalents. src_amx/ozaki2_host.cpp runs their
+// per-entry arithmetic (residues, CRT) on the CPU with it; tests/cuda_host_shim.h adds a grid
+// launcher so the CPU tests can run whole kernels. Build with -ffp-contract=off: the kernels'
+// __dadd_rn/__dmul_rn pairs must stay two roundings.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __constant__
+#define __shared__ static
+#define __launch_bounds__(...)
+
+struct emu_uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local emu_uint3 threadIdx;
+inline emu_uint3 blockIdx, blockDim, gridDim;
+
+template <class T>
+inline T emu_bits(const void* p) {
+  T t;
+  std::memcpy(&t, p, sizeof t);
+  return t;
+}
+inline long long __double_as_longlong(double x) { return emu_bits<long long>(&x); }
+inline double __longlong_as_double(long long x) { return emu_bits<double>(&x); }
+inline float __uint_as_float(unsigned x) { return emu_bits<float>(&x); }
+inline unsigned __float_as_uint(float x) { return emu_bits<unsigned>(&x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline int __clzll(long long x) {
+  return x == 0 ? 64 : __builtin_clzll(static_cast<unsigned long long>(x));
+}
+inline int __double2int_rn(double x) { return static_cast<int>(std::nearbyint(x)); }  // RNE
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }  // correctly rounded (IEEE)
+inline float __double2float_rz(double x) {
+  float f = static_cast<float>(x);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+  return f;
+}
+template <class T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+inline int min(int a, int b) { return std::min(a, b); }
+inline int max(int a, int b) { return std::max(a, b); }

@@ -1,0 +1,220 @@
+// Scheme II's residue and CRT stages on the CPU, from the same CUDA C++ sources the cupy backend
+// compiles (backends/cuda/ozaki2_residues.cu, ozaki2_crt.cu, ozaki2_crt_s8.cu): the per-entry
+// arithmetic is written once. Here those device functions compile as host C++ (cuda_host.hpp)
+// and OpenMP runs the loops; the outputs are bit-identical to emulinalg._ozaki2's numpy code
+// (tests/test_amx.py checks it). Real operands only (the amx backend's complex products stay on
+// the generic path).
+//
+//   residues: float64 lines x (shift per line) -> int8 symmetric residues of trunc(x 2**shift)
+//             for moduli 0..n-1, planes (n, rows, cols) in any output layout
+//   reduce:   int32 GEMM output -> its symmetric residue mod m_l as int8
+//   crt:      int8 residues (n, m, n) -> exact CRT integer -> correctly rounded float64 /
+//             float32 / double-double, unscaled by 2**-(mu_i + nu_j)
+#include "cuda_host.hpp"
+
+inline void __syncthreads() {}  // declared for the kernels' text; no kernel with one runs here
+
+#define __CUDACC_RTC__  // the sources' explicit kernel instantiations are for nvcc only
+#include "../backends/cuda/ozaki2_crt_s8.cu"     // includes ozaki2_crt.cu, ozaki2_common.cuh
+#include "../backends/cuda/ozaki2_residues.cu"
+#undef __CUDACC_RTC__
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int kMaxModuli = 20;
+constexpr int kWords = 6;  // digit table width (MAX_WORDS): every count uses all six words
+
+// Calls f(std::integral_constant<int, L>) for the runtime modulus index l < kMaxModuli.
+template <class F, int... L>
+void with_index(int l, F&& f, std::integer_sequence<int, L...>) {
+  ((l == L ? (f(std::integral_constant<int, L>{}), 0) : 0), ...);
+}
+template <class F>
+void with_index(int l, F&& f) {
+  with_index(l, std::forward<F>(f), std::make_integer_sequence<int, kMaxModuli>{});
+}
+
+template <int L, int NMOD>
+inline void residues_of(const Words& w, signed char* out, long long plane) {
+  if constexpr (L < NMOD) {
+    out[L * plane] = static_cast<signed char>(residue_of<kModuli[L]>(w));
+    residues_of<L + 1, NMOD>(w, out, plane);
+  }
+}
+
+// Strides in elements. Line r of the input carries shift[r]; entry (r, c) goes to
+// out[l * plane + r * out_r + c * out_c].
+template <int NMOD>
+void residues_impl(const double* x, long long sr, long long sc, int R, int C, const int* shift,
+                   signed char* out, long long plane, long long out_r, long long out_c) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < R; ++r) {
+    const int s = shift[r];
+    for (int c = 0; c < C; ++c) {
+      const Words w = element_words(x[r * sr + c * sc], s);
+      residues_of<0, NMOD>(w, out + r * out_r + c * out_c, plane);
+    }
+  }
+}
+
+template <int L>
+void reduce_impl(const std::int32_t* t, long long size, signed char* out) {
+  constexpr int m = kModuli[L];
+#pragma omp parallel for schedule(static)
+  for (long long i = 0; i < size; ++i)
+    out[i] = static_cast<signed char>(symmetric<m>(mod_pos<m>(t[i])));
+}
+
+template <int NMOD>
+void crt_impl(const signed char* res, long long plane, int m, int n, const int* mu, const int* nu,
+              int kind, void* hi, void* lo) {
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  // The kernel's grid-stride loops with one "block" of one thread per OpenMP thread: thread t
+  // takes rows t, t + T, ... and every column of them.
+  gridDim = {1, static_cast<unsigned>(threads), 1};
+  blockDim = {1, 1, 1};
+  blockIdx = {0, 0, 0};
+#pragma omp parallel num_threads(threads)
+  {
+#ifdef _OPENMP
+    threadIdx = {0, static_cast<unsigned>(omp_get_thread_num()), 0};
+#else
+    threadIdx = {0, 0, 0};
+#endif
+    ozaki2_crt_s8<NMOD, kWords, 1>(res, plane, 1, m, n, n, m, 0, mu, nu, kind, hi, lo, hi, lo);
+  }
+}
+
+// Calls f(std::integral_constant<int, NMOD>{}) for the runtime count nmod in 1..20.
+template <class F, int... N>
+void dispatch_nmod(int nmod, F&& f, std::integer_sequence<int, N...>) {
+  ((nmod == N + 1 ? (f(std::integral_constant<int, N + 1>{}), 0) : 0), ...);
+}
+template <class F>
+void dispatch_nmod(int nmod, F&& f) {
+  dispatch_nmod(nmod, std::forward<F>(f), std::make_integer_sequence<int, kMaxModuli>{});
+}
+
+void check_moduli(int nmod) {
+  if (nmod < 1 || nmod > kMaxModuli)
+    throw std::invalid_argument("moduli: expected 1..20, got " + std::to_string(nmod));
+}
+
+// Residues of x (R x C lines, float64, any strides) with shift (R,): int8 planes (nmod, R, C)
+// when lines_are_rows, else (nmod, C, R) (the layout of B for the GEMM: rows = k).
+py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::array::c_style> shift,
+                                  int nmod, bool lines_are_rows) {
+  check_moduli(nmod);
+  if (x.ndim() != 2) throw std::invalid_argument("residues: x must be 2-D");
+  const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
+  if (shift.ndim() != 1 || shift.shape(0) != R)
+    throw std::invalid_argument("residues: shift must have one entry per line");
+  const long long sr = x.strides(0) / static_cast<long long>(sizeof(double));
+  const long long sc = x.strides(1) / static_cast<long long>(sizeof(double));
+  const long long plane = static_cast<long long>(R) * C;
+  py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{nmod, R, C}
+                                              : std::vector<py::ssize_t>{nmod, C, R});
+  const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
+  const double* px = x.data();
+  const int* ps = shift.data();
+  signed char* po = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    dispatch_nmod(nmod, [&](auto N) {
+      residues_impl<decltype(N)::value>(px, sr, sc, R, C, ps, po, plane, out_r, out_c);
+    });
+  }
+  return out;
+}
+
+// Symmetric residues mod m_l of int32 values, written into out (int8, same size).
+void reduce(py::array_t<std::int32_t, py::array::c_style> t, int l,
+            py::array_t<signed char, py::array::c_style> out) {
+  check_moduli(l + 1);
+  if (t.size() != out.size()) throw std::invalid_argument("reduce: sizes differ");
+  const std::int32_t* pt = t.data();
+  signed char* po = out.mutable_data();
+  const long long size = t.size();
+  py::gil_scoped_release nogil;
+  with_index(l, [&](auto L) { reduce_impl<decltype(L)::value>(pt, size, po); });
+}
+
+std::mutex tables_mutex;  // the digit tables are process globals (the kernels' __constant__)
+
+// CRT of int8 residues res (nmod, m, n) with shifts mu (m,), nu (n,); kind 0 float64 -> hi,
+// 1 float32 -> hi (float32 array), 2 double-double -> hi, lo. Tables: crt_tables(nmod).
+void crt(py::array_t<signed char, py::array::c_style> res,
+         py::array_t<int, py::array::c_style> mu, py::array_t<int, py::array::c_style> nu,
+         int kind, py::array_t<int, py::array::c_style> wdig,
+         py::array_t<int, py::array::c_style> pdig, py::array_t<double, py::array::c_style> ratio,
+         py::array hi, py::object lo) {
+  if (res.ndim() != 3) throw std::invalid_argument("crt: res must be (moduli, m, n)");
+  const int nmod = static_cast<int>(res.shape(0));
+  check_moduli(nmod);
+  const int m = static_cast<int>(res.shape(1)), n = static_cast<int>(res.shape(2));
+  if (mu.size() != m || nu.size() != n) throw std::invalid_argument("crt: shift sizes");
+  if (wdig.size() != kMaxModuli * kWords || pdig.size() != kWords || ratio.size() != kMaxModuli)
+    throw std::invalid_argument("crt: tables of the wrong size");
+  if (kind < 0 || kind > 2) throw std::invalid_argument("crt: kind must be 0, 1 or 2");
+  const py::ssize_t esize = kind == 1 ? 4 : 8;
+  if (hi.size() != static_cast<py::ssize_t>(m) * n || hi.itemsize() != esize ||
+      !(hi.flags() & py::array::c_style) || !hi.writeable())
+    throw std::invalid_argument("crt: hi must be a writable C-contiguous (m, n) output");
+  void* phi = hi.mutable_data();
+  void* plo = phi;
+  if (kind == 2) {
+    py::array alo = lo.cast<py::array>();
+    if (alo.size() != hi.size() || alo.itemsize() != 8 || !(alo.flags() & py::array::c_style) ||
+        !alo.writeable())
+      throw std::invalid_argument("crt: lo must be a writable C-contiguous (m, n) float64");
+    plo = alo.mutable_data();
+  }
+  const signed char* pr = res.data();
+  const int* pmu = mu.data();
+  const int* pnu = nu.data();
+  std::lock_guard<std::mutex> lock(tables_mutex);
+  std::memcpy(emu_wdig, wdig.data(), sizeof(emu_wdig));
+  std::memcpy(emu_pdig, pdig.data(), sizeof(emu_pdig));
+  std::memcpy(emu_ratio, ratio.data(), sizeof(emu_ratio));
+  py::gil_scoped_release nogil;
+  const long long plane = static_cast<long long>(m) * n;
+  dispatch_nmod(nmod, [&](auto N) {
+    crt_impl<decltype(N)::value>(pr, plane, m, n, pmu, pnu, kind, phi, plo);
+  });
+}
+
+}  // namespace
+
+void register_ozaki2_host(py::module_& m) {
+  m.def("ozaki2_residues", &residues, py::arg("x"), py::arg("shift"), py::arg("moduli"),
+        py::arg("lines_are_rows") = true,
+        "int8 symmetric residues of trunc(x * 2**shift) (shift per line) for the first `moduli` "
+        "moduli: (moduli, R, C) when lines_are_rows, else (moduli, C, R). Exact for "
+        "|trunc(x 2**shift)| < 2**96 (Scheme II's scaling keeps it below 2**82).");
+  m.def("ozaki2_reduce", &reduce, py::arg("t"), py::arg("l"), py::arg("out"),
+        "out = symmetric residue of int32 t modulo the l-th modulus, as int8.");
+  m.def("ozaki2_crt", &crt, py::arg("res"), py::arg("mu"), py::arg("nu"), py::arg("kind"),
+        py::arg("wdig"), py::arg("pdig"), py::arg("ratio"), py::arg("hi"),
+        py::arg("lo") = py::none(),
+        "Scheme II reconstruction from int8 residues (moduli, m, n): kind 0 float64, 1 float32, "
+        "2 double-double (hi, lo); bit-identical to emulinalg._ozaki2.reconstruct.");
+}
