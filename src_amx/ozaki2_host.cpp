@@ -23,6 +23,7 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -60,16 +61,24 @@ inline void residues_of(const Words& w, signed char* out, long long plane) {
 
 // Strides in elements. Line r of the input carries shift[r]; entry (r, c) goes to
 // out[l * plane + r * out_r + c * out_c].
+// The inner loop walks whichever axis is contiguous in memory (B's columns are its lines).
 template <int NMOD>
 void residues_impl(const double* x, long long sr, long long sc, int R, int C, const int* shift,
                    signed char* out, long long plane, long long out_r, long long out_c) {
+  if (std::llabs(sr) < std::llabs(sc)) {
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < R; ++r)
+        residues_of<0, NMOD>(element_words(x[r * sr + c * sc], shift[r]),
+                             out + r * out_r + c * out_c, plane);
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < R; ++r) {
     const int s = shift[r];
-    for (int c = 0; c < C; ++c) {
-      const Words w = element_words(x[r * sr + c * sc], s);
-      residues_of<0, NMOD>(w, out + r * out_r + c * out_c, plane);
-    }
+    for (int c = 0; c < C; ++c)
+      residues_of<0, NMOD>(element_words(x[r * sr + c * sc], s), out + r * out_r + c * out_c,
+                           plane);
   }
 }
 
