@@ -183,6 +183,69 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     return ((hi, lo),) if out_dtype == "dd" else (hi,)
 
 
+def _host_stats(amx, ar, ai, br, bi):
+    """Whether the C++ statistics cover this call: real 2-D operands, k <= MAX_K."""
+    return (
+        amx is not None
+        and hasattr(amx, "ozaki2_cert_entries")
+        and (EMULATE or amx.available())
+        and ai is None
+        and bi is None
+        and ar.ndim == 2
+        and br.ndim == 2
+        and 0 not in ar.shape + br.shape
+        and ar.shape[1] <= MAX_K
+    )
+
+
+def ozaki2_prescale(ar, ai, br, bi, mode):
+    """``emulinalg._scaling.ozaki2_prescale(numpy, int_matmul, ar, ai, br, bi, "accurate")`` with
+    the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound GEMM on the INT8
+    tiles: the same ``(s, t, e, f)``. None declines (fast mode, complex, batches)."""
+    amx = _module()
+    if mode != "accurate" or not _host_stats(amx, ar, ai, br, bi):
+        return None
+    s, abar = amx.ozaki2_bound_operand(ar, True)  # (m,), (m, k)
+    t, bbar = amx.ozaki2_bound_operand(br.T, False)  # (n,), (k, n)
+    cbar = amx.gemm_s8s8s32(abar, bbar, emulate=EMULATE)  # exact: k 64 64 < 2**31
+    return s, t, cbar.max(axis=1).astype(np.float64), cbar.max(axis=0).astype(np.float64)
+
+
+def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
+    """``emulinalg._select.ozaki2_moduli_needed(numpy, backend, ...)`` (its float32 lower bound
+    of |A||B|) with the operand passes and the per-entry certificate in C++ and the float32 GEMM
+    in numpy's BLAS, as there: ``(count, beyond)``, the same decisions except where a y lies
+    within a few ulps of a threshold (the l1 sums run in another order). None declines."""
+    from emulinalg import _select
+    from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
+
+    amx = _module()
+    k = ar.shape[-1]
+    factor = 1.0 - (k + 2) * 2.0**-22
+    if prescale is None or k > _select._LOWER_K_MAX or factor <= 0:
+        return None
+    if not _host_stats(amx, ar, ai, br, bi):
+        return None
+    s, t, e, f = prescale
+    # line exponents from the prescale's shifts (s = 5 - e): the normalisation of _select
+    a32, na = amx.ozaki2_cert_operand(ar, np.ascontiguousarray(5 - s, dtype=np.int64), True)
+    b32, nb = amx.ozaki2_cert_operand(br.T, np.ascontiguousarray(5 - t, dtype=np.int64), False)
+    c32 = native_matmul(a32, b32)
+    l1fac = 1.0 + (k + 2) * 2.0**-52
+    scale = 2.0**-5
+    alpha = scale * np.sqrt(np.asarray(e, dtype=np.float64))
+    beta = scale * np.sqrt(np.asarray(f, dtype=np.float64))
+    beyond, y_min = amx.ozaki2_cert_entries(
+        np.ascontiguousarray(c32), na * l1fac, alpha, nb * l1fac, beta, factor,
+        (k + 2) * 2.0**-149, _select.TAU * 2.0**-bits, 4.0 * 1.0 * k,
+        2.0 ** -crt_constants(MAX_MODULI).L,
+    )  # fmt: skip
+    if bool(beyond.all()):
+        return None, beyond
+    counts = range(MIN_MODULI, MAX_MODULI + 1)
+    return next(n for n in counts if y_min >= 2.0 ** -crt_constants(n).L), beyond
+
+
 def _tiles(amx, a, b):
     a8 = np.ascontiguousarray(a, dtype=np.int8)  # exact: values checked to lie in [-128, 127]
     b8 = np.ascontiguousarray(b, dtype=np.int8)

@@ -231,6 +231,7 @@ py::dict cache_info() {
 }  // namespace
 
 void register_ozaki2_host(py::module_& m);  // ozaki2_host.cpp: Scheme II residues and CRT
+void register_ozaki2_stats_host(py::module_& m);  // ozaki2_stats_host.cpp: prescale, certificate
 
 PYBIND11_MODULE(_amx, m) {
     if (const char* env = std::getenv("EMULINALG_AMX_BLOCKING")) {
@@ -299,4 +300,5 @@ PYBIND11_MODULE(_amx, m) {
           "as uint16 bit patterns. Products are exact in fp32, sums round to nearest even, "
           "subnormal inputs and outputs are flushed to zero.");
     register_ozaki2_host(m);
+    register_ozaki2_stats_host(m);
 }

@@ -603,3 +603,47 @@ def test_level_products_use_the_host_pipeline(backend, monkeypatch):
         got, want = matmul_amx_and_numpy(monkeypatch, a, b, None)
     assert calls
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+@pytest.mark.parametrize("case", ["phi", "wide", "huge", "phi4"])
+@pytest.mark.parametrize("bits", [24, 53, 70])
+def test_host_statistics_equal_the_generic_ones(case, bits, monkeypatch, rng):
+    """amx.ozaki2_prescale equals _scaling.ozaki2_prescale exactly, and amx.ozaki2_certificate
+    gives _select.ozaki2_moduli_needed's count and mask (same float32 lower bound), strided
+    views included."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _select
+    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    if case == "phi4":
+        a = phi_matrix((41, 300), 4.0, "float64", seed=61)
+        b = phi_matrix((300, 27), 4.0, "float64", seed=62)
+    else:
+        a, b = _pipeline_inputs(case, rng)
+    a = np.asfortranarray(a)[::-1]
+    want_pre = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
+    pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
+    assert pre is not None
+    for got, want in zip(pre, want_pre):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    want = _select.ozaki2_moduli_needed(xp, npb, a, None, b, None, want_pre, bits)
+    got = amx.ozaki2_certificate(a, None, b, None, pre, bits)
+    assert got is not None
+    assert got[0] == want[0]
+    assert np.array_equal(got[1], want[1])
+
+
+def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a, b = np.ones((4, 8)), np.ones((8, 3))
+    assert amx.ozaki2_prescale(a, None, b, None, "fast") is None
+    assert amx.ozaki2_prescale(a, a, b, b, "accurate") is None
+    pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
+    assert amx.ozaki2_certificate(a, a, b, b, pre, 53) is None
+    assert amx.ozaki2_certificate(a, None, b, None, None, 53) is None

@@ -265,6 +265,25 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The certificate's y of one entry (_select.ozaki2_certified_y after _select.magnitude_lower's
+// factor and term, float64 in that operation order, no FMA; +inf where the entry is exact):
+// c the lower-bound GEMM's FP32 sum, qa = (4 c k) alpha_i. Also run on the CPU
+// (src_amx/ozaki2_host.cpp).
+__device__ __forceinline__ double cert_y(float c, double na_i, double alpha_i, double qa,
+                                         double nb_j, double beta_j, double factor,
+                                         double abs_term, double cR) {
+  const double inf = __longlong_as_double(0x7ff0000000000000ll);
+  // _select.magnitude_lower with the bf16 hook: max(float64(c) * factor - abs_term, 0)
+  double lam = __dsub_rn(__dmul_rn(static_cast<double>(c), factor), abs_term);
+  lam = lam > 0.0 ? lam : 0.0;
+  const double R = __dmul_rn(cR, lam);  // TAU 2**-bits lam
+  const double G = __dadd_rn(__dmul_rn(alpha_i, nb_j), __dmul_rn(beta_j, na_i));
+  const double Q = __dmul_rn(qa, beta_j);
+  const double disc = __dadd_rn(__dmul_rn(__dmul_rn(4.0, G), G), __dmul_rn(__dmul_rn(4.0, Q), R));
+  const double denom = __dadd_rn(__dmul_rn(2.0, G), __dsqrt_rn(disc));
+  return denom == 0.0 ? inf : __ddiv_rn(__dmul_rn(2.0, R), denom);
+}
+
 // Block (32, 8): x walks the columns j < n, y the rows (b, i) of (B, m). c32: the bf16 GEMM's
 // FP32 sums (B, m, n_p). na/alpha (B, m), nb/beta (B, n). Writes beyond (B, m, n) and lowers
 // *ymin (the bits of a double >= 0; all ones: no entry is certified) to the min of y over the
@@ -276,7 +295,6 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                  double abs_term, double cR, double c4, double thr,
                  unsigned char* __restrict__ beyond, unsigned long long* __restrict__ ymin) {
   __shared__ unsigned long long red[kThreads];
-  const double inf = __longlong_as_double(0x7ff0000000000000ll);
   const long long rows = static_cast<long long>(B) * m;
   unsigned long long best = ~0ull;
   for (long long row = blockIdx.y * blockDim.y + threadIdx.y; row < rows;
@@ -285,17 +303,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     const double na_i = na[row], alpha_i = alpha[row];
     const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
-      const double nb_j = nb[b * n + j], beta_j = beta[b * n + j];
-      // _select.magnitude_lower with the bf16 hook: max(float64(c) * factor - abs_term, 0)
-      double lam = __dsub_rn(__dmul_rn(static_cast<double>(c32[row * n_p + j]), factor), abs_term);
-      lam = lam > 0.0 ? lam : 0.0;
-      const double R = __dmul_rn(cR, lam);  // TAU 2**-bits lam
-      const double G = __dadd_rn(__dmul_rn(alpha_i, nb_j), __dmul_rn(beta_j, na_i));
-      const double Q = __dmul_rn(qa, beta_j);
-      const double disc =
-          __dadd_rn(__dmul_rn(__dmul_rn(4.0, G), G), __dmul_rn(__dmul_rn(4.0, Q), R));
-      const double denom = __dadd_rn(__dmul_rn(2.0, G), __dsqrt_rn(disc));
-      const double y = denom == 0.0 ? inf : __ddiv_rn(__dmul_rn(2.0, R), denom);
+      const double y = cert_y(c32[row * n_p + j], na_i, alpha_i, qa, nb[b * n + j],
+                              beta[b * n + j], factor, abs_term, cR);
       const bool out = y < thr;
       beyond[row * n + j] = out ? 1 : 0;
       if (!out) {

@@ -1,0 +1,167 @@
+// The statistics that choose a level's number of moduli (the accurate-mode prescale and the
+// per-entry certificate) on the CPU, from the CUDA sources of the cupy backend's kernels
+// (backends/cuda/ozaki2_stats.cu: exponent_of, scale2, ceil_small, cert_y): the per-entry
+// arithmetic is written once. Real operands; OpenMP loops walk whichever axis is contiguous.
+// Same values as emulinalg._scaling.ozaki2_prescale (exactly) and the same decisions as
+// emulinalg._select.ozaki2_moduli_needed (its float32 lower bound; the l1 sums are taken in
+// another order, upper bounds both) -- tests/test_amx.py.
+#include "cuda_host.hpp"
+
+// Declared for the kernels' text, never called here (no kernel runs in this file).
+inline void __syncthreads() {}
+inline int atomicMax(int*, int v) { return v; }
+inline unsigned long long atomicMin(unsigned long long*, unsigned long long v) { return v; }
+
+#define __CUDACC_RTC__  // the source's explicit kernel instantiations are for nvcc only
+#include "../backends/cuda/ozaki2_stats.cu"
+#undef __CUDACC_RTC__
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int kLineBlock = 64;  // lines per task when the lines run across memory
+
+// x is R lines of C entries with element strides (sr, sc). f(r, c, value) for every entry, in
+// an order that reads memory contiguously; lines are split among threads (no two threads share
+// a line), in blocks of kLineBlock when the lines run across memory.
+template <class F>
+void for_entries(const double* x, long long sr, long long sc, int R, int C, F&& f) {
+  if (std::llabs(sr) < std::llabs(sc)) {
+#pragma omp parallel for schedule(static)
+    for (int r0 = 0; r0 < R; r0 += kLineBlock) {
+      const int r1 = std::min(R, r0 + kLineBlock);
+      for (int c = 0; c < C; ++c)
+        for (int r = r0; r < r1; ++r) f(r, c, x[r * sr + c * sc]);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) f(r, c, x[r * sr + c * sc]);
+}
+
+void check_2d(const py::array_t<double>& x, const char* who) {
+  if (x.ndim() != 2) throw std::invalid_argument(std::string(who) + ": x must be 2-D");
+}
+
+// (s, bound): s = 5 - floor(log2 max |x|) per line (5 for a zero line), as int64, and the int8
+// bound operand ceil(RN(|x| 2**s)) <= 64, (R, C) when lines_are_rows, else (C, R).
+py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows) {
+  check_2d(x, "bound_operand");
+  const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
+  const long long sr = x.strides(0) / 8, sc = x.strides(1) / 8;
+  py::array_t<std::int64_t> shift(R);
+  py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
+                                              : std::vector<py::ssize_t>{C, R});
+  const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
+  const double* px = x.data();
+  std::int64_t* ps = shift.mutable_data();
+  signed char* po = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    std::vector<unsigned long long> mx(R, 0);  // largest |x| per line, as bits
+    for_entries(px, sr, sc, R, C, [&](int r, int, double v) {
+      const unsigned long long b = abs_bits(v);
+      if (b > mx[r]) mx[r] = b;
+    });
+    std::vector<int> s(R);
+    for (int r = 0; r < R; ++r) {
+      const int e = mx[r] == 0 ? 0 : exponent_of(__longlong_as_double(static_cast<long long>(mx[r])));
+      s[r] = 5 - e;
+      ps[r] = s[r];
+    }
+    for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
+      po[r * out_r + c * out_c] = static_cast<signed char>(ceil_small(scale2(abs_of(v), s[r])));
+    });
+  }
+  return py::make_tuple(shift, out);
+}
+
+// (mag, l1): float32 magnitudes |x| 2**-e truncated toward zero, (R, C) when lines_are_rows,
+// else (C, R), and the line sums of |x| 2**-e in float64 (in column order), for the line
+// exponents e (int64, (R,)).
+py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py::array::c_style> e,
+                       bool lines_are_rows) {
+  check_2d(x, "cert_operand");
+  const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
+  if (e.size() != R) throw std::invalid_argument("cert_operand: one exponent per line");
+  const long long sr = x.strides(0) / 8, sc = x.strides(1) / 8;
+  py::array_t<float> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
+                                        : std::vector<py::ssize_t>{C, R});
+  py::array_t<double> l1(R);
+  const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
+  const double* px = x.data();
+  const std::int64_t* pe = e.data();
+  float* po = out.mutable_data();
+  double* pl = l1.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    for (int r = 0; r < R; ++r) pl[r] = 0.0;
+    for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
+      const double a = scale2(abs_of(v), static_cast<int>(-pe[r]));
+      po[r * out_r + c * out_c] = __double2float_rz(a);
+      pl[r] = __dadd_rn(pl[r], a);
+    });
+  }
+  return py::make_tuple(out, l1);
+}
+
+// (beyond, y_min): the certificate per entry of the lower-bound GEMM's FP32 sums c (m, n)
+// (cert_y), beyond = y < thr, and the smallest y of the other entries (inf: none).
+py::tuple host_cert_entries(py::array_t<float, py::array::c_style> c,
+                       py::array_t<double, py::array::c_style> na,
+                       py::array_t<double, py::array::c_style> alpha,
+                       py::array_t<double, py::array::c_style> nb,
+                       py::array_t<double, py::array::c_style> beta, double factor,
+                       double abs_term, double cR, double c4, double thr) {
+  if (c.ndim() != 2) throw std::invalid_argument("cert_entries: c must be 2-D");
+  const int m = static_cast<int>(c.shape(0)), n = static_cast<int>(c.shape(1));
+  if (na.size() != m || alpha.size() != m || nb.size() != n || beta.size() != n)
+    throw std::invalid_argument("cert_entries: line terms of the wrong size");
+  py::array_t<bool> beyond({m, n});
+  const float* pc = c.data();
+  const double *pna = na.data(), *pal = alpha.data(), *pnb = nb.data(), *pbe = beta.data();
+  bool* pb = beyond.mutable_data();
+  double ymin = std::numeric_limits<double>::infinity();
+  {
+    py::gil_scoped_release nogil;
+#pragma omp parallel for schedule(static) reduction(min : ymin)
+    for (int i = 0; i < m; ++i) {
+      const double qa = __dmul_rn(c4, pal[i]);
+      for (int j = 0; j < n; ++j) {
+        const long long at = static_cast<long long>(i) * n + j;
+        const double y = cert_y(pc[at], pna[i], pal[i], qa, pnb[j], pbe[j], factor, abs_term, cR);
+        const bool out = y < thr;
+        pb[at] = out;
+        if (!out && y < ymin) ymin = y;
+      }
+    }
+  }
+  return py::make_tuple(beyond, ymin);
+}
+
+}  // namespace
+
+void register_ozaki2_stats_host(py::module_& m) {
+  m.def("ozaki2_bound_operand", &host_bound_operand, py::arg("x"), py::arg("lines_are_rows") = true,
+        "(s, bound): the accurate-mode prescale's shifts s = 5 - floor(log2 max|x|) per line "
+        "and its int8 bound operand ceil(|x| 2**s), (R, C) or, lines_are_rows=False, (C, R).");
+  m.def("ozaki2_cert_operand", &host_cert_operand, py::arg("x"), py::arg("e"),
+        py::arg("lines_are_rows") = true,
+        "(mag, l1): float32 |x| 2**-e truncated toward zero (layout as ozaki2_bound_operand) and "
+        "the float64 line sums of |x| 2**-e.");
+  m.def("ozaki2_cert_entries", &host_cert_entries, py::arg("c"), py::arg("na"), py::arg("alpha"),
+        py::arg("nb"), py::arg("beta"), py::arg("factor"), py::arg("abs_term"), py::arg("cR"),
+        py::arg("c4"), py::arg("thr"),
+        "(beyond, y_min) of the certificate from the lower-bound GEMM's float32 sums.");
+}
