@@ -138,6 +138,22 @@ def _crt_arrays(n):
     )
 
 
+def _host_ok(amx, ar, ai, br, bi):
+    """Whether the C++ stages (``src_amx/ozaki2_*host.cpp``) cover this call: real 2-D operands,
+    k <= MAX_K (one tile GEMM pass), and AMX (or the tile model) here."""
+    return (
+        amx is not None
+        and hasattr(amx, "ozaki2_cert_entries")
+        and (EMULATE or amx.available())
+        and ai is None
+        and bi is None
+        and ar.ndim == 2
+        and br.ndim == 2
+        and 0 not in ar.shape + br.shape
+        and ar.shape[1] <= MAX_K
+    )
+
+
 def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     """Scheme II product with the residues and the CRT in ``emulinalg._amx``'s C++ (the CUDA
     sources' arithmetic compiled for the CPU, OpenMP) and one INT8 tile GEMM per modulus reduced
@@ -145,19 +161,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     ``emulinalg._ozaki2.product(numpy, int_matmul, ...)``. Real 2-D operands with
     k <= ``MAX_K``; returns None to decline (complex, batches, longer K: the generic path)."""
     amx = _module()
-    if (
-        amx is None
-        or not hasattr(amx, "ozaki2_crt")
-        or not (EMULATE or amx.available())
-        or ai is not None
-        or bi is not None
-        or ar.ndim != 2
-        or br.ndim != 2
-        or out_dtype not in _KIND
-        or prescale is None
-        or ar.shape[1] > MAX_K
-        or 0 in ar.shape + br.shape
-    ):
+    if out_dtype not in _KIND or prescale is None or not _host_ok(amx, ar, ai, br, bi):
         return None
     from emulinalg._moduli import crt_constants
     from emulinalg._scaling import ozaki2_shifts
@@ -183,27 +187,12 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     return ((hi, lo),) if out_dtype == "dd" else (hi,)
 
 
-def _host_stats(amx, ar, ai, br, bi):
-    """Whether the C++ statistics cover this call: real 2-D operands, k <= MAX_K."""
-    return (
-        amx is not None
-        and hasattr(amx, "ozaki2_cert_entries")
-        and (EMULATE or amx.available())
-        and ai is None
-        and bi is None
-        and ar.ndim == 2
-        and br.ndim == 2
-        and 0 not in ar.shape + br.shape
-        and ar.shape[1] <= MAX_K
-    )
-
-
 def ozaki2_prescale(ar, ai, br, bi, mode):
     """``emulinalg._scaling.ozaki2_prescale(numpy, int_matmul, ar, ai, br, bi, "accurate")`` with
     the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound GEMM on the INT8
     tiles: the same ``(s, t, e, f)``. None declines (fast mode, complex, batches)."""
     amx = _module()
-    if mode != "accurate" or not _host_stats(amx, ar, ai, br, bi):
+    if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi):
         return None
     s, abar = amx.ozaki2_bound_operand(ar, True)  # (m,), (m, k)
     t, bbar = amx.ozaki2_bound_operand(br.T, False)  # (n,), (k, n)
@@ -224,7 +213,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     factor = 1.0 - (k + 2) * 2.0**-22
     if prescale is None or k > _select._LOWER_K_MAX or factor <= 0:
         return None
-    if not _host_stats(amx, ar, ai, br, bi):
+    if not _host_ok(amx, ar, ai, br, bi):
         return None
     s, t, e, f = prescale
     # line exponents from the prescale's shifts (s = 5 - e): the normalisation of _select

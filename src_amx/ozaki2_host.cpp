@@ -11,6 +11,7 @@
 //   crt:      int8 residues (n, m, n) -> exact CRT integer -> correctly rounded float64 /
 //             float32 / double-double, unscaled by 2**-(mu_i + nu_j)
 #include "cuda_host.hpp"
+#include "host_loops.hpp"
 
 inline void __syncthreads() {}  // declared for the kernels' text; no kernel with one runs here
 
@@ -61,25 +62,12 @@ inline void residues_of(const Words& w, signed char* out, long long plane) {
 
 // Strides in elements. Line r of the input carries shift[r]; entry (r, c) goes to
 // out[l * plane + r * out_r + c * out_c].
-// The inner loop walks whichever axis is contiguous in memory (B's columns are its lines).
 template <int NMOD>
 void residues_impl(const double* x, long long sr, long long sc, int R, int C, const int* shift,
                    signed char* out, long long plane, long long out_r, long long out_c) {
-  if (std::llabs(sr) < std::llabs(sc)) {
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; ++c)
-      for (int r = 0; r < R; ++r)
-        residues_of<0, NMOD>(element_words(x[r * sr + c * sc], shift[r]),
-                             out + r * out_r + c * out_c, plane);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < R; ++r) {
-    const int s = shift[r];
-    for (int c = 0; c < C; ++c)
-      residues_of<0, NMOD>(element_words(x[r * sr + c * sc], s), out + r * out_r + c * out_c,
-                           plane);
-  }
+  emu_host::for_entries(x, sr, sc, R, C, [&](int r, int c, double v) {
+    residues_of<0, NMOD>(element_words(v, shift[r]), out + r * out_r + c * out_c, plane);
+  });
 }
 
 template <int L>

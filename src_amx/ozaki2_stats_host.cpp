@@ -6,6 +6,7 @@
 // emulinalg._select.ozaki2_moduli_needed (its float32 lower bound; the l1 sums are taken in
 // another order, upper bounds both) -- tests/test_amx.py.
 #include "cuda_host.hpp"
+#include "host_loops.hpp"
 
 // Declared for the kernels' text, never called here (no kernel runs in this file).
 inline void __syncthreads() {}
@@ -29,27 +30,6 @@ namespace py = pybind11;
 
 namespace {
 
-constexpr int kLineBlock = 64;  // lines per task when the lines run across memory
-
-// x is R lines of C entries with element strides (sr, sc). f(r, c, value) for every entry, in
-// an order that reads memory contiguously; lines are split among threads (no two threads share
-// a line), in blocks of kLineBlock when the lines run across memory.
-template <class F>
-void for_entries(const double* x, long long sr, long long sc, int R, int C, F&& f) {
-  if (std::llabs(sr) < std::llabs(sc)) {
-#pragma omp parallel for schedule(static)
-    for (int r0 = 0; r0 < R; r0 += kLineBlock) {
-      const int r1 = std::min(R, r0 + kLineBlock);
-      for (int c = 0; c < C; ++c)
-        for (int r = r0; r < r1; ++r) f(r, c, x[r * sr + c * sc]);
-    }
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) f(r, c, x[r * sr + c * sc]);
-}
-
 void check_2d(const py::array_t<double>& x, const char* who) {
   if (x.ndim() != 2) throw std::invalid_argument(std::string(who) + ": x must be 2-D");
 }
@@ -70,7 +50,7 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows) {
   {
     py::gil_scoped_release nogil;
     std::vector<unsigned long long> mx(R, 0);  // largest |x| per line, as bits
-    for_entries(px, sr, sc, R, C, [&](int r, int, double v) {
+    emu_host::for_entries(px, sr, sc, R, C, [&](int r, int, double v) {
       const unsigned long long b = abs_bits(v);
       if (b > mx[r]) mx[r] = b;
     });
@@ -80,7 +60,7 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows) {
       s[r] = 5 - e;
       ps[r] = s[r];
     }
-    for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
+    emu_host::for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
       po[r * out_r + c * out_c] = static_cast<signed char>(ceil_small(scale2(abs_of(v), s[r])));
     });
   }
@@ -107,7 +87,7 @@ py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py:
   {
     py::gil_scoped_release nogil;
     for (int r = 0; r < R; ++r) pl[r] = 0.0;
-    for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
+    emu_host::for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
       const double a = scale2(abs_of(v), static_cast<int>(-pe[r]));
       po[r * out_r + c * out_c] = __double2float_rz(a);
       pl[r] = __dadd_rn(pl[r], a);
