@@ -139,11 +139,13 @@ def _crt_arrays(n):
 
 
 def _host_ok(amx, ar, ai, br, bi):
-    """Whether the C++ stages (``src_amx/ozaki2_*host.cpp``) cover this call: real 2-D operands,
-    k <= MAX_K (one tile GEMM pass), and AMX (or the tile model) here."""
+    """Whether the C++ stages (``src_amx/ozaki2_*host.cpp``) cover this call: real 2-D aligned
+    operands with whole-element strides (not fields of structured arrays), k <= MAX_K (one tile
+    GEMM pass), and AMX (or the tile model) here."""
     return (
         amx is not None
         and hasattr(amx, "ozaki2_cert_entries")
+        and all(x.flags.aligned and all(st % 8 == 0 for st in x.strides) for x in (ar, br))
         and (EMULATE or amx.available())
         and ai is None
         and bi is None

@@ -26,14 +26,12 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace py = pybind11;
 
@@ -81,23 +79,16 @@ void reduce_impl(const std::int32_t* t, long long size, signed char* out) {
 template <int NMOD>
 void crt_impl(const signed char* res, long long plane, int m, int n, const int* mu, const int* nu,
               int kind, void* hi, void* lo) {
-  int threads = 1;
-#ifdef _OPENMP
-  threads = omp_get_max_threads();
-#endif
-  // The kernel's grid-stride loops with one "block" of one thread per OpenMP thread: thread t
-  // takes rows t, t + T, ... and every column of them.
-  gridDim = {1, static_cast<unsigned>(threads), 1};
+  // The kernel on a grid of one thread, one output row per call: rows are shared out by OpenMP
+  // (whatever number of threads it grants), each call walks every column of its row.
+  gridDim = {1, 1, 1};
   blockDim = {1, 1, 1};
   blockIdx = {0, 0, 0};
-#pragma omp parallel num_threads(threads)
-  {
-#ifdef _OPENMP
-    threadIdx = {0, static_cast<unsigned>(omp_get_thread_num()), 0};
-#else
+#pragma omp parallel for schedule(static)
+  for (int row = 0; row < m; ++row) {
     threadIdx = {0, 0, 0};
-#endif
-    ozaki2_crt_s8<NMOD, kWords, 1>(res, plane, 1, m, n, n, m, 0, mu, nu, kind, hi, lo, hi, lo);
+    ozaki2_crt_s8<NMOD, kWords, 1>(res + static_cast<long long>(row) * n, plane, 1, 1, n, n, m,
+                                   row, mu, nu, kind, hi, lo, hi, lo);
   }
 }
 
@@ -109,6 +100,21 @@ void dispatch_nmod(int nmod, F&& f, std::integer_sequence<int, N...>) {
 template <class F>
 void dispatch_nmod(int nmod, F&& f) {
   dispatch_nmod(nmod, std::forward<F>(f), std::make_integer_sequence<int, kMaxModuli>{});
+}
+
+// Element strides of a float64 matrix; byte strides that are not whole elements (fields of a
+// structured array) are refused rather than misread.
+long long element_stride(const py::array& x, int axis) {
+  const long long b = x.strides(axis);
+  if (b % static_cast<long long>(sizeof(double)) != 0)
+    throw std::invalid_argument("float64 input with a stride that is not a multiple of 8 bytes");
+  return b / static_cast<long long>(sizeof(double));
+}
+
+void check_dims(const py::array& x) {
+  for (int d = 0; d < x.ndim(); ++d)
+    if (x.shape(d) > std::numeric_limits<int>::max())
+      throw std::invalid_argument("dimension too large (> 2**31 - 1)");
 }
 
 void check_moduli(int nmod) {
@@ -125,8 +131,8 @@ py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::ar
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   if (shift.ndim() != 1 || shift.shape(0) != R)
     throw std::invalid_argument("residues: shift must have one entry per line");
-  const long long sr = x.strides(0) / static_cast<long long>(sizeof(double));
-  const long long sc = x.strides(1) / static_cast<long long>(sizeof(double));
+  check_dims(x);
+  const long long sr = element_stride(x, 0), sc = element_stride(x, 1);
   const long long plane = static_cast<long long>(R) * C;
   py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{nmod, R, C}
                                               : std::vector<py::ssize_t>{nmod, C, R});
@@ -144,12 +150,14 @@ py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::ar
 }
 
 // Symmetric residues mod m_l of int32 values, written into out (int8, same size).
-void reduce(py::array_t<std::int32_t, py::array::c_style> t, int l,
-            py::array_t<signed char, py::array::c_style> out) {
+void reduce(py::array_t<std::int32_t, py::array::c_style> t, int l, py::array out) {
   check_moduli(l + 1);
   if (t.size() != out.size()) throw std::invalid_argument("reduce: sizes differ");
+  if (!out.dtype().is(py::dtype::of<signed char>()) || !(out.flags() & py::array::c_style) ||
+      !out.writeable())
+    throw std::invalid_argument("reduce: out must be a writable C-contiguous int8 array");
   const std::int32_t* pt = t.data();
-  signed char* po = out.mutable_data();
+  signed char* po = static_cast<signed char*>(out.mutable_data());
   const long long size = t.size();
   py::gil_scoped_release nogil;
   with_index(l, [&](auto L) { reduce_impl<decltype(L)::value>(pt, size, po); });
@@ -172,27 +180,30 @@ void crt(py::array_t<signed char, py::array::c_style> res,
   if (wdig.size() != kMaxModuli * kWords || pdig.size() != kWords || ratio.size() != kMaxModuli)
     throw std::invalid_argument("crt: tables of the wrong size");
   if (kind < 0 || kind > 2) throw std::invalid_argument("crt: kind must be 0, 1 or 2");
-  const py::ssize_t esize = kind == 1 ? 4 : 8;
-  if (hi.size() != static_cast<py::ssize_t>(m) * n || hi.itemsize() != esize ||
+  const py::dtype want = kind == 1 ? py::dtype::of<float>() : py::dtype::of<double>();
+  if (hi.size() != static_cast<py::ssize_t>(m) * n || !hi.dtype().is(want) ||
       !(hi.flags() & py::array::c_style) || !hi.writeable())
-    throw std::invalid_argument("crt: hi must be a writable C-contiguous (m, n) output");
+    throw std::invalid_argument("crt: hi must be a writable C-contiguous (m, n) output of "
+                                "float64 (kind 0, 2) or float32 (kind 1)");
   void* phi = hi.mutable_data();
   void* plo = phi;
   if (kind == 2) {
     py::array alo = lo.cast<py::array>();
-    if (alo.size() != hi.size() || alo.itemsize() != 8 || !(alo.flags() & py::array::c_style) ||
-        !alo.writeable())
+    if (alo.size() != hi.size() || !alo.dtype().is(py::dtype::of<double>()) ||
+        !(alo.flags() & py::array::c_style) || !alo.writeable())
       throw std::invalid_argument("crt: lo must be a writable C-contiguous (m, n) float64");
     plo = alo.mutable_data();
   }
   const signed char* pr = res.data();
   const int* pmu = mu.data();
   const int* pnu = nu.data();
+  // The GIL first, then the tables' lock: taking the lock while holding the GIL deadlocks with
+  // a second caller (this one would wait for the GIL at the end while holding the lock).
+  py::gil_scoped_release nogil;
   std::lock_guard<std::mutex> lock(tables_mutex);
   std::memcpy(emu_wdig, wdig.data(), sizeof(emu_wdig));
   std::memcpy(emu_pdig, pdig.data(), sizeof(emu_pdig));
   std::memcpy(emu_ratio, ratio.data(), sizeof(emu_ratio));
-  py::gil_scoped_release nogil;
   const long long plane = static_cast<long long>(m) * n;
   dispatch_nmod(nmod, [&](auto N) {
     crt_impl<decltype(N)::value>(pr, plane, m, n, pmu, pnu, kind, phi, plo);

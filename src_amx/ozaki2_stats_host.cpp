@@ -24,22 +24,29 @@ inline unsigned long long atomicMin(unsigned long long*, unsigned long long v) {
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace py = pybind11;
 
 namespace {
 
-void check_2d(const py::array_t<double>& x, const char* who) {
+// A 2-D float64 matrix with whole-element strides (see ozaki2_host.cpp); its element strides.
+std::pair<long long, long long> strides_2d(const py::array_t<double>& x, const char* who) {
   if (x.ndim() != 2) throw std::invalid_argument(std::string(who) + ": x must be 2-D");
+  if (x.shape(0) > std::numeric_limits<int>::max() || x.shape(1) > std::numeric_limits<int>::max())
+    throw std::invalid_argument(std::string(who) + ": dimension too large (> 2**31 - 1)");
+  if (x.strides(0) % 8 != 0 || x.strides(1) % 8 != 0)
+    throw std::invalid_argument(std::string(who) + ": strides must be multiples of 8 bytes");
+  return {x.strides(0) / 8, x.strides(1) / 8};
 }
 
 // (s, bound): s = 5 - floor(log2 max |x|) per line (5 for a zero line), as int64, and the int8
 // bound operand ceil(RN(|x| 2**s)) <= 64, (R, C) when lines_are_rows, else (C, R).
 py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows) {
-  check_2d(x, "bound_operand");
+  const auto [sr, sc] = strides_2d(x, "bound_operand");
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
-  const long long sr = x.strides(0) / 8, sc = x.strides(1) / 8;
   py::array_t<std::int64_t> shift(R);
   py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
                                               : std::vector<py::ssize_t>{C, R});
@@ -72,10 +79,9 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows) {
 // exponents e (int64, (R,)).
 py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py::array::c_style> e,
                        bool lines_are_rows) {
-  check_2d(x, "cert_operand");
+  const auto [sr, sc] = strides_2d(x, "cert_operand");
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   if (e.size() != R) throw std::invalid_argument("cert_operand: one exponent per line");
-  const long long sr = x.strides(0) / 8, sc = x.strides(1) / 8;
   py::array_t<float> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
                                         : std::vector<py::ssize_t>{C, R});
   py::array_t<double> l1(R);

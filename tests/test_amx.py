@@ -647,3 +647,98 @@ def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
     pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
     assert amx.ozaki2_certificate(a, a, b, b, pre, 53) is None
     assert amx.ozaki2_certificate(a, None, b, None, None, 53) is None
+
+
+def test_host_crt_from_two_threads_at_once(monkeypatch):
+    """Two Python threads in the C++ CRT together (it releases the GIL, then takes the lock of
+    its digit tables): both finish, with the generic results."""
+    import threading
+
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _ozaki2
+    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a = phi_matrix((400, 3), 1.0, "float64", seed=71)
+    b = phi_matrix((3, 400), 1.0, "float64", seed=72)
+    pre = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
+    want = _ozaki2.product(xp, npb.int_matmul, a, None, b, None, 20, "accurate", "float64", pre)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(5):
+                results.append(amx.ozaki2_product(a, None, b, None, 20, "accurate", "float64", pre))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "the CRT calls did not finish (deadlock?)"
+    assert not errors and len(results) == 10
+    assert all(np.array_equal(r[0], want[0]) for r in results)
+
+
+def test_host_crt_with_fewer_openmp_threads_than_asked(tmp_path):
+    """OMP_THREAD_LIMIT below OMP_NUM_THREADS: every output row is still written."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, array_api_compat.numpy as xp\n"
+        "from emulinalg import _ozaki2\n"
+        "from emulinalg._scaling import ozaki2_prescale\n"
+        "from emulinalg.backends import amx, numpy as npb\n"
+        "from emulinalg.inputs import phi_matrix\n"
+        "amx.EMULATE = True\n"
+        "a = phi_matrix((64, 50), 1.0, 'float64', seed=1)\n"
+        "b = phi_matrix((50, 9), 1.0, 'float64', seed=2)\n"
+        "pre = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, 'accurate')\n"
+        "w = _ozaki2.product(xp, npb.int_matmul, a, None, b, None, 14, 'accurate', 'float64', pre)\n"
+        "g = amx.ozaki2_product(a, None, b, None, 14, 'accurate', 'float64', pre)\n"
+        "print(int(np.sum(g[0] != w[0])))\n"
+    )
+    import os
+
+    env = dict(os.environ, OMP_NUM_THREADS="4", OMP_THREAD_LIMIT="2", OMP_DYNAMIC="true")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0"
+
+
+def test_host_stages_refuse_fields_of_structured_arrays(monkeypatch):
+    """A float64 field of a structured array (12-byte strides): the hooks decline, the C++
+    refuses it directly, and the product through the amx backend equals numpy's."""
+    from emulinalg import _amx
+    from emulinalg.backends import amx
+
+    s = np.zeros((40, 60), [("a", "<f8"), ("b", "<i4")])
+    s["a"] = phi_matrix((40, 60), 1.0, "float64", seed=81)
+    a = s["a"]
+    b = phi_matrix((60, 30), 1.0, "float64", seed=82)
+    assert amx.ozaki2_prescale(a, None, b, None, "accurate") is None
+    with pytest.raises(ValueError, match="multiple of 8"):
+        _amx.ozaki2_residues(a, np.zeros(40, np.int32), 5)
+    with pytest.raises(ValueError, match="multiples of 8"):
+        _amx.ozaki2_bound_operand(a)
+    force_amx_backend(monkeypatch, emulate=True)
+    got, want = matmul_amx_and_numpy(monkeypatch, a, b, OzakiII(moduli=14))
+    assert np.array_equal(got, want)
+
+
+def test_host_reduce_refuses_an_output_it_cannot_write_in_place():
+    from emulinalg import _amx
+
+    t = np.arange(-20, 20, dtype=np.int32).reshape(4, 10)
+    out = np.zeros((4, 20), np.int8)[:, ::2]
+    with pytest.raises(ValueError, match="C-contiguous int8"):
+        _amx.ozaki2_reduce(t, 0, out)
+    out = np.zeros((4, 10), np.int8)
+    _amx.ozaki2_reduce(t, 1, out)  # modulus 255
+    assert np.array_equal(out, ((t + 127) % 255 - 127).astype(np.int8))
