@@ -467,3 +467,22 @@ def test_demo_rejects_a_precision_filter_matching_no_row(capsys):
     assert main(["demo", "--size", "8", "--precision", "fp64"]) == 2
     err = capsys.readouterr().err
     assert "fp64 matches no row" in err and "OzakiII(moduli=14" in err
+
+
+def test_best_of_keeps_the_fastest_recorded_call():
+    """_timing.best_of: one untimed call, then the fastest of `repeat` recorded calls with its
+    stage seconds (here a product: every stage of the emulation appears)."""
+    import time
+
+    a = phi_matrix((48, 40), 1.0, "float64", seed=5)
+    calls = []
+
+    def fn():
+        calls.append(time.perf_counter())
+        with emulinalg.config(strategy="eager"):
+            return emulinalg.matmul(a, a.T)
+
+    t, stages = _timing.best_of(fn, repeat=3)
+    assert len(calls) == 4  # warm-up + 3
+    assert {"statistics", "slicing", "products", "reconstruction"} <= set(stages)
+    assert 0 < sum(stages.values()) <= t * 1.5

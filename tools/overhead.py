@@ -20,7 +20,7 @@ import sys
 import time
 
 import emulinalg
-from emulinalg._timing import recording
+from emulinalg._timing import best_of
 from emulinalg.inputs import phi_matrix
 
 
@@ -46,23 +46,12 @@ def main(argv=None):
             return None
 
         device = "cpu"
-    out = open(args.out, "a") if args.out else None
+    out = open(args.out, "a") if args.out else None  # noqa: SIM115
     for dt in args.dtype.split(","):
         a = xp.asarray(phi_matrix((args.N, args.N), args.phi, dt, seed=1))
         b = xp.asarray(phi_matrix((args.N, args.N), args.phi, dt, seed=2))
-        with emulinalg.config(strategy="eager"):
-            emulinalg.matmul(a, b)  # warm-up (kernel compilation, plans)
-            sync()
-            best = None
-            for _ in range(args.repeat):
-                with recording(sync=sync) as rec:
-                    t0 = time.perf_counter()
-                    emulinalg.matmul(a, b)
-                    sync()
-                    t = time.perf_counter() - t0
-                if best is None or t < best[0]:
-                    best = (t, dict(rec.seconds))
-        t, stages = best
+        with emulinalg.config(strategy="eager"):  # after a warm-up call (kernels, plans)
+            t, stages = best_of(lambda a=a, b=b: emulinalg.matmul(a, b), args.repeat, sync)
         a @ b  # warm-up: the native figure below is a warm call too
         sync()
         t0 = time.perf_counter()

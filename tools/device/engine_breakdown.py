@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import emulinalg
 from emulinalg import _engine, _scaling
-from emulinalg._timing import recording, staged
+from emulinalg._timing import best_of, staged
 from emulinalg.inputs import phi_matrix
 
 WRAP = {
@@ -48,18 +47,7 @@ def main(argv=None):
         a = cp.asarray(phi_matrix((args.N, args.N), args.phi, dt, seed=1))
         b = cp.asarray(phi_matrix((args.N, args.N), args.phi, dt, seed=2))
         with emulinalg.config(strategy="eager"):
-            emulinalg.matmul(a, b)
-            sync()
-            best = None
-            for _ in range(args.repeat):
-                with recording(sync=sync) as rec:
-                    t0 = time.perf_counter()
-                    emulinalg.matmul(a, b)
-                    sync()
-                    t = time.perf_counter() - t0
-                if best is None or t < best[0]:
-                    best = (t, dict(rec.seconds))
-        t, st = best
+            t, st = best_of(lambda a=a, b=b: emulinalg.matmul(a, b), args.repeat, sync)
         rec = {"dtype": dt, "N": args.N, "phi": args.phi, "seconds": t,
                "stages_ms": {k: round(v * 1e3, 3) for k, v in sorted(st.items())},
                "untimed_ms": round((t - sum(st.values())) * 1e3, 3),
