@@ -138,19 +138,18 @@ def _crt_arrays(n):
     )
 
 
-def _host_ok(amx, ar, ai, br, bi):
-    """Whether the C++ stages (``src_amx/ozaki2_*host.cpp``) cover this call: real 2-D aligned
-    operands with whole-element strides (not fields of structured arrays), k <= MAX_K (one tile
-    GEMM pass), and AMX (or the tile model) here."""
+def _host_ok(amx, ar, ai, br, bi, complex_ok=False):
+    """Whether the C++ stages (``src_amx/ozaki2_*host.cpp``) cover this call: 2-D aligned
+    operands with whole-element strides (not fields of structured arrays), real unless
+    ``complex_ok``, k <= MAX_K (one tile GEMM pass), and AMX (or the tile model) here."""
+    parts = [x for x in (ar, ai, br, bi) if x is not None]
     return (
         amx is not None
-        and hasattr(amx, "ozaki2_cert_entries")
-        and all(x.flags.aligned and all(st % 8 == 0 for st in x.strides) for x in (ar, br))
+        and hasattr(amx, "ozaki2_reduce3")
+        and all(x.flags.aligned and all(st % 8 == 0 for st in x.strides) for x in parts)
         and (EMULATE or amx.available())
-        and ai is None
-        and bi is None
-        and ar.ndim == 2
-        and br.ndim == 2
+        and (complex_ok or (ai is None and bi is None))
+        and all(x.ndim == 2 for x in parts)
         and 0 not in ar.shape + br.shape
         and ar.shape[1] <= MAX_K
     )
@@ -158,12 +157,15 @@ def _host_ok(amx, ar, ai, br, bi):
 
 def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     """Scheme II product with the residues and the CRT in ``emulinalg._amx``'s C++ (the CUDA
-    sources' arithmetic compiled for the CPU, OpenMP) and one INT8 tile GEMM per modulus reduced
-    to int8 residues right away: same contract and bit-identical output as
-    ``emulinalg._ozaki2.product(numpy, int_matmul, ...)``. Real 2-D operands with
-    k <= ``MAX_K``; returns None to decline (complex, batches, longer K: the generic path)."""
+    sources' arithmetic compiled for the CPU, OpenMP) and the INT8 tile GEMMs of each modulus
+    reduced to int8 residues right away (3M for complex: T1, T2, T3 -> Re, Im): same contract
+    and bit-identical output as ``emulinalg._ozaki2.product(numpy, int_matmul, ...)``. 2-D
+    operands with k <= ``MAX_K``; returns None to decline (batches, longer K: generic path)."""
     amx = _module()
-    if out_dtype not in _KIND or prescale is None or not _host_ok(amx, ar, ai, br, bi):
+    cplx = ai is not None
+    if out_dtype not in _KIND or prescale is None:
+        return None
+    if not _host_ok(amx, ar, ai, br, bi, complex_ok=True) or (bi is None) != (ai is None):
         return None
     from emulinalg._moduli import crt_constants
     from emulinalg._scaling import ozaki2_shifts
@@ -174,19 +176,33 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     mu32 = np.ascontiguousarray(mu, dtype=np.int32)
     nu32 = np.ascontiguousarray(nu, dtype=np.int32)
     m, n = ar.shape[0], br.shape[1]
-    with stage("slicing"):
-        pa = amx.ozaki2_residues(ar, mu32, moduli, True)  # (moduli, m, k)
-        pb = amx.ozaki2_residues(br.T, nu32, moduli, False)  # lines = columns: (moduli, k, n)
-    res = np.empty((moduli, m, n), dtype=np.int8)
+    with stage("slicing"):  # B's lines are its columns: planes (.., moduli, k, n)
+        if cplx:
+            pa = amx.ozaki2_residues3(ar, ai, mu32, moduli, True)  # (3, moduli, m, k)
+            pb = amx.ozaki2_residues3(br.T, bi.T, nu32, moduli, False)
+        else:
+            pa = amx.ozaki2_residues(ar, mu32, moduli, True)[None]  # (1, moduli, m, k)
+            pb = amx.ozaki2_residues(br.T, nu32, moduli, False)[None]
+    res = np.empty((2 if cplx else 1, moduli, m, n), dtype=np.int8)
     with stage("products"):
         for ell in range(moduli):
-            amx.ozaki2_reduce(amx.gemm_s8s8s32(pa[ell], pb[ell], emulate=EMULATE), ell, res[ell])
+            t = [amx.gemm_s8s8s32(pa[p, ell], pb[p, ell], emulate=EMULATE) for p in range(len(pa))]
+            if cplx:
+                amx.ozaki2_reduce3(*t, ell, res[0, ell], res[1, ell])
+            else:
+                amx.ozaki2_reduce(t[0], ell, res[0, ell])
     del pa, pb
     with stage("reconstruction"):
-        hi = np.empty((m, n), dtype=np.float32 if out_dtype == "float32" else np.float64)
-        lo = np.empty((m, n), dtype=np.float64) if out_dtype == "dd" else None
-        amx.ozaki2_crt(res, mu32, nu32, _KIND[out_dtype], *_crt_arrays(moduli), hi, lo)
-    return ((hi, lo),) if out_dtype == "dd" else (hi,)
+        dt = np.float32 if out_dtype == "float32" else np.float64
+        outs = [np.empty((m, n), dtype=dt) for _ in range(len(res))]
+        los = [np.empty((m, n)) if out_dtype == "dd" else None for _ in range(len(res))]
+        amx.ozaki2_crt(
+            res if cplx else res[0], mu32, nu32, _KIND[out_dtype], *_crt_arrays(moduli),
+            outs[0], los[0], outs[-1] if cplx else None, los[-1] if cplx else None,
+        )  # fmt: skip
+    if out_dtype == "dd":
+        return tuple(zip(outs, los))
+    return tuple(outs)
 
 
 def ozaki2_prescale(ar, ai, br, bi, mode):

@@ -68,6 +68,45 @@ void residues_impl(const double* x, long long sr, long long sc, int R, int C, co
   });
 }
 
+template <int L, int NMOD>
+inline void residues_of3(const Words& wr, const Words& wi, signed char* out, long long plane,
+                         long long set) {
+  if constexpr (L < NMOD) {
+    constexpr int m = kModuli[L];
+    const int xr = residue_of<m>(wr), xi = residue_of<m>(wi);
+    out[L * plane] = static_cast<signed char>(xr);
+    out[set + L * plane] = static_cast<signed char>(xi);
+    out[2 * set + L * plane] = static_cast<signed char>(residue_sum<m>(xr, xi));
+    residues_of3<L + 1, NMOD>(wr, wi, out, plane, set);
+  }
+}
+
+// 3M planes of a complex operand: re, im and re + im (mod m), sets of NMOD planes `set` apart.
+template <int NMOD>
+void residues3_impl(const double* x, long long sr, long long sc, const double* y, long long yr,
+                    long long yc, int R, int C, const int* shift, signed char* out,
+                    long long plane, long long out_r, long long out_c) {
+  emu_host::for_entries(x, sr, sc, R, C, [&](int r, int c, double v) {
+    residues_of3<0, NMOD>(element_words(v, shift[r]), element_words(y[r * yr + c * yc], shift[r]),
+                          out + r * out_r + c * out_c, plane, NMOD * plane);
+  });
+}
+
+template <int L>
+void reduce3_impl(const std::int32_t* t1, const std::int32_t* t2, const std::int32_t* t3,
+                  long long size, signed char* re, signed char* im) {
+  constexpr long long m = kModuli[L];
+#pragma omp parallel for schedule(static)
+  for (long long i = 0; i < size; ++i) {  // int64: t3 - t1 - t2 can leave the int32 range
+    long long a = (static_cast<long long>(t1[i]) - t2[i]) % m;
+    long long b = (static_cast<long long>(t3[i]) - t1[i] - t2[i]) % m;
+    a += a < 0 ? m : 0;
+    b += b < 0 ? m : 0;
+    re[i] = static_cast<signed char>(symmetric<kModuli[L]>(static_cast<int>(a)));
+    im[i] = static_cast<signed char>(symmetric<kModuli[L]>(static_cast<int>(b)));
+  }
+}
+
 template <int L>
 void reduce_impl(const std::int32_t* t, long long size, signed char* out) {
   constexpr int m = kModuli[L];
@@ -76,9 +115,9 @@ void reduce_impl(const std::int32_t* t, long long size, signed char* out) {
     out[i] = static_cast<signed char>(symmetric<m>(mod_pos<m>(t[i])));
 }
 
-template <int NMOD>
+template <int NMOD, int NP>
 void crt_impl(const signed char* res, long long plane, int m, int n, const int* mu, const int* nu,
-              int kind, void* hi, void* lo) {
+              int kind, void* hi, void* lo, void* hi_im, void* lo_im) {
   // The kernel on a grid of one thread, one output row per call: rows are shared out by OpenMP
   // (whatever number of threads it grants), each call walks every column of its row.
   gridDim = {1, 1, 1};
@@ -87,8 +126,8 @@ void crt_impl(const signed char* res, long long plane, int m, int n, const int* 
 #pragma omp parallel for schedule(static)
   for (int row = 0; row < m; ++row) {
     threadIdx = {0, 0, 0};
-    ozaki2_crt_s8<NMOD, kWords, 1>(res + static_cast<long long>(row) * n, plane, 1, 1, n, n, m,
-                                   row, mu, nu, kind, hi, lo, hi, lo);
+    ozaki2_crt_s8<NMOD, kWords, NP>(res + static_cast<long long>(row) * n, plane, 1, 1, n, n, m,
+                                    row, mu, nu, kind, hi, lo, hi_im, lo_im);
   }
 }
 
@@ -149,6 +188,57 @@ py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::ar
   return out;
 }
 
+// 3M residue planes (3, nmod, R, C) (or (3, nmod, C, R)) of the complex operand re + i im (same
+// shape) with shift (R,): re, im, re + im.
+py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> im,
+                                   py::array_t<int, py::array::c_style> shift, int nmod,
+                                   bool lines_are_rows) {
+  check_moduli(nmod);
+  if (re.ndim() != 2 || im.ndim() != 2 || re.shape(0) != im.shape(0) ||
+      re.shape(1) != im.shape(1))
+    throw std::invalid_argument("residues3: re and im must be 2-D of one shape");
+  check_dims(re);
+  const int R = static_cast<int>(re.shape(0)), C = static_cast<int>(re.shape(1));
+  if (shift.ndim() != 1 || shift.shape(0) != R)
+    throw std::invalid_argument("residues3: shift must have one entry per line");
+  const long long sr = element_stride(re, 0), sc = element_stride(re, 1);
+  const long long yr = element_stride(im, 0), yc = element_stride(im, 1);
+  const long long plane = static_cast<long long>(R) * C;
+  py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{3, nmod, R, C}
+                                              : std::vector<py::ssize_t>{3, nmod, C, R});
+  const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
+  const double *px = re.data(), *py_ = im.data();
+  const int* ps = shift.data();
+  signed char* po = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    dispatch_nmod(nmod, [&](auto N) {
+      residues3_impl<decltype(N)::value>(px, sr, sc, py_, yr, yc, R, C, ps, po, plane, out_r,
+                                         out_c);
+    });
+  }
+  return out;
+}
+
+// 3M: Re = T1 - T2, Im = T3 - T1 - T2 modulo the l-th modulus, symmetric, as int8.
+void reduce3(py::array_t<std::int32_t, py::array::c_style> t1,
+             py::array_t<std::int32_t, py::array::c_style> t2,
+             py::array_t<std::int32_t, py::array::c_style> t3, int l, py::array re,
+             py::array im) {
+  check_moduli(l + 1);
+  const long long size = t1.size();
+  if (t2.size() != size || t3.size() != size) throw std::invalid_argument("reduce3: sizes");
+  for (const py::array* o : {&re, &im})
+    if (o->size() != size || !o->dtype().is(py::dtype::of<signed char>()) ||
+        !(o->flags() & py::array::c_style) || !o->writeable())
+      throw std::invalid_argument("reduce3: outputs must be writable C-contiguous int8 arrays");
+  const std::int32_t *p1 = t1.data(), *p2 = t2.data(), *p3 = t3.data();
+  signed char* pre = static_cast<signed char*>(re.mutable_data());
+  signed char* pim = static_cast<signed char*>(im.mutable_data());
+  py::gil_scoped_release nogil;
+  with_index(l, [&](auto L) { reduce3_impl<decltype(L)::value>(p1, p2, p3, size, pre, pim); });
+}
+
 // Symmetric residues mod m_l of int32 values, written into out (int8, same size).
 void reduce(py::array_t<std::int32_t, py::array::c_style> t, int l, py::array out) {
   check_moduli(l + 1);
@@ -171,11 +261,13 @@ void crt(py::array_t<signed char, py::array::c_style> res,
          py::array_t<int, py::array::c_style> mu, py::array_t<int, py::array::c_style> nu,
          int kind, py::array_t<int, py::array::c_style> wdig,
          py::array_t<int, py::array::c_style> pdig, py::array_t<double, py::array::c_style> ratio,
-         py::array hi, py::object lo) {
-  if (res.ndim() != 3) throw std::invalid_argument("crt: res must be (moduli, m, n)");
-  const int nmod = static_cast<int>(res.shape(0));
+         py::array hi, py::object lo, py::object hi_im, py::object lo_im) {
+  if (res.ndim() != 3 && !(res.ndim() == 4 && res.shape(0) == 2))
+    throw std::invalid_argument("crt: res must be (moduli, m, n) or (2, moduli, m, n)");
+  const int np = res.ndim() == 4 ? 2 : 1, d = res.ndim() - 3;
+  const int nmod = static_cast<int>(res.shape(d));
   check_moduli(nmod);
-  const int m = static_cast<int>(res.shape(1)), n = static_cast<int>(res.shape(2));
+  const int m = static_cast<int>(res.shape(d + 1)), n = static_cast<int>(res.shape(d + 2));
   if (mu.size() != m || nu.size() != n) throw std::invalid_argument("crt: shift sizes");
   if (wdig.size() != kMaxModuli * kWords || pdig.size() != kWords || ratio.size() != kMaxModuli)
     throw std::invalid_argument("crt: tables of the wrong size");
@@ -185,15 +277,18 @@ void crt(py::array_t<signed char, py::array::c_style> res,
       !(hi.flags() & py::array::c_style) || !hi.writeable())
     throw std::invalid_argument("crt: hi must be a writable C-contiguous (m, n) output of "
                                 "float64 (kind 0, 2) or float32 (kind 1)");
+  auto output = [&](py::object o, const py::dtype& dt, const char* what) -> void* {
+    py::array a = o.cast<py::array>();
+    if (a.size() != hi.size() || !a.dtype().is(dt) || !(a.flags() & py::array::c_style) ||
+        !a.writeable())
+      throw std::invalid_argument(std::string("crt: ") + what +
+                                  " must be a writable C-contiguous (m, n) array like hi");
+    return a.mutable_data();
+  };
   void* phi = hi.mutable_data();
-  void* plo = phi;
-  if (kind == 2) {
-    py::array alo = lo.cast<py::array>();
-    if (alo.size() != hi.size() || !alo.dtype().is(py::dtype::of<double>()) ||
-        !(alo.flags() & py::array::c_style) || !alo.writeable())
-      throw std::invalid_argument("crt: lo must be a writable C-contiguous (m, n) float64");
-    plo = alo.mutable_data();
-  }
+  void* plo = kind == 2 ? output(lo, py::dtype::of<double>(), "lo") : phi;
+  void* phi_im = np == 2 ? output(hi_im, want, "hi_im") : phi;
+  void* plo_im = np == 2 && kind == 2 ? output(lo_im, py::dtype::of<double>(), "lo_im") : phi_im;
   const signed char* pr = res.data();
   const int* pmu = mu.data();
   const int* pnu = nu.data();
@@ -206,7 +301,10 @@ void crt(py::array_t<signed char, py::array::c_style> res,
   std::memcpy(emu_ratio, ratio.data(), sizeof(emu_ratio));
   const long long plane = static_cast<long long>(m) * n;
   dispatch_nmod(nmod, [&](auto N) {
-    crt_impl<decltype(N)::value>(pr, plane, m, n, pmu, pnu, kind, phi, plo);
+    if (np == 1)
+      crt_impl<decltype(N)::value, 1>(pr, plane, m, n, pmu, pnu, kind, phi, plo, phi, plo);
+    else
+      crt_impl<decltype(N)::value, 2>(pr, plane, m, n, pmu, pnu, kind, phi, plo, phi_im, plo_im);
   });
 }
 
@@ -222,7 +320,14 @@ void register_ozaki2_host(py::module_& m) {
         "out = symmetric residue of int32 t modulo the l-th modulus, as int8.");
   m.def("ozaki2_crt", &crt, py::arg("res"), py::arg("mu"), py::arg("nu"), py::arg("kind"),
         py::arg("wdig"), py::arg("pdig"), py::arg("ratio"), py::arg("hi"),
-        py::arg("lo") = py::none(),
-        "Scheme II reconstruction from int8 residues (moduli, m, n): kind 0 float64, 1 float32, "
-        "2 double-double (hi, lo); bit-identical to emulinalg._ozaki2.reconstruct.");
+        py::arg("lo") = py::none(), py::arg("hi_im") = py::none(), py::arg("lo_im") = py::none(),
+        "Scheme II reconstruction from int8 residues (moduli, m, n), or (2, moduli, m, n) for the "
+        "real and imaginary parts (then hi_im, lo_im): kind 0 float64, 1 float32, 2 "
+        "double-double (hi, lo); bit-identical to emulinalg._ozaki2.reconstruct.");
+  m.def("ozaki2_residues3", &residues3, py::arg("re"), py::arg("im"), py::arg("shift"),
+        py::arg("moduli"), py::arg("lines_are_rows") = true,
+        "3M residue planes (3, moduli, ...) of re + i im: re, im and re + im, as ozaki2_residues.");
+  m.def("ozaki2_reduce3", &reduce3, py::arg("t1"), py::arg("t2"), py::arg("t3"), py::arg("l"),
+        py::arg("re"), py::arg("im"),
+        "3M: re = T1 - T2, im = T3 - T1 - T2 modulo the l-th modulus, symmetric int8.");
 }

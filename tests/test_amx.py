@@ -585,7 +585,7 @@ def test_host_pipeline_declines_what_it_does_not_cover(monkeypatch):
     monkeypatch.setattr(amx, "EMULATE", True)
     a, b = np.ones((4, 8)), np.ones((8, 3))
     pre = (np.zeros(4, np.int64), np.zeros(3, np.int64), np.ones(4), np.ones(3))
-    assert amx.ozaki2_product(a, a, b, b, 9, "accurate", "float64", pre) is None  # complex
+    assert amx.ozaki2_product(a, a, b, None, 9, "accurate", "float64", pre) is None  # half complex
     assert amx.ozaki2_product(a[None], None, b[None], None, 9, "accurate", "float64", pre) is None
     assert amx.ozaki2_product(a, None, b, None, 9, "accurate", "float64", None) is None
 
@@ -700,7 +700,8 @@ def test_host_crt_with_fewer_openmp_threads_than_asked(tmp_path):
         "a = phi_matrix((64, 50), 1.0, 'float64', seed=1)\n"
         "b = phi_matrix((50, 9), 1.0, 'float64', seed=2)\n"
         "pre = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, 'accurate')\n"
-        "w = _ozaki2.product(xp, npb.int_matmul, a, None, b, None, 14, 'accurate', 'float64', pre)\n"
+        "imm = npb.int_matmul\n"
+        "w = _ozaki2.product(xp, imm, a, None, b, None, 14, 'accurate', 'float64', pre)\n"
         "g = amx.ozaki2_product(a, None, b, None, 14, 'accurate', 'float64', pre)\n"
         "print(int(np.sum(g[0] != w[0])))\n"
     )
@@ -742,3 +743,41 @@ def test_host_reduce_refuses_an_output_it_cannot_write_in_place():
     out = np.zeros((4, 10), np.int8)
     _amx.ozaki2_reduce(t, 1, out)  # modulus 255
     assert np.array_equal(out, ((t + 127) % 255 - 127).astype(np.int8))
+
+
+@pytest.mark.parametrize("case", ["phi", "imaginary", "wide"])
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("moduli", [2, 11, 20])
+def test_host_pipeline_complex_3m_equals_the_generic_product(
+    case, out_dtype, moduli, monkeypatch, rng
+):
+    """Complex products in the C++ stages (3M residue planes, T1/T2/T3 -> Re/Im per modulus, a
+    two-part CRT) against emulinalg._ozaki2.product, bit for bit, views included."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _ozaki2
+    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a = phi_matrix((23, 70), 1.0, "complex128", seed=91)
+    b = phi_matrix((70, 17), 1.0, "complex128", seed=92)
+    if case == "imaginary":
+        a = 1j * a.imag
+    elif case == "wide":
+        a = a * np.exp2(rng.integers(-300, 300, (23, 1)))
+        b = b * np.exp2(rng.integers(-300, 300, (1, 17)))
+        b[:, 3] = 0
+    ar, ai = np.real(a)[::-1], np.imag(a)[::-1]  # strided views
+    br, bi = np.asfortranarray(np.real(b)), np.asfortranarray(np.imag(b))
+    pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    got = amx.ozaki2_product(ar, ai, br, bi, moduli, "accurate", out_dtype, pre)
+    with np.errstate(over="ignore"):
+        want = _ozaki2.product(
+            xp, npb.int_matmul, ar, ai, br, bi, moduli, "accurate", out_dtype, pre
+        )
+    assert got is not None and len(got) == 2
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8))
