@@ -210,10 +210,12 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
     the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound GEMM on the INT8
     tiles: the same ``(s, t, e, f)``. None declines (fast mode, complex, batches)."""
     amx = _module()
-    if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi):
+    if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi, complex_ok=True):
         return None
-    s, abar = amx.ozaki2_bound_operand(ar, True)  # (m,), (m, k)
-    t, bbar = amx.ozaki2_bound_operand(br.T, False)  # (n,), (k, n)
+    if (ai is None) != (bi is None):
+        return None
+    s, abar = amx.ozaki2_bound_operand(ar, True, ai)  # (m,), (m, k)
+    t, bbar = amx.ozaki2_bound_operand(br.T, False, None if bi is None else bi.T)  # (n,), (k, n)
     cbar = amx.gemm_s8s8s32(abar, bbar, emulate=EMULATE)  # exact: k 64 64 < 2**31
     return s, t, cbar.max(axis=1).astype(np.float64), cbar.max(axis=0).astype(np.float64)
 
@@ -231,20 +233,23 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     factor = 1.0 - (k + 2) * 2.0**-22
     if prescale is None or k > _select._LOWER_K_MAX or factor <= 0:
         return None
-    if not _host_ok(amx, ar, ai, br, bi):
+    if not _host_ok(amx, ar, ai, br, bi, complex_ok=True) or (ai is None) != (bi is None):
         return None
+    cplx = ai is not None
     s, t, e, f = prescale
-    # line exponents from the prescale's shifts (s = 5 - e): the normalisation of _select
-    a32, na = amx.ozaki2_cert_operand(ar, np.ascontiguousarray(5 - s, dtype=np.int64), True)
-    b32, nb = amx.ozaki2_cert_operand(br.T, np.ascontiguousarray(5 - t, dtype=np.int64), False)
+    # line exponents from the prescale's shifts (s = 5 - cplx - e): _select's normalisation
+    ea = np.ascontiguousarray(5 - int(cplx) - s, dtype=np.int64)
+    eb = np.ascontiguousarray(5 - int(cplx) - t, dtype=np.int64)
+    a32, na = amx.ozaki2_cert_operand(ar, ea, True, ai)
+    b32, nb = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T)
     c32 = native_matmul(a32, b32)
     l1fac = 1.0 + (k + 2) * 2.0**-52
-    scale = 2.0**-5
+    scale = 2.0 ** (int(cplx) - 5)
     alpha = scale * np.sqrt(np.asarray(e, dtype=np.float64))
     beta = scale * np.sqrt(np.asarray(f, dtype=np.float64))
     beyond, y_min = amx.ozaki2_cert_entries(
         np.ascontiguousarray(c32), na * l1fac, alpha, nb * l1fac, beta, factor,
-        (k + 2) * 2.0**-149, _select.TAU * 2.0**-bits, 4.0 * 1.0 * k,
+        (k + 2) * 2.0**-149, _select.TAU * 2.0**-bits, 4.0 * (2.0 if cplx else 1.0) * k,
         2.0 ** -crt_constants(MAX_MODULI).L,
     )  # fmt: skip
     if bool(beyond.all()):

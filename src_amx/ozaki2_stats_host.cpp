@@ -42,10 +42,33 @@ std::pair<long long, long long> strides_2d(const py::array_t<double>& x, const c
   return {x.strides(0) / 8, x.strides(1) / 8};
 }
 
-// (s, bound): s = 5 - floor(log2 max |x|) per line (5 for a zero line), as int64, and the int8
-// bound operand ceil(RN(|x| 2**s)) <= 64, (R, C) when lines_are_rows, else (C, R).
-py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows) {
+// The imaginary part beside re (same shape), or none: its data pointer and element strides.
+struct Imag {
+  const double* p = nullptr;
+  long long sr = 0, sc = 0;
+};
+
+Imag imag_part(const py::object& im, const py::array_t<double>& re, const char* who,
+               py::array_t<double>& keep) {
+  Imag out;
+  if (im.is_none()) return out;
+  keep = im.cast<py::array_t<double>>();
+  if (keep.ndim() != 2 || keep.shape(0) != re.shape(0) || keep.shape(1) != re.shape(1))
+    throw std::invalid_argument(std::string(who) + ": im must have re's shape");
+  const auto [sr, sc] = strides_2d(keep, who);
+  out.p = keep.data();
+  out.sr = sr;
+  out.sc = sc;
+  return out;
+}
+
+// (s, bound): s = 5 - cplx - floor(log2 max(|re|, |im|)) per line (for a zero line as if the
+// max were 1), as int64, and the int8 bound operand ceil(RN(|re| 2**s)) + ceil(RN(|im| 2**s))
+// <= 64, (R, C) when lines_are_rows, else (C, R).
+py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::object im) {
   const auto [sr, sc] = strides_2d(x, "bound_operand");
+  py::array_t<double> keep;
+  const Imag y = imag_part(im, x, "bound_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   py::array_t<std::int64_t> shift(R);
   py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
@@ -56,30 +79,35 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows) {
   signed char* po = out.mutable_data();
   {
     py::gil_scoped_release nogil;
-    std::vector<unsigned long long> mx(R, 0);  // largest |x| per line, as bits
-    emu_host::for_entries(px, sr, sc, R, C, [&](int r, int, double v) {
-      const unsigned long long b = abs_bits(v);
+    std::vector<unsigned long long> mx(R, 0);  // largest |re|, |im| per line, as bits
+    emu_host::for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
+      unsigned long long b = abs_bits(v);
+      if (y.p) b = std::max(b, abs_bits(y.p[r * y.sr + c * y.sc]));
       if (b > mx[r]) mx[r] = b;
     });
     std::vector<int> s(R);
     for (int r = 0; r < R; ++r) {
       const int e = mx[r] == 0 ? 0 : exponent_of(__longlong_as_double(static_cast<long long>(mx[r])));
-      s[r] = 5 - e;
+      s[r] = 5 - e - (y.p ? 1 : 0);
       ps[r] = s[r];
     }
     emu_host::for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
-      po[r * out_r + c * out_c] = static_cast<signed char>(ceil_small(scale2(abs_of(v), s[r])));
+      int b = ceil_small(scale2(abs_of(v), s[r]));
+      if (y.p) b += ceil_small(scale2(abs_of(y.p[r * y.sr + c * y.sc]), s[r]));
+      po[r * out_r + c * out_c] = static_cast<signed char>(b);
     });
   }
   return py::make_tuple(shift, out);
 }
 
-// (mag, l1): float32 magnitudes |x| 2**-e truncated toward zero, (R, C) when lines_are_rows,
-// else (C, R), and the line sums of |x| 2**-e in float64 (in column order), for the line
-// exponents e (int64, (R,)).
+// (mag, l1): float32 magnitudes max(|re|, |im|) 2**-e truncated toward zero, (R, C) when
+// lines_are_rows, else (C, R), and the line sums of |re| 2**-e + |im| 2**-e in float64 (in
+// column order), for the line exponents e (int64, (R,)).
 py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py::array::c_style> e,
-                       bool lines_are_rows) {
+                            bool lines_are_rows, py::object im) {
   const auto [sr, sc] = strides_2d(x, "cert_operand");
+  py::array_t<double> keep;
+  const Imag y = imag_part(im, x, "cert_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   if (e.size() != R) throw std::invalid_argument("cert_operand: one exponent per line");
   py::array_t<float> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
@@ -94,8 +122,14 @@ py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py:
     py::gil_scoped_release nogil;
     for (int r = 0; r < R; ++r) pl[r] = 0.0;
     emu_host::for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
-      const double a = scale2(abs_of(v), static_cast<int>(-pe[r]));
-      po[r * out_r + c * out_c] = __double2float_rz(a);
+      const int p = static_cast<int>(-pe[r]);
+      double a = scale2(abs_of(v), p), mag = a;
+      if (y.p) {
+        const double b = scale2(abs_of(y.p[r * y.sr + c * y.sc]), p);
+        mag = b > a ? b : a;
+        a = __dadd_rn(a, b);
+      }
+      po[r * out_r + c * out_c] = __double2float_rz(mag);
       pl[r] = __dadd_rn(pl[r], a);
     });
   }
@@ -140,10 +174,11 @@ py::tuple host_cert_entries(py::array_t<float, py::array::c_style> c,
 
 void register_ozaki2_stats_host(py::module_& m) {
   m.def("ozaki2_bound_operand", &host_bound_operand, py::arg("x"), py::arg("lines_are_rows") = true,
+        py::arg("im") = py::none(),
         "(s, bound): the accurate-mode prescale's shifts s = 5 - floor(log2 max|x|) per line "
         "and its int8 bound operand ceil(|x| 2**s), (R, C) or, lines_are_rows=False, (C, R).");
   m.def("ozaki2_cert_operand", &host_cert_operand, py::arg("x"), py::arg("e"),
-        py::arg("lines_are_rows") = true,
+        py::arg("lines_are_rows") = true, py::arg("im") = py::none(),
         "(mag, l1): float32 |x| 2**-e truncated toward zero (layout as ozaki2_bound_operand) and "
         "the float64 line sums of |x| 2**-e.");
   m.def("ozaki2_cert_entries", &host_cert_entries, py::arg("c"), py::arg("na"), py::arg("alpha"),

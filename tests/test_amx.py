@@ -643,9 +643,9 @@ def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
     monkeypatch.setattr(amx, "EMULATE", True)
     a, b = np.ones((4, 8)), np.ones((8, 3))
     assert amx.ozaki2_prescale(a, None, b, None, "fast") is None
-    assert amx.ozaki2_prescale(a, a, b, b, "accurate") is None
+    assert amx.ozaki2_prescale(a, a, b, None, "accurate") is None  # half complex
     pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
-    assert amx.ozaki2_certificate(a, a, b, b, pre, 53) is None
+    assert amx.ozaki2_certificate(a, None, b, b, pre, 53) is None
     assert amx.ozaki2_certificate(a, None, b, None, None, 53) is None
 
 
@@ -781,3 +781,37 @@ def test_host_pipeline_complex_3m_equals_the_generic_product(
     for g, w in zip(got, want):
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8))
+
+
+@pytest.mark.parametrize("case", ["phi", "imaginary", "wide"])
+@pytest.mark.parametrize("bits", [24, 53])
+def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch, rng):
+    """The C++ statistics on complex operands (max(|re|, |im|) exponents and magnitudes,
+    ceil(|re|) + ceil(|im|) bounds, |re| + |im| norms): prescale identical, certificate
+    decisions equal to _select.ozaki2_moduli_needed's."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _select
+    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a = phi_matrix((31, 90), 1.0, "complex128", seed=101)
+    b = phi_matrix((90, 19), 1.0, "complex128", seed=102)
+    if case == "imaginary":
+        b = 1j * b.imag
+    elif case == "wide":
+        a = a * np.exp2(rng.integers(-300, 300, (31, 1)))
+        a[4] = 0
+    ar, ai = np.real(a)[::-1], np.imag(a)[::-1]
+    br, bi = np.real(b), np.imag(b)
+    want_pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    pre = amx.ozaki2_prescale(ar, ai, br, bi, "accurate")
+    assert pre is not None
+    for got, want in zip(pre, want_pre):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    want = _select.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, bits)
+    got = amx.ozaki2_certificate(ar, ai, br, bi, pre, bits)
+    assert got is not None and got[0] == want[0]
+    assert np.array_equal(got[1], want[1])
