@@ -38,7 +38,12 @@ namespace py = pybind11;
 namespace {
 
 constexpr int kMaxModuli = 20;
-constexpr int kWords = 6;  // digit table width (MAX_WORDS): every count uses all six words
+// Words of the exact CRT accumulator per count of moduli (backends/cuda: crt_words; the tables
+// are padded to six digits with zeros, so fewer words give the same integer): checked against
+// the Python function by tests/test_amx.py through crt_words() below.
+// (Counts 0 and 1 are refused at run time; 1 word keeps their template instances valid.)
+constexpr int kCrtWords[kMaxModuli + 1] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3,
+                                           3, 3, 4, 4, 4, 4, 5, 5, 5, 5};
 
 // Calls f(std::integral_constant<int, L>) for the runtime modulus index l < kMaxModuli.
 template <class F, int... L>
@@ -126,8 +131,8 @@ void crt_impl(const signed char* res, long long plane, int m, int n, const int* 
 #pragma omp parallel for schedule(static)
   for (int row = 0; row < m; ++row) {
     threadIdx = {0, 0, 0};
-    ozaki2_crt_s8<NMOD, kWords, NP>(res + static_cast<long long>(row) * n, plane, 1, 1, n, n, m,
-                                    row, mu, nu, kind, hi, lo, hi_im, lo_im);
+    ozaki2_crt_s8<NMOD, kCrtWords[NMOD], NP>(res + static_cast<long long>(row) * n, plane, 1, 1,
+                                             n, n, m, row, mu, nu, kind, hi, lo, hi_im, lo_im);
   }
 }
 
@@ -267,9 +272,11 @@ void crt(py::array_t<signed char, py::array::c_style> res,
   const int np = res.ndim() == 4 ? 2 : 1, d = res.ndim() - 3;
   const int nmod = static_cast<int>(res.shape(d));
   check_moduli(nmod);
+  if (nmod < 2) throw std::invalid_argument("crt: at least 2 moduli");
   const int m = static_cast<int>(res.shape(d + 1)), n = static_cast<int>(res.shape(d + 2));
   if (mu.size() != m || nu.size() != n) throw std::invalid_argument("crt: shift sizes");
-  if (wdig.size() != kMaxModuli * kWords || pdig.size() != kWords || ratio.size() != kMaxModuli)
+  if (wdig.size() != kMaxModuli * kDigitStride || pdig.size() != kDigitStride ||
+      ratio.size() != kMaxModuli)
     throw std::invalid_argument("crt: tables of the wrong size");
   if (kind < 0 || kind > 2) throw std::invalid_argument("crt: kind must be 0, 1 or 2");
   const py::dtype want = kind == 1 ? py::dtype::of<float>() : py::dtype::of<double>();
@@ -324,6 +331,9 @@ void register_ozaki2_host(py::module_& m) {
         "Scheme II reconstruction from int8 residues (moduli, m, n), or (2, moduli, m, n) for the "
         "real and imaginary parts (then hi_im, lo_im): kind 0 float64, 1 float32, 2 "
         "double-double (hi, lo); bit-identical to emulinalg._ozaki2.reconstruct.");
+  m.def(
+      "crt_words", [](int n) { return n >= 2 && n <= kMaxModuli ? kCrtWords[n] : 0; },
+      py::arg("n"), "Words of the CRT accumulator compiled for n moduli (0 outside 2..20).");
   m.def("ozaki2_residues3", &residues3, py::arg("re"), py::arg("im"), py::arg("shift"),
         py::arg("moduli"), py::arg("lines_are_rows") = true,
         "3M residue planes (3, moduli, ...) of re + i im: re, im and re + im, as ozaki2_residues.");

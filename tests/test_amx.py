@@ -815,3 +815,12 @@ def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch,
     got = amx.ozaki2_certificate(ar, ai, br, bi, pre, bits)
     assert got is not None and got[0] == want[0]
     assert np.array_equal(got[1], want[1])
+
+
+def test_host_crt_word_counts_match_the_tables():
+    """The CRT accumulator sizes compiled into src_amx/ozaki2_host.cpp equal backends/cuda's
+    crt_words (the digit tables are built from it)."""
+    from emulinalg import _amx
+    from emulinalg.backends.cuda import crt_words
+
+    assert [_amx.crt_words(n) for n in range(2, 21)] == [crt_words(n) for n in range(2, 21)]
