@@ -138,18 +138,25 @@ def _crt_arrays(n):
     )
 
 
-def _host_ok(amx, ar, ai, br, bi, complex_ok=False):
+def _host_ok(amx, ar, ai, br, bi):
     """Whether the C++ stages (``src_amx/ozaki2_*host.cpp``) cover this call: 2-D aligned
-    operands with whole-element strides (not fields of structured arrays), real unless
-    ``complex_ok``, k <= MAX_K (one tile GEMM pass), and AMX (or the tile model) here."""
-    parts = [x for x in (ar, ai, br, bi) if x is not None]
+    float64 parts with whole-element strides (not fields of structured arrays), real or complex
+    on both sides with the imaginary parts shaped as the real ones, k <= MAX_K (one tile GEMM
+    pass), and AMX (or the tile model) here."""
+    if (ai is None) != (bi is None):
+        return False
+    pairs = [(ar, ar), (br, br)] + ([(ai, ar), (bi, br)] if ai is not None else [])
     return (
         amx is not None
         and hasattr(amx, "ozaki2_reduce3")
-        and all(x.flags.aligned and all(st % 8 == 0 for st in x.strides) for x in parts)
+        and all(
+            x.shape == like.shape and x.dtype == np.float64 and x.flags.aligned
+            and all(st % 8 == 0 for st in x.strides)
+            for x, like in pairs
+        )
         and (EMULATE or amx.available())
-        and (complex_ok or (ai is None and bi is None))
-        and all(x.ndim == 2 for x in parts)
+        and ar.ndim == 2
+        and br.ndim == 2
         and 0 not in ar.shape + br.shape
         and ar.shape[1] <= MAX_K
     )
@@ -165,7 +172,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     cplx = ai is not None
     if out_dtype not in _KIND or prescale is None:
         return None
-    if not _host_ok(amx, ar, ai, br, bi, complex_ok=True) or (bi is None) != (ai is None):
+    if not _host_ok(amx, ar, ai, br, bi):
         return None
     from emulinalg._moduli import crt_constants
     from emulinalg._scaling import ozaki2_shifts
@@ -208,11 +215,10 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
 def ozaki2_prescale(ar, ai, br, bi, mode):
     """``emulinalg._scaling.ozaki2_prescale(numpy, int_matmul, ar, ai, br, bi, "accurate")`` with
     the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound GEMM on the INT8
-    tiles: the same ``(s, t, e, f)``. None declines (fast mode, complex, batches)."""
+    tiles: the same ``(s, t, e, f)``, real or complex. None declines (fast mode, batches, what
+    ``_host_ok`` refuses)."""
     amx = _module()
-    if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi, complex_ok=True):
-        return None
-    if (ai is None) != (bi is None):
+    if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi):
         return None
     s, abar = amx.ozaki2_bound_operand(ar, True, ai)  # (m,), (m, k)
     t, bbar = amx.ozaki2_bound_operand(br.T, False, None if bi is None else bi.T)  # (n,), (k, n)
@@ -233,7 +239,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     factor = 1.0 - (k + 2) * 2.0**-22
     if prescale is None or k > _select._LOWER_K_MAX or factor <= 0:
         return None
-    if not _host_ok(amx, ar, ai, br, bi, complex_ok=True) or (ai is None) != (bi is None):
+    if not _host_ok(amx, ar, ai, br, bi):
         return None
     cplx = ai is not None
     s, t, e, f = prescale

@@ -2,8 +2,9 @@
 // compiles (backends/cuda/ozaki2_residues.cu, ozaki2_crt.cu, ozaki2_crt_s8.cu): the per-entry
 // arithmetic is written once. Here those device functions compile as host C++ (cuda_host.hpp)
 // and OpenMP runs the loops; the outputs are bit-identical to emulinalg._ozaki2's numpy code
-// (tests/test_amx.py checks it). Real operands only (the amx backend's complex products stay on
-// the generic path).
+// (tests/test_amx.py checks it). Real products, and complex ones by 3M (three planes per
+// operand: re, im, re + im; three GEMMs per modulus combined into the real and imaginary
+// residues).
 //
 //   residues: float64 lines x (shift per line) -> int8 symmetric residues of trunc(x 2**shift)
 //             for moduli 0..n-1, planes (n, rows, cols) in any output layout

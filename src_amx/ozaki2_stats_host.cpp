@@ -1,7 +1,8 @@
 // The statistics that choose a level's number of moduli (the accurate-mode prescale and the
 // per-entry certificate) on the CPU, from the CUDA sources of the cupy backend's kernels
 // (backends/cuda/ozaki2_stats.cu: exponent_of, scale2, ceil_small, cert_y): the per-entry
-// arithmetic is written once. Real operands; OpenMP loops walk whichever axis is contiguous.
+// arithmetic is written once. Real or complex operands (magnitudes max(|re|, |im|), bounds
+// ceil(|re|) + ceil(|im|), norms |re| + |im|); OpenMP loops walk whichever axis is contiguous.
 // Same values as emulinalg._scaling.ozaki2_prescale (exactly) and the same decisions as
 // emulinalg._select.ozaki2_moduli_needed (its float32 lower bound; the l1 sums are taken in
 // another order, upper bounds both) -- tests/test_amx.py.
@@ -175,12 +176,13 @@ py::tuple host_cert_entries(py::array_t<float, py::array::c_style> c,
 void register_ozaki2_stats_host(py::module_& m) {
   m.def("ozaki2_bound_operand", &host_bound_operand, py::arg("x"), py::arg("lines_are_rows") = true,
         py::arg("im") = py::none(),
-        "(s, bound): the accurate-mode prescale's shifts s = 5 - floor(log2 max|x|) per line "
-        "and its int8 bound operand ceil(|x| 2**s), (R, C) or, lines_are_rows=False, (C, R).");
+        "(s, bound): the accurate-mode prescale's shifts s = 5 - [im given] - floor(log2 "
+        "max(|x|, |im|)) per line and its int8 bound operand ceil(|x| 2**s) (+ ceil(|im| 2**s)), "
+        "(R, C) or, lines_are_rows=False, (C, R).");
   m.def("ozaki2_cert_operand", &host_cert_operand, py::arg("x"), py::arg("e"),
         py::arg("lines_are_rows") = true, py::arg("im") = py::none(),
-        "(mag, l1): float32 |x| 2**-e truncated toward zero (layout as ozaki2_bound_operand) and "
-        "the float64 line sums of |x| 2**-e.");
+        "(mag, l1): float32 max(|x|, |im|) 2**-e truncated toward zero (layout as "
+        "ozaki2_bound_operand) and the float64 line sums of (|x| + |im|) 2**-e.");
   m.def("ozaki2_cert_entries", &host_cert_entries, py::arg("c"), py::arg("na"), py::arg("alpha"),
         py::arg("nb"), py::arg("beta"), py::arg("factor"), py::arg("abs_term"), py::arg("cR"),
         py::arg("c4"), py::arg("thr"),

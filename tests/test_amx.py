@@ -644,6 +644,8 @@ def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
     a, b = np.ones((4, 8)), np.ones((8, 3))
     assert amx.ozaki2_prescale(a, None, b, None, "fast") is None
     assert amx.ozaki2_prescale(a, a, b, None, "accurate") is None  # half complex
+    assert amx.ozaki2_prescale(a, np.ones((1, 8)), b, b, "accurate") is None  # broadcast im
+    assert amx.ozaki2_prescale(a, a.astype(np.float32), b, b, "accurate") is None
     pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
     assert amx.ozaki2_certificate(a, None, b, b, pre, 53) is None
     assert amx.ozaki2_certificate(a, None, b, None, None, 53) is None
