@@ -605,12 +605,9 @@ def test_level_products_use_the_host_pipeline(backend, monkeypatch):
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
 
 
-@pytest.mark.parametrize("case", ["phi", "wide", "huge", "phi4"])
-@pytest.mark.parametrize("bits", [24, 53, 70])
-def test_host_statistics_equal_the_generic_ones(case, bits, monkeypatch, rng):
-    """amx.ozaki2_prescale equals _scaling.ozaki2_prescale exactly, and amx.ozaki2_certificate
-    gives _select.ozaki2_moduli_needed's count and mask (same float32 lower bound), strided
-    views included."""
+def _assert_statistics_equal(ar, ai, br, bi, bits):
+    """amx.ozaki2_prescale == _scaling.ozaki2_prescale (values and dtypes), and
+    amx.ozaki2_certificate's (count, beyond) == _select.ozaki2_moduli_needed's."""
     import array_api_compat.numpy as xp
 
     from emulinalg import _select
@@ -618,23 +615,33 @@ def test_host_statistics_equal_the_generic_ones(case, bits, monkeypatch, rng):
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
 
+    want_pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    pre = amx.ozaki2_prescale(ar, ai, br, bi, "accurate")
+    assert pre is not None
+    for got, want in zip(pre, want_pre):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    want = _select.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, bits)
+    got = amx.ozaki2_certificate(ar, ai, br, bi, pre, bits)
+    assert got is not None and got[0] == want[0]
+    assert np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("case", ["phi", "wide", "huge", "phi4"])
+@pytest.mark.parametrize("bits", [24, 53, 70])
+def test_host_statistics_equal_the_generic_ones(case, bits, monkeypatch, rng):
+    """amx.ozaki2_prescale equals _scaling.ozaki2_prescale exactly, and amx.ozaki2_certificate
+    gives _select.ozaki2_moduli_needed's count and mask (same float32 lower bound), strided
+    views included."""
+
+    from emulinalg.backends import amx
+
     monkeypatch.setattr(amx, "EMULATE", True)
     if case == "phi4":
         a = phi_matrix((41, 300), 4.0, "float64", seed=61)
         b = phi_matrix((300, 27), 4.0, "float64", seed=62)
     else:
         a, b = _pipeline_inputs(case, rng)
-    a = np.asfortranarray(a)[::-1]
-    want_pre = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
-    pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
-    assert pre is not None
-    for got, want in zip(pre, want_pre):
-        assert got.dtype == want.dtype and np.array_equal(got, want)
-    want = _select.ozaki2_moduli_needed(xp, npb, a, None, b, None, want_pre, bits)
-    got = amx.ozaki2_certificate(a, None, b, None, pre, bits)
-    assert got is not None
-    assert got[0] == want[0]
-    assert np.array_equal(got[1], want[1])
+    _assert_statistics_equal(np.asfortranarray(a)[::-1], None, b, None, bits)
 
 
 def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
@@ -791,12 +798,8 @@ def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch,
     """The C++ statistics on complex operands (max(|re|, |im|) exponents and magnitudes,
     ceil(|re|) + ceil(|im|) bounds, |re| + |im| norms): prescale identical, certificate
     decisions equal to _select.ozaki2_moduli_needed's."""
-    import array_api_compat.numpy as xp
 
-    from emulinalg import _select
-    from emulinalg._scaling import ozaki2_prescale
     from emulinalg.backends import amx
-    from emulinalg.backends import numpy as npb
 
     monkeypatch.setattr(amx, "EMULATE", True)
     a = phi_matrix((31, 90), 1.0, "complex128", seed=101)
@@ -806,17 +809,7 @@ def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch,
     elif case == "wide":
         a = a * np.exp2(rng.integers(-300, 300, (31, 1)))
         a[4] = 0
-    ar, ai = np.real(a)[::-1], np.imag(a)[::-1]
-    br, bi = np.real(b), np.imag(b)
-    want_pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
-    pre = amx.ozaki2_prescale(ar, ai, br, bi, "accurate")
-    assert pre is not None
-    for got, want in zip(pre, want_pre):
-        assert got.dtype == want.dtype and np.array_equal(got, want)
-    want = _select.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, bits)
-    got = amx.ozaki2_certificate(ar, ai, br, bi, pre, bits)
-    assert got is not None and got[0] == want[0]
-    assert np.array_equal(got[1], want[1])
+    _assert_statistics_equal(np.real(a)[::-1], np.imag(a)[::-1], np.real(b), np.imag(b), bits)
 
 
 def test_host_crt_word_counts_match_the_tables():
