@@ -232,7 +232,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     in numpy's BLAS, as there: ``(count, beyond)``, the same decisions except where a y lies
     within a few ulps of a threshold (the l1 sums run in another order). None declines."""
     from emulinalg import _select
-    from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
+    from emulinalg._moduli import MAX_MODULI, crt_constants
 
     amx = _module()
     k = ar.shape[-1]
@@ -260,8 +260,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     )  # fmt: skip
     if bool(beyond.all()):
         return None, beyond
-    counts = range(MIN_MODULI, MAX_MODULI + 1)
-    return next(n for n in counts if y_min >= 2.0 ** -crt_constants(n).L), beyond
+    return _select.moduli_for(y_min), beyond
 
 
 def _tiles(amx, a, b):

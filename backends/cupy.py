@@ -26,13 +26,12 @@ import contextlib
 import math
 import os
 
-import array_api_compat
 import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
 from emulinalg import _select
-from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from emulinalg._moduli import MAX_MODULI, crt_constants
 from emulinalg._scaling import ozaki2_shifts
 from emulinalg._timing import stage
 
@@ -628,9 +627,4 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     v = int(ymin[0])
     if v == _ALL_ONES:
         return None, beyond
-    y_min = float(np.array(v, dtype=np.uint64).view(np.float64))
-    count = next(
-        (nm for nm in range(MIN_MODULI, MAX_MODULI + 1) if y_min >= 2.0 ** -crt_constants(nm).L),
-        None,
-    )
-    return count, beyond
+    return _select.moduli_for(float(np.array(v, dtype=np.uint64).view(np.float64))), beyond

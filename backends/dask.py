@@ -121,7 +121,7 @@ import os
 import numpy as np
 
 from emulinalg import _engine, _exact, _ozaki2, _select
-from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from emulinalg._moduli import MAX_MODULI, crt_constants
 from emulinalg._plan import Plan
 from emulinalg._precision import NATIVE, OzakiI, OzakiII, level_for_dtype
 from emulinalg._scaling import (
@@ -1000,10 +1000,7 @@ def _count_task(abad, bbad, summary=None, *, fixed, bits, native_bits):
         return {"count": MAX_MODULI, "mask": False, "need": lines}
     if bool((summary[..., 2] > 0).all()):  # nothing certifiable: the native product
         return {"count": 0, "mask": True, "need": np.ones_like(lines)}
-    y_min = float(summary[..., 0].min())
-    count = next(
-        n for n in range(MIN_MODULI, MAX_MODULI + 1) if y_min >= 2.0 ** -crt_constants(n).L
-    )
+    count = _select.moduli_for(float(summary[..., 0].min()))
     return {"count": count, "mask": True, "need": lines | any_beyond}
 
 

@@ -100,12 +100,17 @@ def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
     y, beyond = ozaki2_certified_y(xp, k, R, na, nb, e, f, ai is not None)
     if bool(xp.all(beyond)):
         return None, beyond
-    y_min = float(xp.min(xp.where(beyond, xp.inf, y)))
-    count = next(
+    return moduli_for(float(xp.min(xp.where(beyond, xp.inf, y)))), beyond
+
+
+def moduli_for(y_min):
+    """The smallest count n of moduli with ``y_min >= 2**-L_n`` (None when even the most do
+    not reach it): L_n grows with n, so one y, the smallest over the certified entries, decides
+    for all of them (the backends' certificate kernels and the dask count task use it too)."""
+    return next(
         (n for n in range(MIN_MODULI, MAX_MODULI + 1) if y_min >= 2.0 ** -crt_constants(n).L),
         None,
     )
-    return count, beyond
 
 
 def ozaki2_certified_y(xp, k, R, na, nb, e, f, complex_):
