@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numpy as _numpy_backend
+from .cuda import OUT_KIND, crt_table_arrays
 
 name = "amx"
 
@@ -123,19 +124,10 @@ def _gemm_s8(amx, a, b):
     return acc  # |sum| <= k * 2**14: exact in float64 for any k below 2**39
 
 
-_KIND = {"float64": 0, "float32": 1, "dd": 2}
-
-
 def _crt_arrays(n):
-    """``ozaki2_crt``'s digit tables for n moduli (the cupy backend's, as int32/float64)."""
-    from .cuda import crt_tables
-
-    t = crt_tables(n)
-    return (
-        np.ascontiguousarray(np.array(t["wdig"], dtype=np.int32).ravel()),
-        np.array(t["pdig"], dtype=np.int32),
-        np.array(t["ratios"], dtype=np.float64),
-    )
+    """``ozaki2_crt``'s digit tables for n moduli, in its argument order."""
+    t = crt_table_arrays(n)
+    return t["emu_wdig"], t["emu_pdig"], t["emu_ratio"]
 
 
 def _host_ok(amx, ar, ai, br, bi):
@@ -170,7 +162,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     operands with k <= ``MAX_K``; returns None to decline (batches, longer K: generic path)."""
     amx = _module()
     cplx = ai is not None
-    if out_dtype not in _KIND or prescale is None:
+    if out_dtype not in OUT_KIND or prescale is None:
         return None
     if not _host_ok(amx, ar, ai, br, bi):
         return None
@@ -204,7 +196,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
         outs = [np.empty((m, n), dtype=dt) for _ in range(len(res))]
         los = [np.empty((m, n)) if out_dtype == "dd" else None for _ in range(len(res))]
         amx.ozaki2_crt(
-            res if cplx else res[0], mu32, nu32, _KIND[out_dtype], *_crt_arrays(moduli),
+            res if cplx else res[0], mu32, nu32, OUT_KIND[out_dtype], *_crt_arrays(moduli),
             outs[0], los[0], outs[-1] if cplx else None, los[-1] if cplx else None,
         )  # fmt: skip
     if out_dtype == "dd":

@@ -152,7 +152,6 @@ _NP_ALIGN = 4  # INT32 output rows 16-byte aligned (ldc, and the TN GEMM's m, mu
 _BF16_ALIGN = 8  # bf16 rows 16-byte aligned
 _MAX_GRID_YZ = 65535  # grid.y/z limit; the kernels loop over what lies beyond
 _MAX_BATCH = 65535  # matrices per cuBLAS batched call, kept below the grid limit it may use
-_OUT_KIND = {"float64": 0, "float32": 1, "dd": 2}  # ozaki2_crt.cu's `kind`
 _THREADS = 256
 
 # Bytes of A residues and INT32 products held at once: larger row blocks are done in chunks of
@@ -253,15 +252,6 @@ def _int8_products(pa, pb):
     return out
 
 
-def _crt_tables(n):
-    t = _cuda.crt_tables(n)
-    return {
-        "emu_wdig": np.array(t["wdig"], dtype=np.int32).ravel(),
-        "emu_pdig": np.array(t["pdig"], dtype=np.int32),
-        "emu_ratio": np.array(t["ratios"], dtype=np.float64),
-    }
-
-
 def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype):
     """Rows r0.. of the outputs from the INT32 products of one chunk: ``ozaki2_crt.cu``.
     ``outs``: the (B, m, n) output arrays (hi[, lo] per part, in part order)."""
@@ -271,7 +261,7 @@ def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype):
     fn = _kernel(
         "ozaki2_crt.cu",
         f"ozaki2_crt<{n}, {nw}, {'true' if cplx else 'false'}>",
-        tables=lambda: _crt_tables(n),
+        tables=lambda: _cuda.crt_table_arrays(n),
     )
     o = list(outs) + [outs[0]] * (4 - len(outs))  # unused pointers are never written
     if out_dtype != "dd" and cplx:
@@ -281,7 +271,7 @@ def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype):
     args = (
         prod, _i64(prod[0].size), _i32(nkb), _i64(B * mc * n_p),
         _i32(B), _i32(mc), _i32(ncols), _i32(n_p), _i32(m_full), _i32(r0),
-        mu32, nu32, _i32(_OUT_KIND[out_dtype]), *o,
+        mu32, nu32, _i32(_cuda.OUT_KIND[out_dtype]), *o,
     )  # fmt: skip
     fn(grid, (32, 8), args)
 
@@ -331,7 +321,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     "float32" or "dd" (each part a (hi, lo) float64 pair, as ``_exact.unscale_dd``). Returns the
     tuple of parts, or None to decline (the caller then runs the generic path).
     """
-    if not kernels_enabled() or out_dtype not in _OUT_KIND or prescale is None:
+    if not kernels_enabled() or out_dtype not in _cuda.OUT_KIND or prescale is None:
         return None
     if any(x is not None and x.dtype != cp.float64 for x in (ar, ai, br, bi)):
         return None

@@ -24,6 +24,8 @@ import re
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from emulinalg._moduli import MODULI, crt_constants
 
 _HERE = Path(__file__).resolve().parent
@@ -81,6 +83,22 @@ def crt_tables(n: int) -> dict:
     pdig[:nw] = _balanced_digits(c.P, nw)
     ratios = list(c.weight_ratios) + [0.0] * (len(MODULI) - n)
     return {"nw": nw, "wdig": wdig, "pdig": pdig, "ratios": ratios}
+
+
+# ozaki2_crt.cu's `kind` argument for each output type ("dd": double-double hi, lo).
+OUT_KIND = {"float64": 0, "float32": 1, "dd": 2}
+
+
+def crt_table_arrays(n: int) -> dict:
+    """``crt_tables(n)`` as the kernels' arrays, by symbol: ``emu_wdig`` (int32, 20 x
+    MAX_WORDS, row-major), ``emu_pdig`` (int32) and ``emu_ratio`` (float64); fresh copies (the
+    cupy backend uploads them, the CPU stages of src_amx copy them in)."""
+    t = crt_tables(n)
+    return {
+        "emu_wdig": np.array(t["wdig"], dtype=np.int32).ravel(),
+        "emu_pdig": np.array(t["pdig"], dtype=np.int32),
+        "emu_ratio": np.array(t["ratios"], dtype=np.float64),
+    }
 
 
 def header_moduli() -> tuple[int, ...]:

@@ -29,12 +29,11 @@ import numpy as np
 
 from emulinalg._moduli import MODULI
 
-from . import crt_tables, crt_words, source
+from . import OUT_KIND, crt_table_arrays, crt_words, source
 
 MAX_K = 1 << 16  # |r_a r_b| <= 2**14: exact INT32 sums, as the cuBLAS path's K-blocks
 _ALIGN = 16  # TMA: 16-byte strides and rows of the int8 output
 _MAX_GRID_Y = 65535
-_OUT_KIND = {"float64": 0, "float32": 1, "dd": 2}  # ozaki2_crt.cu's `kind`
 
 # Tile configuration of emulinalg._cuda (src_cuda/gemm_s8_configs.cuh) and scheduler knobs;
 # tools/device/fused_bench.py measures them all.
@@ -178,22 +177,13 @@ def crt_s8_source() -> str:
     return _CRT_INCLUDE.sub(lambda _: source("ozaki2_crt.cu"), source("ozaki2_crt_s8.cu"))
 
 
-def _crt_tables(n):
-    t = crt_tables(n)
-    return {
-        "emu_wdig": np.array(t["wdig"], dtype=np.int32).ravel(),
-        "emu_pdig": np.array(t["pdig"], dtype=np.int32),
-        "emu_ratio": np.array(t["ratios"], dtype=np.float64),
-    }
-
-
 def _crt_kernel(cp, n, parts):
     expr = f"ozaki2_crt_s8<{n}, {crt_words(n)}, {parts}>"
     key = (id(cp), cp.cuda.Device().id, expr)  # id(cp): the CPU tests' stand-in keeps its own
     fn = _kernels.get(key)
     if fn is None:
         mod = cp.RawModule(code=crt_s8_source(), options=("--std=c++17",), name_expressions=(expr,))
-        for sym, arr in _crt_tables(n).items():
+        for sym, arr in crt_table_arrays(n).items():
             cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
         # The copies are queued on the current stream; kernels may run on any other one.
         cp.cuda.runtime.deviceSynchronize()
@@ -222,6 +212,6 @@ def crt_s8(res, n, cplx, mu32, nu32, r0, outs, out_dtype):
     grid = (-(-ncols // 32), min(-(-rows // 8), _MAX_GRID_Y))
     args = (
         res, np.int64(B * mc * ldr), np.int32(B), np.int32(mc), np.int32(ncols), np.int32(ldr),
-        np.int32(m_full), np.int32(r0), mu32, nu32, np.int32(_OUT_KIND[out_dtype]), *o,
+        np.int32(m_full), np.int32(r0), mu32, nu32, np.int32(OUT_KIND[out_dtype]), *o,
     )  # fmt: skip
     fn(grid, (32, 8), args)
