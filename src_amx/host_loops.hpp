@@ -1,9 +1,30 @@
-// Loops of the CPU stages (ozaki2_host.cpp, ozaki2_stats_host.cpp) over a strided matrix.
+// What the CPU stages (ozaki2_host.cpp, ozaki2_stats_host.cpp) share about a strided float64
+// matrix: its checked element strides, and a loop over its entries.
 #pragma once
+#include <pybind11/numpy.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace emu_host {
+
+// Element strides (rows, columns) of a 2-D float64 matrix whose dimensions fit int; byte
+// strides that are not whole elements (fields of a structured array) are refused rather than
+// misread. `who` starts the messages.
+inline std::pair<long long, long long> matrix_strides(const pybind11::array& x, const char* who) {
+  const std::string w(who);
+  if (x.ndim() != 2) throw std::invalid_argument(w + ": x must be 2-D");
+  if (x.shape(0) > std::numeric_limits<int>::max() || x.shape(1) > std::numeric_limits<int>::max())
+    throw std::invalid_argument(w + ": dimension too large (> 2**31 - 1)");
+  if (x.strides(0) % 8 != 0 || x.strides(1) % 8 != 0)
+    throw std::invalid_argument(w + ": strides must be multiples of 8 bytes (a stride that is "
+                                    "not a multiple of 8 bytes is not a whole float64 element)");
+  return {x.strides(0) / 8, x.strides(1) / 8};
+}
 
 constexpr int kLineBlock = 64;  // lines per task when the lines run across memory
 

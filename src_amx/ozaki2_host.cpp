@@ -27,7 +27,6 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -147,21 +146,6 @@ void dispatch_nmod(int nmod, F&& f) {
   dispatch_nmod(nmod, std::forward<F>(f), std::make_integer_sequence<int, kMaxModuli>{});
 }
 
-// Element strides of a float64 matrix; byte strides that are not whole elements (fields of a
-// structured array) are refused rather than misread.
-long long element_stride(const py::array& x, int axis) {
-  const long long b = x.strides(axis);
-  if (b % static_cast<long long>(sizeof(double)) != 0)
-    throw std::invalid_argument("float64 input with a stride that is not a multiple of 8 bytes");
-  return b / static_cast<long long>(sizeof(double));
-}
-
-void check_dims(const py::array& x) {
-  for (int d = 0; d < x.ndim(); ++d)
-    if (x.shape(d) > std::numeric_limits<int>::max())
-      throw std::invalid_argument("dimension too large (> 2**31 - 1)");
-}
-
 void check_moduli(int nmod) {
   if (nmod < 1 || nmod > kMaxModuli)
     throw std::invalid_argument("moduli: expected 1..20, got " + std::to_string(nmod));
@@ -172,12 +156,10 @@ void check_moduli(int nmod) {
 py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::array::c_style> shift,
                                   int nmod, bool lines_are_rows) {
   check_moduli(nmod);
-  if (x.ndim() != 2) throw std::invalid_argument("residues: x must be 2-D");
+  const auto [sr, sc] = emu_host::matrix_strides(x, "residues");
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   if (shift.ndim() != 1 || shift.shape(0) != R)
     throw std::invalid_argument("residues: shift must have one entry per line");
-  check_dims(x);
-  const long long sr = element_stride(x, 0), sc = element_stride(x, 1);
   const long long plane = static_cast<long long>(R) * C;
   py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{nmod, R, C}
                                               : std::vector<py::ssize_t>{nmod, C, R});
@@ -200,15 +182,13 @@ py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> i
                                    py::array_t<int, py::array::c_style> shift, int nmod,
                                    bool lines_are_rows) {
   check_moduli(nmod);
-  if (re.ndim() != 2 || im.ndim() != 2 || re.shape(0) != im.shape(0) ||
-      re.shape(1) != im.shape(1))
-    throw std::invalid_argument("residues3: re and im must be 2-D of one shape");
-  check_dims(re);
+  const auto [sr, sc] = emu_host::matrix_strides(re, "residues3");
+  const auto [yr, yc] = emu_host::matrix_strides(im, "residues3");
+  if (re.shape(0) != im.shape(0) || re.shape(1) != im.shape(1))
+    throw std::invalid_argument("residues3: re and im must have one shape");
   const int R = static_cast<int>(re.shape(0)), C = static_cast<int>(re.shape(1));
   if (shift.ndim() != 1 || shift.shape(0) != R)
     throw std::invalid_argument("residues3: shift must have one entry per line");
-  const long long sr = element_stride(re, 0), sc = element_stride(re, 1);
-  const long long yr = element_stride(im, 0), yc = element_stride(im, 1);
   const long long plane = static_cast<long long>(R) * C;
   py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{3, nmod, R, C}
                                               : std::vector<py::ssize_t>{3, nmod, C, R});

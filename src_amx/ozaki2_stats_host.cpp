@@ -33,16 +33,6 @@ namespace py = pybind11;
 
 namespace {
 
-// A 2-D float64 matrix with whole-element strides (see ozaki2_host.cpp); its element strides.
-std::pair<long long, long long> strides_2d(const py::array_t<double>& x, const char* who) {
-  if (x.ndim() != 2) throw std::invalid_argument(std::string(who) + ": x must be 2-D");
-  if (x.shape(0) > std::numeric_limits<int>::max() || x.shape(1) > std::numeric_limits<int>::max())
-    throw std::invalid_argument(std::string(who) + ": dimension too large (> 2**31 - 1)");
-  if (x.strides(0) % 8 != 0 || x.strides(1) % 8 != 0)
-    throw std::invalid_argument(std::string(who) + ": strides must be multiples of 8 bytes");
-  return {x.strides(0) / 8, x.strides(1) / 8};
-}
-
 // The imaginary part beside re (same shape), or none: its data pointer and element strides.
 struct Imag {
   const double* p = nullptr;
@@ -56,7 +46,7 @@ Imag imag_part(const py::object& im, const py::array_t<double>& re, const char* 
   keep = im.cast<py::array_t<double>>();
   if (keep.ndim() != 2 || keep.shape(0) != re.shape(0) || keep.shape(1) != re.shape(1))
     throw std::invalid_argument(std::string(who) + ": im must have re's shape");
-  const auto [sr, sc] = strides_2d(keep, who);
+  const auto [sr, sc] = emu_host::matrix_strides(keep, who);
   out.p = keep.data();
   out.sr = sr;
   out.sc = sc;
@@ -67,7 +57,7 @@ Imag imag_part(const py::object& im, const py::array_t<double>& re, const char* 
 // max were 1), as int64, and the int8 bound operand ceil(RN(|re| 2**s)) + ceil(RN(|im| 2**s))
 // <= 64, (R, C) when lines_are_rows, else (C, R).
 py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::object im) {
-  const auto [sr, sc] = strides_2d(x, "bound_operand");
+  const auto [sr, sc] = emu_host::matrix_strides(x, "bound_operand");
   py::array_t<double> keep;
   const Imag y = imag_part(im, x, "bound_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
@@ -106,7 +96,7 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
 // column order), for the line exponents e (int64, (R,)).
 py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py::array::c_style> e,
                             bool lines_are_rows, py::object im) {
-  const auto [sr, sc] = strides_2d(x, "cert_operand");
+  const auto [sr, sc] = emu_host::matrix_strides(x, "cert_operand");
   py::array_t<double> keep;
   const Imag y = imag_part(im, x, "cert_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
