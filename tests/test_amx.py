@@ -551,12 +551,9 @@ def _pipeline_inputs(case, rng):
     return a, b
 
 
-@pytest.mark.parametrize("case", ["phi", "wide", "huge"])
-@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
-@pytest.mark.parametrize("moduli", [2, 9, 17, 20])
-def test_host_pipeline_equals_the_generic_product(case, out_dtype, moduli, monkeypatch, rng):
-    """amx.ozaki2_product (C++ residues and CRT, tile-model INT8 GEMMs) against
-    emulinalg._ozaki2.product on numpy, bit for bit, views included."""
+def _assert_product_equal(ar, ai, br, bi, moduli, out_dtype):
+    """amx.ozaki2_product == _ozaki2.product (numpy) byte for byte, part by part (dtype
+    included), on the generic prescale; returns the hook's parts."""
     import array_api_compat.numpy as xp
 
     from emulinalg import _ozaki2
@@ -564,19 +561,30 @@ def test_host_pipeline_equals_the_generic_product(case, out_dtype, moduli, monke
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
 
-    monkeypatch.setattr(amx, "EMULATE", True)
-    a, b = _pipeline_inputs(case, rng)
-    a = np.asfortranarray(a)[::-1]  # strided view
-    pre = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
-    got = amx.ozaki2_product(a, None, b, None, moduli, "accurate", out_dtype, pre)
+    pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    got = amx.ozaki2_product(ar, ai, br, bi, moduli, "accurate", out_dtype, pre)
     with np.errstate(over="ignore"):  # float32 results beyond range round to inf, as native
         want = _ozaki2.product(
-            xp, npb.int_matmul, a, None, b, None, moduli, "accurate", out_dtype, pre
+            xp, npb.int_matmul, ar, ai, br, bi, moduli, "accurate", out_dtype, pre
         )
-    assert got is not None
-    got, want = np.asarray(got).reshape(-1), np.asarray(want).reshape(-1)
-    assert got.dtype == want.dtype
-    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert got is not None and len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8))
+    return got
+
+
+@pytest.mark.parametrize("case", ["phi", "wide", "huge"])
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("moduli", [2, 9, 17, 20])
+def test_host_pipeline_equals_the_generic_product(case, out_dtype, moduli, monkeypatch, rng):
+    """amx.ozaki2_product (C++ residues and CRT, tile-model INT8 GEMMs) against
+    emulinalg._ozaki2.product on numpy, bit for bit, views included."""
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a, b = _pipeline_inputs(case, rng)
+    _assert_product_equal(np.asfortranarray(a)[::-1], None, b, None, moduli, out_dtype)
 
 
 def test_host_pipeline_declines_what_it_does_not_cover(monkeypatch):
@@ -762,12 +770,7 @@ def test_host_pipeline_complex_3m_equals_the_generic_product(
 ):
     """Complex products in the C++ stages (3M residue planes, T1/T2/T3 -> Re/Im per modulus, a
     two-part CRT) against emulinalg._ozaki2.product, bit for bit, views included."""
-    import array_api_compat.numpy as xp
-
-    from emulinalg import _ozaki2
-    from emulinalg._scaling import ozaki2_prescale
     from emulinalg.backends import amx
-    from emulinalg.backends import numpy as npb
 
     monkeypatch.setattr(amx, "EMULATE", True)
     a = phi_matrix((23, 70), 1.0, "complex128", seed=91)
@@ -780,16 +783,7 @@ def test_host_pipeline_complex_3m_equals_the_generic_product(
         b[:, 3] = 0
     ar, ai = np.real(a)[::-1], np.imag(a)[::-1]  # strided views
     br, bi = np.asfortranarray(np.real(b)), np.asfortranarray(np.imag(b))
-    pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
-    got = amx.ozaki2_product(ar, ai, br, bi, moduli, "accurate", out_dtype, pre)
-    with np.errstate(over="ignore"):
-        want = _ozaki2.product(
-            xp, npb.int_matmul, ar, ai, br, bi, moduli, "accurate", out_dtype, pre
-        )
-    assert got is not None and len(got) == 2
-    for g, w in zip(got, want):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8))
+    assert len(_assert_product_equal(ar, ai, br, bi, moduli, out_dtype)) == 2
 
 
 @pytest.mark.parametrize("case", ["phi", "imaginary", "wide"])
@@ -798,7 +792,6 @@ def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch,
     """The C++ statistics on complex operands (max(|re|, |im|) exponents and magnitudes,
     ceil(|re|) + ceil(|im|) bounds, |re| + |im| norms): prescale identical, certificate
     decisions equal to _select.ozaki2_moduli_needed's."""
-
     from emulinalg.backends import amx
 
     monkeypatch.setattr(amx, "EMULATE", True)
