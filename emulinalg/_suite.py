@@ -534,8 +534,9 @@ def backend_missing(backend: str) -> str | None:
     return None
 
 
-def _nonfinite_codes(x):
-    """Per entry: 0 finite, else NaN/+inf/-inf codes per real component."""
+def nonfinite_codes(x):
+    """Per entry: 0 finite, 1 NaN, 2 +inf, 3 -inf (real), or the pair for complex (re + 4 im)."""
+    x = np.asarray(x)
     parts = [x.real, x.imag] if x.dtype.kind == "c" else [x]
     code = np.zeros(x.shape, dtype=np.int64)
     for i, p in enumerate(parts):
@@ -547,7 +548,7 @@ def _nonfinite_codes(x):
 def same_nonfinite_pattern(got, want) -> bool:
     """Non-finite outputs where native has them: NaN/+inf/-inf for real results, positions for
     complex ones (which component becomes NaN rather than inf depends on the BLAS kernel)."""
-    g, w = _nonfinite_codes(got), _nonfinite_codes(want)
+    g, w = nonfinite_codes(got), nonfinite_codes(want)
     if want.dtype.kind == "c":
         g, w = g != 0, w != 0
     return bool(np.array_equal(g, w))
@@ -674,6 +675,14 @@ def _verdict(emu, nat, same_pattern):
     return reasons
 
 
+def _case_fields(case, backend):
+    """The fields naming a case in its record (a crashed case's record has these too)."""
+    return {
+        "suite": "graded", "backend": backend, "case": case.name, "family": case.family,
+        "dtype": case.dtype, "m": case.m, "n": case.n, "k": case.k,
+    }  # fmt: skip
+
+
 def run_case(case: Case, xp=np, backend: str = "numpy") -> dict:
     """Grade one case on one backend; returns its record (see :func:`run_suite`)."""
     import emulinalg
@@ -683,15 +692,8 @@ def run_case(case: Case, xp=np, backend: str = "numpy") -> dict:
     real = _REAL[case.dtype]
     u = UNIT_ROUNDOFF[real]
     rec = {
-        "suite": "graded",
-        "backend": backend,
+        **_case_fields(case, backend),
         "op": "matmul",
-        "case": case.name,
-        "family": case.family,
-        "dtype": case.dtype,
-        "m": case.m,
-        "n": case.n,
-        "k": case.k,
         "phi": case.phi,
         "params": {k: v for k, v in case.params},
         "seed": case.seed,
@@ -824,14 +826,7 @@ def run_suite(
             rec = run_case(case, xp, backend)
         except Exception as exc:  # a crash is a finding: record it, keep going
             rec = {
-                "suite": "graded",
-                "backend": backend,
-                "case": case.name,
-                "family": case.family,
-                "dtype": case.dtype,
-                "m": case.m,
-                "n": case.n,
-                "k": case.k,
+                **_case_fields(case, backend),
                 "verdict": "FAIL",
                 "verdict_reasons": [f"crash: {type(exc).__name__}: {exc}"],
                 "error": f"{type(exc).__name__}: {exc}",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulinalg._suite import nonfinite_codes
+
 # Tolerances relative to |A||B| for comparing values with numpy's own product. numpy's error is
 # at most about k*u*|A||B| and the emulated one no larger, so these only catch real mistakes.
 RTOL = {
@@ -13,17 +15,6 @@ RTOL = {
     "complex64": 2e-5,
     "float16": 3e-2,
 }
-
-
-def nonfinite_codes(x):
-    """Per entry: 0 finite, 1 NaN, 2 +inf, 3 -inf (real), or the pair for complex."""
-    x = np.asarray(x)
-    parts = [x.real, x.imag] if x.dtype.kind == "c" else [x]
-    code = np.zeros(x.shape, dtype=np.int64)
-    for i, p in enumerate(parts):
-        c = np.where(np.isnan(p), 1, np.where(p == np.inf, 2, np.where(p == -np.inf, 3, 0)))
-        code = code + c * 4**i
-    return code
 
 
 def nonfinite_mask(x):
