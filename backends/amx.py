@@ -224,12 +224,11 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     in numpy's BLAS, as there: ``(count, beyond)``, the same decisions except where a y lies
     within a few ulps of a threshold (the l1 sums run in another order). None declines."""
     from emulinalg import _select
-    from emulinalg._moduli import MAX_MODULI, crt_constants
 
     amx = _module()
     k = ar.shape[-1]
-    factor = 1.0 - (k + 2) * 2.0**-22
-    if prescale is None or k > _select._LOWER_K_MAX or factor <= 0:
+    cc = _select.cert_constants(k, bits, ai is not None)
+    if prescale is None or k > _select._LOWER_K_MAX or cc.factor <= 0:
         return None
     if not _host_ok(amx, ar, ai, br, bi):
         return None
@@ -241,14 +240,11 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     a32, na = amx.ozaki2_cert_operand(ar, ea, True, ai)
     b32, nb = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T)
     c32 = native_matmul(a32, b32)
-    l1fac = 1.0 + (k + 2) * 2.0**-52
-    scale = 2.0 ** (int(cplx) - 5)
-    alpha = scale * np.sqrt(np.asarray(e, dtype=np.float64))
-    beta = scale * np.sqrt(np.asarray(f, dtype=np.float64))
+    alpha = cc.scale * np.sqrt(np.asarray(e, dtype=np.float64))
+    beta = cc.scale * np.sqrt(np.asarray(f, dtype=np.float64))
     beyond, y_min = amx.ozaki2_cert_entries(
-        np.ascontiguousarray(c32), na * l1fac, alpha, nb * l1fac, beta, factor,
-        (k + 2) * 2.0**-149, _select.TAU * 2.0**-bits, 4.0 * (2.0 if cplx else 1.0) * k,
-        2.0 ** -crt_constants(MAX_MODULI).L,
+        np.ascontiguousarray(c32), na * cc.l1fac, alpha, nb * cc.l1fac, beta, cc.factor,
+        cc.abs_term, cc.cR, cc.c4, cc.thr,
     )  # fmt: skip
     if bool(beyond.all()):
         return None, beyond

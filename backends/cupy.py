@@ -31,7 +31,7 @@ import numpy as np
 from cupy.cuda import cublas
 
 from emulinalg import _select
-from emulinalg._moduli import MAX_MODULI, crt_constants
+from emulinalg._moduli import crt_constants
 from emulinalg._scaling import ozaki2_shifts
 from emulinalg._timing import stage
 
@@ -379,11 +379,12 @@ def magnitude_lower_matmul(xa, xb):
     k = xa.shape[-1]
     batch = tuple(np.broadcast_shapes(xa.shape[:-2], xb.shape[:-2]))
     m, n = xa.shape[-2], xb.shape[-1]
-    factor = 1.0 - (k + 2) * 2.0**-22
+    cc = _select.cert_constants(k)
+    factor = cc.factor
     if factor <= 0 or 0 in (k, m, n):
         return cp.zeros(batch + (m, n), dtype=cp.float64)
     if not kernels_enabled():  # float64 GEMM: |error| <= k u |A||B| for non-negative terms
-        return cp.matmul(xa, xb) * (1.0 - (k + 2) * 2.0**-52)
+        return cp.matmul(xa, xb) * cc.native_factor
     B = math.prod(batch)
     a3 = cp.broadcast_to(xa, batch + (m, k)).reshape(B, m, k)
     b3 = cp.broadcast_to(xb, batch + (k, n)).reshape(B, k, n)
@@ -585,30 +586,26 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     if prescale is None or not _usable(ar, ai, br, bi):
         return None
     k = ar.shape[-1]
-    factor = 1.0 - (k + 2) * 2.0**-22
-    if k > _select._LOWER_K_MAX or factor <= 0:
+    cc = _select.cert_constants(k, bits, ai is not None)
+    if k > _select._LOWER_K_MAX or cc.factor <= 0:
         return None
     ops = _Operands(ar, ai, br, bi)
     B, m, n = ops.B, ops.m, ops.n
     if 0 in (B, m, k, n):
         return None
-    cplx = ai is not None
     s, t, e, f = prescale
     kp, n_p = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
-    scale = 2.0 ** (int(cplx) - 5)
-    l1fac = 1.0 + (k + 2) * 2.0**-52
-    a16, na, alpha = _cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, s, e, scale, l1fac)
-    b16, nb, beta = _cert_operand(*ops.b, ops.b_strides, B, n, n_p, k, kp, True, t, f, scale, l1fac)
+    args = (cc.scale, cc.l1fac)
+    a16, na, alpha = _cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, s, e, *args)
+    b16, nb, beta = _cert_operand(*ops.b, ops.b_strides, B, n, n_p, k, kp, True, t, f, *args)
     c32 = _bf16_gemm(a16, b16)
     del a16, b16
     beyond = cp.empty((B, m, n), dtype=cp.bool_)
     ymin = cp.full((1,), _ALL_ONES, dtype=cp.uint64)
-    c = 1.0 if ai is None else 2.0
-    thr = 2.0 ** -crt_constants(MAX_MODULI).L
     args = (
-        c32, _i64(n_p), _i32(B), _i32(m), _i32(n), na, alpha, nb, beta, np.float64(factor),
-        np.float64((k + 2) * 2.0**-149), np.float64(_select.TAU * 2.0**-bits),
-        np.float64(4.0 * c * k), np.float64(thr), beyond, ymin,
+        c32, _i64(n_p), _i32(B), _i32(m), _i32(n), na, alpha, nb, beta, np.float64(cc.factor),
+        np.float64(cc.abs_term), np.float64(cc.cR), np.float64(cc.c4), np.float64(cc.thr),
+        beyond, ymin,
     )  # fmt: skip
     gx = min(-(-n // 32), 32)
     gy = min(-(-(B * m) // 8), max(1, 4096 // gx), _MAX_GRID_YZ)

@@ -683,8 +683,8 @@ def _shared_graph(a, b, request):
     if certify:
         if q > 1:  # q float sums of lower bounds: (q - 1) u relative at most
             lam = lam * (1.0 - q * 2.0**-52)
-        na = na * (1.0 + (k + 2) * 2.0**-52)
-        nb = nb * (1.0 + (k + 2) * 2.0**-52)
+        na = na * _select.cert_constants(k).l1fac
+        nb = nb * _select.cert_constants(k).l1fac
         y = da.blockwise(
             _cert_block,
             out,
@@ -956,7 +956,7 @@ def _cert_block(lam, e, f, na, nb, k, cplx, bits):
     terms of this block's rows and columns)."""
     xp, backend = _xp_backend(lam)
     with _chunk_quiet(xp, backend):
-        R = _select.TAU * 2.0**-bits * lam
+        R = _select.cert_constants(k, bits).cR * lam
         y, _ = _select.ozaki2_certified_y(
             xp, k, R, xp.expand_dims(na, axis=-1), xp.expand_dims(nb, axis=-2), e, f, cplx
         )
@@ -964,7 +964,7 @@ def _cert_block(lam, e, f, na, nb, k, cplx, bits):
 
 
 def _beyond(xp, y):
-    return y < 2.0 ** -crt_constants(MAX_MODULI).L
+    return y < _select.BEYOND_Y
 
 
 def _cert_summary(y):

@@ -27,18 +27,50 @@ native product, and the plan says how many.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ._precision import MAX_SLICES, MIN_SLICES
 from ._scaling import magnitude, max_exponent
 from ._xputil import ldexp
 
 TAU = 0.25
+BEYOND_Y = 2.0 ** -crt_constants(MAX_MODULI).L  # entries with y below it: beyond every count
+
+
+class CertConstants(NamedTuple):
+    """The scalars of the certificate, written once: the generic code below, the backends'
+    certificate kernels (``cert_y`` in backends/cuda/ozaki2_stats.cu and its CPU build) and the
+    dask graph take them from ``cert_constants``."""
+
+    factor: float  # removes a float32/bf16 GEMM's rounding from the lower bound: 1 - (k+2) 2**-22
+    native_factor: float  # the same for a float64 GEMM (k beyond _LOWER_K_MAX): 1 - (k+2) 2**-52
+    abs_term: float  # the subnormal range of that GEMM: (k+2) 2**-149
+    l1fac: float  # makes float64 l1 sums upper bounds: 1 + (k+2) 2**-52
+    scale: float  # alpha = scale sqrt(e): 2**(cplx - 5)
+    c4: float  # 4 c k, c = 1 (real) or 2 (complex)
+    cR: float | None  # R = cR lam: TAU 2**-bits (None without bits)
+    thr: float  # entries with y below 2**-L_max are beyond every count
+
+
+def cert_constants(k, bits=None, complex_=False) -> CertConstants:
+    """``CertConstants`` for inner dimension ``k``, the level's ``bits`` and the operands' kind."""
+    return CertConstants(
+        factor=1.0 - (k + 2) * 2.0**-22,
+        native_factor=1.0 - (k + 2) * 2.0**-52,
+        abs_term=(k + 2) * 2.0**-149,
+        l1fac=1.0 + (k + 2) * 2.0**-52,
+        scale=2.0 ** (int(complex_) - 5),
+        c4=4.0 * (2.0 if complex_ else 1.0) * k,
+        cR=None if bits is None else TAU * 2.0**-bits,
+        thr=BEYOND_Y,
+    )
 
 
 def _l1_upper(xp, re, im, axis):
     x = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
     k = re.shape[axis]
-    return xp.sum(x, axis=axis) * (1.0 + (k + 2) * 2.0**-52)
+    return xp.sum(x, axis=axis) * cert_constants(k).l1fac
 
 
 def _down_to_float32(xp, x):
@@ -54,8 +86,9 @@ def magnitude_lower(xp, backend, xa, xb):
     """Elementwise lower bound of ``xa @ xb`` for non-negative operands whose entries are <= 2
     (line-normalized magnitudes), at a fraction of a native GEMM's cost."""
     k = xa.shape[-1]
+    cc = cert_constants(k)
     if k > _LOWER_K_MAX:
-        return backend.native_matmul(xa, xb) * (1.0 - (k + 2) * 2.0**-52)
+        return backend.native_matmul(xa, xb) * cc.native_factor
     hook = getattr(backend, "magnitude_lower_matmul", None)
     if hook is not None:  # e.g. one bfloat16 tensor-core GEMM, already a lower bound
         s = xp.astype(hook(xa, xb), xp.float64)
@@ -63,8 +96,8 @@ def magnitude_lower(xp, backend, xa, xb):
         s = xp.astype(
             backend.native_matmul(_down_to_float32(xp, xa), _down_to_float32(xp, xb)), xp.float64
         )
-        s = s * (1.0 - (k + 2) * 2.0**-22)
-    return xp.maximum(s - (k + 2) * 2.0**-149, 0.0)
+        s = s * cc.factor
+    return xp.maximum(s - cc.abs_term, 0.0)
 
 
 def _normalized_terms(xp, backend, ar, ai, br, bi, bits):
@@ -78,7 +111,7 @@ def _normalized_terms(xp, backend, ar, ai, br, bi, bits):
     bi = None if bi is None else ldexp(xp, bi, -eb)
     k = ar.shape[-1]
     lam = magnitude_lower(xp, backend, magnitude(xp, ar, ai), magnitude(xp, br, bi))
-    R = TAU * 2.0**-bits * lam
+    R = cert_constants(k, bits).cR * lam
     na = xp.expand_dims(_l1_upper(xp, ar, ai, -1), axis=-1)  # (..., m, 1)
     nb = xp.expand_dims(_l1_upper(xp, br, bi, -2), axis=-2)  # (..., 1, n)
     c = 1.0 if ai is None else 2.0
@@ -124,18 +157,17 @@ def ozaki2_certified_y(xp, k, R, na, nb, e, f, complex_):
     dask layer's output blocks, with terms summed over K-blocks) give the same entries as the
     whole product from the same terms."""
     # alpha_i = 2**-s_i sqrt(e_i) with s_i = 5 - ea_i - cplx, normalized by 2**ea_i
-    c = 2.0 if complex_ else 1.0
-    scale = 2.0 ** (int(complex_) - 5)
-    alpha = scale * xp.expand_dims(xp.sqrt(xp.astype(e, xp.float64)), axis=-1)
-    beta = scale * xp.expand_dims(xp.sqrt(xp.astype(f, xp.float64)), axis=-2)
+    cc = cert_constants(k, complex_=complex_)
+    alpha = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(e, xp.float64)), axis=-1)
+    beta = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(f, xp.float64)), axis=-2)
     G = alpha * nb + beta * na
-    Q = 4.0 * c * k * alpha * beta
+    Q = cc.c4 * alpha * beta
     denom = 2.0 * G + xp.sqrt(4.0 * G * G + 4.0 * Q * R)
     exact = denom == 0  # no overlapping nonzeros: the entry is computed exactly
     y = xp.where(exact, xp.inf, 2.0 * R / xp.where(exact, 1.0, denom))
     # L_n increases with n: the count for all certifiable entries follows from the smallest
     # such y, without a pass per count.
-    return y, y < 2.0 ** -crt_constants(MAX_MODULI).L
+    return y, y < cc.thr
 
 
 def ozaki1_slices_needed(xp, backend, ar, ai, br, bi, bits):
