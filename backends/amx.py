@@ -204,6 +204,62 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     return tuple(outs)
 
 
+def bf16_product(ar, ai, br, bi, scheme, dt):
+    """``emulinalg._bf16.product``'s backend hook: the BF16 split and unscaling in C++
+    (``src_amx/bf16_host.cpp``) around one slice-product tile GEMM per output part
+    (``gemm_bf16_slices``: BF16x3's six products in the same FP32 tiles; BF16xN's pairs widened
+    to float64 per 1024 of K). BF16xN is bit-identical to the generic code; BF16x3 differs from
+    it only by the FP32 accumulation. Batches run one product at a time; returns None to
+    decline (AMX not usable, operands the C++ stages do not take)."""
+    amx = _module()
+    if not (_bf16_ok(amx, ar, ai, br, bi)):
+        return None
+    if ar.ndim > 2:
+        parts = [bf16_product(ar[i], None if ai is None else ai[i], br[i],
+                              None if bi is None else bi[i], scheme, dt)
+                 for i in np.ndindex(*ar.shape[:-2])]  # fmt: skip
+        return tuple(
+            np.stack([p[q] for p in parts]).reshape(ar.shape[:-2] + parts[0][q].shape)
+            for q in range(len(parts[0]))
+        )
+    from emulinalg import _bf16
+    from emulinalg._timing import stage
+
+    how, s = _bf16.kind(scheme), scheme.slices
+    with stage("slicing"):
+        pa, pai, ea = amx.bf16_split(ar, s, True, how, ai)  # (s, m, k), exponents per row
+        pb, pbi, eb = amx.bf16_split(br, s, False, how, bi)  # (s, k, n), per column
+        a = pa if ai is None else np.concatenate([pa, pai])
+        b = pb if bi is None else np.concatenate([pb, pbi, pbi ^ np.uint16(0x8000)])  # -Bi
+    out = []
+    for plist in _bf16.pair_lists(scheme, ai is not None):
+        with stage("products"):
+            c = amx.gemm_bf16_slices(
+                a, b, np.asarray(plist, dtype=np.int32), widen=how == "fixed", emulate=EMULATE
+            )
+        with stage("reconstruction"):
+            c = c if c.dtype == dt else c.astype(dt)
+            amx.bf16_unscale(c, ea, eb)
+        out.append(c)
+    return tuple(out)
+
+
+def _bf16_ok(amx, ar, ai, br, bi):
+    """Whether ``bf16_product``'s C++ takes these operands: float64 parts of one batch shape
+    (broadcast already by the front end), real or complex on both sides, AMX (or the tile
+    model) here."""
+    parts = [x for x in (ar, ai, br, bi) if x is not None]
+    return (
+        amx is not None
+        and hasattr(amx, "gemm_bf16_slices")
+        and (ai is None) == (bi is None)
+        and all(x.dtype == np.float64 for x in parts)
+        and ar.shape[:-2] == br.shape[:-2]
+        and 0 not in ar.shape + br.shape
+        and (EMULATE or amx.available())
+    )
+
+
 def ozaki2_prescale(ar, ai, br, bi, mode):
     """``emulinalg._scaling.ozaki2_prescale(numpy, int_matmul, ar, ai, br, bi, "accurate")`` with
     the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound GEMM on the INT8

@@ -7,6 +7,9 @@ oracle the GPU and AMX kernels are tested against, not a fast path.
 
 from __future__ import annotations
 
+import functools
+import os
+
 import numpy as np
 
 name = "numpy"
@@ -14,6 +17,26 @@ name = "numpy"
 _F32_EXACT = 2**24
 _F64_EXACT = 2**53
 _MIN_F32_BLOCK = 512  # below this a float32 block loop costs more than one float64 GEMM
+
+
+@functools.cache
+def plan_note():
+    """Why the amx backend is not running this product, for the plan: said on CPUs with AMX
+    (not opted in) and when ``EMULINALG_AMX=1`` asked for it but it is not usable; "" on CPUs
+    without AMX. Computed once per process."""
+    try:
+        from emulinalg import _amx
+    except ImportError:
+        return ""
+    cpu_has_amx = bool(_amx.features().get("amx_tile"))
+    if os.environ.get("EMULINALG_AMX") == "1":
+        return "" if _amx.available() else f"amx backend requested but not usable: {_amx.reason()}"
+    if not cpu_has_amx:
+        return ""
+    return (
+        "amx backend not selected (EMULINALG_AMX=1 opts in; on the 16-core AMX host its levels "
+        "measured slower than native: docs/benchmarks/xeon-amx-16c/NOTES.md)"
+    )
 
 
 def k_block(k, term_bound):

@@ -35,9 +35,11 @@ from ._config import config, get_config  # noqa: E402
 from ._cost import CostModel, get_cost_model, set_cost_model  # noqa: E402
 from ._namespace import namespace  # noqa: E402
 from ._plan import Plan, fallback_counts, last_plan  # noqa: E402
-from ._precision import OzakiI, OzakiII  # noqa: E402
+from ._precision import BF16x3, BF16xN, OzakiI, OzakiII  # noqa: E402
 
 __all__ = [
+    "BF16x3",
+    "BF16xN",
     "CostModel",
     "OzakiI",
     "OzakiII",

@@ -97,7 +97,7 @@ class Method:
     family: str | None = None
 
 
-_SCHEME = re.compile(r"(ozakiii|ozakii|ozaki2|ozaki1)\((.*)\)", re.IGNORECASE)
+_SCHEME = re.compile(r"(ozakiii|ozakii|ozaki2|ozaki1|bf16x3|bf16xn)\((.*)\)", re.IGNORECASE)
 
 
 def parse_method(text: str) -> Method:
@@ -136,7 +136,12 @@ def parse_method(text: str) -> Method:
             args = [a for a in m.group(2).split(",") if a]
             kw = dict(a.split("=", 1) for a in args if "=" in a)
             pos = [a for a in args if "=" not in a]
-            if name in ("ozakiii", "ozaki2"):
+            if name == "bf16x3":
+                spec = emulinalg.BF16x3()
+            elif name == "bf16xn":
+                vals = dict(zip(("slices", "products"), pos)) | kw
+                spec = emulinalg.BF16xN(slices=int(vals["slices"]), products=int(vals["products"]))
+            elif name in ("ozakiii", "ozaki2"):
                 keys = ("moduli", "mode")
                 vals = dict(zip(keys, pos)) | kw
                 spec = emulinalg.OzakiII(
@@ -152,7 +157,8 @@ def parse_method(text: str) -> Method:
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(
             f"cannot read method {text!r} ({exc}); expected e.g. float64, float64[ozaki1], 40, "
-            "OzakiII(moduli=14, mode=fast), OzakiI(slices=7)"
+            "OzakiII(moduli=14, mode=fast), OzakiI(slices=7), BF16x3(), "
+            "BF16xN(slices=6, products=10)"
         ) from None
     if family is not None and not isinstance(precision, (str, int)):
         raise ValueError(f"{text!r}: a family applies to levels only, not to explicit schemes")
@@ -338,6 +344,7 @@ class Settings:
     seed: int = 0
     chunks: int | None = None
     ref_workers: int = 0  # processes computing exact references while the device measures
+    torch: bool = False  # also time torch.matmul on the same host inputs (numpy, amx)
     quick: bool = False
     command: str = ""
 
@@ -597,6 +604,9 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
     )
     acc_nat = grade(c)
     del c
+    extra = {}
+    if settings.torch and group.family in ("numpy", "amx"):
+        extra = _torch_native(settings, dev, a, b, grade)
     base = {
         "family": group.family,
         "op": "matmul",
@@ -615,6 +625,7 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
         "native_tflops": flops / t_nat / 1e12 if t_nat > 0 else None,
         "native_bits_maxrel": _finite(acc_nat["bits_maxrel"]),
         "native_bits_cw": _finite(acc_nat["bits_cw"]),
+        **extra,
         "reference": "exact",
         "ref_rows": len(range(m)[rows]),
         "ref_cols": len(range(n)[cols]),
@@ -689,9 +700,35 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
                 "bits_cw": _finite(acc["bits_cw"]),
             }
         )
+        if "torch_seconds" in base and t > 0:  # against the faster of numpy and torch
+            rec["speedup_best_native"] = min(t_nat, base["torch_seconds"]) / t
         if stages is not None:
             rec["stages"] = stages
         emit(rec)
+
+
+def _torch_native(settings, dev, a, b, grade) -> dict:
+    """torch.matmul (MKL/oneDNN) on the same host arrays (shared memory, no copy): its median
+    seconds and bits, or why it did not run."""
+    try:
+        import torch
+    except ImportError as exc:
+        return {"torch_error": f"{type(exc).__name__}: {exc}"}
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    c, t, _ = measure(
+        dev,
+        lambda: torch.matmul(ta, tb).numpy(),
+        max(settings.repeat, NATIVE_MIN_RUNS),
+        max(settings.warmup, 1),
+        settings.case_seconds,
+    )
+    acc = grade(c)
+    return {
+        "torch_seconds": t,
+        "torch_threads": torch.get_num_threads(),
+        "torch_bits_maxrel": _finite(acc["bits_maxrel"]),
+        "torch_bits_cw": _finite(acc["bits_cw"]),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1012,6 +1049,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "GPU sweeps: the host is idle meanwhile; default 0: inline)",
     )
     p.add_argument("--chunks", type=int, help="dask: block size (default half of each axis)")
+    p.add_argument(
+        "--torch",
+        action="store_true",
+        help="numpy/amx: also time torch.matmul (MKL/oneDNN) on the same inputs; records get "
+        "torch_seconds, torch_bits_* and speedup_best_native (against the faster native)",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed of the inputs (default 0)")
     p.add_argument(
         "--out",
@@ -1079,6 +1122,7 @@ def settings_from_args(args) -> Settings:
         seed=args.seed,
         chunks=args.chunks,
         ref_workers=args.ref_workers,
+        torch=bool(args.torch),
         quick=quick,
     )
     if any(n < 1 for n in s.sizes or []) or s.repeat < 1 or s.warmup < 0:
@@ -1109,6 +1153,8 @@ def command_line(s: Settings) -> str:
         parts += ["--chunks", str(s.chunks)]
     if s.ref_workers:
         parts += ["--ref-workers", str(s.ref_workers)]
+    if s.torch:
+        parts.append("--torch")
     return " ".join(shlex.quote(p) for p in parts)
 
 

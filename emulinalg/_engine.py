@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import math
 
-from . import _cost, _ozaki1, _ozaki2, _select
+from . import _bf16, _cost, _ozaki1, _ozaki2, _select
 from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ._plan import Plan
-from ._precision import MAX_SLICES, NATIVE, Level, OzakiI, OzakiII, level_for_dtype
+from ._precision import (
+    MAX_SLICES,
+    NATIVE,
+    SCHEMES,
+    BF16x3,
+    BF16xN,
+    Level,
+    OzakiI,
+    OzakiII,
+    level_for_dtype,
+)
 from ._scaling import ozaki2_prescale
 from ._timing import stage
 from ._xputil import make_complex
@@ -92,6 +102,9 @@ def _matmul(xp, backend, a, b, request, cfg, out):
         precision=str(request),
         shape=(batch, m, n, k),
     )
+    note = getattr(backend, "plan_note", None)
+    if note is not None and note():
+        plan.notes.append(note())
     if request == NATIVE:
         return backend_native(xp, backend, a, b), plan
     if backend is None:
@@ -100,7 +113,7 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     if batch * m * n * k == 0:
         plan.notes.append("empty product")
         return xp.matmul(a, b), plan
-    explicit = isinstance(request, (OzakiI, OzakiII))
+    explicit = isinstance(request, SCHEMES)
     performant = (
         cfg.strategy == "performant" and not explicit and request.bits <= _NATIVE_BITS[real_name]
     )
@@ -176,7 +189,7 @@ def _emulate(
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
     the native product (None when there are none)."""
     native_mask = prescale = None
-    if isinstance(request, (OzakiI, OzakiII)):
+    if isinstance(request, SCHEMES):
         scheme = request
     else:
         family = "ozaki1" if family == "ozaki1" else "ozaki2"
@@ -235,6 +248,8 @@ def _emulate(
 
 
 def _gemm_count(scheme, complex_):
+    if isinstance(scheme, (BF16x3, BF16xN)):  # BF16 products, 4M
+        return scheme.gemms * (4 if complex_ else 1)
     if isinstance(scheme, OzakiII):  # 3M per modulus, plus the accurate-mode bound GEMM
         return scheme.moduli * (3 if complex_ else 1) + (scheme.mode == "accurate")
     return scheme.gemms * (4 if complex_ else 1)  # 4M per slice pair
@@ -260,6 +275,9 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale):
     its (hi, lo) pair. A backend may run a whole Scheme II product in its own kernels
     (``backend.ozaki2_product``, same contract and bit-identical output as
     ``_ozaki2.product``, on the whole operands; it returns None to decline)."""
+    if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
+        res = _bf16.product(xp, backend, ar, ai, br, bi, scheme, out_dtype)
+        return tuple(x for part in res for x in part) if out_dtype == "dd" else res
     imm = backend.int_matmul
     fused = getattr(backend, "ozaki2_product", None)
     if isinstance(scheme, OzakiII) and prescale is None:
@@ -338,6 +356,8 @@ def _choose(xp, backend, ar, ai, br, bi, level: Level, family, real_name):
 
 def _k_block(backend, scheme, k):
     kb = getattr(backend, "k_block", None)
+    if isinstance(scheme, (BF16x3, BF16xN)):
+        return _bf16.WIDEN_K if isinstance(scheme, BF16xN) else None
     if kb is None:
         return None
     if isinstance(scheme, OzakiII):

@@ -10,12 +10,14 @@ from ._moduli import MAX_MODULI, MIN_MODULI
 MIN_SLICES, MAX_SLICES = 1, 13
 LEVELS = {"float64": 53, "float32": 24}  # significand bits of each named level
 MAX_BITS = 106  # the widest level an integer request may ask for (double-double)
+MIN_BF16_SLICES, MAX_BF16_SLICES = 1, 8  # BF16xN: 8 signed 8-bit digits hold 64 bits
 
 ACCEPTED = (
     "precision must be one of: None (the inputs' own dtype), 'float64', 'float32', 'native', "
     f"an int number of mantissa bits in [1, {MAX_BITS}], emulinalg.OzakiI(slices=p) with "
     f"{MIN_SLICES} <= p <= {MAX_SLICES}, or emulinalg.OzakiII(moduli=n, mode='fast'|'accurate') "
-    f"with {MIN_MODULI} <= n <= {MAX_MODULI}"
+    f"with {MIN_MODULI} <= n <= {MAX_MODULI}, emulinalg.BF16x3(), or emulinalg.BF16xN(slices=s, "
+    f"products=d(d+1)/2) with {MIN_BF16_SLICES} <= d <= s <= {MAX_BF16_SLICES}"
 )
 
 
@@ -111,6 +113,100 @@ class OzakiII:
 
 
 @dataclass(frozen=True)
+class BF16x3:
+    """The AMX paper's FP32 schedule: three BF16 components per operand (round-to-nearest
+    residual split), the six products of the first three diagonals (A0B0, A0B1, A0B2, A1B1,
+    A1B0, A2B0) accumulated together in FP32 tiles.
+
+    Its own accuracy, FP32-like but not certified: products run in FP32 on every backend's AMX
+    path (``emulinalg.BF16xN`` with float64 reconstruction is the exact-sum alternative).
+    Rows of A and columns of B are first scaled by powers of two (exact), so any float64 or
+    float32 exponent range works; components below 2**-126 of their line's maximum are dropped.
+
+    Notes
+    -----
+    Henry, Tang, Heinecke, ARITH 2019 (bf16x3, six products); Cui, Liu, "BF16 Component-Product
+    Emulation of FP32 and FP64 GEMM on Intel AMX", arXiv:2609.04663, §4.2, Algorithm 1.
+    """
+
+    @property
+    def slices(self):
+        return 3
+
+    @property
+    def gemms(self):
+        """BF16 products per real product."""
+        return 6
+
+    def __str__(self):
+        return "BF16x3()"
+
+
+@dataclass(frozen=True)
+class BF16xN:
+    """The AMX paper's FP64 schedules: ``slices`` BF16 slices per operand and the ``products``
+    slice pairs of the first d diagonals (i + j < d, products = d (d + 1) / 2), each pair's FP32
+    partial sums added in FP64.
+
+    Slices are signed 8-bit digits (|d| <= 128) on a grid fixed per row of A / column of B (a
+    power of two times 2**-(8s+7) for slice s), so every FP32 partial sum over 1024 of K is
+    exact: the result is the exact sum of the kept products, rounded only by the FP64 additions.
+    The paper's settings are slices=6, products in {6, 10, 15, 21}; each slice adds about 8
+    bits of each line's maximum.
+
+    Parameters
+    ----------
+    slices : int
+        1 <= slices <= 8 (default 6).
+    products : int
+        A triangular number d (d + 1) / 2 with 1 <= d <= slices (default 10).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For non-integer or out-of-range counts, or a product count that is not triangular.
+
+    Notes
+    -----
+    Cui, Liu, "BF16 Component-Product Emulation of FP32 and FP64 GEMM on Intel AMX",
+    arXiv:2609.04663, §4.3, Algorithm 2; per-line power-of-two grids instead of the paper's
+    unscaled slices (Ozaki, Ogita, Oishi, Rump, Numer. Algorithms 2012), which removes its
+    BF16 exponent-range restriction.
+    """
+
+    slices: int = 6
+    products: int = 10
+
+    def __post_init__(self):
+        s = _count(self.slices, MIN_BF16_SLICES, MAX_BF16_SLICES, "BF16xN slices")
+        p = _count(self.products, 1, s * (s + 1) // 2, "BF16xN products")
+        d = next((d for d in range(1, s + 1) if d * (d + 1) // 2 == p), None)
+        if d is None:
+            raise ValueError(
+                f"BF16xN products must be a triangular number d(d+1)/2 with d <= slices = {s} "
+                f"(the first d diagonals), got {self.products!r}; {ACCEPTED}"
+            )
+        object.__setattr__(self, "slices", s)
+        object.__setattr__(self, "products", p)
+
+    @property
+    def diagonals(self):
+        """d: the pairs kept are those with i + j < d."""
+        return next(d for d in range(1, self.slices + 1) if d * (d + 1) // 2 == self.products)
+
+    @property
+    def gemms(self):
+        """BF16 products per real product."""
+        return self.products
+
+    def __str__(self):
+        return f"BF16xN(slices={self.slices}, products={self.products})"
+
+
+SCHEMES = (OzakiI, OzakiII, BF16x3, BF16xN)  # the explicit specs
+
+
+@dataclass(frozen=True)
 class Level:
     """A target accuracy: ``bits`` correct bits relative to the componentwise bound ``|A||B|``;
     ``name`` is "float64"/"float32" for the named levels (no worse than that native GEMM)."""
@@ -129,7 +225,7 @@ def parse(precision):
     """Validate ``precision``; returns None (decide from dtype), NATIVE, a Level, or a scheme."""
     if precision is None or (isinstance(precision, str) and precision == NATIVE):
         return precision
-    if isinstance(precision, (OzakiI, OzakiII)):
+    if isinstance(precision, SCHEMES):
         return precision
     if isinstance(precision, str):
         if precision in LEVELS:

@@ -133,6 +133,64 @@ CArray<float> gemm_bf16bf16f32(const CArray<std::uint16_t>& a, const CArray<std:
     return c;
 }
 
+py::array gemm_bf16_slices(const CArray<std::uint16_t>& a, const CArray<std::uint16_t>& b,
+                           const CArray<std::int32_t>& pairs, bool widen, bool emulate,
+                           int threads) {
+    const char* name = "gemm_bf16_slices";
+    if (a.ndim() != 3 || b.ndim() != 3) {
+        throw py::value_error(std::string(name) + ": a and b must be 3-D stacks of slices");
+    }
+    const std::int64_t na = a.shape(0), m = a.shape(1), k = a.shape(2);
+    const std::int64_t nb = b.shape(0), n = b.shape(2);
+    if (b.shape(1) != k) {
+        throw py::value_error(std::string(name) + ": inner dimensions differ (" +
+                              std::to_string(k) + " vs " + std::to_string(b.shape(1)) + ")");
+    }
+    if (na < 1 || nb < 1 || na > 64 || nb > 64) {
+        throw py::value_error(std::string(name) + ": 1 to 64 slices per operand");
+    }
+    if (pairs.ndim() != 2 || pairs.shape(1) != 2 || pairs.shape(0) < 1 || pairs.shape(0) > 4096) {
+        throw py::value_error(std::string(name) + ": pairs must be (count, 2), 1 <= count <= 4096");
+    }
+    const std::int32_t* pp = pairs.data();
+    const int count = static_cast<int>(pairs.shape(0));
+    for (int q = 0; q < count; ++q) {
+        if (pp[2 * q] < 0 || pp[2 * q] >= na || pp[2 * q + 1] < 0 || pp[2 * q + 1] >= nb) {
+            throw py::value_error(std::string(name) + ": pair " + std::to_string(q) +
+                                  " names a slice that is not there");
+        }
+    }
+    require_amx(emulate, name);
+    py::array c;
+    void* pc;
+    if (widen) {
+        auto out = new_output<double>(m, n);
+        pc = out.mutable_data();
+        c = out;
+    } else {
+        auto out = new_output<float>(m, n);
+        pc = out.mutable_data();
+        c = out;
+    }
+    const std::uint16_t* pa = a.data();
+    const std::uint16_t* pb = b.data();
+    bool ok;
+    {
+        py::gil_scoped_release release;
+#ifdef EMULINALG_AMX_COMPILED
+        ok = emulate ? amx::gemm_bf16_slices_emulated(pa, int(na), pb, int(nb), pp, count, widen,
+                                                      pc, m, n, k, threads)
+                     : amx::gemm_bf16_slices_amx(pa, int(na), pb, int(nb), pp, count, widen, pc,
+                                                 m, n, k, threads);
+#else
+        ok = amx::gemm_bf16_slices_emulated(pa, int(na), pb, int(nb), pp, count, widen, pc, m, n,
+                                            k, threads);
+#endif
+    }
+    check_ok(ok, name);
+    return c;
+}
+
 py::dict features() {
     const emulinalg::cpu::Features f = emulinalg::cpu::detect();
     const amx::Status& s = status();
@@ -232,6 +290,7 @@ py::dict cache_info() {
 
 void register_ozaki2_host(py::module_& m);  // ozaki2_host.cpp: Scheme II residues and CRT
 void register_ozaki2_stats_host(py::module_& m);  // ozaki2_stats_host.cpp: prescale, certificate
+void register_bf16_host(py::module_& m);  // bf16_host.cpp: BF16 slices, unscaling
 
 PYBIND11_MODULE(_amx, m) {
     if (const char* env = std::getenv("EMULINALG_AMX_BLOCKING")) {
@@ -299,6 +358,16 @@ PYBIND11_MODULE(_amx, m) {
           "bf16 (m, k) @ bf16 (k, n) -> float32 (m, n) with TDPBF16PS; bf16 values are given "
           "as uint16 bit patterns. Products are exact in fp32, sums round to nearest even, "
           "subnormal inputs and outputs are flushed to zero.");
+    m.def("gemm_bf16_slices", &gemm_bf16_slices, py::arg("a"), py::arg("b"), py::arg("pairs"),
+          py::kw_only(), py::arg("widen") = false, py::arg("emulate") = false,
+          py::arg("threads") = 0,
+          "Slice products sum_q A[i_q] @ B[j_q] for bf16 stacks a (na, m, k), b (nb, k, n) "
+          "(uint16 bit patterns) and pairs (count, 2) int32 (i_q, j_q). widen=False: all pairs "
+          "in the same FP32 tiles, per 32-deep K tile in the pairs' order -> float32 (m, n). "
+          "widen=True: each pair's FP32 sum over WIDEN_K = 1024 of K is added to a float64 C "
+          "in the order (K chunk, pair) -> float64 (m, n).");
+    m.attr("WIDEN_K") = amx::kWidenTiles * amx::k_per_tile<std::uint16_t>();
     register_ozaki2_host(m);
     register_ozaki2_stats_host(m);
+    register_bf16_host(m);
 }

@@ -16,4 +16,15 @@ bool gemm_bf16bf16f32_emulated(const std::uint16_t* a, const std::uint16_t* b, f
     return gemm<Bf16Traits, EmulatedTileOps>(a, b, c, m, n, k, threads);
 }
 
+bool gemm_bf16_slices_emulated(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
+                          const std::int32_t* pairs, int count, bool widen, void* c,
+                          std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+    if (widen) {
+        return gemm_bf16_slices<EmulatedTileOps>(a, na, b, nb, pairs, count, static_cast<double*>(c), m,
+                                        n, k, threads);
+    }
+    return gemm_bf16_slices<EmulatedTileOps>(a, na, b, nb, pairs, count, static_cast<float*>(c), m, n,
+                                    k, threads);
+}
+
 }  // namespace emulinalg::amx

@@ -19,12 +19,22 @@
 // guarantees |C| <= (2^17 - 1) 2^14 < 2^31; callers block K beyond that (backends/amx.py).
 // BF16: every C entry accumulates its K tiles in ascending order from zero (blocking.hpp), so
 // the result is independent of the blocking and threads, and equal to the tile model's.
+//
+// Several slice products in one pass (gemm_bf16_slices, the BF16 schedules of Cui & Liu,
+// arXiv:2609.04663): A and B come as stacks of BF16 slices and a list of pairs
+// (i, j). Fused: every pair's A_i B_j goes into the same FP32 tiles, per K tile in the list's
+// order (= one GEMM over the pairs' slices interleaved along K, tile by tile). Widened: each
+// pair's FP32 partial sum over kWidenTiles K tiles is stored and added to an FP64 C, in the
+// order (K chunk, pair); with the fixed-point slices of emulinalg._bf16 each such FP32 sum is
+// exact (at most 1024 products of at most 2**14 units), so the FP64 result is blocking- and
+// thread-independent and equals the generic float64 code's.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "blocking.hpp"
 #include "pack.hpp"
@@ -37,6 +47,19 @@
 namespace emulinalg::amx {
 
 constexpr std::int64_t kMaxKS8 = (std::int64_t(1) << 17) - 1;
+
+// K tiles (32 bf16 each) per FP32 partial sum of a widened slice product: 1024 products of
+// 8-bit signed digits (|d| <= 128, so |d d'| <= 2**14) sum to at most 2**24 units, exact in FP32.
+constexpr std::int64_t kWidenTiles = 32;
+
+// The slice products of one gemm_bf16_slices call.
+struct SliceProducts {
+    const TileSource* a = nullptr;  // A's slices (packed panels)
+    const TileSource* b = nullptr;  // B's slices
+    const std::int32_t* pairs = nullptr;   // count pairs (i, j): A slice i times B slice j
+    int count = 0;
+    bool widen = false;  // false: all pairs in one FP32 accumulator; true: FP64 C (see above)
+};
 
 struct Int8Traits {
     using In = std::int8_t;
@@ -152,16 +175,47 @@ inline void k_steps_sched(int sched, Ops& ops, const TileSource& a, const TileSo
     }
 }
 
+// Fused slice products over K tiles [kt0, kt1): per K tile, every pair's 4 dot products into
+// the same C tiles, in the list's order; a slice's tiles are reloaded only when the pair's
+// slice changes (consecutive pairs sharing A_i or B_j reuse the loaded tiles).
+template <class Traits, class Ops>
+inline void k_steps_products(Ops& ops, const SliceProducts& sp, std::int64_t ia,
+                             std::int64_t jb, std::int64_t kt0, std::int64_t kt1) {
+    for (std::int64_t kt = kt0; kt < kt1; ++kt) {
+        int loaded_a = -1, loaded_b = -1;
+        for (int q = 0; q < sp.count; ++q) {
+            const int si = sp.pairs[2 * q], sj = sp.pairs[2 * q + 1];
+            if (si != loaded_a) {
+                const TileSource& a = sp.a[si];
+                ops.template load<kA0>(a.tile(ia, kt), a.row_stride);
+                ops.template load<kA1>(a.tile(ia + 1, kt), a.row_stride);
+                loaded_a = si;
+            }
+            if (sj != loaded_b) {
+                const TileSource& b = sp.b[sj];
+                ops.template load<kB0>(b.tile(jb, kt), b.row_stride);
+                ops.template load<kB1>(b.tile(jb + 1, kt), b.row_stride);
+                loaded_b = sj;
+            }
+            Traits::template dot<kC00, kA0, kB0>(ops);
+            Traits::template dot<kC01, kA0, kB1>(ops);
+            Traits::template dot<kC10, kA1, kB0>(ops);
+            Traits::template dot<kC11, kA1, kB1>(ops);
+        }
+    }
+}
+
 // One thread's share of a product: its tile configuration (loaded once, in the constructor)
 // and the loop nest of blocking.hpp over rectangles of register blocks.
-template <class Traits, class Ops>
+// Out: C's element type (Acc, or double for widened slice products).
+template <class Traits, class Ops, class Out = typename Traits::Acc>
 class Worker {
 public:
     using Acc = typename Traits::Acc;
 
-    Worker(const TileSource& a, const TileSource& b, Acc* c, std::int64_t m, std::int64_t n,
-           const Plan& plan)
-        : a_(a), b_(b), c_(c), m_(m), n_(n), plan_(plan) {
+    Worker(const TileSource& a, const TileSource& b, Out* c, std::int64_t m, std::int64_t n,
+           const Plan& plan, const SliceProducts* sp = nullptr)
+        : a_(a), b_(b), c_(c), m_(m), n_(n), plan_(plan), sp_(sp) {
         ops_.configure(full_tile_config());
     }
     ~Worker() { ops_.release(); }
@@ -254,6 +308,16 @@ private:
     // Register block (i, j) over K tiles [kt0, kt1): C rows 32 i.., columns 32 j...
     void block(std::int64_t i, std::int64_t j, std::int64_t kt0, std::int64_t kt1, bool first,
                const TileSource* pf, std::int64_t pf_block) {
+        if constexpr (std::is_same_v<Out, Acc>) {
+            acc_block(i, j, kt0, kt1, first, pf, pf_block);
+        } else {
+            widen_block(i, j, kt0, kt1, first);
+        }
+    }
+
+    // C (Acc) += the block's products over [kt0, kt1), through the C tiles.
+    void acc_block(std::int64_t i, std::int64_t j, std::int64_t kt0, std::int64_t kt1,
+                   bool first, const TileSource* pf, std::int64_t pf_block) {
         const std::int64_t row0 = i * kRegRows, col0 = j * kRegCols;
         const std::int64_t rows = std::min<std::int64_t>(kRegRows, m_ - row0);
         const std::int64_t cols = std::min<std::int64_t>(kRegCols, n_ - col0);
@@ -278,7 +342,9 @@ private:
             ops_.template load<kC11>(c10 + 16, stride);
         }
         const int sched = plan_.sched;
-        if (!plan_.stream) {
+        if (sp_ != nullptr) {
+            k_steps_products<Traits>(ops_, *sp_, 2 * i, 2 * j, kt0, kt1);
+        } else if (!plan_.stream) {
             k_steps_sched<Traits, 0>(sched, ops_, a_, b_, 2 * i, 2 * j, kt0, kt1, pf, pf_block);
         } else if (plan_.order == 0) {  // B streams past the L1-resident A strip
             k_steps_sched<Traits, 2>(sched, ops_, a_, b_, 2 * i, 2 * j, kt0, kt1, pf, pf_block);
@@ -290,6 +356,36 @@ private:
         ops_.template store<kC10>(c10, stride);
         ops_.template store<kC11>(c10 + 16, stride);
         if (edge) scratch_out(row0, col0, rows, cols);
+    }
+
+    // Widened slice products: per K chunk of kWidenTiles (chunks start at multiples of it: the
+    // plan's kc is one) and per pair, the FP32 tile sum is stored, widened and added to C.
+    void widen_block(std::int64_t i, std::int64_t j, std::int64_t kt0, std::int64_t kt1,
+                     bool first) {
+        const std::int64_t row0 = i * kRegRows, col0 = j * kRegCols;
+        const std::int64_t rows = std::min<std::int64_t>(kRegRows, m_ - row0);
+        const std::int64_t cols = std::min<std::int64_t>(kRegCols, n_ - col0);
+        constexpr std::int64_t stride = kRegCols * static_cast<std::int64_t>(sizeof(Acc));
+        Out* c = c_ + row0 * n_ + col0;
+        for (std::int64_t s0 = kt0; s0 < kt1; s0 += kWidenTiles) {
+            const std::int64_t s1 = std::min(kt1, s0 + kWidenTiles);
+            for (int q = 0; q < sp_->count; ++q) {
+                ops_.template zero<kC00>();
+                ops_.template zero<kC01>();
+                ops_.template zero<kC10>();
+                ops_.template zero<kC11>();
+                k_steps_sched<Traits, 0>(plan_.sched, ops_, sp_->a[sp_->pairs[2 * q]],
+                                         sp_->b[sp_->pairs[2 * q + 1]], 2 * i, 2 * j, s0, s1,
+                                         nullptr, 0);
+                ops_.template store<kC00>(scratch_, stride);
+                ops_.template store<kC01>(scratch_ + 16, stride);
+                ops_.template store<kC10>(scratch_ + 16 * kRegCols, stride);
+                ops_.template store<kC11>(scratch_ + 16 * kRegCols + 16, stride);
+                ops_.fence();  // the scalar reads below must see the stores
+                // 0.0 + x: the same value (and sign of zero) as the generic code's C = 0; C += x
+                Ops::widen_add(c, n_, scratch_, rows, cols, first && s0 == kt0 && q == 0);
+            }
+        }
     }
 
     void scratch_in(std::int64_t row0, std::int64_t col0, std::int64_t rows, std::int64_t cols) {
@@ -306,9 +402,10 @@ private:
 
     Ops ops_;
     TileSource a_, b_;
-    Acc* c_;
+    Out* c_;
     std::int64_t m_, n_;
     Plan plan_;
+    const SliceProducts* sp_;
     alignas(64) Acc scratch_[kRegRows * kRegCols];
 };
 
@@ -340,13 +437,13 @@ inline int team_size() {
 // C (m x n, contiguous) from A's and B's tiles (A: ceil(m/16) blocks, B: ceil(n/16) blocks,
 // `ktiles` K tiles each, zero padded) with `plan`. Returns ops.ok() of every thread (false only
 // for the emulation's shape checks).
-template <class Traits, class Ops>
-bool gemm_tiles(const TileSource& a, const TileSource& b, typename Traits::Acc* c,
-                std::int64_t m, std::int64_t n, const Plan& plan) {
+template <class Traits, class Ops, class Out = typename Traits::Acc>
+bool gemm_tiles(const TileSource& a, const TileSource& b, Out* c, std::int64_t m,
+                std::int64_t n, const Plan& plan, const SliceProducts* sp = nullptr) {
     bool all_ok = true;
 #pragma omp parallel num_threads(plan.team) reduction(&& : all_ok)
     {
-        Worker<Traits, Ops> w(a, b, c, m, n, plan);
+        Worker<Traits, Ops, Out> w(a, b, c, m, n, plan, sp);
         if (plan.partition == 0) {
             // One grid region per thread (looping only if OpenMP gave fewer threads).
             for (int t = thread_id(); t < plan.team; t += team_size()) {
@@ -402,6 +499,38 @@ bool gemm(const typename Traits::In* a, const typename Traits::In* b, typename T
     }
     const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
     return gemm_tiles<Traits, Ops>(as, pb.source(), c, m, n, plan);
+}
+
+// Slice products (see the top of this file): a (na, m, k) and b (nb, k, n) contiguous stacks
+// of bf16 slices, `count` pairs (i < na, j < nb); C (m x n) is float (fused) or double
+// (widened). Each slice is packed as gemm() packs its operands.
+template <class Ops, class Out>
+bool gemm_bf16_slices(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
+                      const std::int32_t* pairs, int count, Out* c, std::int64_t m,
+                      std::int64_t n, std::int64_t k, int threads) {
+    constexpr bool widen = std::is_same_v<Out, double>;
+    static_assert(widen || std::is_same_v<Out, float>, "C is float (fused) or double (widened)");
+    threads = resolve_threads(threads);
+    if (m == 0 || n == 0) return true;
+    if (k == 0 || count == 0) {
+        std::fill(c, c + m * n, Out(0));
+        return true;
+    }
+    constexpr std::int64_t KT = k_per_tile<std::uint16_t>();
+    const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
+    const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
+    std::vector<Panel> pa, pb;
+    std::vector<TileSource> sa, sb;
+    for (int s = 0; s < na; ++s) pa.push_back(pack_a(a + s * m * k, m, k, k, mp / 16, threads));
+    for (int s = 0; s < nb; ++s) {
+        pb.push_back(pack_b_vnni(b + s * k * n, k, n, n, np / 16, threads));
+    }
+    for (const Panel& p : pa) sa.push_back(p.source());
+    for (const Panel& p : pb) sb.push_back(p.source());
+    Plan plan = make_plan(current_tuning(), mp, np, ceil_div(k, KT), threads);
+    if (widen) plan.kc = std::max(kWidenTiles, plan.kc / kWidenTiles * kWidenTiles);
+    const SliceProducts sp{sa.data(), sb.data(), pairs, count, widen};
+    return gemm_tiles<Bf16Traits, Ops, Out>(sa[0], sb[0], c, m, n, plan, &sp);
 }
 
 }  // namespace emulinalg::amx

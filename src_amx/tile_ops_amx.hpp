@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "tile_config.hpp"
+#include "widen.hpp"
 
 // `if constexpr` chain turning template parameter T (0..7) into the literal the macro needs.
 #define EMULINALG_TILE_DISPATCH(T, STMT)             \
@@ -46,6 +47,11 @@ public:
     // GCC's tile-load asm declares no memory input: ordinary stores the next loads must see
     // (a scratch block just filled) need this compiler barrier in between. (The tile-store asm
     // clobbers memory, so reads after a store are ordered already.)
+    // C (float64) += a 32 x 32 FP32 scratch block (widen.hpp)
+    static void widen_add(double* c, std::int64_t ldc, const float* s, std::int64_t rows,
+                          std::int64_t cols, bool assign) {
+        widen_add_avx512(c, ldc, s, rows, cols, assign);
+    }
     void fence() { __asm__ volatile("" ::: "memory"); }
 
     template <int T>

@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "tile_config.hpp"
+#include "widen.hpp"
 
 namespace emulinalg::amx {
 
@@ -38,6 +39,11 @@ public:
     }
     void release() { std::memset(tiles_, 0, sizeof tiles_); }
     bool ok() const { return ok_; }
+    // C (float64) += a 32 x 32 FP32 scratch block (widen.hpp)
+    static void widen_add(double* c, std::int64_t ldc, const float* s, std::int64_t rows,
+                          std::int64_t cols, bool assign) {
+        widen_add_scalar(c, ldc, s, rows, cols, assign);
+    }
     void fence() {}  // the model's loads are ordinary reads
 
     template <int T>

@@ -812,3 +812,27 @@ def test_host_crt_word_counts_match_the_tables():
     from emulinalg.backends.cuda import crt_words
 
     assert [_amx.crt_words(n) for n in range(2, 21)] == [crt_words(n) for n in range(2, 21)]
+
+
+def test_plan_says_why_amx_is_not_used(monkeypatch):
+    """On an AMX CPU without the opt-in, and with the opt-in where AMX is not usable, the plan
+    of a numpy product names the reason; on CPUs without AMX it says nothing."""
+    from emulinalg.backends import numpy as nb
+
+    def note(features, optin, available=False):
+        monkeypatch.setattr(_amx, "features", lambda: features)
+        monkeypatch.setattr(_amx, "available", lambda: available)
+        monkeypatch.setenv("EMULINALG_AMX", optin)
+        nb.plan_note.cache_clear()
+        return nb.plan_note()
+
+    try:
+        assert "not selected" in note({"amx_tile": True}, "0")
+        assert note({"amx_tile": False}, "0") == ""
+        assert "requested but not usable" in note({"amx_tile": False}, "1")
+        assert "not selected" in note({"amx_tile": True}, "0")
+        emulinalg.matmul(np.ones((2, 3)), np.ones((3, 2)), precision="native")
+        assert "amx backend not selected" in str(emulinalg.last_plan())
+    finally:
+        monkeypatch.undo()
+        nb.plan_note.cache_clear()
