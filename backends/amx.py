@@ -205,10 +205,11 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
 
 
 def bf16_product(ar, ai, br, bi, scheme, dt):
-    """``emulinalg._bf16.product``'s backend hook: the BF16 split and unscaling in C++
-    (``src_amx/bf16_host.cpp``) around one slice-product tile GEMM per output part
-    (``gemm_bf16_slices``: BF16x3's six products in the same FP32 tiles; BF16xN's pairs widened
-    to float64 per 1024 of K). BF16xN is bit-identical to the generic code; BF16x3 differs from
+    """``emulinalg._bf16.product``'s backend hook in ``emulinalg._amx``'s C++
+    (``src_amx/bf16_host.cpp``): the BF16 split written straight into tile panels
+    (``bf16_pack``), one slice-product tile GEMM per output part (``bf16_multiply``: BF16x3's six
+    products in the same FP32 tiles; BF16xN's pairs widened to float64 per 1024 of K), the
+    unscaling. BF16xN is bit-identical to the generic code; BF16x3 differs from
     it only by the FP32 accumulation. Batches run one product at a time; returns None to
     decline (AMX not usable, operands the C++ stages do not take)."""
     amx = _module()
@@ -225,23 +226,37 @@ def bf16_product(ar, ai, br, bi, scheme, dt):
     from emulinalg import _bf16
     from emulinalg._timing import stage
 
-    how, s = _bf16.kind(scheme), scheme.slices
-    with stage("slicing"):
-        pa, pai, ea = amx.bf16_split(ar, s, True, how, ai)  # (s, m, k), exponents per row
-        pb, pbi, eb = amx.bf16_split(br, s, False, how, bi)  # (s, k, n), per column
-        a = pa if ai is None else np.concatenate([pa, pai])
-        b = pb if bi is None else np.concatenate([pb, pbi, pbi ^ np.uint16(0x8000)])  # -Bi
+    fixed = _bf16.kind(scheme) == "fixed"
+    with stage("slicing"):  # the split written straight into tile panels
+        panels = amx.bf16_pack(ar, br, scheme.slices, _bf16.kind(scheme), ai, bi)
     out = []
     for plist in _bf16.pair_lists(scheme, ai is not None):
         with stage("products"):
-            c = amx.gemm_bf16_slices(
-                a, b, np.asarray(plist, dtype=np.int32), widen=how == "fixed", emulate=EMULATE
-            )
-        with stage("reconstruction"):
-            c = c if c.dtype == dt else c.astype(dt)
-            amx.bf16_unscale(c, ea, eb)
+            c = amx.bf16_multiply(panels, np.asarray(plist, dtype=np.int32), emulate=EMULATE)
+        with stage("reconstruction"):  # one rounding, as _bf16._generic
+            if fixed:
+                amx.bf16_unscale(c, panels.ea, panels.eb)
+                c = c if c.dtype == dt else c.astype(dt)
+            else:
+                c = c if c.dtype == dt else c.astype(dt)
+                amx.bf16_unscale(c, panels.ea, panels.eb)
         out.append(c)
     return tuple(out)
+
+
+def all_finite(x):
+    """Whether every entry of float64 ``x`` is finite (the engine's NaN/Inf check; OpenMP in
+    ``emulinalg._amx`` for 2-D arrays)."""
+    amx = _module()
+    if (
+        amx is None
+        or not hasattr(amx, "all_finite")
+        or x.dtype != np.float64
+        or x.ndim != 2
+        or any(st % 8 for st in x.strides)  # fields of a structured array
+    ):
+        return bool(np.isfinite(x).all())
+    return bool(amx.all_finite(x))
 
 
 def _bf16_ok(amx, ar, ai, br, bi):
@@ -251,7 +266,7 @@ def _bf16_ok(amx, ar, ai, br, bi):
     parts = [x for x in (ar, ai, br, bi) if x is not None]
     return (
         amx is not None
-        and hasattr(amx, "gemm_bf16_slices")
+        and hasattr(amx, "bf16_pack")
         and (ai is None) == (bi is None)
         and all(x.dtype == np.float64 for x in parts)
         and ar.shape[:-2] == br.shape[:-2]

@@ -123,7 +123,7 @@ import numpy as np
 from emulinalg import _engine, _exact, _ozaki2, _select
 from emulinalg._moduli import MAX_MODULI, crt_constants
 from emulinalg._plan import Plan
-from emulinalg._precision import NATIVE, OzakiI, OzakiII, level_for_dtype
+from emulinalg._precision import NATIVE, SCHEMES, OzakiII, level_for_dtype
 from emulinalg._scaling import (
     _bound_operand,
     _half_log_shift,
@@ -266,7 +266,7 @@ def matmul(xp, backend, a, b, request, cfg):
     if batch * m * n * k == 0:
         plan.notes.append("empty product")
         return native(None)
-    explicit = isinstance(request, (OzakiI, OzakiII))
+    explicit = isinstance(request, SCHEMES)
     mb, kb, nb = max(a.chunks[-2]), max(a.chunks[-1]), max(b.chunks[-1])
     bb = math.prod(max(c) for c in a.chunks[:-2]) if a.ndim > 2 else 1
     family = "ozaki1" if cfg.scheme == "ozaki1" else "ozaki2"

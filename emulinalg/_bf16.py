@@ -12,7 +12,9 @@ power of two (exact) so that its maximum is below 1: e_i with max_l |a_il| < 2**
 - ``BF16x3`` (Henry et al.): slice = r rounded to 8 significant bits (RNE), r -= slice (exact by
   Sterbenz), components below 2**-126 dropped (TDPBF16PS flushes them). The six products are
   accumulated together in FP32 on the AMX; the generic code sums them in float64 (more
-  accurate, not bit-identical) and rounds to float32.
+  accurate, not bit-identical) and rounds to float32. Products of entries that fall below
+  2**-126 after the scaling (2**-126 of their row's and column's maxima together) are lost
+  (the tiles flush FP32 subnormals): an absolute error of at most k 2**-126 2**(e_i + f_j).
 
 Complex products are 4M over stacked slices: Re = [Ar, Ai] x [Br, -Bi], Im = [Ar, Ai] x [Bi, Br]
 (one pair list per part, so each part is one kernel call).
@@ -146,7 +148,10 @@ def _generic(xp, ar, ai, br, bi, scheme, dt):
     for plist in pair_lists(scheme, ai is not None):
         with stage("products"):
             c = _products(xp, A, B, plist, how, ar.shape[-1])
-        with stage("reconstruction"):
+        with stage("reconstruction"):  # one rounding: fixed sums are float64, float ones FP32
             e = xp.expand_dims(ea, axis=-1) + xp.expand_dims(eb, axis=-2)
-            out.append(ldexp(xp, xp.astype(c, getattr(xp, dt)), e))  # one rounding
+            if how == "fixed":
+                out.append(xp.astype(ldexp(xp, c, e), getattr(xp, dt)))
+            else:
+                out.append(ldexp(xp, xp.astype(c, getattr(xp, dt)), e))
     return tuple(out)

@@ -51,10 +51,13 @@ def _parts(xp, x):
     return xp.astype(x, xp.float64, copy=False), None
 
 
-def _all_finite(xp, re, im):
-    """True when every entry is finite, from one sum per part: NaN and Inf entries make the sum
-    non-finite; a sum that overflows (finite entries) only sends the caller to the per-line
-    check."""
+def _all_finite(xp, backend, re, im):
+    """True when every entry is finite: the backend's own check (``backend.all_finite``, e.g.
+    multithreaded) or one sum per part: NaN and Inf entries make the sum non-finite; a sum that
+    overflows (finite entries) only sends the caller to the per-line check."""
+    check = getattr(backend, "all_finite", None)
+    if check is not None:
+        return check(re) and (im is None or check(im))
     ok = bool(xp.isfinite(xp.sum(re)))
     return ok and (im is None or bool(xp.isfinite(xp.sum(im))))
 
@@ -127,7 +130,7 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     ar, ai = _parts(xp, a)
     br, bi = _parts(xp, b)  # the front end gave both operands the result dtype
     with backend.quiet():
-        nonfinite = not (_all_finite(xp, ar, ai) and _all_finite(xp, br, bi))
+        nonfinite = not (_all_finite(xp, backend, ar, ai) and _all_finite(xp, backend, br, bi))
     if nonfinite:
         rows_ok = _finite_lines(xp, ar, ai, axis=-1)
         cols_ok = _finite_lines(xp, br, bi, axis=-2)
@@ -356,8 +359,8 @@ def _choose(xp, backend, ar, ai, br, bi, level: Level, family, real_name):
 
 def _k_block(backend, scheme, k):
     kb = getattr(backend, "k_block", None)
-    if isinstance(scheme, (BF16x3, BF16xN)):
-        return _bf16.WIDEN_K if isinstance(scheme, BF16xN) else None
+    if isinstance(scheme, (BF16x3, BF16xN)):  # BF16xN's FP32 sums: 1024 of K at a time
+        return _bf16.WIDEN_K if isinstance(scheme, BF16xN) and k > _bf16.WIDEN_K else None
     if kb is None:
         return None
     if isinstance(scheme, OzakiII):

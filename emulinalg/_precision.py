@@ -120,8 +120,10 @@ class BF16x3:
 
     Its own accuracy, FP32-like but not certified: products run in FP32 on every backend's AMX
     path (``emulinalg.BF16xN`` with float64 reconstruction is the exact-sum alternative).
-    Rows of A and columns of B are first scaled by powers of two (exact), so any float64 or
-    float32 exponent range works; components below 2**-126 of their line's maximum are dropped.
+    Rows of A and columns of B are first scaled by powers of two (exact), so operands of any
+    float64 or float32 exponent range are taken without overflow; components below 2**-126 of
+    their line's maximum, and products below 2**-126 of their row's and column's maxima
+    together, are dropped (FP32 tiles flush subnormals).
 
     Notes
     -----

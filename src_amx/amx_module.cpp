@@ -223,6 +223,7 @@ py::dict tuning_dict(const amx::Tuning& t) {
     d["pack_a"] = t.pack_a;
     d["nest"] = t.nest;
     d["stream"] = t.stream;
+    d["widen"] = t.widen;
     d["spec"] = amx::format_tuning(t);
     return d;
 }
@@ -271,6 +272,7 @@ py::dict plan(std::int64_t m, std::int64_t n, std::int64_t k, const std::string&
     d["partition"] = p.partition;
     d["nest"] = p.nest;
     d["stream"] = p.stream;
+    d["widen"] = p.widen;
     d["pack_a"] = t.pack_a != 0 || m % amx::kRegRows != 0 || k % kt != 0;
     d["grid"] = py::make_tuple(p.grid_rows, p.grid_cols);
     d["team"] = p.team;
@@ -333,7 +335,8 @@ PYBIND11_MODULE(_amx, m) {
           "prefetch: bit 0 next strip into L2, bit 1 next block into L1; partition: 0 static "
           "2-D thread grid, 1 dynamic tasks; pack_a: 0 loads A tiles from the input when no "
           "padding is needed; nest: 0 = loops jc, ic, pc (C block in L2), 1 = jc, pc, ic; "
-          "stream: 1 loads the streamed operand with TILELOADDT1. "
+          "stream: 1 loads the streamed operand with TILELOADDT1; widen: 1 overlaps a widened slice "
+          "product's float64 additions with the next block's dot products. "
           "Results do not depend on the knobs (INT8 exact; BF16 sums each "
           "entry's K tiles in ascending order). Returns the previous settings.");
     m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::kw_only(),

@@ -59,6 +59,9 @@ struct Tuning {
     int nest = 1;         // 0: jc, ic, pc (C block in L2); 1: jc, pc, ic (B panel reused by
                           // all the region's rows, C streamed: wants a large kc)
     int stream = 0;       // 1: load the streamed operand with TILELOADDT1 (no L1 reuse hint)
+    int widen = 1;        // widened slice products: 0 adds each FP32 block to C after its dot
+                          // products; 1 adds it one row per K step of the next block's (the
+                          // vector work overlaps the tile unit's); same additions, same order
 };
 
 // Defaults: the best of the sweep on the 16-core AMX host, 16 threads, N = 8192
@@ -84,6 +87,7 @@ inline std::string validate(const Tuning& t) {
     if (t.pack_a < 0 || t.pack_a > 1) return "pack_a must be 0 or 1";
     if (t.nest < 0 || t.nest > 1) return "nest must be 0 (jc, ic, pc) or 1 (jc, pc, ic)";
     if (t.stream < 0 || t.stream > 1) return "stream must be 0 or 1";
+    if (t.widen < 0 || t.widen > 1) return "widen must be 0 or 1";
     return "";
 }
 
@@ -99,8 +103,9 @@ inline std::string set_knob(Tuning& t, const std::string& key, long long v) {
     else if (key == "pack_a") t.pack_a = static_cast<int>(v);
     else if (key == "nest") t.nest = static_cast<int>(v);
     else if (key == "stream") t.stream = static_cast<int>(v);
+    else if (key == "widen") t.widen = static_cast<int>(v);
     else return "unknown blocking key '" + key + "' (mc, nc, kc, order, sched, prefetch, "
-                "partition, pack_a, nest, stream)";
+                "partition, pack_a, nest, stream, widen)";
     return "";
 }
 
@@ -139,7 +144,8 @@ inline std::string format_tuning(const Tuning& t) {
            ",kc=" + std::to_string(t.kc) + ",order=" + std::to_string(t.order) +
            ",sched=" + std::to_string(t.sched) + ",prefetch=" + std::to_string(t.prefetch) +
            ",partition=" + std::to_string(t.partition) + ",pack_a=" + std::to_string(t.pack_a) +
-           ",nest=" + std::to_string(t.nest) + ",stream=" + std::to_string(t.stream);
+           ",nest=" + std::to_string(t.nest) + ",stream=" + std::to_string(t.stream) +
+           ",widen=" + std::to_string(t.widen);
 }
 
 // The process-wide knobs (emulinalg._amx.set_blocking, EMULINALG_AMX_BLOCKING). Each GEMM call
@@ -166,7 +172,7 @@ inline void set_current_tuning(const Tuning& t) {
 struct Plan {
     std::int64_t rows = 0, cols = 0, ktiles = 0;  // register blocks of C; K tiles
     std::int64_t mcr = 0, ncr = 0, kc = 0;        // C block (register blocks), K chunk (tiles)
-    int order = 0, sched = 0, prefetch = 0, partition = 0, nest = 0, stream = 0;
+    int order = 0, sched = 0, prefetch = 0, partition = 0, nest = 0, stream = 0, widen = 1;
     int grid_rows = 1, grid_cols = 1;  // static partition: threads = grid_rows x grid_cols
     int team = 1;                      // threads started
     std::int64_t tasks = 1;            // dynamic partition: mc x nc tasks
@@ -209,6 +215,7 @@ inline Plan make_plan(const Tuning& t, std::int64_t mp, std::int64_t np, std::in
     p.partition = t.partition;
     p.nest = t.nest;
     p.stream = t.stream;
+    p.widen = t.widen;
     threads = std::max(1, threads);
     if (p.partition == 0) {
         choose_grid(p.rows, p.cols, threads, p.grid_rows, p.grid_cols);

@@ -9,12 +9,15 @@
 // gemm_s8s8s32_*: int8 x int8 -> int32, exact for k <= kMaxKS8 (kernel.hpp).
 // gemm_bf16bf16f32_*: bf16 (uint16 bit patterns) x bf16 -> fp32 (TDPBF16PS rounding).
 // gemm_bf16_slices_*: slice products (kernel.hpp): c is float* (fused: all pairs in FP32
-// tiles) or, with widen, double* (each pair's FP32 chunk sums added in FP64).
+// tiles) or, with widen, double* (each pair's FP32 chunk sums added in FP64);
+// gemm_bf16_slice_tiles_*: the same on slices packed already (TileSources of pack.hpp).
 #pragma once
 
 #include <cstdint>
 
 namespace emulinalg::amx {
+
+struct TileSource;
 
 bool gemm_s8s8s32_emulated(const std::int8_t* a, const std::int8_t* b, std::int32_t* c,
                            std::int64_t m, std::int64_t n, std::int64_t k, int threads);
@@ -24,6 +27,10 @@ bool gemm_bf16bf16f32_emulated(const std::uint16_t* a, const std::uint16_t* b, f
 bool gemm_bf16_slices_emulated(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
                                const std::int32_t* pairs, int count, bool widen, void* c,
                                std::int64_t m, std::int64_t n, std::int64_t k, int threads);
+bool gemm_bf16_slice_tiles_emulated(const TileSource* sa, const TileSource* sb,
+                                    const std::int32_t* pairs, int count, bool widen, void* c,
+                                    std::int64_t m, std::int64_t n, std::int64_t ktiles,
+                                    int threads);
 
 #ifdef EMULINALG_AMX_COMPILED
 bool gemm_s8s8s32_amx(const std::int8_t* a, const std::int8_t* b, std::int32_t* c,
@@ -33,6 +40,9 @@ bool gemm_bf16bf16f32_amx(const std::uint16_t* a, const std::uint16_t* b, float*
 bool gemm_bf16_slices_amx(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
                           const std::int32_t* pairs, int count, bool widen, void* c,
                           std::int64_t m, std::int64_t n, std::int64_t k, int threads);
+bool gemm_bf16_slice_tiles_amx(const TileSource* sa, const TileSource* sb,
+                               const std::int32_t* pairs, int count, bool widen, void* c,
+                               std::int64_t m, std::int64_t n, std::int64_t ktiles, int threads);
 #endif
 
 }  // namespace emulinalg::amx

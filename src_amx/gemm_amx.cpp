@@ -28,4 +28,15 @@ bool gemm_bf16_slices_amx(const std::uint16_t* a, int na, const std::uint16_t* b
                                     k, threads);
 }
 
+bool gemm_bf16_slice_tiles_amx(const TileSource* sa, const TileSource* sb,
+                               const std::int32_t* pairs, int count, bool widen, void* c,
+                               std::int64_t m, std::int64_t n, std::int64_t ktiles, int threads) {
+    if (widen) {
+        return gemm_bf16_slice_tiles<AmxTileOps>(sa, sb, pairs, count, static_cast<double*>(c), m, n,
+                                             ktiles, threads);
+    }
+    return gemm_bf16_slice_tiles<AmxTileOps>(sa, sb, pairs, count, static_cast<float*>(c), m, n,
+                                         ktiles, threads);
+}
+
 }  // namespace emulinalg::amx

@@ -359,7 +359,10 @@ private:
     }
 
     // Widened slice products: per K chunk of kWidenTiles (chunks start at multiples of it: the
-    // plan's kc is one) and per pair, the FP32 tile sum is stored, widened and added to C.
+    // plan's kc is one) and per pair, the FP32 tile sum is stored, widened and added to C. With
+    // plan.widen = 1 a stored block is added one row per K step of the next block's dot
+    // products (two scratch blocks), so the vector work overlaps the tile unit's; C still gets
+    // the blocks in the same order.
     void widen_block(std::int64_t i, std::int64_t j, std::int64_t kt0, std::int64_t kt1,
                      bool first) {
         const std::int64_t row0 = i * kRegRows, col0 = j * kRegCols;
@@ -367,6 +370,18 @@ private:
         const std::int64_t cols = std::min<std::int64_t>(kRegCols, n_ - col0);
         constexpr std::int64_t stride = kRegCols * static_cast<std::int64_t>(sizeof(Acc));
         Out* c = c_ + row0 * n_ + col0;
+        const bool overlap = plan_.widen == 1;
+        int pending = -1;     // scratch block still to add (0 or 1), -1: none
+        bool pending_assign = false;
+        std::int64_t done = 0;  // its rows added so far
+        auto add_rows = [&](std::int64_t upto) {  // the pending block's rows [done, upto)
+            upto = std::min(upto, rows);
+            if (pending < 0 || upto <= done) return;
+            Ops::widen_add(c + done * n_, n_, scratch2_[pending] + done * kRegCols, upto - done,
+                           cols, pending_assign);
+            done = upto;
+        };
+        int next = 0;
         for (std::int64_t s0 = kt0; s0 < kt1; s0 += kWidenTiles) {
             const std::int64_t s1 = std::min(kt1, s0 + kWidenTiles);
             for (int q = 0; q < sp_->count; ++q) {
@@ -374,18 +389,33 @@ private:
                 ops_.template zero<kC01>();
                 ops_.template zero<kC10>();
                 ops_.template zero<kC11>();
-                k_steps_sched<Traits, 0>(plan_.sched, ops_, sp_->a[sp_->pairs[2 * q]],
-                                         sp_->b[sp_->pairs[2 * q + 1]], 2 * i, 2 * j, s0, s1,
-                                         nullptr, 0);
-                ops_.template store<kC00>(scratch_, stride);
-                ops_.template store<kC01>(scratch_ + 16, stride);
-                ops_.template store<kC10>(scratch_ + 16 * kRegCols, stride);
-                ops_.template store<kC11>(scratch_ + 16 * kRegCols + 16, stride);
-                ops_.fence();  // the scalar reads below must see the stores
-                // 0.0 + x: the same value (and sign of zero) as the generic code's C = 0; C += x
-                Ops::widen_add(c, n_, scratch_, rows, cols, first && s0 == kt0 && q == 0);
+                const TileSource& a = sp_->a[sp_->pairs[2 * q]];
+                const TileSource& b = sp_->b[sp_->pairs[2 * q + 1]];
+                if (overlap && pending >= 0) {
+                    for (std::int64_t kt = s0; kt < s1; ++kt) {  // one K step, one pending row
+                        k_steps<Traits, 0, 0>(ops_, a, b, 2 * i, 2 * j, kt, kt + 1, nullptr, 0);
+                        add_rows(done + 1);
+                    }
+                } else {
+                    k_steps_sched<Traits, 0>(plan_.sched, ops_, a, b, 2 * i, 2 * j, s0, s1,
+                                             nullptr, 0);
+                }
+                add_rows(rows);  // what is left of the previous block, before this one
+                Acc* sc = scratch2_[next];
+                ops_.template store<kC00>(sc, stride);
+                ops_.template store<kC01>(sc + 16, stride);
+                ops_.template store<kC10>(sc + 16 * kRegCols, stride);
+                ops_.template store<kC11>(sc + 16 * kRegCols + 16, stride);
+                ops_.fence();  // the vector reads of the additions must see the stores
+                // 0.0 + x for the very first block: the generic code's C = 0; C += x
+                pending = next;
+                pending_assign = first && s0 == kt0 && q == 0;
+                done = 0;
+                next ^= 1;
+                if (!overlap) add_rows(rows);
             }
         }
+        add_rows(rows);
     }
 
     void scratch_in(std::int64_t row0, std::int64_t col0, std::int64_t rows, std::int64_t cols) {
@@ -407,6 +437,7 @@ private:
     Plan plan_;
     const SliceProducts* sp_;
     alignas(64) Acc scratch_[kRegRows * kRegCols];
+    alignas(64) Acc scratch2_[2][kRegRows * kRegCols];  // widened slice products' blocks
 };
 
 inline int resolve_threads(int threads) {
@@ -501,21 +532,37 @@ bool gemm(const typename Traits::In* a, const typename Traits::In* b, typename T
     return gemm_tiles<Traits, Ops>(as, pb.source(), c, m, n, plan);
 }
 
-// Slice products (see the top of this file): a (na, m, k) and b (nb, k, n) contiguous stacks
-// of bf16 slices, `count` pairs (i < na, j < nb); C (m x n) is float (fused) or double
-// (widened). Each slice is packed as gemm() packs its operands.
+// Slice products (see the top of this file) on packed slices: sa[i] (A's slices, ceil(m/32)*2
+// 16-row blocks) and sb[j] (B's, VNNI), `ktiles` K tiles each; `count` pairs (i, j); C (m x n)
+// is float (fused) or double (widened).
 template <class Ops, class Out>
-bool gemm_bf16_slices(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
-                      const std::int32_t* pairs, int count, Out* c, std::int64_t m,
-                      std::int64_t n, std::int64_t k, int threads) {
+bool gemm_bf16_slice_tiles(const TileSource* sa, const TileSource* sb, const std::int32_t* pairs,
+                           int count, Out* c, std::int64_t m, std::int64_t n,
+                           std::int64_t ktiles, int threads) {
     constexpr bool widen = std::is_same_v<Out, double>;
     static_assert(widen || std::is_same_v<Out, float>, "C is float (fused) or double (widened)");
     threads = resolve_threads(threads);
     if (m == 0 || n == 0) return true;
-    if (k == 0 || count == 0) {
+    if (ktiles == 0 || count == 0) {
         std::fill(c, c + m * n, Out(0));
         return true;
     }
+    const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
+    const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
+    Plan plan = make_plan(current_tuning(), mp, np, ktiles, threads);
+    if (widen) plan.kc = std::max(kWidenTiles, plan.kc / kWidenTiles * kWidenTiles);
+    const SliceProducts sp{sa, sb, pairs, count, widen};
+    return gemm_tiles<Bf16Traits, Ops, Out>(sa[0], sb[0], c, m, n, plan, &sp);
+}
+
+// The same from row-major stacks a (na, m, k) and b (nb, k, n) of bf16 slices, each packed as
+// gemm() packs its operands.
+template <class Ops, class Out>
+bool gemm_bf16_slices(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
+                      const std::int32_t* pairs, int count, Out* c, std::int64_t m,
+                      std::int64_t n, std::int64_t k, int threads) {
+    threads = resolve_threads(threads);
+    if (m == 0 || n == 0) return true;
     constexpr std::int64_t KT = k_per_tile<std::uint16_t>();
     const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
@@ -527,10 +574,8 @@ bool gemm_bf16_slices(const std::uint16_t* a, int na, const std::uint16_t* b, in
     }
     for (const Panel& p : pa) sa.push_back(p.source());
     for (const Panel& p : pb) sb.push_back(p.source());
-    Plan plan = make_plan(current_tuning(), mp, np, ceil_div(k, KT), threads);
-    if (widen) plan.kc = std::max(kWidenTiles, plan.kc / kWidenTiles * kWidenTiles);
-    const SliceProducts sp{sa.data(), sb.data(), pairs, count, widen};
-    return gemm_tiles<Bf16Traits, Ops, Out>(sa[0], sb[0], c, m, n, plan, &sp);
+    return gemm_bf16_slice_tiles<Ops, Out>(sa.data(), sb.data(), pairs, count, c, m, n,
+                                           ceil_div(k, KT), threads);
 }
 
 }  // namespace emulinalg::amx

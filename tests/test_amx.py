@@ -193,7 +193,7 @@ def test_bf16_model_bit_identical_under_every_blocking(rng, restore_blocking, m,
 
 def test_set_blocking_interface(restore_blocking):
     assert _amx.blocking()["spec"] == (
-        "mc=0,nc=0,kc=0,order=0,sched=2,prefetch=1,partition=1,pack_a=1,nest=1,stream=0"
+        "mc=0,nc=0,kc=0,order=0,sched=2,prefetch=1,partition=1,pack_a=1,nest=1,stream=0,widen=1"
     )  # the defaults: the sweep's best on the AMX host (blocking.hpp)
     before = _amx.set_blocking("mc=64,kc=4", order=1)
     assert before["mc"] == 0 and before["order"] == 0

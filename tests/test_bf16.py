@@ -93,17 +93,42 @@ def test_bf16xn_more_products_more_bits(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_bf16x3_fp32_level(dtype, rng):
-    """Componentwise error within (6k + 8) 2**-24 |A||B| (split residuals 2**-24, omitted
-    products, FP32 sums), whatever the exponent spread of rows and columns."""
-    a = _wide(rng, (17, 400), 30).astype(dtype)
-    b = _wide(rng, (400, 21), 30).astype(dtype)
+def _bf16x3_bound(a, b):
+    """(6k + 8) 2**-24 |A||B| (split residuals 2**-24, omitted products, FP32 sums) plus the
+    products flushed below 2**-126 of the line scales and the output's own rounding."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    k = a.shape[1]
+    ea = _bf16.line_exponents(np, a, None, axis=-1)
+    eb = _bf16.line_exponents(np, b, None, axis=-2)
+    flush = k * 2.0**-126 * np.exp2(ea[:, None] + eb[None, :])
+    return (6 * k + 8) * 2.0**-24 * (np.abs(a) @ np.abs(b)) + flush + 2.0**-149
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("span", [0, 30, 70])
+def test_bf16x3_fp32_level(dtype, span, rng):
+    """Within the FP32-level bound, whatever the exponent spread of rows and columns (70: many
+    products flushed below 2**-126 of their line scales)."""
+    a = _wide(rng, (17, 400), span).astype(dtype)
+    b = _wide(rng, (400, 21), span).astype(dtype)
     c = emulinalg.matmul(a, b, precision=emulinalg.BF16x3())
     assert c.dtype == dtype
     hi, lo = exact_matmul(a, b)
-    absab = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    big = float(np.finfo(dtype).max)
+    fits = np.abs(hi) < big / 2  # beyond: inf, as native
     err = np.abs((c.astype(np.float64) - hi) - lo)
-    assert np.all(err <= (6 * 400 + 8) * 2.0**-24 * absab)
+    assert np.all(err[fits] <= _bf16x3_bound(a, b)[fits])
+    assert np.all(np.isinf(c[np.abs(hi) > 2 * big]))
+
+
+def test_bf16x3_flushes_tiny_scaled_products():
+    """A product 2**-202 below its row's and column's maxima is lost (FP32 tiles flush it), as
+    the docstring says; float64 would keep it."""
+    a = np.asarray([[2.0**60, 2.0**-40, 0.0]])
+    b = np.asarray([[0.0], [2.0**-40], [2.0**60]])
+    assert emulinalg.matmul(a, b, precision=emulinalg.BF16x3())[0, 0] == 0.0
+    assert emulinalg.matmul(a, b, precision=emulinalg.BF16xN(6, 21))[0, 0] == 0.0  # digits too
+    assert (a @ b)[0, 0] == 2.0**-80
 
 
 def test_complex_4m(rng):
@@ -142,7 +167,10 @@ def _edge_matrix(rng, shape):
     x[2] = -0.0
     x[3] *= 2.0**900
     x[4] *= 2.0**-1000
+    x[5] = rng.uniform(-0.5, 0.5, size=shape[1])  # line maximum 0.75: scaled by 1
+    x[5, 1] = 0.75
     x[5, 0] = 2.0**-126 * (1 - 2.0**-10)  # rounds up to the smallest normal BF16
+    x[5, 2] = -(2.0**-126) * (1 - 2.0**-7)  # a second slice just below it
     return x
 
 
@@ -214,15 +242,16 @@ def test_widened_products_equal_the_generic_sum(shape, emulate, rng):
         widen=True, emulate=emulate,
     )  # fmt: skip
     np.testing.assert_array_equal(got, want)
-    before = _amx.set_blocking("mc=64,nc=64,kc=32,nest=0")
-    try:
-        again = _amx.gemm_bf16_slices(
-            _bf16_bits(np.stack(A)), _bf16_bits(np.stack(B)), np.asarray(plist, np.int32),
-            widen=True, emulate=emulate, threads=2,
-        )  # fmt: skip
-    finally:
-        _amx.set_blocking(before["spec"])
-    np.testing.assert_array_equal(again, want)
+    for spec in ("mc=64,nc=64,kc=32,nest=0", "widen=0", "widen=0,kc=64,order=1,sched=1"):
+        before = _amx.set_blocking(spec)
+        try:
+            again = _amx.gemm_bf16_slices(
+                _bf16_bits(np.stack(A)), _bf16_bits(np.stack(B)), np.asarray(plist, np.int32),
+                widen=True, emulate=emulate, threads=2,
+            )  # fmt: skip
+        finally:
+            _amx.set_blocking(before["spec"])
+        np.testing.assert_array_equal(again, want)
 
 
 def _amx_and_generic(monkeypatch, emulate, a, b, spec):
@@ -263,10 +292,10 @@ def test_amx_backend_bf16x3_close_to_numpy(emulate, monkeypatch, rng):
     a, b = _wide(rng, (40, 300), 20).astype(np.float32), _wide(rng, (300, 33), 20)
     b = b.astype(np.float32)
     got, want = _amx_and_generic(monkeypatch, emulate, a, b, emulinalg.BF16x3())
-    absab = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
-    assert np.all(np.abs(got.astype(np.float64) - want) <= 6 * 300 * 2.0**-24 * absab)
+    bound = _bf16x3_bound(a, b)
+    assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
     hi, lo = exact_matmul(a, b)
-    assert np.all(np.abs((got - hi) - lo) <= (6 * 300 + 8) * 2.0**-24 * absab)
+    assert np.all(np.abs((got - hi) - lo) <= bound)
 
 
 @needs_amx_module
@@ -284,3 +313,49 @@ def test_kernel_refuses_bad_arguments():
     with pytest.raises(ValueError, match="kind"):
         _amx.bf16_split(np.zeros((2, 2)), 3, True, "both")
     assert _amx.WIDEN_K == _bf16.WIDEN_K
+
+
+@needs_amx_module
+def test_bf16_pack_and_multiply_refuse_bad_arguments():
+    a, b = np.ones((3, 4)), np.ones((4, 2))
+    with pytest.raises(ValueError, match="inner dimensions"):
+        _amx.bf16_pack(a, b[:3], 2, "fixed")
+    with pytest.raises(ValueError, match="kind"):
+        _amx.bf16_pack(a, b, 2, "both")
+    with pytest.raises(ValueError, match="imaginary"):
+        _amx.bf16_pack(a, b, 2, "fixed", a, None)
+    with pytest.raises(ValueError, match="slices"):
+        _amx.bf16_pack(a, b, 9, "fixed")
+    p = _amx.bf16_pack(a, b, 2, "fixed")
+    with pytest.raises(ValueError, match="not there"):
+        _amx.bf16_multiply(p, np.asarray([[0, 2]], np.int32), emulate=True)
+    with pytest.raises(ValueError, match="pairs"):
+        _amx.bf16_multiply(p, np.zeros((1, 3), np.int32), emulate=True)
+    if not AMX_AVAILABLE:
+        with pytest.raises(RuntimeError, match="AMX is not available"):
+            _amx.bf16_multiply(p, np.asarray([[0, 0]], np.int32))
+    np.testing.assert_array_equal(p.ea, [1, 1, 1])  # max |a| = 1 < 2**1
+
+
+@needs_amx_module
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, None])
+def test_all_finite(bad, rng):
+    x = rng.standard_normal((70, 33))
+    if bad is not None:
+        x[41, 17] = bad
+    for v in (x, x.T, x[::-2, 1:]):
+        assert _amx.all_finite(np.asarray(v)) == bool(np.isfinite(v).all())
+
+
+def test_dask_blocks(rng):
+    """BF16xN on dask operands: block products through the engine, K-block sums in
+    double-double; within the in-core truncation bound (block line maxima are at most the
+    whole lines')."""
+    da = pytest.importorskip("dask.array")
+    a, b = _wide(rng, (40, 3000), 6), _wide(rng, (3000, 30), 6)
+    spec = emulinalg.BF16xN(6, 15)
+    c = emulinalg.matmul(da.from_array(a, chunks=(20, 1000)), da.from_array(b, chunks=(1000, 15)),
+                         precision=spec).compute()  # fmt: skip
+    hi, lo = exact_matmul(a, b)
+    assert np.all(np.abs((c - hi) - lo) <= _fixed_bound(a, b, spec) + 2.0**-50 * np.abs(hi))
+    assert str(spec) in emulinalg.last_plan().scheme

@@ -22,19 +22,8 @@ THREADS=$(( $(nproc) < 16 ? $(nproc) : 16 ))
 AMX_SWEEP_BUDGET=${AMX_SWEEP_BUDGET:-120}
 failed=0
 
-# step NAME LIMIT_S CMD...: run CMD (a command or one of the functions below, exported) with a
-# time limit, tee its output to $OUT/NAME.log.
-step() {
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    echo "== $name"
-    timeout "$limit" bash -c '"$@"' _ "$@" 2>&1 | tee "$OUT/$name.log"
-    local rc=${PIPESTATUS[0]}
-    echo "$name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
-    [ "$rc" -eq 0 ] || failed=1
-    return "$rc"
-}
+# shellcheck source=tools/device/step.sh
+source tools/device/step.sh
 
 env_info() {
     uname -a

@@ -22,17 +22,8 @@ BENCH_REPEAT=${BENCH_REPEAT:-3}
 BENCH_PHI=${BENCH_PHI:-1}
 failed=0
 
-step() {
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    echo "== $name"
-    timeout "$limit" bash -c '"$@"' _ "$@" 2>&1 | tee "$OUT/$name.log"
-    local rc=${PIPESTATUS[0]}
-    echo "$name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
-    [ "$rc" -eq 0 ] || failed=1
-    return "$rc"
-}
+# shellcheck source=tools/device/step.sh
+source tools/device/step.sh
 
 build() {
     [ -n "${SKIP_BUILD:-}" ] && [ -d "$SITE/emulinalg" ] && return 0
