@@ -138,9 +138,9 @@ def parse_method(text: str) -> Method:
             pos = [a for a in args if "=" not in a]
             if name == "bf16x3":
                 spec = emulinalg.BF16x3()
-            elif name == "bf16xn":
+            elif name == "bf16xn":  # missing arguments take BF16xN's defaults
                 vals = dict(zip(("slices", "products"), pos)) | kw
-                spec = emulinalg.BF16xN(slices=int(vals["slices"]), products=int(vals["products"]))
+                spec = emulinalg.BF16xN(**{key: int(v) for key, v in vals.items()})
             elif name in ("ozakiii", "ozaki2"):
                 keys = ("moduli", "mode")
                 vals = dict(zip(keys, pos)) | kw
@@ -995,7 +995,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         metavar="P[,P...]",
         help="methods: float64, "
         "float32, bit counts, LEVEL[ozaki1|ozaki2], OzakiII(moduli=n, mode=fast|"
-        "accurate), OzakiI(slices=p) (default: the dtype's level with both families "
+        "accurate), OzakiI(slices=p), BF16x3(), BF16xN(slices=s, products=p) (default: the "
+        "dtype's level with both families "
         "and explicit schemes near it)",
         **many,
     )

@@ -181,7 +181,7 @@ class BF16xN:
 
     def __post_init__(self):
         s = _count(self.slices, MIN_BF16_SLICES, MAX_BF16_SLICES, "BF16xN slices")
-        p = _count(self.products, 1, s * (s + 1) // 2, "BF16xN products")
+        p = _count(self.products, 1, s * (s + 1) // 2, f"BF16xN products (with slices={s})")
         d = next((d for d in range(1, s + 1) if d * (d + 1) // 2 == p), None)
         if d is None:
             raise ValueError(

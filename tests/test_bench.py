@@ -139,6 +139,10 @@ def test_native_products_record_no_stage():
          emulinalg.OzakiII(moduli=14, mode="fast"), None),
         ("OzakiII(15)", "OzakiII(moduli=15, mode=accurate)", emulinalg.OzakiII(moduli=15), None),
         ("ozakii(7)", "OzakiI(slices=7)", emulinalg.OzakiI(slices=7), None),
+        ("BF16x3()", "BF16x3()", emulinalg.BF16x3(), None),
+        ("BF16xN(6,21)", "BF16xN(slices=6, products=21)", emulinalg.BF16xN(6, 21), None),
+        ("bf16xn()", "BF16xN(slices=6, products=10)", emulinalg.BF16xN(), None),
+        ("BF16xN(products=6)", "BF16xN(slices=6, products=6)", emulinalg.BF16xN(6, 6), None),
     ],
 )  # fmt: skip
 def test_parse_method(text, label, precision, family):
@@ -147,8 +151,10 @@ def test_parse_method(text, label, precision, family):
 
 
 @pytest.mark.parametrize(
-    "text", ["float16", "OzakiII(moduli=99)", "OzakiI(0)", "float64[ozaki3]", "OzakiI(7)[ozaki1]"]
-)
+    "text",
+    ["float16", "OzakiII(moduli=99)", "OzakiI(0)", "float64[ozaki3]", "OzakiI(7)[ozaki1]",
+     "BF16xN(6,7)", "BF16xN(2)"],
+)  # fmt: skip
 def test_parse_method_rejects(text):
     with pytest.raises(ValueError, match=r"method|family"):
         _bench.parse_method(text)
