@@ -182,7 +182,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
         else:
             pa = amx.ozaki2_residues(ar, mu32, moduli, True)[None]  # (1, moduli, m, k)
             pb = amx.ozaki2_residues(br.T, nu32, moduli, False)[None]
-    res = np.empty((2 if cplx else 1, moduli, m, n), dtype=np.int8)
+    res = amx.empty((2 if cplx else 1, moduli, m, n), "int8")  # huge pages: written once
     with stage("products"):
         for ell in range(moduli):
             t = [amx.gemm_s8s8s32(pa[p, ell], pb[p, ell], emulate=EMULATE) for p in range(len(pa))]
@@ -192,9 +192,9 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
                 amx.ozaki2_reduce(t[0], ell, res[0, ell])
     del pa, pb
     with stage("reconstruction"):
-        dt = np.float32 if out_dtype == "float32" else np.float64
-        outs = [np.empty((m, n), dtype=dt) for _ in range(len(res))]
-        los = [np.empty((m, n)) if out_dtype == "dd" else None for _ in range(len(res))]
+        dt = "float32" if out_dtype == "float32" else "float64"
+        outs = [amx.empty((m, n), dt) for _ in range(len(res))]
+        los = [amx.empty((m, n), "float64") if out_dtype == "dd" else None for _ in range(len(res))]
         amx.ozaki2_crt(
             res if cplx else res[0], mu32, nu32, OUT_KIND[out_dtype], *_crt_arrays(moduli),
             outs[0], los[0], outs[-1] if cplx else None, los[-1] if cplx else None,

@@ -22,6 +22,7 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #undef __CUDACC_RTC__
 
 #include <pybind11/numpy.h>
+#include <pybind11/stl.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -161,8 +162,8 @@ py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::ar
   if (shift.ndim() != 1 || shift.shape(0) != R)
     throw std::invalid_argument("residues: shift must have one entry per line");
   const long long plane = static_cast<long long>(R) * C;
-  py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{nmod, R, C}
-                                              : std::vector<py::ssize_t>{nmod, C, R});
+  auto out = emu_host::huge_page_array<signed char>(
+      lines_are_rows ? std::vector<py::ssize_t>{nmod, R, C} : std::vector<py::ssize_t>{nmod, C, R});
   const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
   const double* px = x.data();
   const int* ps = shift.data();
@@ -190,8 +191,9 @@ py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> i
   if (shift.ndim() != 1 || shift.shape(0) != R)
     throw std::invalid_argument("residues3: shift must have one entry per line");
   const long long plane = static_cast<long long>(R) * C;
-  py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{3, nmod, R, C}
-                                              : std::vector<py::ssize_t>{3, nmod, C, R});
+  auto out = emu_host::huge_page_array<signed char>(
+      lines_are_rows ? std::vector<py::ssize_t>{3, nmod, R, C}
+                     : std::vector<py::ssize_t>{3, nmod, C, R});
   const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
   const double *px = re.data(), *py_ = im.data();
   const int* ps = shift.data();
@@ -299,6 +301,17 @@ void crt(py::array_t<signed char, py::array::c_style> res,
 }  // namespace
 
 void register_ozaki2_host(py::module_& m) {
+  m.def(
+      "empty",
+      [](const std::vector<py::ssize_t>& shape, const std::string& dtype) -> py::array {
+        if (dtype == "int8") return emu_host::huge_page_array<signed char>(shape);
+        if (dtype == "float64") return emu_host::huge_page_array<double>(shape);
+        if (dtype == "float32") return emu_host::huge_page_array<float>(shape);
+        throw std::invalid_argument("empty: dtype must be 'int8', 'float32' or 'float64'");
+      },
+      py::arg("shape"), py::arg("dtype"),
+      "An uninitialized C-contiguous array (like numpy.empty) in 2 MiB-aligned memory advised "
+      "for transparent huge pages: for output planes of gigabytes written once.");
   m.def("ozaki2_residues", &residues, py::arg("x"), py::arg("shift"), py::arg("moduli"),
         py::arg("lines_are_rows") = true,
         "int8 symmetric residues of trunc(x * 2**shift) (shift per line) for the first `moduli` "

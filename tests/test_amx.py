@@ -836,3 +836,16 @@ def test_plan_says_why_amx_is_not_used(monkeypatch):
     finally:
         monkeypatch.undo()
         nb.plan_note.cache_clear()
+
+
+def test_empty_arrays_in_huge_page_memory():
+    """``_amx.empty``: C-contiguous, writeable, 2 MiB-aligned from 2 MiB on, the asked dtype."""
+    for shape, dt in (((3, 1024, 1024), "int8"), ((5, 7), "float64"), ((2, 1 << 20), "float32")):
+        x = _amx.empty(shape, dt)
+        assert x.shape == shape and x.dtype == np.dtype(dt) and x.flags.c_contiguous
+        x[...] = 1
+        assert x.sum() == np.prod(shape)
+        if x.nbytes >= 2 << 20:
+            assert x.ctypes.data % (2 << 20) == 0
+    with pytest.raises(ValueError, match="dtype"):
+        _amx.empty((2, 2), "int16")
