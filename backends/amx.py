@@ -244,6 +244,19 @@ def bf16_product(ar, ai, br, bi, scheme, dt):
     return tuple(out)
 
 
+def as_float64(x):
+    """float64 ``x`` (the engine's parts): float64 as it is, a 2-D float32 array converted with
+    OpenMP into huge-page memory (``emulinalg._amx.to_float64``), anything else by numpy."""
+    amx = _module()
+    if x.dtype == np.float64:
+        return x
+    if amx is None or not hasattr(amx, "to_float64") or x.dtype != np.float32 or x.ndim != 2:
+        return x.astype(np.float64)
+    if any(st % 4 for st in x.strides):  # fields of a structured array
+        return x.astype(np.float64)
+    return amx.to_float64(x)
+
+
 def all_finite(x):
     """Whether every entry of float64 ``x`` is finite (the engine's NaN/Inf check; OpenMP in
     ``emulinalg._amx`` for 2-D arrays)."""

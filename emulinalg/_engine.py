@@ -43,12 +43,17 @@ def _dtype_name(xp, dt):
     raise TypeError(f"internal: unsupported dtype {dt}")
 
 
-def _parts(xp, x):
+def _parts(xp, x, backend=None):
     """float64 real and imaginary parts (None when real); float64 operands are used as they are
-    (nothing writes into them: a copy would cost a pass over each and its memory)."""
+    (nothing writes into them: a copy would cost a pass over each and its memory). A backend may
+    convert in its own way (``backend.as_float64``, e.g. multithreaded)."""
+    conv = getattr(backend, "as_float64", None)
+    if conv is None:
+        def conv(v):
+            return xp.astype(v, xp.float64, copy=False)
     if xp.isdtype(x.dtype, "complex floating"):
-        return xp.astype(xp.real(x), xp.float64), xp.astype(xp.imag(x), xp.float64)
-    return xp.astype(x, xp.float64, copy=False), None
+        return conv(xp.real(x)), conv(xp.imag(x))
+    return conv(x), None
 
 
 def _all_finite(xp, backend, re, im):
@@ -127,8 +132,8 @@ def _matmul(xp, backend, a, b, request, cfg, out):
         if not _faster(backend, guess, dtype_name, m, n, k, batch, plan):
             return backend.native_matmul(a, b), plan
 
-    ar, ai = _parts(xp, a)
-    br, bi = _parts(xp, b)  # the front end gave both operands the result dtype
+    ar, ai = _parts(xp, a, backend)
+    br, bi = _parts(xp, b, backend)  # the front end gave both operands the result dtype
     with backend.quiet():
         nonfinite = not (_all_finite(xp, backend, ar, ai) and _all_finite(xp, backend, br, bi))
     if nonfinite:

@@ -474,6 +474,25 @@ py::array multiply(const Bf16Panels& P,
   return out;
 }
 
+// float64 copy of a 2-D float32 array (any whole-element strides), C-contiguous, in huge-page
+// memory, converted with OpenMP (the engine's parts of float32 operands).
+py::array_t<double> to_float64(const py::array& xa) {
+  if (!py::isinstance<py::array_t<float>>(xa) || xa.ndim() != 2 || xa.strides(0) % 4 != 0 ||
+      xa.strides(1) % 4 != 0)
+    throw std::invalid_argument("to_float64: x must be a 2-D float32 array of whole elements");
+  const auto x = py::reinterpret_borrow<py::array_t<float>>(xa);
+  const long long R = x.shape(0), C = x.shape(1);
+  const long long sr = x.strides(0) / 4, sc = x.strides(1) / 4;
+  auto out = emu_host::huge_page_array<double>({static_cast<py::ssize_t>(R), static_cast<py::ssize_t>(C)});
+  const float* p = x.data();
+  double* o = out.mutable_data();
+  py::gil_scoped_release release;
+#pragma omp parallel for schedule(static)
+  for (long long r = 0; r < R; ++r)
+    for (long long c = 0; c < C; ++c) o[r * C + c] = static_cast<double>(p[r * sr + c * sc]);
+  return out;
+}
+
 // Whether every entry of a float64 matrix is finite (OpenMP; NaN/Inf checks before emulation).
 bool all_finite(const py::array_t<double>& x) {
   if (x.ndim() != 2) {  // other ranks: numpy's own check (rare: batches)
@@ -518,6 +537,8 @@ void register_bf16_host(py::module_& m) {
         py::arg("emulate") = false, py::arg("threads") = 0,
         "sum over pairs (count, 2) of A[i] @ B[j] on bf16_pack's panels, still scaled: float32 "
         "(kind 'float': one FP32 accumulator) or float64 (kind 'fixed': widened per 1024 of K).");
+  m.def("to_float64", &to_float64, py::arg("x"),
+        "float64 C-contiguous copy of a 2-D float32 array (OpenMP, huge-page memory).");
   m.def("all_finite", &all_finite, py::arg("x"),
         "True when every entry of the float64 array is finite (2-D: OpenMP).");
 }

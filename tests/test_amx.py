@@ -849,3 +849,22 @@ def test_empty_arrays_in_huge_page_memory():
             assert x.ctypes.data % (2 << 20) == 0
     with pytest.raises(ValueError, match="dtype"):
         _amx.empty((2, 2), "int16")
+
+
+def test_to_float64_and_the_backend_conversion(rng):
+    """``_amx.to_float64`` (float32 operands' parts on the amx backend) equals numpy's astype,
+    views included; other dtypes are refused, never converted silently."""
+    from emulinalg.backends import amx
+
+    x = rng.standard_normal((70, 45)).astype(np.float32)
+    x[3, 4] = np.float32(1e-45)  # a subnormal
+    for v in (x, x.T, x[::-3, 2:], np.asfortranarray(x)):
+        got = _amx.to_float64(v)
+        assert got.dtype == np.float64 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, v.astype(np.float64))
+        np.testing.assert_array_equal(amx.as_float64(v), v.astype(np.float64))
+    for bad in (x.astype(np.float64), x[None], x.astype(np.float16)):
+        with pytest.raises(ValueError, match="float32"):
+            _amx.to_float64(bad)
+    y = x.astype(np.float64)
+    assert amx.as_float64(y) is y
