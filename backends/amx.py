@@ -226,15 +226,15 @@ def bf16_product(ar, ai, br, bi, scheme, dt):
     from emulinalg import _bf16
     from emulinalg._timing import stage
 
-    fixed = _bf16.kind(scheme) == "fixed"
+    kind = _bf16.kind(scheme)
     with stage("slicing"):  # the split written straight into tile panels
-        panels = amx.bf16_pack(ar, br, scheme.slices, _bf16.kind(scheme), ai, bi)
+        panels = amx.bf16_pack(ar, br, scheme.slices, kind, ai, bi)
     out = []
     for plist in _bf16.pair_lists(scheme, ai is not None):
         with stage("products"):
             c = amx.bf16_multiply(panels, np.asarray(plist, dtype=np.int32), emulate=EMULATE)
         with stage("reconstruction"):  # one rounding, as _bf16._generic
-            if fixed:
+            if kind == "fixed":
                 amx.bf16_unscale(c, panels.ea, panels.eb)
                 c = c if c.dtype == dt else c.astype(dt)
             else:
@@ -247,29 +247,26 @@ def bf16_product(ar, ai, br, bi, scheme, dt):
 def as_float64(x):
     """float64 ``x`` (the engine's parts): float64 as it is, a 2-D float32 array converted with
     OpenMP into huge-page memory (``emulinalg._amx.to_float64``), anything else by numpy."""
-    amx = _module()
     if x.dtype == np.float64:
         return x
-    if amx is None or not hasattr(amx, "to_float64") or x.dtype != np.float32 or x.ndim != 2:
-        return x.astype(np.float64)
-    if any(st % 4 for st in x.strides):  # fields of a structured array
-        return x.astype(np.float64)
-    return amx.to_float64(x)
+    amx = _c_matrix("to_float64", x, np.float32)
+    return x.astype(np.float64) if amx is None else amx.to_float64(x)
 
 
 def all_finite(x):
     """Whether every entry of float64 ``x`` is finite (the engine's NaN/Inf check; OpenMP in
     ``emulinalg._amx`` for 2-D arrays)."""
+    amx = _c_matrix("all_finite", x, np.float64)
+    return bool(np.isfinite(x).all() if amx is None else amx.all_finite(x))
+
+
+def _c_matrix(name, x, dtype):
+    """``emulinalg._amx`` when its matrix function ``name`` takes ``x`` (2-D ``dtype``, strides of
+    whole elements: not fields of a structured array), else None."""
     amx = _module()
-    if (
-        amx is None
-        or not hasattr(amx, "all_finite")
-        or x.dtype != np.float64
-        or x.ndim != 2
-        or any(st % 8 for st in x.strides)  # fields of a structured array
-    ):
-        return bool(np.isfinite(x).all())
-    return bool(amx.all_finite(x))
+    if amx is None or not hasattr(amx, name) or x.dtype != dtype or x.ndim != 2:
+        return None
+    return None if any(st % x.itemsize for st in x.strides) else amx
 
 
 def _bf16_ok(amx, ar, ai, br, bi):

@@ -16,6 +16,7 @@
 
 #include "cpu_id.hpp"
 #include "gemm.hpp"
+#include "host_loops.hpp"
 #include "blocking.hpp"
 #include "kernel.hpp"
 #include "pack.hpp"
@@ -61,16 +62,11 @@ void require_amx(bool emulate, const char* name) {
     }
 }
 
-// An uninitialised (m, n) result in a 64-byte aligned buffer (2 MiB aligned, transparent huge
-// pages, from 2 MiB on: fewer page faults while the tiles store into it), owned by the array.
+// An uninitialised (m, n) result (host_loops.hpp: 2 MiB aligned huge pages from 2 MiB on, so
+// fewer page faults while the tiles store into it), owned by the array.
 template <class T>
 CArray<T> new_output(std::int64_t m, std::int64_t n) {
-    const std::size_t bytes = std::max<std::size_t>(1, static_cast<std::size_t>(m * n) * sizeof(T));
-    void* p = amx::alloc_bytes(bytes);
-    py::capsule owner(p, [](void* q) { std::free(q); });
-    const auto row = static_cast<py::ssize_t>(n * static_cast<std::int64_t>(sizeof(T)));
-    return CArray<T>({static_cast<py::ssize_t>(m), static_cast<py::ssize_t>(n)},
-                     {row, static_cast<py::ssize_t>(sizeof(T))}, static_cast<T*>(p), owner);
+    return emu_host::huge_page_array<T>({static_cast<py::ssize_t>(m), static_cast<py::ssize_t>(n)});
 }
 
 void check_ok(bool ok, const char* name) {

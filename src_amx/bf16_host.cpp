@@ -1,7 +1,9 @@
 // The BF16 schedules' CPU stages around the slice-product tile GEMM (kernel.hpp,
-// gemm_bf16_slices): splitting float64 operands into BF16 slices per line, and the final
-// power-of-two unscaling. Same arithmetic, value for value, as emulinalg/_bf16.py (tests
-// check bit equality); no AMX or AVX-512 instruction, OpenMP over lines.
+// gemm_bf16_slice_tiles): splitting float64 operands into BF16 slices per line (into row-major
+// planes for the tests, or straight into tile panels), the final power-of-two unscaling, and
+// two engine helpers (all_finite, to_float64). Same arithmetic, value for value, as
+// emulinalg/_bf16.py (tests check bit equality); no AMX instruction, OpenMP over lines; the split
+// loop is compiled for AVX-512F, AVX2 and the baseline (target_clones), with the same bits.
 //
 //   fixed ("BF16xN", Ozaki-style): line exponent v (max |x| < 2**v), r = x 2**-v, and slice s
 //     = RNE(r 2**(8s+7)) 2**-(8s+7), r -= slice: signed 8-bit digits |d| <= 128 on a grid fixed
@@ -48,10 +50,15 @@ inline std::uint16_t bf16_bits(double v) {  // v has <= 8 significant bits and f
   return static_cast<std::uint16_t>(u >> 16);
 }
 
+// 2**p for p in [-1074, 1023] (subnormal powers included), exactly.
+inline double pow2(int p) {
+  if (p >= -1022) return double_of(static_cast<std::uint64_t>(p + 1023) << 52);
+  return double_of(std::uint64_t(1) << (p + 1074));
+}
+
 // x 2**e rounded once (exact unless it under/overflows), as numpy.ldexp.
 inline double scale2(double x, int e) {
-  if (e >= -1022 && e <= 1023) return x * double_of(static_cast<std::uint64_t>(e + 1023) << 52);
-  return std::ldexp(x, e);
+  return e >= -1074 && e <= 1023 ? x * pow2(e) : std::ldexp(x, e);
 }
 
 // Round to nearest even integer (|y| < 2**51; default rounding mode, no FMA contraction).
@@ -68,12 +75,6 @@ inline double round_bf16(double r) {
   u = (u + 0x0FFFFFFFFFFFull + ((u >> 45) & 1)) & ~0x1FFFFFFFFFFFull;
   const double v = double_of(u);
   return std::fabs(v) < 0x1p-126 ? 0.0 : v;
-}
-
-// 2**p for p in [-1074, 1023] (subnormal powers included), exactly.
-inline double pow2(int p) {
-  if (p >= -1022) return double_of(static_cast<std::uint64_t>(p + 1023) << 52);
-  return double_of(std::uint64_t(1) << (p + 1074));
 }
 
 // x 2**-e rounded once as (x f1) f2: f1 = 2**min(-e, 1023) rounds at most once, and the rest
@@ -103,6 +104,23 @@ Matrix matrix(const py::array_t<double>& x, const char* who) {
   auto [sr, sc] = emu_host::matrix_strides(x, who);
   return {static_cast<const double*>(x.data()), sr, sc, static_cast<int>(x.shape(0)),
           static_cast<int>(x.shape(1))};
+}
+
+void check_split(const std::string& kind, int slices, const char* who) {
+  if (kind != "fixed" && kind != "float")
+    throw std::invalid_argument(std::string(who) + ": kind must be 'fixed' or 'float'");
+  if (slices < 1 || slices > 8)
+    throw std::invalid_argument(std::string(who) + ": slices must be 1..8");
+}
+
+// The imaginary part `im` beside the real part `re` (same shape), kept alive in `keep`.
+Matrix imag_part(const py::object& im, const Matrix& re, py::array_t<double>& keep,
+                 const char* who) {
+  keep = im.cast<py::array_t<double>>();
+  const Matrix x = matrix(keep, who);
+  if (x.rows != re.rows || x.cols != re.cols)
+    throw std::invalid_argument(std::string(who) + ": real and imaginary parts differ in shape");
+  return x;
 }
 
 // Line exponents: per row (lines_are_rows) or column of max(|re|, |im|).
@@ -290,19 +308,11 @@ amx::Panel negated(const amx::Panel& p) {
 py::tuple split(const py::array_t<double>& re, int slices, bool lines_are_rows, const std::string& kind,
                 const py::object& im) {
   const char* who = "bf16_split";
-  if (kind != "fixed" && kind != "float")
-    throw std::invalid_argument("bf16_split: kind must be 'fixed' or 'float'");
-  if (slices < 1 || slices > 8) throw std::invalid_argument("bf16_split: slices must be 1..8");
+  check_split(kind, slices, who);
   const Matrix xr = matrix(re, who);
-  Matrix xi{};
   const bool cplx = !im.is_none();
   py::array_t<double> im_arr;
-  if (cplx) {
-    im_arr = im.cast<py::array_t<double>>();
-    xi = matrix(im_arr, who);
-    if (xi.rows != xr.rows || xi.cols != xr.cols)
-      throw std::invalid_argument("bf16_split: re and im shapes differ");
-  }
+  const Matrix xi = cplx ? imag_part(im, xr, im_arr, who) : Matrix{};
   auto e = line_exponents(xr, cplx ? &xi : nullptr, lines_are_rows);
   const std::vector<py::ssize_t> shape{slices, xr.rows, xr.cols};
   py::array_t<std::uint16_t> pr(shape);
@@ -361,15 +371,6 @@ constexpr bool kCompiled = true;
 constexpr bool kCompiled = false;
 #endif
 
-template <class T>
-py::array_t<T> aligned_output(long long m, long long n) {  // 64-byte (2 MiB from 2 MiB on)
-  void* p = amx::alloc_bytes(std::max<std::size_t>(1, static_cast<std::size_t>(m * n) * sizeof(T)));
-  py::capsule owner(p, [](void* q) { std::free(q); });
-  return py::array_t<T>({static_cast<py::ssize_t>(m), static_cast<py::ssize_t>(n)},
-                        {static_cast<py::ssize_t>(n * sizeof(T)), static_cast<py::ssize_t>(sizeof(T))},
-                        static_cast<T*>(p), owner);
-}
-
 // A product's operands as BF16 slice panels (bf16_pack), for one or more bf16_multiply calls:
 // A stack [Ar (, Ai)], B stack [Br (, Bi, -Bi)], `slices` panels each, and the line exponents.
 struct Bf16Panels {
@@ -385,9 +386,7 @@ std::shared_ptr<Bf16Panels> pack(const py::array_t<double>& ar, const py::array_
                                  int slices, const std::string& kind, const py::object& ai,
                                  const py::object& bi) {
   const char* who = "bf16_pack";
-  if (kind != "fixed" && kind != "float")
-    throw std::invalid_argument("bf16_pack: kind must be 'fixed' or 'float'");
-  if (slices < 1 || slices > 8) throw std::invalid_argument("bf16_pack: slices must be 1..8");
+  check_split(kind, slices, who);
   if (ai.is_none() != bi.is_none())
     throw std::invalid_argument("bf16_pack: give both imaginary parts or neither");
   auto P = std::make_shared<Bf16Panels>();
@@ -396,15 +395,8 @@ std::shared_ptr<Bf16Panels> pack(const py::array_t<double>& ar, const py::array_
   P->slices = slices;
   py::array_t<double> ai_arr, bi_arr;
   const Matrix xa = matrix(ar, who), xb = matrix(br, who);
-  Matrix xai{}, xbi{};
-  if (P->cplx) {
-    ai_arr = ai.cast<py::array_t<double>>();
-    bi_arr = bi.cast<py::array_t<double>>();
-    xai = matrix(ai_arr, who);
-    xbi = matrix(bi_arr, who);
-    if (xai.rows != xa.rows || xai.cols != xa.cols || xbi.rows != xb.rows || xbi.cols != xb.cols)
-      throw std::invalid_argument("bf16_pack: real and imaginary parts differ in shape");
-  }
+  const Matrix xai = P->cplx ? imag_part(ai, xa, ai_arr, who) : Matrix{};
+  const Matrix xbi = P->cplx ? imag_part(bi, xb, bi_arr, who) : Matrix{};
   if (xb.rows != xa.cols) throw std::invalid_argument("bf16_pack: inner dimensions differ");
   P->m = xa.rows;
   P->k = xa.cols;
@@ -443,11 +435,11 @@ py::array multiply(const Bf16Panels& P,
   py::array out;
   void* c;
   if (P.fixed) {
-    auto o = aligned_output<double>(P.m, P.n);
+    auto o = emu_host::huge_page_array<double>({P.m, P.n});
     c = o.mutable_data();
     out = o;
   } else {
-    auto o = aligned_output<float>(P.m, P.n);
+    auto o = emu_host::huge_page_array<float>({P.m, P.n});
     c = o.mutable_data();
     out = o;
   }

@@ -11,9 +11,7 @@
 #include <utility>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
+#include "pack.hpp"  // alloc_bytes: the module's one allocation policy
 
 namespace emu_host {
 
@@ -52,22 +50,15 @@ inline void for_entries(const double* x, long long sr, long long sc, int R, int 
     for (int c = 0; c < C; ++c) f(r, c, x[r * sr + c * sc]);
 }
 
-// A C-contiguous array of `shape` in fresh memory aligned to 2 MiB and, from 2 MiB on, advised
-// for transparent huge pages (Linux "madvise" mode): the first touches fault 2 MiB at a time
-// instead of 4 KiB, which is most of the time of writing gigabytes of residue planes once.
+// An uninitialised C-contiguous array of `shape`, owned by the array, in pack.hpp's
+// alloc_bytes memory: 64-byte aligned, from 2 MiB on 2 MiB aligned and advised for transparent
+// huge pages (Linux "madvise" mode), so that first touches fault 2 MiB at a time instead of
+// 4 KiB: most of the time of writing gigabytes of planes or results once.
 template <class T>
 pybind11::array_t<T> huge_page_array(const std::vector<pybind11::ssize_t>& shape) {
   std::size_t count = 1;
   for (auto d : shape) count *= static_cast<std::size_t>(d);
-  constexpr std::size_t kHuge = std::size_t(2) << 20;
-  const std::size_t bytes = std::max<std::size_t>(64, count * sizeof(T));
-  const std::size_t align = bytes >= kHuge ? kHuge : 64;
-  void* p = nullptr;
-  if (posix_memalign(&p, align, (bytes + align - 1) / align * align) != 0 || p == nullptr)
-    throw std::bad_alloc();
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (align == kHuge) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
-#endif
+  void* p = emulinalg::amx::alloc_bytes(std::max<std::size_t>(1, count * sizeof(T)));
   pybind11::capsule owner(p, [](void* q) { std::free(q); });
   return pybind11::array_t<T>(shape, static_cast<T*>(p), owner);
 }

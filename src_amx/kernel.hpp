@@ -57,8 +57,7 @@ struct SliceProducts {
     const TileSource* a = nullptr;  // A's slices (packed panels)
     const TileSource* b = nullptr;  // B's slices
     const std::int32_t* pairs = nullptr;   // count pairs (i, j): A slice i times B slice j
-    int count = 0;
-    bool widen = false;  // false: all pairs in one FP32 accumulator; true: FP64 C (see above)
+    int count = 0;  // C's type picks the mode: Acc (fused) or double (widened, see above)
 };
 
 struct Int8Traits {
@@ -551,7 +550,7 @@ bool gemm_bf16_slice_tiles(const TileSource* sa, const TileSource* sb, const std
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
     Plan plan = make_plan(current_tuning(), mp, np, ktiles, threads);
     if (widen) plan.kc = std::max(kWidenTiles, plan.kc / kWidenTiles * kWidenTiles);
-    const SliceProducts sp{sa, sb, pairs, count, widen};
+    const SliceProducts sp{sa, sb, pairs, count};
     return gemm_tiles<Bf16Traits, Ops, Out>(sa[0], sb[0], c, m, n, plan, &sp);
 }
 
