@@ -1,7 +1,7 @@
 """amx backend: numpy arrays, integer GEMMs on Intel AMX INT8 tiles (``emulinalg._amx``).
 
 An integer GEMM whose operands fit int8 (Scheme II's residues in [-128, 127], the accurate-mode
-bound operands in [0, 64]) runs as an exact TDPBSSD tile GEMM: int32 accumulation, exact for
+bound operands in [0, 127]) runs as an exact TDPBSSD tile GEMM: int32 accumulation, exact for
 k <= ``MAX_K`` = 2**17 - 1 because every product is at most 2**14 in magnitude; longer K is
 cut into blocks whose int32 results are added in int64. Other integer GEMMs (Scheme I's
 unsigned [0, 255] slices, for now) and everything else are the numpy backend's.
@@ -288,48 +288,92 @@ def _bf16_ok(amx, ar, ai, br, bi):
 def ozaki2_prescale(ar, ai, br, bi, mode):
     """``emulinalg._scaling.ozaki2_prescale(numpy, int_matmul, ar, ai, br, bi, "accurate")`` with
     the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound GEMM on the INT8
-    tiles: the same ``(s, t, e, f)``, real or complex. None declines (fast mode, batches, what
-    ``_host_ok`` refuses)."""
+    tiles: a ``Prescale`` with the same ``(s, t, e, f)`` (values and dtypes), real or complex, and
+    ``lower`` = F (int32 (m, n), the generic code's values). The operand passes also take the
+    certificate's normalized l1 norms (``.l1``: float64 (m,), (n,)), so ``ozaki2_certificate``
+    reads the operands only when F leaves entries beyond. None declines (fast mode, batches,
+    what ``_host_ok`` refuses)."""
+    from emulinalg._scaling import Prescale
+
     amx = _module()
     if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi):
         return None
-    s, abar = amx.ozaki2_bound_operand(ar, True, ai)  # (m,), (m, k)
-    t, bbar = amx.ozaki2_bound_operand(br.T, False, None if bi is None else bi.T)  # (n,), (k, n)
-    cbar = amx.gemm_s8s8s32(abar, bbar, emulate=EMULATE)  # exact: k 64 64 < 2**31
-    return s, t, cbar.max(axis=1).astype(np.float64), cbar.max(axis=0).astype(np.float64)
+    s, abar, ra, nza, la = amx.ozaki2_bound_operand(ar, True, ai)  # (m,), (m, k), (m,) x 3
+    t, bbar, cb, nzb, lb = amx.ozaki2_bound_operand(
+        br.T, False, None if bi is None else bi.T
+    )  # (n,), (k, n), (n,) x 3
+    # exact: k <= MAX_K (_host_ok) and every term is at most 127 * 127 < 2**14
+    F = amx.gemm_s8s8s32(abar, bbar, emulate=EMULATE)
+    del abar, bbar
+    e, f = amx.ozaki2_bound_max(F, ra, nza, cb, nzb, ai is not None)
+    pre = Prescale(s, t, e, f, lower=F)
+    pre.l1 = (la, lb)  # read by ozaki2_certificate only
+    return pre
 
 
 def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
-    """``emulinalg._select.ozaki2_moduli_needed(numpy, backend, ...)`` (its float32 lower bound
-    of |A||B|) with the operand passes and the per-entry certificate in C++ and the float32 GEMM
-    in numpy's BLAS, as there: ``(count, beyond)``, the same decisions except where a y lies
-    within a few ulps of a threshold (the l1 sums run in another order). None declines."""
+    """``emulinalg._select.ozaki2_moduli_needed(numpy, backend, ...)`` with the per-entry
+    certificate in C++: ``(count, beyond)``, or None to decline (a prescale not made by
+    ``ozaki2_prescale``, what ``_host_ok`` refuses).
+
+    The first pass takes the lower bound of |A||B| from the prescale's bound GEMM F
+    (``_select.bound_lower``) and its l1 norms. Only when it leaves entries beyond every count:
+    the float32 magnitudes of the line-normalized operands (``ozaki2_cert_operand``), their
+    GEMM in numpy's BLAS, as ``_select.magnitude_lower``, and a second pass with the larger
+    bound per entry. The same decisions as the generic code except where a y lies within a few
+    ulps of a threshold (the l1 sums run in another order)."""
     from emulinalg import _select
 
     amx = _module()
+    lower = getattr(prescale, "lower", None)
+    l1 = getattr(prescale, "l1", None)
+    if lower is None or l1 is None or not _host_ok(amx, ar, ai, br, bi):
+        return None
     k = ar.shape[-1]
-    cc = _select.cert_constants(k, bits, ai is not None)
-    if prescale is None or k > _select._LOWER_K_MAX or cc.factor <= 0:
-        return None
-    if not _host_ok(amx, ar, ai, br, bi):
-        return None
     cplx = ai is not None
+    cc = _select.cert_constants(k, bits, cplx)
+    if k > _select._LOWER_K_MAX or cc.factor <= 0:  # never with k <= MAX_K; as _select
+        return None
     s, t, e, f = prescale
-    # line exponents from the prescale's shifts (s = 5 - cplx - e): _select's normalisation
-    ea = np.ascontiguousarray(5 - int(cplx) - s, dtype=np.int64)
-    eb = np.ascontiguousarray(5 - int(cplx) - t, dtype=np.int64)
-    a32, na = amx.ozaki2_cert_operand(ar, ea, True, ai)
-    b32, nb = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T)
-    c32 = native_matmul(a32, b32)
+    la, lb = l1
     alpha = cc.scale * np.sqrt(np.asarray(e, dtype=np.float64))
     beta = cc.scale * np.sqrt(np.asarray(f, dtype=np.float64))
-    beyond, y_min = amx.ozaki2_cert_entries(
-        np.ascontiguousarray(c32), na * cc.l1fac, alpha, nb * cc.l1fac, beta, cc.factor,
-        cc.abs_term, cc.cR, cc.c4, cc.thr,
-    )  # fmt: skip
-    if bool(beyond.all()):
+    na, nb = la * cc.l1fac, lb * cc.l1fac
+    terms = (na, alpha, nb, beta, cc.factor, cc.abs_term, cc.cR, cc.c4,
+             np.array(_select.THRESHOLDS), _select.MIN_MODULI)  # fmt: skip
+    fexp = 11 if cplx else 12
+    c32 = None
+    need, count, at_count, n_out = amx.ozaki2_cert_entries(lower, fexp, *terms)
+    if n_out:
+        # line exponents from the prescale's shifts (s = 5 - cplx - e): _select's normalisation
+        ea = np.ascontiguousarray(5 - int(cplx) - s, dtype=np.int64)
+        eb = np.ascontiguousarray(5 - int(cplx) - t, dtype=np.int64)
+        a32 = amx.ozaki2_cert_operand(ar, ea, True, ai)[0]
+        b32 = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T)[0]
+        c32 = np.ascontiguousarray(native_matmul(a32, b32))
+        del a32, b32
+        need, count, at_count, n_out = amx.ozaki2_cert_entries(lower, fexp, *terms, c32)
+    beyond = need == _select.BEYOND
+    if n_out == need.size:
         return None, beyond
-    return _select.moduli_for(y_min), beyond
+    n = need.shape[1]
+
+    def suspects(count):  # the refinement's entries and their terms, as _select's
+        if at_count > _select.REFINE_ENTRIES:
+            return None
+        idx = np.flatnonzero(need == count)
+        lam = lower.reshape(-1)[idx].astype(np.float64) * 2.0**-fexp  # exact
+        if c32 is not None:  # _select.magnitude_lower's operations
+            g = c32.reshape(-1)[idx].astype(np.float64) * cc.factor
+            lam = np.maximum(lam, np.maximum(g - cc.abs_term, 0.0))
+        return idx, lam, na[idx // n], nb[idx % n]
+
+    import array_api_compat.numpy as xp
+
+    count = _select.refine_moduli(
+        xp, _numpy_backend, ar, ai, br, bi, prescale, bits, count, suspects
+    )
+    return count, beyond
 
 
 def _tiles(amx, a, b):

@@ -26,13 +26,14 @@ import contextlib
 import math
 import os
 
+import array_api_compat.numpy as xnp
 import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
 from emulinalg import _select
 from emulinalg._moduli import crt_constants
-from emulinalg._scaling import ozaki2_shifts
+from emulinalg._scaling import Prescale, ozaki2_shifts
 from emulinalg._timing import stage
 
 from . import cuda as _cuda
@@ -439,12 +440,15 @@ def _bf16_lower(x3, rows_pad, cols_pad):
 # the sums over a line are taken chunk by chunk, in order, then the chunks in order.
 _STAT_CHUNK = 512
 _INT_MIN = -(2**31)
-_ALL_ONES = (1 << 64) - 1
 _STATS_NAMES = tuple(
     f"{k}<{c}>"
     for k in ("line_max_exponent", "bound_operand", "cert_operand")
     for c in ("false", "true")
-)
+) + tuple(
+    name
+    for T in ("int", "long long")
+    for name in (f"bound_max<{T}>", f"cert_entries<{T}, false>", f"cert_entries<{T}, true>")
+) + ("suspect_dots<false>", "suspect_dots<true>")
 
 
 def _stats_kernel(expr):
@@ -494,17 +498,33 @@ def _line_max_exponent(re, im, strides, B, R, C):
 
 
 def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax):
-    """The shifts s (int64 (B, R)) and the int8 bound operand ceil(2**s |x|) as one plane set
-    (1, 1, B, Rpad, Cp) for ``_int8_products``."""
+    """The shifts s (int64 (B, R)), the int8 bound operand floor(2**(s+1) |x|) as one plane set
+    (1, 1, B, Rpad, Cp) for ``_int8_products``, its line sums and nonzero counts (uint64 (B, R))
+    and the l1 partials (B, ceil(Cp / 32), R) of the normalized operand."""
     shift = cp.empty((B, R), dtype=cp.int64)
     planes = cp.empty((1, 1, B, Rpad, Cp), dtype=cp.int8)
+    sums = cp.zeros((B, R), dtype=cp.uint64)
+    nz = cp.zeros((B, R), dtype=cp.uint64)
+    partial = cp.empty((B, -(-Cp // 32), R), dtype=cp.float64)
     fn = _stats_kernel(f"bound_operand<{_tf(im is not None)}>")
     args = _line_args(re, im, strides) + (
         _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides), emax,
-        shift, planes,
+        shift, planes, sums, nz, partial,
     )  # fmt: skip
     fn(_line_grid(Cp, 32, Rpad, B), (_THREADS,), args)
-    return shift, planes
+    return shift, planes, sums, nz, partial
+
+
+class _Bound:
+    """``Prescale.lower`` of this backend: the bound GEMM's sums F (B, m, n_p) (int32, int64
+    when K was blocked) and the l1 partials of both operands for the certificate."""
+
+    def __init__(self, F, pa, pb):
+        self.F, self.pa, self.pb = F, pa, pb
+
+
+def _f_type(F):
+    return "int" if F.dtype == cp.int32 else "long long"
 
 
 def _usable(ar, ai, br, bi):
@@ -515,12 +535,14 @@ def _usable(ar, ai, br, bi):
 
 def ozaki2_prescale(ar, ai, br, bi, mode):
     """``emulinalg._scaling.ozaki2_prescale(cupy, int_matmul, ar, ai, br, bi, mode)`` in the
-    kernels of ``ozaki2_stats.cu``: same ``(s, t, e, f)``, dtypes and values (all exact integers),
-    or None to decline ("fast" mode is left to the generic code).
+    kernels of ``ozaki2_stats.cu``: same ``(s, t, e, f)``, dtypes and values (all exact), or None
+    to decline ("fast" mode is left to the generic code).
 
     accurate: one pass per operand for the line exponents, one writing the int8 bound operand
-    ceil(2**s |x|) in the INT8 GEMM's layout, one cuBLAS INT8 GEMM (INT32 out, exact: terms are
-    <= 64 * 64), and the row and column maxima of its INT32 result.
+    floor(2**(s+1) |x|) in the INT8 GEMM's layout with its line terms (sums, nonzero counts, l1
+    partials), one cuBLAS INT8 GEMM F (INT32 out, exact: terms are <= 127 * 127), and one pass
+    over F for the row and column maxima of U (``_scaling.bound_upper``). ``lower`` keeps F and
+    the l1 partials for ``ozaki2_certificate``.
     """
     if mode != "accurate" or not _usable(ar, ai, br, bi):
         return None
@@ -530,24 +552,33 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
         return None
     ea = _line_max_exponent(*ops.a, ops.a_strides, B, m, k)
     eb = _line_max_exponent(*ops.b, ops.b_strides, B, n, k)
-    s, pa = _bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea)
-    t, pb = _bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb)
+    s, pa, ra, nza, la = _bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea)
+    t, pb, cb, nzb, lb = _bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb)
     prod = _int8_products(pa, pb)  # (nkb, 1, 1, B, m, n_p)
     del pa, pb
-    cbar = prod[0] if prod.shape[0] == 1 else prod.sum(axis=0, dtype=cp.int64)
-    cbar = cbar.reshape(B, m, n_p)[:, :, :n]
-    e = cbar.max(axis=-1).astype(cp.float64)
-    f = cbar.max(axis=-2).astype(cp.float64)
+    F = prod[0] if prod.shape[0] == 1 else prod.sum(axis=0, dtype=cp.int64)
+    F = F.reshape(B, m, n_p)
+    ua = cp.zeros((B, m), dtype=cp.uint64)
+    ub = cp.zeros((B, n), dtype=cp.uint64)
+    rows_per_block = 256
+    grid = (-(-n // 128), min(-(-(B * m) // rows_per_block), _MAX_GRID_YZ))
+    rows_per_block = -(-(B * m) // grid[1])
+    args = (F, _i64(n_p), _i32(B), _i32(m), _i32(n), _i32(rows_per_block), ra, nza, cb, nzb,
+            _i64(2 if ops.a[1] is not None else 1), ua, ub)  # fmt: skip
+    _stats_kernel(f"bound_max<{_f_type(F)}>")(grid, (32, 8), args)
+    e = ua.astype(cp.float64) * 0.25
+    f = ub.astype(cp.float64) * 0.25
     batch = ops.batch
-    return (
+    return Prescale(
         s.reshape(batch + (m,)), t.reshape(batch + (n,)),
         e.reshape(batch + (m,)), f.reshape(batch + (n,)),
+        lower=_Bound(F, la, lb),
     )  # fmt: skip
 
 
-def _cert_operand(re, im, strides, B, R, Rpad, C, Cp, k_major, shift, ebound, scale, l1fac):
+def _cert_operand(re, im, strides, B, R, Rpad, C, Cp, k_major, shift):
     """bf16 magnitudes (B, Rpad, Cp) (or (B, Cp, Rpad) when ``k_major``) of the line-normalized
-    operand, its l1 upper bounds (B, R) and alpha = scale sqrt(ebound) (B, R)."""
+    operand, truncated toward zero (its l1 partials are not used: the prescale has them)."""
     chunks = -(-Cp // _STAT_CHUNK)
     out = cp.empty((B, Cp, Rpad) if k_major else (B, Rpad, Cp), dtype=cp.uint16)
     partial = cp.empty((B, chunks, R), dtype=cp.float64)
@@ -558,60 +589,146 @@ def _cert_operand(re, im, strides, B, R, Rpad, C, Cp, k_major, shift, ebound, sc
         _i32(k_major), _i32(_STAT_CHUNK), sh, partial, out,
     )  # fmt: skip
     fn(_line_grid(Cp, _STAT_CHUNK, Rpad, B), (_THREADS,), args)
+    return out
+
+
+def _line_terms(partial, B, R, ebound, scale, l1fac):
+    """The l1 upper bounds (B, R) from the partials (B, chunks, R) and alpha = scale sqrt(e)."""
+    chunks = partial.shape[1]
     ev = cp.ascontiguousarray(ebound.reshape(B, R).astype(cp.float64, copy=False))
     norm = cp.empty((B, R), dtype=cp.float64)
     alpha = cp.empty((B, R), dtype=cp.float64)
-    lines = B * R
     fn = _stats_kernel("cert_line_terms")
     args = (partial, _i32(chunks), _i32(B), _i32(R), np.float64(l1fac), ev, np.float64(scale),
             norm, alpha)  # fmt: skip
-    fn((min(-(-lines // _THREADS), 4096),), (_THREADS,), args)
-    return out, norm, alpha
+    fn((min(-(-(B * R) // _THREADS), 4096),), (_THREADS,), args)
+    return norm, alpha
 
 
 def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     """``emulinalg._select.ozaki2_moduli_needed(cupy, backend, ar, ai, br, bi, prescale, bits)``
     (with this backend's bf16 ``magnitude_lower_matmul``) in the kernels of ``ozaki2_stats.cu``:
-    ``(count, beyond)``, or None to decline.
+    ``(count, beyond)``, or None to decline (a prescale not made by ``ozaki2_prescale``).
 
-    One pass per operand writes the truncated bf16 magnitudes of the line-normalized operand and
-    its l1 norms; the bf16 GEMM is ``magnitude_lower_matmul``'s; one pass over its FP32 sums
-    applies the lower-bound factor and term, evaluates the certificate in _select's float64
-    operations (in order, no FMA), writes the mask of entries beyond the most moduli and reduces
-    the smallest y of the others; the count is chosen from it on the host as _select does.
+    One pass over the prescale's bound GEMM F applies ``_select.bound_lower``, evaluates the
+    certificate in _select's float64 operations (in order, no FMA), writes the mask of entries
+    beyond the most moduli and reduces the smallest y of the others. Only when some entry is
+    beyond: one pass per operand writes the truncated bf16 magnitudes of the line-normalized
+    operand, the bf16 GEMM is ``magnitude_lower_matmul``'s, and a second pass takes the larger
+    lower bound per entry. The count is chosen from the smallest y on the host as _select does.
     Every float operation is the generic one except the order of the l1 sums (here: in column
-    order, by chunks of ``_STAT_CHUNK``); both are upper bounds, and a decision can only differ
-    where y lies within a few ulps of a threshold.
+    order, by tiles of 32 columns); both are upper bounds, and a decision can only differ where
+    y lies within a few ulps of a threshold.
     """
-    if prescale is None or not _usable(ar, ai, br, bi):
+    lower = getattr(prescale, "lower", None)
+    if not isinstance(lower, _Bound) or not _usable(ar, ai, br, bi):
         return None
     k = ar.shape[-1]
-    cc = _select.cert_constants(k, bits, ai is not None)
-    if k > _select._LOWER_K_MAX or cc.factor <= 0:
-        return None
+    cplx = ai is not None
+    cc = _select.cert_constants(k, bits, cplx)
     ops = _Operands(ar, ai, br, bi)
     B, m, n = ops.B, ops.m, ops.n
     if 0 in (B, m, k, n):
         return None
     s, t, e, f = prescale
-    kp, n_p = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
-    args = (cc.scale, cc.l1fac)
-    a16, na, alpha = _cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, s, e, *args)
-    b16, nb, beta = _cert_operand(*ops.b, ops.b_strides, B, n, n_p, k, kp, True, t, f, *args)
-    c32 = _bf16_gemm(a16, b16)
-    del a16, b16
-    beyond = cp.empty((B, m, n), dtype=cp.bool_)
-    ymin = cp.full((1,), _ALL_ONES, dtype=cp.uint64)
-    args = (
-        c32, _i64(n_p), _i32(B), _i32(m), _i32(n), na, alpha, nb, beta, np.float64(cc.factor),
-        np.float64(cc.abs_term), np.float64(cc.cR), np.float64(cc.c4), np.float64(cc.thr),
-        beyond, ymin,
-    )  # fmt: skip
-    gx = min(-(-n // 32), 32)
-    gy = min(-(-(B * m) // 8), max(1, 4096 // gx), _MAX_GRID_YZ)
-    _stats_kernel("cert_entries")((gx, gy), (32, 8), args)
-    beyond = beyond.reshape(ops.batch + (m, n))
-    v = int(ymin[0])
-    if v == _ALL_ONES:
+    na, alpha = _line_terms(lower.pa, B, m, e, cc.scale, cc.l1fac)
+    nb, beta = _line_terms(lower.pb, B, n, f, cc.scale, cc.l1fac)
+    F = lower.F
+    n_p = F.shape[-1]
+    need = cp.empty((B, m, n), dtype=cp.uint8)
+    gx = -(-n // 128)  # cert_entries: 4 columns per thread
+    gy = min(-(-(B * m) // 64), max(1, 4096 // gx), _MAX_GRID_YZ)
+    rows_per_block = -(-(B * m) // gy)
+    th = _thresholds()
+    nth = th.shape[0]
+    fexp = 11 if cplx else 12
+
+    def entries(c32):
+        """One pass: need, and (largest certified count, its entries, the beyond entries)."""
+        hist = cp.zeros((nth + 2,), dtype=cp.uint64)
+        gemm = c32 is not None
+        args = (
+            F, c32 if gemm else F, _i64(n_p), _i64(c32.shape[-1] if gemm else 0), _i32(B),
+            _i32(m), _i32(n), _i32(rows_per_block), _i32(fexp), na, alpha, nb, beta,
+            np.float64(cc.factor),
+            np.float64(cc.abs_term), np.float64(cc.cR), np.float64(cc.c4), th, _i32(nth),
+            _i32(_select.MIN_MODULI), need, hist,
+        )  # fmt: skip
+        _stats_kernel(f"cert_entries<{_f_type(F)}, {_tf(gemm)}>")((gx, gy), (32, 8), args)
+        h = [int(v) for v in cp.asnumpy(hist)]
+        top = h[nth + 1]
+        return top + _select.MIN_MODULI, h[top], h[nth]
+
+    c32 = None
+    count, at_count, n_out = entries(None)
+    if n_out and (k > _select._LOWER_K_MAX or cc.factor <= 0):
+        # beyond the bf16 bound's range: the generic code (its float64 GEMM bound) from F
+        Fv = F[..., :n].reshape(ops.batch + (m, n))
+        return _select.certify_moduli(cp, _this(), ar, ai, br, bi, prescale, bits, Fv)
+    if n_out:
+        kp, nb16 = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
+        a16 = _cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, s)
+        b16 = _cert_operand(*ops.b, ops.b_strides, B, n, nb16, k, kp, True, t)
+        c32 = _bf16_gemm(a16, b16)
+        del a16, b16
+        count, at_count, n_out = entries(c32)
+    beyond = (need == _select.BEYOND).reshape(ops.batch + (m, n))
+    if n_out == B * m * n:
         return None, beyond
-    return _select.moduli_for(float(np.array(v, dtype=np.uint64).view(np.float64))), beyond
+
+    def suspects(count):  # host arrays: a few entries, gathered here, refined on the host
+        if at_count > _select.REFINE_ENTRIES:
+            return None
+        idx = cp.empty((max(at_count, 1),), dtype=cp.int64)
+        got = cp.zeros((1,), dtype=cp.uint64)
+        total = B * m * n
+        grid = (min(-(-total // _THREADS), 8192),)
+        args = (need, _i64(total), _i32(count), idx, _i64(at_count), got)
+        _stats_kernel("collect_need")(grid, (_THREADS,), args)
+        idx = cp.sort(idx[:at_count])  # the GPU's order varies; the refinement's does not
+        rows, cols = idx // n, idx % n
+        lam = F.reshape(-1)[rows * n_p + cols].astype(cp.float64) * 2.0**-fexp  # exact
+        if c32 is not None:  # gemm_lower, as the kernel
+            g = c32.reshape(-1)[rows * c32.shape[-1] + cols].astype(cp.float64) * cc.factor
+            lam = cp.maximum(lam, cp.maximum(g - cc.abs_term, 0.0))
+        host = (idx, lam, na.reshape(-1)[rows], nb.reshape(-1)[cols])
+        return tuple(cp.asnumpy(x) for x in host)
+
+    def products(rows, cols):  # the suspects' float64 sums, one warp each
+        count = rows.shape[0]
+        out = cp.empty((count,), dtype=cp.float64)
+        ea = (5 - int(cplx) - s.reshape(-1)).astype(cp.int64)
+        eb = (5 - int(cplx) - t.reshape(-1)).astype(cp.int64)
+        (are, aim), (bre, bim) = ops.a, ops.b  # B^T lines: (batch, j, k) strides
+        _, asr, asc = ops.a_strides
+        _, bsc, bsr = ops.b_strides
+        args = (are, are if aim is None else aim, _i64(asr), _i64(asc), bre,
+                bre if bim is None else bim, _i64(bsr), _i64(bsc), _i32(k),
+                cp.asarray(rows), cp.asarray(cols), _i32(count), ea, eb, out)  # fmt: skip
+        grid = (min(-(-count // (_THREADS // 32)), 4096),)
+        _stats_kernel(f"suspect_dots<{_tf(cplx)}>")(grid, (_THREADS,), args)
+        return cp.asnumpy(out)
+
+    host_pre = (None, None, cp.asnumpy(e.reshape(-1)), cp.asnumpy(f.reshape(-1)))
+    count = _select.refine_moduli(
+        xnp, None, ar, ai, br, bi, host_pre, bits, count, suspects, products
+    )
+    return count, beyond
+
+
+def _thresholds():
+    """``_select.THRESHOLDS`` on the current device (cached)."""
+    dev = cp.cuda.Device().id
+    th = _modules.get((dev, "thresholds"))
+    if th is None:
+        th = _modules[(dev, "thresholds")] = cp.asarray(np.array(_select.THRESHOLDS))
+    return th
+
+
+def _this():
+    """This backend's GEMM hooks for the generic certificate code (without its own hooks)."""
+    import types
+
+    return types.SimpleNamespace(
+        native_matmul=native_matmul, magnitude_lower_matmul=magnitude_lower_matmul
+    )

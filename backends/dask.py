@@ -15,21 +15,37 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
    lines' max magnitude and whether they hold NaN/Inf (NaN/Inf entries count as 0, as in the
    engine); a max over K-chunks gives each row's (column's) exponent, hence the prescale
    shifts ``s``, ``t`` of ``_scaling.ozaki2_prescale``. Accurate mode: one task per chunk makes
-   the int8 bound operand ``ceil(2**s |A|)`` (entries <= 64), one task per block triple its
-   integer GEMM (``backend.int_matmul(.., 64*64)``) and a tree sum over K-blocks the exact
-   ``C̄ = Ā B̄`` (integers below 2**53 add exactly in any order), then ``e_i = max_j C̄_ij``,
-   ``f_j = max_i C̄_ij``: the engine's values exactly. Fast mode: per-chunk sums of squares.
+   the int8 bound operand ``Ā = floor(2**(s+1) |A|)`` (entries <= 127,
+   ``_scaling._bound_operand``) and one its lines' terms (sum of Ā, count of nonzero parts);
+   one task per block triple the integer GEMM (``backend.int_matmul(.., 127*127)``) and tree
+   sums over K-blocks give the exact ``F = Ā B̄`` and line terms (integers below 2**53 add
+   exactly in any order), then per output block ``U = _scaling.bound_upper`` and
+   ``e_i = max_j U_ij / 4``, ``f_j = max_i U_ij / 4``: the engine's values exactly. Fast mode:
+   per-chunk sums of squares.
    The certificate of a level (``_select``) is evaluated on operands normalized by the GLOBAL
-   line exponents: per chunk the normalized magnitudes (truncated to float32, as
-   ``_select.magnitude_lower`` does) and partial l1 norms; per block triple
-   ``_select.magnitude_lower`` (a lower bound of ``|A_k||B_k|``); the lower bounds summed over
-   K-blocks in float64 and multiplied by ``1 - q 2**-52`` stay a lower bound of ``|A||B|``; the
-   l1 partials summed and multiplied by ``1 + (k+2) 2**-52`` (any summation order has the
-   same error bound) stay upper bounds. ``_select.ozaki2_certified_y`` then gives ``y`` per
-   output block, one small task per output block its ``(min y, any beyond, all beyond)``, and
-   ONE task (``emulinalg-count``) the count of moduli, exactly as
-   ``_select.ozaki2_moduli_needed`` and ``_engine._emulate`` decide it, plus a flag per output
-   block: whether any of its entries is taken from the native product.
+   line exponents, in the engine's two passes. The l1 partials per chunk (in the line-terms
+   task), summed and multiplied by ``1 + (k+2) 2**-52`` (any summation order has the same
+   error bound), stay upper bounds. First pass: ``_select.bound_lower`` of F (exact) and
+   ``_select.ozaki2_needed`` (the count each entry needs) per output block, its ``(largest
+   need, any beyond, all beyond)``, and one task (``emulinalg-fallback``) whether any entry of
+   the whole product is beyond. Second pass, only if so (the graph is built before any data is
+   seen, so its tasks always exist and return None otherwise, without work): per chunk the
+   normalized magnitudes (truncated to float32, as ``_select.magnitude_lower`` does), per
+   block triple ``_select.magnitude_lower`` (a lower bound of ``|A_k||B_k|``), summed over
+   K-blocks in float64 and multiplied by ``1 - q 2**-52`` (still a lower bound of ``|A||B|``),
+   and the needs again with the larger of the two lower bounds per entry. Then per output
+   block its summary and ONE task (``emulinalg-count``) the count of moduli, exactly as
+   ``_select.ozaki2_moduli_needed`` (before its refinement) and ``_engine._emulate`` decide
+   it, plus a flag per output block: whether any of its entries is taken from the native
+   product. 2-D products then take ``_select.refine_moduli``'s one step (tasks that always
+   exist and return at once when it does not run): per output block its suspects (the
+   entries that need the count, with their lower bound and terms, ``emulinalg-suspects``),
+   one task applying the refinement's limits to the whole product (``REFINE_ENTRIES``,
+   ``REFINE_SHARE``), per chunk the suspects' rows (columns) as normalized float64
+   magnitudes, per K-block their native float64 GEMM, summed over K-blocks (the factor
+   ``1 - (k+2) 2**-52`` covers any summation order), and one task (``emulinalg-refine``)
+   deciding the count that the later stages use: one fewer where every suspect is certified
+   with the larger lower bound.
 2. Residues once per chunk (``emulinalg-residues``, I·Q + Q·J tasks): the shifts ``mu``, ``nu``
    (``_scaling.ozaki2_shifts``' formula, from the count), ``scale_to_integers``, ``split`` and
    ``residues`` for every modulus, stored as int8 planes (n per entry, 3n for complex: 3M).
@@ -121,12 +137,14 @@ import os
 import numpy as np
 
 from emulinalg import _engine, _exact, _ozaki2, _select
-from emulinalg._moduli import MAX_MODULI, crt_constants
+from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg._plan import Plan
 from emulinalg._precision import NATIVE, SCHEMES, OzakiII, level_for_dtype
 from emulinalg._scaling import (
+    BOUND_MAX,
     _bound_operand,
     _half_log_shift,
+    bound_upper,
     magnitude,
     max_exponent,
     scale_to_integers,
@@ -555,8 +573,10 @@ def _shared_config(request, k, cplx, real_name):
     return None, "accurate", request.bits
 
 
-def _shared_graph(a, b, request):
-    """The lazy Scheme II product with shared preprocessing (module docstring) and notes."""
+def _shared_graph(a, b, request, arrays=None):
+    """The lazy Scheme II product with shared preprocessing (module docstring) and notes.
+    ``arrays``: a dict that receives the lazy statistics ``e``, ``f`` and ``need`` (None where
+    not made), for tests that compare them with the engine's."""
     import dask
     import dask.array as da
     from dask.array.utils import meta_from_array
@@ -630,44 +650,58 @@ def _shared_graph(a, b, request):
                 **kw,
             )
 
+        nt = 3 if certify else 2  # per line [sum of Ā, nonzero parts(, l1 partial)]
+
+        def line_terms(x, xi, lines, li, axis):
+            return da.blockwise(
+                _line_terms,
+                xi + (p,),
+                x,
+                xi,
+                lines,
+                li + (p,),
+                adjust_chunks={kk: 1},
+                new_axes={p: nt},
+                dtype=f64,
+                concatenate=True,
+                meta=meta(nd + 1, f64),
+                token="emulinalg-line-terms",
+                axis=axis,
+                cplx=cplx,
+                l1=certify,
+            ).sum(axis=nd - 1 if axis == -1 else nd - 2, split_every=split_every)
+
         if mode == "accurate":
             abar = per_chunk(_bound_chunk, a, ai, amb, rows, np.int8, axis=-1, cplx=cplx)
             bbar = per_chunk(_bound_chunk, b, bi, bmb, cols, np.int8, axis=-2, cplx=cplx)
+            aterms = line_terms(a, ai, amb, rows, axis=-1)  # (..., m, nt): exact but the l1 part
+            bterms = line_terms(b, bi, bmb, cols, axis=-2)  # (..., n, nt)
         else:
             asq = per_chunk(_sq_chunk, a, ai, amb, rows, f64, True, axis=-1, cplx=cplx)
             bsq = per_chunk(_sq_chunk, b, bi, bmb, cols, f64, True, axis=-2, cplx=cplx)
-        if certify:
-            anrm = per_chunk(_normmag_chunk, a, ai, amb, rows, np.float32, axis=-1)
-            bnrm = per_chunk(_normmag_chunk, b, bi, bmb, cols, np.float32, axis=-2)
-            na = per_chunk(_l1_chunk, a, ai, amb, rows, f64, True, axis=-1)
-            nb = per_chunk(_l1_chunk, b, bi, bmb, cols, f64, True, axis=-2)
-            na = na.sum(axis=nd - 1, split_every=split_every)
-            nb = nb.sum(axis=nd - 2, split_every=split_every)
 
-    def per_block(fn, xs, ys, extra=None):  # one task per block triple (i, k, j), summed over k
+    def per_block(fn, xs, ys, dtype=f64):  # one task per block triple (i, k, j)
         args = [v for x in xs for v in (x, ai)] + [v for y in ys for v in (y, bi)]
         with dask.annotate(**_BLOCKS):
-            t = da.blockwise(
+            return da.blockwise(
                 fn,
-                ai[:-1] + (kk, j) + ((p,) if extra else ()),
+                ai[:-1] + (kk, j),
                 *args,
                 adjust_chunks={kk: 1},
-                new_axes={p: extra} if extra else None,
-                dtype=f64,
+                dtype=dtype,
                 concatenate=False,
-                meta=meta(nd + 1 + bool(extra), f64),
+                meta=obj(nd + 1) if dtype is object else meta(nd + 1, dtype),
                 token=f"emulinalg-{fn.__name__.strip('_')}",
             )
-            return t.sum(axis=nd - 1, split_every=split_every)
 
-    lam = None
-    if certify:  # one task per block triple: the bound GEMM block and the lower bound's
-        stats = per_block(_stats_block, [abar, anrm], [bbar, bnrm], extra=2)
-        cbar, lam = stats[..., 0], stats[..., 1]
-    elif mode == "accurate":
-        cbar = per_block(_bound_block, [abar], [bbar])
-    if mode == "accurate":  # exact integer sums: the engine's C̄, e and f
-        e, f = cbar.max(axis=-1), cbar.max(axis=-2)
+    if mode == "accurate":  # exact integer sums and maxima: the engine's F, U, e and f
+        with dask.annotate(**_BLOCKS):
+            F = per_block(_bound_block, [abar], [bbar]).sum(axis=nd - 1, split_every=split_every)
+        U = da.blockwise(_upper_block, out, F, out, aterms, rows + (p,), bterms, cols + (p,),
+                         dtype=f64, concatenate=True, meta=meta(nd, f64),
+                         token="emulinalg-bound-upper", cplx=cplx)  # fmt: skip
+        e = U.max(axis=-1, split_every=split_every) * 0.25
+        f = U.max(axis=-2, split_every=split_every) * 0.25
     else:
         e = asq.sum(axis=nd - 1) * (1.0 + (k + 4) * 2.0**-52)
         f = bsq.sum(axis=nd - 2) * (1.0 + (k + 4) * 2.0**-52)
@@ -679,46 +713,53 @@ def _shared_graph(a, b, request):
                      concatenate=True, meta=np.empty((0,) * len(cols), bool)),
         cols,
     ]  # fmt: skip
-    y = None
+    need = None
     if certify:
-        if q > 1:  # q float sums of lower bounds: (q - 1) u relative at most
-            lam = lam * (1.0 - q * 2.0**-52)
-        na = na * _select.cert_constants(k).l1fac
-        nb = nb * _select.cert_constants(k).l1fac
-        y = da.blockwise(
-            _cert_block,
-            out,
-            lam,
-            out,
-            e,
-            rows,
-            f,
-            cols,
-            na,
-            rows,
-            nb,
-            cols,
-            dtype=f64,
-            concatenate=True,
-            meta=meta(nd, f64),
-            token="emulinalg-certificate",
-            k=k,
-            cplx=cplx,
-            bits=bits,
-        )
-        summary = da.blockwise(
-            _cert_summary,
-            out + (p,),
-            y,
-            out,
-            adjust_chunks=one(*out),
-            new_axes={p: 3},
-            dtype=f64,
-            concatenate=True,
-            meta=np.empty((0,) * (nd + 1)),
-            token="emulinalg-cert-summary",
-        )
-        count_args += [summary, out + (p,)]
+        cert_kw = {"dtype": np.int64, "concatenate": True, "meta": meta(nd, np.int64), "k": k,
+                   "cplx": cplx, "bits": bits}  # fmt: skip
+        terms = [F, out, e, rows, f, cols, aterms, rows + (p,), bterms, cols + (p,)]
+
+        def summarize(ns, token):
+            return da.blockwise(_cert_summary, out + (p,), ns, out, adjust_chunks=one(*out),
+                                new_axes={p: 3}, dtype=f64, concatenate=True,
+                                meta=np.empty((0,) * (nd + 1)), token=token)  # fmt: skip
+
+        # First the lower bound from F alone (no GEMM), as _select.ozaki2_moduli_needed.
+        need1 = da.blockwise(_cert_block, out, *terms, token="emulinalg-certificate", **cert_kw)
+        fallback = da.blockwise(
+            _fallback_task, (), summarize(need1, "emulinalg-cert-summary"), out + (p,),
+            dtype=object, concatenate=True, meta=np.empty((), object),
+            token="emulinalg-fallback",
+        )  # fmt: skip
+        # Only if some entry of the whole product is beyond: the magnitude lower bound (per
+        # block triple, summed over K-blocks) and max(F bound, it) per entry. The graph cannot
+        # know beforehand, so these tasks always exist and return None when not needed.
+        with dask.annotate(**_CHUNKS):
+            nrm_kw = {"dtype": object, "meta": obj(nd), "token": "emulinalg-normmag"}
+            anrm = da.blockwise(_normmag_chunk, ai, a, ai, amb, rows + (p,), fallback, (),
+                                concatenate=True, axis=-1, **nrm_kw)  # fmt: skip
+            bnrm = da.blockwise(_normmag_chunk, bi, b, bi, bmb, cols + (p,), fallback, (),
+                                concatenate=True, axis=-2, **nrm_kw)  # fmt: skip
+        with dask.annotate(**_BLOCKS):
+            lower = da.reduction(
+                per_block(_lower_block, [anrm], [bnrm], dtype=object),
+                _identity,
+                _lsum,
+                combine=_lsum,
+                axis=nd - 1,
+                keepdims=False,
+                dtype=object,
+                split_every=split_every,
+                concatenate=False,
+                meta=obj(nd),
+                name="emulinalg-lower-sum",
+            )
+        need = da.blockwise(_cert_fallback_block, out, need1, out, fallback, (), lower, out,
+                            *terms, token="emulinalg-certificate-fallback", q=q,
+                            **cert_kw)  # fmt: skip
+        count_args += [summarize(need, "emulinalg-cert-summary-final"), out + (p,)]
+    if arrays is not None:
+        arrays.update(e=e, f=f, need=need)
     cfg = da.blockwise(
         _count_task,
         (),
@@ -731,11 +772,6 @@ def _shared_graph(a, b, request):
         bits=bits,
         native_bits=_NATIVE_BITS[real_name],
     )
-    shift_kw = {"dtype": np.int64, "concatenate": True, "token": "emulinalg-shifts", "cplx": cplx}
-    mu = da.blockwise(_shift_task, rows, amb, rows + (p,), e, rows, cfg, (), **shift_kw,
-                      meta=meta(len(rows), np.int64))  # fmt: skip
-    nu = da.blockwise(_shift_task, cols, bmb, cols + (p,), f, cols, cfg, (), **shift_kw,
-                      meta=meta(len(cols), np.int64))  # fmt: skip
 
     # Block indices of the output grid: the count task's per-block flags are looked up by them.
     grid = {d: a.numblocks[d] for d in bt}
@@ -744,6 +780,15 @@ def _shared_graph(a, b, request):
 
     def ix(*axes):
         return [x for d in axes for x in (index[d], (d,))]
+
+    if certify and nd == 2:  # _select.refine_moduli: 2-D products only, as in core
+        cfg = _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, k=k, q=q,
+                            cplx=cplx, bits=bits, split_every=split_every)  # fmt: skip
+    shift_kw = {"dtype": np.int64, "concatenate": True, "token": "emulinalg-shifts", "cplx": cplx}
+    mu = da.blockwise(_shift_task, rows, amb, rows + (p,), e, rows, cfg, (), **shift_kw,
+                      meta=meta(len(rows), np.int64))  # fmt: skip
+    nu = da.blockwise(_shift_task, cols, bmb, cols + (p,), f, cols, cfg, (), **shift_kw,
+                      meta=meta(len(cols), np.int64))  # fmt: skip
 
     # 2. Residues once per chunk.
     with dask.annotate(**_CHUNKS):
@@ -799,7 +844,7 @@ def _shared_graph(a, b, request):
         rows + (p,),
         bmb,
         cols + (p,),
-        y,
+        need,
         out if certify else None,
         cfg,
         (),
@@ -831,8 +876,18 @@ def _shared_graph(a, b, request):
         "docs/dask.md)",
     ]
     if mode == "accurate":
-        what = "bound GEMM and magnitude lower bound" if certify else "bound GEMM"
+        what = (
+            "bound GEMM; the magnitude lower bound's GEMM blocks only if F's certificate "
+            "leaves entries beyond"
+            if certify else "bound GEMM"
+        )  # fmt: skip
         notes.append(f"statistics: {nbatch * ni * q * nj} block tasks ({what})")
+    if certify and nd == 2:
+        notes.append(
+            f"refinement (_select.refine_moduli): {q} native GEMM task{'s' if q != 1 else ''} "
+            "of the suspects' rows and columns, working only when a few entries hold back one "
+            "modulus fewer"
+        )
     return c, notes
 
 
@@ -878,12 +933,31 @@ def _line_stats(x, axis):
 
 
 def _bound_chunk(x, lines, axis, cplx):
-    """int8 ``ceil(2**s |x|)`` (entries <= 64) with the global prescale shift s = 5 - e - cplx."""
+    """int8 ``Ā = floor(2**(s+1) |x|)`` (entries <= 127, ``_scaling._bound_operand``) with the
+    global prescale shift s = 5 - e - cplx."""
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)
         s = 5 - _line_exponent(xp, lines) - int(cplx)
-        return xp.astype(_bound_operand(xp, re, im, s, axis), xp.int8)
+        return xp.astype(_bound_operand(xp, re, im, s, axis)[0], xp.int8)
+
+
+def _line_terms(x, lines, axis, cplx, l1):
+    """Partial line terms of one chunk, (..., m, 1, 2 or 3) for A, (..., 1, n, .) for B: the
+    sum of Ā and the count of nonzero parts (``_scaling._bound_operand``'s, exact integers, so
+    their K-sums are the whole lines'), and with ``l1`` the l1 norm of the normalized line
+    (``_select._l1_upper`` before its factor)."""
+    xp, backend = _xp_backend(x)
+    with _chunk_quiet(xp, backend):
+        re, im, _ = _finite_parts(xp, x)
+        s = 5 - _line_exponent(xp, lines) - int(cplx)
+        _, sums, nz = _bound_operand(xp, re, im, s, axis)
+        terms = [sums, nz]
+        if l1:
+            re, im = _normalized(xp, re, im, lines, axis)
+            v = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
+            terms.append(xp.sum(v, axis=axis))
+        return xp.expand_dims(xp.stack(terms, axis=-1), axis=-2 if axis == -1 else -3)
 
 
 def _sq_chunk(x, lines, axis, cplx):
@@ -899,28 +973,22 @@ def _sq_chunk(x, lines, axis, cplx):
         return xp.sum(v * v, axis=axis, keepdims=True)
 
 
-def _normalized(xp, x, lines, axis):
-    re, im, _ = _finite_parts(xp, x)
+def _normalized(xp, re, im, lines, axis):
     ea = xp.expand_dims(_line_exponent(xp, lines), axis=axis)
     return ldexp(xp, re, -ea), None if im is None else ldexp(xp, im, -ea)
 
 
-def _normmag_chunk(x, lines, axis):
+def _normmag_chunk(x, lines, fallback, axis):
     """Magnitudes normalized by the global line exponents, truncated to float32 (what
-    ``_select.magnitude_lower`` multiplies): 4 bytes per entry."""
+    ``_select.magnitude_lower`` multiplies): 4 bytes per entry; None when the bound GEMM's
+    certificate left no entry beyond (``fallback`` False)."""
+    if not fallback:
+        return None
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
-        re, im = _normalized(xp, x, lines, axis)
+        re, im, _ = _finite_parts(xp, x)
+        re, im = _normalized(xp, re, im, lines, axis)
         return _select._down_to_float32(xp, magnitude(xp, re, im))
-
-
-def _l1_chunk(x, lines, axis):
-    """Partial l1 norms of the normalized lines (``_select._l1_upper`` before its factor)."""
-    xp, backend = _xp_backend(x)
-    with _chunk_quiet(xp, backend):
-        re, im = _normalized(xp, x, lines, axis)
-        v = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
-        return xp.sum(v, axis=axis, keepdims=True)
 
 
 def _gemm_operand(xp, backend, x):
@@ -930,51 +998,116 @@ def _gemm_operand(xp, backend, x):
 
 
 def _bound_block(xa, xb):
-    """One block of the accurate-mode bound GEMM C̄ = Ā B̄ (exact integers), (..., m, 1, n)."""
+    """One block of the accurate-mode bound GEMM F = Ā B̄ (exact integers), (..., m, 1, n)."""
     xp, backend = _xp_backend(xa)
-    c = backend.int_matmul(_gemm_operand(xp, backend, xa), _gemm_operand(xp, backend, xb), 64 * 64)
+    c = backend.int_matmul(
+        _gemm_operand(xp, backend, xa), _gemm_operand(xp, backend, xb), BOUND_MAX * BOUND_MAX
+    )
     return xp.expand_dims(xp.astype(c, xp.float64), axis=-2)
 
 
-def _stats_block(xa, ma, xb, mb):
-    """One block triple's statistics, (..., m, 1, n, 2): [the bound GEMM block Ā_k B̄_k (exact
-    integers), ``_select.magnitude_lower`` of the normalized magnitudes (a lower bound of
-    |A_k||B_k|)]."""
-    xp, backend = _xp_backend(xa)
+def _upper_block(F, aterms, bterms, cplx):
+    """U = ``_scaling.bound_upper`` of one output block from the K-summed F and line terms
+    (exact integers: the engine's U, so max U / 4 gives its e and f)."""
+    xp, _ = _xp_backend(F)
+    return bound_upper(xp, F, aterms[..., 0], aterms[..., 1], bterms[..., 0], bterms[..., 1], cplx)
+
+
+def _lower_block(ma, mb):
+    """``{"lam": _select.magnitude_lower of one block triple's normalized magnitudes (a lower
+    bound of |A_k||B_k|), (..., m, n)}``, the K axis implied; lam None when not needed."""
+    if ma is None:
+        return {"lam": None}
+    xp, backend = _xp_backend(ma)
     with _chunk_quiet(xp, backend):
-        c = backend.int_matmul(
-            _gemm_operand(xp, backend, xa), _gemm_operand(xp, backend, xb), 64 * 64
-        )
         lam = _select.magnitude_lower(
             xp, backend, xp.astype(ma, xp.float64), xp.astype(mb, xp.float64)
         )
-    return xp.expand_dims(xp.stack([xp.astype(c, xp.float64), lam], axis=-1), axis=-3)
+    return {"lam": lam}
 
 
-def _cert_block(lam, e, f, na, nb, k, cplx, bits):
-    """y per entry of one output block (``_select.ozaki2_certified_y`` on the whole-matrix
-    terms of this block's rows and columns)."""
-    xp, backend = _xp_backend(lam)
+def _lsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
+    """K-block partials ``{key: float64 array or None}`` added in float64 (the caller's factor
+    covers the rounding: all terms are >= 0); None stays None (nothing was computed)."""
+    parts = [x for x in _flatten(parts) if isinstance(x, dict)]
+    if computing_meta or not parts:  # dask asking for the meta
+        return np.empty((0,) * 2, dtype=object)
+    out = dict(parts[0])
+    for key, v in out.items():
+        if v is not None:
+            for x in parts[1:]:
+                v = v + x[key]
+            out[key] = v
+    return out
+
+
+def _l1_terms(xp, aterms, bterms, k):
+    """na (..., m, 1), nb (..., 1, n): ``_select._l1_upper`` from the K-summed l1 partials."""
+    l1fac = _select.cert_constants(k).l1fac
+    return (xp.expand_dims(aterms[..., 2] * l1fac, axis=-1),
+            xp.expand_dims(bterms[..., 2] * l1fac, axis=-2))  # fmt: skip
+
+
+def _lam(xp, F, fallback, low, q, cplx):
+    """The lower bound of the normalized |A||B| of one output block: F's bound, and with the
+    second pass (``fallback``) the larger of it and the K-summed magnitude lower bound ``low``
+    (``_select.certify_moduli``'s lam)."""
+    lam = _select.bound_lower(xp, F, cplx)
+    if not fallback:
+        return lam
+    gl = low["lam"]
+    if q > 1:  # q float sums of lower bounds: (q - 1) u relative at most
+        gl = gl * (1.0 - q * 2.0**-52)
+    return xp.maximum(lam, gl)
+
+
+def _certified_need(xp, lam, e, f, aterms, bterms, k, cplx, bits):
+    """The count each entry of one output block needs (``_select.ozaki2_needed``) from a lower
+    bound ``lam`` of the normalized |A||B| and the whole-matrix terms of its rows and columns."""
+    na, nb = _l1_terms(xp, aterms, bterms, k)
+    R = _select.cert_constants(k, bits).cR * lam
+    return _select.ozaki2_needed(xp, k, R, na, nb, e, f, cplx)
+
+
+def _cert_block(F, e, f, aterms, bterms, k, cplx, bits):
+    """The needed count per entry of one output block with the bound GEMM's lower bound alone
+    (``_select.bound_lower``: exact, the engine's first pass)."""
+    xp, backend = _xp_backend(F)
     with _chunk_quiet(xp, backend):
-        R = _select.cert_constants(k, bits).cR * lam
-        y, _ = _select.ozaki2_certified_y(
-            xp, k, R, xp.expand_dims(na, axis=-1), xp.expand_dims(nb, axis=-2), e, f, cplx
-        )
-    return y
+        lam = _lam(xp, F, False, None, 1, cplx)
+        return _certified_need(xp, lam, e, f, aterms, bterms, k, cplx, bits)
 
 
-def _beyond(xp, y):
-    return y < _select.BEYOND_Y
+def _fallback_task(summary):
+    """Whether any entry of the whole product is beyond with F's bound alone: the engine's
+    condition for its ``magnitude_lower`` pass."""
+    return bool((np.asarray(summary)[..., 1] > 0).any())
 
 
-def _cert_summary(y):
-    """[min y over certifiable entries, any beyond, all beyond] of one output block, as a
-    host array of shape (1, ..., 1, 3)."""
-    xp, _ = _xp_backend(y)
-    beyond = _beyond(xp, y)
-    ymin = float(xp.min(xp.where(beyond, xp.inf, y)))
-    out = np.array([ymin, float(bool(xp.any(beyond))), float(bool(xp.all(beyond)))])
-    return out.reshape((1,) * y.ndim + (3,))
+def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cplx, bits):
+    """The final needed counts of one output block: the first pass's where no entry of the
+    whole product was beyond, else with lam = max(F's bound, the K-summed magnitude lower
+    bound) per entry (``_select.ozaki2_moduli_needed``'s second pass)."""
+    if not fallback:
+        return need
+    xp, backend = _xp_backend(F)
+    with _chunk_quiet(xp, backend):
+        lam = _lam(xp, F, fallback, low, q, cplx)
+        return _certified_need(xp, lam, e, f, aterms, bterms, k, cplx, bits)
+
+
+def _beyond(xp, need):
+    return need == _select.BEYOND
+
+
+def _cert_summary(need):
+    """[largest need over certifiable entries (0: none), any beyond, all beyond] of one output
+    block, as a host array of shape (1, ..., 1, 3)."""
+    xp, _ = _xp_backend(need)
+    beyond = _beyond(xp, need)
+    top = int(xp.max(xp.where(beyond, 0, need)))
+    out = np.array([top, float(bool(xp.any(beyond))), float(bool(xp.all(beyond)))])
+    return out.reshape((1,) * need.ndim + (3,))
 
 
 def _any_bad(lines):
@@ -986,22 +1119,167 @@ def _any_bad(lines):
 def _count_task(abad, bbad, summary=None, *, fixed, bits, native_bits):
     """The one count task: ``{"count": n (0: none, every entry native), "mask": whether the
     certificate's beyond entries are native, "need": per output block, whether any entry is
-    taken from the native product}`` -- the decisions of ``_select.ozaki2_moduli_needed`` and
-    ``_engine._emulate`` on the whole matrices."""
+    taken from the native product, "refine": the count where ``_select.refine_moduli`` may
+    take one modulus fewer, else 0}`` -- the decisions of ``_select.ozaki2_moduli_needed``
+    (before its refinement) and ``_engine._emulate`` on the whole matrices."""
     abad = np.asarray(abad, dtype=bool)  # (batch blocks..., I)
     bbad = np.asarray(bbad, dtype=bool)  # (batch blocks..., J)
     lines = abad[..., :, None] | bbad[..., None, :]
     if fixed is not None:
-        return {"count": int(fixed), "mask": False, "need": lines}
+        return {"count": int(fixed), "mask": False, "need": lines, "refine": 0}
     summary = np.asarray(summary)  # (batch blocks..., I, J, 3)
     any_beyond = summary[..., 1] > 0
     if bits > native_bits and bool(any_beyond.any()):
         # Beyond the native precision native is the worse choice: the most accurate count.
-        return {"count": MAX_MODULI, "mask": False, "need": lines}
+        return {"count": MAX_MODULI, "mask": False, "need": lines, "refine": 0}
     if bool((summary[..., 2] > 0).all()):  # nothing certifiable: the native product
-        return {"count": 0, "mask": True, "need": np.ones_like(lines)}
-    count = _select.moduli_for(float(summary[..., 0].min()))
-    return {"count": count, "mask": True, "need": lines | any_beyond}
+        return {"count": 0, "mask": True, "need": np.ones_like(lines), "refine": 0}
+    count = int(summary[..., 0].max())
+    refine = count if count > MIN_MODULI else 0
+    return {"count": count, "mask": True, "need": lines | any_beyond, "refine": refine}
+
+
+# The suspect refinement (``_select.refine_moduli``) over blocks, 2-D products only: after the
+# count task, the entries that need the count (per output block), one task applying the
+# refinement's limits to the whole product, the suspects' rows of A and columns of B per chunk
+# (normalized by the global line exponents), their native float64 GEMM per K-block summed over
+# K-blocks, and one task deciding the count used downstream. Every task returns at once when the
+# refinement does not run (None).
+
+
+def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q, cplx, bits,
+                    row0, col0):  # fmt: skip
+    """The entries of one output block that need the count (``_select.certify_moduli``'s
+    suspects): ``{"n": how many, "rows", "cols": their global indices, "terms": [lam, na, nb,
+    e, f] per entry}`` (only "n" when there are too many for the whole product anyway); None
+    when the count task leaves nothing to refine."""
+    count = cfg["refine"]
+    if not count:
+        return None
+    xp, backend = _xp_backend(need)
+    mask = need == count
+    total = int(xp.count_nonzero(mask))
+    if total == 0 or total > _select.REFINE_ENTRIES:
+        return {"n": total}
+    with _chunk_quiet(xp, backend):
+        r, c = xp.nonzero(mask)
+        lam = _lam(xp, F, fallback, low, q, cplx)  # the lam of the final need
+        lam = xp.take(xp.reshape(lam, (-1,)), r * need.shape[-1] + c)
+        na, nb = _l1_terms(xp, aterms, bterms, k)
+        terms = xp.stack([lam, xp.take(na[:, 0], r), xp.take(nb[0, :], c),
+                          xp.take(e, r), xp.take(f, c)])  # fmt: skip
+    bi, bj = _block_index(ix)
+    return {"n": total, "rows": r + row0[bi], "cols": c + col0[bj], "terms": terms}
+
+
+def _refine_select(sus, m, n):
+    """``_select.refine_moduli``'s limits on the whole product's suspects: at most
+    ``REFINE_ENTRIES`` entries, their distinct rows times columns at most ``REFINE_SHARE m n``.
+    ``{"rows", "cols": the distinct rows and columns (sorted), "ri", "ci": each entry's
+    position in them, "terms"}``, or None (no refinement)."""
+    parts = [x for x in _flatten(sus) if x is not None]
+    if not parts or sum(x["n"] for x in parts) > _select.REFINE_ENTRIES:
+        return None
+    parts = [x for x in parts if x["n"]]
+    if not parts:  # not reached: the entries that set the count need it
+        return None
+    xp, _ = _xp_backend(parts[0]["rows"])
+    ur, ri = xp.unique_inverse(xp.concat([x["rows"] for x in parts]))
+    uc, ci = xp.unique_inverse(xp.concat([x["cols"] for x in parts]))
+    if ur.shape[0] * uc.shape[0] > _select.REFINE_SHARE * m * n:
+        return None
+    terms = xp.concat([x["terms"] for x in parts], axis=1)
+    return {"rows": ur, "cols": uc, "ri": ri, "ci": ci, "terms": terms}
+
+
+def _refine_lines(x, lines, sel, *ix, axis, starts):
+    """The suspects' rows of one A chunk (``axis`` -1) or columns of one B chunk (-2): their
+    magnitudes normalized by the global line exponents, in float64 (``refine_moduli``'s GEMM
+    operands, restricted to the chunk); None without refinement."""
+    if sel is None:
+        return None
+    xp, backend = _xp_backend(x)
+    blk = _block_index(ix)[0]
+    lo, hi = starts[blk], starts[blk + 1]
+    u = sel["rows" if axis == -1 else "cols"]
+    local = u[(u >= lo) & (u < hi)] - lo  # sorted: the pieces concatenate in u's order
+    with _chunk_quiet(xp, backend):
+        re, im, _ = _finite_parts(xp, xp.take(x, local, axis=-2 if axis == -1 else -1))
+        re, im = _normalized(xp, re, im, xp.take(lines, local, axis=0), axis)
+        return magnitude(xp, re, im)
+
+
+def _refine_gemm(pa, pb):
+    """``{"S": the native float64 GEMM of one K-block's suspect rows and columns}`` (pieces of
+    every row and column block, concatenated in order), S None without refinement."""
+    pa, pb = _flatten(pa), _flatten(pb)
+    if pa[0] is None:
+        return {"S": None}
+    xp, backend = _xp_backend(pa[0])
+    with _chunk_quiet(xp, backend):
+        return {"S": backend.native_matmul(xp.concat(pa, axis=0), xp.concat(pb, axis=1))}
+
+
+def _refine_task(cfg, sel, S, *, k, cplx, bits):
+    """The count used downstream: the count task's, one fewer where every suspect needs fewer
+    with lam = max(lam, S's lower bound) (``_select.refine_moduli``'s decision)."""
+    S = S["S"]
+    if sel is None or S is None:
+        return cfg
+    xp, backend = _xp_backend(S)
+    cc = _select.cert_constants(k, bits, cplx)
+    with _chunk_quiet(xp, backend):
+        # refine_moduli's bound: S summed over K-blocks in any order, the same factor
+        S = xp.maximum(S * cc.native_factor - (2 * k + 2) * 2.0**-1074, 0.0)
+        lam, na, nb, e, f = (sel["terms"][t] for t in range(5))
+        lam = xp.maximum(lam, xp.take(xp.reshape(S, (-1,)), sel["ri"] * S.shape[-1] + sel["ci"]))
+        alpha, beta = cc.scale * xp.sqrt(e), cc.scale * xp.sqrt(f)
+        need = _select._need_of(xp, k, cc.cR * lam, alpha, beta, na, nb, cplx)
+    if bool(xp.all(need < cfg["refine"])):
+        return dict(cfg, count=cfg["refine"] - 1)
+    return cfg
+
+
+def _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, *, k, q, cplx, bits,
+                  split_every):  # fmt: skip
+    """The tasks of the suspect refinement of a 2-D product (above): the decision ``cfg`` of
+    the count task, refined, as a 0-d object array."""
+    import dask
+    import dask.array as da
+
+    i, kk, j, p = 0, 1, 2, 3
+    ai, bi, out = (i, kk), (kk, j), (i, j)
+
+    def obj(ndim):
+        return np.empty((0,) * ndim, dtype=object)
+
+    def starts(chunks):  # first global index of each block
+        return tuple(int(v) for v in np.cumsum((0,) + tuple(chunks)))
+
+    kw = {"dtype": object, "align_arrays": False}  # the index arrays' chunks are block counts
+    sus = da.blockwise(_suspects_block, out, need, out, cfg, (), lower, out, fallback, (),
+                       *terms, *ix(i, j), concatenate=True, meta=obj(2),
+                       token="emulinalg-suspects", k=k, q=q, cplx=cplx, bits=bits,
+                       row0=starts(a.chunks[-2]), col0=starts(b.chunks[-1]), **kw)  # fmt: skip
+    sel = da.blockwise(_refine_select, (), sus, out, dtype=object, concatenate=False,
+                       meta=obj(0), token="emulinalg-refine-select", m=a.shape[-2],
+                       n=b.shape[-1])  # fmt: skip
+    with dask.annotate(**_CHUNKS):
+        pa = da.blockwise(_refine_lines, ai, a, ai, amb, (i, p), sel, (), *ix(i),
+                          concatenate=True, meta=obj(2), token="emulinalg-refine-lines",
+                          axis=-1, starts=starts(a.chunks[-2]), **kw)  # fmt: skip
+        pb = da.blockwise(_refine_lines, bi, b, bi, bmb, (j, p), sel, (), *ix(j),
+                          concatenate=True, meta=obj(2), token="emulinalg-refine-lines",
+                          axis=-2, starts=starts(b.chunks[-1]), **kw)  # fmt: skip
+    with dask.annotate(**_BLOCKS):
+        partial = da.blockwise(_refine_gemm, (kk,), pa, ai, pb, bi, dtype=object,
+                               concatenate=False, meta=obj(1),
+                               token="emulinalg-refine-gemm")  # fmt: skip
+        S = da.reduction(partial, _identity, _lsum, combine=_lsum, axis=0, keepdims=False,
+                         dtype=object, split_every=split_every, concatenate=False, meta=obj(0),
+                         name="emulinalg-refine-sum")  # fmt: skip
+    return da.blockwise(_refine_task, (), cfg, (), sel, (), S, (), dtype=object, meta=obj(0),
+                        token="emulinalg-refine", k=k, cplx=cplx, bits=bits)  # fmt: skip
 
 
 def _shift_task(lines, bound, cfg, cplx):
@@ -1091,7 +1369,7 @@ def _wsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
     return out
 
 
-def _crt_block(w, mu, nu, amb, bmb, y, cfg, *ix, dtype_name):
+def _crt_block(w, mu, nu, amb, bmb, need, cfg, *ix, dtype_name):
     """One output block: the exact CRT of its K-summed residues (the engine's limb accumulation
     and ``_ozaki2.reconstruct``), unscaled and rounded once to the result dtype, with native
     entries patched in (beyond the certificate, or in rows/columns with NaN/Inf)."""
@@ -1120,6 +1398,6 @@ def _crt_block(w, mu, nu, amb, bmb, y, cfg, *ix, dtype_name):
         if not n:
             return nat
         mask = xp.expand_dims(amb[..., 1] > 0, axis=-1) | xp.expand_dims(bmb[..., 1] > 0, axis=-2)
-        if cfg["mask"] and y is not None:
-            mask = mask | _beyond(xp, y)
+        if cfg["mask"] and need is not None:
+            mask = mask | _beyond(xp, need)
         return xp.where(mask, nat, out)

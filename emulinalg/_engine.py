@@ -334,7 +334,7 @@ def _exact_at_k1(level, family, real_name):
     b = _NATIVE_BITS[real_name]  # significand bits of the inputs
     if family == "ozaki1":  # slices holding b bits: z = b//8 + 1; the triangle needs 2z - 1
         return OzakiI(slices=2 * (b // 8 + 1) - 1)
-    # Scheme II keeps floor(L - 6) + 6 bits of an entry at k = 1 (C̄ <= 64 * 64)
+    # Scheme II keeps floor(L - 6) + 6 bits of an entry at k = 1 (e <= 128 * 128 / 4 = 64 * 64)
     n = next(
         n for n in range(MIN_MODULI, MAX_MODULI + 1) if math.floor(crt_constants(n).L - 6) + 6 >= b
     )
@@ -354,6 +354,8 @@ def _choose(xp, backend, ar, ai, br, bi, level: Level, family, real_name):
         count, beyond = _select.ozaki2_moduli_needed(
             xp, backend, ar, ai, br, bi, prescale, level.bits
         )
+        if hasattr(prescale, "lower"):
+            prescale.lower = None  # the bound GEMM's sums (m x n): not needed by the product
         scheme = None if count is None else OzakiII(moduli=count, mode="accurate")
     else:
         prescale = None

@@ -31,13 +31,38 @@ def _expand(xp, v, axis):
     return xp.expand_dims(v, axis=axis)
 
 
+BOUND_MAX = 127  # largest entry of the accurate-mode bound operand (it fits INT8)
+
+
 def _bound_operand(xp, re, im, shift, axis):
-    """Integers >= |x| * 2**shift (per line); each <= 64 when shift = 5 - e - is_complex."""
-    s = _expand(xp, shift, axis)
-    out = xp.ceil(ldexp(xp, xp.abs(re), s))
+    """Accurate mode's int8 operand and its line terms: ``floor(2**(s+1) |re|) (+ floor(2**(s+1)
+    |im|))`` per entry (<= 127 when s = 5 - e - is_complex), with per line the sum of the
+    entries and the count of nonzero parts (each entry's floor + its nonzero parts bounds
+    2**(s+1) (|re| + |im|) from above)."""
+    s = _expand(xp, shift + 1, axis)
+    out = xp.floor(ldexp(xp, xp.abs(re), s))
+    nz = xp.astype(re != 0, xp.float64)
     if im is not None:
-        out = out + xp.ceil(ldexp(xp, xp.abs(im), s))
-    return out
+        out = out + xp.floor(ldexp(xp, xp.abs(im), s))
+        nz = nz + xp.astype(im != 0, xp.float64)
+    return out, xp.sum(out, axis=axis), xp.sum(nz, axis=axis)
+
+
+def bound_upper(xp, F, ra, nza, cb, nzb, cplx):
+    """4x an upper bound of 2**(s_i+t_j) ((|Re A| + |Im A|)(|Re B| + |Im B|))_ij from the bound
+    GEMM ``F = Ā B̄`` (..., m, n) and the line terms: with z the nonzero parts (z <= c = 1 or 2
+    per entry), sum (ā + z_a)(b̄ + z_b) = F + sum ā z_b + sum z_a b̄ + sum z_a z_b, and each
+    cross sum is at most both of its line bounds below (so zero lines give 0). Exact integers
+    (below 2**53) in float64."""
+    c = 2.0 if cplx else 1.0
+    ra, nza = _expand(xp, ra, -1), _expand(xp, nza, -1)
+    cb, nzb = _expand(xp, cb, -2), _expand(xp, nzb, -2)
+    return (
+        F
+        + xp.minimum(c * ra, BOUND_MAX * nzb)
+        + xp.minimum(c * cb, BOUND_MAX * nza)
+        + c * xp.minimum(nza, nzb)
+    )
 
 
 def _sqnorm_bound(xp, re, im, shift, axis):
@@ -66,37 +91,55 @@ def _half_log_shift(xp, L, Q_down, v):
     return xp.where(ldexp(xp, v, 2 * (t + 1)) <= Q_down, t + 1, t)
 
 
+class Prescale(tuple):
+    """``(s, t, e, f)`` of ``ozaki2_prescale``; ``lower`` keeps the accurate mode's bound GEMM
+    ``F = Ā B̄`` (..., m, n) for the certificate's lower bound of |A||B| (``_select``), None in
+    fast mode. A backend's prescale hook may keep its own object there (its certificate hook
+    reads it)."""
+
+    def __new__(cls, s, t, e, f, lower=None):
+        self = super().__new__(cls, (s, t, e, f))
+        self.lower = lower
+        return self
+
+
 def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
     """The part of Scheme II scaling that does not depend on the number of moduli.
 
-    Returns ``(s, t, e, f)``: pre-shifts s (rows of A) and t (columns of B) that bring each
-    line's max below 64 (32 for complex), and line bounds e, f such that
-    2**(s_i+t_j) (|A||B|)_ij <= sqrt(e_i f_j) for every (i, j).
+    Returns a ``Prescale`` ``(s, t, e, f)``: pre-shifts s (rows of A) and t (columns of B) that
+    bring each line's max below 64 (32 for complex), and line bounds e, f such that
+    2**(s_i+t_j) (|A||B|)_ij <= sqrt(e_i f_j) for every (i, j) (|A| summing |Re| and |Im|).
 
-    accurate: one extra integer GEMM of the bounds Ā = ceil(2**s|A|), B̄ (entries <= 64) gives
-    C̄ >= 2**(s_i+t_j)(|A||B|) and e_i = max_j C̄_ij, f_j = max_i C̄_ij (GEMMul8's accurate
-    mode). fast: Cauchy-Schwarz, e_i = ||2**s_i |a_i| ||_2**2 (no GEMM).
+    accurate: one INT8 GEMM of Ā = floor(2**(s+1)|A|), B̄ (entries <= 127) gives F, and
+    U = ``bound_upper`` >= 4 * 2**(s_i+t_j)(|A||B|)_ij from F and line sums; e_i = max_j U_ij / 4,
+    f_j = max_i U_ij / 4 (GEMMul8's accurate mode bounds with ceil(2**s|A|) instead; the floors
+    at twice the resolution give a bound at least as tight on entries that are not integers on
+    that grid, and F/4096 (F/2048 complex) is also a lower bound of the line-normalized |A||B|,
+    which the certificate uses: ``Prescale.lower`` = F). fast: Cauchy-Schwarz,
+    e_i = ||2**s_i |a_i| ||_2**2 (no GEMM).
     """
     cplx = ai is not None
     s = 5 - max_exponent(xp, ar, ai, axis=-1) - int(cplx)
     t = 5 - max_exponent(xp, br, bi, axis=-2) - int(cplx)
     if mode == "accurate":
-        cbar = int_matmul(
-            _bound_operand(xp, ar, ai, s, axis=-1), _bound_operand(xp, br, bi, t, axis=-2), 64 * 64
-        )
-        e = xp.max(cbar, axis=-1)
-        f = xp.max(cbar, axis=-2)
-    elif mode == "fast":
+        abar, ra, nza = _bound_operand(xp, ar, ai, s, axis=-1)
+        bbar, cb, nzb = _bound_operand(xp, br, bi, t, axis=-2)
+        F = int_matmul(abar, bbar, BOUND_MAX * BOUND_MAX)
+        U = bound_upper(xp, F, ra, nza, cb, nzb, cplx)
+        e = xp.max(U, axis=-1) * 0.25
+        f = xp.max(U, axis=-2) * 0.25
+        return Prescale(s, t, e, f, lower=F)
+    if mode == "fast":
         e = _sqnorm_bound(xp, ar, ai, s, axis=-1)
         f = _sqnorm_bound(xp, br, bi, t, axis=-2)
-    else:  # validated by the precision parser; guards internal misuse
-        raise ValueError(f"unknown scaling mode {mode!r}")
-    return s, t, e, f
+        return Prescale(s, t, e, f)
+    raise ValueError(f"unknown scaling mode {mode!r}")  # validated by the parser; internal misuse
 
 
 def ozaki2_shifts(xp, prescale, L, Q_down):
     """Shifts ``(mu, nu)`` with ``|A'B'|_ij <= 2**(2L)`` componentwise (real and imaginary parts):
-    mu_i = s_i + floor(L - log2(e_i)/2), and likewise nu_j, since C̄_ij <= sqrt(e_i f_j)."""
+    mu_i = s_i + floor(L - log2(e_i)/2), and likewise nu_j, since 2**(s_i+t_j)(|A||B|)_ij <=
+    sqrt(e_i f_j)."""
     s, t, e, f = prescale
     return s + _half_log_shift(xp, L, Q_down, e), t + _half_log_shift(xp, L, Q_down, f)
 

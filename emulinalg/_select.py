@@ -16,13 +16,20 @@ triangle, at most 1.01 (p-1) 2**8p per term in integer units:
 
     err_ij <= x (alpha_i ||b_j||_1 + beta_j ||a_i||_1 + c p k alpha_i beta_j).
 
-(|A||B|) is bounded below cheaply (``magnitude_lower``): magnitudes of the line-normalized
-operands truncated toward zero to float32 (or to bfloat16 by a backend's tensor-core hook), one
-low-precision GEMM, and its rounding removed by the factor 1 - (k+2) 2**-22 and an absolute
-(k+2) 2**-149 for the subnormal range: all terms are >= 0, so truncation only lowers the sum.
+(|A||B|) is bounded below cheaply. Scheme II first takes the accurate-mode prescale's bound GEMM
+F = Ā B̄ (``bound_lower``: the entries of Ā are floors, so F 2**-12 is a lower bound, exact, at
+no extra cost); only when that leaves entries beyond every count does it also run
+``magnitude_lower``: magnitudes of the line-normalized operands truncated toward zero to float32
+(or to bfloat16 by a backend's tensor-core hook), one low-precision GEMM, and its rounding
+removed by the factor 1 - (k+2) 2**-22 and an absolute (k+2) 2**-149 for the subnormal range:
+all terms are >= 0, so truncation only lowers the sum. Scheme I always uses ``magnitude_lower``.
 The smallest count that certifies every entry is used; entries no count up to the
 maximum can certify (or with a zero lower bound but a nonzero upper bound) are taken from the
-native product, and the plan says how many.
+native product, and the plan says how many. With y = 2**-L_n, G = alpha_i ||b_j||_1 +
+beta_j ||a_i||_1 and Q = 4 c k alpha_i beta_j, n moduli certify an entry iff
+y (2 G + y Q) <= R = tau 2**-bits lam (lam a lower bound of |A||B|): a comparison per count, no
+square root or division; the left side grows with y, so the smallest such n is found by
+bisection (``ozaki2_needed``).
 """
 
 from __future__ import annotations
@@ -36,11 +43,14 @@ from ._xputil import ldexp
 
 TAU = 0.25
 BEYOND_Y = 2.0 ** -crt_constants(MAX_MODULI).L  # entries with y below it: beyond every count
+# 2**-L_n for n = MIN_MODULI .. MAX_MODULI (decreasing): the certificate's per-count thresholds
+THRESHOLDS = tuple(2.0 ** -crt_constants(n).L for n in range(MIN_MODULI, MAX_MODULI + 1))
+BEYOND = MAX_MODULI + 1  # ``ozaki2_needed``'s value for entries no count certifies
 
 
 class CertConstants(NamedTuple):
     """The scalars of the certificate, written once: the generic code below, the backends'
-    certificate kernels (``cert_y`` in backends/cuda/ozaki2_stats.cu and its CPU build) and the
+    certificate kernels (``cert_need`` in backends/cuda/ozaki2_stats.cu and its CPU build) and the
     dask graph take them from ``cert_constants``."""
 
     factor: float  # removes a float32/bf16 GEMM's rounding from the lower bound: 1 - (k+2) 2**-22
@@ -100,27 +110,48 @@ def magnitude_lower(xp, backend, xa, xb):
     return xp.maximum(s - cc.abs_term, 0.0)
 
 
-def _normalized_terms(xp, backend, ar, ai, br, bi, bits):
+def _normalized(xp, ar, ai, br, bi):
     """Both sides of the certificate are homogeneous in each row's and column's scale, so they
     are evaluated on operands normalized by 2**-floor(log2 max) per line: no overflow, and
-    underflow only lowers the lower bound (the safe side)."""
+    underflow only lowers the lower bound (the safe side). Returns the normalized parts and
+    the l1 upper bounds na (..., m, 1), nb (..., 1, n)."""
     ea = xp.expand_dims(max_exponent(xp, ar, ai, axis=-1), axis=-1)
     eb = xp.expand_dims(max_exponent(xp, br, bi, axis=-2), axis=-2)
     ar, br = ldexp(xp, ar, -ea), ldexp(xp, br, -eb)
     ai = None if ai is None else ldexp(xp, ai, -ea)
     bi = None if bi is None else ldexp(xp, bi, -eb)
-    k = ar.shape[-1]
-    lam = magnitude_lower(xp, backend, magnitude(xp, ar, ai), magnitude(xp, br, bi))
-    R = cert_constants(k, bits).cR * lam
     na = xp.expand_dims(_l1_upper(xp, ar, ai, -1), axis=-1)  # (..., m, 1)
     nb = xp.expand_dims(_l1_upper(xp, br, bi, -2), axis=-2)  # (..., 1, n)
+    return (ar, ai, br, bi), na, nb
+
+
+def _gemm_lower(xp, backend, parts):
+    ar, ai, br, bi = parts
+    return magnitude_lower(xp, backend, magnitude(xp, ar, ai), magnitude(xp, br, bi))
+
+
+def _normalized_terms(xp, backend, ar, ai, br, bi, bits):
+    parts, na, nb = _normalized(xp, ar, ai, br, bi)
+    k = ar.shape[-1]
+    R = cert_constants(k, bits).cR * _gemm_lower(xp, backend, parts)
     c = 1.0 if ai is None else 2.0
     return k, R, na, nb, c
+
+
+def bound_lower(xp, F, complex_):
+    """Lower bound of the line-normalized |A||B| from the accurate-mode bound GEMM F = Ā B̄
+    (``_scaling.ozaki2_prescale``): Ā <= 64 |a| (real) per normalized entry, and for complex
+    Ā <= 32 (|Re a| + |Im a|) <= 32 sqrt(2) |a|, so F 2**-12 (F 2**-11) <= |A||B|. Exact."""
+    return ldexp(xp, xp.astype(F, xp.float64), -11 if complex_ else -12)
 
 
 def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
     """``(count, beyond)``: the smallest number of moduli certifying every entry that the
     maximum certifies, and the mask of entries it does not (count None: no entry at all).
+
+    The lower bound of |A||B| comes first from the prescale's bound GEMM (``bound_lower``, no
+    extra GEMM); only when it leaves entries beyond every count is the tighter
+    ``magnitude_lower`` GEMM run, and the larger of the two bounds used per entry.
 
     A backend may compute this in its own kernels (``backend.ozaki2_certificate``, same
     arguments and result; it returns None to decline)."""
@@ -128,31 +159,131 @@ def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
     res = None if hook is None else hook(ar, ai, br, bi, prescale, bits)
     if res is not None:
         return res
-    _, _, e, f = prescale
-    k, R, na, nb, _ = _normalized_terms(xp, backend, ar, ai, br, bi, bits)
-    y, beyond = ozaki2_certified_y(xp, k, R, na, nb, e, f, ai is not None)
-    if bool(xp.all(beyond)):
-        return None, beyond
-    return moduli_for(float(xp.min(xp.where(beyond, xp.inf, y)))), beyond
-
-
-def moduli_for(y_min):
-    """The smallest count n of moduli with ``y_min >= 2**-L_n`` (None when even the most do
-    not reach it): L_n grows with n, so one y, the smallest over the certified entries, decides
-    for all of them (the backends' certificate kernels and the dask count task use it too)."""
-    return next(
-        (n for n in range(MIN_MODULI, MAX_MODULI + 1) if y_min >= 2.0 ** -crt_constants(n).L),
-        None,
+    return certify_moduli(
+        xp, backend, ar, ai, br, bi, prescale, bits, getattr(prescale, "lower", None)
     )
 
 
-def ozaki2_certified_y(xp, k, R, na, nb, e, f, complex_):
-    """``(y, beyond)`` per entry from the certificate's terms: ``y`` the largest ``2**-L`` the
-    Scheme II bound certifies (inf where the product is exact), ``beyond`` the entries no count
-    up to the maximum certifies (y < 2**-L_max). n moduli certify an entry iff y >= 2**-L_n.
+def certify_moduli(xp, backend, ar, ai, br, bi, prescale, bits, lower):
+    """``ozaki2_moduli_needed`` in Array API code, with ``lower`` the bound GEMM F (..., m, n)
+    (or None: the GEMM lower bound alone); a backend's certificate hook may call it for the
+    cases its kernels do not take."""
+    _, _, e, f = prescale
+    cplx = ai is not None
+    k = ar.shape[-1]
+    cR = cert_constants(k, bits).cR
+    parts, na, nb = _normalized(xp, ar, ai, br, bi)
+    lam = None
+    if lower is not None:
+        lam = bound_lower(xp, lower, cplx)
+        need = ozaki2_needed(xp, k, cR * lam, na, nb, e, f, cplx)
+    if lam is None or bool(xp.any(need == BEYOND)):
+        gl = _gemm_lower(xp, backend, parts)
+        lam = gl if lam is None else xp.maximum(lam, gl)
+        need = ozaki2_needed(xp, k, cR * lam, na, nb, e, f, cplx)
+    beyond = need == BEYOND
+    if bool(xp.all(beyond)):
+        return None, beyond
+    count = int(xp.max(xp.where(beyond, 0, need)))
+
+    def suspects(count):
+        mask = xp.reshape(need == count, (-1,))
+        if int(xp.count_nonzero(mask)) > REFINE_ENTRIES:
+            return None
+        idx = xp.nonzero(mask)[0]
+        flat = xp.take(xp.reshape(lam, (-1,)), idx)
+        n = need.shape[-1]
+        return idx, flat, xp.take(xp.reshape(na, (-1,)), idx // n), \
+            xp.take(xp.reshape(nb, (-1,)), idx % n)  # fmt: skip
+
+    return refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects), beyond
+
+
+# The suspect refinement (``refine_moduli``) runs when at most this many entries stand in the
+# way of one modulus fewer, and their rows times their columns are at most REFINE_SHARE of the
+# output: its native GEMM then costs a small fraction of one INT8 GEMM of the product.
+REFINE_ENTRIES = 4096
+REFINE_SHARE = 1.0 / 64
+
+
+def _need_of(xp, k, R, alpha, beta, na, nb, complex_):
+    """The smallest count n of moduli certifying each entry (``BEYOND`` where none does): the
+    smallest n with y_n (2 G + y_n Q) <= R, y_n = 2**-L_n, by bisection over the counts (the
+    left side grows with y_n, and so does its floating-point value: every operation is
+    monotonic). Broadcast terms; the kernels do these operations in this order."""
+    cc = cert_constants(k, complex_=complex_)
+    G2 = 2.0 * (alpha * nb + beta * na)
+    Q = cc.c4 * alpha * beta
+    shape = xp.broadcast_arrays(R, G2)[0].shape
+    lo = xp.zeros(shape, dtype=xp.int64)  # index into THRESHOLDS
+    hi = xp.full(lo.shape, len(THRESHOLDS), dtype=xp.int64)  # len: beyond
+    t_all = xp.asarray(THRESHOLDS, dtype=xp.float64)
+    for _ in range(len(THRESHOLDS).bit_length()):  # the first index whose threshold passes
+        mid = (lo + hi) // 2
+        t = xp.take(t_all, xp.minimum(mid, len(THRESHOLDS) - 1))
+        ok = (mid < len(THRESHOLDS)) & (t * (G2 + t * Q) <= R)
+        hi = xp.where(ok, mid, hi)
+        lo = xp.where(ok, lo, mid + 1)
+    return hi + MIN_MODULI  # index len(THRESHOLDS) -> BEYOND
+
+
+def refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects, products=None):
+    """The count after the suspect refinement: when one modulus fewer is held back by a few
+    entries only (``suspects(count)``: the entries that need ``count``, their flat indices in the
+    (m, n) output, their lower bound of |A||B| so far and their l1 terms na, nb; None when there
+    are too many), their rows of A and columns of B are multiplied natively in float64
+    (magnitudes of the line-normalized operands, the rounding removed by ``1 - (k+2) 2**-52`` and
+    an absolute ``(2k+2) 2**-1074``: all terms are >= 0, so this holds for any order of the sums)
+    and the certificate re-evaluated there with the larger lower bound. The bound GEMM's
+    fixed-point lower bound is loose for entries whose terms are far below their lines' maxima;
+    on phi = 1 inputs one such entry in 10**6 can cost a modulus. One step (the next modulus is
+    held back by far more entries), only 2-D products.
+
+    ``products(rows, cols)``, when given, returns those sums per suspect (a backend's kernel);
+    otherwise one native GEMM of the suspects' distinct rows times their distinct columns."""
+    if count is None or count <= MIN_MODULI or ar.ndim != 2 or br.ndim != 2:
+        return count
+    m, k = ar.shape
+    n = br.shape[-1]
+    _, _, e, f = prescale
+    cplx = ai is not None
+    cc = cert_constants(k, bits, cplx)
+    sus = suspects(count)
+    if sus is None:
+        return count
+    idx, lam, na, nb = sus
+    rows, cols = idx // n, idx % n
+    ur, ri = xp.unique_inverse(rows)
+    uc, ci = xp.unique_inverse(cols)
+    if ur.shape[0] * uc.shape[0] > REFINE_SHARE * m * n:
+        return count
+    if products is not None:
+        S = products(rows, cols)
+    else:
+        a_r = xp.take(ar, ur, axis=0)
+        a_i = None if ai is None else xp.take(ai, ur, axis=0)
+        b_r = xp.take(br, uc, axis=1)
+        b_i = None if bi is None else xp.take(bi, uc, axis=1)
+        (a_r, a_i, b_r, b_i), _, _ = _normalized(xp, a_r, a_i, b_r, b_i)
+        S = backend.native_matmul(magnitude(xp, a_r, a_i), magnitude(xp, b_r, b_i))
+        S = xp.take(xp.reshape(S, (-1,)), ri * uc.shape[0] + ci)
+    S = xp.maximum(S * cc.native_factor - (2 * k + 2) * 2.0**-1074, 0.0)
+    lam = xp.maximum(lam, S)
+    alpha = cc.scale * xp.sqrt(xp.astype(xp.take(e, rows), xp.float64))
+    beta = cc.scale * xp.sqrt(xp.astype(xp.take(f, cols), xp.float64))
+    t = THRESHOLDS[count - 1 - MIN_MODULI]
+    Q = cc.c4 * alpha * beta
+    if bool(xp.all(t * (2.0 * (alpha * nb + beta * na) + t * Q) <= cc.cR * lam)):
+        return count - 1
+    return count
+
+
+def ozaki2_needed(xp, k, R, na, nb, e, f, complex_):
+    """The smallest number of moduli certifying each entry (int64, ``BEYOND`` where no count up to
+    the maximum does) from the certificate's terms.
 
     ``R = TAU 2**-bits lam`` (..., m, n), ``na`` (..., m, 1) and ``nb`` (..., 1, n) are the
-    line-normalized terms of ``_normalized_terms``, ``e`` (..., m) and ``f`` (..., n) the
+    line-normalized l1 terms of ``_normalized``, ``e`` (..., m) and ``f`` (..., n) the
     prescale's bounds and ``k`` the whole inner dimension: any rows/columns of the output (the
     dask layer's output blocks, with terms summed over K-blocks) give the same entries as the
     whole product from the same terms."""
@@ -160,14 +291,7 @@ def ozaki2_certified_y(xp, k, R, na, nb, e, f, complex_):
     cc = cert_constants(k, complex_=complex_)
     alpha = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(e, xp.float64)), axis=-1)
     beta = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(f, xp.float64)), axis=-2)
-    G = alpha * nb + beta * na
-    Q = cc.c4 * alpha * beta
-    denom = 2.0 * G + xp.sqrt(4.0 * G * G + 4.0 * Q * R)
-    exact = denom == 0  # no overlapping nonzeros: the entry is computed exactly
-    y = xp.where(exact, xp.inf, 2.0 * R / xp.where(exact, 1.0, denom))
-    # L_n increases with n: the count for all certifiable entries follows from the smallest
-    # such y, without a pass per count.
-    return y, y < cc.thr
+    return _need_of(xp, k, R, alpha, beta, na, nb, complex_)
 
 
 def ozaki1_slices_needed(xp, backend, ar, ai, br, bi, bits):

@@ -31,6 +31,39 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
   return old;
 }
 
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
+  unsigned long long old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old < v &&
+         !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+
+// A warp shuffle through the block's barrier: valid where every thread of the block reaches
+// the call the same number of times (the kernels that use it are written so).
+inline unsigned long long emu_shfl_slots[1024];
+inline unsigned long long __shfl_down_sync(unsigned, unsigned long long v, unsigned o) {
+  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  emu_shfl_slots[t] = v;
+  __syncthreads();
+  const unsigned long long r = (t % 32) + o < 32 ? emu_shfl_slots[t + o] : v;
+  __syncthreads();
+  return r;
+}
+
+inline double emu_shfl_dslots[1024];
+inline double __shfl_down_sync(unsigned, double v, unsigned o) {
+  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  emu_shfl_dslots[t] = v;
+  __syncthreads();
+  const double r = (t % 32) + o < 32 ? emu_shfl_dslots[t + o] : v;
+  __syncthreads();
+  return r;
+}
+
 // Runs kernel() for every thread of every block of the grid.
 inline void emu_launch(emu_uint3 grid, emu_uint3 block, const std::function<void()>& kernel,
                        bool barriers) {

@@ -72,6 +72,9 @@ def _strided_any(arg, dtype, shape, strides):
 # ----------------------------------------------------------------------------------------------
 
 
+_THREADS_1D = 256  # backends/cupy.py's _THREADS
+
+
 class _Kernel:
     def __init__(self, module, expr):
         self.module, self.expr = module, expr
@@ -157,16 +160,34 @@ class _Kernel:
         out[...] = np.maximum(out, model.line_max_exponent(X, Xi))  # atomicMax
 
     def _bound_operand(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
-                       rows_contig, emax, shift, planes):  # fmt: skip
+                       rows_contig, emax, shift, planes, sums, nz, partial):  # fmt: skip
         B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
-        assert block == (256,) and grid[0] * 32 >= Cp and grid[1] <= 65535 and grid[2] <= 65535
+        assert block == (256,) and grid[0] == -(-Cp // 32) and grid[1] <= 65535 and grid[2] <= 65535
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
         assert int(rows_contig) == int(sr == 1 and sc != 1)
         X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
         em = _view(emax, np.int32, (B, R), (R, 1))
-        s, p = model.bound_operand(X, Xi, em, Rpad, Cp)
+        s, p, vs, zs, part = model.bound_operand(X, Xi, em, Rpad, Cp)
         _view(shift, np.int64, (B, R), (R, 1))[...] = s
         _view(planes, np.int8, (B, Rpad, Cp), (Rpad * Cp, Cp, 1))[...] = p
+        _view(sums, np.uint64, (B, R), (R, 1))[...] += vs.astype(np.uint64)  # atomicAdd
+        _view(nz, np.uint64, (B, R), (R, 1))[...] += zs.astype(np.uint64)
+        _view(partial, np.float64, (B, grid[0], R), (grid[0] * R, R, 1))[...] = part
+
+    def _bound_max(self, grid, block, targs, F, n_p, B, m, n, rows_per_block, ra, nza, cb, nzb,
+                   c, ua, ub):  # fmt: skip
+        B, m, n, n_p, rpb = int(B), int(m), int(n), int(n_p), int(rows_per_block)
+        assert block == (32, 8) and grid[0] * 128 >= n and grid[1] * rpb >= B * m
+        assert grid[1] <= 65535
+        dt = np.int32 if targs[0] == "int" else np.int64
+        Fv = _view(F, dt, (B, m, n_p), (m * n_p, n_p, 1))[..., :n].astype(np.int64)
+        lines = [_view(x, np.uint64, (B, r), (r, 1)) for x, r in ((ra, m), (nza, m), (cb, n),
+                                                                  (nzb, n))]  # fmt: skip
+        U = model.bound_upper(Fv, *lines, int(c))
+        out_a = _view(ua, np.uint64, (B, m), (m, 1))
+        out_b = _view(ub, np.uint64, (B, n), (n, 1))
+        out_a[...] = np.maximum(out_a, U.max(axis=-1).astype(np.uint64))  # atomicMax
+        out_b[...] = np.maximum(out_b, U.max(axis=-2).astype(np.uint64))
 
     def _cert_operand(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
                       rows_contig, k_major, chunk, shift, partial, out):  # fmt: skip
@@ -191,18 +212,55 @@ class _Kernel:
         _view(norm, np.float64, (B, R), (R, 1))[...] = nv
         _view(alpha, np.float64, (B, R), (R, 1))[...] = av
 
-    def _cert_entries(self, grid, block, targs, c32, n_p, B, m, n, na, alpha, nb, beta, factor,
-                      abs_term, cR, c4, thr, beyond, ymin):  # fmt: skip
-        B, m, n, n_p = int(B), int(m), int(n), int(n_p)
-        assert block == (32, 8) and grid[0] <= 65535 and grid[1] <= 65535
-        c = _view(c32, np.float32, (B, m, n_p), (m * n_p, n_p, 1))
+    def _cert_entries(self, grid, block, targs, F, c32, n_p, c_pitch, B, m, n, rows_per_block,
+                      fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, nth, base, need,
+                      hist):  # fmt: skip
+        B, m, n, n_p, c_pitch, nth = (int(v) for v in (B, m, n, n_p, c_pitch, nth))
+        assert block == (32, 8) and grid[0] * 128 >= n and grid[1] <= 65535 and nth <= 32
+        assert grid[1] * int(rows_per_block) >= B * m
+        dt = np.int32 if targs[0] == "int" else np.int64
+        Fv = _view(F, dt, (B, m, n_p), (m * n_p, n_p, 1))
+        c = None
+        if targs[1] == "true":
+            assert c_pitch >= n
+            c = _view(c32, np.float32, (B, m, c_pitch), (m * c_pitch, c_pitch, 1))
         lines = [_view(x, np.float64, (B, r), (r, 1)) for x, r in ((na, m), (alpha, m), (nb, n),
                                                                    (beta, n))]  # fmt: skip
-        bey, yb = model.cert_entries(c, n, *lines, *(float(v) for v in (factor, abs_term, cR, c4,
-                                                                         thr)))  # fmt: skip
-        _view(beyond, np.uint8, (B, m, n), (m * n, n, 1))[...] = bey
-        out = _view(ymin, np.uint64, (1,), (1,))
-        out[0] = min(int(out[0]), yb)  # atomicMin
+        consts = [float(v) for v in (factor, abs_term, cR, c4)]
+        th = _view(thr, np.float64, (nth,), (1,))
+        nd, h = model.cert_entries(Fv, c, n, int(fexp), *lines, *consts, th, int(base))
+        _view(need, np.uint8, (B, m, n), (m * n, n, 1))[...] = nd
+        out = _view(hist, np.uint64, (nth + 2,), (1,))
+        out[...] = h  # the grid's atomics, in one step
+
+
+    def _collect_need(self, grid, block, targs, need, total, value, idx, cap, count):
+        total, value, cap = int(total), int(value), int(cap)
+        assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
+        found = np.flatnonzero(_view(need, np.uint8, (total,), (1,)) == value)
+        found = found[::-1].copy()  # any order on the GPU: here reversed
+        if cap:
+            _view(idx, np.int64, (cap,), (1,))[: min(cap, found.size)] = found[:cap]
+        out = _view(count, np.uint64, (1,), (1,))
+        out[0] = int(out[0]) + found.size
+
+
+    def _suspect_dots(self, grid, block, targs, are, aim, asr, asc, bre, bim, bsr, bsc, k, rows,
+                      cols, count, ea, eb, out):  # fmt: skip
+        cplx = targs[0] == "true"
+        k, count = int(k), int(count)
+        assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
+        r = _view(rows, np.int64, (count,), (1,))
+        c = _view(cols, np.int64, (count,), (1,))
+        mm, nn = int(r.max(initial=0)) + 1, int(c.max(initial=0)) + 1
+        A = [_strided_any(x, np.float64, (mm, k), (int(asr), int(asc)))
+             for x in ((are, aim) if cplx else (are,))]  # fmt: skip
+        Bm = [_strided_any(x, np.float64, (k, nn), (int(bsr), int(bsc)))
+              for x in ((bre, bim) if cplx else (bre,))]  # fmt: skip
+        ea_, eb_ = np.asarray(ea), np.asarray(eb)
+        res = [model.suspect_dot(A, Bm, int(i), int(j), int(ea_[i]), int(eb_[j])) for i, j in
+               zip(r, c)]  # fmt: skip
+        _view(out, np.float64, (count,), (1,))[...] = res
 
 
 class RawModule:
@@ -259,20 +317,32 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "long long sc, int B, int R, int C, int rows_contiguous, int chunk, int* emax",
     "bound_operand": "const double* re, const double* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, const int* emax, "
-    "long long* shift, unsigned* out",
+    "long long* shift, unsigned* out, unsigned long long* sums, unsigned long long* nz, "
+    "double* partial",
+    "bound_max": "const T* F, long long n_p, int B, int m, int n, int rows_per_block, "
+    "const unsigned long long* ra, const unsigned long long* nza, const unsigned long long* cb, "
+    "const unsigned long long* nzb, long long c, unsigned long long* ua, "
+    "unsigned long long* ub",
     "cert_operand": "const double* re, const double* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, int k_major, "
     "int chunk, const long long* shift, double* partial, unsigned short* out",
+    "suspect_dots": "const double* are, const double* aim, long long asr, long long asc, "
+    "const double* bre, const double* bim, long long bsr, long long bsc, int k, "
+    "const long long* rows, const long long* cols, int count, const long long* ea, "
+    "const long long* eb, double* out",
+    "collect_need": "const unsigned char* need, long long total, int value, long long* idx, "
+    "long long cap, unsigned long long* count",
     "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, "
     "const double* e, double scale, double* norm, double* alpha",
-    "cert_entries": "const float* c32, long long n_p, int B, int m, int n, const double* na, "
-    "const double* alpha, const double* nb, const double* beta, double factor, "
-    "double abs_term, double cR, double c4, double thr, unsigned char* beyond, "
-    "unsigned long long* ymin",
+    "cert_entries": "const T* F, const float* c32, long long n_p, long long c_pitch, int B, "
+    "int m, int n, int rows_per_block, int fexp, const double* na, const double* alpha, "
+    "const double* nb, const double* beta, double factor, double abs_term, double cR, double c4, "
+    "const double* thr, int nth, int base, unsigned char* need, unsigned long long* hist",
 }
 _BARRIERS = {"ozaki2_residues": True, "ozaki2_crt": False, "bf16_lower": False,
              "line_max_exponent": True, "bound_operand": True, "cert_operand": True,
-             "cert_line_terms": False, "cert_entries": True}  # fmt: skip
+             "cert_line_terms": False, "cert_entries": True, "bound_max": True,
+             "collect_need": False, "suspect_dots": True}  # fmt: skip
 _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "double": ctypes.c_double}
 _LIBS: dict = {}
 
@@ -289,7 +359,8 @@ def _native_lib(code, expr):
     if key in _LIBS:
         return _LIBS[key]
     name = expr.split("<")[0]
-    params = [p.strip() for p in _PARAMS[name].split(",")]
+    T = expr.split("<")[1].split(",")[0].strip(" >") if "<" in expr else ""
+    params = [p.strip() for p in _PARAMS[name].replace("const T*", f"const {T}*").split(",")]
     names = [p.split()[-1].lstrip("*") for p in params]
     tables = ""
     if "emu_wdig" in code:
@@ -388,7 +459,8 @@ def make_module(native=False):
     """A ``cupy`` module object (with ``cupy.cuda`` and ``cupy.cuda.cublas``); ``native``: run
     the kernels' CUDA sources compiled for the CPU instead of their numpy model."""
     cp = types.ModuleType("cupy")
-    for name in ("int8", "int32", "int64", "uint16", "uint32", "uint64", "float32", "float64"):
+    for name in ("int8", "uint8", "int32", "int64", "uint16", "uint32", "uint64", "float32",
+                 "float64"):
         setattr(cp, name, getattr(np, name))
 
     def empty(shape, dtype=np.float64):
@@ -405,6 +477,8 @@ def make_module(native=False):
     cp.ascontiguousarray = lambda x: _wrap(np.ascontiguousarray(x))
     cp.broadcast_to = lambda x, shape: _wrap(np.broadcast_to(x, shape))
     cp.matmul = lambda a, b: _wrap(np.matmul(a, b))
+    cp.sort = lambda x: _wrap(np.sort(x))
+    cp.maximum = lambda a, b: _wrap(np.maximum(a, b))
     cp.ndarray = _ndarray_factory
     cp.RawModule = type("RawModule", (RawModule,), {"native": native})
     cuda = types.ModuleType("cupy.cuda")

@@ -428,9 +428,19 @@ def scale2(x, p):
     return np.where(big, two, one)
 
 
-def ceil_small(v):
-    i = np.trunc(v)
-    return (i + (i < v)).astype(np.int64)
+def floor_small(v):
+    return np.trunc(v).astype(np.int64)
+
+
+BOUND_MAX = 127
+
+
+def bound_upper(F, ra, nza, cb, nzb, c):
+    """The kernel's bound_upper in int64: F (B, m, n), line terms (B, m) and (B, n)."""
+    ra, nza = ra[:, :, None].astype(np.int64), nza[:, :, None].astype(np.int64)
+    cb, nzb = cb[:, None, :].astype(np.int64), nzb[:, None, :].astype(np.int64)
+    return (F + np.minimum(c * ra, BOUND_MAX * nzb) + np.minimum(c * cb, BOUND_MAX * nza)
+            + c * np.minimum(nza, nzb))  # fmt: skip
 
 
 def bf16_rz(v):
@@ -449,17 +459,37 @@ def line_max_exponent(re, im):
 
 
 def bound_operand(re, im, emax, rows_pad, cols_pad):
-    """(s, planes): shifts 5 - e - cplx (int64 (B, R)) and the int8 bound operand
-    ceil(RN(|re| 2**s)) (+ the same of |im|), zero-padded to (B, rows_pad, cols_pad)."""
+    """(s, planes, sums, nz, partial): shifts 5 - e - cplx (int64 (B, R)), the int8 bound
+    operand floor(RN(|re| 2**(s+1))) (+ the same of |im|) zero-padded to (B, rows_pad,
+    cols_pad), per line its sum and the count of nonzero parts (int64), and the l1 partials
+    (B, ceil(cols_pad / 32), R): per 32-column tile of (|re| + |im|) 2**-e, 8 sequential sums of 4
+    columns added in order."""
     B, R, C = re.shape
+    cplx = im is not None
     e = np.where(emax == INT_MIN, 0, emax).astype(np.int64)
-    s = 5 - e - int(im is not None)
-    v = ceil_small(scale2(np.abs(re), s[:, :, None]))
-    if im is not None:
-        v = v + ceil_small(scale2(np.abs(im), s[:, :, None]))
+    s = 5 - e - int(cplx)
+    v = floor_small(scale2(np.abs(re), s[:, :, None] + 1))
+    nz = (re != 0).astype(np.int64)
+    p = (s - 5 + int(cplx))[:, :, None]
+    x = scale2(np.abs(re), p)
+    if cplx:
+        v = v + floor_small(scale2(np.abs(im), s[:, :, None] + 1))
+        nz = nz + (im != 0)
+        x = x + scale2(np.abs(im), p)
     out = np.zeros((B, rows_pad, cols_pad), dtype=np.int8)
     out[:, :R, :C] = v
-    return s, out
+    tiles = -(-cols_pad // 32)
+    partial = np.zeros((B, tiles, R))
+    xp_ = np.zeros((B, R, tiles * 32))
+    xp_[:, :, :C] = x  # padded columns add +0
+    for ti in range(tiles):
+        acc = np.zeros((B, R))
+        for g in range(8):  # 8 threads per row: 4 columns each in order, then the 8 in order
+            c0 = ti * 32 + 4 * g
+            part = ((xp_[:, :, c0] + xp_[:, :, c0 + 1]) + xp_[:, :, c0 + 2]) + xp_[:, :, c0 + 3]
+            acc = acc + part
+        partial[:, ti] = acc
+    return s, out, v.sum(axis=-1), nz.sum(axis=-1), partial
 
 
 def cert_operand(re, im, shift, rows_pad, cols_pad, k_major, chunk=STAT_CHUNK):
@@ -495,24 +525,57 @@ def cert_line_terms(partial, l1fac, e, scale):
     return s * l1fac, scale * np.sqrt(np.asarray(e, dtype=np.float64))
 
 
-def cert_entries(c32, n, na, alpha, nb, beta, factor, abs_term, cR, c4, thr):
-    """(beyond (B, m, n) bool, ymin bits): _select.ozaki2_moduli_needed's float64 operations on
-    the FP32 sums c32 (B, m, n_p) of the bf16 GEMM, as cert_entries does them."""
-    x = np.asarray(c32)[..., :n].astype(np.float64)
-    lam = x * factor - abs_term
-    lam = np.where(lam > 0.0, lam, 0.0)
+def cert_entries(F, c32, n, fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, base):
+    """(need (B, m, n) uint8, hist): _select.ozaki2_needed's float64 operations, as cert_entries
+    does them, on lam = F 2**-fexp (F (B, m, n_p) the bound GEMM) or, with the bf16 GEMM's FP32
+    sums c32 (B, m, pitch), the larger of that and their bound; hist as the kernel leaves it
+    (the largest certified index at [nth + 1], its entries at that index, beyond at [nth])."""
+    lam = np.asarray(F)[..., :n].astype(np.float64) * 2.0**-fexp
+    if c32 is not None:
+        x = np.asarray(c32)[..., :n].astype(np.float64)
+        g = x * factor - abs_term
+        g = np.where(g > 0.0, g, 0.0)
+        lam = np.where(g > lam, g, lam)
     R = cR * lam
     a_i, na_i = alpha[:, :, None], na[:, :, None]
     b_j, nb_j = beta[:, None, :], nb[:, None, :]
-    G = a_i * nb_j + b_j * na_i
+    G2 = 2.0 * (a_i * nb_j + b_j * na_i)
     Q = (c4 * a_i) * b_j
-    disc = (4.0 * G) * G + (4.0 * Q) * R
-    denom = 2.0 * G + np.sqrt(disc)
-    exact = denom == 0.0
-    y = np.where(exact, np.inf, (2.0 * R) / np.where(exact, 1.0, denom))
-    beyond = y < thr
-    bits = np.where(beyond, U64(ALL_ONES), y.view(U64))
-    return beyond, int(bits.min(initial=U64(ALL_ONES)))
+    thr = np.asarray(thr, dtype=np.float64)
+    nth = thr.size
+    lo = np.zeros(R.shape, dtype=np.int64)
+    hi = np.full(R.shape, nth, dtype=np.int64)
+    for _ in range(nth.bit_length()):
+        mid = (lo + hi) >> 1
+        t = thr[np.minimum(mid, nth - 1)]
+        ok = (mid < nth) & (t * (G2 + t * Q) <= R)
+        hi = np.where(ok, mid, hi)
+        lo = np.where(ok, lo, mid + 1)
+    hist = np.zeros(nth + 2, dtype=np.uint64)
+    certified = hi[hi < nth]
+    hist[nth] = (hi == nth).sum()
+    if certified.size:
+        top = int(certified.max())
+        hist[nth + 1] = top
+        hist[top] = (certified == top).sum()
+    return (hi + base).astype(np.uint8), hist
+
+
+def suspect_dot(A, B, i, j, ea_i, eb_j):
+    """suspect_dots for one suspect: A = [re(, im)] (m, k), B = [re(, im)] (k, n); lane l sums
+    terms l, l + 32, ... in order, then the lanes are added by the shuffle tree."""
+    x = np.abs(A[0][i])
+    y = np.abs(B[0][:, j])
+    if len(A) > 1:
+        x = np.maximum(x, np.abs(A[1][i]))
+        y = np.maximum(y, np.abs(B[1][:, j]))
+    terms = scale2(x, -ea_i) * scale2(y, -eb_j)
+    lanes = np.zeros(32)
+    for h in range(terms.size):
+        lanes[h % 32] = lanes[h % 32] + terms[h]
+    for o in (16, 8, 4, 2, 1):
+        lanes = lanes + np.concatenate([lanes[o:], lanes[32 - o :]])  # shfl_down: own value
+    return float(lanes[0])
 
 
 def _logical(ar, ai, br, bi):
@@ -527,19 +590,30 @@ def _logical(ar, ai, br, bi):
     return B, m, k, n, a, b
 
 
+class Bound:
+    """The model's ``Prescale.lower``: F (B, m, n_p) and the l1 partials of A and B."""
+
+    def __init__(self, F, pa, pb):
+        self.F, self.pa, self.pb = F, pa, pb
+
+
 def ozaki2_prescale(ar, ai, br, bi, k_block=K_BLOCK):
     """The model of ``backends.cupy.ozaki2_prescale(..., "accurate")`` on numpy arrays."""
+    from emulinalg._scaling import Prescale
+
     _, m, k, n, a, b = _logical(ar, ai, br, bi)
     kp, n_p = _ceil(k, KP_ALIGN), _ceil(n, NP_ALIGN)
-    s, pa = bound_operand(*a, line_max_exponent(*a), m, kp)
-    t, pb = bound_operand(*b, line_max_exponent(*b), n_p, kp)
+    s, pa, ra, nza, la = bound_operand(*a, line_max_exponent(*a), m, kp)
+    t, pb, cb, nzb, lb = bound_operand(*b, line_max_exponent(*b), n_p, kp)
     C = int8_gemms(pa[None, None], pb[None, None], k_block).astype(np.int64).sum(axis=0)
-    cbar = C[0, 0, :, :, :n]
+    F = C[0, 0]  # (B, m, n_p)
+    U = bound_upper(F[..., :n], ra, nza, cb, nzb, 2 if ai is not None else 1)
     batch = ar.shape[:-2]
-    e = cbar.max(axis=-1).astype(np.float64)
-    f = cbar.max(axis=-2).astype(np.float64)
-    return (s.reshape(batch + (m,)), t.reshape(batch + (n,)),
-            e.reshape(batch + (m,)), f.reshape(batch + (n,)))  # fmt: skip
+    e = U.max(axis=-1).astype(np.float64) * 0.25
+    f = U.max(axis=-2).astype(np.float64) * 0.25
+    return Prescale(s.reshape(batch + (m,)), t.reshape(batch + (n,)),
+                    e.reshape(batch + (m,)), f.reshape(batch + (n,)),
+                    lower=Bound(F, la, lb))  # fmt: skip
 
 
 def bf16_gemm(a16, b16):
@@ -568,36 +642,57 @@ def magnitude_lower_matmul(xa, xb):
 
 
 def ozaki2_certificate(ar, ai, br, bi, prescale, bits, chunk=STAT_CHUNK):
-    """The model of ``backends.cupy.ozaki2_certificate``: ``(count, beyond)``."""
+    """The model of ``backends.cupy.ozaki2_certificate``: ``(count, beyond)``; the prescale
+    must come from this model's ``ozaki2_prescale``."""
+    from emulinalg import _select
     from emulinalg._moduli import MAX_MODULI, MIN_MODULI
     from emulinalg._select import TAU
 
     B, m, k, n, a, b = _logical(ar, ai, br, bi)
     cplx = ai is not None
     s, t, e, f = (np.asarray(x) for x in prescale)
-    kp, n_p = _ceil(k, BF16_ALIGN), _ceil(n, BF16_ALIGN)
+    low = prescale.lower
     scale = 2.0 ** (int(cplx) - 5)
     l1fac = 1.0 + (k + 2) * 2.0**-52
-    a16, pa = cert_operand(*a, s.reshape(B, m), m, kp, False, chunk)
-    b16, pb = cert_operand(*b, t.reshape(B, n), n_p, kp, True, chunk)
-    na, alpha = cert_line_terms(pa, l1fac, e.reshape(B, m), scale)
-    nb, beta = cert_line_terms(pb, l1fac, f.reshape(B, n), scale)
-    c32 = bf16_gemm(a16, b16)
+    na, alpha = cert_line_terms(low.pa, l1fac, e.reshape(B, m), scale)
+    nb, beta = cert_line_terms(low.pb, l1fac, f.reshape(B, n), scale)
     c = 1.0 if ai is None else 2.0
-    thr = 2.0 ** -crt_constants(MAX_MODULI).L
-    beyond, ymin = cert_entries(
-        c32, n, na, alpha, nb, beta, 1.0 - (k + 2) * 2.0**-22, (k + 2) * 2.0**-149,
-        TAU * 2.0**-bits, 4.0 * c * k, thr,
-    )  # fmt: skip
-    beyond = beyond.reshape(ar.shape[:-2] + (m, n))
-    if ymin == ALL_ONES:
+    th = np.array(_select.THRESHOLDS)
+    nth = th.size
+    args = (n, 11 if cplx else 12, na, alpha, nb, beta, 1.0 - (k + 2) * 2.0**-22,
+            (k + 2) * 2.0**-149, TAU * 2.0**-bits, 4.0 * c * k, th, MIN_MODULI)  # fmt: skip
+    c32 = None
+    need, hist = cert_entries(low.F, None, *args)
+    if hist[nth]:
+        kp, nb16 = _ceil(k, BF16_ALIGN), _ceil(n, BF16_ALIGN)
+        a16, _ = cert_operand(*a, s.reshape(B, m), m, kp, False, chunk)
+        b16, _ = cert_operand(*b, t.reshape(B, n), nb16, kp, True, chunk)
+        c32 = bf16_gemm(a16, b16)
+        need, hist = cert_entries(low.F, c32, *args)
+    beyond = (need == MAX_MODULI + 1).reshape(ar.shape[:-2] + (m, n))
+    if int(hist[nth]) == need.size:
         return None, beyond
-    y_min = float(np.array(ymin, dtype=U64).view(np.float64))
-    count = next(
-        (nm for nm in range(MIN_MODULI, MAX_MODULI + 1) if y_min >= 2.0 ** -crt_constants(nm).L),
-        None,
-    )
-    return count, beyond
+    top = int(hist[nth + 1])
+    count, at_count = top + MIN_MODULI, int(hist[top])
+
+    def suspects(count):  # the host's gathers, as backends/cupy.py
+        if at_count > _select.REFINE_ENTRIES:
+            return None
+        idx = np.flatnonzero(need.reshape(-1) == count)
+        rows, cols = idx // n, idx % n
+        n_p = low.F.shape[-1]
+        lam = low.F.reshape(-1)[rows * n_p + cols].astype(np.float64) * 2.0 ** -args[1]
+        if c32 is not None:
+            g = c32.reshape(-1)[rows * c32.shape[-1] + cols].astype(np.float64) * args[6]
+            lam = np.maximum(lam, np.maximum(g - args[7], 0.0))
+        return idx, lam, na.reshape(-1)[rows], nb.reshape(-1)[cols]
+
+    import types
+
+    import array_api_compat.numpy as xnp
+
+    be = types.SimpleNamespace(native_matmul=np.matmul)
+    return _select.refine_moduli(xnp, be, ar, ai, br, bi, prescale, bits, count, suspects), beyond
 
 
 def special_lines(ar, ai, br, bi):

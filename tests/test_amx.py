@@ -625,13 +625,15 @@ def _assert_statistics_equal(ar, ai, br, bi, bits):
 
     want_pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
     pre = amx.ozaki2_prescale(ar, ai, br, bi, "accurate")
-    assert pre is not None
+    assert pre is not None and len(pre) == 4
     for got, want in zip(pre, want_pre):
         assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert pre.lower.dtype == np.int32 and np.array_equal(pre.lower, want_pre.lower)  # F
     want = _select.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, bits)
     got = amx.ozaki2_certificate(ar, ai, br, bi, pre, bits)
     assert got is not None and got[0] == want[0]
     assert np.array_equal(got[1], want[1])
+    return want_pre, want
 
 
 @pytest.mark.parametrize("case", ["phi", "wide", "huge", "phi4"])
@@ -653,7 +655,11 @@ def test_host_statistics_equal_the_generic_ones(case, bits, monkeypatch, rng):
 
 
 def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
+    import array_api_compat.numpy as xp
+
+    from emulinalg._scaling import ozaki2_prescale
     from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
 
     monkeypatch.setattr(amx, "EMULATE", True)
     a, b = np.ones((4, 8)), np.ones((8, 3))
@@ -664,6 +670,160 @@ def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
     pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
     assert amx.ozaki2_certificate(a, None, b, b, pre, 53) is None
     assert amx.ozaki2_certificate(a, None, b, None, None, 53) is None
+    assert amx.ozaki2_certificate(a, None, b, None, tuple(pre), 53) is None  # no .lower
+    generic = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
+    assert amx.ozaki2_certificate(a, None, b, None, generic, 53) is None  # not made here
+
+
+def _spanning_inputs(rng, cplx):
+    """Entries spanning 2**+-40 within every line (most floor to 0 in the bound operands, so
+    F leaves entries beyond), one line of A zero."""
+    m, k, n = 29, 160, 23
+    a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-40, 41, (m, k)))
+    b = rng.standard_normal((k, n)) * np.exp2(rng.integers(-40, 41, (k, n)))
+    if cplx:
+        a = a + 1j * rng.standard_normal((m, k)) * np.exp2(rng.integers(-40, 41, (m, k)))
+        b = b + 1j * rng.standard_normal((k, n)) * np.exp2(rng.integers(-40, 41, (k, n)))
+    a[6] = 0
+    return a, b
+
+
+@pytest.mark.parametrize("cplx,bits,seed", [(False, 24, 0), (True, 53, 1), (True, 24, 2)])
+def test_host_certificate_refinement(cplx, bits, seed, monkeypatch):
+    """phi = 1 inputs where the suspect refinement (_select.refine_moduli) takes one modulus
+    fewer than the bound GEMM's bound alone: amx.ozaki2_certificate (its C++ suspect pass) gives
+    the generic count and mask."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _select
+    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    dt = "complex128" if cplx else "float64"
+    a = phi_matrix((40, 500), 1, dt, seed=seed)
+    b = phi_matrix((500, 30), 1, dt, seed=seed + 50)
+    ar, ai = (a.real.copy(), a.imag.copy()) if cplx else (a, None)
+    br, bi = (b.real.copy(), b.imag.copy()) if cplx else (b, None)
+    _, (count, _) = _assert_statistics_equal(ar, ai, br, bi, bits)
+    pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    with monkeypatch.context() as mp:
+        mp.setattr(_select, "REFINE_ENTRIES", -1)
+        assert _select.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, pre, bits)[0] == count + 1
+        hpre = amx.ozaki2_prescale(ar, ai, br, bi, "accurate")
+        assert amx.ozaki2_certificate(ar, ai, br, bi, hpre, bits)[0] == count + 1
+
+
+@pytest.mark.parametrize("case", ["spanning", "spanning-complex", "phi4"])
+@pytest.mark.parametrize("bits", [24, 53, 70])
+def test_host_certificate_gemm_fallback(case, bits, monkeypatch, rng):
+    """Inputs where the bound GEMM F alone leaves entries beyond every count (checked on the
+    generic code): amx.ozaki2_certificate runs the float32 GEMM once (the fallback) and its
+    count and mask equal _select.ozaki2_moduli_needed's."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _select
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    if case == "phi4":
+        a = phi_matrix((41, 300), 4.0, "float64", seed=61)
+        b = phi_matrix((300, 27), 4.0, "float64", seed=62)
+    else:
+        a, b = _spanning_inputs(rng, case.endswith("complex"))
+    ar, br = np.real(a), np.real(b)
+    ai, bi = (np.imag(a), np.imag(b)) if np.iscomplexobj(a) else (None, None)
+    calls = []
+    real = amx.native_matmul
+    monkeypatch.setattr(amx, "native_matmul", lambda x, y: calls.append(1) or real(x, y))
+    pre, (_, beyond) = _assert_statistics_equal(ar, ai, br, bi, bits)
+    assert len(calls) == 1
+    # the fallback was needed: the F bound alone (as _select's first pass) leaves more beyond
+    cplx = ai is not None
+    k = ar.shape[-1]
+    _, na, nb = _select._normalized(xp, ar, ai, br, bi)
+    R = _select.cert_constants(k, bits).cR * _select.bound_lower(xp, pre.lower, cplx)
+    beyond_f = _select.ozaki2_needed(xp, k, R, na, nb, pre[2], pre[3], cplx) == _select.BEYOND
+    assert beyond_f.any() and beyond_f.sum() > beyond.sum()
+    assert not (beyond & ~beyond_f).any()
+
+
+def test_host_certificate_without_fallback_reads_no_operand(monkeypatch):
+    """Where F certifies every entry, the certificate runs no GEMM and no operand pass (the l1
+    norms come from the prescale's pass)."""
+    from emulinalg import _amx
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a = phi_matrix((37, 150), 1.0, "float64", seed=41)
+    b = phi_matrix((150, 29), 1.0, "float64", seed=42)
+    calls = []
+    monkeypatch.setattr(amx, "native_matmul", lambda *x: calls.append("gemm"))
+    real = _amx.ozaki2_cert_operand
+    monkeypatch.setattr(_amx, "ozaki2_cert_operand", lambda *x: calls.append("op") or real(*x))
+    _, (count, beyond) = _assert_statistics_equal(a, None, b, None, 53)
+    assert count is not None and not beyond.any() and calls == []
+
+
+def test_host_bound_max_equals_bound_upper(rng):
+    """ozaki2_bound_max: the row and column maxima of _scaling.bound_upper over F, / 4, exactly
+    (single rows and columns included: the per-thread column maxima are merged)."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _scaling
+
+    for m, n in ((1, 1), (1, 300), (300, 1), (257, 131)):
+        F = rng.integers(0, 2**30, (m, n)).astype(np.int32)
+        ra, nza = rng.integers(0, 10**6, m), rng.integers(0, 3000, m)
+        cb, nzb = rng.integers(0, 10**6, n), rng.integers(0, 3000, n)
+        nza[0] = 0  # a zero line
+        for cplx in (False, True):
+            e, f = _amx.ozaki2_bound_max(F, ra, nza, cb, nzb, cplx)
+            U = _scaling.bound_upper(
+                xp, F.astype(np.float64), *(v.astype(np.float64) for v in (ra, nza, cb, nzb)), cplx
+            )
+            assert e.dtype == f.dtype == np.float64
+            assert np.array_equal(e, U.max(axis=1) * 0.25)
+            assert np.array_equal(f, U.max(axis=0) * 0.25)
+
+
+def test_host_bound_operand_line_terms(rng):
+    """ozaki2_bound_operand's operand, sums and nonzero counts equal _scaling._bound_operand's;
+    its l1 is the column-order sum of the normalized |re| + |im| (_select._l1_upper's, before
+    its factor, summed in another order)."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _scaling
+
+    a = rng.standard_normal((13, 70)) * np.exp2(rng.integers(-60, 60, (13, 70)))
+    ai = rng.standard_normal((13, 70))
+    a[2] = 0
+    ai[2, 5] = -0.0
+    a[4, 3:9] = 5e-324
+    for im in (None, ai):
+        cplx = im is not None
+        s, bound, sums, nz, l1 = _amx.ozaki2_bound_operand(a, True, im)
+        ea = _scaling.max_exponent(xp, a, im, axis=-1)
+        assert s.dtype == np.int64 and np.array_equal(s, 5 - int(cplx) - ea)
+        want, wsums, wnz = _scaling._bound_operand(xp, a, im, s, axis=-1)
+        assert bound.dtype == np.int8 and np.array_equal(bound, want)
+        assert sums.dtype == np.int64 and np.array_equal(sums, wsums)
+        assert nz.dtype == np.int64 and np.array_equal(nz, wnz)
+        x = np.abs(np.ldexp(a, -ea[:, None]))
+        if cplx:
+            x = x + np.abs(np.ldexp(im, -ea[:, None]))
+        seq = np.zeros(13)
+        for c in range(70):
+            seq = seq + x[:, c]
+        assert np.array_equal(l1, seq)
+        # lines across memory (the other loop order) and the (C, R) layout: same values
+        t, bound_t, *terms = _amx.ozaki2_bound_operand(
+            np.asfortranarray(a), False, None if im is None else np.asfortranarray(im)
+        )
+        assert np.array_equal(t, s) and np.array_equal(bound_t, bound.T)
+        for got, w in zip(terms, (sums, nz, l1)):
+            assert np.array_equal(got, w)
 
 
 def test_host_crt_from_two_threads_at_once(monkeypatch):
@@ -790,7 +950,7 @@ def test_host_pipeline_complex_3m_equals_the_generic_product(
 @pytest.mark.parametrize("bits", [24, 53])
 def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch, rng):
     """The C++ statistics on complex operands (max(|re|, |im|) exponents and magnitudes,
-    ceil(|re|) + ceil(|im|) bounds, |re| + |im| norms): prescale identical, certificate
+    floor(|re|) + floor(|im|) bounds, |re| + |im| norms): prescale identical, certificate
     decisions equal to _select.ozaki2_moduli_needed's."""
     from emulinalg.backends import amx
 

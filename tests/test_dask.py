@@ -300,6 +300,18 @@ def _engine_certificate(A, B, bits):
     return _select.ozaki2_moduli_needed(np, numpy_backend, ar, ai, br, bi, pre, bits)
 
 
+def _f_only_beyond(A, B, bits):
+    """The engine's first pass: the entries the bound GEMM's lower bound alone leaves beyond
+    every count (``_select.bound_lower``), on the whole matrices."""
+    ar, ai = _engine._parts(np, A)
+    br, bi = _engine._parts(np, B)
+    pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
+    _, na, nb = _select._normalized(np, ar, ai, br, bi)
+    k, cplx = ar.shape[-1], ai is not None
+    R = _select.cert_constants(k, bits).cR * _select.bound_lower(np, pre.lower, cplx)
+    return _select.ozaki2_needed(np, k, R, na, nb, pre[2], pre[3], cplx) == _select.BEYOND
+
+
 def _bits_equal(x, y):
     """Entrywise: the same bits (NaNs included)."""
     x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)
@@ -359,12 +371,15 @@ def test_in_core_bits_on_a_cluster(client, dtype, phi):
     assert got["bits_cw"] >= nat["bits_cw"]
 
 
-def _count_task_result(c):
-    """The graph's count task, computed on its own (synchronously)."""
+def _count_task_result(c, name=None):
+    """The graph's decision on the count (the refinement's task where the graph has one, else
+    the count task's), computed on its own (synchronously)."""
     from dask.optimization import cull
 
     dsk = dict(c.__dask_graph__())
-    (key,) = [k for k in dsk if _key_name(k) == "emulinalg-count"]
+    names = {_key_name(k) for k in dsk}
+    name = name or ("emulinalg-refine" if "emulinalg-refine" in names else "emulinalg-count")
+    (key,) = [k for k in dsk if _key_name(k) == name]
     return dask.get(cull(dsk, [key])[0], key)
 
 
@@ -390,6 +405,128 @@ def test_in_core_bits_threaded(dtype, phi):
     _, beyond = _engine_certificate(A, B, 24 if dtype == "float32" else 53)
     flags = np.add.reduceat(np.add.reduceat(beyond, [0, 53, 106], 0), [0, 29, 58], 1) > 0
     assert np.array_equal(cfg["need"], flags)
+
+
+def _fallback_inputs(kind, dtype):
+    phi = 4.0 if kind == "phi4" else 1.0
+    A = phi_matrix((90, 160), phi, dtype, seed=71)
+    B = phi_matrix((160, 60), phi, dtype, seed=72)
+    if kind == "phi4":
+        return A, B
+    A[::3, 5] *= 2.0**40  # a spike in every third row meeting 2**-40 in every other column:
+    B[5, ::2] *= 2.0**-40  # floor(2**(s+1)|x|) is 0 for the lines' other entries, F too weak
+    return A, B
+
+
+@pytest.mark.parametrize(
+    ("kind", "dtype"),
+    [("spike", "float64"), ("spike", "complex128"), ("phi4", "float64"), ("phi4", "float32")],
+)
+def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype):
+    """Where the bound GEMM's lower bound leaves entries beyond, the engine adds the
+    magnitude lower bound; the graph does too (per block triple, summed over K-blocks) and
+    makes the same decisions: count, beyond mask (native entries), bits; e and f are the
+    engine's bit for bit."""
+    A, B = _fallback_inputs(kind, dtype)
+    bits = 24 if dtype == "float32" else 53
+    assert _f_only_beyond(A, B, bits).any()  # the engine's second pass is needed
+    count, beyond = _engine_certificate(A, B, bits)
+    assert count is not None and beyond.sum() < _f_only_beyond(A, B, bits).sum()
+    calls = collections.Counter()
+    monkeypatch.setattr(dask_backend, "_lower_block", _counting_gemms(calls))
+    arrays, orig = {}, dask_backend._shared_graph
+    monkeypatch.setattr(dask_backend, "_shared_graph", lambda a, b, r: orig(a, b, r, arrays))
+    a = da.from_array(A, chunks=(31, 41))  # 4 K-blocks (3 x 41 + 37), 3 x 3 output blocks
+    b = da.from_array(B, chunks=(41, 25))
+    c = _eager(emulinalg.matmul, a, b)
+    e, f, need = dask.compute(arrays["e"], arrays["f"], arrays["need"])
+    ar, ai = _engine._parts(np, A)
+    br, bi = _engine._parts(np, B)
+    pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
+    assert _bits_equal(e, pre[2]).all() and _bits_equal(f, pre[3]).all()
+    assert np.array_equal(need == _select.BEYOND, beyond)
+    cfg = _count_task_result(c)
+    assert cfg["count"] == count
+    flags = np.add.reduceat(np.add.reduceat(beyond, [0, 31, 62], 0), [0, 25, 50], 1) > 0
+    assert np.array_equal(cfg["need"], flags)
+    calls.clear()
+    out = c.compute()
+    assert calls == {"lower GEMM": 4 * 3 * 3}
+    plan = _assert_in_core_bits(out, A, B)
+    assert plan.scheme == f"OzakiII(moduli={count}, mode=accurate)"
+    assert plan.native_entries == beyond.sum()
+
+
+def _refine_inputs():
+    """A 2-D product whose count the refinement lowers in core at the float32 level (24 bits):
+    five entries (rows 27, 38; columns 13, 16, 19, 20) hold back one modulus fewer."""
+    return phi_matrix((40, 500), 1.0, seed=0), phi_matrix((500, 30), 1.0, seed=50)
+
+
+def _in_core_count(A, B, bits):
+    with emulinalg.config(strategy="eager"):
+        emulinalg.matmul(A, B, precision=bits)
+    plan = emulinalg.last_plan()
+    return int(plan.scheme.split("=")[1].split(",")[0]), plan
+
+
+@pytest.mark.parametrize(
+    ("chunks_a", "chunks_b", "q", "split_every"),
+    [
+        ((40, 500), (500, 30), 1, 4),  # one block
+        ((30, 250), (250, 15), 2, 4),  # suspects in 2 row blocks and 2 column blocks
+        ((13, 170), (170, 7), 3, 4),  # K 170 + 170 + 160
+        ((20, 167), (167, 17), 3, 2),  # K 167 + 167 + 166, a two-level K tree
+    ],
+)
+def test_refinement_like_in_core(sync, monkeypatch, chunks_a, chunks_b, q, split_every):
+    """Where ``_select.refine_moduli`` takes one modulus fewer in core, the graph does too (per
+    output block its suspects, one selection task, the suspects' lines per chunk, their native
+    GEMM per K-block summed over K-blocks, one decision): the same count, native entries and
+    bits (in core the count is one lower than with ``REFINE_ENTRIES = -1``); with its limits
+    below these suspects (``REFINE_ENTRIES``, ``REFINE_SHARE``) both keep the count."""
+    A, B = _refine_inputs()
+    count, plan = _in_core_count(A, B, 24)
+    with monkeypatch.context() as mp:
+        mp.setattr(_select, "REFINE_ENTRIES", -1)
+        unrefined, _ = _in_core_count(A, B, 24)
+    assert count == unrefined - 1 and not plan.native_entries
+    calls = collections.Counter()
+    monkeypatch.setattr(dask_backend, "_refine_gemm", _counting_refine(calls))
+    a, b = da.from_array(A, chunks=chunks_a), da.from_array(B, chunks=chunks_b)
+    with dask.config.set(split_every=split_every):
+        c = _eager(emulinalg.matmul, a, b, precision="float32")
+    assert f"{q} K-block" in str(emulinalg.last_plan())
+    assert _count_task_result(c, "emulinalg-count")["count"] == unrefined
+    cfg = _count_task_result(c)
+    assert cfg["count"] == count and not cfg["need"].any()
+    calls.clear()
+    out = c.compute()
+    assert calls == {"refine GEMM": q}
+    _assert_in_core_bits(out, A, B, precision=24)
+    # The limits as in core: REFINE_ENTRIES or REFINE_SHARE below these suspects, no refinement.
+    for name, value in (("REFINE_ENTRIES", 4), ("REFINE_SHARE", 7 / (40 * 30))):
+        with monkeypatch.context() as mp:
+            mp.setattr(_select, name, value)
+            assert _in_core_count(A, B, 24)[0] == unrefined
+            assert _count_task_result(c)["count"] == unrefined
+            calls.clear()
+            _assert_in_core_bits(c.compute(), A, B, precision=24)
+            assert calls == {"refine skipped": q}
+
+
+def test_no_refinement_for_batches(sync):
+    """In core the refinement is for 2-D products only; the batch graph has none either."""
+    A, B = _refine_inputs()
+    X, Y = np.stack([A, A]), np.stack([B, B])
+    count, _ = _in_core_count(X, Y, 24)
+    assert count == _in_core_count(A, B, 24)[0] + 1
+    x, y = da.from_array(X, chunks=(1, 20, 250)), da.from_array(Y, chunks=(1, 250, 15))
+    c = _eager(emulinalg.matmul, x, y, precision="float32")
+    names = {_key_name(k) for k in dict(c.__dask_graph__())}
+    assert not any(n.startswith("emulinalg-refine") or n == "emulinalg-suspects" for n in names)
+    assert _count_task_result(c)["count"] == count
+    _assert_in_core_bits(c.compute(), X, Y, precision=24)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "complex128", "float32"])
@@ -487,13 +624,43 @@ def _counting(fn, calls):
     return counted
 
 
+def _counting_gemms(calls):
+    """``_lower_block`` counted by whether it ran the magnitude lower bound's GEMM."""
+    orig = dask_backend._lower_block
+
+    @functools.wraps(orig)
+    def lower_block(*args, **kwargs):
+        res = orig(*args, **kwargs)
+        calls["lower GEMM" if res["lam"] is not None else "lower skipped"] += 1
+        return res
+
+    return lower_block
+
+
+def _counting_refine(calls):
+    """``_refine_gemm`` counted by whether it ran the refinement's native GEMM."""
+    orig = dask_backend._refine_gemm
+
+    @functools.wraps(orig)
+    def refine_gemm(*args, **kwargs):
+        res = orig(*args, **kwargs)
+        calls["refine GEMM" if res["S"] is not None else "refine skipped"] += 1
+        return res
+
+    return refine_gemm
+
+
 def test_preprocessing_is_shared(sync, monkeypatch):
     calls = collections.Counter()
     for fn in (
-        "_line_stats", "_bound_chunk", "_normmag_chunk", "_l1_chunk", "_stats_block",
-        "_count_task", "_shift_task", "_residues_chunk", "_product_block", "_crt_block",
+        "_line_stats", "_bound_chunk", "_line_terms", "_normmag_chunk", "_bound_block",
+        "_cert_block", "_fallback_task", "_cert_fallback_block", "_count_task", "_shift_task",
+        "_residues_chunk", "_product_block", "_crt_block", "_suspects_block", "_refine_select",
+        "_refine_lines", "_refine_task",
     ):  # fmt: skip
         monkeypatch.setattr(dask_backend, fn, _counting(getattr(dask_backend, fn), calls))
+    monkeypatch.setattr(dask_backend, "_lower_block", _counting_gemms(calls))
+    monkeypatch.setattr(dask_backend, "_refine_gemm", _counting_refine(calls))
     A = phi_matrix((90, 200), 1.0, "float64", seed=61)
     B = phi_matrix((200, 50), 1.0, "float64", seed=62)
     a = da.from_array(A, chunks=(30, 50))  # 3 x 4 chunks
@@ -506,10 +673,18 @@ def test_preprocessing_is_shared(sync, monkeypatch):
     assert layers["emulinalg-count"] == 1 and layers["emulinalg-crt"] == 6
     _assert_in_core_bits(c.compute(), A, B)
     per_chunk = 12 + 8
+    # F's lower bound certifies every entry here (as in core): the magnitude lower bound's
+    # tasks run but skip their work (no float32 magnitudes, no GEMMs). The refinement's tasks
+    # run too; the 2360 entries that need the count lie in too many rows and columns
+    # (REFINE_SHARE), so its line and GEMM tasks skip their work.
+    assert not _f_only_beyond(A, B, 53).any()
     assert calls == {
-        "_line_stats": per_chunk, "_bound_chunk": per_chunk, "_normmag_chunk": per_chunk,
-        "_l1_chunk": per_chunk, "_residues_chunk": per_chunk, "_stats_block": 24,
-        "_product_block": 24, "_count_task": 1, "_shift_task": 3 + 2, "_crt_block": 6,
+        "_line_stats": per_chunk, "_bound_chunk": per_chunk, "_line_terms": per_chunk,
+        "_normmag_chunk": per_chunk, "_residues_chunk": per_chunk, "_bound_block": 24,
+        "lower skipped": 24, "_product_block": 24, "_cert_block": 6, "_fallback_task": 1,
+        "_cert_fallback_block": 6, "_count_task": 1, "_shift_task": 3 + 2, "_crt_block": 6,
+        "_suspects_block": 6, "_refine_select": 1, "_refine_lines": per_chunk,
+        "refine skipped": 4, "_refine_task": 1,
     }  # fmt: skip
 
 

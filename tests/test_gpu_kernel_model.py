@@ -14,7 +14,7 @@ import gpu_kernel_model as model
 import numpy as np
 import pytest
 
-from emulinalg import _exact, _ozaki2, _select
+from emulinalg import _exact, _ozaki2, _scaling, _select
 from emulinalg._moduli import LIMB_BITS, MODULI, crt_constants
 from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
 from emulinalg.backends import numpy as npb
@@ -472,9 +472,83 @@ def test_model_certificate_equals_generic(case, cplx, bits):
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     be = _generic_cert_backend(model.magnitude_lower_matmul)
     count, beyond = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
-    got_count, got_beyond = model.ozaki2_certificate(ar, ai, br, bi, pre, bits, chunk=32)
+    mpre = model.ozaki2_prescale(ar, ai, br, bi, k_block=16)
+    got_count, got_beyond = model.ozaki2_certificate(ar, ai, br, bi, mpre, bits, chunk=32)
     assert got_count == count
     assert _same(got_beyond, beyond)
+
+
+def test_model_certificate_gemm_fallback():
+    """Rows spanning 2**+-40: the bound GEMM's lower bound (fixed point per line) leaves entries
+    beyond every count, so the bf16 GEMM runs; the decisions equal the generic code's, and are
+    better than the bound GEMM's alone."""
+    rng = np.random.default_rng(4)
+    ar = np.ldexp(rng.uniform(-1, 1, (6, 40)), rng.integers(-40, 40, (6, 40)))
+    br = np.ldexp(rng.uniform(-1, 1, (40, 5)), rng.integers(-40, 40, (40, 5)))
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, None, br, None, "accurate")
+    cR = _select.cert_constants(40, 53).cR
+    _, na, nb = _select._normalized(np, ar, None, br, None)
+    lam = _select.bound_lower(np, pre.lower, False)
+    need_f = _select.ozaki2_needed(np, 40, cR * lam, na, nb, pre[2], pre[3], False)
+    beyond_f = need_f == _select.BEYOND
+    assert beyond_f.any()
+    be = _generic_cert_backend(model.magnitude_lower_matmul)
+    count, beyond = _select.ozaki2_moduli_needed(np, be, ar, None, br, None, pre, 53)
+    assert beyond.sum() < beyond_f.sum()
+    mpre = model.ozaki2_prescale(ar, None, br, None)
+    got = model.ozaki2_certificate(ar, None, br, None, mpre, 53)
+    assert got[0] == count and _same(got[1], beyond)
+
+
+def _refined_case(cplx, bits, seed):
+    """phi = 1 operands where the suspect refinement lowers the count (checked by the caller)."""
+    dt = "complex128" if cplx else "float64"
+    a = phi_matrix((40, 500), 1, dt, seed=seed)
+    b = phi_matrix((500, 30), 1, dt, seed=seed + 50)
+    if cplx:
+        return a.real.copy(), a.imag.copy(), b.real.copy(), b.imag.copy()
+    return a, None, b, None
+
+
+REFINE_CASES = [(False, 24, 0), (True, 53, 1), (True, 24, 2)]
+
+
+@pytest.mark.parametrize("cplx,bits,seed", REFINE_CASES)
+def test_refinement_lowers_the_count_and_is_certified(cplx, bits, seed, monkeypatch):
+    """The suspect refinement takes one modulus fewer than the bound GEMM's bound alone, the
+    model takes the same count and mask, and the count still certifies every entry: with the
+    exact |A||B| (float64 GEMM of the magnitudes, line-normalized) no entry has y below it."""
+    ar, ai, br, bi = _refined_case(cplx, bits, seed)
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    be = _generic_cert_backend(model.magnitude_lower_matmul)
+    count, beyond = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
+    with monkeypatch.context() as mp:
+        mp.setattr(_select, "REFINE_ENTRIES", -1)  # no refinement
+        count_f, _ = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
+        mpre = model.ozaki2_prescale(ar, ai, br, bi)
+        assert model.ozaki2_certificate(ar, ai, br, bi, mpre, bits)[0] == count_f
+    assert count == count_f - 1 and not beyond.any()
+    mpre = model.ozaki2_prescale(ar, ai, br, bi)
+    got = model.ozaki2_certificate(ar, ai, br, bi, mpre, bits)
+    assert got[0] == count and _same(got[1], beyond)
+    parts, na, nb = _select._normalized(np, ar, ai, br, bi)
+    mag = np.abs(parts[0] + 1j * parts[1]) if cplx else np.abs(parts[0])
+    magb = np.abs(parts[2] + 1j * parts[3]) if cplx else np.abs(parts[2])
+    lam = (mag @ magb) * (1 - 2.0**-40)
+    cR = _select.cert_constants(ar.shape[-1], bits).cR
+    need = _select.ozaki2_needed(np, ar.shape[-1], cR * lam, na, nb, pre[2], pre[3], cplx)
+    assert need.max() <= count
+
+
+def test_refinement_skipped_when_too_many_suspects(monkeypatch):
+    ar, ai, br, bi = _refined_case(False, 24, 0)
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    be = _generic_cert_backend(model.magnitude_lower_matmul)
+    full, _ = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, 24)
+    monkeypatch.setattr(_select, "REFINE_SHARE", 0.0)  # no rows x columns fit
+    assert _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, 24)[0] == full + 1
+    mpre = model.ozaki2_prescale(ar, ai, br, bi)
+    assert model.ozaki2_certificate(ar, ai, br, bi, mpre, 24)[0] == full + 1
 
 
 def test_model_certificate_line_terms():
@@ -492,6 +566,15 @@ def test_model_certificate_line_terms():
     assert np.allclose(na, want, rtol=1000 * 2.0**-52, atol=0)
     mag = np.maximum(np.abs(arn), np.abs(ain))
     assert np.array_equal(out, model.bf16_rz(mag))
+    # the bound pass's l1 partials (by tiles of 32 columns) and line terms
+    emax = model.line_max_exponent(ar, ai)
+    s2, planes, sums, nz, part32 = model.bound_operand(ar, ai, emax, 9, 1008)
+    assert np.array_equal(s2, s)
+    na32, _ = model.cert_line_terms(part32, 1.0 + 1002 * 2.0**-52, pre[2], 2.0**-4)
+    assert np.allclose(na32, want, rtol=1000 * 2.0**-52, atol=0)
+    gen, gsum, gnz = _scaling._bound_operand(np, ar, ai, s, axis=-1)
+    assert np.array_equal(planes[..., :1000], gen) and np.array_equal(sums, gsum)
+    assert np.array_equal(nz, gnz)
 
 
 @pytest.mark.parametrize("k", [1, 2, 31, 64, 1000])
@@ -499,10 +582,11 @@ def test_model_certificate_k_and_overflowing_bits(k):
     """All entries beyond (count None) at a level no count reaches; exact entries (k = 1)."""
     ar, ai, br, bi = _stat_operands(((), 5, k, 4), 1, False, seed=k)
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    mpre = model.ozaki2_prescale(ar, ai, br, bi)
     be = _generic_cert_backend(model.magnitude_lower_matmul)
     for bits in (10, 53, 120, 200):
         want = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
-        got = model.ozaki2_certificate(ar, ai, br, bi, pre, bits)
+        got = model.ozaki2_certificate(ar, ai, br, bi, mpre, bits)
         assert got[0] == want[0] and _same(got[1], want[1]), bits
 
 
@@ -534,6 +618,13 @@ def test_host_code_statistics(cpu_backend, case, cplx):
     shape, phi = case
     ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=23)
     _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53, 80))
+
+
+@pytest.mark.parametrize("cplx,bits,seed", REFINE_CASES)
+def test_host_code_statistics_refinement(cpu_backend, cplx, bits, seed):
+    be, cp = cpu_backend
+    ar, ai, br, bi = _refined_case(cplx, bits, seed)
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
 
 
 def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch):

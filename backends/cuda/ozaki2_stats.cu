@@ -5,21 +5,28 @@
 // Operands are logical (B, R, C) float64 arrays with element strides (sb, sr, sc), as in
 // ozaki2_residues.cu: rows are the lines that carry a shift (rows of A, columns of B), C is the
 // contraction axis k. Blocks of 256 threads move 32 x 32 tiles through shared memory (reads
-// coalesced along whichever axis is contiguous); per-line reductions are done by the block's
-// first warp, one thread per line, walking the tile's 32 columns in order, so every sum has a
-// fixed order (the results do not depend on the grid or on timing).
+// coalesced along whichever axis is contiguous); every float sum has a fixed order, given at
+// each kernel (the results do not depend on the grid or on timing); integer sums and maxima go
+// through atomics (exact in any order).
 //
 //   line_max_exponent  per line floor(log2 max(|re|, |im|)) (atomicMax; INT_MIN for a zero line)
-//   bound_operand      s = 5 - e - cplx per line, and int8 ceil(RN(|re| 2**s)) (+ the same of
-//                      |im|), <= 64, in the INT8 GEMM's layout (B, Rpad, Cp), zero-padded
+//   bound_operand      s = 5 - e - cplx per line, and int8 floor(RN(|re| 2**(s+1))) (+ the same
+//                      of |im|), <= 127, in the INT8 GEMM's layout (B, Rpad, Cp), zero-padded;
+//                      per line the sum of those entries and the count of nonzero parts
+//                      (atomicAdd: exact integers), and per 32-column tile the sequential sum
+//                      of |re| 2**-e + |im| 2**-e (the l1 norm's partials)
+//   bound_max          per line of the bound GEMM F = Ā B̄ the max over the other axis of
+//                      U = bound_upper(F, line terms) (atomicMax; _scaling.bound_upper)
 //   cert_operand       bfloat16 bits of max(|re|, |im|) 2**-e truncated toward zero, line-major
 //                      (B, Rpad, Cp) or k-major (B, Cp, Rpad), as bf16_lower.cu; and per chunk
 //                      of columns the sequential sum of |re| 2**-e + |im| 2**-e (the l1 norm)
 //   cert_line_terms    per line: the l1 upper bound sum * (1 + (k+2) 2**-52), alpha = 2**(cplx-5)
 //                      sqrt(e) from the prescale's line bound
-//   cert_entries       per output entry: the lower bound lam of |A||B| from the bf16 GEMM's FP32
-//                      sums, the certificate's y (float64, in _select's operation order, no FMA)
-//                      and beyond = y < 2**-L_max; the min of y over the other entries
+//   cert_entries       per output entry: the lower bound lam of |A||B| from the bound GEMM F
+//                      (F 2**-12, 2**-11 complex) or, on the second pass, the larger of that
+//                      and the bf16 GEMM's FP32 sums' bound; the smallest count of moduli the
+//                      certificate accepts (float64, in _select's operation order, no FMA),
+//                      and a histogram of those counts
 //
 // x * 2**p is computed as a multiplication by an exact power of two: one correctly rounded
 // operation, the same as ldexp (numpy's and CUDA's), also for subnormal results.
@@ -87,10 +94,18 @@ __device__ __forceinline__ double scale2(double x, int p) {
   return __dmul_rn(x, pow2(p));
 }
 
-// ceil(v) for 0 <= v <= 64.
-__device__ __forceinline__ int ceil_small(double v) {
-  const int i = static_cast<int>(v);  // truncation = floor for v >= 0
-  return i + (static_cast<double>(i) < v ? 1 : 0);
+// floor(v) for 0 <= v < 128 (truncation = floor for v >= 0).
+__device__ __forceinline__ int floor_small(double v) { return static_cast<int>(v); }
+
+constexpr long long kBoundMax = 127;  // _scaling.BOUND_MAX
+
+// _scaling.bound_upper for one entry: F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,
+// nzb), exact integers (c = 1 real, 2 complex).
+__device__ __forceinline__ long long bound_upper(long long F, long long ra, long long nza,
+                                                 long long cb, long long nzb, long long c) {
+  const long long x = c * ra < kBoundMax * nzb ? c * ra : kBoundMax * nzb;
+  const long long y = c * cb < kBoundMax * nza ? c * cb : kBoundMax * nza;
+  return F + x + y + c * (nza < nzb ? nza : nzb);
 }
 
 __device__ __forceinline__ unsigned bf16_rz(double v) {  // as bf16_lower.cu
@@ -149,15 +164,21 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Grid (Cp / 32, tiles of Rpad, B), as ozaki2_residues.cu. Writes the shifts s (int64, (B, R))
-// from the blocks of the first column tile.
+// from the blocks of the first column tile, the int8 operand (B, Rpad, Cp), and per line: the
+// sum of its entries (sums) and of its nonzero parts (nz), added atomically (exact integers,
+// zeroed by the caller), and partial (B, ceil(Cp / 32), R): each tile's float64 sum of
+// |re| 2**-e + |im| 2**-e (e = 5 - cplx - s): 8 sequential sums of 4 columns, added in order.
 template <bool CPLX>
 __global__ void __launch_bounds__(kThreads)
     bound_operand(const double* __restrict__ re, const double* __restrict__ im, long long sb,
                   long long sr, long long sc, int B, int R, int C, int Rpad, int Cp,
                   int rows_contiguous, const int* __restrict__ emax, long long* __restrict__ shift,
-                  unsigned* __restrict__ out) {
+                  unsigned* __restrict__ out, unsigned long long* __restrict__ sums,
+                  unsigned long long* __restrict__ nz, double* __restrict__ partial) {
   __shared__ Tile<CPLX> tile;
   __shared__ int tsh[kTile];
+  __shared__ double lsum[kTile][8];
+  __shared__ int lint[kTile][8], lnz[kTile][8];
   const int t = threadIdx.x;
   const int c0 = blockIdx.x * kTile;
   for (int b = blockIdx.z; b < B; b += gridDim.z) {
@@ -172,18 +193,112 @@ __global__ void __launch_bounds__(kThreads)
         if (blockIdx.x == 0 && r < R) shift[static_cast<long long>(b) * R + r] = s;
       }
       __syncthreads();
-      const int rr = t >> 3, cc = 4 * (t & 7);
+      const int rr = t >> 3, q = t & 7, cc = 4 * q;
       const int r = r0 + rr, c = c0 + cc;
-      if (r >= Rpad || c >= Cp) continue;
-      int v[4];
+      // each thread: 4 entries of one row; their int8 values, nonzero parts and l1 terms
+      const int p1 = tsh[rr] + 1, pn = tsh[rr] - 5 + (CPLX ? 1 : 0);  // 2**(s+1), 2**-e
+      int v[4], zs = 0;
+      double l1 = 0.0;  // the 4 columns in order
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        v[j] = ceil_small(scale2(abs_of(tile.re[rr][cc + j]), tsh[rr]));
-        if constexpr (CPLX) v[j] += ceil_small(scale2(abs_of(tile.im[rr][cc + j]), tsh[rr]));
+        const double x = abs_of(tile.re[rr][cc + j]);
+        v[j] = floor_small(scale2(x, p1));
+        zs += x != 0.0;
+        double w = scale2(x, pn);
+        if constexpr (CPLX) {
+          const double y = abs_of(tile.im[rr][cc + j]);
+          v[j] += floor_small(scale2(y, p1));
+          zs += y != 0.0;
+          w = __dadd_rn(w, scale2(y, pn));
+        }
+        l1 = __dadd_rn(l1, w);
       }
-      out[((static_cast<long long>(b) * Rpad + r) * Cp + c) >> 2] = pack4(v[0], v[1], v[2], v[3]);
+      if (r < Rpad && c < Cp)
+        out[((static_cast<long long>(b) * Rpad + r) * Cp + c) >> 2] =
+            pack4(v[0], v[1], v[2], v[3]);
+      lsum[rr][q] = l1;
+      lint[rr][q] = v[0] + v[1] + v[2] + v[3];
+      lnz[rr][q] = zs;
+      __syncthreads();
+      // line terms: one thread per line, the 8 groups of 4 columns in order
+      if (t < kTile && r0 + t < R) {
+        double acc = 0.0;
+        long long vs = 0, nzs = 0;
+        for (int g = 0; g < 8; ++g) {
+          acc = __dadd_rn(acc, lsum[t][g]);
+          vs += lint[t][g];
+          nzs += lnz[t][g];
+        }
+        const long long line = static_cast<long long>(b) * R + r0 + t;
+        if (vs) atomicAdd(sums + line, static_cast<unsigned long long>(vs));
+        if (nzs) atomicAdd(nz + line, static_cast<unsigned long long>(nzs));
+        partial[(static_cast<long long>(b) * gridDim.x + blockIdx.x) * R + r0 + t] = acc;
+      }
     }
   }
+}
+
+// Block (32, 8), grid (column groups of 128, row chunks): the row maxima (ua, (B, m)) and column
+// maxima (ub, (B, n)) of U = bound_upper(F, line terms) over the bound GEMM's sums F (B, m, n_p)
+// (int32, or int64 when K was blocked); U >= 0, so the unsigned atomicMax orders as the values.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    bound_max(const T* __restrict__ F, long long n_p, int B, int m, int n, int rows_per_block,
+              const unsigned long long* __restrict__ ra, const unsigned long long* __restrict__ nza,
+              const unsigned long long* __restrict__ cb, const unsigned long long* __restrict__ nzb,
+              long long c, unsigned long long* __restrict__ ua,
+              unsigned long long* __restrict__ ub) {
+  constexpr int kCols = 4;  // columns per thread: j = j0 + threadIdx.x + 32 q
+  const long long rows = static_cast<long long>(B) * m;
+  const int j0 = blockIdx.x * (kCols * 32);
+  const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
+  const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
+  unsigned long long colmax[kCols] = {};
+  int bcur = -1;
+  long long cbv[kCols] = {}, nzbv[kCols] = {};
+  // Every thread takes the same number of steps (the warp shuffle needs the whole warp).
+  for (long long r0 = rbeg; r0 < rend; r0 += blockDim.y) {
+    const long long row = r0 + threadIdx.y;
+    unsigned long long rmax = 0;
+    if (row < rend) {
+      const int b = static_cast<int>(row / m);
+      if (b != bcur) {  // a new batch entry: flush the column maxima, load its column terms
+        if (bcur >= 0)
+          for (int q = 0; q < kCols; ++q) {
+            const int j = j0 + threadIdx.x + 32 * q;
+            if (j < n && colmax[q])
+              atomicMax(ub + static_cast<long long>(bcur) * n + j, colmax[q]);
+            colmax[q] = 0;
+          }
+        bcur = b;
+        for (int q = 0; q < kCols; ++q) {
+          const int j = j0 + threadIdx.x + 32 * q;
+          cbv[q] = j < n ? static_cast<long long>(cb[static_cast<long long>(b) * n + j]) : 0;
+          nzbv[q] = j < n ? static_cast<long long>(nzb[static_cast<long long>(b) * n + j]) : 0;
+        }
+      }
+      const long long rav = static_cast<long long>(ra[row]);
+      const long long nzav = static_cast<long long>(nza[row]);
+      for (int q = 0; q < kCols; ++q) {
+        const int j = j0 + threadIdx.x + 32 * q;
+        if (j >= n) continue;
+        const unsigned long long u = static_cast<unsigned long long>(bound_upper(
+            static_cast<long long>(F[row * n_p + j]), rav, nzav, cbv[q], nzbv[q], c));
+        rmax = u > rmax ? u : rmax;
+        colmax[q] = u > colmax[q] ? u : colmax[q];
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {  // the warp is one row's 32 x-threads
+      const unsigned long long w = __shfl_down_sync(0xffffffffu, rmax, o);
+      rmax = w > rmax ? w : rmax;
+    }
+    if (threadIdx.x == 0 && rmax) atomicMax(ua + row, rmax);
+  }
+  if (bcur >= 0)
+    for (int q = 0; q < kCols; ++q) {
+      const int j = j0 + threadIdx.x + 32 * q;
+      if (j < n && colmax[q]) atomicMax(ub + static_cast<long long>(bcur) * n + j, colmax[q]);
+    }
 }
 
 // Grid (chunks of Cp, tiles of Rpad, B). shift: the prescale's s (int64, (B, R)), e = 5 - cplx
@@ -265,61 +380,195 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The certificate's y of one entry (_select.ozaki2_certified_y after _select.magnitude_lower's
-// factor and term, float64 in that operation order, no FMA; +inf where the entry is exact):
-// c the lower-bound GEMM's FP32 sum, qa = (4 c k) alpha_i. Also run on the CPU
-// (src_amx/ozaki2_host.cpp).
-__device__ __forceinline__ double cert_y(float c, double na_i, double alpha_i, double qa,
-                                         double nb_j, double beta_j, double factor,
-                                         double abs_term, double cR) {
-  const double inf = __longlong_as_double(0x7ff0000000000000ll);
-  // _select.magnitude_lower with the bf16 hook: max(float64(c) * factor - abs_term, 0)
-  double lam = __dsub_rn(__dmul_rn(static_cast<double>(c), factor), abs_term);
-  lam = lam > 0.0 ? lam : 0.0;
-  const double R = __dmul_rn(cR, lam);  // TAU 2**-bits lam
-  const double G = __dadd_rn(__dmul_rn(alpha_i, nb_j), __dmul_rn(beta_j, na_i));
-  const double Q = __dmul_rn(qa, beta_j);
-  const double disc = __dadd_rn(__dmul_rn(__dmul_rn(4.0, G), G), __dmul_rn(__dmul_rn(4.0, Q), R));
-  const double denom = __dadd_rn(__dmul_rn(2.0, G), __dsqrt_rn(disc));
-  return denom == 0.0 ? inf : __ddiv_rn(__dmul_rn(2.0, R), denom);
+// _select.magnitude_lower with the bf16 hook: max(float64(c) * factor - abs_term, 0).
+__device__ __forceinline__ double gemm_lower(float c, double factor, double abs_term) {
+  const double lam = __dsub_rn(__dmul_rn(static_cast<double>(c), factor), abs_term);
+  return lam > 0.0 ? lam : 0.0;
 }
 
-// Block (32, 8): x walks the columns j < n, y the rows (b, i) of (B, m). c32: the bf16 GEMM's
-// FP32 sums (B, m, n_p). na/alpha (B, m), nb/beta (B, n). Writes beyond (B, m, n) and lowers
-// *ymin (the bits of a double >= 0; all ones: no entry is certified) to the min of y over the
-// entries not beyond.
-extern "C" __global__ void __launch_bounds__(kThreads)
-    cert_entries(const float* __restrict__ c32, long long n_p, int B, int m, int n,
-                 const double* __restrict__ na, const double* __restrict__ alpha,
-                 const double* __restrict__ nb, const double* __restrict__ beta, double factor,
-                 double abs_term, double cR, double c4, double thr,
-                 unsigned char* __restrict__ beyond, unsigned long long* __restrict__ ymin) {
-  __shared__ unsigned long long red[kThreads];
+// The certificate of one entry from its lower bound lam of the normalized |A||B|
+// (_select._need_of, float64 in that operation order, no FMA): the index into the thresholds
+// th[0, nth) = 2**-L_n, n = MIN_MODULI.. (decreasing) of the first count that certifies it,
+// y (2 G + y Q) <= R, by bisection; nth where none does. qa = (4 c k) alpha_i. Also run on the
+// CPU (src_amx/ozaki2_stats_host.cpp).
+// Whether the count with threshold t certifies the entry (cert_need's test, one threshold).
+__device__ __forceinline__ bool cert_ok(double lam, double na_i, double alpha_i, double qa,
+                                        double nb_j, double beta_j, double cR, double t) {
+  const double R = __dmul_rn(cR, lam);
+  const double G2 = __dmul_rn(2.0, __dadd_rn(__dmul_rn(alpha_i, nb_j), __dmul_rn(beta_j, na_i)));
+  const double Q = __dmul_rn(qa, beta_j);
+  return __dmul_rn(t, __dadd_rn(G2, __dmul_rn(t, Q))) <= R;
+}
+
+__device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i, double qa,
+                                         double nb_j, double beta_j, double cR,
+                                         const double* th, int nth) {
+  const double R = __dmul_rn(cR, lam);  // TAU 2**-bits lam
+  const double G2 = __dmul_rn(2.0, __dadd_rn(__dmul_rn(alpha_i, nb_j), __dmul_rn(beta_j, na_i)));
+  const double Q = __dmul_rn(qa, beta_j);
+  int lo = 0, hi = nth;
+  for (int step = 0; (1 << step) <= nth; ++step) {  // as many steps as nth has bits
+    const int mid = (lo + hi) >> 1;
+    const double t = th[mid < nth ? mid : nth - 1];
+    const bool ok = mid < nth && __dmul_rn(t, __dadd_rn(G2, __dmul_rn(t, Q))) <= R;
+    hi = ok ? mid : hi;
+    lo = ok ? lo : mid + 1;
+  }
+  return hi;
+}
+
+// Block (32, 8), grid (column groups of 128, row chunks of rows_per_block) over the rows (b, i)
+// of (B, m) and columns j < n. F: the bound GEMM's sums (B, m, n_p), int32 or int64; c32 (GEMM
+// pass only): the bf16 GEMM's FP32 sums (B, m,
+// c_pitch). lam = F 2**-fexp, or max(that, gemm_lower(c32)). na/alpha (B, m), nb/beta (B, n).
+// thr: the nth thresholds (at most 32). Writes need (B, m, n): base + cert_need (base + nth:
+// beyond every count) for the beyond entries and those needing the largest count; the others
+// may get a larger count than their own, below the largest. hist[0, nth]: the block's largest cert_need below nth goes to hist[nth+1]
+// (atomicMax) and the number of its entries there to hist[that value]; the beyond entries are
+// added to hist[nth]. So after the grid, hist[nth + 1] is the largest over all certified
+// entries and hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to
+// lower slots only).
+template <typename T, bool GEMM>
+__global__ void __launch_bounds__(kThreads)
+    cert_entries(const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
+                 long long c_pitch, int B, int m, int n, int rows_per_block, int fexp,
+                 const double* __restrict__ na,
+                 const double* __restrict__ alpha, const double* __restrict__ nb,
+                 const double* __restrict__ beta, double factor, double abs_term, double cR,
+                 double c4, const double* __restrict__ thr, int nth, int base,
+                 unsigned char* __restrict__ need, unsigned long long* __restrict__ hist) {
+  __shared__ double th[32];
+  __shared__ int s_q[kThreads];
+  __shared__ unsigned long long s_c[kThreads], s_b[kThreads];
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  if (t < 32) th[t] = t < nth ? thr[t] : 0.0;
+  __syncthreads();
   const long long rows = static_cast<long long>(B) * m;
-  unsigned long long best = ~0ull;
-  for (long long row = blockIdx.y * blockDim.y + threadIdx.y; row < rows;
-       row += static_cast<long long>(gridDim.y) * blockDim.y) {
+  const double fscale = pow2(-fexp);
+  int qmax = -1;  // this thread's largest certified value, its entries, the beyond entries
+  unsigned long long at_max = 0, out = 0;
+  // Grid (column groups of 32 kCols, row chunks): each thread keeps its kCols columns' terms in
+  // registers and walks rows [rbeg, rend) with stride 8.
+  constexpr int kCols = 4;
+  const int j0 = blockIdx.x * (32 * kCols) + threadIdx.x;
+  const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
+  const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
+  long long bcur = -1;
+  double nbv[kCols] = {}, bev[kCols] = {};
+  for (long long row = rbeg + threadIdx.y; row < rend; row += blockDim.y) {
     const long long b = row / m;
+    if (b != bcur) {
+      bcur = b;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int j = j0 + 32 * c;
+        nbv[c] = j < n ? nb[b * n + j] : 0.0;
+        bev[c] = j < n ? beta[b * n + j] : 0.0;
+      }
+    }
     const double na_i = na[row], alpha_i = alpha[row];
     const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
-      const double y = cert_y(c32[row * n_p + j], na_i, alpha_i, qa, nb[b * n + j],
-                              beta[b * n + j], factor, abs_term, cR);
-      const bool out = y < thr;
-      beyond[row * n + j] = out ? 1 : 0;
-      if (!out) {
-        const unsigned long long yb = static_cast<unsigned long long>(__double_as_longlong(y));
-        best = yb < best ? yb : best;  // y >= +0: the bits order as the values
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int j = j0 + 32 * c;
+      if (j >= n) continue;
+      double lam = __dmul_rn(static_cast<double>(F[row * n_p + j]), fscale);  // exact
+      if constexpr (GEMM) {
+        const double g = gemm_lower(c32[row * c_pitch + j], factor, abs_term);
+        lam = g > lam ? g : lam;
+      }
+      const double nb_j = nbv[c], beta_j = bev[c];
+      // An entry certified by this thread's largest count so far minus one is neither beyond
+      // nor among the largest: store that count (an upper bound of its own), skip the bisection.
+      // (Its own count when that is this thread's largest: one more test, no bisection.)
+      int q;
+      if (qmax > 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax - 1]))
+        q = qmax - 1;
+      else if (qmax >= 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax]))
+        q = qmax;
+      else
+        q = cert_need(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th, nth);
+      need[row * n + j] = static_cast<unsigned char>(base + q);
+      if (q == nth) {
+        ++out;
+      } else if (q > qmax) {
+        qmax = q;
+        at_max = 1;
+      } else if (q == qmax) {
+        ++at_max;
       }
     }
   }
-  const int t = threadIdx.y * blockDim.x + threadIdx.x;
-  red[t] = best;
-  for (int h = kThreads / 2; h > 0; h >>= 1) {
-    __syncthreads();
-    if (t < h && red[t + h] < red[t]) red[t] = red[t + h];
+  s_q[t] = qmax;
+  s_c[t] = at_max;
+  s_b[t] = out;
+  __syncthreads();
+  if (t == 0) {
+    int bq = -1;
+    unsigned long long bc = 0, bb = 0;
+    for (int i = 0; i < kThreads; ++i) {
+      bb += s_b[i];
+      if (s_q[i] > bq) {
+        bq = s_q[i];
+        bc = s_c[i];
+      } else if (s_q[i] == bq && bq >= 0) {
+        bc += s_c[i];
+      }
+    }
+    if (bb) atomicAdd(hist + nth, bb);
+    if (bq >= 0) {
+      atomicAdd(hist + bq, bc);
+      atomicMax(hist + nth + 1, static_cast<unsigned long long>(bq));
+    }
   }
-  if (t == 0 && red[0] != ~0ull) atomicMin(ymin, red[0]);
+}
+
+// The flat indices of the entries of need (total of them) equal to value, in any order: the
+// first cap to idx, all counted in *count.
+extern "C" __global__ void __launch_bounds__(kThreads)
+    collect_need(const unsigned char* __restrict__ need, long long total, int value,
+                 long long* __restrict__ idx, long long cap,
+                 unsigned long long* __restrict__ count) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    if (need[i] != value) continue;
+    const unsigned long long at = atomicAdd(count, 1ull);
+    if (static_cast<long long>(at) < cap) idx[at] = i;
+  }
+}
+
+// The suspect refinement's products (_select.refine_moduli): for suspect s, the float64 sum
+// over k of |a_ik| 2**-ea_i |b_kj| 2**-eb_j (|x| = max(|re|, |im|)), one warp per suspect, lanes
+// over k, the lanes' sums added by shuffles. rows/cols: the suspects' row of A and column of B;
+// ea (B=1, m), eb (n): the line exponents. Every warp takes the same number of steps (the CPU
+// build's shuffle needs the whole block).
+template <bool CPLX>
+__global__ void __launch_bounds__(kThreads)
+    suspect_dots(const double* __restrict__ are, const double* __restrict__ aim, long long asr,
+                 long long asc, const double* __restrict__ bre, const double* __restrict__ bim,
+                 long long bsr, long long bsc, int k, const long long* __restrict__ rows,
+                 const long long* __restrict__ cols, int count, const long long* __restrict__ ea,
+                 const long long* __restrict__ eb, double* __restrict__ out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int base = blockIdx.x * warps; base < count; base += gridDim.x * warps) {
+    const int s = base + warp;
+    double acc = 0.0;
+    if (s < count) {
+      const long long i = rows[s], j = cols[s];
+      const int pa = static_cast<int>(-ea[i]), pb = static_cast<int>(-eb[j]);
+      for (int h = lane; h < k; h += 32) {
+        double x = abs_of(are[i * asr + h * asc]), y = abs_of(bre[h * bsr + j * bsc]);
+        if constexpr (CPLX) {
+          const double xi = abs_of(aim[i * asr + h * asc]), yi = abs_of(bim[h * bsr + j * bsc]);
+          x = xi > x ? xi : x;
+          y = yi > y ? yi : y;
+        }
+        acc = __dadd_rn(acc, __dmul_rn(scale2(x, pa), scale2(y, pb)));
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, o));
+    if (s < count && lane == 0) out[s] = acc;
+  }
 }
 
 #ifndef __CUDACC_RTC__
@@ -328,13 +577,36 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   template __global__ void line_max_exponent<CPLX>(const double*, const double*, long long,   \
                                                    long long, long long, int, int, int, int,  \
                                                    int, int*);                                \
-  template __global__ void bound_operand<CPLX>(const double*, const double*, long long,       \
-                                               long long, long long, int, int, int, int, int, \
-                                               int, const int*, long long*, unsigned*);       \
+  template __global__ void bound_operand<CPLX>(                                                \
+      const double*, const double*, long long, long long, long long, int, int, int, int, int,  \
+      int, const int*, long long*, unsigned*, unsigned long long*, unsigned long long*,         \
+      double*);                                                                               \
   template __global__ void cert_operand<CPLX>(const double*, const double*, long long,        \
                                               long long, long long, int, int, int, int, int,  \
                                               int, int, int, const long long*, double*,       \
                                               unsigned short*);
 EMU_STATS_INSTANCES(false)
 EMU_STATS_INSTANCES(true)
+template __global__ void suspect_dots<false>(const double*, const double*, long long, long long,
+                                             const double*, const double*, long long, long long,
+                                             int, const long long*, const long long*, int,
+                                             const long long*, const long long*, double*);
+template __global__ void suspect_dots<true>(const double*, const double*, long long, long long,
+                                            const double*, const double*, long long, long long,
+                                            int, const long long*, const long long*, int,
+                                            const long long*, const long long*, double*);
+#define EMU_CERT_INSTANCE(T, GEMM)                                                             \
+  template __global__ void cert_entries<T, GEMM>(                                              \
+      const T*, const float*, long long, long long, int, int, int, int, int, const double*,     \
+      const double*, const double*, const double*, double, double, double, double,              \
+      const double*, int, int, unsigned char*, unsigned long long*);
+#define EMU_STATS_F_INSTANCES(T)                                                               \
+  template __global__ void bound_max<T>(const T*, long long, int, int, int, int,               \
+                                        const unsigned long long*, const unsigned long long*,  \
+                                        const unsigned long long*, const unsigned long long*,  \
+                                        long long, unsigned long long*, unsigned long long*);  \
+  EMU_CERT_INSTANCE(T, false)                                                                  \
+  EMU_CERT_INSTANCE(T, true)
+EMU_STATS_F_INSTANCES(int)
+EMU_STATS_F_INSTANCES(long long)
 #endif
