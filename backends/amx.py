@@ -320,8 +320,9 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     (``_select.bound_lower``) and its l1 norms. Only when it leaves entries beyond every count:
     the float32 magnitudes of the line-normalized operands (``ozaki2_cert_operand``), their
     GEMM in numpy's BLAS, as ``_select.magnitude_lower``, and a second pass with the larger
-    bound per entry. The same decisions as the generic code except where a y lies within a few
-    ulps of a threshold (the l1 sums run in another order)."""
+    bound per entry; then ``_select.refine_moduli`` (its GEMM in numpy's BLAS). The same
+    decisions as the generic code except where a test is decided within a few ulps (the l1
+    sums run in another order)."""
     from emulinalg import _select
 
     amx = _module()

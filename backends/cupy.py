@@ -26,6 +26,7 @@ import contextlib
 import math
 import os
 
+import array_api_compat
 import array_api_compat.numpy as xnp
 import cupy as cp
 import numpy as np
@@ -610,15 +611,15 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     (with this backend's bf16 ``magnitude_lower_matmul``) in the kernels of ``ozaki2_stats.cu``:
     ``(count, beyond)``, or None to decline (a prescale not made by ``ozaki2_prescale``).
 
-    One pass over the prescale's bound GEMM F applies ``_select.bound_lower``, evaluates the
-    certificate in _select's float64 operations (in order, no FMA), writes the mask of entries
-    beyond the most moduli and reduces the smallest y of the others. Only when some entry is
-    beyond: one pass per operand writes the truncated bf16 magnitudes of the line-normalized
-    operand, the bf16 GEMM is ``magnitude_lower_matmul``'s, and a second pass takes the larger
-    lower bound per entry. The count is chosen from the smallest y on the host as _select does.
-    Every float operation is the generic one except the order of the l1 sums (here: in column
-    order, by tiles of 32 columns); both are upper bounds, and a decision can only differ where
-    y lies within a few ulps of a threshold.
+    One pass over the prescale's bound GEMM F applies ``_select.bound_lower``, finds each entry's
+    smallest certifying count in _select's float64 operations (in order, no FMA) and counts the
+    entries at the largest one and beyond every count. Only when some entry is beyond: one pass
+    per operand writes the truncated bf16 magnitudes of the line-normalized operand, the bf16
+    GEMM is ``magnitude_lower_matmul``'s, and a second pass takes the larger lower bound per
+    entry. Then ``_select.refine_moduli`` on the host, with the suspects collected on the device
+    and their products one warp each (``suspect_dots``). Every float operation is the generic
+    one except the order of the l1 sums (here: by 32-column tiles) and of the suspects' products;
+    all are bounds, and a decision can only differ where a test is decided within a few ulps.
     """
     lower = getattr(prescale, "lower", None)
     if not isinstance(lower, _Bound) or not _usable(ar, ai, br, bi):
@@ -664,7 +665,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     if n_out and (k > _select._LOWER_K_MAX or cc.factor <= 0):
         # beyond the bf16 bound's range: the generic code (its float64 GEMM bound) from F
         Fv = F[..., :n].reshape(ops.batch + (m, n))
-        return _select.certify_moduli(cp, _this(), ar, ai, br, bi, prescale, bits, Fv)
+        xp = array_api_compat.array_namespace(ar)
+        return _select.certify_moduli(xp, _this(), ar, ai, br, bi, prescale, bits, Fv)
     if n_out:
         kp, nb16 = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
         a16 = _cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, s)
@@ -685,6 +687,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
         grid = (min(-(-total // _THREADS), 8192),)
         args = (need, _i64(total), _i32(count), idx, _i64(at_count), got)
         _stats_kernel("collect_need")(grid, (_THREADS,), args)
+        if int(cp.asnumpy(got)[0]) != at_count:  # the histogram and the mask disagree
+            raise RuntimeError("internal: the certificate's suspects were not all collected")
         idx = cp.sort(idx[:at_count])  # the GPU's order varies; the refinement's does not
         rows, cols = idx // n, idx % n
         lam = F.reshape(-1)[rows * n_p + cols].astype(cp.float64) * 2.0**-fexp  # exact

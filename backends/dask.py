@@ -1184,10 +1184,12 @@ def _refine_select(sus, m, n):
     if not parts:  # not reached: the entries that set the count need it
         return None
     xp, _ = _xp_backend(parts[0]["rows"])
-    ur, ri = xp.unique_inverse(xp.concat([x["rows"] for x in parts]))
-    uc, ci = xp.unique_inverse(xp.concat([x["cols"] for x in parts]))
-    if ur.shape[0] * uc.shape[0] > _select.REFINE_SHARE * m * n:
+    rows = xp.concat([x["rows"] for x in parts])
+    cols = xp.concat([x["cols"] for x in parts])
+    picked = _select.refine_selection(xp, rows, cols, m, n)
+    if picked is None:
         return None
+    ur, ri, uc, ci = picked
     terms = xp.concat([x["terms"] for x in parts], axis=1)
     return {"rows": ur, "cols": uc, "ri": ri, "ci": ci, "terms": terms}
 
@@ -1227,15 +1229,12 @@ def _refine_task(cfg, sel, S, *, k, cplx, bits):
     if sel is None or S is None:
         return cfg
     xp, backend = _xp_backend(S)
-    cc = _select.cert_constants(k, bits, cplx)
     with _chunk_quiet(xp, backend):
-        # refine_moduli's bound: S summed over K-blocks in any order, the same factor
-        S = xp.maximum(S * cc.native_factor - (2 * k + 2) * 2.0**-1074, 0.0)
+        # S summed over K-blocks: any order of the sums, the same bound as refine_moduli's
         lam, na, nb, e, f = (sel["terms"][t] for t in range(5))
-        lam = xp.maximum(lam, xp.take(xp.reshape(S, (-1,)), sel["ri"] * S.shape[-1] + sel["ci"]))
-        alpha, beta = cc.scale * xp.sqrt(e), cc.scale * xp.sqrt(f)
-        need = _select._need_of(xp, k, cc.cR * lam, alpha, beta, na, nb, cplx)
-    if bool(xp.all(need < cfg["refine"])):
+        S = xp.take(xp.reshape(S, (-1,)), sel["ri"] * S.shape[-1] + sel["ci"])
+        ok = _select.refine_certifies(xp, k, bits, cplx, cfg["refine"], lam, S, e, f, na, nb)
+    if ok:
         return dict(cfg, count=cfg["refine"] - 1)
     return cfg
 

@@ -112,10 +112,11 @@ def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
 
     accurate: one INT8 GEMM of Ā = floor(2**(s+1)|A|), B̄ (entries <= 127) gives F, and
     U = ``bound_upper`` >= 4 * 2**(s_i+t_j)(|A||B|)_ij from F and line sums; e_i = max_j U_ij / 4,
-    f_j = max_i U_ij / 4 (GEMMul8's accurate mode bounds with ceil(2**s|A|) instead; the floors
-    at twice the resolution give a bound at least as tight on entries that are not integers on
-    that grid, and F/4096 (F/2048 complex) is also a lower bound of the line-normalized |A||B|,
-    which the certificate uses: ``Prescale.lower`` = F). fast: Cauchy-Schwarz,
+    f_j = max_i U_ij / 4 (GEMMul8's accurate mode bounds with ceil(2**s|A|) instead: per entry
+    (floor(2v) + 1) / 2 <= ceil(v) unless 2v is an integer, so e, f are mostly tighter, but the
+    cross terms of ``bound_upper`` make U > 0 where structural zeros made the ceil product 0),
+    and F/4096 (F/2048 complex) is also a lower bound of the line-normalized |A||B|, which the
+    certificate uses: ``Prescale.lower`` = F). fast: Cauchy-Schwarz,
     e_i = ||2**s_i |a_i| ||_2**2 (no GEMM).
     """
     cplx = ai is not None

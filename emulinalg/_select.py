@@ -42,7 +42,6 @@ from ._scaling import magnitude, max_exponent
 from ._xputil import ldexp
 
 TAU = 0.25
-BEYOND_Y = 2.0 ** -crt_constants(MAX_MODULI).L  # entries with y below it: beyond every count
 # 2**-L_n for n = MIN_MODULI .. MAX_MODULI (decreasing): the certificate's per-count thresholds
 THRESHOLDS = tuple(2.0 ** -crt_constants(n).L for n in range(MIN_MODULI, MAX_MODULI + 1))
 BEYOND = MAX_MODULI + 1  # ``ozaki2_needed``'s value for entries no count certifies
@@ -60,7 +59,6 @@ class CertConstants(NamedTuple):
     scale: float  # alpha = scale sqrt(e): 2**(cplx - 5)
     c4: float  # 4 c k, c = 1 (real) or 2 (complex)
     cR: float | None  # R = cR lam: TAU 2**-bits (None without bits)
-    thr: float  # entries with y below 2**-L_max are beyond every count
 
 
 def cert_constants(k, bits=None, complex_=False) -> CertConstants:
@@ -73,7 +71,6 @@ def cert_constants(k, bits=None, complex_=False) -> CertConstants:
         scale=2.0 ** (int(complex_) - 5),
         c4=4.0 * (2.0 if complex_ else 1.0) * k,
         cR=None if bits is None else TAU * 2.0**-bits,
-        thr=BEYOND_Y,
     )
 
 
@@ -247,16 +244,15 @@ def refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects, 
     n = br.shape[-1]
     _, _, e, f = prescale
     cplx = ai is not None
-    cc = cert_constants(k, bits, cplx)
     sus = suspects(count)
     if sus is None:
         return count
     idx, lam, na, nb = sus
     rows, cols = idx // n, idx % n
-    ur, ri = xp.unique_inverse(rows)
-    uc, ci = xp.unique_inverse(cols)
-    if ur.shape[0] * uc.shape[0] > REFINE_SHARE * m * n:
+    sel = refine_selection(xp, rows, cols, m, n)
+    if sel is None:
         return count
+    ur, ri, uc, ci = sel
     if products is not None:
         S = products(rows, cols)
     else:
@@ -267,15 +263,37 @@ def refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects, 
         (a_r, a_i, b_r, b_i), _, _ = _normalized(xp, a_r, a_i, b_r, b_i)
         S = backend.native_matmul(magnitude(xp, a_r, a_i), magnitude(xp, b_r, b_i))
         S = xp.take(xp.reshape(S, (-1,)), ri * uc.shape[0] + ci)
-    S = xp.maximum(S * cc.native_factor - (2 * k + 2) * 2.0**-1074, 0.0)
-    lam = xp.maximum(lam, S)
-    alpha = cc.scale * xp.sqrt(xp.astype(xp.take(e, rows), xp.float64))
-    beta = cc.scale * xp.sqrt(xp.astype(xp.take(f, cols), xp.float64))
-    t = THRESHOLDS[count - 1 - MIN_MODULI]
-    Q = cc.c4 * alpha * beta
-    if bool(xp.all(t * (2.0 * (alpha * nb + beta * na) + t * Q) <= cc.cR * lam)):
+    e_r, f_c = xp.take(e, rows), xp.take(f, cols)
+    if refine_certifies(xp, k, bits, cplx, count, lam, S, e_r, f_c, na, nb):
         return count - 1
     return count
+
+
+def refine_selection(xp, rows, cols, m, n):
+    """``refine_moduli``'s limit on the suspects' rows and columns (1-D index arrays of the
+    entries): ``(distinct rows, each entry's position in them, distinct columns, positions)``,
+    or None when the distinct rows times columns exceed ``REFINE_SHARE`` of the (m, n) output."""
+    ur, ri = xp.unique_inverse(rows)
+    uc, ci = xp.unique_inverse(cols)
+    if ur.shape[0] * uc.shape[0] > REFINE_SHARE * m * n:
+        return None
+    return ur, ri, uc, ci
+
+
+def refine_certifies(xp, k, bits, complex_, count, lam, S, e, f, na, nb):
+    """Whether every suspect (1-D arrays per entry: its lower bound ``lam`` so far, its float64
+    sum ``S`` of the line-normalized magnitude products in any order, the prescale's e_i, f_j and
+    the l1 terms) is certified by ``count - 1`` moduli with the larger bound: S's rounding is
+    removed by ``1 - (k+2) 2**-52`` and ``(2k+2) 2**-1074`` (all terms >= 0), then the
+    certificate's test at that count's threshold, as ``_need_of`` makes it."""
+    cc = cert_constants(k, bits, complex_)
+    S = xp.maximum(S * cc.native_factor - (2 * k + 2) * 2.0**-1074, 0.0)
+    lam = xp.maximum(lam, S)
+    alpha = cc.scale * xp.sqrt(xp.astype(e, xp.float64))
+    beta = cc.scale * xp.sqrt(xp.astype(f, xp.float64))
+    t = THRESHOLDS[count - 1 - MIN_MODULI]
+    Q = cc.c4 * alpha * beta
+    return bool(xp.all(t * (2.0 * (alpha * nb + beta * na) + t * Q) <= cc.cR * lam))
 
 
 def ozaki2_needed(xp, k, R, na, nb, e, f, complex_):

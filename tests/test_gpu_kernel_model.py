@@ -517,7 +517,7 @@ REFINE_CASES = [(False, 24, 0), (True, 53, 1), (True, 24, 2)]
 def test_refinement_lowers_the_count_and_is_certified(cplx, bits, seed, monkeypatch):
     """The suspect refinement takes one modulus fewer than the bound GEMM's bound alone, the
     model takes the same count and mask, and the count still certifies every entry: with the
-    exact |A||B| (float64 GEMM of the magnitudes, line-normalized) no entry has y below it."""
+    exact |A||B| (float64 GEMM of the magnitudes, line-normalized) no entry needs more."""
     ar, ai, br, bi = _refined_case(cplx, bits, seed)
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     be = _generic_cert_backend(model.magnitude_lower_matmul)

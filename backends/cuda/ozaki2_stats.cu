@@ -6,8 +6,8 @@
 // ozaki2_residues.cu: rows are the lines that carry a shift (rows of A, columns of B), C is the
 // contraction axis k. Blocks of 256 threads move 32 x 32 tiles through shared memory (reads
 // coalesced along whichever axis is contiguous); every float sum has a fixed order, given at
-// each kernel (the results do not depend on the grid or on timing); integer sums and maxima go
-// through atomics (exact in any order).
+// each kernel (the results read by the host do not depend on the grid or on timing); integer
+// sums and maxima go through atomics (exact in any order).
 //
 //   line_max_exponent  per line floor(log2 max(|re|, |im|)) (atomicMax; INT_MIN for a zero line)
 //   bound_operand      s = 5 - e - cplx per line, and int8 floor(RN(|re| 2**(s+1))) (+ the same
@@ -27,6 +27,9 @@
 //                      and the bf16 GEMM's FP32 sums' bound; the smallest count of moduli the
 //                      certificate accepts (float64, in _select's operation order, no FMA),
 //                      and a histogram of those counts
+//   collect_need       the flat indices of the entries needing a given count (the suspects)
+//   suspect_dots       the suspects' float64 sums of normalized magnitude products (one warp
+//                      per entry: the suspect refinement, _select.refine_moduli)
 //
 // x * 2**p is computed as a multiplication by an exact power of two: one correctly rounded
 // operation, the same as ldexp (numpy's and CUDA's), also for subnormal results.
@@ -386,12 +389,10 @@ __device__ __forceinline__ double gemm_lower(float c, double factor, double abs_
   return lam > 0.0 ? lam : 0.0;
 }
 
-// The certificate of one entry from its lower bound lam of the normalized |A||B|
-// (_select._need_of, float64 in that operation order, no FMA): the index into the thresholds
-// th[0, nth) = 2**-L_n, n = MIN_MODULI.. (decreasing) of the first count that certifies it,
-// y (2 G + y Q) <= R, by bisection; nth where none does. qa = (4 c k) alpha_i. Also run on the
-// CPU (src_amx/ozaki2_stats_host.cpp).
-// Whether the count with threshold t certifies the entry (cert_need's test, one threshold).
+// Whether the count with threshold t = 2**-L_n certifies the entry, y (2 G + y Q) <= R with
+// y = t, from its lower bound lam of the normalized |A||B| (_select._need_of's test, float64 in
+// that operation order, no FMA). qa = (4 c k) alpha_i. Also run on the CPU
+// (src_amx/ozaki2_stats_host.cpp).
 __device__ __forceinline__ bool cert_ok(double lam, double na_i, double alpha_i, double qa,
                                         double nb_j, double beta_j, double cR, double t) {
   const double R = __dmul_rn(cR, lam);
@@ -400,6 +401,8 @@ __device__ __forceinline__ bool cert_ok(double lam, double na_i, double alpha_i,
   return __dmul_rn(t, __dadd_rn(G2, __dmul_rn(t, Q))) <= R;
 }
 
+// The index into the thresholds th[0, nth) = 2**-L_n, n = MIN_MODULI.. (decreasing) of the
+// first count that certifies the entry (cert_ok's test), by bisection; nth where none does.
 __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i, double qa,
                                          double nb_j, double beta_j, double cR,
                                          const double* th, int nth) {
@@ -419,15 +422,15 @@ __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i
 
 // Block (32, 8), grid (column groups of 128, row chunks of rows_per_block) over the rows (b, i)
 // of (B, m) and columns j < n. F: the bound GEMM's sums (B, m, n_p), int32 or int64; c32 (GEMM
-// pass only): the bf16 GEMM's FP32 sums (B, m,
-// c_pitch). lam = F 2**-fexp, or max(that, gemm_lower(c32)). na/alpha (B, m), nb/beta (B, n).
-// thr: the nth thresholds (at most 32). Writes need (B, m, n): base + cert_need (base + nth:
-// beyond every count) for the beyond entries and those needing the largest count; the others
-// may get a larger count than their own, below the largest. hist[0, nth]: the block's largest cert_need below nth goes to hist[nth+1]
-// (atomicMax) and the number of its entries there to hist[that value]; the beyond entries are
-// added to hist[nth]. So after the grid, hist[nth + 1] is the largest over all certified
-// entries and hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to
-// lower slots only).
+// pass only): the bf16 GEMM's FP32 sums (B, m, c_pitch). lam = F 2**-fexp, or max(that,
+// gemm_lower(c32)). na/alpha (B, m), nb/beta (B, n). thr: the nth thresholds (at most 32).
+// Writes need (B, m, n): base + cert_need (base + nth: beyond every count) for the beyond
+// entries and those needing the largest count; the others may get a larger count than their
+// own, still below the largest (so need depends on the grid; what is read of it does not).
+// hist[0, nth + 1]: the block's largest cert_need below nth goes to hist[nth + 1] (atomicMax)
+// and the number of its entries there to hist[that value]; the beyond entries are added to
+// hist[nth]. So after the grid, hist[nth + 1] is the largest over all certified entries and
+// hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to lower slots).
 template <typename T, bool GEMM>
 __global__ void __launch_bounds__(kThreads)
     cert_entries(const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
