@@ -298,15 +298,15 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
     amx = _module()
     if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi):
         return None
-    s, abar, ra, nza, la = amx.ozaki2_bound_operand(ar, True, ai)  # (m,), (m, k), (m,) x 3
-    t, bbar, cb, nzb, lb = amx.ozaki2_bound_operand(
+    s, abar, ra, nza, la, ma = amx.ozaki2_bound_operand(ar, True, ai)  # (m,), (m, k), (m,) x 4
+    t, bbar, cb, nzb, lb, mb = amx.ozaki2_bound_operand(
         br.T, False, None if bi is None else bi.T
-    )  # (n,), (k, n), (n,) x 3
+    )  # (n,), (k, n), (n,) x 4
     # exact: k <= MAX_K (_host_ok) and every term is at most 127 * 127 < 2**14
     F = amx.gemm_s8s8s32(abar, bbar, emulate=EMULATE)
     del abar, bbar
     e, f = amx.ozaki2_bound_max(F, ra, nza, cb, nzb, ai is not None)
-    pre = Prescale(s, t, e, f, lower=F)
+    pre = Prescale(s, t, e, f, lower=F, mixed=None if ai is None else (ma, mb))
     pre.l1 = (la, lb)  # read by ozaki2_certificate only
     return pre
 
@@ -340,9 +340,14 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     alpha = cc.scale * np.sqrt(np.asarray(e, dtype=np.float64))
     beta = cc.scale * np.sqrt(np.asarray(f, dtype=np.float64))
     na, nb = la * cc.l1fac, lb * cc.l1fac
+    fexp, fexp_mixed = (10, 11) if cplx else (12, 12)  # _select.bound_lower
+    mixed = getattr(prescale, "mixed", None)
+    if mixed is None:  # real; or complex without the counts: 2**-fexp_mixed everywhere
+        ma, mb = np.full(len(na), int(cplx), np.int64), np.full(len(nb), int(cplx), np.int64)
+    else:
+        ma, mb = (np.ascontiguousarray(x, dtype=np.int64) for x in mixed)
     terms = (na, alpha, nb, beta, cc.factor, cc.abs_term, cc.cR, cc.c4,
-             np.array(_select.THRESHOLDS), _select.MIN_MODULI)  # fmt: skip
-    fexp = 11 if cplx else 12
+             np.array(_select.THRESHOLDS), _select.MIN_MODULI, ma, mb, fexp_mixed)  # fmt: skip
     c32 = None
     need, count, at_count, n_out = amx.ozaki2_cert_entries(lower, fexp, *terms)
     if n_out:
@@ -363,7 +368,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
         if at_count > _select.REFINE_ENTRIES:
             return None
         idx = np.flatnonzero(need == count)
-        lam = lower.reshape(-1)[idx].astype(np.float64) * 2.0**-fexp  # exact
+        mixed = (ma[idx // n] > 0) | (mb[idx % n] > 0)
+        lam = lower.reshape(-1)[idx] * np.where(mixed, 2.0**-fexp_mixed, 2.0**-fexp)  # exact
         if c32 is not None:  # _select.magnitude_lower's operations
             g = c32.reshape(-1)[idx].astype(np.float64) * cc.factor
             lam = np.maximum(lam, np.maximum(g - cc.abs_term, 0.0))

@@ -500,28 +500,31 @@ def _line_max_exponent(re, im, strides, B, R, C):
 
 def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax):
     """The shifts s (int64 (B, R)), the int8 bound operand floor(2**(s+1) |x|) as one plane set
-    (1, 1, B, Rpad, Cp) for ``_int8_products``, its line sums and nonzero counts (uint64 (B, R))
-    and the l1 partials (B, ceil(Cp / 32), R) of the normalized operand."""
+    (1, 1, B, Rpad, Cp) for ``_int8_products``, its line sums, nonzero parts and entries with
+    both parts nonzero (uint64 (B, R)) and the l1 partials (B, ceil(Cp / 32), R) of the
+    normalized operand."""
     shift = cp.empty((B, R), dtype=cp.int64)
     planes = cp.empty((1, 1, B, Rpad, Cp), dtype=cp.int8)
     sums = cp.zeros((B, R), dtype=cp.uint64)
     nz = cp.zeros((B, R), dtype=cp.uint64)
+    mixed = cp.zeros((B, R), dtype=cp.uint64)  # complex: entries with both parts nonzero
     partial = cp.empty((B, -(-Cp // 32), R), dtype=cp.float64)
     fn = _stats_kernel(f"bound_operand<{_tf(im is not None)}>")
     args = _line_args(re, im, strides) + (
         _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides), emax,
-        shift, planes, sums, nz, partial,
+        shift, planes, sums, nz, mixed, partial,
     )  # fmt: skip
     fn(_line_grid(Cp, 32, Rpad, B), (_THREADS,), args)
-    return shift, planes, sums, nz, partial
+    return shift, planes, sums, nz, mixed, partial
 
 
 class _Bound:
     """``Prescale.lower`` of this backend: the bound GEMM's sums F (B, m, n_p) (int32, int64
-    when K was blocked) and the l1 partials of both operands for the certificate."""
+    when K was blocked), the l1 partials of both operands and their ``mixed_lines`` counts
+    (B, m), (B, n) for the certificate."""
 
-    def __init__(self, F, pa, pb):
-        self.F, self.pa, self.pb = F, pa, pb
+    def __init__(self, F, pa, pb, ma, mb):
+        self.F, self.pa, self.pb, self.ma, self.mb = F, pa, pb, ma, mb
 
 
 def _f_type(F):
@@ -553,8 +556,8 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
         return None
     ea = _line_max_exponent(*ops.a, ops.a_strides, B, m, k)
     eb = _line_max_exponent(*ops.b, ops.b_strides, B, n, k)
-    s, pa, ra, nza, la = _bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea)
-    t, pb, cb, nzb, lb = _bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb)
+    s, pa, ra, nza, ma, la = _bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea)
+    t, pb, cb, nzb, mb, lb = _bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb)
     prod = _int8_products(pa, pb)  # (nkb, 1, 1, B, m, n_p)
     del pa, pb
     F = prod[0] if prod.shape[0] == 1 else prod.sum(axis=0, dtype=cp.int64)
@@ -573,7 +576,8 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
     return Prescale(
         s.reshape(batch + (m,)), t.reshape(batch + (n,)),
         e.reshape(batch + (m,)), f.reshape(batch + (n,)),
-        lower=_Bound(F, la, lb),
+        lower=_Bound(F, la, lb, ma, mb),
+        mixed=None if ops.a[1] is None else (ma.reshape(batch + (m,)), mb.reshape(batch + (n,))),
     )  # fmt: skip
 
 
@@ -642,7 +646,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     rows_per_block = -(-(B * m) // gy)
     th = _thresholds()
     nth = th.shape[0]
-    fexp = 11 if cplx else 12
+    fexp, fexp_mixed = (10, 11) if cplx else (12, 12)  # _select.bound_lower
 
     def entries(c32):
         """One pass: need, and (largest certified count, its entries, the beyond entries)."""
@@ -653,7 +657,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
             _i32(m), _i32(n), _i32(rows_per_block), _i32(fexp), na, alpha, nb, beta,
             np.float64(cc.factor),
             np.float64(cc.abs_term), np.float64(cc.cR), np.float64(cc.c4), th, _i32(nth),
-            _i32(_select.MIN_MODULI), need, hist,
+            _i32(_select.MIN_MODULI), lower.ma, lower.mb, _i32(fexp_mixed), need, hist,
         )  # fmt: skip
         _stats_kernel(f"cert_entries<{_f_type(F)}, {_tf(gemm)}>")((gx, gy), (32, 8), args)
         h = [int(v) for v in cp.asnumpy(hist)]
@@ -691,7 +695,9 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
             raise RuntimeError("internal: the certificate's suspects were not all collected")
         idx = cp.sort(idx[:at_count])  # the GPU's order varies; the refinement's does not
         rows, cols = idx // n, idx % n
-        lam = F.reshape(-1)[rows * n_p + cols].astype(cp.float64) * 2.0**-fexp  # exact
+        mixed = (lower.ma.reshape(-1)[rows] > 0) | (lower.mb.reshape(-1)[cols] > 0)
+        scale = cp.where(mixed, 2.0**-fexp_mixed, 2.0**-fexp)
+        lam = F.reshape(-1)[rows * n_p + cols].astype(cp.float64) * scale  # exact
         if c32 is not None:  # gemm_lower, as the kernel
             g = c32.reshape(-1)[rows * c32.shape[-1] + cols].astype(cp.float64) * cc.factor
             lam = cp.maximum(lam, cp.maximum(g - cc.abs_term, 0.0))

@@ -147,6 +147,7 @@ from emulinalg._scaling import (
     bound_upper,
     magnitude,
     max_exponent,
+    mixed_lines,
     scale_to_integers,
 )
 from emulinalg._xputil import ldexp, make_complex
@@ -601,6 +602,11 @@ def _shared_graph(a, b, request, arrays=None):
     def obj(ndim):
         return np.empty((0,) * ndim, dtype=object)
 
+    def k_sum(x, fn, name):  # a tree sum of per-block-triple objects over the K-blocks
+        return da.reduction(x, _identity, fn, combine=fn, axis=nd - 1, keepdims=False,
+                            dtype=object, split_every=split_every, concatenate=False,
+                            meta=obj(nd), name=name)  # fmt: skip
+
     def one(*axes):  # every block of these axes becomes one entry
         return {d: 1 for d in axes}
 
@@ -650,7 +656,8 @@ def _shared_graph(a, b, request, arrays=None):
                 **kw,
             )
 
-        nt = 3 if certify else 2  # per line [sum of Ā, nonzero parts(, l1 partial)]
+        # per line [sum of Ā, nonzero parts(, l1 partial(, entries with both parts nonzero))]
+        nt = (4 if cplx else 3) if certify else 2
 
         def line_terms(x, xi, lines, li, axis):
             return da.blockwise(
@@ -741,19 +748,8 @@ def _shared_graph(a, b, request, arrays=None):
             bnrm = da.blockwise(_normmag_chunk, bi, b, bi, bmb, cols + (p,), fallback, (),
                                 concatenate=True, axis=-2, **nrm_kw)  # fmt: skip
         with dask.annotate(**_BLOCKS):
-            lower = da.reduction(
-                per_block(_lower_block, [anrm], [bnrm], dtype=object),
-                _identity,
-                _lsum,
-                combine=_lsum,
-                axis=nd - 1,
-                keepdims=False,
-                dtype=object,
-                split_every=split_every,
-                concatenate=False,
-                meta=obj(nd),
-                name="emulinalg-lower-sum",
-            )
+            lower = k_sum(per_block(_lower_block, [anrm], [bnrm], dtype=object), _lsum,
+                          "emulinalg-lower-sum")  # fmt: skip
         need = da.blockwise(_cert_fallback_block, out, need1, out, fallback, (), lower, out,
                             *terms, token="emulinalg-certificate-fallback", q=q,
                             **cert_kw)  # fmt: skip
@@ -817,19 +813,7 @@ def _shared_graph(a, b, request, arrays=None):
             meta=obj(nd + 1),
             token="emulinalg-products",
         )
-        wsum = da.reduction(
-            prods,
-            _identity,
-            _wsum,
-            combine=_wsum,
-            axis=nd - 1,
-            keepdims=False,
-            dtype=object,
-            split_every=split_every,
-            concatenate=False,
-            meta=obj(nd),
-            name="emulinalg-wsum",
-        )
+        wsum = k_sum(prods, _wsum, "emulinalg-wsum")
     # 4./5. One CRT per output block, and the native patch.
     c = da.blockwise(
         _crt_block,
@@ -943,10 +927,10 @@ def _bound_chunk(x, lines, axis, cplx):
 
 
 def _line_terms(x, lines, axis, cplx, l1):
-    """Partial line terms of one chunk, (..., m, 1, 2 or 3) for A, (..., 1, n, .) for B: the
+    """Partial line terms of one chunk, (..., m, 1, 2 to 4) for A, (..., 1, n, .) for B: the
     sum of Ā and the count of nonzero parts (``_scaling._bound_operand``'s, exact integers, so
     their K-sums are the whole lines'), and with ``l1`` the l1 norm of the normalized line
-    (``_select._l1_upper`` before its factor)."""
+    (``_select._l1_upper`` before its factor) and, complex, ``_scaling.mixed_lines``."""
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)
@@ -954,9 +938,13 @@ def _line_terms(x, lines, axis, cplx, l1):
         _, sums, nz = _bound_operand(xp, re, im, s, axis)
         terms = [sums, nz]
         if l1:
+            if im is not None:  # entries with both parts nonzero: _select.bound_lower
+                mixed = xp.astype(mixed_lines(xp, re, im, axis), sums.dtype)
             re, im = _normalized(xp, re, im, lines, axis)
             v = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
             terms.append(xp.sum(v, axis=axis))
+            if im is not None:
+                terms.append(mixed)
         return xp.expand_dims(xp.stack(terms, axis=-1), axis=-2 if axis == -1 else -3)
 
 
@@ -1048,11 +1036,12 @@ def _l1_terms(xp, aterms, bterms, k):
             xp.expand_dims(bterms[..., 2] * l1fac, axis=-2))  # fmt: skip
 
 
-def _lam(xp, F, fallback, low, q, cplx):
-    """The lower bound of the normalized |A||B| of one output block: F's bound, and with the
-    second pass (``fallback``) the larger of it and the K-summed magnitude lower bound ``low``
-    (``_select.certify_moduli``'s lam)."""
-    lam = _select.bound_lower(xp, F, cplx)
+def _lam(xp, F, fallback, low, q, cplx, aterms, bterms):
+    """The lower bound of the normalized |A||B| of one output block: F's bound (with the lines'
+    mixed counts for complex), and with the second pass (``fallback``) the larger of it and the
+    K-summed magnitude lower bound ``low`` (``_select.certify_moduli``'s lam)."""
+    mixed = (aterms[..., 3], bterms[..., 3]) if cplx else None
+    lam = _select.bound_lower(xp, F, cplx, mixed)
     if not fallback:
         return lam
     gl = low["lam"]
@@ -1074,7 +1063,7 @@ def _cert_block(F, e, f, aterms, bterms, k, cplx, bits):
     (``_select.bound_lower``: exact, the engine's first pass)."""
     xp, backend = _xp_backend(F)
     with _chunk_quiet(xp, backend):
-        lam = _lam(xp, F, False, None, 1, cplx)
+        lam = _lam(xp, F, False, None, 1, cplx, aterms, bterms)
         return _certified_need(xp, lam, e, f, aterms, bterms, k, cplx, bits)
 
 
@@ -1092,7 +1081,7 @@ def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cpl
         return need
     xp, backend = _xp_backend(F)
     with _chunk_quiet(xp, backend):
-        lam = _lam(xp, F, fallback, low, q, cplx)
+        lam = _lam(xp, F, fallback, low, q, cplx, aterms, bterms)
         return _certified_need(xp, lam, e, f, aterms, bterms, k, cplx, bits)
 
 
@@ -1163,7 +1152,7 @@ def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q
         return {"n": total}
     with _chunk_quiet(xp, backend):
         r, c = xp.nonzero(mask)
-        lam = _lam(xp, F, fallback, low, q, cplx)  # the lam of the final need
+        lam = _lam(xp, F, fallback, low, q, cplx, aterms, bterms)  # the final need's lam
         lam = xp.take(xp.reshape(lam, (-1,)), r * need.shape[-1] + c)
         na, nb = _l1_terms(xp, aterms, bterms, k)
         terms = xp.stack([lam, xp.take(na[:, 0], r), xp.take(nb[0, :], c),

@@ -48,6 +48,15 @@ def _bound_operand(xp, re, im, shift, axis):
     return out, xp.sum(out, axis=axis), xp.sum(nz, axis=axis)
 
 
+def mixed_lines(xp, re, im, axis):
+    """Per line the number of entries with both parts nonzero (complex operands; None for real):
+    where a row of A and a column of B have none, |Re| + |Im| is the modulus in every term, and
+    the bound GEMM's lower bound gains a factor 2 (``_select.bound_lower``)."""
+    if im is None:
+        return None
+    return xp.sum(xp.astype((re != 0) & (im != 0), xp.int64), axis=axis)
+
+
 def bound_upper(xp, F, ra, nza, cb, nzb, cplx):
     """4x an upper bound of 2**(s_i+t_j) ((|Re A| + |Im A|)(|Re B| + |Im B|))_ij from the bound
     GEMM ``F = Ā B̄`` (..., m, n) and the line terms: with z the nonzero parts (z <= c = 1 or 2
@@ -94,12 +103,14 @@ def _half_log_shift(xp, L, Q_down, v):
 class Prescale(tuple):
     """``(s, t, e, f)`` of ``ozaki2_prescale``; ``lower`` keeps the accurate mode's bound GEMM
     ``F = Ā B̄`` (..., m, n) for the certificate's lower bound of |A||B| (``_select``), None in
-    fast mode. A backend's prescale hook may keep its own object there (its certificate hook
-    reads it)."""
+    fast mode, and ``mixed`` the complex operands' ``mixed_lines`` of A and B (None: real, or
+    not known). A backend's prescale hook may keep its own object in ``lower`` (its certificate
+    hook reads it)."""
 
-    def __new__(cls, s, t, e, f, lower=None):
+    def __new__(cls, s, t, e, f, lower=None, mixed=None):
         self = super().__new__(cls, (s, t, e, f))
         self.lower = lower
+        self.mixed = mixed
         return self
 
 
@@ -115,8 +126,9 @@ def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
     f_j = max_i U_ij / 4 (GEMMul8's accurate mode bounds with ceil(2**s|A|) instead: per entry
     (floor(2v) + 1) / 2 <= ceil(v) unless 2v is an integer, so e, f are mostly tighter, but the
     cross terms of ``bound_upper`` make U > 0 where structural zeros made the ceil product 0),
-    and F/4096 (F/2048 complex) is also a lower bound of the line-normalized |A||B|, which the
-    certificate uses: ``Prescale.lower`` = F). fast: Cauchy-Schwarz,
+    and F/4096 (F/1024 or F/2048 complex, ``_select.bound_lower``) is also a lower bound of the
+    line-normalized |A||B|, which the certificate uses: ``Prescale.lower`` = F, with the
+    complex operands' ``mixed_lines`` in ``Prescale.mixed``). fast: Cauchy-Schwarz,
     e_i = ||2**s_i |a_i| ||_2**2 (no GEMM).
     """
     cplx = ai is not None
@@ -129,7 +141,10 @@ def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
         U = bound_upper(xp, F, ra, nza, cb, nzb, cplx)
         e = xp.max(U, axis=-1) * 0.25
         f = xp.max(U, axis=-2) * 0.25
-        return Prescale(s, t, e, f, lower=F)
+        mixed = None
+        if ai is not None:
+            mixed = (mixed_lines(xp, ar, ai, axis=-1), mixed_lines(xp, br, bi, axis=-2))
+        return Prescale(s, t, e, f, lower=F, mixed=mixed)
     if mode == "fast":
         e = _sqnorm_bound(xp, ar, ai, s, axis=-1)
         f = _sqnorm_bound(xp, br, bi, t, axis=-2)

@@ -135,11 +135,21 @@ def _normalized_terms(xp, backend, ar, ai, br, bi, bits):
     return k, R, na, nb, c
 
 
-def bound_lower(xp, F, complex_):
+def bound_lower(xp, F, complex_, mixed=None):
     """Lower bound of the line-normalized |A||B| from the accurate-mode bound GEMM F = Ā B̄
-    (``_scaling.ozaki2_prescale``): Ā <= 64 |a| (real) per normalized entry, and for complex
-    Ā <= 32 (|Re a| + |Im a|) <= 32 sqrt(2) |a|, so F 2**-12 (F 2**-11) <= |A||B|. Exact."""
-    return ldexp(xp, xp.astype(F, xp.float64), -11 if complex_ else -12)
+    (``_scaling.ozaki2_prescale``): Ā <= 64 |a| (real) per normalized entry, so F 2**-12 <=
+    |A||B|. Complex: Ā <= 32 (|Re a| + |Im a|), which is 32 |a| where a part is zero and at most
+    32 sqrt(2) |a| otherwise, so F 2**-10 where row i of A and column j of B have no entry with
+    both parts nonzero (``mixed`` = ``Prescale.mixed``, the counts per line), else F 2**-11
+    (everywhere when ``mixed`` is None). Exact."""
+    F = xp.astype(F, xp.float64)
+    if not complex_:
+        return ldexp(xp, F, -12)
+    if mixed is None:
+        return ldexp(xp, F, -11)
+    ma, mb = mixed
+    both = (xp.expand_dims(ma, axis=-1) > 0) | (xp.expand_dims(mb, axis=-2) > 0)
+    return xp.where(both, ldexp(xp, F, -11), ldexp(xp, F, -10))
 
 
 def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
@@ -172,7 +182,7 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, bits, lower):
     parts, na, nb = _normalized(xp, ar, ai, br, bi)
     lam = None
     if lower is not None:
-        lam = bound_lower(xp, lower, cplx)
+        lam = bound_lower(xp, lower, cplx, getattr(prescale, "mixed", None))
         need = ozaki2_needed(xp, k, cR * lam, na, nb, e, f, cplx)
     if lam is None or bool(xp.any(need == BEYOND)):
         gl = _gemm_lower(xp, backend, parts)

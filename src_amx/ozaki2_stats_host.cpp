@@ -79,13 +79,14 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
   py::array_t<double> keep;
   const Imag y = imag_part(im, x, "bound_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
-  py::array_t<std::int64_t> shift(R), sums(R), nz(R);
+  py::array_t<std::int64_t> shift(R), sums(R), nz(R), mixed(R);
   py::array_t<double> l1(R);
   py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
                                               : std::vector<py::ssize_t>{C, R});
   const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
   const double* px = x.data();
   std::int64_t *ps = shift.mutable_data(), *pv = sums.mutable_data(), *pz = nz.mutable_data();
+  std::int64_t* pm = mixed.mutable_data();
   double* pl = l1.mutable_data();
   signed char* po = out.mutable_data();
   {
@@ -101,7 +102,7 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
       const int e = mx[r] == 0 ? 0 : exponent_of(__longlong_as_double(static_cast<long long>(mx[r])));
       s[r] = 5 - e - (y.p ? 1 : 0);
       ps[r] = s[r];
-      pv[r] = pz[r] = 0;
+      pv[r] = pz[r] = pm[r] = 0;
       pl[r] = 0.0;
     }
     // for_entries gives each line to one thread and walks its columns in order: the line
@@ -116,6 +117,7 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
         const double w = abs_of(y.p[r * y.sr + c * y.sc]);
         b += floor_small(scale2(w, p1));
         z += w != 0.0;
+        pm[r] += a != 0.0 && w != 0.0;
         l = __dadd_rn(l, scale2(w, pn));
       }
       po[r * out_r + c * out_c] = static_cast<signed char>(b);
@@ -124,7 +126,7 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
       pl[r] = __dadd_rn(pl[r], l);
     });
   }
-  return py::make_tuple(shift, out, sums, nz, l1);
+  return py::make_tuple(shift, out, sums, nz, l1, mixed);
 }
 
 // (e, f): the row maxima (m,) and column maxima (n,) of U = bound_upper(F, ra, nza, cb, nzb, c)
@@ -207,7 +209,8 @@ py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py:
 }
 
 // (need, count, at_count, beyond): the certificate per entry (cert_need) from the lower bound
-// F 2**-fexp of the bound GEMM's int32 sums F (m, n), or the larger of that and the float32
+// F 2**-fexp (2**-fexp_mixed where mixa[i] or mixb[j] is nonzero: _select.bound_lower) of the
+// bound GEMM's int32 sums F (m, n), or the larger of that and the float32
 // GEMM sums c's (gemm_lower): need (m, n) uint8 = MIN_MODULI (base) + the index of the first
 // threshold in thr that certifies it (base + len(thr): none); count: the largest need below
 // that (-1: none), at_count: its entries, beyond: the entries no count certifies.
@@ -217,12 +220,18 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
                             py::array_t<double, py::array::c_style> nb,
                             py::array_t<double, py::array::c_style> beta, double factor,
                             double abs_term, double cR, double c4,
-                            py::array_t<double, py::array::c_style> thr, int base, py::object c) {
+                            py::array_t<double, py::array::c_style> thr, int base,
+                            py::array_t<std::int64_t, py::array::c_style> mixa,
+                            py::array_t<std::int64_t, py::array::c_style> mixb, int fexp_mixed,
+                            py::object c) {
   if (F.ndim() != 2) throw std::invalid_argument("cert_entries: F must be 2-D");
   const int m = static_cast<int>(F.shape(0)), n = static_cast<int>(F.shape(1));
   if (na.size() != m || alpha.size() != m || nb.size() != n || beta.size() != n)
     throw std::invalid_argument("cert_entries: line terms of the wrong size");
-  if (fexp < 0 || fexp > 64) throw std::invalid_argument("cert_entries: fexp out of range");
+  if (fexp < 0 || fexp > 64 || fexp_mixed < 0 || fexp_mixed > 64)
+    throw std::invalid_argument("cert_entries: fexp out of range");
+  if (mixa.size() != m || mixb.size() != n)
+    throw std::invalid_argument("cert_entries: mixed counts of the wrong size");
   const int nth = static_cast<int>(thr.size());
   if (nth < 1 || nth > 32 || base < 0 || base + nth > 255)
     throw std::invalid_argument("cert_entries: 1 to 32 thresholds");
@@ -239,7 +248,8 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
   const double *pna = na.data(), *pal = alpha.data(), *pnb = nb.data(), *pbe = beta.data();
   const double* th = thr.data();
   std::uint8_t* pn = need.mutable_data();
-  const double fscale = pow2(-fexp);
+  const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
+  const std::int64_t *pma = mixa.data(), *pmb = mixb.data();
   std::vector<long long> counts(static_cast<std::size_t>(nth) + 1, 0);
   {
     py::gil_scoped_release nogil;
@@ -251,7 +261,8 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
         const double qa = __dmul_rn(c4, pal[i]);
         for (int j = 0; j < n; ++j) {
           const long long at = static_cast<long long>(i) * n + j;
-          double lam = __dmul_rn(static_cast<double>(pF[at]), fscale);  // exact
+          const double fs = pma[i] != 0 || pmb[j] != 0 ? fscale_mixed : fscale;
+          double lam = __dmul_rn(static_cast<double>(pF[at]), fs);  // exact
           if (pc) {
             const double g = gemm_lower(pc[at], factor, abs_term);
             lam = g > lam ? g : lam;
@@ -291,7 +302,8 @@ void register_ozaki2_stats_host(py::module_& m) {
         "ozaki2_bound_operand) and the float64 line sums of (|x| + |im|) 2**-e.");
   m.def("ozaki2_cert_entries", &host_cert_entries, py::arg("F"), py::arg("fexp"), py::arg("na"),
         py::arg("alpha"), py::arg("nb"), py::arg("beta"), py::arg("factor"), py::arg("abs_term"),
-        py::arg("cR"), py::arg("c4"), py::arg("thr"), py::arg("base"), py::arg("c") = py::none(),
+        py::arg("cR"), py::arg("c4"), py::arg("thr"), py::arg("base"), py::arg("mixa"),
+        py::arg("mixb"), py::arg("fexp_mixed"), py::arg("c") = py::none(),
         "(need, count, at_count, beyond) of the certificate from the lower bound F 2**-fexp of "
         "the bound GEMM's int32 sums F (m, n), or the larger of that and the float32 GEMM sums "
         "c's: per entry base + the index of the first threshold that certifies it.");

@@ -160,18 +160,19 @@ class _Kernel:
         out[...] = np.maximum(out, model.line_max_exponent(X, Xi))  # atomicMax
 
     def _bound_operand(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
-                       rows_contig, emax, shift, planes, sums, nz, partial):  # fmt: skip
+                       rows_contig, emax, shift, planes, sums, nz, mixed, partial):  # fmt: skip
         B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
         assert block == (256,) and grid[0] == -(-Cp // 32) and grid[1] <= 65535 and grid[2] <= 65535
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
         assert int(rows_contig) == int(sr == 1 and sc != 1)
         X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
         em = _view(emax, np.int32, (B, R), (R, 1))
-        s, p, vs, zs, part = model.bound_operand(X, Xi, em, Rpad, Cp)
+        s, p, vs, zs, mx, part = model.bound_operand(X, Xi, em, Rpad, Cp)
         _view(shift, np.int64, (B, R), (R, 1))[...] = s
         _view(planes, np.int8, (B, Rpad, Cp), (Rpad * Cp, Cp, 1))[...] = p
         _view(sums, np.uint64, (B, R), (R, 1))[...] += vs.astype(np.uint64)  # atomicAdd
         _view(nz, np.uint64, (B, R), (R, 1))[...] += zs.astype(np.uint64)
+        _view(mixed, np.uint64, (B, R), (R, 1))[...] += mx.astype(np.uint64)
         _view(partial, np.float64, (B, grid[0], R), (grid[0] * R, R, 1))[...] = part
 
     def _bound_max(self, grid, block, targs, F, n_p, B, m, n, rows_per_block, ra, nza, cb, nzb,
@@ -213,8 +214,8 @@ class _Kernel:
         _view(alpha, np.float64, (B, R), (R, 1))[...] = av
 
     def _cert_entries(self, grid, block, targs, F, c32, n_p, c_pitch, B, m, n, rows_per_block,
-                      fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, nth, base, need,
-                      hist):  # fmt: skip
+                      fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, nth, base, mixa,
+                      mixb, fexp_mixed, need, hist):  # fmt: skip
         B, m, n, n_p, c_pitch, nth = (int(v) for v in (B, m, n, n_p, c_pitch, nth))
         assert block == (32, 8) and grid[0] * 128 >= n and grid[1] <= 65535 and nth <= 32
         assert grid[1] * int(rows_per_block) >= B * m
@@ -228,7 +229,9 @@ class _Kernel:
                                                                    (beta, n))]  # fmt: skip
         consts = [float(v) for v in (factor, abs_term, cR, c4)]
         th = _view(thr, np.float64, (nth,), (1,))
-        nd, h = model.cert_entries(Fv, c, n, int(fexp), *lines, *consts, th, int(base))
+        mx = [_view(x, np.uint64, (B, r), (r, 1)) for x, r in ((mixa, m), (mixb, n))]
+        nd, h = model.cert_entries(Fv, c, n, (int(fexp), int(fexp_mixed), *mx), *lines, *consts,
+                                   th, int(base))  # fmt: skip
         _view(need, np.uint8, (B, m, n), (m * n, n, 1))[...] = nd
         out = _view(hist, np.uint64, (nth + 2,), (1,))
         out[...] = h  # the grid's atomics, in one step
@@ -318,7 +321,7 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "bound_operand": "const double* re, const double* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, const int* emax, "
     "long long* shift, unsigned* out, unsigned long long* sums, unsigned long long* nz, "
-    "double* partial",
+    "unsigned long long* mixed, double* partial",
     "bound_max": "const T* F, long long n_p, int B, int m, int n, int rows_per_block, "
     "const unsigned long long* ra, const unsigned long long* nza, const unsigned long long* cb, "
     "const unsigned long long* nzb, long long c, unsigned long long* ua, "
@@ -337,7 +340,9 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "cert_entries": "const T* F, const float* c32, long long n_p, long long c_pitch, int B, "
     "int m, int n, int rows_per_block, int fexp, const double* na, const double* alpha, "
     "const double* nb, const double* beta, double factor, double abs_term, double cR, double c4, "
-    "const double* thr, int nth, int base, unsigned char* need, unsigned long long* hist",
+    "const double* thr, int nth, int base, const unsigned long long* mixa, "
+    "const unsigned long long* mixb, int fexp_mixed, unsigned char* need, "
+    "unsigned long long* hist",
 }
 _BARRIERS = {"ozaki2_residues": True, "ozaki2_crt": False, "bf16_lower": False,
              "line_max_exponent": True, "bound_operand": True, "cert_operand": True,
@@ -479,6 +484,7 @@ def make_module(native=False):
     cp.matmul = lambda a, b: _wrap(np.matmul(a, b))
     cp.sort = lambda x: _wrap(np.sort(x))
     cp.maximum = lambda a, b: _wrap(np.maximum(a, b))
+    cp.where = lambda c, a, b: _wrap(np.where(c, a, b))
     cp.ndarray = _ndarray_factory
     cp.RawModule = type("RawModule", (RawModule,), {"native": native})
     cuda = types.ModuleType("cupy.cuda")

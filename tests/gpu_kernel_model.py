@@ -470,6 +470,7 @@ def bound_operand(re, im, emax, rows_pad, cols_pad):
     s = 5 - e - int(cplx)
     v = floor_small(scale2(np.abs(re), s[:, :, None] + 1))
     nz = (re != 0).astype(np.int64)
+    mx = np.zeros(re.shape, dtype=np.int64) if im is None else ((re != 0) & (im != 0))
     p = (s - 5 + int(cplx))[:, :, None]
     x = scale2(np.abs(re), p)
     if cplx:
@@ -489,7 +490,7 @@ def bound_operand(re, im, emax, rows_pad, cols_pad):
             part = ((xp_[:, :, c0] + xp_[:, :, c0 + 1]) + xp_[:, :, c0 + 2]) + xp_[:, :, c0 + 3]
             acc = acc + part
         partial[:, ti] = acc
-    return s, out, v.sum(axis=-1), nz.sum(axis=-1), partial
+    return s, out, v.sum(axis=-1), nz.sum(axis=-1), mx.sum(axis=-1), partial
 
 
 def cert_operand(re, im, shift, rows_pad, cols_pad, k_major, chunk=STAT_CHUNK):
@@ -526,11 +527,26 @@ def cert_line_terms(partial, l1fac, e, scale):
 
 
 def cert_entries(F, c32, n, fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, base):
+    """``fexp``: an int, or (fexp, fexp_mixed, mixa (B, m), mixb (B, n)) as the kernel takes them
+    (2**-fexp_mixed where mixa or mixb is nonzero)."""
+    return _cert_entries(F, c32, n, fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, base)
+
+
+def _fscale(fexp, shape):
+    if isinstance(fexp, int):
+        return 2.0**-fexp
+    lo, hi, ma, mb = fexp
+    mixed = (np.asarray(ma)[:, :, None] > 0) | (np.asarray(mb)[:, None, :] > 0)
+    return np.where(mixed, 2.0**-hi, 2.0**-lo)
+
+
+def _cert_entries(F, c32, n, fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, base):
     """(need (B, m, n) uint8, hist): _select.ozaki2_needed's float64 operations, as cert_entries
     does them, on lam = F 2**-fexp (F (B, m, n_p) the bound GEMM) or, with the bf16 GEMM's FP32
     sums c32 (B, m, pitch), the larger of that and their bound; hist as the kernel leaves it
     (the largest certified index at [nth + 1], its entries at that index, beyond at [nth])."""
-    lam = np.asarray(F)[..., :n].astype(np.float64) * 2.0**-fexp
+    Fn = np.asarray(F)[..., :n].astype(np.float64)
+    lam = Fn * _fscale(fexp, Fn.shape)
     if c32 is not None:
         x = np.asarray(c32)[..., :n].astype(np.float64)
         g = x * factor - abs_term
@@ -591,10 +607,11 @@ def _logical(ar, ai, br, bi):
 
 
 class Bound:
-    """The model's ``Prescale.lower``: F (B, m, n_p) and the l1 partials of A and B."""
+    """The model's ``Prescale.lower``: F (B, m, n_p), the l1 partials of A and B and their
+    mixed_lines counts."""
 
-    def __init__(self, F, pa, pb):
-        self.F, self.pa, self.pb = F, pa, pb
+    def __init__(self, F, pa, pb, ma, mb):
+        self.F, self.pa, self.pb, self.ma, self.mb = F, pa, pb, ma, mb
 
 
 def ozaki2_prescale(ar, ai, br, bi, k_block=K_BLOCK):
@@ -603,17 +620,18 @@ def ozaki2_prescale(ar, ai, br, bi, k_block=K_BLOCK):
 
     _, m, k, n, a, b = _logical(ar, ai, br, bi)
     kp, n_p = _ceil(k, KP_ALIGN), _ceil(n, NP_ALIGN)
-    s, pa, ra, nza, la = bound_operand(*a, line_max_exponent(*a), m, kp)
-    t, pb, cb, nzb, lb = bound_operand(*b, line_max_exponent(*b), n_p, kp)
+    s, pa, ra, nza, ma, la = bound_operand(*a, line_max_exponent(*a), m, kp)
+    t, pb, cb, nzb, mb, lb = bound_operand(*b, line_max_exponent(*b), n_p, kp)
     C = int8_gemms(pa[None, None], pb[None, None], k_block).astype(np.int64).sum(axis=0)
     F = C[0, 0]  # (B, m, n_p)
     U = bound_upper(F[..., :n], ra, nza, cb, nzb, 2 if ai is not None else 1)
     batch = ar.shape[:-2]
     e = U.max(axis=-1).astype(np.float64) * 0.25
     f = U.max(axis=-2).astype(np.float64) * 0.25
+    mixed = None if ai is None else (ma.reshape(batch + (m,)), mb.reshape(batch + (n,)))
     return Prescale(s.reshape(batch + (m,)), t.reshape(batch + (n,)),
                     e.reshape(batch + (m,)), f.reshape(batch + (n,)),
-                    lower=Bound(F, la, lb))  # fmt: skip
+                    lower=Bound(F, la, lb, ma, mb), mixed=mixed)  # fmt: skip
 
 
 def bf16_gemm(a16, b16):
@@ -659,7 +677,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits, chunk=STAT_CHUNK):
     c = 1.0 if ai is None else 2.0
     th = np.array(_select.THRESHOLDS)
     nth = th.size
-    args = (n, 11 if cplx else 12, na, alpha, nb, beta, 1.0 - (k + 2) * 2.0**-22,
+    fexp = (10, 11, low.ma, low.mb) if cplx else 12  # _select.bound_lower
+    args = (n, fexp, na, alpha, nb, beta, 1.0 - (k + 2) * 2.0**-22,
             (k + 2) * 2.0**-149, TAU * 2.0**-bits, 4.0 * c * k, th, MIN_MODULI)  # fmt: skip
     c32 = None
     need, hist = cert_entries(low.F, None, *args)
@@ -681,7 +700,12 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits, chunk=STAT_CHUNK):
         idx = np.flatnonzero(need.reshape(-1) == count)
         rows, cols = idx // n, idx % n
         n_p = low.F.shape[-1]
-        lam = low.F.reshape(-1)[rows * n_p + cols].astype(np.float64) * 2.0 ** -args[1]
+        lam = low.F.reshape(-1)[rows * n_p + cols].astype(np.float64)
+        if cplx:
+            mixed = (low.ma.reshape(-1)[rows] > 0) | (low.mb.reshape(-1)[cols] > 0)
+            lam = lam * np.where(mixed, 2.0**-11, 2.0**-10)
+        else:
+            lam = lam * 2.0**-12
         if c32 is not None:
             g = c32.reshape(-1)[rows * c32.shape[-1] + cols].astype(np.float64) * args[6]
             lam = np.maximum(lam, np.maximum(g - args[7], 0.0))

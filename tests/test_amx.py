@@ -803,13 +803,15 @@ def test_host_bound_operand_line_terms(rng):
     a[4, 3:9] = 5e-324
     for im in (None, ai):
         cplx = im is not None
-        s, bound, sums, nz, l1 = _amx.ozaki2_bound_operand(a, True, im)
+        s, bound, sums, nz, l1, mixed = _amx.ozaki2_bound_operand(a, True, im)
         ea = _scaling.max_exponent(xp, a, im, axis=-1)
         assert s.dtype == np.int64 and np.array_equal(s, 5 - int(cplx) - ea)
         want, wsums, wnz = _scaling._bound_operand(xp, a, im, s, axis=-1)
         assert bound.dtype == np.int8 and np.array_equal(bound, want)
         assert sums.dtype == np.int64 and np.array_equal(sums, wsums)
         assert nz.dtype == np.int64 and np.array_equal(nz, wnz)
+        if cplx:
+            assert np.array_equal(mixed, _scaling.mixed_lines(xp, a, im, axis=-1))
         x = np.abs(np.ldexp(a, -ea[:, None]))
         if cplx:
             x = x + np.abs(np.ldexp(im, -ea[:, None]))

@@ -568,13 +568,14 @@ def test_model_certificate_line_terms():
     assert np.array_equal(out, model.bf16_rz(mag))
     # the bound pass's l1 partials (by tiles of 32 columns) and line terms
     emax = model.line_max_exponent(ar, ai)
-    s2, planes, sums, nz, part32 = model.bound_operand(ar, ai, emax, 9, 1008)
+    s2, planes, sums, nz, mixed, part32 = model.bound_operand(ar, ai, emax, 9, 1008)
     assert np.array_equal(s2, s)
     na32, _ = model.cert_line_terms(part32, 1.0 + 1002 * 2.0**-52, pre[2], 2.0**-4)
     assert np.allclose(na32, want, rtol=1000 * 2.0**-52, atol=0)
     gen, gsum, gnz = _scaling._bound_operand(np, ar, ai, s, axis=-1)
     assert np.array_equal(planes[..., :1000], gen) and np.array_equal(sums, gsum)
     assert np.array_equal(nz, gnz)
+    assert np.array_equal(mixed, _scaling.mixed_lines(np, ar, ai, axis=-1))
 
 
 @pytest.mark.parametrize("k", [1, 2, 31, 64, 1000])
@@ -625,6 +626,25 @@ def test_host_code_statistics_refinement(cpu_backend, cplx, bits, seed):
     be, cp = cpu_backend
     ar, ai, br, bi = _refined_case(cplx, bits, seed)
     _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
+
+
+@pytest.mark.parametrize("which", ["real-part", "imag-a"])
+def test_host_code_statistics_complex_one_part(cpu_backend, which):
+    """Complex operands whose entries have one part zero (real data held as complex, a purely
+    imaginary A), one row with both parts: the mixed counts make the kernels' lower bound the
+    generic one (2**-10 where neither line has such an entry)."""
+    be, cp = cpu_backend
+    rng = np.random.default_rng(7)
+    ar, br = rng.standard_normal((9, 40)), rng.standard_normal((40, 7))
+    ai, bi = np.zeros_like(ar), np.zeros_like(br)
+    if which == "imag-a":
+        ar, ai = ai, ar
+    (ai if which == "real-part" else ar)[2] = rng.standard_normal(40)  # row 2: both parts
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53))
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    lam = _select.bound_lower(np, pre.lower, True, pre.mixed)
+    loose = _select.bound_lower(np, pre.lower, True)
+    assert np.array_equal(lam[2], loose[2]) and np.array_equal(lam[3:], 2.0 * loose[3:])
 
 
 def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch):

@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // Grid (Cp / 32, tiles of Rpad, B), as ozaki2_residues.cu. Writes the shifts s (int64, (B, R))
 // from the blocks of the first column tile, the int8 operand (B, Rpad, Cp), and per line: the
-// sum of its entries (sums) and of its nonzero parts (nz), added atomically (exact integers,
-// zeroed by the caller), and partial (B, ceil(Cp / 32), R): each tile's float64 sum of
+// sum of its entries (sums), of its nonzero parts (nz) and of its entries with both parts
+// nonzero (mixed, complex), added atomically (exact integers, zeroed by the caller), and partial (B, ceil(Cp / 32), R): each tile's float64 sum of
 // |re| 2**-e + |im| 2**-e (e = 5 - cplx - s): 8 sequential sums of 4 columns, added in order.
 template <bool CPLX>
 __global__ void __launch_bounds__(kThreads)
@@ -177,11 +177,12 @@ __global__ void __launch_bounds__(kThreads)
                   long long sr, long long sc, int B, int R, int C, int Rpad, int Cp,
                   int rows_contiguous, const int* __restrict__ emax, long long* __restrict__ shift,
                   unsigned* __restrict__ out, unsigned long long* __restrict__ sums,
-                  unsigned long long* __restrict__ nz, double* __restrict__ partial) {
+                  unsigned long long* __restrict__ nz, unsigned long long* __restrict__ mixed,
+                  double* __restrict__ partial) {
   __shared__ Tile<CPLX> tile;
   __shared__ int tsh[kTile];
   __shared__ double lsum[kTile][8];
-  __shared__ int lint[kTile][8], lnz[kTile][8];
+  __shared__ int lint[kTile][8], lnz[kTile][8], lmx[kTile][8];
   const int t = threadIdx.x;
   const int c0 = blockIdx.x * kTile;
   for (int b = blockIdx.z; b < B; b += gridDim.z) {
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(kThreads)
       const int r = r0 + rr, c = c0 + cc;
       // each thread: 4 entries of one row; their int8 values, nonzero parts and l1 terms
       const int p1 = tsh[rr] + 1, pn = tsh[rr] - 5 + (CPLX ? 1 : 0);  // 2**(s+1), 2**-e
-      int v[4], zs = 0;
+      int v[4], zs = 0, mx = 0;
       double l1 = 0.0;  // the 4 columns in order
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -212,6 +213,7 @@ __global__ void __launch_bounds__(kThreads)
           const double y = abs_of(tile.im[rr][cc + j]);
           v[j] += floor_small(scale2(y, p1));
           zs += y != 0.0;
+          mx += x != 0.0 && y != 0.0;
           w = __dadd_rn(w, scale2(y, pn));
         }
         l1 = __dadd_rn(l1, w);
@@ -222,19 +224,22 @@ __global__ void __launch_bounds__(kThreads)
       lsum[rr][q] = l1;
       lint[rr][q] = v[0] + v[1] + v[2] + v[3];
       lnz[rr][q] = zs;
+      lmx[rr][q] = mx;
       __syncthreads();
       // line terms: one thread per line, the 8 groups of 4 columns in order
       if (t < kTile && r0 + t < R) {
         double acc = 0.0;
-        long long vs = 0, nzs = 0;
+        long long vs = 0, nzs = 0, mxs = 0;
         for (int g = 0; g < 8; ++g) {
           acc = __dadd_rn(acc, lsum[t][g]);
           vs += lint[t][g];
           nzs += lnz[t][g];
+          mxs += lmx[t][g];
         }
         const long long line = static_cast<long long>(b) * R + r0 + t;
         if (vs) atomicAdd(sums + line, static_cast<unsigned long long>(vs));
         if (nzs) atomicAdd(nz + line, static_cast<unsigned long long>(nzs));
+        if (mxs) atomicAdd(mixed + line, static_cast<unsigned long long>(mxs));
         partial[(static_cast<long long>(b) * gridDim.x + blockIdx.x) * R + r0 + t] = acc;
       }
     }
@@ -422,7 +427,8 @@ __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i
 
 // Block (32, 8), grid (column groups of 128, row chunks of rows_per_block) over the rows (b, i)
 // of (B, m) and columns j < n. F: the bound GEMM's sums (B, m, n_p), int32 or int64; c32 (GEMM
-// pass only): the bf16 GEMM's FP32 sums (B, m, c_pitch). lam = F 2**-fexp, or max(that,
+// pass only): the bf16 GEMM's FP32 sums (B, m, c_pitch). lam = F 2**-fexp (2**-fexp_mixed
+// where mixa[row] or mixb[column] is nonzero: _select.bound_lower), or max(that,
 // gemm_lower(c32)). na/alpha (B, m), nb/beta (B, n). thr: the nth thresholds (at most 32).
 // Writes need (B, m, n): base + cert_need (base + nth: beyond every count) for the beyond
 // entries and those needing the largest count; the others may get a larger count than their
@@ -439,6 +445,8 @@ __global__ void __launch_bounds__(kThreads)
                  const double* __restrict__ alpha, const double* __restrict__ nb,
                  const double* __restrict__ beta, double factor, double abs_term, double cR,
                  double c4, const double* __restrict__ thr, int nth, int base,
+                 const unsigned long long* __restrict__ mixa,
+                 const unsigned long long* __restrict__ mixb, int fexp_mixed,
                  unsigned char* __restrict__ need, unsigned long long* __restrict__ hist) {
   __shared__ double th[32];
   __shared__ int s_q[kThreads];
@@ -447,7 +455,7 @@ __global__ void __launch_bounds__(kThreads)
   if (t < 32) th[t] = t < nth ? thr[t] : 0.0;
   __syncthreads();
   const long long rows = static_cast<long long>(B) * m;
-  const double fscale = pow2(-fexp);
+  const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
   int qmax = -1;  // this thread's largest certified value, its entries, the beyond entries
   unsigned long long at_max = 0, out = 0;
   // Grid (column groups of 32 kCols, row chunks): each thread keeps its kCols columns' terms in
@@ -458,6 +466,7 @@ __global__ void __launch_bounds__(kThreads)
   const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
   long long bcur = -1;
   double nbv[kCols] = {}, bev[kCols] = {};
+  bool mxb[kCols] = {};
   for (long long row = rbeg + threadIdx.y; row < rend; row += blockDim.y) {
     const long long b = row / m;
     if (b != bcur) {
@@ -467,15 +476,18 @@ __global__ void __launch_bounds__(kThreads)
         const int j = j0 + 32 * c;
         nbv[c] = j < n ? nb[b * n + j] : 0.0;
         bev[c] = j < n ? beta[b * n + j] : 0.0;
+        mxb[c] = j < n && mixb[b * n + j] != 0;
       }
     }
     const double na_i = na[row], alpha_i = alpha[row];
     const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
+    const bool mxa = mixa[row] != 0;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const int j = j0 + 32 * c;
       if (j >= n) continue;
-      double lam = __dmul_rn(static_cast<double>(F[row * n_p + j]), fscale);  // exact
+      const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
+      double lam = __dmul_rn(static_cast<double>(F[row * n_p + j]), fs);  // exact
       if constexpr (GEMM) {
         const double g = gemm_lower(c32[row * c_pitch + j], factor, abs_term);
         lam = g > lam ? g : lam;
@@ -583,7 +595,7 @@ __global__ void __launch_bounds__(kThreads)
   template __global__ void bound_operand<CPLX>(                                                \
       const double*, const double*, long long, long long, long long, int, int, int, int, int,  \
       int, const int*, long long*, unsigned*, unsigned long long*, unsigned long long*,         \
-      double*);                                                                               \
+      unsigned long long*, double*);                                                          \
   template __global__ void cert_operand<CPLX>(const double*, const double*, long long,        \
                                               long long, long long, int, int, int, int, int,  \
                                               int, int, int, const long long*, double*,       \
@@ -602,7 +614,8 @@ template __global__ void suspect_dots<true>(const double*, const double*, long l
   template __global__ void cert_entries<T, GEMM>(                                              \
       const T*, const float*, long long, long long, int, int, int, int, int, const double*,     \
       const double*, const double*, const double*, double, double, double, double,              \
-      const double*, int, int, unsigned char*, unsigned long long*);
+      const double*, int, int, const unsigned long long*, const unsigned long long*, int,       \
+      unsigned char*, unsigned long long*);
 #define EMU_STATS_F_INSTANCES(T)                                                               \
   template __global__ void bound_max<T>(const T*, long long, int, int, int, int,               \
                                         const unsigned long long*, const unsigned long long*,  \
