@@ -433,7 +433,8 @@ def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype):
     count, beyond = _engine_certificate(A, B, bits)
     assert count is not None and beyond.sum() < _f_only_beyond(A, B, bits).sum()
     calls = collections.Counter()
-    monkeypatch.setattr(dask_backend, "_lower_block", _counting_gemms(calls))
+    monkeypatch.setattr(dask_backend, "_lower_block",
+                        _counting_ran("_lower_block", "lam", "lower", calls))
     arrays, orig = {}, dask_backend._shared_graph
     monkeypatch.setattr(dask_backend, "_shared_graph", lambda a, b, r: orig(a, b, r, arrays))
     a = da.from_array(A, chunks=(31, 41))  # 4 K-blocks (3 x 41 + 37), 3 x 3 output blocks
@@ -492,7 +493,8 @@ def test_refinement_like_in_core(sync, monkeypatch, chunks_a, chunks_b, q, split
         unrefined, _ = _in_core_count(A, B, 24)
     assert count == unrefined - 1 and not plan.native_entries
     calls = collections.Counter()
-    monkeypatch.setattr(dask_backend, "_refine_gemm", _counting_refine(calls))
+    monkeypatch.setattr(dask_backend, "_refine_gemm",
+                        _counting_ran("_refine_gemm", "S", "refine", calls))
     a, b = da.from_array(A, chunks=chunks_a), da.from_array(B, chunks=chunks_b)
     with dask.config.set(split_every=split_every):
         c = _eager(emulinalg.matmul, a, b, precision="float32")
@@ -624,30 +626,18 @@ def _counting(fn, calls):
     return counted
 
 
-def _counting_gemms(calls):
-    """``_lower_block`` counted by whether it ran the magnitude lower bound's GEMM."""
-    orig = dask_backend._lower_block
+def _counting_ran(name, key, label, calls):
+    """``dask_backend.<name>`` counted by whether its result's ``key`` was computed: the
+    magnitude lower bound's GEMM (``_lower_block``) or the refinement's (``_refine_gemm``)."""
+    orig = getattr(dask_backend, name)
 
     @functools.wraps(orig)
-    def lower_block(*args, **kwargs):
+    def counted(*args, **kwargs):
         res = orig(*args, **kwargs)
-        calls["lower GEMM" if res["lam"] is not None else "lower skipped"] += 1
+        calls[f"{label} GEMM" if res[key] is not None else f"{label} skipped"] += 1
         return res
 
-    return lower_block
-
-
-def _counting_refine(calls):
-    """``_refine_gemm`` counted by whether it ran the refinement's native GEMM."""
-    orig = dask_backend._refine_gemm
-
-    @functools.wraps(orig)
-    def refine_gemm(*args, **kwargs):
-        res = orig(*args, **kwargs)
-        calls["refine GEMM" if res["S"] is not None else "refine skipped"] += 1
-        return res
-
-    return refine_gemm
+    return counted
 
 
 def test_preprocessing_is_shared(sync, monkeypatch):
@@ -659,8 +649,10 @@ def test_preprocessing_is_shared(sync, monkeypatch):
         "_refine_lines", "_refine_task",
     ):  # fmt: skip
         monkeypatch.setattr(dask_backend, fn, _counting(getattr(dask_backend, fn), calls))
-    monkeypatch.setattr(dask_backend, "_lower_block", _counting_gemms(calls))
-    monkeypatch.setattr(dask_backend, "_refine_gemm", _counting_refine(calls))
+    monkeypatch.setattr(dask_backend, "_lower_block",
+                        _counting_ran("_lower_block", "lam", "lower", calls))
+    monkeypatch.setattr(dask_backend, "_refine_gemm",
+                        _counting_ran("_refine_gemm", "S", "refine", calls))
     A = phi_matrix((90, 200), 1.0, "float64", seed=61)
     B = phi_matrix((200, 50), 1.0, "float64", seed=62)
     a = da.from_array(A, chunks=(30, 50))  # 3 x 4 chunks
