@@ -20,23 +20,15 @@ bool gemm_bf16bf16f32_amx(const std::uint16_t* a, const std::uint16_t* b, float*
 bool gemm_bf16_slices_amx(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
                           const std::int32_t* pairs, int count, bool widen, void* c,
                           std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
-    if (widen) {
-        return gemm_bf16_slices<AmxTileOps>(a, na, b, nb, pairs, count, static_cast<double*>(c), m,
-                                        n, k, threads);
-    }
-    return gemm_bf16_slices<AmxTileOps>(a, na, b, nb, pairs, count, static_cast<float*>(c), m, n,
-                                    k, threads);
+    return gemm_bf16_slices<AmxTileOps>(a, na, b, nb, pairs, count, widen, c, m, n, k,
+                                        threads);
 }
 
 bool gemm_bf16_slice_tiles_amx(const TileSource* sa, const TileSource* sb,
                                const std::int32_t* pairs, int count, bool widen, void* c,
                                std::int64_t m, std::int64_t n, std::int64_t ktiles, int threads) {
-    if (widen) {
-        return gemm_bf16_slice_tiles<AmxTileOps>(sa, sb, pairs, count, static_cast<double*>(c), m, n,
-                                             ktiles, threads);
-    }
-    return gemm_bf16_slice_tiles<AmxTileOps>(sa, sb, pairs, count, static_cast<float*>(c), m, n,
-                                         ktiles, threads);
+    return gemm_bf16_slice_tiles<AmxTileOps>(sa, sb, pairs, count, widen, c, m, n, ktiles,
+                                             threads);
 }
 
 }  // namespace emulinalg::amx

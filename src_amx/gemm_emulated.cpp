@@ -17,25 +17,18 @@ bool gemm_bf16bf16f32_emulated(const std::uint16_t* a, const std::uint16_t* b, f
 }
 
 bool gemm_bf16_slices_emulated(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
-                          const std::int32_t* pairs, int count, bool widen, void* c,
-                          std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
-    if (widen) {
-        return gemm_bf16_slices<EmulatedTileOps>(a, na, b, nb, pairs, count, static_cast<double*>(c), m,
-                                        n, k, threads);
-    }
-    return gemm_bf16_slices<EmulatedTileOps>(a, na, b, nb, pairs, count, static_cast<float*>(c), m, n,
-                                    k, threads);
+                               const std::int32_t* pairs, int count, bool widen, void* c,
+                               std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+    return gemm_bf16_slices<EmulatedTileOps>(a, na, b, nb, pairs, count, widen, c, m, n, k,
+                                             threads);
 }
 
 bool gemm_bf16_slice_tiles_emulated(const TileSource* sa, const TileSource* sb,
-                               const std::int32_t* pairs, int count, bool widen, void* c,
-                               std::int64_t m, std::int64_t n, std::int64_t ktiles, int threads) {
-    if (widen) {
-        return gemm_bf16_slice_tiles<EmulatedTileOps>(sa, sb, pairs, count, static_cast<double*>(c), m, n,
-                                             ktiles, threads);
-    }
-    return gemm_bf16_slice_tiles<EmulatedTileOps>(sa, sb, pairs, count, static_cast<float*>(c), m, n,
-                                         ktiles, threads);
+                                    const std::int32_t* pairs, int count, bool widen, void* c,
+                                    std::int64_t m, std::int64_t n, std::int64_t ktiles,
+                                    int threads) {
+    return gemm_bf16_slice_tiles<EmulatedTileOps>(sa, sb, pairs, count, widen, c, m, n, ktiles,
+                                                  threads);
 }
 
 }  // namespace emulinalg::amx

@@ -577,4 +577,28 @@ bool gemm_bf16_slices(const std::uint16_t* a, int na, const std::uint16_t* b, in
                                            ceil_div(k, KT), threads);
 }
 
+// The two entry points above with C chosen at run time (widen: double, else float), as the
+// per-ISA translation units export them.
+template <class Ops>
+bool gemm_bf16_slice_tiles(const TileSource* sa, const TileSource* sb, const std::int32_t* pairs,
+                           int count, bool widen, void* c, std::int64_t m, std::int64_t n,
+                           std::int64_t ktiles, int threads) {
+    if (widen)
+        return gemm_bf16_slice_tiles<Ops>(sa, sb, pairs, count, static_cast<double*>(c), m, n,
+                                          ktiles, threads);
+    return gemm_bf16_slice_tiles<Ops>(sa, sb, pairs, count, static_cast<float*>(c), m, n,
+                                      ktiles, threads);
+}
+
+template <class Ops>
+bool gemm_bf16_slices(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
+                      const std::int32_t* pairs, int count, bool widen, void* c, std::int64_t m,
+                      std::int64_t n, std::int64_t k, int threads) {
+    if (widen)
+        return gemm_bf16_slices<Ops>(a, na, b, nb, pairs, count, static_cast<double*>(c), m, n,
+                                     k, threads);
+    return gemm_bf16_slices<Ops>(a, na, b, nb, pairs, count, static_cast<float*>(c), m, n, k,
+                                 threads);
+}
+
 }  // namespace emulinalg::amx

@@ -80,7 +80,6 @@ def main():
     be._bf16_gemm = real_gemm
     rec["certificate_no_refine"] = t
     rec["count_no_refine"] = res[0]
-    # (the certificate kernel alone: certificate_no_refine minus the two line-term passes)
     a16 = be._cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, pre[0])
     b16 = be._cert_operand(*ops.b, ops.b_strides, B, n, n_p, k, kp, True, pre[1])
     t, _ = timed(lambda: be._cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, pre[0]), r)
