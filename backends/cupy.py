@@ -27,7 +27,6 @@ import math
 import os
 
 import array_api_compat
-import array_api_compat.numpy as xnp
 import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
@@ -449,7 +448,12 @@ _STATS_NAMES = tuple(
     name
     for T in ("int", "long long")
     for name in (f"bound_max<{T}>", f"cert_entries<{T}, false>", f"cert_entries<{T}, true>")
-) + ("suspect_dots<false>", "suspect_dots<true>")
+) + tuple(
+    f"refine_suspects<{T}, {g}, {c}>"
+    for T in ("int", "long long")
+    for g in ("false", "true")
+    for c in ("false", "true")
+)
 
 
 def _stats_kernel(expr):
@@ -498,6 +502,25 @@ def _line_max_exponent(re, im, strides, B, R, C):
     return emax
 
 
+def line_scan(ar, ai, br, bi):
+    """The engine's NaN/Inf check fused with the first pass of the Scheme II statistics: one
+    pass per operand (``line_max_exponent``) gives floor(log2 max |x|) of every row of A and
+    column of B, int32 (B, m) and (B, n) (INT_MIN for a zero line, 1024 for a line holding NaN
+    or Inf: their exponent field is all ones). Returns ``(finite, exponents)``, the exponents
+    for ``ozaki2_prescale(..., exponents=...)``, or None to decline (the engine's own check
+    runs): operands the kernels do not take."""
+    if not _usable(ar, ai, br, bi):
+        return None
+    ops = _Operands(ar, ai, br, bi)
+    B, m, k, n = ops.B, ops.m, ops.k, ops.n
+    if 0 in (B, m, k, n):
+        return None
+    ea = _line_max_exponent(*ops.a, ops.a_strides, B, m, k)
+    eb = _line_max_exponent(*ops.b, ops.b_strides, B, n, k)
+    top = int(cp.asnumpy(cp.maximum(ea.max(), eb.max())))  # one read-back for both
+    return top < 1024, (ea, eb)
+
+
 def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax):
     """The shifts s (int64 (B, R)), the int8 bound operand floor(2**(s+1) |x|) as one plane set
     (1, 1, B, Rpad, Cp) for ``_int8_products``, its line sums, nonzero parts and entries with
@@ -537,7 +560,7 @@ def _usable(ar, ai, br, bi):
     return all(x is None or x.dtype == cp.float64 for x in (ar, ai, br, bi))
 
 
-def ozaki2_prescale(ar, ai, br, bi, mode):
+def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
     """``emulinalg._scaling.ozaki2_prescale(cupy, int_matmul, ar, ai, br, bi, mode)`` in the
     kernels of ``ozaki2_stats.cu``: same ``(s, t, e, f)``, dtypes and values (all exact), or None
     to decline ("fast" mode is left to the generic code).
@@ -546,7 +569,8 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
     floor(2**(s+1) |x|) in the INT8 GEMM's layout with its line terms (sums, nonzero counts, l1
     partials), one cuBLAS INT8 GEMM F (INT32 out, exact: terms are <= 127 * 127), and one pass
     over F for the row and column maxima of U (``_scaling.bound_upper``). ``lower`` keeps F and
-    the l1 partials for ``ozaki2_certificate``.
+    the l1 partials for ``ozaki2_certificate``. ``exponents``: ``line_scan``'s for these
+    operands (finite), which saves the first pass.
     """
     if mode != "accurate" or not _usable(ar, ai, br, bi):
         return None
@@ -554,8 +578,12 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
     B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
     if 0 in (B, m, k, n):
         return None
-    ea = _line_max_exponent(*ops.a, ops.a_strides, B, m, k)
-    eb = _line_max_exponent(*ops.b, ops.b_strides, B, n, k)
+    if exponents is None:
+        exponents = (
+            _line_max_exponent(*ops.a, ops.a_strides, B, m, k),
+            _line_max_exponent(*ops.b, ops.b_strides, B, n, k),
+        )
+    ea, eb = exponents
     s, pa, ra, nza, ma, la = _bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea)
     t, pb, cb, nzb, mb, lb = _bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb)
     prod = _int8_products(pa, pb)  # (nkb, 1, 1, B, m, n_p)
@@ -620,10 +648,12 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     entries at the largest one and beyond every count. Only when some entry is beyond: one pass
     per operand writes the truncated bf16 magnitudes of the line-normalized operand, the bf16
     GEMM is ``magnitude_lower_matmul``'s, and a second pass takes the larger lower bound per
-    entry. Then ``_select.refine_moduli`` on the host, with the suspects collected on the device
-    and their products one warp each (``suspect_dots``). Every float operation is the generic
-    one except the order of the l1 sums (here: by 32-column tiles) and of the suspects' products;
-    all are bounds, and a decision can only differ where a test is decided within a few ulps.
+    entry. Then ``_select.refine_moduli`` on the device: the suspects and their distinct lines
+    (``collect_suspects``), their products one warp each and the test one count lower
+    (``refine_suspects``), read back once. ``beyond`` is None when no entry is beyond every
+    count. Every float operation is the generic one except the order of the l1 sums (here: by
+    32-column tiles) and of the suspects' products; all are bounds, and a decision can only
+    differ where a test is decided within a few ulps.
     """
     lower = getattr(prescale, "lower", None)
     if not isinstance(lower, _Bound) or not _usable(ar, ai, br, bi):
@@ -678,52 +708,46 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
         c32 = _bf16_gemm(a16, b16)
         del a16, b16
         count, at_count, n_out = entries(c32)
-    beyond = (need == _select.BEYOND).reshape(ops.batch + (m, n))
     if n_out == B * m * n:
-        return None, beyond
-
-    def suspects(count):  # host arrays: a few entries, gathered here, refined on the host
-        if at_count > _select.REFINE_ENTRIES:
-            return None
-        idx = cp.empty((max(at_count, 1),), dtype=cp.int64)
-        got = cp.zeros((1,), dtype=cp.uint64)
-        total = B * m * n
-        grid = (min(-(-total // _THREADS), 8192),)
-        args = (need, _i64(total), _i32(count), idx, _i64(at_count), got)
-        _stats_kernel("collect_need")(grid, (_THREADS,), args)
-        if int(cp.asnumpy(got)[0]) != at_count:  # the histogram and the mask disagree
-            raise RuntimeError("internal: the certificate's suspects were not all collected")
-        idx = cp.sort(idx[:at_count])  # the GPU's order varies; the refinement's does not
-        rows, cols = idx // n, idx % n
-        mixed = (lower.ma.reshape(-1)[rows] > 0) | (lower.mb.reshape(-1)[cols] > 0)
-        scale = cp.where(mixed, 2.0**-fexp_mixed, 2.0**-fexp)
-        lam = F.reshape(-1)[rows * n_p + cols].astype(cp.float64) * scale  # exact
-        if c32 is not None:  # gemm_lower, as the kernel
-            g = c32.reshape(-1)[rows * c32.shape[-1] + cols].astype(cp.float64) * cc.factor
-            lam = cp.maximum(lam, cp.maximum(g - cc.abs_term, 0.0))
-        host = (idx, lam, na.reshape(-1)[rows], nb.reshape(-1)[cols])
-        return tuple(cp.asnumpy(x) for x in host)
-
-    def products(rows, cols):  # the suspects' float64 sums, one warp each
-        count = rows.shape[0]
-        out = cp.empty((count,), dtype=cp.float64)
-        ea = (5 - int(cplx) - s.reshape(-1)).astype(cp.int64)
-        eb = (5 - int(cplx) - t.reshape(-1)).astype(cp.int64)
-        (are, aim), (bre, bim) = ops.a, ops.b  # B^T lines: (batch, j, k) strides
-        _, asr, asc = ops.a_strides
-        _, bsc, bsr = ops.b_strides
-        args = (are, are if aim is None else aim, _i64(asr), _i64(asc), bre,
-                bre if bim is None else bim, _i64(bsr), _i64(bsc), _i32(k),
-                cp.asarray(rows), cp.asarray(cols), _i32(count), ea, eb, out)  # fmt: skip
-        grid = (min(-(-count // (_THREADS // 32)), 4096),)
-        _stats_kernel(f"suspect_dots<{_tf(cplx)}>")(grid, (_THREADS,), args)
-        return cp.asnumpy(out)
-
-    host_pre = (None, None, cp.asnumpy(e.reshape(-1)), cp.asnumpy(f.reshape(-1)))
-    count = _select.refine_moduli(
-        xnp, None, ar, ai, br, bi, host_pre, bits, count, suspects, products
-    )
-    return count, beyond
+        return None, (need == _select.BEYOND).reshape(ops.batch + (m, n))
+    beyond = (need == _select.BEYOND).reshape(ops.batch + (m, n)) if n_out else None
+    if (
+        count <= _select.MIN_MODULI
+        or ar.ndim != 2
+        or br.ndim != 2
+        or at_count > _select.REFINE_ENTRIES
+    ):
+        return count, beyond  # no refinement: as _select.refine_moduli
+    # _select.refine_moduli on the device: the suspects, their distinct lines and the test one
+    # count lower in two kernels, read back once (stat: suspects, rows, columns, failures)
+    stat = cp.zeros((4,), dtype=cp.uint64)
+    idx = cp.empty((max(at_count, 1),), dtype=cp.int64)
+    marks = cp.zeros((m + n,), dtype=cp.uint32)
+    total = m * n
+    args = (need, _i64(total), _i32(n), _i32(count), idx, _i64(at_count), marks[:m], marks[m:],
+            stat)  # fmt: skip
+    _stats_kernel("collect_suspects")((min(-(-total // _THREADS), 8192),), (_THREADS,), args)
+    (are, aim), (bre, bim) = ops.a, ops.b  # B^T lines: (batch, j, k) strides
+    _, asr, asc = ops.a_strides
+    _, bsc, bsr = ops.b_strides
+    cq = c32 if c32 is not None else F
+    args = (
+        are, are if aim is None else aim, _i64(asr), _i64(asc), bre, bre if bim is None else bim,
+        _i64(bsr), _i64(bsc), _i32(k), s.reshape(-1), t.reshape(-1), idx, _i32(at_count),
+        _i32(n), F, cq, _i64(n_p), _i64(cq.shape[-1] if c32 is not None else 0), _i32(fexp),
+        _i32(fexp_mixed), lower.ma, lower.mb, np.float64(cc.factor), np.float64(cc.abs_term),
+        na, alpha, nb, beta, np.float64(cc.native_factor), np.float64((2 * k + 2) * 2.0**-1074),
+        np.float64(cc.cR), np.float64(cc.c4),
+        np.float64(_select.THRESHOLDS[count - 1 - _select.MIN_MODULI]), stat[3:],
+    )  # fmt: skip
+    kname = f"refine_suspects<{_f_type(F)}, {_tf(c32 is not None)}, {_tf(cplx)}>"
+    _stats_kernel(kname)((min(-(-at_count // (_THREADS // 32)), 4096),), (_THREADS,), args)
+    got, rows, cols, fails = (int(v) for v in cp.asnumpy(stat))
+    if got != at_count:  # the histogram and the mask disagree
+        raise RuntimeError("internal: the certificate's suspects were not all collected")
+    if not _select.refine_spread_ok(rows, cols, m, n) or fails:
+        return count, beyond
+    return count - 1, beyond
 
 
 def _thresholds():

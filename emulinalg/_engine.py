@@ -134,8 +134,18 @@ def _matmul(xp, backend, a, b, request, cfg, out):
 
     ar, ai = _parts(xp, a, backend)
     br, bi = _parts(xp, b, backend)  # the front end gave both operands the result dtype
+    # A backend may fuse the NaN/Inf check with the statistics' first pass (``line_scan``:
+    # ``(finite, exponents)`` or None), the line exponents then go to its prescale.
+    scan = getattr(backend, "line_scan", None)
     with backend.quiet():
-        nonfinite = not (_all_finite(xp, backend, ar, ai) and _all_finite(xp, backend, br, bi))
+        scanned = None if scan is None else scan(ar, ai, br, bi)
+        if scanned is not None:
+            nonfinite = not scanned[0]
+        else:
+            nonfinite = not (
+                _all_finite(xp, backend, ar, ai) and _all_finite(xp, backend, br, bi)
+            )
+    exponents = None if scanned is None or nonfinite else scanned[1]
     if nonfinite:
         rows_ok = _finite_lines(xp, ar, ai, axis=-1)
         cols_ok = _finite_lines(xp, br, bi, axis=-2)
@@ -148,7 +158,7 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
             xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name, out,
-            performant,
+            performant, exponents,
         )
     if c is None:
         return backend.native_matmul(a, b), plan
@@ -191,11 +201,13 @@ def _faster(backend, scheme, dtype_name, m, n, k, batch, plan):
 
 
 def _emulate(
-    xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant
+    xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
+    exponents=None,
 ):
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
-    the native product (None when there are none)."""
+    the native product (None when there are none). ``exponents``: the backend's ``line_scan``
+    line exponents of these operands, for its prescale."""
     native_mask = prescale = None
     if isinstance(request, SCHEMES):
         scheme = request
@@ -203,7 +215,7 @@ def _emulate(
         family = "ozaki1" if family == "ozaki1" else "ozaki2"
         with stage("statistics"):
             scheme, prescale, native_mask = _choose(
-                xp, backend, ar, ai, br, bi, request, family, real_name
+                xp, backend, ar, ai, br, bi, request, family, real_name, exponents
             )
         certified = True
         if (
@@ -225,7 +237,7 @@ def _emulate(
             )
             plan.native_entries = math.prod(plan.shape[:3])
             return None, None
-        if native_mask is None and certified:
+        if _exact_k1(ar, ai, request) and certified:
             plan.notes.append("k=1: exact product, rounded once")
         elif certified:
             plan.notes.append(
@@ -239,7 +251,7 @@ def _emulate(
             plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
         else:
             native_mask = None
-    parts = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale)
+    parts = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents)
     plan.scheme = str(scheme)
     plan.gemms = _gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
@@ -275,7 +287,18 @@ def backend_native(xp, backend, a, b):
 BLOCK_ENTRIES = 1 << 22
 
 
-def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale):
+def _backend_prescale(backend, ar, ai, br, bi, mode, exponents=None):
+    """The backend's ``ozaki2_prescale`` hook (same contract as ``_scaling.ozaki2_prescale``;
+    None: absent or declined). A backend with ``line_scan`` takes its ``exponents``."""
+    hook = getattr(backend, "ozaki2_prescale", None)
+    if hook is None:
+        return None
+    if exponents is None:
+        return hook(ar, ai, br, bi, mode)
+    return hook(ar, ai, br, bi, mode, exponents=exponents)
+
+
+def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=None):
     """The scheme's product, by blocks of rows of A so the exact accumulators stay bounded.
     Scaling that couples rows (Scheme II's column shifts) is computed once, on the whole A.
 
@@ -289,8 +312,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale):
     imm = backend.int_matmul
     fused = getattr(backend, "ozaki2_product", None)
     if isinstance(scheme, OzakiII) and prescale is None:
-        hook = getattr(backend, "ozaki2_prescale", None)  # same contract; None: declined
-        prescale = None if hook is None else hook(ar, ai, br, bi, scheme.mode)
+        prescale = _backend_prescale(backend, ar, ai, br, bi, scheme.mode, exponents)
         if prescale is None:
             prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode)
     if isinstance(scheme, OzakiII) and fused is not None:
@@ -341,14 +363,18 @@ def _exact_at_k1(level, family, real_name):
     return OzakiII(moduli=n, mode="accurate")
 
 
-def _choose(xp, backend, ar, ai, br, bi, level: Level, family, real_name):
+def _exact_k1(ar, ai, level):
+    """Whether ``_choose`` takes ``_exact_at_k1``'s configuration (no certificate)."""
+    return ar.shape[-1] == 1 and ai is None and level.name in ("float64", "float32")
+
+
+def _choose(xp, backend, ar, ai, br, bi, level: Level, family, real_name, exponents=None):
     """Smallest scheme of the family certifying the level on every entry it can; the entries it
     cannot are returned as a mask for the native product (None scheme: none at all)."""
-    if ar.shape[-1] == 1 and ai is None and level.name in ("float64", "float32"):
+    if _exact_k1(ar, ai, level):
         return _exact_at_k1(level, family, real_name), None, None
     if family == "ozaki2":
-        hook = getattr(backend, "ozaki2_prescale", None)  # same contract; None: declined
-        prescale = None if hook is None else hook(ar, ai, br, bi, "accurate")
+        prescale = _backend_prescale(backend, ar, ai, br, bi, "accurate", exponents)
         if prescale is None:
             prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
         count, beyond = _select.ozaki2_moduli_needed(

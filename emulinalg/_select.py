@@ -154,7 +154,8 @@ def bound_lower(xp, F, complex_, mixed=None):
 
 def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
     """``(count, beyond)``: the smallest number of moduli certifying every entry that the
-    maximum certifies, and the mask of entries it does not (count None: no entry at all).
+    maximum certifies, and the mask of entries it does not (count None: no entry at all; a
+    backend's hook may give beyond None when no entry is beyond).
 
     The lower bound of |A||B| comes first from the prescale's bound GEMM (``bound_lower``, no
     extra GEMM); only when it leaves entries beyond every count is the tighter
@@ -285,9 +286,16 @@ def refine_selection(xp, rows, cols, m, n):
     or None when the distinct rows times columns exceed ``REFINE_SHARE`` of the (m, n) output."""
     ur, ri = xp.unique_inverse(rows)
     uc, ci = xp.unique_inverse(cols)
-    if ur.shape[0] * uc.shape[0] > REFINE_SHARE * m * n:
+    if not refine_spread_ok(ur.shape[0], uc.shape[0], m, n):
         return None
     return ur, ri, uc, ci
+
+
+def refine_spread_ok(rows, cols, m, n):
+    """Whether suspects on ``rows`` distinct rows and ``cols`` distinct columns of an (m, n)
+    output are refined: rows x columns at most ``REFINE_SHARE`` of the output (the generic
+    code's native GEMM of those lines stays small)."""
+    return rows * cols <= REFINE_SHARE * m * n
 
 
 def refine_certifies(xp, k, bits, complex_, count, lam, S, e, f, na, nb):

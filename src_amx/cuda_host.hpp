@@ -19,6 +19,9 @@
 struct emu_uint3 {
   unsigned x = 0, y = 0, z = 0;
 };
+struct alignas(16) uint4 {  // CUDA's 16-byte vector type
+  unsigned x, y, z, w;
+};
 inline thread_local emu_uint3 threadIdx;
 inline emu_uint3 blockIdx, blockDim, gridDim;
 

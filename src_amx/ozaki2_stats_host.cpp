@@ -22,6 +22,7 @@ inline int atomicMax(int*, int v) { return v; }
 inline unsigned long long atomicMin(unsigned long long*, unsigned long long v) { return v; }
 inline unsigned long long atomicMax(unsigned long long*, unsigned long long v) { return v; }
 inline unsigned long long atomicAdd(unsigned long long*, unsigned long long v) { return v; }
+inline unsigned atomicExch(unsigned*, unsigned v) { return v; }
 inline unsigned long long __shfl_down_sync(unsigned, unsigned long long v, int) { return v; }
 inline double __shfl_down_sync(unsigned, double v, int) { return v; }
 

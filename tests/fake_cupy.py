@@ -237,33 +237,61 @@ class _Kernel:
         out[...] = h  # the grid's atomics, in one step
 
 
-    def _collect_need(self, grid, block, targs, need, total, value, idx, cap, count):
-        total, value, cap = int(total), int(value), int(cap)
+    def _collect_suspects(self, grid, block, targs, need, total, n, value, idx, cap, row_mark,
+                          col_mark, stat):  # fmt: skip
+        total, n, value, cap = int(total), int(n), int(value), int(cap)
         assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
         found = np.flatnonzero(_view(need, np.uint8, (total,), (1,)) == value)
         found = found[::-1].copy()  # any order on the GPU: here reversed
         if cap:
             _view(idx, np.int64, (cap,), (1,))[: min(cap, found.size)] = found[:cap]
-        out = _view(count, np.uint64, (1,), (1,))
-        out[0] = int(out[0]) + found.size
+        m = total // n
+        rm, cm = _view(row_mark, np.uint32, (m,), (1,)), _view(col_mark, np.uint32, (n,), (1,))
+        out = _view(stat, np.uint64, (3,), (1,))
+        rows, cols = np.unique(found // n), np.unique(found % n)
+        out[0] += np.uint64(found.size)
+        out[1] += np.uint64(np.count_nonzero(rm[rows] == 0))  # atomicExch: first marks count
+        out[2] += np.uint64(np.count_nonzero(cm[cols] == 0))
+        rm[rows], cm[cols] = 1, 1
 
-
-    def _suspect_dots(self, grid, block, targs, are, aim, asr, asc, bre, bim, bsr, bsc, k, rows,
-                      cols, count, ea, eb, out):  # fmt: skip
-        cplx = targs[0] == "true"
-        k, count = int(k), int(count)
+    def _refine_suspects(self, grid, block, targs, are, aim, asr, asc, bre, bim, bsr, bsc, k,
+                         shift_a, shift_b, idx, count, n, F, c32, n_p, c_pitch, fexp, fexp_mixed,
+                         mixa, mixb, factor, abs_term, na, alpha, nb, beta, native_factor, tiny,
+                         cR, c4, t, fails):  # fmt: skip
+        cplx, gemm = targs[2] == "true", targs[1] == "true"
+        k, count, n, n_p, c_pitch = (int(v) for v in (k, count, n, n_p, c_pitch))
         assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
-        r = _view(rows, np.int64, (count,), (1,))
-        c = _view(cols, np.int64, (count,), (1,))
-        mm, nn = int(r.max(initial=0)) + 1, int(c.max(initial=0)) + 1
+        flat = _view(idx, np.int64, (count,), (1,))
+        r, c = flat // n, flat % n
+        mm = int(r.max(initial=0)) + 1
         A = [_strided_any(x, np.float64, (mm, k), (int(asr), int(asc)))
              for x in ((are, aim) if cplx else (are,))]  # fmt: skip
-        Bm = [_strided_any(x, np.float64, (k, nn), (int(bsr), int(bsc)))
+        Bm = [_strided_any(x, np.float64, (k, n), (int(bsr), int(bsc)))
               for x in ((bre, bim) if cplx else (bre,))]  # fmt: skip
-        ea_, eb_ = np.asarray(ea), np.asarray(eb)
-        res = [model.suspect_dot(A, Bm, int(i), int(j), int(ea_[i]), int(eb_[j])) for i, j in
-               zip(r, c)]  # fmt: skip
-        _view(out, np.float64, (count,), (1,))[...] = res
+        rows_of = {x: _view(v, np.int64 if x == "s" else np.float64, (mm,), (1,))
+                   for x, v in (("s", shift_a), ("na", na), ("alpha", alpha))}  # fmt: skip
+        cols_of = {x: _view(v, np.int64 if x == "s" else np.float64, (n,), (1,))
+                   for x, v in (("s", shift_b), ("nb", nb), ("beta", beta))}  # fmt: skip
+        ma, mb = _view(mixa, np.uint64, (mm,), (1,)), _view(mixb, np.uint64, (n,), (1,))
+        Fv = _view(F, np.int32 if targs[0] == "int" else np.int64, (mm, n_p), (n_p, 1))
+        fail = 0
+        for i, j in zip(r, c):
+            i, j = int(i), int(j)
+            ea, eb = 5 - int(cplx) - int(rows_of["s"][i]), 5 - int(cplx) - int(cols_of["s"][j])
+            S = model.suspect_dot(A, Bm, i, j, ea, eb)
+            mixed = int(ma[i]) or int(mb[j])
+            lam = float(Fv[i, j]) * 2.0 ** -int(fexp_mixed if mixed else fexp)
+            if gemm:
+                x = float(_view(c32, np.float32, (mm, c_pitch), (c_pitch, 1))[i, j])
+                lam = max(lam, max(x * float(factor) - float(abs_term), 0.0))
+            lam = max(lam, max(S * float(native_factor) - float(tiny), 0.0))
+            a_i, b_j = float(rows_of["alpha"][i]), float(cols_of["beta"][j])
+            na_i, nb_j = float(rows_of["na"][i]), float(cols_of["nb"][j])
+            G2 = 2.0 * (a_i * nb_j + b_j * na_i)
+            Q = (float(c4) * a_i) * b_j
+            fail += not (float(t) * (G2 + float(t) * Q) <= float(cR) * lam)
+        out = _view(fails, np.uint64, (1,), (1,))
+        out[0] += np.uint64(fail)
 
 
 class RawModule:
@@ -329,12 +357,17 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "cert_operand": "const double* re, const double* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, int k_major, "
     "int chunk, const long long* shift, double* partial, unsigned short* out",
-    "suspect_dots": "const double* are, const double* aim, long long asr, long long asc, "
+    "refine_suspects": "const double* are, const double* aim, long long asr, long long asc, "
     "const double* bre, const double* bim, long long bsr, long long bsc, int k, "
-    "const long long* rows, const long long* cols, int count, const long long* ea, "
-    "const long long* eb, double* out",
-    "collect_need": "const unsigned char* need, long long total, int value, long long* idx, "
-    "long long cap, unsigned long long* count",
+    "const long long* shift_a, const long long* shift_b, const long long* idx, int count, int n, "
+    "const T* F, const float* c32, long long n_p, long long c_pitch, int fexp, int fexp_mixed, "
+    "const unsigned long long* mixa, const unsigned long long* mixb, double factor, "
+    "double abs_term, const double* na, const double* alpha, const double* nb, "
+    "const double* beta, double native_factor, double tiny, double cR, double c4, double t, "
+    "unsigned long long* fails",
+    "collect_suspects": "const unsigned char* need, long long total, int n, int value, "
+    "long long* idx, long long cap, unsigned* row_mark, unsigned* col_mark, "
+    "unsigned long long* stat",
     "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, "
     "const double* e, double scale, double* norm, double* alpha",
     "cert_entries": "const T* F, const float* c32, long long n_p, long long c_pitch, int B, "
@@ -347,7 +380,7 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
 _BARRIERS = {"ozaki2_residues": True, "ozaki2_crt": False, "bf16_lower": False,
              "line_max_exponent": True, "bound_operand": True, "cert_operand": True,
              "cert_line_terms": False, "cert_entries": True, "bound_max": True,
-             "collect_need": False, "suspect_dots": True}  # fmt: skip
+             "collect_suspects": False, "refine_suspects": True}  # fmt: skip
 _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "double": ctypes.c_double}
 _LIBS: dict = {}
 
@@ -482,7 +515,6 @@ def make_module(native=False):
     cp.ascontiguousarray = lambda x: _wrap(np.ascontiguousarray(x))
     cp.broadcast_to = lambda x, shape: _wrap(np.broadcast_to(x, shape))
     cp.matmul = lambda a, b: _wrap(np.matmul(a, b))
-    cp.sort = lambda x: _wrap(np.sort(x))
     cp.maximum = lambda a, b: _wrap(np.maximum(a, b))
     cp.where = lambda c, a, b: _wrap(np.where(c, a, b))
     cp.ndarray = _ndarray_factory

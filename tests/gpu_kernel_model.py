@@ -578,8 +578,8 @@ def _cert_entries(F, c32, n, fexp, na, alpha, nb, beta, factor, abs_term, cR, c4
 
 
 def suspect_dot(A, B, i, j, ea_i, eb_j):
-    """suspect_dots for one suspect: A = [re(, im)] (m, k), B = [re(, im)] (k, n); lane l sums
-    terms l, l + 32, ... in order, then the lanes are added by the shuffle tree."""
+    """refine_suspects' sum for one suspect: A = [re(, im)] (m, k), B = [re(, im)] (k, n); lane
+    l sums terms l, l + 32, ... in order, then the lanes are added by the shuffle tree."""
     x = np.abs(A[0][i])
     y = np.abs(B[0][:, j])
     if len(A) > 1:

@@ -131,6 +131,42 @@ def test_nonfinite_pattern_like_cublas():
     assert plan.native_entries > 0
 
 
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+def test_line_scan(cplx):
+    """The engine's NaN/Inf check fused with the statistics' first pass: the line exponents
+    are the generic ones (zero lines aside), the prescale given them is the same, and NaN/Inf
+    in any part of a line make the operands not finite."""
+    from emulinalg._scaling import max_exponent
+
+    rng = np.random.default_rng(3)
+    parts = [phi_matrix((40, 300), 1, seed=8), phi_matrix((300, 30), 1, seed=9)]
+    if cplx:
+        parts = [parts[0], rng.standard_normal((40, 300)), parts[1], rng.standard_normal((300, 30))]
+    else:
+        parts = [parts[0], None, parts[1], None]
+    parts[0][5, :] = 0.0
+    g = [None if x is None else cp.asarray(x) for x in parts]
+    finite, (ea, eb) = cupy_backend.line_scan(*g)
+    assert finite is True
+    for e, x, xi, axis in ((ea, parts[0], parts[1], -1), (eb, parts[2], parts[3], -2)):
+        want = max_exponent(np, x, xi, axis)
+        got = cp.asnumpy(e)[0].astype(np.int64)
+        zero = np.max(np.abs(x), axis=axis) == 0
+        if xi is not None:
+            zero &= np.max(np.abs(xi), axis=axis) == 0
+        assert np.array_equal(np.where(zero, 0, got), want) and np.all(got[zero] == -(2**31))
+    want = cupy_backend.ozaki2_prescale(*g, "accurate")
+    got = cupy_backend.ozaki2_prescale(*g, "accurate", exponents=(ea, eb))
+    for x, y in zip(got, want):
+        assert _bits_equal(cp.asnumpy(x), cp.asnumpy(y))
+    for which, (i, j), value in ((0, (2, 5), np.nan), (2, (7, 4), np.inf), (1, (3, 3), -np.inf)):
+        x = [None if v is None else v.copy() for v in g]
+        if x[which] is None:
+            continue
+        x[which][i, j] = value
+        assert cupy_backend.line_scan(*x)[0] is False
+
+
 def test_streams():
     a = phi_matrix((96, 200), 1, seed=7)
     b = phi_matrix((200, 80), 1, seed=8)
@@ -428,7 +464,8 @@ def _stats_vs_generic(ar, ai, br, bi, bits=(24, 53, 80), to_gpu=cp.asarray):
         res = cupy_backend.ozaki2_certificate(*g, pre, b)
         assert res is not None, "the certificate kernels declined"
         assert res[0] == count, (b, res[0], count)
-        assert res[1].dtype == cp.bool_ and _bits_equal(cp.asnumpy(res[1]), cp.asnumpy(beyond))
+        got = cp.zeros_like(beyond) if res[1] is None else res[1]  # None: no entry beyond
+        assert got.dtype == cp.bool_ and _bits_equal(cp.asnumpy(got), cp.asnumpy(beyond))
 
 
 STAT_CASES = [  # ((batch, m, k, n), phi)
@@ -507,15 +544,15 @@ def test_statistics_hooks_end_to_end(monkeypatch, phi, dtype, precision):
     for name in ("ozaki2_prescale", "ozaki2_certificate"):
         real = getattr(cupy_backend, name)
 
-        def spy(*args, _real=real, _name=name):
-            out = _real(*args)
+        def spy(*args, _real=real, _name=name, **kw):  # the prescale takes line_scan's exponents
+            out = _real(*args, **kw)
             calls.append((_name, out is not None))
             return out
 
         monkeypatch.setattr(cupy_backend, name, spy)
     got, plan = _eager(emulinalg.matmul, a, b, precision=precision)
     assert ("ozaki2_prescale", True) in calls and ("ozaki2_certificate", True) in calls
-    monkeypatch.setattr(cupy_backend, "ozaki2_prescale", lambda *args: None)
+    monkeypatch.setattr(cupy_backend, "ozaki2_prescale", lambda *args, **kw: None)
     monkeypatch.setattr(cupy_backend, "ozaki2_certificate", lambda *args: None)
     want, want_plan = _eager(emulinalg.matmul, a, b, precision=precision)
     assert plan == want_plan

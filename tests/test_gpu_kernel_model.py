@@ -609,7 +609,8 @@ def _stat_vs_generic(be, cp, ar, ai, br, bi, bits, to_dev=None):
         want = _select.ozaki2_moduli_needed(np, generic, ar, ai, br, bi, want_pre, b)
         got = be.ozaki2_certificate(*g, pre, b)
         assert got is not None and got[0] == want[0], (b, got[0], want[0])
-        assert _same(np.asarray(got[1]), want[1])
+        beyond = np.zeros_like(want[1]) if got[1] is None else np.asarray(got[1])  # None: none
+        assert _same(beyond, want[1])
 
 
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
@@ -622,9 +623,11 @@ def test_host_code_statistics(cpu_backend, case, cplx):
 
 
 @pytest.mark.parametrize("cplx,bits,seed", REFINE_CASES)
-def test_host_code_statistics_refinement(cpu_backend, cplx, bits, seed):
+def test_host_code_statistics_refinement(cpu_backend, cplx, bits, seed, monkeypatch):
     be, cp = cpu_backend
     ar, ai, br, bi = _refined_case(cplx, bits, seed)
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
+    monkeypatch.setattr(_select, "REFINE_SHARE", 0.0)  # suspects too spread: both skip it
     _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
 
 
@@ -674,6 +677,34 @@ def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch
     _stat_vs_generic(be, cp, a3, None, b3, None, (53,), to_dev=bcast)
 
 
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+def test_host_code_line_scan(cpu_backend, cplx):
+    """line_scan (the engine's NaN/Inf check fused with the prescale's first pass): its line
+    exponents are the model's, the prescale given them equals the generic one, and a NaN or
+    Inf in any part of a line makes it not finite (exponent 1024 on that line)."""
+    be, cp = cpu_backend
+    ar, ai, br, bi = _stat_operands(((), 13, 70, 9), 1, cplx, seed=4)
+    g = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
+    finite, (ea, eb) = be.line_scan(*g)
+    assert finite is True
+    ta = [None if x is None else x[None] for x in (ar, ai)]
+    tb = [None if x is None else np.swapaxes(x, -1, -2)[None] for x in (br, bi)]
+    assert _same(np.asarray(ea), model.line_max_exponent(*ta))
+    assert _same(np.asarray(eb), model.line_max_exponent(*tb))
+    want = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    _same_prescale(be.ozaki2_prescale(*g, "accurate", exponents=(ea, eb)), want)
+    for where, value in (("a", np.nan), ("b", np.inf), ("a", -np.inf)):
+        x = [None if v is None else v.copy() for v in (ar, ai, br, bi)]
+        if where == "a":
+            x[1 if cplx else 0][2, 5] = value
+        else:
+            x[2][7, 4] = value
+        finite, (ea, eb) = be.line_scan(*[None if v is None else cp.asarray(v) for v in x])
+        assert finite is False
+        assert (np.asarray(ea)[0, 2] if where == "a" else np.asarray(eb)[0, 4]) == 1024
+    assert be.line_scan(cp.asarray(ar.astype(np.float32)), None, g[2], None) is None
+
+
 def test_host_code_statistics_decline(cpu_backend, monkeypatch):
     be, cp = cpu_backend
     ar, _, br, _ = _stat_operands(((), 4, 8, 5), 1, False, seed=1)
@@ -708,7 +739,8 @@ def test_engine_choose_uses_the_hooks(cpu_backend, cplx):
         got = _engine._choose(np, be, *g, level, "ozaki2", "float64")
         assert got[0] == want[0]
         _same_prescale(got[1], want[1])
-        assert _same(np.asarray(got[2]), want[2])
+        beyond = np.zeros_like(want[2]) if got[2] is None else np.asarray(got[2])  # None: none
+        assert _same(beyond, want[2])
 
 
 def test_engine_run_uses_the_prescale_hook(cpu_backend, monkeypatch):

@@ -27,9 +27,11 @@
 //                      and the bf16 GEMM's FP32 sums' bound; the smallest count of moduli the
 //                      certificate accepts (float64, in _select's operation order, no FMA),
 //                      and a histogram of those counts
-//   collect_need       the flat indices of the entries needing a given count (the suspects)
-//   suspect_dots       the suspects' float64 sums of normalized magnitude products (one warp
-//                      per entry: the suspect refinement, _select.refine_moduli)
+//   collect_suspects   the flat indices of the entries needing a given count (the suspects),
+//                      with the number of their distinct rows and columns
+//   refine_suspects    the suspect refinement (_select.refine_moduli): the suspects' float64
+//                      sums of normalized magnitude products (one warp per entry) and the
+//                      certificate's test one count lower, failures counted
 //
 // x * 2**p is computed as a multiplication by an exact power of two: one correctly rounded
 // operation, the same as ldexp (numpy's and CUDA's), also for subnormal results.
@@ -169,7 +171,8 @@ __global__ void __launch_bounds__(kThreads)
 // Grid (Cp / 32, tiles of Rpad, B), as ozaki2_residues.cu. Writes the shifts s (int64, (B, R))
 // from the blocks of the first column tile, the int8 operand (B, Rpad, Cp), and per line: the
 // sum of its entries (sums), of its nonzero parts (nz) and of its entries with both parts
-// nonzero (mixed, complex), added atomically (exact integers, zeroed by the caller), and partial (B, ceil(Cp / 32), R): each tile's float64 sum of
+// nonzero (mixed, complex), added atomically (exact integers, zeroed by the caller), and
+// partial (B, ceil(Cp / 32), R): each tile's float64 sum of
 // |re| 2**-e + |im| 2**-e (e = 5 - cplx - s): 8 sequential sums of 4 columns, added in order.
 template <bool CPLX>
 __global__ void __launch_bounds__(kThreads)
@@ -257,6 +260,7 @@ __global__ void __launch_bounds__(kThreads)
               long long c, unsigned long long* __restrict__ ua,
               unsigned long long* __restrict__ ub) {
   constexpr int kCols = 4;  // columns per thread: j = j0 + threadIdx.x + 32 q
+  constexpr int kRows = 4;  // rows read ahead
   const long long rows = static_cast<long long>(B) * m;
   const int j0 = blockIdx.x * (kCols * 32);
   const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
@@ -264,43 +268,57 @@ __global__ void __launch_bounds__(kThreads)
   unsigned long long colmax[kCols] = {};
   int bcur = -1;
   long long cbv[kCols] = {}, nzbv[kCols] = {};
-  // Every thread takes the same number of steps (the warp shuffle needs the whole warp).
-  for (long long r0 = rbeg; r0 < rend; r0 += blockDim.y) {
-    const long long row = r0 + threadIdx.y;
-    unsigned long long rmax = 0;
-    if (row < rend) {
-      const int b = static_cast<int>(row / m);
-      if (b != bcur) {  // a new batch entry: flush the column maxima, load its column terms
-        if (bcur >= 0)
-          for (int q = 0; q < kCols; ++q) {
-            const int j = j0 + threadIdx.x + 32 * q;
-            if (j < n && colmax[q])
-              atomicMax(ub + static_cast<long long>(bcur) * n + j, colmax[q]);
-            colmax[q] = 0;
-          }
-        bcur = b;
-        for (int q = 0; q < kCols; ++q) {
-          const int j = j0 + threadIdx.x + 32 * q;
-          cbv[q] = j < n ? static_cast<long long>(cb[static_cast<long long>(b) * n + j]) : 0;
-          nzbv[q] = j < n ? static_cast<long long>(nzb[static_cast<long long>(b) * n + j]) : 0;
-        }
-      }
-      const long long rav = static_cast<long long>(ra[row]);
-      const long long nzav = static_cast<long long>(nza[row]);
+  // Every thread takes the same number of steps (the warp shuffle needs the whole warp). F is
+  // read kRows rows ahead: the loads in flight per thread, not the arithmetic, set the speed.
+  for (long long r4 = rbeg; r4 < rend; r4 += kRows * blockDim.y) {
+    T fv[kRows][kCols];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      const long long row = r4 + u * blockDim.y + threadIdx.y;
+#pragma unroll
       for (int q = 0; q < kCols; ++q) {
         const int j = j0 + threadIdx.x + 32 * q;
-        if (j >= n) continue;
-        const unsigned long long u = static_cast<unsigned long long>(bound_upper(
-            static_cast<long long>(F[row * n_p + j]), rav, nzav, cbv[q], nzbv[q], c));
-        rmax = u > rmax ? u : rmax;
-        colmax[q] = u > colmax[q] ? u : colmax[q];
+        fv[u][q] = row < rend && j < n ? F[row * n_p + j] : T(0);
       }
     }
-    for (int o = 16; o > 0; o >>= 1) {  // the warp is one row's 32 x-threads
-      const unsigned long long w = __shfl_down_sync(0xffffffffu, rmax, o);
-      rmax = w > rmax ? w : rmax;
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      const long long row = r4 + u * blockDim.y + threadIdx.y;
+      unsigned long long rmax = 0;
+      if (row < rend) {
+        const int b = static_cast<int>(row / m);
+        if (b != bcur) {  // a new batch entry: flush the column maxima, load its column terms
+          if (bcur >= 0)
+            for (int q = 0; q < kCols; ++q) {
+              const int j = j0 + threadIdx.x + 32 * q;
+              if (j < n && colmax[q])
+                atomicMax(ub + static_cast<long long>(bcur) * n + j, colmax[q]);
+              colmax[q] = 0;
+            }
+          bcur = b;
+          for (int q = 0; q < kCols; ++q) {
+            const int j = j0 + threadIdx.x + 32 * q;
+            cbv[q] = j < n ? static_cast<long long>(cb[static_cast<long long>(b) * n + j]) : 0;
+            nzbv[q] = j < n ? static_cast<long long>(nzb[static_cast<long long>(b) * n + j]) : 0;
+          }
+        }
+        const long long rav = static_cast<long long>(ra[row]);
+        const long long nzav = static_cast<long long>(nza[row]);
+        for (int q = 0; q < kCols; ++q) {
+          const int j = j0 + threadIdx.x + 32 * q;
+          if (j >= n) continue;
+          const unsigned long long v = static_cast<unsigned long long>(bound_upper(
+              static_cast<long long>(fv[u][q]), rav, nzav, cbv[q], nzbv[q], c));
+          rmax = v > rmax ? v : rmax;
+          colmax[q] = v > colmax[q] ? v : colmax[q];
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) {  // the warp is one row's 32 x-threads
+        const unsigned long long w = __shfl_down_sync(0xffffffffu, rmax, o);
+        rmax = w > rmax ? w : rmax;
+      }
+      if (threadIdx.x == 0 && rmax) atomicMax(ua + row, rmax);
     }
-    if (threadIdx.x == 0 && rmax) atomicMax(ua + row, rmax);
   }
   if (bcur >= 0)
     for (int q = 0; q < kCols; ++q) {
@@ -538,39 +556,80 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The flat indices of the entries of need (total of them) equal to value, in any order: the
-// first cap to idx, all counted in *count.
+// The suspects of the refinement (B = 1): the flat indices of the entries of need (m, n) equal
+// to value, in any order, the first cap to idx; stat[0] counts them all, stat[1] and stat[2]
+// their distinct rows and columns (row_mark (m), col_mark (n), zeroed by the caller: the thread
+// that marks a line first counts it).
 extern "C" __global__ void __launch_bounds__(kThreads)
-    collect_need(const unsigned char* __restrict__ need, long long total, int value,
-                 long long* __restrict__ idx, long long cap,
-                 unsigned long long* __restrict__ count) {
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    if (need[i] != value) continue;
-    const unsigned long long at = atomicAdd(count, 1ull);
-    if (static_cast<long long>(at) < cap) idx[at] = i;
+    collect_suspects(const unsigned char* __restrict__ need, long long total, int n, int value,
+                     long long* __restrict__ idx, long long cap, unsigned* __restrict__ row_mark,
+                     unsigned* __restrict__ col_mark, unsigned long long* __restrict__ stat) {
+  // 16 entries per step, one 16-byte load (need: the caller's allocation, 16-byte aligned; the
+  // suspects are rare, the scan is the cost); threads past the last full group take the rest
+  const long long groups = total >> 4;
+  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
+  const long long first = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  for (long long g = first; g < groups + 16; g += step) {
+    unsigned char v[16];
+    long long i0;
+    int cnt;
+    if (g < groups) {
+      i0 = g << 4;
+      cnt = 16;
+      const uint4 w = reinterpret_cast<const uint4*>(need)[g];
+      const unsigned words[4] = {w.x, w.y, w.z, w.w};
+      for (int h = 0; h < 16; ++h)
+        v[h] = static_cast<unsigned char>(words[h >> 2] >> (8 * (h & 3)));
+    } else {  // thread g - groups: entry 16 groups + (g - groups), if there is one
+      i0 = (groups << 4) + (g - groups);
+      cnt = i0 < total ? 1 : 0;
+      if (cnt) v[0] = need[i0];
+    }
+    for (int h = 0; h < cnt; ++h) {
+      if (v[h] != value) continue;
+      const long long i = i0 + h;
+      const unsigned long long at = atomicAdd(stat, 1ull);
+      if (static_cast<long long>(at) < cap) idx[at] = i;
+      const long long r = i / n, c = i - r * n;
+      if (atomicExch(row_mark + r, 1u) == 0u) atomicAdd(stat + 1, 1ull);
+      if (atomicExch(col_mark + c, 1u) == 0u) atomicAdd(stat + 2, 1ull);
+    }
   }
 }
 
-// The suspect refinement's products (_select.refine_moduli): for suspect s, the float64 sum
-// over k of |a_ik| 2**-ea_i |b_kj| 2**-eb_j (|x| = max(|re|, |im|)), one warp per suspect, lanes
-// over k, the lanes' sums added by shuffles. rows/cols: the suspects' row of A and column of B;
-// ea (B=1, m), eb (n): the line exponents. Every warp takes the same number of steps (the CPU
-// build's shuffle needs the whole block).
-template <bool CPLX>
+// The suspect refinement on the device (_select.refine_moduli with refine_certifies), B = 1,
+// one warp per suspect idx[s], s < count (entry (i, j) of the m x n output):
+//   S   = float64 sum over k of |a_ik| 2**-ea_i |b_kj| 2**-eb_j (|x| = max(|re|, |im|),
+//         ea_i = 5 - cplx - shift_a[i]); lane l sums terms l, l + 32, ... in order, then the
+//         lanes are added by shuffles; its rounding removed: max(S native_factor - tiny, 0);
+//   lam = max(the entry's lower bound as cert_entries makes it, S);
+// and an entry that cert_ok does not certify at threshold t (count - 1 moduli) adds one to
+// *fails. Every warp takes the same number of steps (the CPU build's shuffle needs the block).
+template <typename T, bool GEMM, bool CPLX>
 __global__ void __launch_bounds__(kThreads)
-    suspect_dots(const double* __restrict__ are, const double* __restrict__ aim, long long asr,
-                 long long asc, const double* __restrict__ bre, const double* __restrict__ bim,
-                 long long bsr, long long bsc, int k, const long long* __restrict__ rows,
-                 const long long* __restrict__ cols, int count, const long long* __restrict__ ea,
-                 const long long* __restrict__ eb, double* __restrict__ out) {
+    refine_suspects(const double* __restrict__ are, const double* __restrict__ aim, long long asr,
+                    long long asc, const double* __restrict__ bre,
+                    const double* __restrict__ bim, long long bsr, long long bsc, int k,
+                    const long long* __restrict__ shift_a, const long long* __restrict__ shift_b,
+                    const long long* __restrict__ idx, int count, int n,
+                    const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
+                    long long c_pitch, int fexp, int fexp_mixed,
+                    const unsigned long long* __restrict__ mixa,
+                    const unsigned long long* __restrict__ mixb, double factor, double abs_term,
+                    const double* __restrict__ na, const double* __restrict__ alpha,
+                    const double* __restrict__ nb, const double* __restrict__ beta,
+                    double native_factor, double tiny, double cR, double c4, double t,
+                    unsigned long long* __restrict__ fails) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (int base = blockIdx.x * warps; base < count; base += gridDim.x * warps) {
     const int s = base + warp;
+    long long i = 0, j = 0;
     double acc = 0.0;
     if (s < count) {
-      const long long i = rows[s], j = cols[s];
-      const int pa = static_cast<int>(-ea[i]), pb = static_cast<int>(-eb[j]);
+      i = idx[s] / n;
+      j = idx[s] - i * n;
+      const int pa = static_cast<int>(shift_a[i]) - 5 + (CPLX ? 1 : 0);
+      const int pb = static_cast<int>(shift_b[j]) - 5 + (CPLX ? 1 : 0);
       for (int h = lane; h < k; h += 32) {
         double x = abs_of(are[i * asr + h * asc]), y = abs_of(bre[h * bsr + j * bsc]);
         if constexpr (CPLX) {
@@ -582,7 +641,20 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     for (int o = 16; o > 0; o >>= 1) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, o));
-    if (s < count && lane == 0) out[s] = acc;
+    if (s < count && lane == 0) {
+      const bool mixed = mixa[i] != 0 || mixb[j] != 0;  // _select.bound_lower, as cert_entries
+      const double fs = pow2(mixed ? -fexp_mixed : -fexp);
+      double lam = __dmul_rn(static_cast<double>(F[i * n_p + j]), fs);  // exact
+      if constexpr (GEMM) {
+        const double g = gemm_lower(c32[i * c_pitch + j], factor, abs_term);
+        lam = g > lam ? g : lam;
+      }
+      double S = __dsub_rn(__dmul_rn(acc, native_factor), tiny);
+      S = S > 0.0 ? S : 0.0;
+      lam = S > lam ? S : lam;
+      const double qa = __dmul_rn(c4, alpha[i]);
+      if (!cert_ok(lam, na[i], alpha[i], qa, nb[j], beta[j], cR, t)) atomicAdd(fails, 1ull);
+    }
   }
 }
 
@@ -602,27 +674,30 @@ __global__ void __launch_bounds__(kThreads)
                                               unsigned short*);
 EMU_STATS_INSTANCES(false)
 EMU_STATS_INSTANCES(true)
-template __global__ void suspect_dots<false>(const double*, const double*, long long, long long,
-                                             const double*, const double*, long long, long long,
-                                             int, const long long*, const long long*, int,
-                                             const long long*, const long long*, double*);
-template __global__ void suspect_dots<true>(const double*, const double*, long long, long long,
-                                            const double*, const double*, long long, long long,
-                                            int, const long long*, const long long*, int,
-                                            const long long*, const long long*, double*);
 #define EMU_CERT_INSTANCE(T, GEMM)                                                             \
   template __global__ void cert_entries<T, GEMM>(                                              \
       const T*, const float*, long long, long long, int, int, int, int, int, const double*,     \
       const double*, const double*, const double*, double, double, double, double,              \
       const double*, int, int, const unsigned long long*, const unsigned long long*, int,       \
       unsigned char*, unsigned long long*);
+#define EMU_REFINE_INSTANCE(T, GEMM, CPLX)                                                     \
+  template __global__ void refine_suspects<T, GEMM, CPLX>(                                     \
+      const double*, const double*, long long, long long, const double*, const double*,        \
+      long long, long long, int, const long long*, const long long*, const long long*, int,    \
+      int, const T*, const float*, long long, long long, int, int, const unsigned long long*,  \
+      const unsigned long long*, double, double, const double*, const double*, const double*,  \
+      const double*, double, double, double, double, double, unsigned long long*);
 #define EMU_STATS_F_INSTANCES(T)                                                               \
   template __global__ void bound_max<T>(const T*, long long, int, int, int, int,               \
                                         const unsigned long long*, const unsigned long long*,  \
                                         const unsigned long long*, const unsigned long long*,  \
                                         long long, unsigned long long*, unsigned long long*);  \
   EMU_CERT_INSTANCE(T, false)                                                                  \
-  EMU_CERT_INSTANCE(T, true)
+  EMU_CERT_INSTANCE(T, true)                                                                   \
+  EMU_REFINE_INSTANCE(T, false, false)                                                         \
+  EMU_REFINE_INSTANCE(T, false, true)                                                          \
+  EMU_REFINE_INSTANCE(T, true, false)                                                          \
+  EMU_REFINE_INSTANCE(T, true, true)
 EMU_STATS_F_INSTANCES(int)
 EMU_STATS_F_INSTANCES(long long)
 #endif

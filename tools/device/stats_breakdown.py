@@ -30,6 +30,58 @@ def timed(fn, repeat):
     return statistics.median(ts), out
 
 
+def kernel_times(a, b, repeat):
+    """Device time (ms, median over repeats) of every kernel and GEMM the statistics launch in
+    one emulinalg.matmul at the default level (CUDA events around each launch), and the
+    statistics stage's wall time: the difference is host time with the device idle."""
+    import emulinalg
+    from emulinalg import _timing
+    from emulinalg._timing import recording
+
+    spans = []
+
+    def timed_launch(name, fn):
+        def run(*args, **kw):
+            stack = _timing._RECORDER.get()._stack
+            where = stack[-1][0] if stack else "check"  # line_scan: before the stages
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record()
+            out = fn(*args, **kw)
+            e1.record()
+            if where in ("statistics", "check"):  # not the product's own GEMMs
+                spans.append((f"{where}:{name}", e0, e1))
+            return out
+
+        return run
+
+    real_kernel = be._stats_kernel
+    saved = {n: getattr(be, n) for n in ("_int8_products", "_bf16_gemm")}
+    be._stats_kernel = lambda expr: timed_launch(expr.split("<")[0], real_kernel(expr))
+    for n, fn in saved.items():
+        setattr(be, n, timed_launch(n.strip("_"), fn))
+    runs = []
+    sync = cp.cuda.get_current_stream().synchronize
+    try:
+        with emulinalg.config(strategy="eager"):
+            for _ in range(repeat + 1):
+                spans.clear()
+                with recording(sync) as rec:
+                    emulinalg.matmul(a, b)
+                sync()
+                per = {}
+                for name, e0, e1 in spans:
+                    per[name] = per.get(name, 0.0) + cp.cuda.get_elapsed_time(e0, e1)
+                per["statistics_stage"] = rec.seconds.get("statistics", 0.0) * 1e3
+                per["total_stages"] = sum(rec.seconds.values()) * 1e3
+                runs.append(per)
+    finally:
+        be._stats_kernel = real_kernel
+        for n, fn in saved.items():
+            setattr(be, n, fn)
+    runs = runs[1:]  # the first: compilation, plans
+    return {k: round(statistics.median(r.get(k, 0.0) for r in runs), 4) for k in runs[0]}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("-N", type=int, default=8192)
@@ -44,6 +96,12 @@ def main():
     rec = {"N": N, "dtype": args.dtype, "phi": args.phi, "bits": args.bits}
     ops = be._Operands(a, None, b, None)
     B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
+    t, _ = timed(lambda: bool(cp.isfinite(cp.sum(a))) and bool(cp.isfinite(cp.sum(b))), r)
+    rec["finite_check_sums"] = t  # the engine's NaN/Inf check without line_scan
+    t, scan = timed(lambda: be.line_scan(a, None, b, None), r)
+    rec["line_scan"] = t  # the same check fused with the line exponents
+    t, _ = timed(lambda: be.ozaki2_prescale(a, None, b, None, "accurate", exponents=scan[1]), r)
+    rec["prescale_after_scan"] = t
     t, ea = timed(lambda: be._line_max_exponent(*ops.a, ops.a_strides, B, m, k), r)
     rec["line_max_A"] = t
     t, eb = timed(lambda: be._line_max_exponent(*ops.b, ops.b_strides, B, n, k), r)
@@ -72,7 +130,7 @@ def main():
     rec["certificate_total"] = t
     rec["bf16_fallback_calls"] = len(calls)
     rec["count"] = res[0]
-    rec["beyond"] = int(cp.count_nonzero(res[1]))
+    rec["beyond"] = 0 if res[1] is None else int(cp.count_nonzero(res[1]))
     saved = _select.REFINE_ENTRIES
     _select.REFINE_ENTRIES = -1
     t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, args.bits), r)
@@ -86,6 +144,7 @@ def main():
     rec["bf16_operand_A"] = t
     t, _ = timed(lambda: be._bf16_gemm(a16, b16), r)
     rec["bf16_gemm"] = t
+    rec["kernels"] = kernel_times(a, b, r)
     dgemm, _ = timed(lambda: a @ b, r)
     rec["dgemm"] = dgemm
     rec["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()

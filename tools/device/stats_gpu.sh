@@ -2,7 +2,8 @@
 # The statistics' cost on the GPU (issue #6), this tree against another source tree in the same
 # run. From the repository root on the GPU machine, after `source .device/setup.sh`:
 #     OLD=build/old_src STAGE=build bash tools/device/stats_gpu.sh      (builds both)
-#     STAGE=measure bash tools/device/stats_gpu.sh                       (tests, overhead, bench)
+#     STAGE=measure bash tools/device/stats_gpu.sh                       (overhead, bench)
+#     STAGE=overhead | breakdown | tests (TEST_K: a -k expression)
 # Installs go to build/emul_new and build/emul_old (kept between calls on a warm machine).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -50,8 +51,21 @@ measure)
         [ -d build/emul_old ] && step bench_old_$dt 200 bench "$ROOT/build/emul_old" old $dt
     done
     ;;
+overhead)  # the statistics' share only (no bench)
+    for i in 1 2; do
+        step overhead_new_$i 200 overhead "$ROOT/build/emul_new" new
+        [ -d build/emul_old ] && step overhead_old_$i 200 overhead "$ROOT/build/emul_old" old
+    done
+    ;;
+breakdown)  # kernel by kernel, float64 and float32 operands
+    for dt in float64 float32; do
+        step breakdown_$dt 200 bash -c "cd /tmp && PYTHONPATH=$ROOT/build/emul_new:\$PYTHONPATH \
+            python3 $ROOT/tools/device/stats_breakdown.py -N 8192 --dtype $dt \
+            | tee -a $OUT/breakdown.jsonl"
+    done
+    ;;
 tests)
-    step gpu_tests "${TEST_LIMIT:-500}" gputests
+    step gpu_tests "${TEST_LIMIT:-500}" gputests ${TEST_K:+-k "$TEST_K"}
     ;;
 esac
 cat "$OUT/summary.txt"
