@@ -281,6 +281,7 @@ py::dict cache_info() {
     py::dict d;
     d["cached_bytes"] = pool.cached();
     d["limit_bytes"] = pool.limit();
+    d["peak_bytes"] = pool.peak();
     return d;
 }
 
@@ -340,8 +341,9 @@ PYBIND11_MODULE(_amx, m) {
           "The blocking a call of this size would run with the current knobs (dict: grid, "
           "team, resolved mc/nc/kc, ...).");
     m.def("cache_info", &cache_info,
-          "Packed-panel buffers cached between calls: cached_bytes, limit_bytes "
-          "(EMULINALG_AMX_CACHE_MB, default 256).");
+          "Packed-panel buffers cached between calls: cached_bytes (at most the smaller of "
+          "limit_bytes and peak_bytes), limit_bytes (EMULINALG_AMX_CACHE_MB; default an eighth "
+          "of the physical memory, at least 256 MiB), peak_bytes (the most in use at once).");
     m.def(
         "clear_cache", [] { return amx::BufferPool::instance().clear(); },
         "Free the cached packed-panel buffers; returns the bytes freed.");

@@ -17,10 +17,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "blocking.hpp"
 #include "gemm.hpp"
@@ -67,14 +70,14 @@ inline double rne(double y) {
   return (y + kMagic) - kMagic;
 }
 
-// r rounded to 8 significant bits (RNE), then 0 if below 2**-126 (as the generic code: a value
-// just below 2**-126 may round up to it). Branch-free (it vectorizes): a subnormal double's
-// pattern rounds to at most 2**-1022, which the flush removes.
+// r rounded to 8 significant bits (RNE), then +0 if below 2**-126 (as the generic code: a value
+// just below 2**-126 may round up to it). Integer operations only, no branch (it vectorizes): a
+// subnormal double's pattern rounds to at most 2**-1022, which the flush removes.
 inline double round_bf16(double r) {
+  constexpr std::uint64_t kAbs = 0x7FFFFFFFFFFFFFFFull, kMin = 0x3810000000000000ull;  // 2**-126
   std::uint64_t u = bits_of(r);
   u = (u + 0x0FFFFFFFFFFFull + ((u >> 45) & 1)) & ~0x1FFFFFFFFFFFull;
-  const double v = double_of(u);
-  return std::fabs(v) < 0x1p-126 ? 0.0 : v;
+  return double_of(u & (std::uint64_t(0) - ((u & kAbs) >= kMin)));
 }
 
 // x 2**-e rounded once as (x f1) f2: f1 = 2**min(-e, 1023) rounds at most once, and the rest
@@ -123,23 +126,60 @@ Matrix imag_part(const py::object& im, const Matrix& re, py::array_t<double>& ke
   return x;
 }
 
+// The larger of m and v (std::max(m, v)'s order): a NaN v is ignored, so m never becomes NaN
+// and partial maxima may be combined in any order. (Non-finite values never reach the split:
+// the engine zeroes them first; this keeps the old code's answer for them anyway.)
+inline double max_keep(double m, double v) { return m < v ? v : m; }
+
+// max over n values of |re[t sr]| (and of |im[t si]|): contiguous lines in 8 partial maxima,
+// so that the loop vectorizes; exact (a maximum), so the value of one sequential pass.
+__attribute__((target_clones("avx512f", "avx2", "default"))) double line_max(
+    const double* re, long long sr, const double* im, long long si, int n) {
+  double m[8] = {};
+  int t = 0;
+  if (sr == 1 && !im) {
+    for (; t + 8 <= n; t += 8)
+      for (int j = 0; j < 8; ++j) m[j] = max_keep(m[j], std::fabs(re[t + j]));
+  } else if (sr == 1 && si == 1) {
+    for (; t + 8 <= n; t += 8)
+      for (int j = 0; j < 8; ++j)
+        m[j] = max_keep(m[j], max_keep(std::fabs(re[t + j]), std::fabs(im[t + j])));
+  }
+  for (; t < n; ++t) {
+    double v = std::fabs(re[t * sr]);
+    if (im) v = max_keep(v, std::fabs(im[t * si]));
+    m[0] = max_keep(m[0], v);
+  }
+  double r = 0.0;
+  for (double x : m) r = max_keep(r, x);
+  return r;
+}
+
+// m[c] = max(m[c], |re[c sr]|, |im[c si]|) for c < n (one row's segment of column maxima).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void column_max(
+    double* m, const double* re, long long sr, const double* im, long long si, int n) {
+  if (sr == 1 && !im) {
+    for (int c = 0; c < n; ++c) m[c] = max_keep(m[c], std::fabs(re[c]));
+    return;
+  }
+  for (int c = 0; c < n; ++c) {
+    double v = std::fabs(re[c * sr]);
+    if (im) v = max_keep(v, std::fabs(im[c * si]));
+    m[c] = max_keep(m[c], v);
+  }
+}
+
 // Line exponents: per row (lines_are_rows) or column of max(|re|, |im|).
 py::array_t<std::int32_t> line_exponents(const Matrix& re, const Matrix* im, bool rows) {
   const int n = rows ? re.rows : re.cols;
   py::array_t<std::int32_t> out(n);
   std::int32_t* e = out.mutable_data();
-  auto mag = [&](int r, int c) {
-    double v = std::fabs(re.p[r * re.sr + c * re.sc]);
-    if (im) v = std::max(v, std::fabs(im->p[r * im->sr + c * im->sc]));
-    return v;
-  };
+  const double* ip = im ? im->p : nullptr;
   if (rows) {
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < re.rows; ++r) {
-      double m = 0.0;
-      for (int c = 0; c < re.cols; ++c) m = std::max(m, mag(r, c));
-      e[r] = frexp_exponent(m);
-    }
+    for (int r = 0; r < re.rows; ++r)
+      e[r] = frexp_exponent(line_max(re.p + r * re.sr, re.sc, ip ? ip + r * im->sr : nullptr,
+                                     ip ? im->sc : 0, re.cols));
   } else {
     constexpr int kBlock = 256;  // columns per task: each row's segment is read contiguously
 #pragma omp parallel for schedule(static)
@@ -147,161 +187,259 @@ py::array_t<std::int32_t> line_exponents(const Matrix& re, const Matrix* im, boo
       const int c1 = std::min(re.cols, c0 + kBlock);
       double m[kBlock] = {};
       for (int r = 0; r < re.rows; ++r)
-        for (int c = c0; c < c1; ++c) m[c - c0] = std::max(m[c - c0], mag(r, c));
+        column_max(m, re.p + r * re.sr + c0 * re.sc, re.sc,
+                   ip ? ip + r * im->sr + c0 * im->sc : nullptr, ip ? im->sc : 0, c1 - c0);
       for (int c = c0; c < c1; ++c) e[c] = frexp_exponent(m[c - c0]);
     }
   }
   return out;
 }
 
-// The slices of n values x[t sx] whose line scales are (f1, f2)[t sf] (sf = 0: one line):
-// slice s of value t to out[s][t]. Written as loops over t per slice, so that they vectorize;
-// compiled for AVX-512F, AVX2 and the baseline, chosen at load time (the same IEEE operations,
-// no contraction: the same bits on every path).
+// A thread's 64-byte aligned scratch of `count` BF16 (whole runs), not from the panel pool (whose
+// large cached buffers are kept for panels).
+class Scratch {
+ public:
+  explicit Scratch(std::size_t count)
+      : p_(static_cast<std::uint16_t*>(std::aligned_alloc(64, (count * 2 + 63) / 64 * 64))) {
+    if (!p_) throw std::bad_alloc();
+  }
+  ~Scratch() { std::free(p_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  std::uint16_t* get() const { return p_; }
+
+ private:
+  std::uint16_t* p_;
+};
+
+// Values per run of the split: one 64-byte tile row of BF16 per slice.
+constexpr int kRun = 32;
+
+// 64 bytes (one cache line, both 16-byte aligned) from src to dst. `stream`: non-temporal
+// stores, which write the line without reading it first (a plain store to a line that is not
+// cached reads it from memory: half the traffic of writing gigabytes of panels once). SSE2
+// only (the x86-64 baseline); callers run _mm_sfence before other threads read dst.
+inline void put_line(void* dst, const void* src, bool stream) {
+  const auto* s = static_cast<const __m128i*>(src);
+  auto* d = static_cast<__m128i*>(dst);
+  for (int q = 0; q < 4; ++q) {
+    const __m128i v = _mm_load_si128(s + q);
+    if (stream) {
+      _mm_stream_si128(d + q, v);
+    } else {
+      _mm_store_si128(d + q, v);
+    }
+  }
+}
+
+// The slices of n values x[t sx] scaled by (f1, f2)[t] (per_value) or (f1, f2)[0] (one line):
+// run r (values 32 r .. 32 r + 31, zero padded beyond n) of slice s goes to out[s] + r
+// run_stride as 64 bytes (put_line). Each run is split in registers/L1 (a fixed trip count:
+// the loops vectorize) and written once; compiled for AVX-512F, AVX2 and the baseline, chosen
+// at load time (the same IEEE operations, no contraction: the same bits on every path).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void split_run(
-    const double* x, long long sx, int n, const double* f1, const double* f2, long long sf,
-    int slices, bool fixed, std::uint16_t* const* out) {
-  constexpr int kRun = 64;
-  for (int t0 = 0; t0 < n; t0 += kRun) {
+    const double* x, long long sx, int n, const double* f1, const double* f2, bool per_value,
+    int slices, bool fixed, std::uint16_t* const* out, long long run_stride, bool stream) {
+  for (int t0 = 0, run = 0; t0 < n; t0 += kRun, ++run) {
     const int len = std::min(kRun, n - t0);
-    double res[kRun];
-    for (int t = 0; t < len; ++t) {
-      const long long i = (t0 + t) * sf;
-      res[t] = (x[(t0 + t) * sx] * f1[i]) * f2[i];
+    alignas(64) double res[kRun];
+    alignas(64) std::uint16_t o[8][kRun];
+    if (sx == 1 && len == kRun && per_value) {
+      for (int t = 0; t < kRun; ++t) res[t] = (x[t0 + t] * f1[t0 + t]) * f2[t0 + t];
+    } else if (sx == 1 && len == kRun) {
+      for (int t = 0; t < kRun; ++t) res[t] = (x[t0 + t] * f1[0]) * f2[0];
+    } else {  // strided, or the last run: 0 beyond n splits into +0 slices (zero padding)
+      for (int t = 0; t < kRun; ++t) {
+        const int i = per_value ? t0 + t : 0;
+        res[t] = t < len ? (x[(t0 + t) * sx] * f1[i]) * f2[i] : 0.0;
+      }
     }
     for (int s = 0; s < slices; ++s) {
-      std::uint16_t* o = out[s] + t0;
       if (fixed) {  // digits on the grid 2**-(8s+7): RNE(res 2**g) 2**-g
         const double up = pow2(8 * s + 7), down = pow2(-(8 * s + 7));
-        for (int t = 0; t < len; ++t) {
+        for (int t = 0; t < kRun; ++t) {
           const double v = rne(res[t] * up) * down;
           res[t] -= v;
-          o[t] = bf16_bits(v);
+          o[s][t] = bf16_bits(v);
         }
       } else {
-        for (int t = 0; t < len; ++t) {
+        for (int t = 0; t < kRun; ++t) {
           const double v = round_bf16(res[t]);
           res[t] -= v;
-          o[t] = bf16_bits(v);
+          o[s][t] = bf16_bits(v);
         }
       }
     }
+    for (int s = 0; s < slices; ++s) put_line(out[s] + run * run_stride, o[s], stream);
   }
 }
 
-std::vector<LineScale> line_scales(const std::int32_t* e, long long n) {
-  std::vector<LineScale> f(static_cast<std::size_t>(n));
-  for (long long i = 0; i < n; ++i) f[i] = line_scale(e[i]);
+// Zeros in `runs` runs of 32 BF16 per slice (rows of A beyond m).
+void zero_runs(std::uint16_t* const* out, int slices, std::int64_t runs, long long run_stride,
+               bool stream) {
+  alignas(64) const std::uint16_t zero[kRun] = {};
+  for (int s = 0; s < slices; ++s)
+    for (std::int64_t r = 0; r < runs; ++r) put_line(out[s] + r * run_stride, zero, stream);
+}
+
+// Each line's (f1, f2) (line_scale) as two arrays, so that a row of B reads them contiguously.
+struct LineScales {
+  std::vector<double> f1, f2;
+};
+LineScales line_scales(const std::int32_t* e, long long n) {
+  LineScales f{std::vector<double>(n), std::vector<double>(n)};
+  for (long long i = 0; i < n; ++i) {
+    const LineScale s = line_scale(e[i]);
+    f.f1[i] = s.f1;
+    f.f2[i] = s.f2;
+  }
   return f;
 }
 
-// Row-major slice planes (slices, rows, cols) of x (bf16_split).
+// Row-major slice planes (slices, rows, cols) of x (bf16_split; tests): each row is split into
+// a per-thread buffer of whole runs, then copied.
 void split_into(const Matrix& x, const std::int32_t* e, bool rows, int slices, bool fixed,
                 std::uint16_t* planes) {
   const long long plane = static_cast<long long>(x.rows) * x.cols;
+  const long long padded = amx::ceil_div(x.cols, kRun) * kRun;
   const auto f = line_scales(e, rows ? x.rows : x.cols);
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < x.rows; ++r) {
-    std::uint16_t* out[8];
-    for (int s = 0; s < slices; ++s) out[s] = planes + s * plane + static_cast<long long>(r) * x.cols;
-    const LineScale* fr = rows ? &f[r] : f.data();
-    split_run(x.p + r * x.sr, x.sc, x.cols, &fr->f1, &fr->f2, rows ? 0 : 2, slices, fixed, out);
+#pragma omp parallel
+  {
+    const Scratch buf(static_cast<std::size_t>(slices * padded));
+    std::uint16_t* b = buf.get();
+    std::uint16_t* o[8];
+    for (int s = 0; s < slices; ++s) o[s] = b + s * padded;
+#pragma omp for schedule(static)
+    for (int r = 0; r < x.rows; ++r) {
+      const long long i = rows ? r : 0;
+      split_run(x.p + r * x.sr, x.sc, x.cols, &f.f1[i], &f.f2[i], !rows, slices, fixed, o, kRun,
+                false);
+      for (int s = 0; s < slices; ++s)
+        std::memcpy(planes + s * plane + static_cast<long long>(r) * x.cols, o[s],
+                    static_cast<std::size_t>(x.cols) * 2);
+    }
   }
 }
 
+// Streaming stores pay off where the panels cannot stay in the caches anyway (the slice
+// products read them back from memory): from this many bytes of panels on.
+constexpr std::size_t kStreamBytes = std::size_t(64) << 20;
+
 // `count` new panels for `lines` rows of A (columns of B) of depth k, appended to `out`: their
-// first bytes, 16-line blocks (whole 32-line register blocks) and K tiles.
+// first bytes (as BF16), 16-line blocks (whole 32-line register blocks) and K tiles. Panels come
+// from pack.hpp's BufferPool: 2 MiB-aligned, huge-page advised, and kept for the next call
+// (EMULINALG_AMX_CACHE_MB), so a repeated product of one size writes into memory that is
+// already mapped instead of faulting in (and zeroing) gigabytes again.
 struct NewPanels {
-  std::vector<std::uint8_t*> base;
+  std::vector<std::uint16_t*> base;
   std::int64_t blocks, ktiles;
 };
 NewPanels new_panels(std::vector<amx::Panel>& out, int count, std::int64_t lines,
                      std::int64_t k) {
-  NewPanels p{{}, amx::ceil_div(lines, amx::kRegRows) * 2, amx::ceil_div(k, 32)};
+  NewPanels p{{}, amx::ceil_div(lines, amx::kRegRows) * 2, amx::ceil_div(k, kRun)};
   for (int s = 0; s < count; ++s) {
     out.push_back(amx::new_panel(p.blocks, p.ktiles));
-    p.base.push_back(out.back().bytes.get());
+    p.base.push_back(reinterpret_cast<std::uint16_t*>(out.back().bytes.get()));
   }
   return p;
 }
 
-// The slices of A (m x k, lines = rows) straight into tile panels (pack.hpp's pack_a layout,
-// zero padded): no row-major slice planes, one pass over A.
-void split_pack_a(const Matrix& x, const std::int32_t* e, int slices, bool fixed,
-                  std::vector<amx::Panel>& out) {
-  const std::int64_t m = x.rows, k = x.cols;
-  const auto [base, blocks, ktiles] = new_panels(out, slices, m, k);
-  const auto f = line_scales(e, m);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t ib = 0; ib < blocks; ++ib) {
-    for (int r = 0; r < amx::kTileRows; ++r) {
-      const std::int64_t i = ib * amx::kTileRows + r;
-      for (std::int64_t kt = 0; kt < ktiles; ++kt) {
-        const std::int64_t off = (ib * ktiles + kt) * amx::kTileSize + r * amx::kTileBytes;
-        std::uint16_t* o[8];
-        for (int s = 0; s < slices; ++s) o[s] = reinterpret_cast<std::uint16_t*>(base[s] + off);
-        const int len = i < m ? static_cast<int>(std::min<std::int64_t>(32, k - kt * 32)) : 0;
-        if (len > 0) {
-          split_run(x.p + i * x.sr + kt * 32 * x.sc, x.sc, len, &f[i].f1, &f[i].f2, 0, slices,
-                    fixed, o);
-        }
-        for (int s = 0; s < slices; ++s) std::fill(o[s] + len, o[s] + 32, std::uint16_t(0));
+// BF16 per tile (16 rows of 32) and per tile row.
+constexpr std::int64_t kTileValues = amx::kTileSize / 2, kRowValues = amx::kTileBytes / 2;
+
+// The slices of A (m x k, lines = rows; complex: re and im, one exponent per row of both)
+// straight into tile panels (pack.hpp's pack_a layout, zero padded): re to slices
+// [0, slices), im to [slices, 2 slices), appended to `out`. Each row's exponent is found and
+// the row split right after (e: its m exponents), so A is read from memory once: the second
+// pass over the row hits the cache. Row i, K tile kt of slice s is tile row (i / 16, kt, i % 16).
+void split_pack_a(const Matrix& re, const Matrix* im, std::int32_t* e, int slices, bool fixed,
+                  std::vector<amx::Panel>& out, bool stream) {
+  const std::int64_t m = re.rows, k = re.cols;
+  const int parts = im ? 2 : 1;
+  const auto [base, blocks, ktiles] = new_panels(out, parts * slices, m, k);
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < blocks * amx::kTileRows; ++i) {
+      const std::int64_t row0 = (i / amx::kTileRows) * ktiles * kTileValues +
+                                (i % amx::kTileRows) * kRowValues;
+      std::uint16_t* o[16];
+      for (int s = 0; s < parts * slices; ++s) o[s] = base[s] + row0;
+      if (i >= m) {
+        zero_runs(o, parts * slices, ktiles, kTileValues, stream);
+        continue;
       }
+      const double* xr = re.p + i * re.sr;
+      const double* xi = im ? im->p + i * im->sr : nullptr;
+      e[i] = frexp_exponent(line_max(xr, re.sc, xi, im ? im->sc : 0, static_cast<int>(k)));
+      const LineScale f = line_scale(e[i]);
+      split_run(xr, re.sc, static_cast<int>(k), &f.f1, &f.f2, false, slices, fixed, o,
+                kTileValues, stream);
+      if (im)
+        split_run(xi, im->sc, static_cast<int>(k), &f.f1, &f.f2, false, slices, fixed,
+                  o + slices, kTileValues, stream);
     }
+    if (stream) _mm_sfence();  // streaming stores visible before the barrier
   }
 }
 
-// The slices of B (k x n, lines = columns) straight into VNNI tile panels (pack_b_vnni's
-// layout: row r of tile (jb, kt) holds B[32 kt + 2 r + g][16 jb + c] at 2 c + g): each pair of
-// B's rows is split into a per-thread buffer, then interleaved into the tiles.
-void split_pack_b(const Matrix& x, const std::int32_t* e, int slices, bool fixed,
-                  std::vector<amx::Panel>& out) {
-  const std::int64_t k = x.rows, n = x.cols;
-  const auto [base, blocks, ktiles] = new_panels(out, slices, n, k);
+// The slices of B (k x n, lines = columns, exponents e) straight into VNNI tile panels
+// (pack_b_vnni's layout: row r of tile (jb, kt) holds B[32 kt + 2 r + g][16 jb + c] at 2 c + g):
+// re to slices [0, slices); complex: im to [slices, 2 slices) and -im (sign bits flipped, zero
+// padding included: -0 adds nothing) to [2 slices, 3 slices). Each pair of B's rows is split into
+// a per-thread buffer (whole runs, zero padded to 16 jb), then interleaved 16 columns at a time
+// into 64-byte tile rows.
+void split_pack_b(const Matrix& re, const Matrix* im, const std::int32_t* e, int slices,
+                  bool fixed, std::vector<amx::Panel>& out, bool stream) {
+  const std::int64_t k = re.rows, n = re.cols;
+  const int parts = im ? 2 : 1;
+  const auto [base, blocks, ktiles] = new_panels(out, (im ? 3 : 1) * slices, n, k);
   const auto f = line_scales(e, n);
-  const std::int64_t np = blocks * 16;
+  const std::int64_t np = blocks * 16;  // = whole runs of n
+  const __m128i sign = _mm_set1_epi16(static_cast<short>(0x8000));
 #pragma omp parallel
   {
-    std::vector<std::uint16_t> buf(static_cast<std::size_t>(2 * slices * np), 0);
+    const Scratch buf(static_cast<std::size_t>(2 * slices * np));
+    std::uint16_t* rows = buf.get();
 #pragma omp for schedule(static)
     for (std::int64_t rr = 0; rr < ktiles * 16; ++rr) {  // row pairs (2 rr, 2 rr + 1) of B
       const std::int64_t kt = rr / 16, r = rr % 16;
-      for (int g = 0; g < 2; ++g) {
-        const std::int64_t l = 2 * rr + g;
-        std::uint16_t* o[8];
-        for (int s = 0; s < slices; ++s) o[s] = buf.data() + (2 * s + g) * np;
-        if (l < k) split_run(x.p + l * x.sr, x.sc, static_cast<int>(n), &f[0].f1, &f[0].f2, 2,
-                             slices, fixed, o);
-        for (int s = 0; s < slices; ++s)
-          std::fill(o[s] + (l < k ? n : 0), o[s] + np, std::uint16_t(0));
-      }
-      for (int s = 0; s < slices; ++s) {
-        const std::uint16_t* r0 = buf.data() + (2 * s) * np;
-        const std::uint16_t* r1 = r0 + np;
-        for (std::int64_t jb = 0; jb < blocks; ++jb) {
-          auto* d = reinterpret_cast<std::uint16_t*>(
-              base[s] + (jb * ktiles + kt) * amx::kTileSize + r * amx::kTileBytes);
-          for (int c = 0; c < 16; ++c) {
-            d[2 * c] = r0[jb * 16 + c];
-            d[2 * c + 1] = r1[jb * 16 + c];
+      for (int part = 0; part < parts; ++part) {
+        const Matrix& x = part ? *im : re;
+        for (int g = 0; g < 2; ++g) {
+          const std::int64_t l = 2 * rr + g;
+          std::uint16_t* o[8];
+          for (int s = 0; s < slices; ++s) o[s] = rows + (2 * s + g) * np;
+          if (l < k) {
+            split_run(x.p + l * x.sr, x.sc, static_cast<int>(n), f.f1.data(), f.f2.data(), true,
+                      slices, fixed, o, kRun, false);
+          } else {
+            for (int s = 0; s < slices; ++s) std::fill(o[s], o[s] + np, std::uint16_t(0));
+          }
+        }
+        for (int s = 0; s < slices; ++s) {
+          const auto* r0 = reinterpret_cast<const __m128i*>(rows + (2 * s) * np);
+          const auto* r1 = reinterpret_cast<const __m128i*>(rows + (2 * s + 1) * np);
+          std::uint16_t* dst = base[part * slices + s] + kt * kTileValues + r * kRowValues;
+          std::uint16_t* neg = part ? base[2 * slices + s] + kt * kTileValues + r * kRowValues
+                                    : nullptr;
+          for (std::int64_t jb = 0; jb < blocks; ++jb) {  // 16 columns: two 8-value vectors
+            const __m128i a0 = _mm_load_si128(r0 + 2 * jb), a1 = _mm_load_si128(r0 + 2 * jb + 1);
+            const __m128i b0 = _mm_load_si128(r1 + 2 * jb), b1 = _mm_load_si128(r1 + 2 * jb + 1);
+            alignas(64) __m128i line[4] = {_mm_unpacklo_epi16(a0, b0), _mm_unpackhi_epi16(a0, b0),
+                                           _mm_unpacklo_epi16(a1, b1), _mm_unpackhi_epi16(a1, b1)};
+            const std::int64_t off = jb * ktiles * kTileValues;
+            put_line(dst + off, line, stream);
+            if (neg) {
+              for (auto& v : line) v = _mm_xor_si128(v, sign);
+              put_line(neg + off, line, stream);
+            }
           }
         }
       }
     }
+    if (stream) _mm_sfence();
   }
-}
-
-// A copy of a panel with every BF16 value negated (sign bit flipped; zeros become -0, which
-// adds nothing to a sum).
-amx::Panel negated(const amx::Panel& p) {
-  amx::Panel q = amx::new_panel(p.blocks, p.ktiles);
-  const std::int64_t lines = std::max<std::int64_t>(1, p.blocks * p.ktiles) * amx::kTileSize / 16;
-  const __m128i sign = _mm_set1_epi16(static_cast<short>(0x8000));
-  const auto* src = reinterpret_cast<const __m128i*>(p.bytes.get());
-  auto* dst = reinterpret_cast<__m128i*>(q.bytes.get());
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < lines; ++i) _mm_store_si128(dst + i, _mm_xor_si128(src[i], sign));
-  return q;
 }
 
 // (planes_re, planes_im or None, exponents): planes (slices, rows, cols) uint16 in x's shape.
@@ -384,7 +522,7 @@ struct Bf16Panels {
 // emulinalg._bf16's split of 2-D float64 parts, written straight into tile panels.
 std::shared_ptr<Bf16Panels> pack(const py::array_t<double>& ar, const py::array_t<double>& br,
                                  int slices, const std::string& kind, const py::object& ai,
-                                 const py::object& bi) {
+                                 const py::object& bi, const py::object& stream_arg) {
   const char* who = "bf16_pack";
   check_split(kind, slices, who);
   if (ai.is_none() != bi.is_none())
@@ -401,18 +539,16 @@ std::shared_ptr<Bf16Panels> pack(const py::array_t<double>& ar, const py::array_
   P->m = xa.rows;
   P->k = xa.cols;
   P->n = xb.cols;
-  P->ea = line_exponents(xa, P->cplx ? &xai : nullptr, true);
+  P->ea = py::array_t<std::int32_t>(P->m);  // found row by row in split_pack_a
   P->eb = line_exponents(xb, P->cplx ? &xbi : nullptr, false);
-  const std::int32_t* ea = P->ea.data();
+  std::int32_t* ea = P->ea.mutable_data();
   const std::int32_t* eb = P->eb.data();
+  const long long values = P->cplx ? 2 * P->m * P->k + 3 * P->k * P->n : P->m * P->k + P->k * P->n;
+  const bool stream = stream_arg.is_none() ? static_cast<std::size_t>(2 * slices * values) >= kStreamBytes
+                                           : stream_arg.cast<bool>();
   py::gil_scoped_release release;
-  split_pack_a(xa, ea, slices, P->fixed, P->a);
-  if (P->cplx) split_pack_a(xai, ea, slices, P->fixed, P->a);
-  split_pack_b(xb, eb, slices, P->fixed, P->b);
-  if (P->cplx) {
-    split_pack_b(xbi, eb, slices, P->fixed, P->b);
-    for (int s = 0; s < slices; ++s) P->b.push_back(negated(P->b[slices + s]));
-  }
+  split_pack_a(xa, P->cplx ? &xai : nullptr, ea, slices, P->fixed, P->a, stream);
+  split_pack_b(xb, P->cplx ? &xbi : nullptr, eb, slices, P->fixed, P->b, stream);
   return P;
 }
 
@@ -520,11 +656,28 @@ void register_bf16_host(py::module_& m) {
                                                        "BF16 slice panels of a product's operands")
       .def_property_readonly("ea", [](const Bf16Panels& p) { return p.ea; })
       .def_property_readonly("eb", [](const Bf16Panels& p) { return p.eb; })
-      .def_property_readonly("slices", [](const Bf16Panels& p) { return p.slices; });
+      .def_property_readonly("slices", [](const Bf16Panels& p) { return p.slices; })
+      .def(
+          "panel",
+          [](const Bf16Panels& p, const std::string& side, int i) {
+            const auto& v = side == "a" ? p.a : p.b;
+            if ((side != "a" && side != "b") || i < 0 || i >= static_cast<int>(v.size()))
+              throw std::invalid_argument("Bf16Panels.panel: side 'a' or 'b' and a panel index");
+            const std::int64_t n = v[i].blocks * v[i].ktiles * kTileValues;
+            py::array_t<std::uint16_t> out(n);
+            std::memcpy(out.mutable_data(), v[i].bytes.get(), static_cast<std::size_t>(n) * 2);
+            return out;
+          },
+          py::arg("side"), py::arg("i"),
+          "A copy of panel i of the A ('a') or B ('b') stack: (blocks * ktiles * 512,) uint16, "
+          "tile after tile (tests).");
   m.def("bf16_pack", &pack, py::arg("ar"), py::arg("br"), py::arg("slices"), py::arg("kind"),
-        py::arg("ai") = py::none(), py::arg("bi") = py::none(),
+        py::arg("ai") = py::none(), py::arg("bi") = py::none(), py::kw_only(),
+        py::arg("stream") = py::none(),
         "emulinalg._bf16's split of 2-D float64 parts straight into tile panels: A stack "
-        "[Ar, Ai], B stack [Br, Bi, -Bi] (slices each); .ea/.eb are the line exponents.");
+        "[Ar, Ai], B stack [Br, Bi, -Bi] (slices each); .ea/.eb are the line exponents. The "
+        "panels come from the panel cache (cache_info). stream: write them with non-temporal "
+        "stores (None: from 64 MiB of panels on; the same bits either way).");
   m.def("bf16_multiply", &multiply, py::arg("panels"), py::arg("pairs"), py::kw_only(),
         py::arg("emulate") = false, py::arg("threads") = 0,
         "sum over pairs (count, 2) of A[i] @ B[j] on bf16_pack's panels, still scaled: float32 "

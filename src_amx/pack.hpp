@@ -30,6 +30,7 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>  // sysconf: the physical memory
 #endif
 
 #include "blocking.hpp"
@@ -56,9 +57,14 @@ inline void* alloc_bytes(std::size_t bytes, std::size_t* capacity = nullptr) {
     return p;
 }
 
-// Packed panels are cached between calls (a Scheme II product runs ~18 GEMMs of one size back
-// to back), up to EMULINALG_AMX_CACHE_MB MiB in all (default 256; 0 disables). Thread-safe: the
-// GEMMs run without the GIL.
+// Packed panels are cached between calls, as MKL keeps its buffers: a Scheme II product runs
+// ~18 GEMMs of one size back to back, and a BF16 product's slice panels (1.5 GB for N = 8192)
+// would otherwise be mapped, faulted in and zeroed by the kernel again on every call. What is
+// kept is bounded twice: never more than EMULINALG_AMX_CACHE_MB MiB (default: an eighth of the
+// physical memory, at least 256 MiB; 0 disables the cache), and never more than the most this
+// process ever had in use at once (so the cache holds the largest call's working set, not a
+// growing collection of every shape seen; the smallest buffers go first). clear_cache() gives
+// it all back (as mkl_free_buffers). Thread-safe: the GEMMs run without the GIL.
 class BufferPool {
 public:
     static BufferPool& instance() {
@@ -80,21 +86,26 @@ public:
                 auto b = free_[best];
                 free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
                 cached_ -= b.second;
+                used(b.second);
                 return b;
             }
         }
         std::size_t cap = 0;
         void* p = alloc_bytes(bytes, &cap);
+        std::lock_guard<std::mutex> lock(mu_);
+        used(cap);
         return {p, cap};
     }
     void release(void* p, std::size_t cap) {
         if (p == nullptr) return;
         std::lock_guard<std::mutex> lock(mu_);
-        if (cap > limit_) {
+        in_use_ -= cap;
+        const std::size_t keep = std::min(limit_, peak_);
+        if (cap > keep) {
             std::free(p);
             return;
         }
-        while (cached_ + cap > limit_ && !free_.empty()) {  // drop the smallest first
+        while (cached_ + cap > keep && !free_.empty()) {  // drop the smallest first
             auto it = std::min_element(free_.begin(), free_.end(), [](auto& x, auto& y) {
                 return x.second < y.second;
             });
@@ -105,13 +116,14 @@ public:
         free_.emplace_back(p, cap);
         cached_ += cap;
     }
-    // Frees the cached buffers; returns how many bytes that gave back.
+    // Frees the cached buffers and forgets the past peak; returns how many bytes that gave back.
     std::size_t clear() {
         std::lock_guard<std::mutex> lock(mu_);
         const std::size_t n = cached_;
         for (auto& b : free_) std::free(b.first);
         free_.clear();
         cached_ = 0;
+        peak_ = in_use_;
         return n;
     }
     std::size_t cached() {
@@ -121,6 +133,10 @@ public:
     std::size_t limit() {
         std::lock_guard<std::mutex> lock(mu_);
         return limit_;
+    }
+    std::size_t peak() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return peak_;
     }
     void set_limit(std::size_t bytes) {
         {
@@ -132,6 +148,7 @@ public:
 
 private:
     BufferPool() {
+        limit_ = default_limit();
         const char* env = std::getenv("EMULINALG_AMX_CACHE_MB");
         if (env != nullptr && *env != '\0') {
             char* end = nullptr;
@@ -140,10 +157,24 @@ private:
         }
     }
     ~BufferPool() { clear(); }
+    // An eighth of the physical memory, at least 256 MiB (256 MiB where it cannot be read).
+    static std::size_t default_limit() {
+        std::size_t bytes = std::size_t(256) << 20;
+#if defined(__linux__)
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0)
+            bytes = std::max(bytes, static_cast<std::size_t>(pages) / 8 * static_cast<std::size_t>(page));
+#endif
+        return bytes;
+    }
+    void used(std::size_t cap) {  // mu_ held
+        in_use_ += cap;
+        peak_ = std::max(peak_, in_use_);
+    }
     std::mutex mu_;
     std::vector<std::pair<void*, std::size_t>> free_;
-    std::size_t cached_ = 0;
-    std::size_t limit_ = std::size_t(256) << 20;
+    std::size_t cached_ = 0, in_use_ = 0, peak_ = 0;
+    std::size_t limit_ = 0;
 };
 
 // A pooled buffer, given back to the pool when destroyed.

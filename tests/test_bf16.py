@@ -185,7 +185,7 @@ def test_split_equals_the_generic_split(how, rows, rng):
     view = np.asfortranarray(x)[::-1]  # strided input
     axis = -1 if rows else -2
     s = 6 if how == "fixed" else 3
-    for re, imag in ((x, None), (view, None), (x, im)):
+    for re, imag in ((x, None), (view, None), (x, im), (view, im)):
         pr, pi, e = _amx.bf16_split(re, s, rows, how, imag)
         want_e = _bf16.line_exponents(np, re, imag, axis=axis)
         np.testing.assert_array_equal(e, want_e)
@@ -197,6 +197,94 @@ def test_split_equals_the_generic_split(how, rows, rng):
             vals = (got.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
             np.testing.assert_array_equal(vals, np.stack(want))
             np.testing.assert_array_equal(np.signbit(vals), np.signbit(np.stack(want)))
+
+
+def _layout_a(planes, blocks, ktiles):
+    """pack_a's tile layout of planes (slices, m, k), zero padded: tile (ib, kt) after tile,
+    its row r = A[16 ib + r, 32 kt : 32 kt + 32]."""
+    s, m, k = planes.shape
+    p = np.zeros((s, blocks * 16, ktiles * 32), np.uint16)
+    p[:, :m, :k] = planes
+    return p.reshape(s, blocks, 16, ktiles, 32).transpose(0, 1, 3, 2, 4).reshape(s, -1)
+
+
+def _layout_b(planes, blocks, ktiles):
+    """pack_b_vnni's layout of planes (slices, k, n), zero padded: tile (jb, kt) after tile,
+    its row r = for c < 16 the pair B[32 kt + 2 r + g, 16 jb + c], g = 0, 1."""
+    s, k, n = planes.shape
+    p = np.zeros((s, ktiles * 32, blocks * 16), np.uint16)
+    p[:, :k, :n] = planes
+    return p.reshape(s, ktiles, 16, 2, blocks, 16).transpose(0, 4, 1, 2, 5, 3).reshape(s, -1)
+
+
+PACK_CASES = [  # (m, k, n), complex, streaming stores, operand layout: large, small, large again
+    ((70, 130, 45), False, None, "c"),
+    ((6, 5, 7), True, True, "c"),
+    ((33, 64, 17), False, True, "f"),
+    ((70, 130, 45), True, False, "strided"),
+    ((40, 300, 66), False, True, "c"),
+    ((7, 3, 6), False, None, "c"),
+]
+
+
+@needs_amx_module
+@pytest.mark.parametrize("how", ["fixed", "float"])
+def test_pack_writes_the_tile_layout_of_the_split(how, rng):
+    """bf16_pack's panels are, bit for bit, the tile layouts of bf16_split's planes (which equal
+    the generic split): zero padding included, -Bi being Bi with every sign bit flipped, with and
+    without streaming stores, in cached buffers that earlier (larger) calls left dirty."""
+    s = 6 if how == "fixed" else 3
+    for (m, k, n), cplx, stream, order in PACK_CASES:
+        a, b = _edge_matrix(rng, (m, k)), _edge_matrix(rng, (n, k)).T
+        ai = _wide(rng, (m, k), 30) if cplx else None
+        bi = _wide(rng, (k, n), 30) if cplx else None
+        if order == "f":
+            a, b = np.asfortranarray(a), np.asfortranarray(b)
+        elif order == "strided":
+            a, b = np.asfortranarray(a)[::-1], np.ascontiguousarray(b)[:, ::-1]
+        p = _amx.bf16_pack(a, b, s, how, ai, bi, stream=stream)
+        pa, pai, ea = _amx.bf16_split(a, s, True, how, ai)
+        pb, pbi, eb = _amx.bf16_split(b, s, False, how, bi)
+        np.testing.assert_array_equal(p.ea, _bf16.line_exponents(np, a, ai, axis=-1))
+        np.testing.assert_array_equal(p.eb, _bf16.line_exponents(np, b, bi, axis=-2))
+        np.testing.assert_array_equal(p.ea, ea)
+        np.testing.assert_array_equal(p.eb, eb)
+        kt = -(-k // 32)
+        want_a = _layout_a(pa if not cplx else np.concatenate([pa, pai]), -(-m // 32) * 2, kt)
+        want_b = [_layout_b(pb, -(-n // 32) * 2, kt)]
+        if cplx:
+            lb = _layout_b(pbi, -(-n // 32) * 2, kt)
+            want_b += [lb, lb ^ np.uint16(0x8000)]
+        want_b = np.concatenate(want_b)
+        for side, want in (("a", want_a), ("b", want_b)):
+            for i, w in enumerate(want):
+                np.testing.assert_array_equal(p.panel(side, i), w, err_msg=f"{side}[{i}]")
+        with pytest.raises(ValueError, match="panel index"):
+            p.panel("a", len(want_a))
+
+
+@needs_amx_module
+def test_pack_reuses_cached_panels(rng):
+    """A repeated product of one size writes into the panels the last one left in the cache (no
+    new memory, the same bits); a larger one replaces them (the cache never holds more than the
+    most that was in use at once); clear_cache gives them back."""
+    a, b = _wide(rng, (64, 256), 4), _wide(rng, (256, 48), 4)
+    pairs = np.asarray(_bf16.pairs(emulinalg.BF16xN(6, 6)), np.int32)
+    first = _amx.bf16_multiply(_amx.bf16_pack(a, b, 6, "fixed"), pairs, emulate=True)
+    again = _amx.bf16_multiply(_amx.bf16_pack(a, b, 6, "fixed"), pairs, emulate=True)
+    np.testing.assert_array_equal(again, first)
+    _amx.clear_cache()
+    _amx.bf16_pack(a, b, 6, "fixed")
+    info = _amx.cache_info()
+    assert 0 < info["cached_bytes"] == info["peak_bytes"] <= info["limit_bytes"]
+    _amx.bf16_pack(a, b, 6, "fixed")
+    assert _amx.cache_info() == info
+    _amx.bf16_pack(_wide(rng, (256, 1024), 4), _wide(rng, (1024, 96), 4), 6, "fixed")
+    bigger = _amx.cache_info()
+    assert bigger["peak_bytes"] > info["peak_bytes"]
+    assert bigger["cached_bytes"] == bigger["peak_bytes"]  # the smaller panels were dropped
+    assert _amx.clear_cache() == bigger["cached_bytes"]
+    assert _amx.cache_info()["cached_bytes"] == 0
 
 
 def _bf16_bits(x):
