@@ -439,6 +439,9 @@ def _bf16_lower(x3, rows_pad, cols_pad):
 # Columns per block of the line passes that reduce along k (a multiple of the 32-column tile):
 # the sums over a line are taken chunk by chunk, in order, then the chunks in order.
 _STAT_CHUNK = 512
+# Rows of the bound GEMM's sums cert_entries reads ahead per thread (1 or 2: loads in flight
+# against registers)
+_CERT_ROWS = 1
 _INT_MIN = -(2**31)
 _STATS_NAMES = tuple(
     f"{k}<{c}>"
@@ -447,7 +450,12 @@ _STATS_NAMES = tuple(
 ) + tuple(
     name
     for T in ("int", "long long")
-    for name in (f"bound_max<{T}>", f"cert_entries<{T}, false>", f"cert_entries<{T}, true>")
+    for name in (f"bound_max<{T}>",)
+) + tuple(
+    f"cert_entries<{T}, {g}, {r}>"
+    for T in ("int", "long long")
+    for g in ("false", "true")
+    for r in (1, 2)
 ) + tuple(
     f"refine_suspects<{T}, {g}, {c}>"
     for T in ("int", "long long")
@@ -678,9 +686,18 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     nth = th.shape[0]
     fexp, fexp_mixed = (10, 11) if cplx else (12, 12)  # _select.bound_lower
 
+    refine = ar.ndim == 2 and br.ndim == 2  # as _select.refine_moduli: 2-D products only
+    cap = max(_select.REFINE_ENTRIES, 0)
+    (are, aim), (bre, bim) = ops.a, ops.b  # B^T lines: (batch, j, k) strides
+    _, asr, asc = ops.a_strides
+    _, bsc, bsr = ops.b_strides
+
     def entries(c32):
-        """One pass: need, and (largest certified count, its entries, the beyond entries)."""
-        hist = cp.zeros((nth + 2,), dtype=cp.uint64)
+        """One pass for the counts, then (2-D products) the suspect refinement, conditioned on
+        the device by the pass's histogram, and one read-back of both: (count, its entries,
+        the beyond entries, the refinement's (suspects, rows, columns, failures))."""
+        buf = cp.zeros((nth + 2 + 4,), dtype=cp.uint64)
+        hist, stat = buf[: nth + 2], buf[nth + 2 :]
         gemm = c32 is not None
         args = (
             F, c32 if gemm else F, _i64(n_p), _i64(c32.shape[-1] if gemm else 0), _i32(B),
@@ -689,13 +706,37 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
             np.float64(cc.abs_term), np.float64(cc.cR), np.float64(cc.c4), th, _i32(nth),
             _i32(_select.MIN_MODULI), lower.ma, lower.mb, _i32(fexp_mixed), need, hist,
         )  # fmt: skip
-        _stats_kernel(f"cert_entries<{_f_type(F)}, {_tf(gemm)}>")((gx, gy), (32, 8), args)
-        h = [int(v) for v in cp.asnumpy(hist)]
+        kname = f"cert_entries<{_f_type(F)}, {_tf(gemm)}, {_CERT_ROWS}>"
+        _stats_kernel(kname)((gx, gy), (32, 8), args)
+        if refine and cap:
+            # the suspects (the entries at the largest count) and the test one count lower;
+            # both kernels return at once unless the histogram allows a refinement
+            idx = cp.empty((cap,), dtype=cp.int64)
+            marks = cp.zeros((m + n,), dtype=cp.uint32)
+            total = m * n
+            args = (need, _i64(total), _i32(n), hist, _i32(nth), _i32(_select.MIN_MODULI), idx,
+                    _i64(cap), marks[:m], marks[m:], stat)  # fmt: skip
+            grid = (min(-(-total // (16 * _THREADS)) + 1, 8192),)
+            _stats_kernel("collect_suspects")(grid, (_THREADS,), args)
+            cq = c32 if gemm else F
+            args = (
+                are, are if aim is None else aim, _i64(asr), _i64(asc), bre,
+                bre if bim is None else bim, _i64(bsr), _i64(bsc), _i32(k), s.reshape(-1),
+                t.reshape(-1), idx, _i64(cap), _i32(n), F, cq, _i64(n_p),
+                _i64(cq.shape[-1] if gemm else 0), _i32(fexp), _i32(fexp_mixed), lower.ma,
+                lower.mb, np.float64(cc.factor), np.float64(cc.abs_term), na, alpha, nb, beta,
+                np.float64(cc.native_factor), np.float64((2 * k + 2) * 2.0**-1074),
+                np.float64(cc.cR), np.float64(cc.c4), th, _i32(nth), hist, stat,
+            )  # fmt: skip
+            kname = f"refine_suspects<{_f_type(F)}, {_tf(gemm)}, {_tf(cplx)}>"
+            grid = (min(-(-cap // (_THREADS // 32)), 4096),)
+            _stats_kernel(kname)(grid, (_THREADS,), args)
+        h = [int(v) for v in cp.asnumpy(buf)]
         top = h[nth + 1]
-        return top + _select.MIN_MODULI, h[top], h[nth]
+        return top + _select.MIN_MODULI, h[top], h[nth], h[nth + 2 :]
 
     c32 = None
-    count, at_count, n_out = entries(None)
+    count, at_count, n_out, ref = entries(None)
     if n_out and (k > _select._LOWER_K_MAX or cc.factor <= 0):
         # beyond the bf16 bound's range: the generic code (its float64 GEMM bound) from F
         Fv = F[..., :n].reshape(ops.batch + (m, n))
@@ -707,42 +748,13 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
         b16 = _cert_operand(*ops.b, ops.b_strides, B, n, nb16, k, kp, True, t)
         c32 = _bf16_gemm(a16, b16)
         del a16, b16
-        count, at_count, n_out = entries(c32)
+        count, at_count, n_out, ref = entries(c32)
     if n_out == B * m * n:
         return None, (need == _select.BEYOND).reshape(ops.batch + (m, n))
     beyond = (need == _select.BEYOND).reshape(ops.batch + (m, n)) if n_out else None
-    if (
-        count <= _select.MIN_MODULI
-        or ar.ndim != 2
-        or br.ndim != 2
-        or at_count > _select.REFINE_ENTRIES
-    ):
+    if not refine or count <= _select.MIN_MODULI or at_count > _select.REFINE_ENTRIES:
         return count, beyond  # no refinement: as _select.refine_moduli
-    # _select.refine_moduli on the device: the suspects, their distinct lines and the test one
-    # count lower in two kernels, read back once (stat: suspects, rows, columns, failures)
-    stat = cp.zeros((4,), dtype=cp.uint64)
-    idx = cp.empty((max(at_count, 1),), dtype=cp.int64)
-    marks = cp.zeros((m + n,), dtype=cp.uint32)
-    total = m * n
-    args = (need, _i64(total), _i32(n), _i32(count), idx, _i64(at_count), marks[:m], marks[m:],
-            stat)  # fmt: skip
-    _stats_kernel("collect_suspects")((min(-(-total // _THREADS), 8192),), (_THREADS,), args)
-    (are, aim), (bre, bim) = ops.a, ops.b  # B^T lines: (batch, j, k) strides
-    _, asr, asc = ops.a_strides
-    _, bsc, bsr = ops.b_strides
-    cq = c32 if c32 is not None else F
-    args = (
-        are, are if aim is None else aim, _i64(asr), _i64(asc), bre, bre if bim is None else bim,
-        _i64(bsr), _i64(bsc), _i32(k), s.reshape(-1), t.reshape(-1), idx, _i32(at_count),
-        _i32(n), F, cq, _i64(n_p), _i64(cq.shape[-1] if c32 is not None else 0), _i32(fexp),
-        _i32(fexp_mixed), lower.ma, lower.mb, np.float64(cc.factor), np.float64(cc.abs_term),
-        na, alpha, nb, beta, np.float64(cc.native_factor), np.float64((2 * k + 2) * 2.0**-1074),
-        np.float64(cc.cR), np.float64(cc.c4),
-        np.float64(_select.THRESHOLDS[count - 1 - _select.MIN_MODULI]), stat[3:],
-    )  # fmt: skip
-    kname = f"refine_suspects<{_f_type(F)}, {_tf(c32 is not None)}, {_tf(cplx)}>"
-    _stats_kernel(kname)((min(-(-at_count // (_THREADS // 32)), 4096),), (_THREADS,), args)
-    got, rows, cols, fails = (int(v) for v in cp.asnumpy(stat))
+    got, rows, cols, fails = ref
     if got != at_count:  # the histogram and the mask disagree
         raise RuntimeError("internal: the certificate's suspects were not all collected")
     if not _select.refine_spread_ok(rows, cols, m, n) or fails:

@@ -237,10 +237,20 @@ class _Kernel:
         out[...] = h  # the grid's atomics, in one step
 
 
-    def _collect_suspects(self, grid, block, targs, need, total, n, value, idx, cap, row_mark,
-                          col_mark, stat):  # fmt: skip
-        total, n, value, cap = int(total), int(n), int(value), int(cap)
+    @staticmethod
+    def _refinable(hist, nth, cap):
+        h = _view(hist, np.uint64, (int(nth) + 2,), (1,))
+        top = int(h[int(nth) + 1])
+        return (top > 0 and int(h[top]) <= int(cap)), top
+
+    def _collect_suspects(self, grid, block, targs, need, total, n, hist, nth, base, idx, cap,
+                          row_mark, col_mark, stat):  # fmt: skip
+        total, n, cap = int(total), int(n), int(cap)
         assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
+        ok, top = self._refinable(hist, nth, cap)
+        if not ok:
+            return
+        value = int(base) + top
         found = np.flatnonzero(_view(need, np.uint8, (total,), (1,)) == value)
         found = found[::-1].copy()  # any order on the GPU: here reversed
         if cap:
@@ -255,12 +265,18 @@ class _Kernel:
         rm[rows], cm[cols] = 1, 1
 
     def _refine_suspects(self, grid, block, targs, are, aim, asr, asc, bre, bim, bsr, bsc, k,
-                         shift_a, shift_b, idx, count, n, F, c32, n_p, c_pitch, fexp, fexp_mixed,
+                         shift_a, shift_b, idx, cap, n, F, c32, n_p, c_pitch, fexp, fexp_mixed,
                          mixa, mixb, factor, abs_term, na, alpha, nb, beta, native_factor, tiny,
-                         cR, c4, t, fails):  # fmt: skip
+                         cR, c4, th, nth, hist, stat):  # fmt: skip
         cplx, gemm = targs[2] == "true", targs[1] == "true"
-        k, count, n, n_p, c_pitch = (int(v) for v in (k, count, n, n_p, c_pitch))
+        k, n, n_p, c_pitch = (int(v) for v in (k, n, n_p, c_pitch))
         assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
+        ok, top = self._refinable(hist, nth, cap)
+        if not ok:
+            return
+        st = _view(stat, np.uint64, (4,), (1,))
+        count = min(int(st[0]), int(cap))
+        t = float(_view(th, np.float64, (int(nth),), (1,))[top - 1])
         flat = _view(idx, np.int64, (count,), (1,))
         r, c = flat // n, flat % n
         mm = int(r.max(initial=0)) + 1
@@ -290,8 +306,7 @@ class _Kernel:
             G2 = 2.0 * (a_i * nb_j + b_j * na_i)
             Q = (float(c4) * a_i) * b_j
             fail += not (float(t) * (G2 + float(t) * Q) <= float(cR) * lam)
-        out = _view(fails, np.uint64, (1,), (1,))
-        out[0] += np.uint64(fail)
+        st[3] += np.uint64(fail)
 
 
 class RawModule:
@@ -359,15 +374,16 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "int chunk, const long long* shift, double* partial, unsigned short* out",
     "refine_suspects": "const double* are, const double* aim, long long asr, long long asc, "
     "const double* bre, const double* bim, long long bsr, long long bsc, int k, "
-    "const long long* shift_a, const long long* shift_b, const long long* idx, int count, int n, "
+    "const long long* shift_a, const long long* shift_b, const long long* idx, long long cap, "
+    "int n, "
     "const T* F, const float* c32, long long n_p, long long c_pitch, int fexp, int fexp_mixed, "
     "const unsigned long long* mixa, const unsigned long long* mixb, double factor, "
     "double abs_term, const double* na, const double* alpha, const double* nb, "
-    "const double* beta, double native_factor, double tiny, double cR, double c4, double t, "
-    "unsigned long long* fails",
-    "collect_suspects": "const unsigned char* need, long long total, int n, int value, "
-    "long long* idx, long long cap, unsigned* row_mark, unsigned* col_mark, "
-    "unsigned long long* stat",
+    "const double* beta, double native_factor, double tiny, double cR, double c4, "
+    "const double* th, int nth, const unsigned long long* hist, unsigned long long* stat",
+    "collect_suspects": "const unsigned char* need, long long total, int n, "
+    "const unsigned long long* hist, int nth, int base, long long* idx, long long cap, "
+    "unsigned* row_mark, unsigned* col_mark, unsigned long long* stat",
     "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, "
     "const double* e, double scale, double* norm, double* alpha",
     "cert_entries": "const T* F, const float* c32, long long n_p, long long c_pitch, int B, "

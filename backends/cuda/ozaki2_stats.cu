@@ -400,6 +400,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long b = i / R, r = i - b * R;
     double s = 0.0;
+#pragma unroll 16
     for (int c = 0; c < nchunks; ++c) s = __dadd_rn(s, partial[(b * nchunks + c) * R + r]);
     norm[i] = __dmul_rn(s, l1fac);
     alpha[i] = __dmul_rn(scale, __dsqrt_rn(e[i]));
@@ -455,7 +456,7 @@ __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i
 // and the number of its entries there to hist[that value]; the beyond entries are added to
 // hist[nth]. So after the grid, hist[nth + 1] is the largest over all certified entries and
 // hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to lower slots).
-template <typename T, bool GEMM>
+template <typename T, bool GEMM, int ROWS>
 __global__ void __launch_bounds__(kThreads)
     cert_entries(const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
                  long long c_pitch, int B, int m, int n, int rows_per_block, int fexp,
@@ -485,50 +486,70 @@ __global__ void __launch_bounds__(kThreads)
   long long bcur = -1;
   double nbv[kCols] = {}, bev[kCols] = {};
   bool mxb[kCols] = {};
-  for (long long row = rbeg + threadIdx.y; row < rend; row += blockDim.y) {
-    const long long b = row / m;
-    if (b != bcur) {
-      bcur = b;
+  // Rows rbeg + threadIdx.y + 8 i in order, F (and c32) read ROWS rows ahead (more loads in
+  // flight per thread, more registers).
+  for (long long r0 = rbeg + threadIdx.y; r0 < rend; r0 += ROWS * blockDim.y) {
+    T fv[ROWS][kCols];
+    float gv[GEMM ? ROWS : 1][kCols];
+#pragma unroll
+    for (int u = 0; u < ROWS; ++u) {
+      const long long row = r0 + u * blockDim.y;
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int j = j0 + 32 * c;
-        nbv[c] = j < n ? nb[b * n + j] : 0.0;
-        bev[c] = j < n ? beta[b * n + j] : 0.0;
-        mxb[c] = j < n && mixb[b * n + j] != 0;
+        const bool in = row < rend && j < n;
+        fv[u][c] = in ? F[row * n_p + j] : T(0);
+        if constexpr (GEMM) gv[u][c] = in ? c32[row * c_pitch + j] : 0.0f;
       }
     }
-    const double na_i = na[row], alpha_i = alpha[row];
-    const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
-    const bool mxa = mixa[row] != 0;
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const int j = j0 + 32 * c;
-      if (j >= n) continue;
-      const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
-      double lam = __dmul_rn(static_cast<double>(F[row * n_p + j]), fs);  // exact
-      if constexpr (GEMM) {
-        const double g = gemm_lower(c32[row * c_pitch + j], factor, abs_term);
-        lam = g > lam ? g : lam;
+    for (int u = 0; u < ROWS; ++u) {
+      const long long row = r0 + u * blockDim.y;
+      if (row >= rend) break;
+      const long long b = row / m;
+      if (b != bcur) {
+        bcur = b;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int j = j0 + 32 * c;
+          nbv[c] = j < n ? nb[b * n + j] : 0.0;
+          bev[c] = j < n ? beta[b * n + j] : 0.0;
+          mxb[c] = j < n && mixb[b * n + j] != 0;
+        }
       }
-      const double nb_j = nbv[c], beta_j = bev[c];
-      // An entry certified by this thread's largest count so far minus one is neither beyond
-      // nor among the largest: store that count (an upper bound of its own), skip the bisection.
-      // (Its own count when that is this thread's largest: one more test, no bisection.)
-      int q;
-      if (qmax > 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax - 1]))
-        q = qmax - 1;
-      else if (qmax >= 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax]))
-        q = qmax;
-      else
-        q = cert_need(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th, nth);
-      need[row * n + j] = static_cast<unsigned char>(base + q);
-      if (q == nth) {
-        ++out;
-      } else if (q > qmax) {
-        qmax = q;
-        at_max = 1;
-      } else if (q == qmax) {
-        ++at_max;
+      const double na_i = na[row], alpha_i = alpha[row];
+      const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
+      const bool mxa = mixa[row] != 0;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int j = j0 + 32 * c;
+        if (j >= n) continue;
+        const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
+        double lam = __dmul_rn(static_cast<double>(fv[u][c]), fs);  // exact
+        if constexpr (GEMM) {
+          const double g = gemm_lower(gv[u][c], factor, abs_term);
+          lam = g > lam ? g : lam;
+        }
+        const double nb_j = nbv[c], beta_j = bev[c];
+        // An entry certified by this thread's largest count so far minus one is neither beyond
+        // nor among the largest: store that count (an upper bound of its own), skip the bisection.
+        // (Its own count when that is this thread's largest: one more test, no bisection.)
+        int q;
+        if (qmax > 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax - 1]))
+          q = qmax - 1;
+        else if (qmax >= 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax]))
+          q = qmax;
+        else
+          q = cert_need(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th, nth);
+        need[row * n + j] = static_cast<unsigned char>(base + q);
+        if (q == nth) {
+          ++out;
+        } else if (q > qmax) {
+          qmax = q;
+          at_max = 1;
+        } else if (q == qmax) {
+          ++at_max;
+        }
       }
     }
   }
@@ -556,14 +577,25 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The suspects of the refinement (B = 1): the flat indices of the entries of need (m, n) equal
-// to value, in any order, the first cap to idx; stat[0] counts them all, stat[1] and stat[2]
-// their distinct rows and columns (row_mark (m), col_mark (n), zeroed by the caller: the thread
-// that marks a line first counts it).
+// Whether cert_entries' histogram allows the suspect refinement: a largest certified count
+// above the smallest (index top > 0) held by at most cap entries.
+__device__ __forceinline__ bool refinable(const unsigned long long* hist, int nth,
+                                          long long cap) {
+  const unsigned long long top = hist[nth + 1];
+  return top > 0 && hist[top] <= static_cast<unsigned long long>(cap);
+}
+
+// The suspects of the refinement (B = 1), when refinable: the flat indices of the entries of
+// need (m, n) at the largest count (base + hist[nth + 1]), in any order, the first cap to idx;
+// stat[0] counts them all, stat[1] and stat[2] their distinct rows and columns (row_mark (m),
+// col_mark (n), zeroed by the caller: the thread that marks a line first counts it).
 extern "C" __global__ void __launch_bounds__(kThreads)
-    collect_suspects(const unsigned char* __restrict__ need, long long total, int n, int value,
+    collect_suspects(const unsigned char* __restrict__ need, long long total, int n,
+                     const unsigned long long* __restrict__ hist, int nth, int base,
                      long long* __restrict__ idx, long long cap, unsigned* __restrict__ row_mark,
                      unsigned* __restrict__ col_mark, unsigned long long* __restrict__ stat) {
+  if (!refinable(hist, nth, cap)) return;
+  const int value = base + static_cast<int>(hist[nth + 1]);
   // 16 entries per step, one 16-byte load (need: the caller's allocation, 16-byte aligned; the
   // suspects are rare, the scan is the cost); threads past the last full group take the rest
   const long long groups = total >> 4;
@@ -598,28 +630,36 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 }
 
 // The suspect refinement on the device (_select.refine_moduli with refine_certifies), B = 1,
-// one warp per suspect idx[s], s < count (entry (i, j) of the m x n output):
+// when refinable: one warp per suspect idx[s], s < min(stat[0], cap) (entry (i, j) of the
+// m x n output):
 //   S   = float64 sum over k of |a_ik| 2**-ea_i |b_kj| 2**-eb_j (|x| = max(|re|, |im|),
 //         ea_i = 5 - cplx - shift_a[i]); lane l sums terms l, l + 32, ... in order, then the
 //         lanes are added by shuffles; its rounding removed: max(S native_factor - tiny, 0);
 //   lam = max(the entry's lower bound as cert_entries makes it, S);
-// and an entry that cert_ok does not certify at threshold t (count - 1 moduli) adds one to
-// *fails. Every warp takes the same number of steps (the CPU build's shuffle needs the block).
+// and an entry that cert_ok does not certify at the threshold of one count lower (th[top - 1])
+// adds one to stat[3]. Every warp takes the same number of steps (the CPU build's shuffle
+// needs the block).
 template <typename T, bool GEMM, bool CPLX>
 __global__ void __launch_bounds__(kThreads)
     refine_suspects(const double* __restrict__ are, const double* __restrict__ aim, long long asr,
                     long long asc, const double* __restrict__ bre,
                     const double* __restrict__ bim, long long bsr, long long bsc, int k,
                     const long long* __restrict__ shift_a, const long long* __restrict__ shift_b,
-                    const long long* __restrict__ idx, int count, int n,
+                    const long long* __restrict__ idx, long long cap, int n,
                     const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
                     long long c_pitch, int fexp, int fexp_mixed,
                     const unsigned long long* __restrict__ mixa,
                     const unsigned long long* __restrict__ mixb, double factor, double abs_term,
                     const double* __restrict__ na, const double* __restrict__ alpha,
                     const double* __restrict__ nb, const double* __restrict__ beta,
-                    double native_factor, double tiny, double cR, double c4, double t,
-                    unsigned long long* __restrict__ fails) {
+                    double native_factor, double tiny, double cR, double c4,
+                    const double* __restrict__ th, int nth,
+                    const unsigned long long* __restrict__ hist,
+                    unsigned long long* __restrict__ stat) {
+  if (!refinable(hist, nth, cap)) return;
+  const long long found = static_cast<long long>(stat[0]);
+  const int count = static_cast<int>(found < cap ? found : cap);
+  const double t = th[hist[nth + 1] - 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (int base = blockIdx.x * warps; base < count; base += gridDim.x * warps) {
     const int s = base + warp;
@@ -653,7 +693,7 @@ __global__ void __launch_bounds__(kThreads)
       S = S > 0.0 ? S : 0.0;
       lam = S > lam ? S : lam;
       const double qa = __dmul_rn(c4, alpha[i]);
-      if (!cert_ok(lam, na[i], alpha[i], qa, nb[j], beta[j], cR, t)) atomicAdd(fails, 1ull);
+      if (!cert_ok(lam, na[i], alpha[i], qa, nb[j], beta[j], cR, t)) atomicAdd(stat + 3, 1ull);
     }
   }
 }
@@ -675,7 +715,10 @@ __global__ void __launch_bounds__(kThreads)
 EMU_STATS_INSTANCES(false)
 EMU_STATS_INSTANCES(true)
 #define EMU_CERT_INSTANCE(T, GEMM)                                                             \
-  template __global__ void cert_entries<T, GEMM>(                                              \
+  EMU_CERT_ROWS_INSTANCE(T, GEMM, 1)                                                           \
+  EMU_CERT_ROWS_INSTANCE(T, GEMM, 2)
+#define EMU_CERT_ROWS_INSTANCE(T, GEMM, ROWS)                                                  \
+  template __global__ void cert_entries<T, GEMM, ROWS>(                                        \
       const T*, const float*, long long, long long, int, int, int, int, int, const double*,     \
       const double*, const double*, const double*, double, double, double, double,              \
       const double*, int, int, const unsigned long long*, const unsigned long long*, int,       \
@@ -683,10 +726,11 @@ EMU_STATS_INSTANCES(true)
 #define EMU_REFINE_INSTANCE(T, GEMM, CPLX)                                                     \
   template __global__ void refine_suspects<T, GEMM, CPLX>(                                     \
       const double*, const double*, long long, long long, const double*, const double*,        \
-      long long, long long, int, const long long*, const long long*, const long long*, int,    \
-      int, const T*, const float*, long long, long long, int, int, const unsigned long long*,  \
-      const unsigned long long*, double, double, const double*, const double*, const double*,  \
-      const double*, double, double, double, double, double, unsigned long long*);
+      long long, long long, int, const long long*, const long long*, const long long*,         \
+      long long, int, const T*, const float*, long long, long long, int, int,                  \
+      const unsigned long long*, const unsigned long long*, double, double, const double*,     \
+      const double*, const double*, const double*, double, double, double, double,             \
+      const double*, int, const unsigned long long*, unsigned long long*);
 #define EMU_STATS_F_INSTANCES(T)                                                               \
   template __global__ void bound_max<T>(const T*, long long, int, int, int, int,               \
                                         const unsigned long long*, const unsigned long long*,  \

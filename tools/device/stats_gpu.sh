@@ -58,7 +58,7 @@ overhead)  # the statistics' share only (no bench)
     done
     ;;
 breakdown)  # kernel by kernel, float64 and float32 operands
-    for dt in float64 float32; do
+    for dt in ${BD_DTYPES:-float64}; do
         step breakdown_$dt 200 bash -c "cd /tmp && PYTHONPATH=$ROOT/build/emul_new:\$PYTHONPATH \
             python3 $ROOT/tools/device/stats_breakdown.py -N 8192 --dtype $dt \
             | tee -a $OUT/breakdown.jsonl"
