@@ -439,9 +439,6 @@ def _bf16_lower(x3, rows_pad, cols_pad):
 # Columns per block of the line passes that reduce along k (a multiple of the 32-column tile):
 # the sums over a line are taken chunk by chunk, in order, then the chunks in order.
 _STAT_CHUNK = 512
-# Rows of the bound GEMM's sums cert_entries reads ahead per thread (1 or 2: loads in flight
-# against registers)
-_CERT_ROWS = 1
 _INT_MIN = -(2**31)
 _STATS_NAMES = tuple(
     f"{k}<{c}>"
@@ -450,12 +447,7 @@ _STATS_NAMES = tuple(
 ) + tuple(
     name
     for T in ("int", "long long")
-    for name in (f"bound_max<{T}>",)
-) + tuple(
-    f"cert_entries<{T}, {g}, {r}>"
-    for T in ("int", "long long")
-    for g in ("false", "true")
-    for r in (1, 2)
+    for name in (f"bound_max<{T}>", f"cert_entries<{T}, false>", f"cert_entries<{T}, true>")
 ) + tuple(
     f"refine_suspects<{T}, {g}, {c}>"
     for T in ("int", "long long")
@@ -706,8 +698,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
             np.float64(cc.abs_term), np.float64(cc.cR), np.float64(cc.c4), th, _i32(nth),
             _i32(_select.MIN_MODULI), lower.ma, lower.mb, _i32(fexp_mixed), need, hist,
         )  # fmt: skip
-        kname = f"cert_entries<{_f_type(F)}, {_tf(gemm)}, {_CERT_ROWS}>"
-        _stats_kernel(kname)((gx, gy), (32, 8), args)
+        _stats_kernel(f"cert_entries<{_f_type(F)}, {_tf(gemm)}>")((gx, gy), (32, 8), args)
         if refine and cap:
             # the suspects (the entries at the largest count) and the test one count lower;
             # both kernels return at once unless the histogram allows a refinement

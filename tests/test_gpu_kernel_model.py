@@ -629,9 +629,6 @@ def test_host_code_statistics_refinement(cpu_backend, cplx, bits, seed, monkeypa
     _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
     monkeypatch.setattr(_select, "REFINE_SHARE", 0.0)  # suspects too spread: both skip it
     _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
-    monkeypatch.setattr(_select, "REFINE_SHARE", 1.0)
-    monkeypatch.setattr(be, "_CERT_ROWS", 2)  # cert_entries reading two rows ahead
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
 
 
 @pytest.mark.parametrize("which", ["real-part", "imag-a"])
@@ -657,7 +654,6 @@ def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch
     be, cp = cpu_backend
     monkeypatch.setattr(be, "_STAT_CHUNK", 32)  # three chunks of columns
     monkeypatch.setattr(be, "_K_BLOCK", 16)  # five K-blocks of the bound GEMM
-    monkeypatch.setattr(be, "_CERT_ROWS", 2)  # cert_entries reading two rows ahead
     ar, ai, br, bi = _stat_operands(((), 13, 70, 9), 1, True, seed=3)
     tr = {id(x): np.ascontiguousarray(x.T) for x in (ar, ai, br, bi)}
 

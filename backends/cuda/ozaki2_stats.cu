@@ -456,7 +456,7 @@ __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i
 // and the number of its entries there to hist[that value]; the beyond entries are added to
 // hist[nth]. So after the grid, hist[nth + 1] is the largest over all certified entries and
 // hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to lower slots).
-template <typename T, bool GEMM, int ROWS>
+template <typename T, bool GEMM>
 __global__ void __launch_bounds__(kThreads)
     cert_entries(const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
                  long long c_pitch, int B, int m, int n, int rows_per_block, int fexp,
@@ -486,70 +486,50 @@ __global__ void __launch_bounds__(kThreads)
   long long bcur = -1;
   double nbv[kCols] = {}, bev[kCols] = {};
   bool mxb[kCols] = {};
-  // Rows rbeg + threadIdx.y + 8 i in order, F (and c32) read ROWS rows ahead (more loads in
-  // flight per thread, more registers).
-  for (long long r0 = rbeg + threadIdx.y; r0 < rend; r0 += ROWS * blockDim.y) {
-    T fv[ROWS][kCols];
-    float gv[GEMM ? ROWS : 1][kCols];
-#pragma unroll
-    for (int u = 0; u < ROWS; ++u) {
-      const long long row = r0 + u * blockDim.y;
+  for (long long row = rbeg + threadIdx.y; row < rend; row += blockDim.y) {
+    const long long b = row / m;
+    if (b != bcur) {
+      bcur = b;
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         const int j = j0 + 32 * c;
-        const bool in = row < rend && j < n;
-        fv[u][c] = in ? F[row * n_p + j] : T(0);
-        if constexpr (GEMM) gv[u][c] = in ? c32[row * c_pitch + j] : 0.0f;
+        nbv[c] = j < n ? nb[b * n + j] : 0.0;
+        bev[c] = j < n ? beta[b * n + j] : 0.0;
+        mxb[c] = j < n && mixb[b * n + j] != 0;
       }
     }
+    const double na_i = na[row], alpha_i = alpha[row];
+    const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
+    const bool mxa = mixa[row] != 0;
 #pragma unroll
-    for (int u = 0; u < ROWS; ++u) {
-      const long long row = r0 + u * blockDim.y;
-      if (row >= rend) break;
-      const long long b = row / m;
-      if (b != bcur) {
-        bcur = b;
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          const int j = j0 + 32 * c;
-          nbv[c] = j < n ? nb[b * n + j] : 0.0;
-          bev[c] = j < n ? beta[b * n + j] : 0.0;
-          mxb[c] = j < n && mixb[b * n + j] != 0;
-        }
+    for (int c = 0; c < kCols; ++c) {
+      const int j = j0 + 32 * c;
+      if (j >= n) continue;
+      const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
+      double lam = __dmul_rn(static_cast<double>(F[row * n_p + j]), fs);  // exact
+      if constexpr (GEMM) {
+        const double g = gemm_lower(c32[row * c_pitch + j], factor, abs_term);
+        lam = g > lam ? g : lam;
       }
-      const double na_i = na[row], alpha_i = alpha[row];
-      const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
-      const bool mxa = mixa[row] != 0;
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int j = j0 + 32 * c;
-        if (j >= n) continue;
-        const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
-        double lam = __dmul_rn(static_cast<double>(fv[u][c]), fs);  // exact
-        if constexpr (GEMM) {
-          const double g = gemm_lower(gv[u][c], factor, abs_term);
-          lam = g > lam ? g : lam;
-        }
-        const double nb_j = nbv[c], beta_j = bev[c];
-        // An entry certified by this thread's largest count so far minus one is neither beyond
-        // nor among the largest: store that count (an upper bound of its own), skip the bisection.
-        // (Its own count when that is this thread's largest: one more test, no bisection.)
-        int q;
-        if (qmax > 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax - 1]))
-          q = qmax - 1;
-        else if (qmax >= 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax]))
-          q = qmax;
-        else
-          q = cert_need(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th, nth);
-        need[row * n + j] = static_cast<unsigned char>(base + q);
-        if (q == nth) {
-          ++out;
-        } else if (q > qmax) {
-          qmax = q;
-          at_max = 1;
-        } else if (q == qmax) {
-          ++at_max;
-        }
+      const double nb_j = nbv[c], beta_j = bev[c];
+      // An entry certified by this thread's largest count so far minus one is neither beyond
+      // nor among the largest: store that count (an upper bound of its own), skip the bisection.
+      // (Its own count when that is this thread's largest: one more test, no bisection.)
+      int q;
+      if (qmax > 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax - 1]))
+        q = qmax - 1;
+      else if (qmax >= 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax]))
+        q = qmax;
+      else
+        q = cert_need(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th, nth);
+      need[row * n + j] = static_cast<unsigned char>(base + q);
+      if (q == nth) {
+        ++out;
+      } else if (q > qmax) {
+        qmax = q;
+        at_max = 1;
+      } else if (q == qmax) {
+        ++at_max;
       }
     }
   }
@@ -715,10 +695,7 @@ __global__ void __launch_bounds__(kThreads)
 EMU_STATS_INSTANCES(false)
 EMU_STATS_INSTANCES(true)
 #define EMU_CERT_INSTANCE(T, GEMM)                                                             \
-  EMU_CERT_ROWS_INSTANCE(T, GEMM, 1)                                                           \
-  EMU_CERT_ROWS_INSTANCE(T, GEMM, 2)
-#define EMU_CERT_ROWS_INSTANCE(T, GEMM, ROWS)                                                  \
-  template __global__ void cert_entries<T, GEMM, ROWS>(                                        \
+  template __global__ void cert_entries<T, GEMM>(                                              \
       const T*, const float*, long long, long long, int, int, int, int, int, const double*,     \
       const double*, const double*, const double*, double, double, double, double,              \
       const double*, int, int, const unsigned long long*, const unsigned long long*, int,       \

@@ -17,6 +17,7 @@
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+ROOT=$PWD
 OUT=${OUT:-/tmp/bf16-slicing-out}
 mkdir -p "$OUT"
 NEW_SRC=$(cd "${NEW_SRC:-$PWD}" && pwd)
@@ -31,24 +32,8 @@ build() { # build SRC SITE LOG
         -C cmake.define.EMULINALG_CUDA=OFF -C build-dir="$2-build" >"$3" 2>&1
 }
 pack() { # pack SITE LABEL N
-    (cd /tmp && PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" python3 - "$2" "$3" "$T" <<'PY'
-import statistics, sys, time
-import numpy as np
-from emulinalg import _amx
-label, n, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-rng = np.random.default_rng(0)
-a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-ts = []
-for _ in range(6):
-    t0 = time.perf_counter()
-    p = _amx.bf16_pack(a, b, 6, "fixed")
-    del p
-    ts.append(time.perf_counter() - t0)
-cache = _amx.cache_info() if hasattr(_amx, "cache_info") else {}
-print(f"pack {label:3} N={n} threads={threads}: median {statistics.median(ts[1:]):.3f} s, "
-      f"min {min(ts[1:]):.3f}, first call {ts[0]:.3f}; cache {cache}")
-PY
-    ) 2>&1 | tee -a "$OUT/pack.log"
+    (cd /tmp && PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" \
+        python3 "$ROOT/tools/device/bf16_pack_time.py" "$2" "$3") 2>&1 | tee -a "$OUT/pack.log"
 }
 bench() { # bench SITE LABEL
     (cd /tmp && PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" python3 -m emulinalg bench \
