@@ -679,7 +679,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     fexp, fexp_mixed = (10, 11) if cplx else (12, 12)  # _select.bound_lower
 
     refine = ar.ndim == 2 and br.ndim == 2  # as _select.refine_moduli: 2-D products only
-    cap = max(_select.REFINE_ENTRIES, 0)
+    cap = max(min(_select.REFINE_ENTRIES, m * n), 0)  # suspects: at most the output
     (are, aim), (bre, bim) = ops.a, ops.b  # B^T lines: (batch, j, k) strides
     _, asr, asc = ops.a_strides
     _, bsc, bsr = ops.b_strides

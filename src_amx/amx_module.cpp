@@ -282,6 +282,7 @@ py::dict cache_info() {
     d["cached_bytes"] = pool.cached();
     d["limit_bytes"] = pool.limit();
     d["peak_bytes"] = pool.peak();
+    d["in_use_bytes"] = pool.in_use();
     return d;
 }
 
@@ -343,7 +344,8 @@ PYBIND11_MODULE(_amx, m) {
     m.def("cache_info", &cache_info,
           "Packed-panel buffers cached between calls: cached_bytes (at most the smaller of "
           "limit_bytes and peak_bytes), limit_bytes (EMULINALG_AMX_CACHE_MB; default an eighth "
-          "of the physical memory, at least 256 MiB), peak_bytes (the most in use at once).");
+          "of the physical memory, at least 256 MiB), peak_bytes (the most in use at once), "
+          "in_use_bytes (held by live panels now; cached + in use stays within the peak).");
     m.def(
         "clear_cache", [] { return amx::BufferPool::instance().clear(); },
         "Free the cached packed-panel buffers; returns the bytes freed.");

@@ -91,9 +91,12 @@ public:
             }
         }
         std::size_t cap = 0;
-        void* p = alloc_bytes(bytes, &cap);
+        void* p = alloc_bytes(bytes, &cap);  // not touched yet: the trim below comes first
         std::lock_guard<std::mutex> lock(mu_);
         used(cap);
+        // Cached plus in use stays within the peak in use: a larger call replaces the cached
+        // buffers instead of adding to them.
+        while (cached_ + in_use_ > peak_ && !free_.empty()) drop_smallest();
         return {p, cap};
     }
     void release(void* p, std::size_t cap) {
@@ -105,14 +108,7 @@ public:
             std::free(p);
             return;
         }
-        while (cached_ + cap > keep && !free_.empty()) {  // drop the smallest first
-            auto it = std::min_element(free_.begin(), free_.end(), [](auto& x, auto& y) {
-                return x.second < y.second;
-            });
-            cached_ -= it->second;
-            std::free(it->first);
-            free_.erase(it);
-        }
+        while (cached_ + cap > keep && !free_.empty()) drop_smallest();
         free_.emplace_back(p, cap);
         cached_ += cap;
     }
@@ -137,6 +133,10 @@ public:
     std::size_t peak() {
         std::lock_guard<std::mutex> lock(mu_);
         return peak_;
+    }
+    std::size_t in_use() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return in_use_;
     }
     void set_limit(std::size_t bytes) {
         {
@@ -170,6 +170,13 @@ private:
     void used(std::size_t cap) {  // mu_ held
         in_use_ += cap;
         peak_ = std::max(peak_, in_use_);
+    }
+    void drop_smallest() {  // mu_ held, free_ not empty
+        auto it = std::min_element(free_.begin(), free_.end(),
+                                   [](auto& x, auto& y) { return x.second < y.second; });
+        cached_ -= it->second;
+        std::free(it->first);
+        free_.erase(it);
     }
     std::mutex mu_;
     std::vector<std::pair<void*, std::size_t>> free_;

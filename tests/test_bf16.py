@@ -266,8 +266,8 @@ def test_pack_writes_the_tile_layout_of_the_split(how, rng):
 @needs_amx_module
 def test_pack_reuses_cached_panels(rng):
     """A repeated product of one size writes into the panels the last one left in the cache (no
-    new memory, the same bits); a larger one replaces them (the cache never holds more than the
-    most that was in use at once); clear_cache gives them back."""
+    new memory, the same bits); a larger one replaces them (cached plus in use never exceeds
+    the most that was in use at once, also while it runs); clear_cache gives them back."""
     a, b = _wide(rng, (64, 256), 4), _wide(rng, (256, 48), 4)
     pairs = np.asarray(_bf16.pairs(emulinalg.BF16xN(6, 6)), np.int32)
     first = _amx.bf16_multiply(_amx.bf16_pack(a, b, 6, "fixed"), pairs, emulate=True)
@@ -279,7 +279,11 @@ def test_pack_reuses_cached_panels(rng):
     assert 0 < info["cached_bytes"] == info["peak_bytes"] <= info["limit_bytes"]
     _amx.bf16_pack(a, b, 6, "fixed")
     assert _amx.cache_info() == info
-    _amx.bf16_pack(_wide(rng, (256, 1024), 4), _wide(rng, (1024, 96), 4), 6, "fixed")
+    held = _amx.bf16_pack(_wide(rng, (256, 1024), 4), _wide(rng, (1024, 96), 4), 6, "fixed")
+    live = _amx.cache_info()  # the cache is trimmed as the larger panels are allocated
+    assert live["in_use_bytes"] > 0
+    assert live["cached_bytes"] + live["in_use_bytes"] <= live["peak_bytes"]
+    del held
     bigger = _amx.cache_info()
     assert bigger["peak_bytes"] > info["peak_bytes"]
     assert bigger["cached_bytes"] == bigger["peak_bytes"]  # the smaller panels were dropped

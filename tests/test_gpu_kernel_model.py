@@ -631,6 +631,27 @@ def test_host_code_statistics_refinement(cpu_backend, cplx, bits, seed, monkeypa
     _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
 
 
+def test_host_code_statistics_refinement_second_pass(cpu_backend, monkeypatch):
+    """The refinement after the bf16 GEMM pass (the GEMM and complex kernel variants), on an
+    output of 41 x 31 entries (the suspect scan's tail past the 16-entry groups): the generic
+    count, one below the count without the refinement."""
+    be, cp = cpu_backend
+    m, k, n = 41, 300, 31
+    a = phi_matrix((m, k), 1, "complex128", seed=10)
+    b = phi_matrix((k, n), 1, "complex128", seed=60)
+    a[0, k // 2 :], b[: k // 2, 0] = 0, 0  # a zero bound-GEMM entry: the first pass leaves it
+    ar, ai, br, bi = a.real.copy(), a.imag.copy(), b.real.copy(), b.imag.copy()
+    calls = []
+    real = be._bf16_gemm
+    monkeypatch.setattr(be, "_bf16_gemm", lambda *x: calls.append(1) or real(*x))
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (24,))
+    assert calls  # the second pass ran
+    pre = be.ozaki2_prescale(*(cp.asarray(x) for x in (ar, ai, br, bi)), "accurate")
+    count = be.ozaki2_certificate(*(cp.asarray(x) for x in (ar, ai, br, bi)), pre, 24)[0]
+    monkeypatch.setattr(_select, "REFINE_ENTRIES", -1)
+    assert be.ozaki2_certificate(*(cp.asarray(x) for x in (ar, ai, br, bi)), pre, 24)[0] == count + 1
+
+
 @pytest.mark.parametrize("which", ["real-part", "imag-a"])
 def test_host_code_statistics_complex_one_part(cpu_backend, which):
     """Complex operands whose entries have one part zero (real data held as complex, a purely

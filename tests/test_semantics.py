@@ -318,3 +318,26 @@ def test_dask_beside_another_library_is_a_clear_error():
     xs = pytest.importorskip("array_api_strict")
     with pytest.raises(TypeError, match="different array libraries"):
         emulinalg.matmul(xs.asarray(np.ones((3, 4))), da.ones((4, 2)))
+
+
+@pytest.mark.parametrize(
+    "dtype,k,precision,exact",
+    [("float64", 1, None, True), ("float32", 1, None, True), ("float64", 1, 40, False),
+     ("complex128", 1, None, False), ("float64", 2, None, False)],
+)  # fmt: skip
+def test_k1_exact_note_only_where_taken(rng, dtype, k, precision, exact):
+    """The plan's "k=1: exact product" note exactly where the engine takes the exact k = 1
+    configuration (real float64/float32 levels), the certificate's note elsewhere; the k = 1
+    result is then the correctly rounded product."""
+    a = rng.standard_normal((5, k)).astype(dtype)
+    b = rng.standard_normal((k, 4)).astype(dtype)
+    if dtype == "complex128":
+        a, b = a + 1j * rng.standard_normal(a.shape), b + 1j * rng.standard_normal(b.shape)
+    kw = {} if precision is None else {"precision": precision}
+    with emulinalg.config(strategy="eager"):
+        c = emulinalg.matmul(a, b, **kw)
+    notes = " ".join(emulinalg.last_plan().notes)
+    assert ("k=1: exact product" in notes) == exact
+    assert ("certified" in notes) != exact
+    if exact:
+        np.testing.assert_array_equal(c, a @ b)  # one rounding of the exact k = 1 product
