@@ -515,10 +515,18 @@ def line_scan(ar, ai, br, bi):
     B, m, k, n = ops.B, ops.m, ops.k, ops.n
     if 0 in (B, m, k, n):
         return None
-    ea = _line_max_exponent(*ops.a, ops.a_strides, B, m, k)
-    eb = _line_max_exponent(*ops.b, ops.b_strides, B, n, k)
+    ea, eb = _line_exponents(ops)
     top = int(cp.asnumpy(cp.maximum(ea.max(), eb.max())))  # one read-back for both
     return top < 1024, (ea, eb)
+
+
+def _line_exponents(ops):
+    """``_line_max_exponent`` of A's rows and B's columns of ``_Operands`` ``ops``."""
+    B, m, k, n = ops.B, ops.m, ops.k, ops.n
+    return (
+        _line_max_exponent(*ops.a, ops.a_strides, B, m, k),
+        _line_max_exponent(*ops.b, ops.b_strides, B, n, k),
+    )
 
 
 def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax):
@@ -578,12 +586,7 @@ def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
     B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
     if 0 in (B, m, k, n):
         return None
-    if exponents is None:
-        exponents = (
-            _line_max_exponent(*ops.a, ops.a_strides, B, m, k),
-            _line_max_exponent(*ops.b, ops.b_strides, B, n, k),
-        )
-    ea, eb = exponents
+    ea, eb = _line_exponents(ops) if exponents is None else exponents
     s, pa, ra, nza, ma, la = _bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea)
     t, pb, cb, nzb, mb, lb = _bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb)
     prod = _int8_products(pa, pb)  # (nkb, 1, 1, B, m, n_p)
@@ -716,7 +719,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
                 t.reshape(-1), idx, _i64(cap), _i32(n), F, cq, _i64(n_p),
                 _i64(cq.shape[-1] if gemm else 0), _i32(fexp), _i32(fexp_mixed), lower.ma,
                 lower.mb, np.float64(cc.factor), np.float64(cc.abs_term), na, alpha, nb, beta,
-                np.float64(cc.native_factor), np.float64((2 * k + 2) * 2.0**-1074),
+                np.float64(cc.native_factor), np.float64(cc.native_abs_term),
                 np.float64(cc.cR), np.float64(cc.c4), th, _i32(nth), hist, stat,
             )  # fmt: skip
             kname = f"refine_suspects<{_f_type(F)}, {_tf(gemm)}, {_tf(cplx)}>"

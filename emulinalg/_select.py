@@ -54,6 +54,7 @@ class CertConstants(NamedTuple):
 
     factor: float  # removes a float32/bf16 GEMM's rounding from the lower bound: 1 - (k+2) 2**-22
     native_factor: float  # the same for a float64 GEMM (k beyond _LOWER_K_MAX): 1 - (k+2) 2**-52
+    native_abs_term: float  # the refinement's float64 sums, subnormal range: (2k+2) 2**-1074
     abs_term: float  # the subnormal range of that GEMM: (k+2) 2**-149
     l1fac: float  # makes float64 l1 sums upper bounds: 1 + (k+2) 2**-52
     scale: float  # alpha = scale sqrt(e): 2**(cplx - 5)
@@ -66,6 +67,7 @@ def cert_constants(k, bits=None, complex_=False) -> CertConstants:
     return CertConstants(
         factor=1.0 - (k + 2) * 2.0**-22,
         native_factor=1.0 - (k + 2) * 2.0**-52,
+        native_abs_term=(2 * k + 2) * 2.0**-1074,
         abs_term=(k + 2) * 2.0**-149,
         l1fac=1.0 + (k + 2) * 2.0**-52,
         scale=2.0 ** (int(complex_) - 5),
@@ -235,7 +237,7 @@ def _need_of(xp, k, R, alpha, beta, na, nb, complex_):
     return hi + MIN_MODULI  # index len(THRESHOLDS) -> BEYOND
 
 
-def refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects, products=None):
+def refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects):
     """The count after the suspect refinement: when one modulus fewer is held back by a few
     entries only (``suspects(count)``: the entries that need ``count``, their flat indices in the
     (m, n) output, their lower bound of |A||B| so far and their l1 terms na, nb; None when there
@@ -245,10 +247,8 @@ def refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects, 
     and the certificate re-evaluated there with the larger lower bound. The bound GEMM's
     fixed-point lower bound is loose for entries whose terms are far below their lines' maxima;
     on phi = 1 inputs one such entry in 10**6 can cost a modulus. One step (the next modulus is
-    held back by far more entries), only 2-D products.
-
-    ``products(rows, cols)``, when given, returns those sums per suspect (a backend's kernel);
-    otherwise one native GEMM of the suspects' distinct rows times their distinct columns."""
+    held back by far more entries), only 2-D products: one native GEMM of the suspects' distinct
+    rows times their distinct columns (the cupy backend runs the same steps in its kernels)."""
     if count is None or count <= MIN_MODULI or ar.ndim != 2 or br.ndim != 2:
         return count
     m, k = ar.shape
@@ -264,16 +264,13 @@ def refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects, 
     if sel is None:
         return count
     ur, ri, uc, ci = sel
-    if products is not None:
-        S = products(rows, cols)
-    else:
-        a_r = xp.take(ar, ur, axis=0)
-        a_i = None if ai is None else xp.take(ai, ur, axis=0)
-        b_r = xp.take(br, uc, axis=1)
-        b_i = None if bi is None else xp.take(bi, uc, axis=1)
-        (a_r, a_i, b_r, b_i), _, _ = _normalized(xp, a_r, a_i, b_r, b_i)
-        S = backend.native_matmul(magnitude(xp, a_r, a_i), magnitude(xp, b_r, b_i))
-        S = xp.take(xp.reshape(S, (-1,)), ri * uc.shape[0] + ci)
+    a_r = xp.take(ar, ur, axis=0)
+    a_i = None if ai is None else xp.take(ai, ur, axis=0)
+    b_r = xp.take(br, uc, axis=1)
+    b_i = None if bi is None else xp.take(bi, uc, axis=1)
+    (a_r, a_i, b_r, b_i), _, _ = _normalized(xp, a_r, a_i, b_r, b_i)
+    S = backend.native_matmul(magnitude(xp, a_r, a_i), magnitude(xp, b_r, b_i))
+    S = xp.take(xp.reshape(S, (-1,)), ri * uc.shape[0] + ci)
     e_r, f_c = xp.take(e, rows), xp.take(f, cols)
     if refine_certifies(xp, k, bits, cplx, count, lam, S, e_r, f_c, na, nb):
         return count - 1
@@ -305,7 +302,7 @@ def refine_certifies(xp, k, bits, complex_, count, lam, S, e, f, na, nb):
     removed by ``1 - (k+2) 2**-52`` and ``(2k+2) 2**-1074`` (all terms >= 0), then the
     certificate's test at that count's threshold, as ``_need_of`` makes it."""
     cc = cert_constants(k, bits, complex_)
-    S = xp.maximum(S * cc.native_factor - (2 * k + 2) * 2.0**-1074, 0.0)
+    S = xp.maximum(S * cc.native_factor - cc.native_abs_term, 0.0)
     lam = xp.maximum(lam, S)
     alpha = cc.scale * xp.sqrt(xp.astype(e, xp.float64))
     beta = cc.scale * xp.sqrt(xp.astype(f, xp.float64))
