@@ -277,12 +277,12 @@ py::dict plan(std::int64_t m, std::int64_t n, std::int64_t k, const std::string&
 }
 
 py::dict cache_info() {
-    auto& pool = amx::BufferPool::instance();
+    const auto s = amx::BufferPool::instance().stats();
     py::dict d;
-    d["cached_bytes"] = pool.cached();
-    d["limit_bytes"] = pool.limit();
-    d["peak_bytes"] = pool.peak();
-    d["in_use_bytes"] = pool.in_use();
+    d["cached_bytes"] = s.cached;
+    d["limit_bytes"] = s.limit;
+    d["peak_bytes"] = s.peak;
+    d["in_use_bytes"] = s.in_use;
     return d;
 }
 

@@ -122,28 +122,19 @@ public:
         peak_ = in_use_;
         return n;
     }
-    std::size_t cached() {
+    struct Stats {
+        std::size_t cached, limit, peak, in_use;
+    };
+    Stats stats() {  // one consistent snapshot
         std::lock_guard<std::mutex> lock(mu_);
-        return cached_;
-    }
-    std::size_t limit() {
-        std::lock_guard<std::mutex> lock(mu_);
-        return limit_;
-    }
-    std::size_t peak() {
-        std::lock_guard<std::mutex> lock(mu_);
-        return peak_;
-    }
-    std::size_t in_use() {
-        std::lock_guard<std::mutex> lock(mu_);
-        return in_use_;
+        return {cached_, limit_, peak_, in_use_};
     }
     void set_limit(std::size_t bytes) {
         {
             std::lock_guard<std::mutex> lock(mu_);
             limit_ = bytes;
         }
-        if (cached() > bytes) clear();
+        if (stats().cached > bytes) clear();
     }
 
 private:
