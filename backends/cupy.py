@@ -150,6 +150,7 @@ _ONE_F32 = np.array(1, dtype=np.float32)
 _ZERO_F32 = np.array(0, dtype=np.float32)
 _KP_ALIGN = 16  # int8 rows start 16-byte aligned: cuBLAS IMMA's vectorized loads
 _NP_ALIGN = 4  # INT32 output rows 16-byte aligned (ldc, and the TN GEMM's m, multiple of 4)
+# (and the statistics kernels read 4 entries of F per 16-byte load)
 _BF16_ALIGN = 8  # bf16 rows 16-byte aligned
 _MAX_GRID_YZ = 65535  # grid.y/z limit; the kernels loop over what lies beyond
 _MAX_BATCH = 65535  # matrices per cuBLAS batched call, kept below the grid limit it may use
@@ -601,8 +602,8 @@ def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
     args = (F, _i64(n_p), _i32(B), _i32(m), _i32(n), _i32(rows_per_block), ra, nza, cb, nzb,
             _i64(2 if ops.a[1] is not None else 1), ua, ub)  # fmt: skip
     _stats_kernel(f"bound_max<{_f_type(F)}>")(grid, (32, 8), args)
-    e = ua.astype(cp.float64) * 0.25
-    f = ub.astype(cp.float64) * 0.25
+    e = ua * 0.25  # float64 (one kernel: the conversion and the exact scaling)
+    f = ub * 0.25
     batch = ops.batch
     return Prescale(
         s.reshape(batch + (m,)), t.reshape(batch + (n,)),
@@ -691,9 +692,13 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
         """One pass for the counts, then (2-D products) the suspect refinement, conditioned on
         the device by the pass's histogram, and one read-back of both: (count, its entries,
         the beyond entries, the refinement's (suspects, rows, columns, failures))."""
-        buf = cp.zeros((nth + 2 + 4,), dtype=cp.uint64)
-        hist, stat = buf[: nth + 2], buf[nth + 2 :]
         gemm = c32 is not None
+        last = _i32(gemm)  # a first pass with beyond entries is followed by a second one
+        # one zeroed buffer: histogram, refinement statistics, then the line marks (uint32)
+        words = nth + 2 + 4
+        marked = refine and cap
+        buf = cp.zeros((words + (-(-(m + n) // 2) if marked else 0),), dtype=cp.uint64)
+        hist, stat = buf[: nth + 2], buf[nth + 2 : words]
         args = (
             F, c32 if gemm else F, _i64(n_p), _i64(c32.shape[-1] if gemm else 0), _i32(B),
             _i32(m), _i32(n), _i32(rows_per_block), _i32(fexp), na, alpha, nb, beta,
@@ -702,14 +707,14 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
             _i32(_select.MIN_MODULI), lower.ma, lower.mb, _i32(fexp_mixed), need, hist,
         )  # fmt: skip
         _stats_kernel(f"cert_entries<{_f_type(F)}, {_tf(gemm)}>")((gx, gy), (32, 8), args)
-        if refine and cap:
+        if marked:
             # the suspects (the entries at the largest count) and the test one count lower;
             # both kernels return at once unless the histogram allows a refinement
             idx = cp.empty((cap,), dtype=cp.int64)
-            marks = cp.zeros((m + n,), dtype=cp.uint32)
+            marks = buf[words:].view(cp.uint32)
             total = m * n
-            args = (need, _i64(total), _i32(n), hist, _i32(nth), _i32(_select.MIN_MODULI), idx,
-                    _i64(cap), marks[:m], marks[m:], stat)  # fmt: skip
+            args = (need, _i64(total), _i32(n), hist, _i32(nth), last, _i32(_select.MIN_MODULI),
+                    idx, _i64(cap), marks[:m], marks[m:], stat)  # fmt: skip
             grid = (min(-(-total // (16 * _THREADS)) + 1, 8192),)
             _stats_kernel("collect_suspects")(grid, (_THREADS,), args)
             cq = c32 if gemm else F
@@ -720,12 +725,12 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
                 _i64(cq.shape[-1] if gemm else 0), _i32(fexp), _i32(fexp_mixed), lower.ma,
                 lower.mb, np.float64(cc.factor), np.float64(cc.abs_term), na, alpha, nb, beta,
                 np.float64(cc.native_factor), np.float64(cc.native_abs_term),
-                np.float64(cc.cR), np.float64(cc.c4), th, _i32(nth), hist, stat,
+                np.float64(cc.cR), np.float64(cc.c4), th, _i32(nth), last, hist, stat,
             )  # fmt: skip
             kname = f"refine_suspects<{_f_type(F)}, {_tf(gemm)}, {_tf(cplx)}>"
             grid = (min(-(-cap // (_THREADS // 32)), 4096),)
             _stats_kernel(kname)(grid, (_THREADS,), args)
-        h = [int(v) for v in cp.asnumpy(buf)]
+        h = [int(v) for v in cp.asnumpy(buf[:words])]
         top = h[nth + 1]
         return top + _select.MIN_MODULI, h[top], h[nth], h[nth + 2 :]
 

@@ -19,8 +19,17 @@
 struct emu_uint3 {
   unsigned x = 0, y = 0, z = 0;
 };
-struct alignas(16) uint4 {  // CUDA's 16-byte vector type
+struct alignas(16) uint4 {  // CUDA's 16-byte vector types
   unsigned x, y, z, w;
+};
+struct alignas(16) int4 {
+  int x, y, z, w;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(16) longlong2 {
+  long long x, y;
 };
 inline thread_local emu_uint3 threadIdx;
 inline emu_uint3 blockIdx, blockDim, gridDim;

@@ -238,16 +238,17 @@ class _Kernel:
 
 
     @staticmethod
-    def _refinable(hist, nth, cap):
+    def _refinable(hist, nth, cap, last):
         h = _view(hist, np.uint64, (int(nth) + 2,), (1,))
         top = int(h[int(nth) + 1])
-        return (top > 0 and int(h[top]) <= int(cap)), top
+        beyond_ok = int(last) or not int(h[int(nth)])  # a first pass with beyond entries: none
+        return (top > 0 and int(h[top]) <= int(cap) and beyond_ok), top
 
-    def _collect_suspects(self, grid, block, targs, need, total, n, hist, nth, base, idx, cap,
-                          row_mark, col_mark, stat):  # fmt: skip
+    def _collect_suspects(self, grid, block, targs, need, total, n, hist, nth, last, base, idx,
+                          cap, row_mark, col_mark, stat):  # fmt: skip
         total, n, cap = int(total), int(n), int(cap)
         assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
-        ok, top = self._refinable(hist, nth, cap)
+        ok, top = self._refinable(hist, nth, cap, last)
         if not ok:
             return
         value = int(base) + top
@@ -267,11 +268,11 @@ class _Kernel:
     def _refine_suspects(self, grid, block, targs, are, aim, asr, asc, bre, bim, bsr, bsc, k,
                          shift_a, shift_b, idx, cap, n, F, c32, n_p, c_pitch, fexp, fexp_mixed,
                          mixa, mixb, factor, abs_term, na, alpha, nb, beta, native_factor, tiny,
-                         cR, c4, th, nth, hist, stat):  # fmt: skip
+                         cR, c4, th, nth, last, hist, stat):  # fmt: skip
         cplx, gemm = targs[2] == "true", targs[1] == "true"
         k, n, n_p, c_pitch = (int(v) for v in (k, n, n_p, c_pitch))
         assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
-        ok, top = self._refinable(hist, nth, cap)
+        ok, top = self._refinable(hist, nth, cap, last)
         if not ok:
             return
         st = _view(stat, np.uint64, (4,), (1,))
@@ -380,9 +381,10 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "const unsigned long long* mixa, const unsigned long long* mixb, double factor, "
     "double abs_term, const double* na, const double* alpha, const double* nb, "
     "const double* beta, double native_factor, double tiny, double cR, double c4, "
-    "const double* th, int nth, const unsigned long long* hist, unsigned long long* stat",
+    "const double* th, int nth, int last, const unsigned long long* hist, "
+    "unsigned long long* stat",
     "collect_suspects": "const unsigned char* need, long long total, int n, "
-    "const unsigned long long* hist, int nth, int base, long long* idx, long long cap, "
+    "const unsigned long long* hist, int nth, int last, int base, long long* idx, long long cap, "
     "unsigned* row_mark, unsigned* col_mark, unsigned long long* stat",
     "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, "
     "const double* e, double scale, double* norm, double* alpha",

@@ -592,6 +592,10 @@ def test_model_certificate_k_and_overflowing_bits(k):
 
 
 HOST_STAT_CASES = [(((), 1, 1, 1), 1), (((), 9, 70, 17), 4), (((3,), 5, 21, 6), 0.5)]
+# F's passes (bound_max, cert_entries): three groups of 128 columns, the last partial, with
+# need stored 4 bytes at once (n % 4 == 0) or byte by byte; several blocks of rows, a batch
+# boundary inside a block's rows
+WIDE_STAT_CASES = [(((), 70, 6, 260), 1), (((2,), 37, 5, 259), 1)]
 
 
 def _stat_vs_generic(be, cp, ar, ai, br, bi, bits, to_dev=None):
@@ -620,6 +624,13 @@ def test_host_code_statistics(cpu_backend, case, cplx):
     shape, phi = case
     ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=23)
     _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53, 80))
+
+
+@pytest.mark.parametrize("case", WIDE_STAT_CASES, ids=str)
+def test_host_code_statistics_wide(cpu_backend, case):
+    be, cp = cpu_backend
+    ar, ai, br, bi = _stat_operands(*case, False, seed=29)
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53))
 
 
 @pytest.mark.parametrize("cplx,bits,seed", REFINE_CASES)

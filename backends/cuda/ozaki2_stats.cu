@@ -104,13 +104,24 @@ __device__ __forceinline__ int floor_small(double v) { return static_cast<int>(v
 
 constexpr long long kBoundMax = 127;  // _scaling.BOUND_MAX
 
-// _scaling.bound_upper for one entry: F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,
-// nzb), exact integers (c = 1 real, 2 complex).
+// _scaling.bound_upper for one entry, F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,
+// nzb) (exact integers, c = 1 real, 2 complex), from its line terms: the row's c ra, 127 nza,
+// c nza and the column's c cb, 127 nzb, c nzb (c > 0: c min(nza, nzb) = min(c nza, c nzb)).
+struct BoundLine {
+  long long cr, knz, cnz;  // c ra (or c cb), 127 nza (127 nzb), c nza (c nzb)
+};
+__device__ __forceinline__ BoundLine bound_line(long long r, long long nz, long long c) {
+  return {c * r, kBoundMax * nz, c * nz};
+}
+__device__ __forceinline__ long long bound_upper(long long F, const BoundLine& a,
+                                                 const BoundLine& b) {
+  const long long x = a.cr < b.knz ? a.cr : b.knz;
+  const long long y = b.cr < a.knz ? b.cr : a.knz;
+  return F + x + y + (a.cnz < b.cnz ? a.cnz : b.cnz);
+}
 __device__ __forceinline__ long long bound_upper(long long F, long long ra, long long nza,
                                                  long long cb, long long nzb, long long c) {
-  const long long x = c * ra < kBoundMax * nzb ? c * ra : kBoundMax * nzb;
-  const long long y = c * cb < kBoundMax * nza ? c * cb : kBoundMax * nza;
-  return F + x + y + c * (nza < nzb ? nza : nzb);
+  return bound_upper(F, bound_line(ra, nza, c), bound_line(cb, nzb, c));
 }
 
 __device__ __forceinline__ unsigned bf16_rz(double v) {  // as bf16_lower.cu
@@ -249,66 +260,75 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// 4 consecutive entries at p (16-byte aligned): one 16-byte load (two for 8-byte T). The
+// passes over F are limited by loads in flight, so each thread takes 4 adjacent columns.
+__device__ __forceinline__ void load4(const int* p, int (&v)[4]) {
+  const int4 w = *reinterpret_cast<const int4*>(p);
+  v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+}
+__device__ __forceinline__ void load4(const long long* p, long long (&v)[4]) {
+  const longlong2 a = reinterpret_cast<const longlong2*>(p)[0];
+  const longlong2 b = reinterpret_cast<const longlong2*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
+  const float4 w = *reinterpret_cast<const float4*>(p);
+  v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+}
+
 // Block (32, 8), grid (column groups of 128, row chunks): the row maxima (ua, (B, m)) and column
 // maxima (ub, (B, n)) of U = bound_upper(F, line terms) over the bound GEMM's sums F (B, m, n_p)
-// (int32, or int64 when K was blocked); U >= 0, so the unsigned atomicMax orders as the values.
+// (int32, or int64 when K was blocked; n_p a multiple of 4, F 16-byte aligned); U >= 0, so the
+// unsigned atomicMax orders as the values. Thread x takes columns j0 + 4x .. j0 + 4x + 3.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
     bound_max(const T* __restrict__ F, long long n_p, int B, int m, int n, int rows_per_block,
               const unsigned long long* __restrict__ ra, const unsigned long long* __restrict__ nza,
               const unsigned long long* __restrict__ cb, const unsigned long long* __restrict__ nzb,
               long long c, unsigned long long* __restrict__ ua,
               unsigned long long* __restrict__ ub) {
-  constexpr int kCols = 4;  // columns per thread: j = j0 + threadIdx.x + 32 q
   constexpr int kRows = 4;  // rows read ahead
   const long long rows = static_cast<long long>(B) * m;
-  const int j0 = blockIdx.x * (kCols * 32);
+  const int jb = blockIdx.x * 128 + 4 * threadIdx.x;
   const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
   const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
-  unsigned long long colmax[kCols] = {};
-  int bcur = -1;
-  long long cbv[kCols] = {}, nzbv[kCols] = {};
-  // Every thread takes the same number of steps (the warp shuffle needs the whole warp). F is
-  // read kRows rows ahead: the loads in flight per thread, not the arithmetic, set the speed.
+  unsigned long long colmax[4] = {};
+  long long bcur = -1, bend = 0;
+  BoundLine col[4] = {};  // bound_upper's column terms, kept: three minima and adds per entry
+  // Every thread takes the same number of steps (the warp shuffle needs the whole warp).
   for (long long r4 = rbeg; r4 < rend; r4 += kRows * blockDim.y) {
-    T fv[kRows][kCols];
+    T fv[kRows][4] = {};
 #pragma unroll
     for (int u = 0; u < kRows; ++u) {
       const long long row = r4 + u * blockDim.y + threadIdx.y;
-#pragma unroll
-      for (int q = 0; q < kCols; ++q) {
-        const int j = j0 + threadIdx.x + 32 * q;
-        fv[u][q] = row < rend && j < n ? F[row * n_p + j] : T(0);
-      }
+      if (row < rend && jb < n) load4(F + row * n_p + jb, fv[u]);
     }
 #pragma unroll
     for (int u = 0; u < kRows; ++u) {
       const long long row = r4 + u * blockDim.y + threadIdx.y;
       unsigned long long rmax = 0;
       if (row < rend) {
-        const int b = static_cast<int>(row / m);
-        if (b != bcur) {  // a new batch entry: flush the column maxima, load its column terms
+        if (row >= bend) {  // a new batch entry: flush the column maxima, load its column terms
           if (bcur >= 0)
-            for (int q = 0; q < kCols; ++q) {
-              const int j = j0 + threadIdx.x + 32 * q;
-              if (j < n && colmax[q])
-                atomicMax(ub + static_cast<long long>(bcur) * n + j, colmax[q]);
+            for (int q = 0; q < 4; ++q) {
+              if (jb + q < n && colmax[q]) atomicMax(ub + bcur * n + jb + q, colmax[q]);
               colmax[q] = 0;
             }
-          bcur = b;
-          for (int q = 0; q < kCols; ++q) {
-            const int j = j0 + threadIdx.x + 32 * q;
-            cbv[q] = j < n ? static_cast<long long>(cb[static_cast<long long>(b) * n + j]) : 0;
-            nzbv[q] = j < n ? static_cast<long long>(nzb[static_cast<long long>(b) * n + j]) : 0;
+          bcur = row / m;
+          bend = (bcur + 1) * m;
+          for (int q = 0; q < 4; ++q) {
+            const int j = jb + q;
+            col[q] = j < n ? bound_line(static_cast<long long>(cb[bcur * n + j]),
+                                        static_cast<long long>(nzb[bcur * n + j]), c)
+                           : BoundLine{};
           }
         }
-        const long long rav = static_cast<long long>(ra[row]);
-        const long long nzav = static_cast<long long>(nza[row]);
-        for (int q = 0; q < kCols; ++q) {
-          const int j = j0 + threadIdx.x + 32 * q;
-          if (j >= n) continue;
-          const unsigned long long v = static_cast<unsigned long long>(bound_upper(
-              static_cast<long long>(fv[u][q]), rav, nzav, cbv[q], nzbv[q], c));
+        const BoundLine rowt = bound_line(static_cast<long long>(ra[row]), static_cast<long long>(nza[row]), c);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          if (jb + q >= n) continue;
+          const unsigned long long v = static_cast<unsigned long long>(
+              bound_upper(static_cast<long long>(fv[u][q]), rowt, col[q]));
           rmax = v > rmax ? v : rmax;
           colmax[q] = v > colmax[q] ? v : colmax[q];
         }
@@ -321,10 +341,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (bcur >= 0)
-    for (int q = 0; q < kCols; ++q) {
-      const int j = j0 + threadIdx.x + 32 * q;
-      if (j < n && colmax[q]) atomicMax(ub + static_cast<long long>(bcur) * n + j, colmax[q]);
-    }
+    for (int q = 0; q < 4; ++q)
+      if (jb + q < n && colmax[q]) atomicMax(ub + bcur * n + jb + q, colmax[q]);
 }
 
 // Grid (chunks of Cp, tiles of Rpad, B). shift: the prescale's s (int64, (B, R)), e = 5 - cplx
@@ -445,19 +463,21 @@ __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i
 }
 
 // Block (32, 8), grid (column groups of 128, row chunks of rows_per_block) over the rows (b, i)
-// of (B, m) and columns j < n. F: the bound GEMM's sums (B, m, n_p), int32 or int64; c32 (GEMM
-// pass only): the bf16 GEMM's FP32 sums (B, m, c_pitch). lam = F 2**-fexp (2**-fexp_mixed
-// where mixa[row] or mixb[column] is nonzero: _select.bound_lower), or max(that,
-// gemm_lower(c32)). na/alpha (B, m), nb/beta (B, n). thr: the nth thresholds (at most 32).
-// Writes need (B, m, n): base + cert_need (base + nth: beyond every count) for the beyond
-// entries and those needing the largest count; the others may get a larger count than their
-// own, still below the largest (so need depends on the grid; what is read of it does not).
-// hist[0, nth + 1]: the block's largest cert_need below nth goes to hist[nth + 1] (atomicMax)
-// and the number of its entries there to hist[that value]; the beyond entries are added to
-// hist[nth]. So after the grid, hist[nth + 1] is the largest over all certified entries and
-// hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to lower slots).
+// of (B, m) and columns j < n; thread x takes columns j0 + 4x .. j0 + 4x + 3 (16-byte loads).
+// F: the bound GEMM's sums (B, m, n_p), int32 or int64; c32 (GEMM pass only): the bf16 GEMM's
+// FP32 sums (B, m, c_pitch); n_p and c_pitch multiples of 4, both 16-byte aligned. lam = F
+// 2**-fexp (2**-fexp_mixed where mixa[row] or mixb[column] is nonzero: _select.bound_lower), or
+// max(that, gemm_lower(c32)). na/alpha (B, m), nb/beta (B, n). thr: the nth thresholds (at
+// most 32). Writes need (B, m, n): base + cert_need (base + nth: beyond every count) for the
+// beyond entries and those needing the largest count; the others may get a larger count than
+// their own, still below the largest (so need depends on the grid; what is read of it does
+// not). hist[0, nth + 1]: the block's largest cert_need below nth goes to hist[nth + 1]
+// (atomicMax) and the number of its entries there to hist[that value]; the beyond entries are
+// added to hist[nth]. So after the grid, hist[nth + 1] is the largest over all certified
+// entries and hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to
+// lower slots).
 template <typename T, bool GEMM>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
     cert_entries(const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
                  long long c_pitch, int B, int m, int n, int rows_per_block, int fexp,
                  const double* __restrict__ na,
@@ -468,8 +488,7 @@ __global__ void __launch_bounds__(kThreads)
                  const unsigned long long* __restrict__ mixb, int fexp_mixed,
                  unsigned char* __restrict__ need, unsigned long long* __restrict__ hist) {
   __shared__ double th[32];
-  __shared__ int s_q[kThreads];
-  __shared__ unsigned long long s_c[kThreads], s_b[kThreads];
+  __shared__ unsigned long long s_red[3][kThreads / 32];
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   if (t < 32) th[t] = t < nth ? thr[t] : 0.0;
   __syncthreads();
@@ -477,22 +496,38 @@ __global__ void __launch_bounds__(kThreads)
   const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
   int qmax = -1;  // this thread's largest certified value, its entries, the beyond entries
   unsigned long long at_max = 0, out = 0;
-  // Grid (column groups of 32 kCols, row chunks): each thread keeps its kCols columns' terms in
-  // registers and walks rows [rbeg, rend) with stride 8.
-  constexpr int kCols = 4;
-  const int j0 = blockIdx.x * (32 * kCols) + threadIdx.x;
+  const int jb = blockIdx.x * 128 + 4 * threadIdx.x;
+  const bool packed = (n & 3) == 0;  // need's 4 bytes in one store
   const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
   const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
-  long long bcur = -1;
-  double nbv[kCols] = {}, bev[kCols] = {};
-  bool mxb[kCols] = {};
-  for (long long row = rbeg + threadIdx.y; row < rend; row += blockDim.y) {
-    const long long b = row / m;
-    if (b != bcur) {
-      bcur = b;
+  long long bend = 0;  // the column terms below are those of rows < bend
+  double nbv[4] = {}, bev[4] = {};
+  bool mxb[4] = {};
+  // The rows [rbeg, rend) with stride 8; the next row's loads are issued before this row's
+  // arithmetic (the pass is bound by the loads in flight).
+  T fn[4] = {};
+  float cn[4] = {};
+  long long row = rbeg + threadIdx.y;
+  if (row < rend && jb < n) {
+    load4(F + row * n_p + jb, fn);
+    if constexpr (GEMM) load4(c32 + row * c_pitch + jb, cn);
+  }
+  for (; row < rend; row += blockDim.y) {
+    T fv[4];
+    float cv[4];
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int j = j0 + 32 * c;
+    for (int c = 0; c < 4; ++c) fv[c] = fn[c], cv[c] = cn[c];
+    const long long next = row + blockDim.y;
+    if (next < rend && jb < n) {
+      load4(F + next * n_p + jb, fn);
+      if constexpr (GEMM) load4(c32 + next * c_pitch + jb, cn);
+    }
+    if (row >= bend) {  // a new batch entry: its column terms
+      const long long b = row / m;
+      bend = (b + 1) * m;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int j = jb + c;
         nbv[c] = j < n ? nb[b * n + j] : 0.0;
         bev[c] = j < n ? beta[b * n + j] : 0.0;
         mxb[c] = j < n && mixb[b * n + j] != 0;
@@ -501,14 +536,15 @@ __global__ void __launch_bounds__(kThreads)
     const double na_i = na[row], alpha_i = alpha[row];
     const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
     const bool mxa = mixa[row] != 0;
+    unsigned word = 0;
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const int j = j0 + 32 * c;
+    for (int c = 0; c < 4; ++c) {
+      const int j = jb + c;
       if (j >= n) continue;
       const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
-      double lam = __dmul_rn(static_cast<double>(F[row * n_p + j]), fs);  // exact
+      double lam = __dmul_rn(static_cast<double>(fv[c]), fs);  // exact
       if constexpr (GEMM) {
-        const double g = gemm_lower(c32[row * c_pitch + j], factor, abs_term);
+        const double g = gemm_lower(cv[c], factor, abs_term);
         lam = g > lam ? g : lam;
       }
       const double nb_j = nbv[c], beta_j = bev[c];
@@ -522,7 +558,11 @@ __global__ void __launch_bounds__(kThreads)
         q = qmax;
       else
         q = cert_need(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th, nth);
-      need[row * n + j] = static_cast<unsigned char>(base + q);
+      const unsigned v = static_cast<unsigned>(base + q) & 0xffu;
+      if (packed)
+        word |= v << (8 * c);
+      else
+        need[row * n + j] = static_cast<unsigned char>(v);
       if (q == nth) {
         ++out;
       } else if (q > qmax) {
@@ -532,37 +572,50 @@ __global__ void __launch_bounds__(kThreads)
         ++at_max;
       }
     }
+    if (packed && jb < n) *reinterpret_cast<unsigned*>(need + row * n + jb) = word;
   }
-  s_q[t] = qmax;
-  s_c[t] = at_max;
-  s_b[t] = out;
+  // The block's largest count, its entries and the beyond entries: by warp shuffles, then the
+  // 8 warps in order by one thread.
+  unsigned long long q2 = static_cast<unsigned long long>(qmax + 1);  // 0: none certified
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned long long oq = __shfl_down_sync(0xffffffffu, q2, o);
+    const unsigned long long oc = __shfl_down_sync(0xffffffffu, at_max, o);
+    out += __shfl_down_sync(0xffffffffu, out, o);
+    at_max = oq > q2 ? oc : oq == q2 ? at_max + oc : at_max;
+    q2 = oq > q2 ? oq : q2;
+  }
+  if (threadIdx.x == 0) {
+    s_red[0][threadIdx.y] = q2;
+    s_red[1][threadIdx.y] = at_max;
+    s_red[2][threadIdx.y] = out;
+  }
   __syncthreads();
   if (t == 0) {
-    int bq = -1;
-    unsigned long long bc = 0, bb = 0;
-    for (int i = 0; i < kThreads; ++i) {
-      bb += s_b[i];
-      if (s_q[i] > bq) {
-        bq = s_q[i];
-        bc = s_c[i];
-      } else if (s_q[i] == bq && bq >= 0) {
-        bc += s_c[i];
+    unsigned long long bq = 0, bc = 0, bb = 0;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      bb += s_red[2][w];
+      if (s_red[0][w] > bq) {
+        bq = s_red[0][w];
+        bc = s_red[1][w];
+      } else if (s_red[0][w] == bq) {
+        bc += s_red[1][w];
       }
     }
     if (bb) atomicAdd(hist + nth, bb);
-    if (bq >= 0) {
-      atomicAdd(hist + bq, bc);
-      atomicMax(hist + nth + 1, static_cast<unsigned long long>(bq));
+    if (bq > 0) {
+      atomicAdd(hist + (bq - 1), bc);
+      atomicMax(hist + nth + 1, bq - 1);
     }
   }
 }
 
 // Whether cert_entries' histogram allows the suspect refinement: a largest certified count
-// above the smallest (index top > 0) held by at most cap entries.
-__device__ __forceinline__ bool refinable(const unsigned long long* hist, int nth,
-                                          long long cap) {
+// above the smallest (index top > 0) held by at most cap entries, and, unless this is the last
+// pass (last = 0: a pass with beyond entries is followed by another), no entry beyond.
+__device__ __forceinline__ bool refinable(const unsigned long long* hist, int nth, long long cap,
+                                          int last) {
   const unsigned long long top = hist[nth + 1];
-  return top > 0 && hist[top] <= static_cast<unsigned long long>(cap);
+  return top > 0 && hist[top] <= static_cast<unsigned long long>(cap) && (last || !hist[nth]);
 }
 
 // The suspects of the refinement (B = 1), when refinable: the flat indices of the entries of
@@ -571,10 +624,10 @@ __device__ __forceinline__ bool refinable(const unsigned long long* hist, int nt
 // col_mark (n), zeroed by the caller: the thread that marks a line first counts it).
 extern "C" __global__ void __launch_bounds__(kThreads)
     collect_suspects(const unsigned char* __restrict__ need, long long total, int n,
-                     const unsigned long long* __restrict__ hist, int nth, int base,
+                     const unsigned long long* __restrict__ hist, int nth, int last, int base,
                      long long* __restrict__ idx, long long cap, unsigned* __restrict__ row_mark,
                      unsigned* __restrict__ col_mark, unsigned long long* __restrict__ stat) {
-  if (!refinable(hist, nth, cap)) return;
+  if (!refinable(hist, nth, cap, last)) return;
   const int value = base + static_cast<int>(hist[nth + 1]);
   // 16 entries per step, one 16-byte load (need: the caller's allocation, 16-byte aligned; the
   // suspects are rare, the scan is the cost); threads past the last full group take the rest
@@ -633,10 +686,10 @@ __global__ void __launch_bounds__(kThreads)
                     const double* __restrict__ na, const double* __restrict__ alpha,
                     const double* __restrict__ nb, const double* __restrict__ beta,
                     double native_factor, double tiny, double cR, double c4,
-                    const double* __restrict__ th, int nth,
+                    const double* __restrict__ th, int nth, int last,
                     const unsigned long long* __restrict__ hist,
                     unsigned long long* __restrict__ stat) {
-  if (!refinable(hist, nth, cap)) return;
+  if (!refinable(hist, nth, cap, last)) return;
   const long long found = static_cast<long long>(stat[0]);
   const int count = static_cast<int>(found < cap ? found : cap);
   const double t = th[hist[nth + 1] - 1];
@@ -707,7 +760,7 @@ EMU_STATS_INSTANCES(true)
       long long, int, const T*, const float*, long long, long long, int, int,                  \
       const unsigned long long*, const unsigned long long*, double, double, const double*,     \
       const double*, const double*, const double*, double, double, double, double,             \
-      const double*, int, const unsigned long long*, unsigned long long*);
+      const double*, int, int, const unsigned long long*, unsigned long long*);
 #define EMU_STATS_F_INSTANCES(T)                                                               \
   template __global__ void bound_max<T>(const T*, long long, int, int, int, int,               \
                                         const unsigned long long*, const unsigned long long*,  \
