@@ -649,7 +649,8 @@ def test_host_code_statistics_refinement_second_pass(cpu_backend, monkeypatch):
     pre = be.ozaki2_prescale(*(cp.asarray(x) for x in (ar, ai, br, bi)), "accurate")
     count = be.ozaki2_certificate(*(cp.asarray(x) for x in (ar, ai, br, bi)), pre, 24)[0]
     monkeypatch.setattr(_select, "REFINE_ENTRIES", -1)
-    assert be.ozaki2_certificate(*(cp.asarray(x) for x in (ar, ai, br, bi)), pre, 24)[0] == count + 1
+    again = be.ozaki2_certificate(*(cp.asarray(x) for x in (ar, ai, br, bi)), pre, 24)
+    assert again[0] == count + 1
 
 
 @pytest.mark.parametrize("which", ["real-part", "imag-a"])
