@@ -440,6 +440,9 @@ def _bf16_lower(x3, rows_pad, cols_pad):
 # Columns per block of the line passes that reduce along k (a multiple of the 32-column tile):
 # the sums over a line are taken chunk by chunk, in order, then the chunks in order.
 _STAT_CHUNK = 512
+# 32-column tiles per block of bound_operand (any count >= 1 gives the same results): more tiles
+# per block spread the fixed costs (the first tile's load, the line terms' atomics) wider.
+_BOUND_TILES = 4
 _INT_MIN = -(2**31)
 _STATS_NAMES = tuple(
     f"{k}<{c}>"
@@ -543,10 +546,10 @@ def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax):
     partial = cp.empty((B, -(-Cp // 32), R), dtype=cp.float64)
     fn = _stats_kernel(f"bound_operand<{_tf(im is not None)}>")
     args = _line_args(re, im, strides) + (
-        _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides), emax,
-        shift, planes, sums, nz, mixed, partial,
+        _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides),
+        _i32(_BOUND_TILES), emax, shift, planes, sums, nz, mixed, partial,
     )  # fmt: skip
-    fn(_line_grid(Cp, 32, Rpad, B), (_THREADS,), args)
+    fn(_line_grid(Cp, 32 * _BOUND_TILES, Rpad, B), (_THREADS,), args)
     return shift, planes, sums, nz, mixed, partial
 
 

@@ -160,9 +160,11 @@ class _Kernel:
         out[...] = np.maximum(out, model.line_max_exponent(X, Xi))  # atomicMax
 
     def _bound_operand(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
-                       rows_contig, emax, shift, planes, sums, nz, mixed, partial):  # fmt: skip
-        B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
-        assert block == (256,) and grid[0] == -(-Cp // 32) and grid[1] <= 65535 and grid[2] <= 65535
+                       rows_contig, tiles, emax, shift, planes, sums, nz, mixed,
+                       partial):  # fmt: skip
+        B, R, C, Rpad, Cp, tiles = int(B), int(R), int(C), int(Rpad), int(Cp), int(tiles)
+        assert block == (256,) and tiles >= 1 and grid[0] == -(-Cp // (32 * tiles))
+        assert grid[1] <= 65535 and grid[2] <= 65535
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
         assert int(rows_contig) == int(sr == 1 and sc != 1)
         X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
@@ -173,7 +175,8 @@ class _Kernel:
         _view(sums, np.uint64, (B, R), (R, 1))[...] += vs.astype(np.uint64)  # atomicAdd
         _view(nz, np.uint64, (B, R), (R, 1))[...] += zs.astype(np.uint64)
         _view(mixed, np.uint64, (B, R), (R, 1))[...] += mx.astype(np.uint64)
-        _view(partial, np.float64, (B, grid[0], R), (grid[0] * R, R, 1))[...] = part
+        nt = -(-Cp // 32)
+        _view(partial, np.float64, (B, nt, R), (nt * R, R, 1))[...] = part
 
     def _bound_max(self, grid, block, targs, F, n_p, B, m, n, rows_per_block, ra, nza, cb, nzb,
                    c, ua, ub):  # fmt: skip
@@ -363,9 +366,9 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "line_max_exponent": "const double* re, const double* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int rows_contiguous, int chunk, int* emax",
     "bound_operand": "const double* re, const double* im, long long sb, long long sr, "
-    "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, const int* emax, "
-    "long long* shift, unsigned* out, unsigned long long* sums, unsigned long long* nz, "
-    "unsigned long long* mixed, double* partial",
+    "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, int tiles, "
+    "const int* emax, long long* shift, unsigned* out, unsigned long long* sums, "
+    "unsigned long long* nz, unsigned long long* mixed, double* partial",
     "bound_max": "const T* F, long long n_p, int B, int m, int n, int rows_per_block, "
     "const unsigned long long* ra, const unsigned long long* nza, const unsigned long long* cb, "
     "const unsigned long long* nzb, long long c, unsigned long long* ua, "

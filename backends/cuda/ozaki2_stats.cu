@@ -179,82 +179,132 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (Cp / 32, tiles of Rpad, B), as ozaki2_residues.cu. Writes the shifts s (int64, (B, R))
-// from the blocks of the first column tile, the int8 operand (B, Rpad, Cp), and per line: the
-// sum of its entries (sums), of its nonzero parts (nz) and of its entries with both parts
-// nonzero (mixed, complex), added atomically (exact integers, zeroed by the caller), and
-// partial (B, ceil(Cp / 32), R): each tile's float64 sum of
-// |re| 2**-e + |im| 2**-e (e = 5 - cplx - s): 8 sequential sums of 4 columns, added in order.
+// One thread's 4 entries of a 32 x 32 tile, in load_tile's order, held in registers: the
+// next tile's loads stay in flight in them while the current tile is processed.
 template <bool CPLX>
-__global__ void __launch_bounds__(kThreads)
+struct TileFetch {
+  static constexpr int kN = kTile * kTile / kThreads, kZStep = kThreads / kTile;
+  double re[kN], im[CPLX ? kN : 1];
+
+  // Tile rows r0.., columns c0.. at offset base (zeros outside R x C), as load_tile.
+  __device__ __forceinline__ void load(const double* __restrict__ pre,
+                                       const double* __restrict__ pim, long long base,
+                                       long long sr, long long sc, int r0, int c0, int R, int C,
+                                       int rows_contiguous) {
+    const int a = threadIdx.x & (kTile - 1), z = threadIdx.x >> 5;
+    const int r = r0 + (rows_contiguous ? a : z), c = c0 + (rows_contiguous ? z : a);
+    // entry i lies 8 i further along the columns (rows_contiguous) or the rows
+    const long long o = base + r * sr + c * sc, step = kZStep * (rows_contiguous ? sc : sr);
+    const int left = r < R && c < C ? (rows_contiguous ? C - c : R - r) : 0;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      re[i] = 0.0;
+      if constexpr (CPLX) im[i] = 0.0;
+      if (kZStep * i < left) {
+        re[i] = pre[o + i * step];
+        if constexpr (CPLX) im[i] = pim[o + i * step];
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(Tile<CPLX>& s, int rows_contiguous) const {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const int a = threadIdx.x & (kTile - 1), z = (threadIdx.x >> 5) + kZStep * i;
+      const int rr = rows_contiguous ? a : z, cc = rows_contiguous ? z : a;
+      s.re[rr][cc] = re[i];
+      if constexpr (CPLX) s.im[rr][cc] = im[i];
+    }
+  }
+};
+
+// Grid (ceil(Cp / (32 tiles)), tiles of Rpad, B): each block walks `tiles` consecutive 32-column
+// tiles (fewer at the end) of 32 rows. Writes the shifts s (int64, (B, R)) from the blocks of the
+// first column tiles, the int8 operand (B, Rpad, Cp), and per line: the sum of its entries
+// (sums), of its nonzero parts (nz) and of its entries with both parts nonzero (mixed, complex),
+// added atomically (exact integers, zeroed by the caller), and partial (B, ceil(Cp / 32), R):
+// each 32-column tile's float64 sum of |re| 2**-e + |im| 2**-e (e = 5 - cplx - s): 8 sequential
+// sums of 4 columns, added in order (the same for any `tiles`).
+//
+// Thread t takes 4 columns of row t / 8 of every tile. The pass is bound by the loads in flight,
+// not by its arithmetic: each thread loads the next tile into registers (TileFetch) while the
+// current one is processed from shared memory, and the launch bounds keep 6 blocks per SM (4
+// complex) resident, as many as the registers allow without spills. The two tile buffers, used
+// alternately over all the block's tiles, need one barrier per tile. The integer line terms stay
+// in registers over the block's tiles (3 atomics per line and block, not per tile; 32 bits
+// suffice below 2**23 tiles); they and the l1 partials are summed by warp shuffles: a row's 8
+// threads are 8 consecutive lanes of one warp.
+template <bool CPLX>
+__global__ void __launch_bounds__(kThreads, CPLX ? 4 : 6)
     bound_operand(const double* __restrict__ re, const double* __restrict__ im, long long sb,
                   long long sr, long long sc, int B, int R, int C, int Rpad, int Cp,
-                  int rows_contiguous, const int* __restrict__ emax, long long* __restrict__ shift,
-                  unsigned* __restrict__ out, unsigned long long* __restrict__ sums,
-                  unsigned long long* __restrict__ nz, unsigned long long* __restrict__ mixed,
-                  double* __restrict__ partial) {
-  __shared__ Tile<CPLX> tile;
-  __shared__ int tsh[kTile];
-  __shared__ double lsum[kTile][8];
-  __shared__ int lint[kTile][8], lnz[kTile][8], lmx[kTile][8];
+                  int rows_contiguous, int tiles, const int* __restrict__ emax,
+                  long long* __restrict__ shift, unsigned* __restrict__ out,
+                  unsigned long long* __restrict__ sums, unsigned long long* __restrict__ nz,
+                  unsigned long long* __restrict__ mixed, double* __restrict__ partial) {
+  __shared__ Tile<CPLX> tile[2];
   const int t = threadIdx.x;
-  const int c0 = blockIdx.x * kTile;
+  const int rr = t >> 3, q = t & 7, cc = 4 * q;
+  const int ntiles = (Cp + kTile - 1) / kTile;
+  const int first = blockIdx.x * tiles, end = min(ntiles, first + tiles);
+  int buf = 0;  // the buffer of the block's next tile
   for (int b = blockIdx.z; b < B; b += gridDim.z) {
     for (int r0 = blockIdx.y * kTile; r0 < Rpad; r0 += gridDim.y * kTile) {
-      __syncthreads();
-      load_tile<CPLX>(tile, re, im, b * sb, sr, sc, r0, c0, R, C, rows_contiguous);
-      if (t < kTile) {
-        const int r = r0 + t;
-        const int e = r < R ? emax[static_cast<long long>(b) * R + r] : kIntMin;
-        const int s = 5 - (e == kIntMin ? 0 : e) - (CPLX ? 1 : 0);
-        tsh[t] = s;
-        if (blockIdx.x == 0 && r < R) shift[static_cast<long long>(b) * R + r] = s;
-      }
-      __syncthreads();
-      const int rr = t >> 3, q = t & 7, cc = 4 * q;
-      const int r = r0 + rr, c = c0 + cc;
-      // each thread: 4 entries of one row; their int8 values, nonzero parts and l1 terms
-      const int p1 = tsh[rr] + 1, pn = tsh[rr] - 5 + (CPLX ? 1 : 0);  // 2**(s+1), 2**-e
-      int v[4], zs = 0, mx = 0;
-      double l1 = 0.0;  // the 4 columns in order
+      TileFetch<CPLX> next;
+      next.load(re, im, b * sb, sr, sc, r0, first * kTile, R, C, rows_contiguous);
+      const int r = r0 + rr;
+      const long long line = static_cast<long long>(b) * R + r;
+      const int e = r < R ? emax[line] : kIntMin;
+      const int s = 5 - (e == kIntMin ? 0 : e) - (CPLX ? 1 : 0);
+      if (blockIdx.x == 0 && q == 0 && r < R) shift[line] = s;
+      const int p1 = s + 1, pn = s - 5 + (CPLX ? 1 : 0);  // 2**(s+1), 2**-e
+      unsigned vs = 0, zs = 0, mx = 0;  // this thread's line terms over the tiles
+      for (int ti = first; ti < end; ++ti, buf ^= 1) {
+        next.store(tile[buf], rows_contiguous);
+        __syncthreads();  // tile[buf] is written, and the other buffer has been read
+        if (ti + 1 < end)
+          next.load(re, im, b * sb, sr, sc, r0, (ti + 1) * kTile, R, C, rows_contiguous);
+        // 4 entries of row rr: their int8 values, nonzero parts and l1 terms
+        const Tile<CPLX>& cur = tile[buf];
+        int v[4];
+        double l1 = 0.0;  // the 4 columns in order
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const double x = abs_of(tile.re[rr][cc + j]);
-        v[j] = floor_small(scale2(x, p1));
-        zs += x != 0.0;
-        double w = scale2(x, pn);
-        if constexpr (CPLX) {
-          const double y = abs_of(tile.im[rr][cc + j]);
-          v[j] += floor_small(scale2(y, p1));
-          zs += y != 0.0;
-          mx += x != 0.0 && y != 0.0;
-          w = __dadd_rn(w, scale2(y, pn));
+        for (int j = 0; j < 4; ++j) {
+          const double x = abs_of(cur.re[rr][cc + j]);
+          v[j] = floor_small(scale2(x, p1));
+          zs += x != 0.0;
+          double w = scale2(x, pn);
+          if constexpr (CPLX) {
+            const double y = abs_of(cur.im[rr][cc + j]);
+            v[j] += floor_small(scale2(y, p1));
+            zs += y != 0.0;
+            mx += x != 0.0 && y != 0.0;
+            w = __dadd_rn(w, scale2(y, pn));
+          }
+          l1 = __dadd_rn(l1, w);
         }
-        l1 = __dadd_rn(l1, w);
+        const int c = ti * kTile + cc;
+        if (r < Rpad && c < Cp)
+          out[((static_cast<long long>(b) * Rpad + r) * Cp + c) >> 2] =
+              pack4(v[0], v[1], v[2], v[3]);
+        vs += v[0] + v[1] + v[2] + v[3];
+        // the tile's l1 partial of row rr: lane q = 0 adds the 8 groups in order
+        double acc = l1;
+#pragma unroll
+        for (int g = 1; g < 8; ++g) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, l1, g));
+        if (q == 0 && r < R) partial[(static_cast<long long>(b) * ntiles + ti) * R + r] = acc;
       }
-      if (r < Rpad && c < Cp)
-        out[((static_cast<long long>(b) * Rpad + r) * Cp + c) >> 2] =
-            pack4(v[0], v[1], v[2], v[3]);
-      lsum[rr][q] = l1;
-      lint[rr][q] = v[0] + v[1] + v[2] + v[3];
-      lnz[rr][q] = zs;
-      lmx[rr][q] = mx;
-      __syncthreads();
-      // line terms: one thread per line, the 8 groups of 4 columns in order
-      if (t < kTile && r0 + t < R) {
-        double acc = 0.0;
-        long long vs = 0, nzs = 0, mxs = 0;
-        for (int g = 0; g < 8; ++g) {
-          acc = __dadd_rn(acc, lsum[t][g]);
-          vs += lint[t][g];
-          nzs += lnz[t][g];
-          mxs += lmx[t][g];
-        }
-        const long long line = static_cast<long long>(b) * R + r0 + t;
-        if (vs) atomicAdd(sums + line, static_cast<unsigned long long>(vs));
-        if (nzs) atomicAdd(nz + line, static_cast<unsigned long long>(nzs));
-        if (mxs) atomicAdd(mixed + line, static_cast<unsigned long long>(mxs));
-        partial[(static_cast<long long>(b) * gridDim.x + blockIdx.x) * R + r0 + t] = acc;
+      unsigned long long vl = vs, zl = zs, ml = mx;  // the row's 8 lanes (any order is exact)
+#pragma unroll
+      for (int o = 4; o > 0; o >>= 1) {
+        vl += __shfl_down_sync(0xffffffffu, vl, o);
+        zl += __shfl_down_sync(0xffffffffu, zl, o);
+        if constexpr (CPLX) ml += __shfl_down_sync(0xffffffffu, ml, o);
+      }
+      if (q == 0 && r < R) {
+        if (vl) atomicAdd(sums + line, vl);
+        if (zl) atomicAdd(nz + line, zl);
+        if (ml) atomicAdd(mixed + line, ml);
       }
     }
   }
@@ -739,7 +789,7 @@ __global__ void __launch_bounds__(kThreads)
                                                    int, int*);                                \
   template __global__ void bound_operand<CPLX>(                                                \
       const double*, const double*, long long, long long, long long, int, int, int, int, int,  \
-      int, const int*, long long*, unsigned*, unsigned long long*, unsigned long long*,         \
+      int, int, const int*, long long*, unsigned*, unsigned long long*, unsigned long long*,    \
       unsigned long long*, double*);                                                          \
   template __global__ void cert_operand<CPLX>(const double*, const double*, long long,        \
                                               long long, long long, int, int, int, int, int,  \
