@@ -533,16 +533,16 @@ def _line_exponents(ops):
     )
 
 
-def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax):
+def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax, terms=None):
     """The shifts s (int64 (B, R)), the int8 bound operand floor(2**(s+1) |x|) as one plane set
     (1, 1, B, Rpad, Cp) for ``_int8_products``, its line sums, nonzero parts and entries with
-    both parts nonzero (uint64 (B, R)) and the l1 partials (B, ceil(Cp / 32), R) of the
-    normalized operand."""
+    both parts nonzero (uint64 (B, R), added into ``terms`` (3, B, R), zeroed, when given) and
+    the l1 partials (B, ceil(Cp / 32), R) of the normalized operand."""
     shift = cp.empty((B, R), dtype=cp.int64)
     planes = cp.empty((1, 1, B, Rpad, Cp), dtype=cp.int8)
-    sums = cp.zeros((B, R), dtype=cp.uint64)
-    nz = cp.zeros((B, R), dtype=cp.uint64)
-    mixed = cp.zeros((B, R), dtype=cp.uint64)  # complex: entries with both parts nonzero
+    if terms is None:
+        terms = cp.zeros((3, B, R), dtype=cp.uint64)
+    sums, nz, mixed = terms  # mixed (complex): entries with both parts nonzero
     partial = cp.empty((B, -(-Cp // 32), R), dtype=cp.float64)
     fn = _stats_kernel(f"bound_operand<{_tf(im is not None)}>")
     args = _line_args(re, im, strides) + (
@@ -591,14 +591,22 @@ def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
     if 0 in (B, m, k, n):
         return None
     ea, eb = _line_exponents(ops) if exponents is None else exponents
-    s, pa, ra, nza, ma, la = _bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea)
-    t, pb, cb, nzb, mb, lb = _bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb)
+    # one zeroed buffer (one launch) for the atomics' targets: both operands' line terms and
+    # the row and column maxima of the bound
+    zeroed = cp.zeros((4 * B * (m + n),), dtype=cp.uint64)
+    ta, tb = zeroed[: 3 * B * m], zeroed[3 * B * m : 3 * B * (m + n)]
+    ua, ub = zeroed[3 * B * (m + n) : 3 * B * (m + n) + B * m], zeroed[-B * n :]
+    s, pa, ra, nza, ma, la = _bound_planes(
+        *ops.a, ops.a_strides, B, m, m, k, kp, ea, ta.reshape(3, B, m)
+    )
+    t, pb, cb, nzb, mb, lb = _bound_planes(
+        *ops.b, ops.b_strides, B, n, n_p, k, kp, eb, tb.reshape(3, B, n)
+    )
     prod = _int8_products(pa, pb)  # (nkb, 1, 1, B, m, n_p)
     del pa, pb
     F = prod[0] if prod.shape[0] == 1 else prod.sum(axis=0, dtype=cp.int64)
     F = F.reshape(B, m, n_p)
-    ua = cp.zeros((B, m), dtype=cp.uint64)
-    ub = cp.zeros((B, n), dtype=cp.uint64)
+    ua, ub = ua.reshape(B, m), ub.reshape(B, n)
     rows_per_block = 256
     grid = (-(-n // 128), min(-(-(B * m) // rows_per_block), _MAX_GRID_YZ))
     rows_per_block = -(-(B * m) // grid[1])

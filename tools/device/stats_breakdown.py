@@ -87,13 +87,15 @@ def main():
     p.add_argument("-N", type=int, default=8192)
     p.add_argument("--dtype", default="float64")
     p.add_argument("--phi", type=float, default=1.0)
-    p.add_argument("--bits", type=int, default=53)
+    p.add_argument("--bits", type=int, help="default: 53 for float64, 24 for float32")
     p.add_argument("--repeat", type=int, default=7)
     args = p.parse_args()
     N, r = args.N, args.repeat
-    a = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=1)).astype(cp.float64)
-    b = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=2)).astype(cp.float64)
-    rec = {"N": N, "dtype": args.dtype, "phi": args.phi, "bits": args.bits}
+    bits = args.bits or (24 if args.dtype == "float32" else 53)
+    a_in = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=1))
+    b_in = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=2))
+    a, b = a_in.astype(cp.float64), b_in.astype(cp.float64)  # what the engine hands the hooks
+    rec = {"N": N, "dtype": args.dtype, "phi": args.phi, "bits": bits}
     ops = be._Operands(a, None, b, None)
     B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
     t, _ = timed(lambda: bool(cp.isfinite(cp.sum(a))) and bool(cp.isfinite(cp.sum(b))), r)
@@ -110,12 +112,21 @@ def main():
     rec["bound_operand_A"] = t
     t, rb_ = timed(lambda: be._bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb), r)
     rec["bound_operand_B"] = t
+    tiles = {}  # bound_operand's 32-column tiles per block (backends/cupy.py: _BOUND_TILES)
+    saved_tiles = be._BOUND_TILES
+    for nt in (1, 2, 4, 8):
+        be._BOUND_TILES = nt
+        ta, _ = timed(lambda: be._bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea), r)
+        tb, _ = timed(lambda: be._bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb), r)
+        tiles[nt] = [round(ta * 1e3, 4), round(tb * 1e3, 4)]
+    be._BOUND_TILES = saved_tiles
+    rec["bound_operand_tiles_ms"] = tiles
     t, _ = timed(lambda: be._int8_products(ra_[1], rb_[1]), r)
     rec["int8_gemm"] = t
     rec["int8_tops"] = 2.0 * m * n * k / t / 1e12
     t, pre = timed(lambda: be.ozaki2_prescale(a, None, b, None, "accurate"), r)
     rec["prescale_total"] = t
-    cc = _select.cert_constants(k, args.bits, False)
+    cc = _select.cert_constants(k, bits, False)
     t, _ = timed(lambda: be._line_terms(pre.lower.pa, B, m, pre[2], cc.scale, cc.l1fac), r)
     rec["line_terms_A"] = t
     calls = []
@@ -126,14 +137,14 @@ def main():
         return real_gemm(*a_)
 
     be._bf16_gemm = counted
-    t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, args.bits), r)
+    t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, bits), r)
     rec["certificate_total"] = t
     rec["bf16_fallback_calls"] = len(calls)
     rec["count"] = res[0]
     rec["beyond"] = 0 if res[1] is None else int(cp.count_nonzero(res[1]))
     saved = _select.REFINE_ENTRIES
     _select.REFINE_ENTRIES = -1
-    t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, args.bits), r)
+    t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, bits), r)
     _select.REFINE_ENTRIES = saved
     be._bf16_gemm = real_gemm
     rec["certificate_no_refine"] = t
@@ -144,9 +155,9 @@ def main():
     rec["bf16_operand_A"] = t
     t, _ = timed(lambda: be._bf16_gemm(a16, b16), r)
     rec["bf16_gemm"] = t
-    rec["kernels"] = kernel_times(a, b, r)
-    dgemm, _ = timed(lambda: a @ b, r)
-    rec["dgemm"] = dgemm
+    rec["kernels"] = kernel_times(a_in, b_in, r)
+    native, _ = timed(lambda: a_in @ b_in, r)
+    rec["native_gemm"] = native
     rec["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     for key, v in list(rec.items()):
         if isinstance(v, float) and key not in ("phi", "int8_tops"):
