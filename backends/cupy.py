@@ -442,7 +442,7 @@ def _bf16_lower(x3, rows_pad, cols_pad):
 _STAT_CHUNK = 512
 # 32-column tiles per block of bound_operand (any count >= 1 gives the same results): more tiles
 # per block spread the fixed costs (the first tile's load, the line terms' atomics) wider.
-_BOUND_TILES = 4
+_BOUND_TILES = 8
 _INT_MIN = -(2**31)
 _STATS_NAMES = tuple(
     f"{k}<{c}>"

@@ -633,6 +633,24 @@ def test_host_code_statistics_wide(cpu_backend, case):
     _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53))
 
 
+def test_host_code_statistics_staged_rows(cpu_backend, monkeypatch):
+    """F's passes stage the line terms of kStage rows at a time in shared memory: with kStage
+    16 (the source patched), a block's rows span several stages, one boundary inside a batch
+    entry and one between two."""
+    be, cp = cpu_backend
+    source = be._cuda.source
+
+    def staged(name):
+        code = source(name)
+        return code.replace("constexpr int kStage = 256;", "constexpr int kStage = 16;")
+
+    assert "constexpr int kStage = 256;" in source("ozaki2_stats.cu")
+    monkeypatch.setattr(be._cuda, "source", staged)
+    monkeypatch.setattr(be, "_modules", {})
+    ar, ai, br, bi = _stat_operands(((3,), 13, 9, 10), 1, False, seed=31)
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53))
+
+
 @pytest.mark.parametrize("cplx,bits,seed", REFINE_CASES)
 def test_host_code_statistics_refinement(cpu_backend, cplx, bits, seed, monkeypatch):
     be, cp = cpu_backend

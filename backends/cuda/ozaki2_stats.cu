@@ -103,6 +103,7 @@ __device__ __forceinline__ double scale2(double x, int p) {
 __device__ __forceinline__ int floor_small(double v) { return static_cast<int>(v); }
 
 constexpr long long kBoundMax = 127;  // _scaling.BOUND_MAX
+constexpr int kStage = 256;  // rows whose line terms F's passes stage in shared memory
 
 // _scaling.bound_upper for one entry, F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,
 // nzb) (exact integers, c = 1 real, 2 complex), from its line terms: the row's c ra, 127 nza,
@@ -338,56 +339,69 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
               long long c, unsigned long long* __restrict__ ua,
               unsigned long long* __restrict__ ub) {
   constexpr int kRows = 4;  // rows read ahead
+  __shared__ BoundLine srow[kStage];
   const long long rows = static_cast<long long>(B) * m;
   const int jb = blockIdx.x * 128 + 4 * threadIdx.x;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
   const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
   const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
   unsigned long long colmax[4] = {};
   long long bcur = -1, bend = 0;
   BoundLine col[4] = {};  // bound_upper's column terms, kept: three minima and adds per entry
-  // Every thread takes the same number of steps (the warp shuffle needs the whole warp).
-  for (long long r4 = rbeg; r4 < rend; r4 += kRows * blockDim.y) {
-    T fv[kRows][4] = {};
+  // The row terms of kStage rows at a time go to shared memory first, so that the only global
+  // loads in the row loop are F's (read kRows rows ahead). Every thread takes the same number
+  // of steps (the barriers, and the warp shuffle that needs the whole warp).
+  for (long long s0 = rbeg; s0 < rend; s0 += kStage) {
+    const int len = static_cast<int>(rend - s0 < kStage ? rend - s0 : kStage);
+    __syncthreads();  // the previous rows' terms have been read
+    for (int i = t; i < len; i += kThreads)
+      srow[i] = bound_line(static_cast<long long>(ra[s0 + i]),
+                           static_cast<long long>(nza[s0 + i]), c);
+    __syncthreads();
+    for (int r4 = 0; r4 < len; r4 += kRows * blockDim.y) {
+      T fv[kRows][4] = {};
 #pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      const long long row = r4 + u * blockDim.y + threadIdx.y;
-      if (row < rend && jb < n) load4(F + row * n_p + jb, fv[u]);
-    }
+      for (int u = 0; u < kRows; ++u) {
+        const int i = r4 + u * blockDim.y + threadIdx.y;
+        if (i < len && jb < n) load4(F + (s0 + i) * n_p + jb, fv[u]);
+      }
 #pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      const long long row = r4 + u * blockDim.y + threadIdx.y;
-      unsigned long long rmax = 0;
-      if (row < rend) {
-        if (row >= bend) {  // a new batch entry: flush the column maxima, load its column terms
-          if (bcur >= 0)
+      for (int u = 0; u < kRows; ++u) {
+        const int i = r4 + u * blockDim.y + threadIdx.y;
+        const long long row = s0 + i;
+        unsigned long long rmax = 0;
+        if (i < len) {
+          if (row >= bend) {  // a new batch entry: flush the column maxima, load its terms
+            if (bcur >= 0)
+              for (int q = 0; q < 4; ++q) {
+                if (jb + q < n && colmax[q]) atomicMax(ub + bcur * n + jb + q, colmax[q]);
+                colmax[q] = 0;
+              }
+            bcur = row / m;
+            bend = (bcur + 1) * m;
             for (int q = 0; q < 4; ++q) {
-              if (jb + q < n && colmax[q]) atomicMax(ub + bcur * n + jb + q, colmax[q]);
-              colmax[q] = 0;
+              const int j = jb + q;
+              col[q] = j < n ? bound_line(static_cast<long long>(cb[bcur * n + j]),
+                                          static_cast<long long>(nzb[bcur * n + j]), c)
+                             : BoundLine{};
             }
-          bcur = row / m;
-          bend = (bcur + 1) * m;
+          }
+          const BoundLine rowt = srow[i];
+#pragma unroll
           for (int q = 0; q < 4; ++q) {
-            const int j = jb + q;
-            col[q] = j < n ? bound_line(static_cast<long long>(cb[bcur * n + j]),
-                                        static_cast<long long>(nzb[bcur * n + j]), c)
-                           : BoundLine{};
+            if (jb + q >= n) continue;
+            const unsigned long long v = static_cast<unsigned long long>(
+                bound_upper(static_cast<long long>(fv[u][q]), rowt, col[q]));
+            rmax = v > rmax ? v : rmax;
+            colmax[q] = v > colmax[q] ? v : colmax[q];
           }
         }
-        const BoundLine rowt = bound_line(static_cast<long long>(ra[row]), static_cast<long long>(nza[row]), c);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if (jb + q >= n) continue;
-          const unsigned long long v = static_cast<unsigned long long>(
-              bound_upper(static_cast<long long>(fv[u][q]), rowt, col[q]));
-          rmax = v > rmax ? v : rmax;
-          colmax[q] = v > colmax[q] ? v : colmax[q];
+        for (int o = 16; o > 0; o >>= 1) {  // the warp is one row's 32 x-threads
+          const unsigned long long w = __shfl_down_sync(0xffffffffu, rmax, o);
+          rmax = w > rmax ? w : rmax;
         }
+        if (threadIdx.x == 0 && rmax) atomicMax(ua + row, rmax);
       }
-      for (int o = 16; o > 0; o >>= 1) {  // the warp is one row's 32 x-threads
-        const unsigned long long w = __shfl_down_sync(0xffffffffu, rmax, o);
-        rmax = w > rmax ? w : rmax;
-      }
-      if (threadIdx.x == 0 && rmax) atomicMax(ua + row, rmax);
     }
   }
   if (bcur >= 0)
@@ -553,8 +567,11 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
   long long bend = 0;  // the column terms below are those of rows < bend
   double nbv[4] = {}, bev[4] = {};
   bool mxb[4] = {};
-  // The rows [rbeg, rend) with stride 8; the next row's loads are issued before this row's
-  // arithmetic (the pass is bound by the loads in flight).
+  // The rows [rbeg, rend) with stride 8, kStage rows at a time: their line terms go to shared
+  // memory first, and the next row's F (and c32) is loaded before this row's arithmetic, so the
+  // loads in flight (which bound the pass) are not held up by the line terms.
+  __shared__ double s_na[kStage], s_al[kStage];
+  __shared__ bool s_mx[kStage];
   T fn[4] = {};
   float cn[4] = {};
   long long row = rbeg + threadIdx.y;
@@ -562,67 +579,77 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
     load4(F + row * n_p + jb, fn);
     if constexpr (GEMM) load4(c32 + row * c_pitch + jb, cn);
   }
-  for (; row < rend; row += blockDim.y) {
-    T fv[4];
-    float cv[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) fv[c] = fn[c], cv[c] = cn[c];
-    const long long next = row + blockDim.y;
-    if (next < rend && jb < n) {
-      load4(F + next * n_p + jb, fn);
-      if constexpr (GEMM) load4(c32 + next * c_pitch + jb, cn);
+  for (long long s0 = rbeg; s0 < rend; s0 += kStage) {
+    const long long s1 = rend - s0 < kStage ? rend : s0 + kStage;
+    __syncthreads();  // the previous rows' terms have been read
+    for (long long i = t; i < s1 - s0; i += kThreads) {
+      s_na[i] = na[s0 + i];
+      s_al[i] = alpha[s0 + i];
+      s_mx[i] = mixa[s0 + i] != 0;
     }
-    if (row >= bend) {  // a new batch entry: its column terms
-      const long long b = row / m;
-      bend = (b + 1) * m;
+    __syncthreads();
+    for (; row < s1; row += blockDim.y) {
+      T fv[4];
+      float cv[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) fv[c] = fn[c], cv[c] = cn[c];
+      const long long next = row + blockDim.y;
+      if (next < rend && jb < n) {
+        load4(F + next * n_p + jb, fn);
+        if constexpr (GEMM) load4(c32 + next * c_pitch + jb, cn);
+      }
+      if (row >= bend) {  // a new batch entry: its column terms
+        const long long b = row / m;
+        bend = (b + 1) * m;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int j = jb + c;
+          nbv[c] = j < n ? nb[b * n + j] : 0.0;
+          bev[c] = j < n ? beta[b * n + j] : 0.0;
+          mxb[c] = j < n && mixb[b * n + j] != 0;
+        }
+      }
+      const double na_i = s_na[row - s0], alpha_i = s_al[row - s0];
+      const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
+      const bool mxa = s_mx[row - s0];
+      unsigned word = 0;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int j = jb + c;
-        nbv[c] = j < n ? nb[b * n + j] : 0.0;
-        bev[c] = j < n ? beta[b * n + j] : 0.0;
-        mxb[c] = j < n && mixb[b * n + j] != 0;
+        if (j >= n) continue;
+        const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
+        double lam = __dmul_rn(static_cast<double>(fv[c]), fs);  // exact
+        if constexpr (GEMM) {
+          const double g = gemm_lower(cv[c], factor, abs_term);
+          lam = g > lam ? g : lam;
+        }
+        const double nb_j = nbv[c], beta_j = bev[c];
+        // An entry certified by this thread's largest count so far minus one is neither beyond
+        // nor among the largest: store that count (an upper bound of its own), skip the bisection.
+        // (Its own count when that is this thread's largest: one more test, no bisection.)
+        int q;
+        if (qmax > 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax - 1]))
+          q = qmax - 1;
+        else if (qmax >= 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax]))
+          q = qmax;
+        else
+          q = cert_need(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th, nth);
+        const unsigned v = static_cast<unsigned>(base + q) & 0xffu;
+        if (packed)
+          word |= v << (8 * c);
+        else
+          need[row * n + j] = static_cast<unsigned char>(v);
+        if (q == nth) {
+          ++out;
+        } else if (q > qmax) {
+          qmax = q;
+          at_max = 1;
+        } else if (q == qmax) {
+          ++at_max;
+        }
       }
+      if (packed && jb < n) *reinterpret_cast<unsigned*>(need + row * n + jb) = word;
     }
-    const double na_i = na[row], alpha_i = alpha[row];
-    const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
-    const bool mxa = mixa[row] != 0;
-    unsigned word = 0;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int j = jb + c;
-      if (j >= n) continue;
-      const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
-      double lam = __dmul_rn(static_cast<double>(fv[c]), fs);  // exact
-      if constexpr (GEMM) {
-        const double g = gemm_lower(cv[c], factor, abs_term);
-        lam = g > lam ? g : lam;
-      }
-      const double nb_j = nbv[c], beta_j = bev[c];
-      // An entry certified by this thread's largest count so far minus one is neither beyond
-      // nor among the largest: store that count (an upper bound of its own), skip the bisection.
-      // (Its own count when that is this thread's largest: one more test, no bisection.)
-      int q;
-      if (qmax > 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax - 1]))
-        q = qmax - 1;
-      else if (qmax >= 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax]))
-        q = qmax;
-      else
-        q = cert_need(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th, nth);
-      const unsigned v = static_cast<unsigned>(base + q) & 0xffu;
-      if (packed)
-        word |= v << (8 * c);
-      else
-        need[row * n + j] = static_cast<unsigned char>(v);
-      if (q == nth) {
-        ++out;
-      } else if (q > qmax) {
-        qmax = q;
-        at_max = 1;
-      } else if (q == qmax) {
-        ++at_max;
-      }
-    }
-    if (packed && jb < n) *reinterpret_cast<unsigned*>(need + row * n + jb) = word;
   }
   // The block's largest count, its entries and the beyond entries: by warp shuffles, then the
   // 8 warps in order by one thread.

@@ -54,11 +54,29 @@ def kernel_times(a, b, repeat):
 
         return run
 
+    marks = {}  # events at the prescale's start and after the certificate's read-back
+
+    def marked(name, fn, at_start):
+        def run(*args, **kw):
+            if at_start:
+                marks[name] = cp.cuda.Event()
+                marks[name].record()
+            out = fn(*args, **kw)
+            if not at_start:
+                marks[name] = cp.cuda.Event()
+                marks[name].record()
+            return out
+
+        return run
+
     real_kernel = be._stats_kernel
     saved = {n: getattr(be, n) for n in ("_int8_products", "_bf16_gemm")}
+    hooks = {n: getattr(be, n) for n in ("ozaki2_prescale", "ozaki2_certificate")}
     be._stats_kernel = lambda expr: timed_launch(expr.split("<")[0], real_kernel(expr))
     for n, fn in saved.items():
         setattr(be, n, timed_launch(n.strip("_"), fn))
+    be.ozaki2_prescale = marked("begin", hooks["ozaki2_prescale"], True)
+    be.ozaki2_certificate = marked("end", hooks["ozaki2_certificate"], False)
     runs = []
     sync = cp.cuda.get_current_stream().synchronize
     try:
@@ -71,12 +89,23 @@ def kernel_times(a, b, repeat):
                 per = {}
                 for name, e0, e1 in spans:
                     per[name] = per.get(name, 0.0) + cp.cuda.get_elapsed_time(e0, e1)
+                # device idle time (or untimed kernels: memsets, elementwise) before each
+                # timed launch of the statistics, and after the last one to the read-back
+                prev = marks.get("begin")
+                for name, e0, e1 in spans:
+                    if name.startswith("statistics") and prev is not None:
+                        key = "gap_before:" + name.split(":", 1)[1]
+                        per[key] = per.get(key, 0.0) + cp.cuda.get_elapsed_time(prev, e0)
+                    if name.startswith("statistics"):
+                        prev = e1
+                if prev is not None and "end" in marks:
+                    per["gap_to_readback"] = cp.cuda.get_elapsed_time(prev, marks["end"])
                 per["statistics_stage"] = rec.seconds.get("statistics", 0.0) * 1e3
                 per["total_stages"] = sum(rec.seconds.values()) * 1e3
                 runs.append(per)
     finally:
         be._stats_kernel = real_kernel
-        for n, fn in saved.items():
+        for n, fn in {**saved, **hooks}.items():
             setattr(be, n, fn)
     runs = runs[1:]  # the first: compilation, plans
     return {k: round(statistics.median(r.get(k, 0.0) for r in runs), 4) for k in runs[0]}
