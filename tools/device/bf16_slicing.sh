@@ -9,8 +9,9 @@
 #   - python -m emulinalg bench --backend amx --precision "BF16xN(6,6)" --torch: the median time,
 #     the stage times (slicing, products, reconstruction, other) of one more call, numpy's
 #     DGEMM (the "native" record) and torch's (torch_seconds) on the same inputs.
-# Run from the repository root after `source .device/setup.sh`, e.g. with the new tree carried
-# in .amxnew:  OLD_SRC=$PWD NEW_SRC=$PWD/.amxnew bash .amxnew/tools/device/bf16_slicing.sh
+# OLD_SRC empty or unset: the new build alone. Run from the repository root after
+# `source .device/setup.sh`, e.g. with the new tree carried in .amxnew:
+#     OLD_SRC=$PWD NEW_SRC=$PWD/.amxnew bash .amxnew/tools/device/bf16_slicing.sh
 # Writes 8 files under $OUT: build-old.log, build-new.log, tests.log, pack.log, bench.log,
 # bench_old.jsonl, bench_new.jsonl, summary.txt (the table). Knobs: BENCH_SIZES (default 8192),
 # ROUNDS (default 2), BENCH_REPEAT (default 3), SKIP_TESTS=1.
@@ -21,7 +22,7 @@ ROOT=$PWD
 OUT=${OUT:-/tmp/bf16-slicing-out}
 mkdir -p "$OUT"
 NEW_SRC=$(cd "${NEW_SRC:-$PWD}" && pwd)
-OLD_SRC=${OLD_SRC:?OLD_SRC: the source tree of the old code}
+OLD_SRC=${OLD_SRC:-}  # empty: the new build alone
 SIZES=${BENCH_SIZES:-8192}
 T=$(($(nproc) < 16 ? $(nproc) : 16))
 export OMP_NUM_THREADS=$T OPENBLAS_NUM_THREADS=$T MKL_NUM_THREADS=$T CMAKE_BUILD_PARALLEL_LEVEL=$T
@@ -45,7 +46,9 @@ bench() { # bench SITE LABEL
 : >"$OUT/pack.log"
 : >"$OUT/bench.log"
 rm -f "$OUT"/bench_old.jsonl "$OUT"/bench_new.jsonl
-build "$OLD_SRC" /tmp/amxsite-old "$OUT/build-old.log" || { echo "old build failed"; exit 1; }
+if [ -n "$OLD_SRC" ]; then
+    build "$OLD_SRC" /tmp/amxsite-old "$OUT/build-old.log" || { echo "old build failed"; exit 1; }
+fi
 build "$NEW_SRC" /tmp/amxsite "$OUT/build-new.log" || { echo "new build failed"; exit 1; }
 if [ -z "${SKIP_TESTS:-}" ]; then
     (cd /tmp && PYTHONPATH="/tmp/amxsite${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 -m pytest \
@@ -53,7 +56,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     echo "tests (new build, tests/test_bf16.py): rc=$?, $(tail -n 1 "$OUT/tests.log")"
 fi
 for round in $(seq "${ROUNDS:-2}"); do
-    for v in old new; do
+    for v in ${OLD_SRC:+old} new; do
         site=/tmp/amxsite
         [ "$v" = old ] && site=/tmp/amxsite-old
         for n in ${SIZES//,/ }; do pack "$site" "$v" "$n"; done

@@ -118,6 +118,11 @@ def main():
     p.add_argument("--phi", type=float, default=1.0)
     p.add_argument("--bits", type=int, help="default: 53 for float64, 24 for float32")
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="print the host's cProfile of the statistics (prescale + certificate)",
+    )
     args = p.parse_args()
     N, r = args.N, args.repeat
     bits = args.bits or (24 if args.dtype == "float32" else 53)
@@ -185,6 +190,18 @@ def main():
     t, _ = timed(lambda: be._bf16_gemm(a16, b16), r)
     rec["bf16_gemm"] = t
     rec["kernels"] = kernel_times(a_in, b_in, r)
+    if args.profile:  # host time of the statistics' Python (launches, allocations, checks)
+        import cProfile
+        import pstats
+
+        def stats_calls():
+            for _ in range(r):
+                p_ = be.ozaki2_prescale(a, None, b, None, "accurate", exponents=scan[1])
+                be.ozaki2_certificate(a, None, b, None, p_, bits)
+
+        prof = cProfile.Profile()
+        prof.runcall(stats_calls)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     native, _ = timed(lambda: a_in @ b_in, r)
     rec["native_gemm"] = native
     rec["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
