@@ -15,7 +15,10 @@ Each backend module provides the same small surface:
   the backend's kernels (same contracts as ``emulinalg._scaling.ozaki2_prescale`` and
   ``emulinalg._select.ozaki2_moduli_needed``; None declines); ``all_finite(x)``: the engine's
   NaN/Inf check; ``line_scan(ar, ai, br, bi)``: that check fused with the prescale's line
-  exponents, ``(finite, exponents)`` (the backend's prescale then takes ``exponents=``).
+  exponents, ``(finite, exponents)`` (the backend's prescale then takes ``exponents=``);
+  ``narrow_statistics = True``: those three hooks also take float32 operands (float32 and
+  complex64 inputs, read as they are: half the bytes of their float64 copies), with the results
+  they give for the float64 copies.
 
 Whether emulation beats native here (``strategy="performant"``) is decided by the cost model of
 ``emulinalg._cost``, fitted from this backend's benchmark records.

@@ -162,6 +162,10 @@ chunk_bytes = 6 << 30
 
 _modules: dict = {}
 
+# line_scan, ozaki2_prescale and ozaki2_certificate read float32 operands as they are (the
+# engine passes float32 and complex64 inputs' parts): the kernels widen each entry exactly.
+narrow_statistics = True
+
 
 def kernels_enabled() -> bool:
     """Whether ``ozaki2_product``/``magnitude_lower_matmul``/``ozaki2_prescale``/
@@ -445,18 +449,20 @@ _STAT_CHUNK = 512
 _BOUND_TILES = 8
 _INT_MIN = -(2**31)
 _STATS_NAMES = tuple(
-    f"{k}<{c}>"
-    for k in ("line_max_exponent", "bound_operand", "cert_operand")
+    f"{k}<{t}, {c}>"
+    for k in ("line_max_exponent", "bound_operand")
+    for t in ("double", "float")
     for c in ("false", "true")
-) + tuple(
+) + tuple(f"cert_operand<{c}>" for c in ("false", "true")) + tuple(
     name
     for T in ("int", "long long")
     for name in (f"bound_max<{T}>", f"cert_entries<{T}, false>", f"cert_entries<{T}, true>")
 ) + tuple(
-    f"refine_suspects<{T}, {g}, {c}>"
+    f"refine_suspects<{T}, {g}, {c}, {t}>"
     for T in ("int", "long long")
     for g in ("false", "true")
     for c in ("false", "true")
+    for t in ("double", "float")
 )
 
 
@@ -481,6 +487,11 @@ def _tf(flag):
     return "true" if flag else "false"
 
 
+def _in_type(x):
+    """The kernels' operand type for ``x`` (float64 or float32: ``narrow_statistics``)."""
+    return "float" if x.dtype == cp.float32 else "double"
+
+
 def _line_args(re, im, strides):
     sb, sr, sc = strides
     return (re, re if im is None else im, _i64(sb), _i64(sr), _i64(sc))
@@ -498,7 +509,7 @@ def _line_max_exponent(re, im, strides, B, R, C):
     """int32 (B, R): floor(log2 max |x|) per line of the logical (B, R, C) operand, INT_MIN for a
     zero line."""
     emax = cp.full((B, R), _INT_MIN, dtype=cp.int32)
-    fn = _stats_kernel(f"line_max_exponent<{_tf(im is not None)}>")
+    fn = _stats_kernel(f"line_max_exponent<{_in_type(re)}, {_tf(im is not None)}>")
     args = _line_args(re, im, strides) + (
         _i32(B), _i32(R), _i32(C), _rows_contiguous(strides), _i32(_STAT_CHUNK), emax,
     )  # fmt: skip
@@ -544,7 +555,7 @@ def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax, terms=None):
         terms = cp.zeros((3, B, R), dtype=cp.uint64)
     sums, nz, mixed = terms  # mixed (complex): entries with both parts nonzero
     partial = cp.empty((B, -(-Cp // 32), R), dtype=cp.float64)
-    fn = _stats_kernel(f"bound_operand<{_tf(im is not None)}>")
+    fn = _stats_kernel(f"bound_operand<{_in_type(re)}, {_tf(im is not None)}>")
     args = _line_args(re, im, strides) + (
         _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides),
         _i32(_BOUND_TILES), emax, shift, planes, sums, nz, mixed, partial,
@@ -567,9 +578,12 @@ def _f_type(F):
 
 
 def _usable(ar, ai, br, bi):
+    """Whether the statistics kernels take these operands: all float64, or all float32
+    (``narrow_statistics``)."""
     if not kernels_enabled():
         return False
-    return all(x is None or x.dtype == cp.float64 for x in (ar, ai, br, bi))
+    dts = {x.dtype for x in (ar, ai, br, bi) if x is not None}
+    return dts == {np.dtype(np.float64)} or dts == {np.dtype(np.float32)}
 
 
 def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
@@ -738,7 +752,9 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
                 np.float64(cc.native_factor), np.float64(cc.native_abs_term),
                 np.float64(cc.cR), np.float64(cc.c4), th, _i32(nth), last, hist, stat,
             )  # fmt: skip
-            kname = f"refine_suspects<{_f_type(F)}, {_tf(gemm)}, {_tf(cplx)}>"
+            kname = (
+                f"refine_suspects<{_f_type(F)}, {_tf(gemm)}, {_tf(cplx)}, {_in_type(are)}>"
+            )
             grid = (min(-(-cap // (_THREADS // 32)), 4096),)
             _stats_kernel(kname)(grid, (_THREADS,), args)
         h = [int(v) for v in cp.asnumpy(buf[:words])]
@@ -747,15 +763,19 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
 
     c32 = None
     count, at_count, n_out, ref = entries(None)
+    if n_out:  # the rarer passes below read float64 operands
+        ar, ai, br, bi = (None if x is None else x.astype(cp.float64, copy=False)
+                          for x in (ar, ai, br, bi))  # fmt: skip
     if n_out and (k > _select._LOWER_K_MAX or cc.factor <= 0):
         # beyond the bf16 bound's range: the generic code (its float64 GEMM bound) from F
         Fv = F[..., :n].reshape(ops.batch + (m, n))
         xp = array_api_compat.array_namespace(ar)
         return _select.certify_moduli(xp, _this(), ar, ai, br, bi, prescale, bits, Fv)
     if n_out:
+        wide = _Operands(ar, ai, br, bi)
         kp, nb16 = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
-        a16 = _cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, s)
-        b16 = _cert_operand(*ops.b, ops.b_strides, B, n, nb16, k, kp, True, t)
+        a16 = _cert_operand(*wide.a, wide.a_strides, B, m, m, k, kp, False, s)
+        b16 = _cert_operand(*wide.b, wide.b_strides, B, n, nb16, k, kp, True, t)
         c32 = _bf16_gemm(a16, b16)
         del a16, b16
         count, at_count, n_out, ref = entries(c32)

@@ -56,6 +56,23 @@ def _parts(xp, x, backend=None):
     return conv(x), None
 
 
+def _hook_operands(xp, backend, a, b, parts, real_name):
+    """The operands for the backend's statistics hooks (``line_scan``, ``ozaki2_prescale``,
+    ``ozaki2_certificate``): ``parts`` (float64), or, for float32 and complex64 inputs on a
+    backend with ``narrow_statistics``, the inputs' own float32 parts (views): the hooks then
+    read half the bytes and give the results of the float64 parts (every float32 is a
+    float64)."""
+    if real_name != "float32" or not getattr(backend, "narrow_statistics", False):
+        return parts
+
+    def raw(x):
+        if xp.isdtype(x.dtype, "complex floating"):
+            return xp.real(x), xp.imag(x)
+        return x, None
+
+    return raw(a) + raw(b)
+
+
 def _all_finite(xp, backend, re, im):
     """True when every entry is finite: the backend's own check (``backend.all_finite``, e.g.
     multithreaded) or one sum per part: NaN and Inf entries make the sum non-finite; a sum that
@@ -134,11 +151,12 @@ def _matmul(xp, backend, a, b, request, cfg, out):
 
     ar, ai = _parts(xp, a, backend)
     br, bi = _parts(xp, b, backend)  # the front end gave both operands the result dtype
+    hook_ops = _hook_operands(xp, backend, a, b, (ar, ai, br, bi), real_name)
     # A backend may fuse the NaN/Inf check with the statistics' first pass (``line_scan``:
     # ``(finite, exponents)`` or None), the line exponents then go to its prescale.
     scan = getattr(backend, "line_scan", None)
     with backend.quiet():
-        scanned = None if scan is None else scan(ar, ai, br, bi)
+        scanned = None if scan is None else scan(*hook_ops)
         if scanned is not None:
             nonfinite = not scanned[0]
         else:
@@ -153,12 +171,13 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     if nonfinite:
         ar, ai = _zero_nonfinite(xp, ar, ai)
         br, bi = _zero_nonfinite(xp, br, bi)
+        hook_ops = (ar, ai, br, bi)
 
     # Stage timings (off unless recording): emulation work not marked otherwise is scaling.
     with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
             xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name, out,
-            performant, exponents,
+            performant, exponents, hook_ops,
         )
     if c is None:
         return backend.native_matmul(a, b), plan
@@ -202,12 +221,13 @@ def _faster(backend, scheme, dtype_name, m, n, k, batch, plan):
 
 def _emulate(
     xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
-    exponents=None,
+    exponents=None, hook_ops=None,
 ):
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
     the native product (None when there are none). ``exponents``: the backend's ``line_scan``
-    line exponents of these operands, for its prescale."""
+    line exponents of these operands, for its prescale; ``hook_ops``: the operands for its
+    statistics hooks (``_hook_operands``; default: the float64 parts)."""
     native_mask = prescale = None
     if isinstance(request, SCHEMES):
         scheme = request
@@ -215,7 +235,7 @@ def _emulate(
         family = "ozaki1" if family == "ozaki1" else "ozaki2"
         with stage("statistics"):
             scheme, prescale, native_mask = _choose(
-                xp, backend, ar, ai, br, bi, request, family, real_name, exponents
+                xp, backend, ar, ai, br, bi, request, family, real_name, exponents, hook_ops
             )
         certified = True
         if (
@@ -368,17 +388,20 @@ def _exact_k1(ar, ai, level):
     return ar.shape[-1] == 1 and ai is None and level.name in ("float64", "float32")
 
 
-def _choose(xp, backend, ar, ai, br, bi, level: Level, family, real_name, exponents=None):
+def _choose(
+    xp, backend, ar, ai, br, bi, level: Level, family, real_name, exponents=None, hook_ops=None
+):
     """Smallest scheme of the family certifying the level on every entry it can; the entries it
     cannot are returned as a mask for the native product (None scheme: none at all)."""
     if _exact_k1(ar, ai, level):
         return _exact_at_k1(level, family, real_name), None, None
     if family == "ozaki2":
-        prescale = _backend_prescale(backend, ar, ai, br, bi, "accurate", exponents)
+        hook_ops = hook_ops or (ar, ai, br, bi)
+        prescale = _backend_prescale(backend, *hook_ops, "accurate", exponents)
         if prescale is None:
             prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
         count, beyond = _select.ozaki2_moduli_needed(
-            xp, backend, ar, ai, br, bi, prescale, level.bits
+            xp, backend, ar, ai, br, bi, prescale, level.bits, hook_ops
         )
         if hasattr(prescale, "lower"):
             prescale.lower = None  # the bound GEMM's sums (m x n): not needed by the product

@@ -154,7 +154,7 @@ def bound_lower(xp, F, complex_, mixed=None):
     return xp.where(both, ldexp(xp, F, -11), ldexp(xp, F, -10))
 
 
-def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
+def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits, hook_ops=None):
     """``(count, beyond)``: the smallest number of moduli certifying every entry that the
     maximum certifies, and the mask of entries it does not (count None: no entry at all; a
     backend's hook may give beyond None when no entry is beyond).
@@ -164,9 +164,11 @@ def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits):
     ``magnitude_lower`` GEMM run, and the larger of the two bounds used per entry.
 
     A backend may compute this in its own kernels (``backend.ozaki2_certificate``, same
-    arguments and result; it returns None to decline)."""
+    arguments and result; it returns None to decline), given ``hook_ops`` in place of ``(ar,
+    ai, br, bi)`` when not None (the same values, float32 for a backend with
+    ``narrow_statistics``)."""
     hook = getattr(backend, "ozaki2_certificate", None)
-    res = None if hook is None else hook(ar, ai, br, bi, prescale, bits)
+    res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, bits)
     if res is not None:
         return res
     return certify_moduli(

@@ -143,10 +143,12 @@ class _Kernel:
     # ozaki2_stats.cu --------------------------------------------------------------------------
 
     def _operand(self, targs, re_, im, sb, sr, sc, B, R, C):
-        cplx = targs[0] == "true"
+        """The (B, R, C) operand as float64 (targs: [In, CPLX], or [CPLX] for double)."""
+        dt = np.float32 if targs[0] == "float" else np.float64
+        cplx = targs[-1] == "true"
         st = (int(sb), int(sr), int(sc))
-        X = _strided_any(re_, np.float64, (B, R, C), st)
-        Xi = _strided_any(im, np.float64, (B, R, C), st) if cplx else None
+        X = _strided_any(re_, dt, (B, R, C), st).astype(np.float64)
+        Xi = _strided_any(im, dt, (B, R, C), st).astype(np.float64) if cplx else None
         return X, Xi
 
     def _line_max_exponent(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, rows_contig,
@@ -284,9 +286,10 @@ class _Kernel:
         flat = _view(idx, np.int64, (count,), (1,))
         r, c = flat // n, flat % n
         mm = int(r.max(initial=0)) + 1
-        A = [_strided_any(x, np.float64, (mm, k), (int(asr), int(asc)))
+        dt = np.float32 if targs[3] == "float" else np.float64  # the operands' type, In
+        A = [_strided_any(x, dt, (mm, k), (int(asr), int(asc))).astype(np.float64)
              for x in ((are, aim) if cplx else (are,))]  # fmt: skip
-        Bm = [_strided_any(x, np.float64, (k, n), (int(bsr), int(bsc)))
+        Bm = [_strided_any(x, dt, (k, n), (int(bsr), int(bsc))).astype(np.float64)
               for x in ((bre, bim) if cplx else (bre,))]  # fmt: skip
         rows_of = {x: _view(v, np.int64 if x == "s" else np.float64, (mm,), (1,))
                    for x, v in (("s", shift_a), ("na", na), ("alpha", alpha))}  # fmt: skip
@@ -363,9 +366,9 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "void* out1, void* out2, void* out3",
     "bf16_lower": "const double* x, long long sb, long long sr, long long sc, int B, int R, "
     "int C, int Rpad, int Cp, unsigned short* out",
-    "line_max_exponent": "const double* re, const double* im, long long sb, long long sr, "
+    "line_max_exponent": "const In* re, const In* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int rows_contiguous, int chunk, int* emax",
-    "bound_operand": "const double* re, const double* im, long long sb, long long sr, "
+    "bound_operand": "const In* re, const In* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, int tiles, "
     "const int* emax, long long* shift, unsigned* out, unsigned long long* sums, "
     "unsigned long long* nz, unsigned long long* mixed, double* partial",
@@ -376,8 +379,8 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "cert_operand": "const double* re, const double* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, int k_major, "
     "int chunk, const long long* shift, double* partial, unsigned short* out",
-    "refine_suspects": "const double* are, const double* aim, long long asr, long long asc, "
-    "const double* bre, const double* bim, long long bsr, long long bsc, int k, "
+    "refine_suspects": "const In* are, const In* aim, long long asr, long long asc, "
+    "const In* bre, const In* bim, long long bsr, long long bsc, int k, "
     "const long long* shift_a, const long long* shift_b, const long long* idx, long long cap, "
     "int n, "
     "const T* F, const float* c32, long long n_p, long long c_pitch, int fexp, int fexp_mixed, "
@@ -418,8 +421,11 @@ def _native_lib(code, expr):
     if key in _LIBS:
         return _LIBS[key]
     name = expr.split("<")[0]
-    T = expr.split("<")[1].split(",")[0].strip(" >") if "<" in expr else ""
-    params = [p.strip() for p in _PARAMS[name].replace("const T*", f"const {T}*").split(",")]
+    targs = [t.strip(" >") for t in expr.split("<")[1].split(",")] if "<" in expr else [""]
+    T = targs[0]  # the first template argument; In: the operands' type (the last float/double)
+    In = next((t for t in reversed(targs) if t in ("float", "double")), "double")
+    decl = _PARAMS[name].replace("const T*", f"const {T}*").replace("const In*", f"const {In}*")
+    params = [p.strip() for p in decl.split(",")]
     names = [p.split()[-1].lstrip("*") for p in params]
     tables = ""
     if "emu_wdig" in code:

@@ -846,3 +846,93 @@ def test_engine_run_uses_the_prescale_hook(cpu_backend, monkeypatch):
         for x, y in zip(got, want):
             assert _same(np.asarray(x), y)
     assert calls == ["accurate", "fast"]
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("second_pass", [False, True], ids=["one-pass", "two-pass"])
+def test_host_code_statistics_float32(cpu_backend, cplx, second_pass):
+    """narrow_statistics: line_scan, the prescale and the certificate given float32 operands
+    (complex64: the strided real and imaginary views) equal the generic code on their float64
+    copies, with zero, float32-subnormal and tiny lines; two-pass: a zero bound-GEMM entry
+    leaves entries beyond on the first pass (the bf16 pass then reads float64 copies)."""
+    be, cp = cpu_backend
+    assert be.narrow_statistics
+    m, k, n = (41, 300, 31) if second_pass else (9, 40, 11)
+    ar, ai, br, bi = _stat_operands(((), m, k, n), 1, cplx, seed=41, special=False)
+    narrow = [None if x is None else x.astype(np.float32) for x in (ar, ai, br, bi)]
+    narrow[0][1] = 0  # a zero row
+    narrow[0][2, 3] = np.float32(1e-42)  # float32 subnormal
+    narrow[2][:, 4] *= np.float32(2.0**-100)  # a tiny column
+    if second_pass:
+        for x in narrow[:2] if cplx else narrow[:1]:
+            x[0, k // 2 :] = 0
+        for x in narrow[2:] if cplx else narrow[2:3]:
+            x[: k // 2, 0] = 0
+    wide = [None if x is None else x.astype(np.float64) for x in narrow]
+    if cplx:
+        a = cp.asarray((narrow[0] + 1j * narrow[1]).astype(np.complex64))
+        b = cp.asarray((narrow[2] + 1j * narrow[3]).astype(np.complex64))
+        dev = [a.real, a.imag, b.real, b.imag]
+        assert dev[0].dtype == np.float32 and dev[0].strides[-1] == 8  # views, not copies
+    else:
+        dev = [cp.asarray(narrow[0]), None, cp.asarray(narrow[2]), None]
+    finite, (ea, eb) = be.line_scan(*dev)
+    finite64, (ea64, eb64) = be.line_scan(*(None if x is None else cp.asarray(x) for x in wide))
+    assert finite and finite64
+    assert _same(np.asarray(ea), np.asarray(ea64)) and _same(np.asarray(eb), np.asarray(eb64))
+    want_pre = ozaki2_prescale(np, npb.int_matmul, *wide, "accurate")
+    pre = be.ozaki2_prescale(*dev, "accurate", exponents=(ea, eb))
+    _same_prescale(pre, want_pre)
+    generic = _generic_cert_backend(be.magnitude_lower_matmul)
+    calls = []
+    real = be._bf16_gemm
+    be_gemm = lambda *x: calls.append(1) or real(*x)  # noqa: E731
+    try:
+        be._bf16_gemm = be_gemm
+        for bits in (24, 53):
+            want = _select.ozaki2_moduli_needed(np, generic, *wide, want_pre, bits)
+            got = be.ozaki2_certificate(*dev, pre, bits)
+            assert got is not None and got[0] == want[0], (bits, got[0], want[0])
+            beyond = np.zeros_like(want[1]) if got[1] is None else np.asarray(got[1])
+            assert _same(beyond, want[1])
+    finally:
+        be._bf16_gemm = real
+    assert bool(calls) == second_pass
+
+
+def test_engine_hook_operands():
+    """_engine._hook_operands: float32 and complex64 inputs' own parts (views) for a backend
+    with narrow_statistics, the float64 parts otherwise."""
+    import types
+
+    from emulinalg import _engine
+
+    narrow = types.SimpleNamespace(narrow_statistics=True)
+    a32 = np.ones((3, 4), dtype=np.float32)
+    parts = (a32.astype(np.float64), None, a32.astype(np.float64), None)
+    got = _engine._hook_operands(np, narrow, a32, a32, parts, "float32")
+    assert got[0] is a32 and got[1] is None and got[2] is a32
+    c64 = (a32 + 2j * a32).astype(np.complex64)
+    got = _engine._hook_operands(np, narrow, c64, c64, parts, "float32")
+    assert got[0].dtype == np.float32 and np.shares_memory(got[1], c64)
+    assert _engine._hook_operands(np, types.SimpleNamespace(), a32, a32, parts, "float32") is parts
+    a64 = parts[0]
+    assert _engine._hook_operands(np, narrow, a64, a64, parts, "float64") is parts
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+def test_engine_choose_float32_hook_operands(cpu_backend, cplx):
+    """_engine._choose given float32 hook operands equals it given their float64 copies."""
+    from emulinalg import _engine
+    from emulinalg._precision import Level
+
+    be, cp = cpu_backend
+    ops = _stat_operands(((2,), 11, 45, 8), 1, cplx, seed=37, special=False)
+    narrow = [None if x is None else cp.asarray(x.astype(np.float32)) for x in ops]
+    wide = [None if x is None else cp.asarray(np.asarray(x).astype(np.float64)) for x in narrow]
+    for level in (Level(24, "float32"), Level(53, "float64")):
+        want = _engine._choose(np, be, *wide, level, "ozaki2", "float32")
+        got = _engine._choose(np, be, *wide, level, "ozaki2", "float32", None, tuple(narrow))
+        assert got[0] == want[0]
+        _same_prescale(got[1], want[1])
+        assert (got[2] is None) == (want[2] is None)

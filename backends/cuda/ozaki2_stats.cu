@@ -48,10 +48,11 @@ struct Tile {
   double im[CPLX ? kTile : 1][kTile + 1];
 };
 
-// Tile rows r0.., columns c0.. of batch b (zeros outside R x C), as ozaki2_residues.cu loads.
-template <bool CPLX>
-__device__ __forceinline__ void load_tile(Tile<CPLX>& s, const double* __restrict__ re,
-                                          const double* __restrict__ im, long long base,
+// Tile rows r0.., columns c0.. of batch b (zeros outside R x C), as ozaki2_residues.cu loads;
+// In (float or double): the operand's type (float32 entries widen exactly).
+template <typename In, bool CPLX>
+__device__ __forceinline__ void load_tile(Tile<CPLX>& s, const In* __restrict__ re,
+                                          const In* __restrict__ im, long long base,
                                           long long sr, long long sc, int r0, int c0, int R,
                                           int C, int rows_contiguous) {
   const int t = threadIdx.x;
@@ -63,8 +64,8 @@ __device__ __forceinline__ void load_tile(Tile<CPLX>& s, const double* __restric
     double x = 0.0, y = 0.0;
     if (r < R && c < C) {
       const long long o = base + r * sr + c * sc;
-      x = re[o];
-      if constexpr (CPLX) y = im[o];
+      x = static_cast<double>(re[o]);
+      if constexpr (CPLX) y = static_cast<double>(im[o]);
     }
     s.re[rr][cc] = x;
     if constexpr (CPLX) s.im[rr][cc] = y;
@@ -140,9 +141,9 @@ __device__ __forceinline__ unsigned pack4(int a, int b, int c, int d) {
 // thread keeps the largest magnitude (as bits: they order as the values for x >= 0) of 4 columns
 // of one tile row over the chunk; 8 threads per row are combined through shared memory and the
 // row's exponent goes to emax with one atomicMax per row and chunk (a max: any order is exact).
-template <bool CPLX>
+template <typename In, bool CPLX>
 __global__ void __launch_bounds__(kThreads)
-    line_max_exponent(const double* __restrict__ re, const double* __restrict__ im, long long sb,
+    line_max_exponent(const In* __restrict__ re, const In* __restrict__ im, long long sb,
                       long long sr, long long sc, int B, int R, int C, int rows_contiguous,
                       int chunk, int* __restrict__ emax) {
   __shared__ Tile<CPLX> tile;
@@ -155,7 +156,7 @@ __global__ void __launch_bounds__(kThreads)
       unsigned long long best = 0;
       for (int c0 = cbeg; c0 < cend; c0 += kTile) {
         __syncthreads();  // the previous tile (and the previous rows' red) has been read
-        load_tile<CPLX>(tile, re, im, b * sb, sr, sc, r0, c0, R, C, rows_contiguous);
+        load_tile<In, CPLX>(tile, re, im, b * sb, sr, sc, r0, c0, R, C, rows_contiguous);
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -182,14 +183,14 @@ __global__ void __launch_bounds__(kThreads)
 
 // One thread's 4 entries of a 32 x 32 tile, in load_tile's order, held in registers: the
 // next tile's loads stay in flight in them while the current tile is processed.
-template <bool CPLX>
+template <typename In, bool CPLX>
 struct TileFetch {
   static constexpr int kN = kTile * kTile / kThreads, kZStep = kThreads / kTile;
-  double re[kN], im[CPLX ? kN : 1];
+  In re[kN], im[CPLX ? kN : 1];  // the operand's type: widened on the store
 
   // Tile rows r0.., columns c0.. at offset base (zeros outside R x C), as load_tile.
-  __device__ __forceinline__ void load(const double* __restrict__ pre,
-                                       const double* __restrict__ pim, long long base,
+  __device__ __forceinline__ void load(const In* __restrict__ pre,
+                                       const In* __restrict__ pim, long long base,
                                        long long sr, long long sc, int r0, int c0, int R, int C,
                                        int rows_contiguous) {
     const int a = threadIdx.x & (kTile - 1), z = threadIdx.x >> 5;
@@ -199,8 +200,8 @@ struct TileFetch {
     const int left = r < R && c < C ? (rows_contiguous ? C - c : R - r) : 0;
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
-      re[i] = 0.0;
-      if constexpr (CPLX) im[i] = 0.0;
+      re[i] = In(0);
+      if constexpr (CPLX) im[i] = In(0);
       if (kZStep * i < left) {
         re[i] = pre[o + i * step];
         if constexpr (CPLX) im[i] = pim[o + i * step];
@@ -213,8 +214,8 @@ struct TileFetch {
     for (int i = 0; i < kN; ++i) {
       const int a = threadIdx.x & (kTile - 1), z = (threadIdx.x >> 5) + kZStep * i;
       const int rr = rows_contiguous ? a : z, cc = rows_contiguous ? z : a;
-      s.re[rr][cc] = re[i];
-      if constexpr (CPLX) s.im[rr][cc] = im[i];
+      s.re[rr][cc] = static_cast<double>(re[i]);
+      if constexpr (CPLX) s.im[rr][cc] = static_cast<double>(im[i]);
     }
   }
 };
@@ -235,9 +236,9 @@ struct TileFetch {
 // in registers over the block's tiles (3 atomics per line and block, not per tile; 32 bits
 // suffice below 2**23 tiles); they and the l1 partials are summed by warp shuffles: a row's 8
 // threads are 8 consecutive lanes of one warp.
-template <bool CPLX>
+template <typename In, bool CPLX>
 __global__ void __launch_bounds__(kThreads, CPLX ? 4 : 6)
-    bound_operand(const double* __restrict__ re, const double* __restrict__ im, long long sb,
+    bound_operand(const In* __restrict__ re, const In* __restrict__ im, long long sb,
                   long long sr, long long sc, int B, int R, int C, int Rpad, int Cp,
                   int rows_contiguous, int tiles, const int* __restrict__ emax,
                   long long* __restrict__ shift, unsigned* __restrict__ out,
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 4 : 6)
   int buf = 0;  // the buffer of the block's next tile
   for (int b = blockIdx.z; b < B; b += gridDim.z) {
     for (int r0 = blockIdx.y * kTile; r0 < Rpad; r0 += gridDim.y * kTile) {
-      TileFetch<CPLX> next;
+      TileFetch<In, CPLX> next;
       next.load(re, im, b * sb, sr, sc, r0, first * kTile, R, C, rows_contiguous);
       const int r = r0 + rr;
       const long long line = static_cast<long long>(b) * R + r;
@@ -434,7 +435,7 @@ __global__ void __launch_bounds__(kThreads)
       double acc = 0.0;
       for (int c0 = cbeg; c0 < cend; c0 += kTile) {
         __syncthreads();
-        load_tile<CPLX>(tile, re, im, b * sb, sr, sc, r0, c0, R, C, rows_contiguous);
+        load_tile<double, CPLX>(tile, re, im, b * sb, sr, sc, r0, c0, R, C, rows_contiguous);
         __syncthreads();
         // bfloat16 magnitudes, 4 per thread (one 8-byte store)
         const int g = t >> 3, q = 4 * (t & 7);
@@ -749,11 +750,11 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 // and an entry that cert_ok does not certify at the threshold of one count lower (th[top - 1])
 // adds one to stat[3]. Every warp takes the same number of steps (the CPU build's shuffle
 // needs the block).
-template <typename T, bool GEMM, bool CPLX>
+template <typename T, bool GEMM, bool CPLX, typename In>
 __global__ void __launch_bounds__(kThreads)
-    refine_suspects(const double* __restrict__ are, const double* __restrict__ aim, long long asr,
-                    long long asc, const double* __restrict__ bre,
-                    const double* __restrict__ bim, long long bsr, long long bsc, int k,
+    refine_suspects(const In* __restrict__ are, const In* __restrict__ aim, long long asr,
+                    long long asc, const In* __restrict__ bre,
+                    const In* __restrict__ bim, long long bsr, long long bsc, int k,
                     const long long* __restrict__ shift_a, const long long* __restrict__ shift_b,
                     const long long* __restrict__ idx, long long cap, int n,
                     const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
@@ -781,9 +782,11 @@ __global__ void __launch_bounds__(kThreads)
       const int pa = static_cast<int>(shift_a[i]) - 5 + (CPLX ? 1 : 0);
       const int pb = static_cast<int>(shift_b[j]) - 5 + (CPLX ? 1 : 0);
       for (int h = lane; h < k; h += 32) {
-        double x = abs_of(are[i * asr + h * asc]), y = abs_of(bre[h * bsr + j * bsc]);
+        double x = abs_of(static_cast<double>(are[i * asr + h * asc]));
+        double y = abs_of(static_cast<double>(bre[h * bsr + j * bsc]));
         if constexpr (CPLX) {
-          const double xi = abs_of(aim[i * asr + h * asc]), yi = abs_of(bim[h * bsr + j * bsc]);
+          const double xi = abs_of(static_cast<double>(aim[i * asr + h * asc]));
+          const double yi = abs_of(static_cast<double>(bim[h * bsr + j * bsc]));
           x = xi > x ? xi : x;
           y = yi > y ? yi : y;
         }
@@ -810,14 +813,17 @@ __global__ void __launch_bounds__(kThreads)
 
 #ifndef __CUDACC_RTC__
 // Standalone nvcc build (register/spill check); the backend instantiates what it needs.
+#define EMU_LINE_INSTANCES(In, CPLX)                                                          \
+  template __global__ void line_max_exponent<In, CPLX>(const In*, const In*, long long,        \
+                                                       long long, long long, int, int, int, int, \
+                                                       int, int*);                             \
+  template __global__ void bound_operand<In, CPLX>(                                            \
+      const In*, const In*, long long, long long, long long, int, int, int, int, int, int, int, \
+      const int*, long long*, unsigned*, unsigned long long*, unsigned long long*,              \
+      unsigned long long*, double*);
 #define EMU_STATS_INSTANCES(CPLX)                                                             \
-  template __global__ void line_max_exponent<CPLX>(const double*, const double*, long long,   \
-                                                   long long, long long, int, int, int, int,  \
-                                                   int, int*);                                \
-  template __global__ void bound_operand<CPLX>(                                                \
-      const double*, const double*, long long, long long, long long, int, int, int, int, int,  \
-      int, int, const int*, long long*, unsigned*, unsigned long long*, unsigned long long*,    \
-      unsigned long long*, double*);                                                          \
+  EMU_LINE_INSTANCES(double, CPLX)                                                            \
+  EMU_LINE_INSTANCES(float, CPLX)                                                             \
   template __global__ void cert_operand<CPLX>(const double*, const double*, long long,        \
                                               long long, long long, int, int, int, int, int,  \
                                               int, int, int, const long long*, double*,       \
@@ -830,14 +836,19 @@ EMU_STATS_INSTANCES(true)
       const double*, const double*, const double*, double, double, double, double,              \
       const double*, int, int, const unsigned long long*, const unsigned long long*, int,       \
       unsigned char*, unsigned long long*);
-#define EMU_REFINE_INSTANCE(T, GEMM, CPLX)                                                     \
-  template __global__ void refine_suspects<T, GEMM, CPLX>(                                     \
-      const double*, const double*, long long, long long, const double*, const double*,        \
-      long long, long long, int, const long long*, const long long*, const long long*,         \
-      long long, int, const T*, const float*, long long, long long, int, int,                  \
-      const unsigned long long*, const unsigned long long*, double, double, const double*,     \
-      const double*, const double*, const double*, double, double, double, double,             \
-      const double*, int, int, const unsigned long long*, unsigned long long*);
+#define EMU_REFINE_INSTANCE(T, GEMM, CPLX, In)                                                 \
+  template __global__ void refine_suspects<T, GEMM, CPLX, In>(                                 \
+      const In*, const In*, long long, long long, const In*, const In*, long long, long long,  \
+      int, const long long*, const long long*, const long long*, long long, int, const T*,     \
+      const float*, long long, long long, int, int, const unsigned long long*,                 \
+      const unsigned long long*, double, double, const double*, const double*, const double*,  \
+      const double*, double, double, double, double, const double*, int, int,                  \
+      const unsigned long long*, unsigned long long*);
+#define EMU_REFINE_INSTANCES(T, In)                                                            \
+  EMU_REFINE_INSTANCE(T, false, false, In)                                                     \
+  EMU_REFINE_INSTANCE(T, false, true, In)                                                      \
+  EMU_REFINE_INSTANCE(T, true, false, In)                                                      \
+  EMU_REFINE_INSTANCE(T, true, true, In)
 #define EMU_STATS_F_INSTANCES(T)                                                               \
   template __global__ void bound_max<T>(const T*, long long, int, int, int, int,               \
                                         const unsigned long long*, const unsigned long long*,  \
@@ -845,10 +856,8 @@ EMU_STATS_INSTANCES(true)
                                         long long, unsigned long long*, unsigned long long*);  \
   EMU_CERT_INSTANCE(T, false)                                                                  \
   EMU_CERT_INSTANCE(T, true)                                                                   \
-  EMU_REFINE_INSTANCE(T, false, false)                                                         \
-  EMU_REFINE_INSTANCE(T, false, true)                                                          \
-  EMU_REFINE_INSTANCE(T, true, false)                                                          \
-  EMU_REFINE_INSTANCE(T, true, true)
+  EMU_REFINE_INSTANCES(T, double)                                                              \
+  EMU_REFINE_INSTANCES(T, float)
 EMU_STATS_F_INSTANCES(int)
 EMU_STATS_F_INSTANCES(long long)
 #endif
