@@ -344,8 +344,14 @@ PYBIND11_MODULE(_amx, m) {
     m.def("cache_info", &cache_info,
           "Packed-panel buffers cached between calls: cached_bytes (at most the smaller of "
           "limit_bytes and peak_bytes), limit_bytes (EMULINALG_AMX_CACHE_MB; default an eighth "
-          "of the physical memory, at least 256 MiB), peak_bytes (the most in use at once), "
+          "of the physical memory or of the cgroup's memory limit where smaller, at least "
+          "256 MiB), peak_bytes (the most in use at once), "
           "in_use_bytes (held by live panels now; cached + in use stays within the peak).");
+    m.def("cgroup_memory_limit", &amx::cgroup_memory_limit, py::arg("proc_cgroup"),
+          py::arg("root") = "/sys/fs/cgroup",
+          "The cgroup memory limit (bytes; 0: none) that the panel cache's default limit "
+          "reads, from /proc/self/cgroup's text and the cgroup tree under root (v2 memory.max, "
+          "v1 memory.limit_in_bytes; the smallest set).");
     m.def(
         "clear_cache", [] { return amx::BufferPool::instance().clear(); },
         "Free the cached packed-panel buffers; returns the bytes freed.");

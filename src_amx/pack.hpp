@@ -24,7 +24,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -57,11 +60,48 @@ inline void* alloc_bytes(std::size_t bytes, std::size_t* capacity = nullptr) {
     return p;
 }
 
+// The memory limit of this process's cgroup under `root` (normally /sys/fs/cgroup), given the
+// text of /proc/self/cgroup: cgroup v2's memory.max or v1's memory.limit_in_bytes, at the
+// process's own path and at the root (a container's namespace), the smallest set; 0 where none
+// is set or readable. In a container that limit, not the host's memory, is what there is.
+inline std::size_t cgroup_memory_limit(const std::string& proc_cgroup, const std::string& root) {
+    const auto read_limit = [](const std::string& path) -> std::size_t {
+        std::ifstream f(path);
+        std::string v;
+        if (!(f >> v) || v == "max") return 0;  // v2: "max" is no limit
+        char* end = nullptr;
+        const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+        return end != v.c_str() ? static_cast<std::size_t>(x) : 0;
+    };
+    std::size_t best = 0;
+    const auto take = [&best](std::size_t x) {
+        if (x != 0 && (best == 0 || x < best)) best = x;
+    };
+    std::istringstream lines(proc_cgroup);
+    std::string line;
+    while (std::getline(lines, line)) {  // hierarchy-ID:controller-list:cgroup-path
+        const auto a = line.find(':');
+        const auto b = a == std::string::npos ? a : line.find(':', a + 1);
+        if (b == std::string::npos) continue;
+        const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
+        const std::string path = line.substr(b + 1);
+        if (controllers == ",,") {  // v2: the unified hierarchy
+            take(read_limit(root + path + "/memory.max"));
+            take(read_limit(root + "/memory.max"));
+        } else if (controllers.find(",memory,") != std::string::npos) {  // v1
+            take(read_limit(root + "/memory" + path + "/memory.limit_in_bytes"));
+            take(read_limit(root + "/memory/memory.limit_in_bytes"));
+        }
+    }
+    return best;
+}
+
 // Packed panels are cached between calls, as MKL keeps its buffers: a Scheme II product runs
 // ~18 GEMMs of one size back to back, and a BF16 product's slice panels (1.5 GB for N = 8192)
 // would otherwise be mapped, faulted in and zeroed by the kernel again on every call. What is
 // kept is bounded twice: never more than EMULINALG_AMX_CACHE_MB MiB (default: an eighth of the
-// physical memory, at least 256 MiB; 0 disables the cache), and never more than the most this
+// physical memory or of the cgroup's limit where smaller, at least 256 MiB; 0 disables the
+// cache), and never more than the most this
 // process ever had in use at once (so the cache holds the largest call's working set, not a
 // growing collection of every shape seen; the smallest buffers go first). clear_cache() gives
 // it all back (as mkl_free_buffers). Thread-safe: the GEMMs run without the GIL.
@@ -148,13 +188,21 @@ private:
         }
     }
     ~BufferPool() { clear(); }
-    // An eighth of the physical memory, at least 256 MiB (256 MiB where it cannot be read).
+    // An eighth of the physical memory or of the cgroup's limit, whichever is smaller, at least
+    // 256 MiB (256 MiB where neither can be read).
     static std::size_t default_limit() {
         std::size_t bytes = std::size_t(256) << 20;
 #if defined(__linux__)
         const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        if (pages > 0 && page > 0)
-            bytes = std::max(bytes, static_cast<std::size_t>(pages) / 8 * static_cast<std::size_t>(page));
+        std::size_t mem = pages > 0 && page > 0
+                              ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                              : 0;
+        std::ifstream f("/proc/self/cgroup");
+        std::stringstream text;
+        text << f.rdbuf();
+        const std::size_t cg = cgroup_memory_limit(text.str(), "/sys/fs/cgroup");
+        if (cg != 0 && (mem == 0 || cg < mem)) mem = cg;
+        bytes = std::max(bytes, mem / 8);
 #endif
         return bytes;
     }

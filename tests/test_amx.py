@@ -9,6 +9,8 @@ the numpy backend bit for bit.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -1030,3 +1032,31 @@ def test_to_float64_and_the_backend_conversion(rng):
             _amx.to_float64(bad)
     y = x.astype(np.float64)
     assert amx.as_float64(y) is y
+
+
+def test_cgroup_memory_limit(tmp_path):
+    """The panel cache's default limit reads the cgroup's memory limit (v2 memory.max, v1
+    memory.limit_in_bytes; at the process's path and at the root; the smallest set)."""
+    root = tmp_path / "cg"
+    (root / "job").mkdir(parents=True)
+    (root / "memory" / "job").mkdir(parents=True)
+    v2 = "0::/job\n"
+    assert _amx.cgroup_memory_limit(v2, str(root)) == 0  # nothing set
+    (root / "job" / "memory.max").write_text("max\n")
+    assert _amx.cgroup_memory_limit(v2, str(root)) == 0  # "max": no limit
+    (root / "job" / "memory.max").write_text("3221225472\n")
+    assert _amx.cgroup_memory_limit(v2, str(root)) == 3 << 30
+    (root / "memory.max").write_text("2147483648\n")  # the namespace's root: smaller
+    assert _amx.cgroup_memory_limit(v2, str(root)) == 2 << 30
+    v1 = "4:memory:/job\n3:cpu,cpuacct:/job\n"
+    (root / "memory" / "job" / "memory.limit_in_bytes").write_text("1073741824\n")
+    assert _amx.cgroup_memory_limit(v1, str(root)) == 1 << 30
+    assert _amx.cgroup_memory_limit(v1 + v2, str(root)) == 1 << 30  # hybrid: the smallest
+    assert _amx.cgroup_memory_limit("garbage\n3:cpu:/x\n", str(root)) == 0
+    info = _amx.cache_info()
+    if "EMULINALG_AMX_CACHE_MB" not in os.environ:
+        phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/self/cgroup") as f:
+            cg = _amx.cgroup_memory_limit(f.read())
+        mem = min(phys, cg) if cg else phys
+        assert info["limit_bytes"] == max(256 << 20, mem // 8)
