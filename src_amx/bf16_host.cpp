@@ -175,21 +175,24 @@ py::array_t<std::int32_t> line_exponents(const Matrix& re, const Matrix* im, boo
   py::array_t<std::int32_t> out(n);
   std::int32_t* e = out.mutable_data();
   const double* ip = im ? im->p : nullptr;
-  if (rows) {
+  {
+    py::gil_scoped_release release;  // a pass over the operand: other Python threads may run
+    if (rows) {
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < re.rows; ++r)
-      e[r] = frexp_exponent(line_max(re.p + r * re.sr, re.sc, ip ? ip + r * im->sr : nullptr,
-                                     ip ? im->sc : 0, re.cols));
-  } else {
-    constexpr int kBlock = 256;  // columns per task: each row's segment is read contiguously
-#pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < re.cols; c0 += kBlock) {
-      const int c1 = std::min(re.cols, c0 + kBlock);
-      double m[kBlock] = {};
       for (int r = 0; r < re.rows; ++r)
-        column_max(m, re.p + r * re.sr + c0 * re.sc, re.sc,
-                   ip ? ip + r * im->sr + c0 * im->sc : nullptr, ip ? im->sc : 0, c1 - c0);
-      for (int c = c0; c < c1; ++c) e[c] = frexp_exponent(m[c - c0]);
+        e[r] = frexp_exponent(line_max(re.p + r * re.sr, re.sc, ip ? ip + r * im->sr : nullptr,
+                                       ip ? im->sc : 0, re.cols));
+    } else {
+      constexpr int kBlock = 256;  // columns per task: each row's segment is read contiguously
+#pragma omp parallel for schedule(static)
+      for (int c0 = 0; c0 < re.cols; c0 += kBlock) {
+        const int c1 = std::min(re.cols, c0 + kBlock);
+        double m[kBlock] = {};
+        for (int r = 0; r < re.rows; ++r)
+          column_max(m, re.p + r * re.sr + c0 * re.sc, re.sc,
+                     ip ? ip + r * im->sr + c0 * im->sc : nullptr, ip ? im->sc : 0, c1 - c0);
+        for (int c = c0; c < c1; ++c) e[c] = frexp_exponent(m[c - c0]);
+      }
     }
   }
   return out;
