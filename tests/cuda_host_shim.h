@@ -57,6 +57,16 @@ inline unsigned long long __shfl_down_sync(unsigned, unsigned long long v, unsig
   return r;
 }
 
+inline unsigned emu_shfl_uslots[1024];
+inline unsigned __shfl_down_sync(unsigned, unsigned v, unsigned o) {
+  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  emu_shfl_uslots[t] = v;
+  __syncthreads();
+  const unsigned r = (t % 32) + o < 32 ? emu_shfl_uslots[t + o] : v;
+  __syncthreads();
+  return r;
+}
+
 inline double emu_shfl_dslots[1024];
 inline double __shfl_down_sync(unsigned, double v, unsigned o) {
   const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);

@@ -108,23 +108,41 @@ constexpr int kStage = 256;  // rows whose line terms F's passes stage in shared
 
 // _scaling.bound_upper for one entry, F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,
 // nzb) (exact integers, c = 1 real, 2 complex), from its line terms: the row's c ra, 127 nza,
-// c nza and the column's c cb, 127 nzb, c nzb (c > 0: c min(nza, nzb) = min(c nza, c nzb)).
+// c nza and the column's c cb, 127 nzb, c nzb (c > 0: c min(nza, nzb) = min(c nza, c nzb)), in
+// the integer type U: long long, or unsigned where every term and U are below 2**32.
+template <typename U>
 struct BoundLine {
-  long long cr, knz, cnz;  // c ra (or c cb), 127 nza (127 nzb), c nza (c nzb)
+  U cr, knz, cnz;  // c ra (or c cb), 127 nza (127 nzb), c nza (c nzb)
 };
-__device__ __forceinline__ BoundLine bound_line(long long r, long long nz, long long c) {
-  return {c * r, kBoundMax * nz, c * nz};
+template <typename U>
+__device__ __forceinline__ BoundLine<U> bound_line(long long r, long long nz, long long c) {
+  return {static_cast<U>(c * r), static_cast<U>(kBoundMax * nz), static_cast<U>(c * nz)};
 }
-__device__ __forceinline__ long long bound_upper(long long F, const BoundLine& a,
-                                                 const BoundLine& b) {
-  const long long x = a.cr < b.knz ? a.cr : b.knz;
-  const long long y = b.cr < a.knz ? b.cr : a.knz;
+template <typename U>
+__device__ __forceinline__ U bound_upper(U F, const BoundLine<U>& a, const BoundLine<U>& b) {
+  const U x = a.cr < b.knz ? a.cr : b.knz;
+  const U y = b.cr < a.knz ? b.cr : a.knz;
   return F + x + y + (a.cnz < b.cnz ? a.cnz : b.cnz);
 }
 __device__ __forceinline__ long long bound_upper(long long F, long long ra, long long nza,
                                                  long long cb, long long nzb, long long c) {
-  return bound_upper(F, bound_line(ra, nza, c), bound_line(cb, nzb, c));
+  return bound_upper<long long>(F, bound_line<long long>(ra, nza, c),
+                                bound_line<long long>(cb, nzb, c));
 }
+
+// bound_max's arithmetic type for F of type T: an int32 F (K not blocked: k 127**2 < 2**31)
+// bounds U by k (127**2 + 4 127 + 4) < 2**32, so 32-bit unsigned arithmetic is exact (half the
+// instructions of 64-bit, and 32-bit shuffles); an int64 F keeps 64 bits.
+template <typename T>
+struct BoundArith {
+  using type = long long;                // the terms and U
+  using max_type = unsigned long long;   // U's maxima (U >= 0) and the shuffles
+};
+template <>
+struct BoundArith<int> {
+  using type = unsigned;
+  using max_type = unsigned;
+};
 
 __device__ __forceinline__ unsigned bf16_rz(double v) {  // as bf16_lower.cu
   return __float_as_uint(__double2float_rz(v)) >> 16;
@@ -333,22 +351,24 @@ __device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
 // (int32, or int64 when K was blocked; n_p a multiple of 4, F 16-byte aligned); U >= 0, so the
 // unsigned atomicMax orders as the values. Thread x takes columns j0 + 4x .. j0 + 4x + 3.
 template <typename T>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 4 : 2)
     bound_max(const T* __restrict__ F, long long n_p, int B, int m, int n, int rows_per_block,
               const unsigned long long* __restrict__ ra, const unsigned long long* __restrict__ nza,
               const unsigned long long* __restrict__ cb, const unsigned long long* __restrict__ nzb,
               long long c, unsigned long long* __restrict__ ua,
               unsigned long long* __restrict__ ub) {
   constexpr int kRows = 4;  // rows read ahead
-  __shared__ BoundLine srow[kStage];
+  using A = typename BoundArith<T>::type;
+  using M = typename BoundArith<T>::max_type;
+  __shared__ BoundLine<A> srow[kStage];
   const long long rows = static_cast<long long>(B) * m;
   const int jb = blockIdx.x * 128 + 4 * threadIdx.x;
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
   const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
-  unsigned long long colmax[4] = {};
+  M colmax[4] = {};
   long long bcur = -1, bend = 0;
-  BoundLine col[4] = {};  // bound_upper's column terms, kept: three minima and adds per entry
+  BoundLine<A> col[4] = {};  // bound_upper's column terms, kept: three minima, adds per entry
   // The row terms of kStage rows at a time go to shared memory first, so that the only global
   // loads in the row loop are F's (read kRows rows ahead). Every thread takes the same number
   // of steps (the barriers, and the warp shuffle that needs the whole warp).
@@ -356,8 +376,8 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
     const int len = static_cast<int>(rend - s0 < kStage ? rend - s0 : kStage);
     __syncthreads();  // the previous rows' terms have been read
     for (int i = t; i < len; i += kThreads)
-      srow[i] = bound_line(static_cast<long long>(ra[s0 + i]),
-                           static_cast<long long>(nza[s0 + i]), c);
+      srow[i] = bound_line<A>(static_cast<long long>(ra[s0 + i]),
+                              static_cast<long long>(nza[s0 + i]), c);
     __syncthreads();
     for (int r4 = 0; r4 < len; r4 += kRows * blockDim.y) {
       T fv[kRows][4] = {};
@@ -370,44 +390,46 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
       for (int u = 0; u < kRows; ++u) {
         const int i = r4 + u * blockDim.y + threadIdx.y;
         const long long row = s0 + i;
-        unsigned long long rmax = 0;
+        M rmax = 0;
         if (i < len) {
           if (row >= bend) {  // a new batch entry: flush the column maxima, load its terms
             if (bcur >= 0)
               for (int q = 0; q < 4; ++q) {
-                if (jb + q < n && colmax[q]) atomicMax(ub + bcur * n + jb + q, colmax[q]);
+                if (jb + q < n && colmax[q])
+                  atomicMax(ub + bcur * n + jb + q, static_cast<unsigned long long>(colmax[q]));
                 colmax[q] = 0;
               }
             bcur = row / m;
             bend = (bcur + 1) * m;
             for (int q = 0; q < 4; ++q) {
               const int j = jb + q;
-              col[q] = j < n ? bound_line(static_cast<long long>(cb[bcur * n + j]),
-                                          static_cast<long long>(nzb[bcur * n + j]), c)
-                             : BoundLine{};
+              col[q] = j < n ? bound_line<A>(static_cast<long long>(cb[bcur * n + j]),
+                                             static_cast<long long>(nzb[bcur * n + j]), c)
+                             : BoundLine<A>{};
             }
           }
-          const BoundLine rowt = srow[i];
+          const BoundLine<A> rowt = srow[i];
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             if (jb + q >= n) continue;
-            const unsigned long long v = static_cast<unsigned long long>(
-                bound_upper(static_cast<long long>(fv[u][q]), rowt, col[q]));
+            const M v = static_cast<M>(bound_upper<A>(static_cast<A>(fv[u][q]), rowt, col[q]));
             rmax = v > rmax ? v : rmax;
             colmax[q] = v > colmax[q] ? v : colmax[q];
           }
         }
         for (int o = 16; o > 0; o >>= 1) {  // the warp is one row's 32 x-threads
-          const unsigned long long w = __shfl_down_sync(0xffffffffu, rmax, o);
+          const M w = __shfl_down_sync(0xffffffffu, rmax, o);
           rmax = w > rmax ? w : rmax;
         }
-        if (threadIdx.x == 0 && rmax) atomicMax(ua + row, rmax);
+        if (threadIdx.x == 0 && rmax)
+          atomicMax(ua + row, static_cast<unsigned long long>(rmax));
       }
     }
   }
   if (bcur >= 0)
     for (int q = 0; q < 4; ++q)
-      if (jb + q < n && colmax[q]) atomicMax(ub + bcur * n + jb + q, colmax[q]);
+      if (jb + q < n && colmax[q])
+        atomicMax(ub + bcur * n + jb + q, static_cast<unsigned long long>(colmax[q]));
 }
 
 // Grid (chunks of Cp, tiles of Rpad, B). shift: the prescale's s (int64, (B, R)), e = 5 - cplx
@@ -542,7 +564,7 @@ __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i
 // entries and hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to
 // lower slots).
 template <typename T, bool GEMM>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
     cert_entries(const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
                  long long c_pitch, int B, int m, int n, int rows_per_block, int fexp,
                  const double* __restrict__ na,
@@ -569,16 +591,22 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
   double nbv[4] = {}, bev[4] = {};
   bool mxb[4] = {};
   // The rows [rbeg, rend) with stride 8, kStage rows at a time: their line terms go to shared
-  // memory first, and the next row's F (and c32) is loaded before this row's arithmetic, so the
-  // loads in flight (which bound the pass) are not held up by the line terms.
+  // memory first, and F (and c32) is loaded two rows ahead of the arithmetic, so the loads in
+  // flight (which bound the pass) are not held up by the line terms.
   __shared__ double s_na[kStage], s_al[kStage];
   __shared__ bool s_mx[kStage];
-  T fn[4] = {};
-  float cn[4] = {};
+  T f0[4] = {}, f1[4] = {};  // rows row and row + 8
+  float g0[4] = {}, g1[4] = {};
   long long row = rbeg + threadIdx.y;
-  if (row < rend && jb < n) {
-    load4(F + row * n_p + jb, fn);
-    if constexpr (GEMM) load4(c32 + row * c_pitch + jb, cn);
+  if (jb < n) {
+    if (row < rend) {
+      load4(F + row * n_p + jb, f0);
+      if constexpr (GEMM) load4(c32 + row * c_pitch + jb, g0);
+    }
+    if (row + blockDim.y < rend) {
+      load4(F + (row + blockDim.y) * n_p + jb, f1);
+      if constexpr (GEMM) load4(c32 + (row + blockDim.y) * c_pitch + jb, g1);
+    }
   }
   for (long long s0 = rbeg; s0 < rend; s0 += kStage) {
     const long long s1 = rend - s0 < kStage ? rend : s0 + kStage;
@@ -593,11 +621,11 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
       T fv[4];
       float cv[4];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) fv[c] = fn[c], cv[c] = cn[c];
-      const long long next = row + blockDim.y;
+      for (int c = 0; c < 4; ++c) fv[c] = f0[c], cv[c] = g0[c], f0[c] = f1[c], g0[c] = g1[c];
+      const long long next = row + 2 * blockDim.y;
       if (next < rend && jb < n) {
-        load4(F + next * n_p + jb, fn);
-        if constexpr (GEMM) load4(c32 + next * c_pitch + jb, cn);
+        load4(F + next * n_p + jb, f1);
+        if constexpr (GEMM) load4(c32 + next * c_pitch + jb, g1);
       }
       if (row >= bend) {  // a new batch entry: its column terms
         const long long b = row / m;
