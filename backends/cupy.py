@@ -640,7 +640,10 @@ def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
 
 def _cert_operand(re, im, strides, B, R, Rpad, C, Cp, k_major, shift):
     """bf16 magnitudes (B, Rpad, Cp) (or (B, Cp, Rpad) when ``k_major``) of the line-normalized
-    operand, truncated toward zero (its l1 partials are not used: the prescale has them)."""
+    operand, truncated toward zero (its l1 partials are not used: the prescale has them);
+    float64 operands only (the kernel's type)."""
+    if re.dtype != cp.float64:
+        raise TypeError("internal: cert_operand reads float64 operands")
     chunks = -(-Cp // _STAT_CHUNK)
     out = cp.empty((B, Cp, Rpad) if k_major else (B, Rpad, Cp), dtype=cp.uint16)
     partial = cp.empty((B, chunks, R), dtype=cp.float64)

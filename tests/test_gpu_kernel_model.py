@@ -936,3 +936,14 @@ def test_engine_choose_float32_hook_operands(cpu_backend, cplx):
         assert got[0] == want[0]
         _same_prescale(got[1], want[1])
         assert (got[2] is None) == (want[2] is None)
+
+
+def test_cert_operand_takes_float64_only(cpu_backend):
+    """cert_operand (the certificate's bf16 pass) reads float64: a float32 operand is refused,
+    not read at the wrong width (the certificate hands it float64 copies)."""
+    be, cp = cpu_backend
+    a = cp.asarray(np.ones((4, 16), dtype=np.float32))
+    ops = be._Operands(a, None, cp.asarray(np.ones((16, 4))), None)
+    shift = cp.asarray(np.zeros(4, dtype=np.int64))
+    with pytest.raises(TypeError, match="float64"):
+        be._cert_operand(*ops.a, ops.a_strides, 1, 4, 4, 16, 16, False, shift)

@@ -185,9 +185,13 @@ def main():
     be._bf16_gemm = real_gemm
     rec["certificate_no_refine"] = t
     rec["count_no_refine"] = res[0]
-    a16 = be._cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, pre[0])
-    b16 = be._cert_operand(*ops.b, ops.b_strides, B, n, n_p, k, kp, True, pre[1])
-    t, _ = timed(lambda: be._cert_operand(*ops.a, ops.a_strides, B, m, m, k, kp, False, pre[0]), r)
+    # the certificate's bf16 pass reads float64 operands (copies where the inputs are float32)
+    wide = be._Operands(a.astype(cp.float64), None, b.astype(cp.float64), None)
+    a16 = be._cert_operand(*wide.a, wide.a_strides, B, m, m, k, kp, False, pre[0])
+    b16 = be._cert_operand(*wide.b, wide.b_strides, B, n, n_p, k, kp, True, pre[1])
+    t, _ = timed(
+        lambda: be._cert_operand(*wide.a, wide.a_strides, B, m, m, k, kp, False, pre[0]), r
+    )
     rec["bf16_operand_A"] = t
     t, _ = timed(lambda: be._bf16_gemm(a16, b16), r)
     rec["bf16_gemm"] = t
