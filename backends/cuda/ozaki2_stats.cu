@@ -496,6 +496,20 @@ __device__ __forceinline__ double gemm_lower(float c, double factor, double abs_
   return lam > 0.0 ? lam : 0.0;
 }
 
+// An entry's lower bound lam of the line-normalized |A||B|: the bound GEMM's sum F times fs =
+// 2**-fexp, or 2**-fexp_mixed where its row or column has an entry with both parts nonzero
+// (_select.bound_lower; exact), and with the bf16 GEMM's FP32 sum c (gemm: the second pass) the
+// larger of that and gemm_lower(c). cert_entries, refine_suspects and the CPU's
+// host_cert_entries all take it from here.
+__device__ __forceinline__ double entry_lower(double F, bool mixed, double fscale,
+                                              double fscale_mixed, bool gemm, float c,
+                                              double factor, double abs_term) {
+  const double lam = __dmul_rn(F, mixed ? fscale_mixed : fscale);
+  if (!gemm) return lam;
+  const double g = gemm_lower(c, factor, abs_term);
+  return g > lam ? g : lam;
+}
+
 // Whether the count with threshold t = 2**-L_n certifies the entry, y (2 G + y Q) <= R with
 // y = t, from its lower bound lam of the normalized |A||B| (_select._need_of's test, float64 in
 // that operation order, no FMA). qa = (4 c k) alpha_i. Also run on the CPU
@@ -618,12 +632,8 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
       for (int c = 0; c < 4; ++c) {
         const int j = jb + c;
         if (j >= n) continue;
-        const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
-        double lam = __dmul_rn(static_cast<double>(fv[c]), fs);  // exact
-        if constexpr (GEMM) {
-          const double g = gemm_lower(cv[c], factor, abs_term);
-          lam = g > lam ? g : lam;
-        }
+        const double lam = entry_lower(static_cast<double>(fv[c]), mxa || mxb[c], fscale,
+                                       fscale_mixed, GEMM, cv[c], factor, abs_term);
         const double nb_j = nbv[c], beta_j = bev[c];
         // An entry certified by this thread's largest count so far minus one is neither beyond
         // nor among the largest: store that count (an upper bound of its own), skip the bisection.
@@ -795,13 +805,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (int o = 16; o > 0; o >>= 1) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, o));
     if (s < count && lane == 0) {
-      const bool mixed = mixa[i] != 0 || mixb[j] != 0;  // _select.bound_lower, as cert_entries
-      const double fs = pow2(mixed ? -fexp_mixed : -fexp);
-      double lam = __dmul_rn(static_cast<double>(F[i * n_p + j]), fs);  // exact
-      if constexpr (GEMM) {
-        const double g = gemm_lower(c32[i * c_pitch + j], factor, abs_term);
-        lam = g > lam ? g : lam;
-      }
+      double lam = entry_lower(static_cast<double>(F[i * n_p + j]), mixa[i] != 0 || mixb[j] != 0,
+                               pow2(-fexp), pow2(-fexp_mixed), GEMM,
+                               GEMM ? c32[i * c_pitch + j] : 0.0f, factor, abs_term);
       double S = __dsub_rn(__dmul_rn(acc, native_factor), tiny);
       S = S > 0.0 ? S : 0.0;
       lam = S > lam ? S : lam;
