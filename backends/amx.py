@@ -340,7 +340,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     alpha = cc.scale * np.sqrt(np.asarray(e, dtype=np.float64))
     beta = cc.scale * np.sqrt(np.asarray(f, dtype=np.float64))
     na, nb = la * cc.l1fac, lb * cc.l1fac
-    fexp, fexp_mixed = (10, 11) if cplx else (12, 12)  # _select.bound_lower
+    fexp, fexp_mixed = _select.bound_lower_exponents(cplx)
     mixed = getattr(prescale, "mixed", None)
     if mixed is None:  # real; or complex without the counts: 2**-fexp_mixed everywhere
         ma, mb = np.full(len(na), int(cplx), np.int64), np.full(len(nb), int(cplx), np.int64)

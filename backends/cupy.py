@@ -708,7 +708,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     rows_per_block = -(-(B * m) // gy)
     th = _thresholds()
     nth = th.shape[0]
-    fexp, fexp_mixed = (10, 11) if cplx else (12, 12)  # _select.bound_lower
+    fexp, fexp_mixed = _select.bound_lower_exponents(cplx)
 
     refine = ar.ndim == 2 and br.ndim == 2  # as _select.refine_moduli: 2-D products only
     cap = max(min(_select.REFINE_ENTRIES, m * n), 0)  # suspects: at most the output

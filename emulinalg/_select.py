@@ -137,6 +137,13 @@ def _normalized_terms(xp, backend, ar, ai, br, bi, bits):
     return k, R, na, nb, c
 
 
+def bound_lower_exponents(complex_):
+    """``bound_lower``'s scale F 2**-fexp as ``(fexp, fexp_mixed)``: fexp where row i of A and
+    column j of B have no entry with both parts nonzero, fexp_mixed where they do (real: 12, 12;
+    complex: 10, 11). The backends' kernels take these."""
+    return (10, 11) if complex_ else (12, 12)
+
+
 def bound_lower(xp, F, complex_, mixed=None):
     """Lower bound of the line-normalized |A||B| from the accurate-mode bound GEMM F = Ā B̄
     (``_scaling.ozaki2_prescale``): Ā <= 64 |a| (real) per normalized entry, so F 2**-12 <=
@@ -145,13 +152,14 @@ def bound_lower(xp, F, complex_, mixed=None):
     both parts nonzero (``mixed`` = ``Prescale.mixed``, the counts per line), else F 2**-11
     (everywhere when ``mixed`` is None). Exact."""
     F = xp.astype(F, xp.float64)
+    fexp, fexp_mixed = bound_lower_exponents(complex_)
     if not complex_:
-        return ldexp(xp, F, -12)
+        return ldexp(xp, F, -fexp)
     if mixed is None:
-        return ldexp(xp, F, -11)
+        return ldexp(xp, F, -fexp_mixed)
     ma, mb = mixed
     both = (xp.expand_dims(ma, axis=-1) > 0) | (xp.expand_dims(mb, axis=-2) > 0)
-    return xp.where(both, ldexp(xp, F, -11), ldexp(xp, F, -10))
+    return xp.where(both, ldexp(xp, F, -fexp_mixed), ldexp(xp, F, -fexp))
 
 
 def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits, hook_ops=None):

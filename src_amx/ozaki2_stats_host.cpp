@@ -1,6 +1,6 @@
 // The statistics that choose a level's number of moduli (the accurate-mode prescale and the
 // per-entry certificate) on the CPU, from the CUDA sources of the cupy backend's kernels
-// (backends/cuda/ozaki2_stats.cu: exponent_of, scale2, floor_small, bound_upper, gemm_lower,
+// (backends/cuda/ozaki2_stats.cu: exponent_of, scale2, floor_small, bound_upper, entry_lower,
 // cert_need): the per-entry arithmetic is written once. Real or complex operands (magnitudes
 // max(|re|, |im|), bounds floor(|re| 2**(s+1)) + floor(|im| 2**(s+1)), norms |re| + |im|);
 // OpenMP loops walk whichever axis is contiguous.
@@ -262,12 +262,9 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
         const double qa = __dmul_rn(c4, pal[i]);
         for (int j = 0; j < n; ++j) {
           const long long at = static_cast<long long>(i) * n + j;
-          const double fs = pma[i] != 0 || pmb[j] != 0 ? fscale_mixed : fscale;
-          double lam = __dmul_rn(static_cast<double>(pF[at]), fs);  // exact
-          if (pc) {
-            const double g = gemm_lower(pc[at], factor, abs_term);
-            lam = g > lam ? g : lam;
-          }
+          const double lam =
+              entry_lower(static_cast<double>(pF[at]), pma[i] != 0 || pmb[j] != 0, fscale,
+                          fscale_mixed, pc != nullptr, pc ? pc[at] : 0.0f, factor, abs_term);
           const int q = cert_need(lam, pna[i], pal[i], qa, pnb[j], pbe[j], cR, th, nth);
           pn[at] = static_cast<std::uint8_t>(base + q);
           ++mine[q];

@@ -48,28 +48,56 @@ struct Tile {
   double im[CPLX ? kTile : 1][kTile + 1];
 };
 
-// Tile rows r0.., columns c0.. of batch b (zeros outside R x C), as ozaki2_residues.cu loads;
-// In (float or double): the operand's type (float32 entries widen exactly).
+// One thread's 4 entries of a 32 x 32 tile, held in registers (bound_operand keeps the next
+// tile's loads in flight in them while the current tile is processed); In (float or double):
+// the operand's type (float32 entries widen exactly on the store).
+template <typename In, bool CPLX>
+struct TileFetch {
+  static constexpr int kN = kTile * kTile / kThreads, kZStep = kThreads / kTile;
+  In re[kN], im[CPLX ? kN : 1];
+
+  // Tile rows r0.., columns c0.. at offset base (zeros outside R x C), as ozaki2_residues.cu
+  // loads.
+  __device__ __forceinline__ void load(const In* __restrict__ pre,
+                                       const In* __restrict__ pim, long long base,
+                                       long long sr, long long sc, int r0, int c0, int R, int C,
+                                       int rows_contiguous) {
+    const int a = threadIdx.x & (kTile - 1), z = threadIdx.x >> 5;
+    const int r = r0 + (rows_contiguous ? a : z), c = c0 + (rows_contiguous ? z : a);
+    // entry i lies 8 i further along the columns (rows_contiguous) or the rows
+    const long long o = base + r * sr + c * sc, step = kZStep * (rows_contiguous ? sc : sr);
+    const int left = r < R && c < C ? (rows_contiguous ? C - c : R - r) : 0;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      re[i] = In(0);
+      if constexpr (CPLX) im[i] = In(0);
+      if (kZStep * i < left) {
+        re[i] = pre[o + i * step];
+        if constexpr (CPLX) im[i] = pim[o + i * step];
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(Tile<CPLX>& s, int rows_contiguous) const {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const int a = threadIdx.x & (kTile - 1), z = (threadIdx.x >> 5) + kZStep * i;
+      const int rr = rows_contiguous ? a : z, cc = rows_contiguous ? z : a;
+      s.re[rr][cc] = static_cast<double>(re[i]);
+      if constexpr (CPLX) s.im[rr][cc] = static_cast<double>(im[i]);
+    }
+  }
+};
+
+// Tile rows r0.., columns c0.. of batch b into shared memory (zeros outside R x C).
 template <typename In, bool CPLX>
 __device__ __forceinline__ void load_tile(Tile<CPLX>& s, const In* __restrict__ re,
                                           const In* __restrict__ im, long long base,
                                           long long sr, long long sc, int r0, int c0, int R,
                                           int C, int rows_contiguous) {
-  const int t = threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < kTile * kTile / kThreads; ++i) {
-    const int a = t & (kTile - 1), z = (t >> 5) + (kThreads / kTile) * i;
-    const int rr = rows_contiguous ? a : z, cc = rows_contiguous ? z : a;
-    const int r = r0 + rr, c = c0 + cc;
-    double x = 0.0, y = 0.0;
-    if (r < R && c < C) {
-      const long long o = base + r * sr + c * sc;
-      x = static_cast<double>(re[o]);
-      if constexpr (CPLX) y = static_cast<double>(im[o]);
-    }
-    s.re[rr][cc] = x;
-    if constexpr (CPLX) s.im[rr][cc] = y;
-  }
+  TileFetch<In, CPLX> f;
+  f.load(re, im, base, sr, sc, r0, c0, R, C, rows_contiguous);
+  f.store(s, rows_contiguous);
 }
 
 __device__ __forceinline__ unsigned long long abs_bits(double x) {
@@ -198,45 +226,6 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 }
-
-// One thread's 4 entries of a 32 x 32 tile, in load_tile's order, held in registers: the
-// next tile's loads stay in flight in them while the current tile is processed.
-template <typename In, bool CPLX>
-struct TileFetch {
-  static constexpr int kN = kTile * kTile / kThreads, kZStep = kThreads / kTile;
-  In re[kN], im[CPLX ? kN : 1];  // the operand's type: widened on the store
-
-  // Tile rows r0.., columns c0.. at offset base (zeros outside R x C), as load_tile.
-  __device__ __forceinline__ void load(const In* __restrict__ pre,
-                                       const In* __restrict__ pim, long long base,
-                                       long long sr, long long sc, int r0, int c0, int R, int C,
-                                       int rows_contiguous) {
-    const int a = threadIdx.x & (kTile - 1), z = threadIdx.x >> 5;
-    const int r = r0 + (rows_contiguous ? a : z), c = c0 + (rows_contiguous ? z : a);
-    // entry i lies 8 i further along the columns (rows_contiguous) or the rows
-    const long long o = base + r * sr + c * sc, step = kZStep * (rows_contiguous ? sc : sr);
-    const int left = r < R && c < C ? (rows_contiguous ? C - c : R - r) : 0;
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      re[i] = In(0);
-      if constexpr (CPLX) im[i] = In(0);
-      if (kZStep * i < left) {
-        re[i] = pre[o + i * step];
-        if constexpr (CPLX) im[i] = pim[o + i * step];
-      }
-    }
-  }
-
-  __device__ __forceinline__ void store(Tile<CPLX>& s, int rows_contiguous) const {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      const int a = threadIdx.x & (kTile - 1), z = (threadIdx.x >> 5) + kZStep * i;
-      const int rr = rows_contiguous ? a : z, cc = rows_contiguous ? z : a;
-      s.re[rr][cc] = static_cast<double>(re[i]);
-      if constexpr (CPLX) s.im[rr][cc] = static_cast<double>(im[i]);
-    }
-  }
-};
 
 // Grid (ceil(Cp / (32 tiles)), tiles of Rpad, B): each block walks `tiles` consecutive 32-column
 // tiles (fewer at the end) of 32 rows. Writes the shifts s (int64, (B, R)) from the blocks of the
@@ -518,6 +507,20 @@ __device__ __forceinline__ double gemm_lower(float c, double factor, double abs_
   return lam > 0.0 ? lam : 0.0;
 }
 
+// An entry's lower bound lam of the line-normalized |A||B|: the bound GEMM's sum F times fs =
+// 2**-fexp, or 2**-fexp_mixed where its row or column has an entry with both parts nonzero
+// (_select.bound_lower; exact), and with the bf16 GEMM's FP32 sum c (gemm: the second pass) the
+// larger of that and gemm_lower(c). cert_entries, refine_suspects and the CPU's
+// host_cert_entries all take it from here.
+__device__ __forceinline__ double entry_lower(double F, bool mixed, double fscale,
+                                              double fscale_mixed, bool gemm, float c,
+                                              double factor, double abs_term) {
+  const double lam = __dmul_rn(F, mixed ? fscale_mixed : fscale);
+  if (!gemm) return lam;
+  const double g = gemm_lower(c, factor, abs_term);
+  return g > lam ? g : lam;
+}
+
 // Whether the count with threshold t = 2**-L_n certifies the entry, y (2 G + y Q) <= R with
 // y = t, from its lower bound lam of the normalized |A||B| (_select._need_of's test, float64 in
 // that operation order, no FMA). qa = (4 c k) alpha_i. Also run on the CPU
@@ -646,12 +649,8 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
       for (int c = 0; c < 4; ++c) {
         const int j = jb + c;
         if (j >= n) continue;
-        const double fs = mxa || mxb[c] ? fscale_mixed : fscale;  // _select.bound_lower
-        double lam = __dmul_rn(static_cast<double>(fv[c]), fs);  // exact
-        if constexpr (GEMM) {
-          const double g = gemm_lower(cv[c], factor, abs_term);
-          lam = g > lam ? g : lam;
-        }
+        const double lam = entry_lower(static_cast<double>(fv[c]), mxa || mxb[c], fscale,
+                                       fscale_mixed, GEMM, cv[c], factor, abs_term);
         const double nb_j = nbv[c], beta_j = bev[c];
         // An entry certified by this thread's largest count so far minus one is neither beyond
         // nor among the largest: store that count (an upper bound of its own), skip the bisection.
@@ -823,13 +822,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (int o = 16; o > 0; o >>= 1) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, o));
     if (s < count && lane == 0) {
-      const bool mixed = mixa[i] != 0 || mixb[j] != 0;  // _select.bound_lower, as cert_entries
-      const double fs = pow2(mixed ? -fexp_mixed : -fexp);
-      double lam = __dmul_rn(static_cast<double>(F[i * n_p + j]), fs);  // exact
-      if constexpr (GEMM) {
-        const double g = gemm_lower(c32[i * c_pitch + j], factor, abs_term);
-        lam = g > lam ? g : lam;
-      }
+      double lam = entry_lower(static_cast<double>(F[i * n_p + j]), mixa[i] != 0 || mixb[j] != 0,
+                               pow2(-fexp), pow2(-fexp_mixed), GEMM,
+                               GEMM ? c32[i * c_pitch + j] : 0.0f, factor, abs_term);
       double S = __dsub_rn(__dmul_rn(acc, native_factor), tiny);
       S = S > 0.0 ? S : 0.0;
       lam = S > lam ? S : lam;
