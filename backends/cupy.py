@@ -447,6 +447,12 @@ _STAT_CHUNK = 512
 # 32-column tiles per block of bound_operand (any count >= 1 gives the same results): more tiles
 # per block spread the fixed costs (the first tile's load, the line terms' atomics) wider.
 _BOUND_TILES = 8
+# F's passes (grid: 128 columns by row chunks; any grid gives the same results): rows per block
+# of bound_max, and the number of blocks cert_entries aims at (each block's histogram is one
+# atomic). Each thread streams its rows through a ring in shared memory, so longer chunks
+# spread the ring's start over more rows.
+_BOUND_MAX_ROWS = 256
+_CERT_BLOCKS = 4096
 _INT_MIN = -(2**31)
 _STATS_NAMES = tuple(
     f"{k}<{t}, {c}>"
@@ -621,8 +627,7 @@ def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
     F = prod[0] if prod.shape[0] == 1 else prod.sum(axis=0, dtype=cp.int64)
     F = F.reshape(B, m, n_p)
     ua, ub = ua.reshape(B, m), ub.reshape(B, n)
-    rows_per_block = 256
-    grid = (-(-n // 128), min(-(-(B * m) // rows_per_block), _MAX_GRID_YZ))
+    grid = (-(-n // 128), min(-(-(B * m) // _BOUND_MAX_ROWS), _MAX_GRID_YZ))
     rows_per_block = -(-(B * m) // grid[1])
     args = (F, _i64(n_p), _i32(B), _i32(m), _i32(n), _i32(rows_per_block), ra, nza, cb, nzb,
             _i64(2 if ops.a[1] is not None else 1), ua, ub)  # fmt: skip
@@ -704,7 +709,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     n_p = F.shape[-1]
     need = cp.empty((B, m, n), dtype=cp.uint8)
     gx = -(-n // 128)  # cert_entries: 4 columns per thread
-    gy = min(-(-(B * m) // 64), max(1, 4096 // gx), _MAX_GRID_YZ)
+    gy = min(-(-(B * m) // 64), max(1, _CERT_BLOCKS // gx), _MAX_GRID_YZ)
     rows_per_block = -(-(B * m) // gy)
     th = _thresholds()
     nth = th.shape[0]

@@ -335,6 +335,39 @@ __device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
   v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
 }
 
+// F's passes read its rows (and the bf16 GEMM's c32) through a ring of kDepth slots per thread
+// in shared memory, filled kDepth - 1 rows ahead by cp.async (sm_80+): those passes are bound
+// by the loads in flight, and loads in flight this way hold no registers. A thread reads back
+// only its own slots, so cp.async.wait_group orders them (no barrier). On the host
+// (src_amx/cuda_host.hpp) cp_async16 is a plain copy.
+#ifndef EMU_CUDA_HOST
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
+// A thread's ring slot holds 4 entries of T: sizeof(T) / 4 words of 16 bytes.
+template <typename T>
+constexpr int kWords = static_cast<int>(sizeof(T)) / 4;
+template <typename T>
+constexpr int kDepth = sizeof(T) == 4 ? 4 : 3;  // int64 F: 48 KB of static shared memory
+
+// 4 consecutive entries at p (16-byte aligned) into the slot (cp.async; in flight until the
+// group is waited for).
+template <typename T>
+__device__ __forceinline__ void fetch4(uint4* slot, const T* p) {
+#pragma unroll
+  for (int w = 0; w < kWords<T>; ++w) cp_async16(slot + w, reinterpret_cast<const uint4*>(p) + w);
+}
+
 // Block (32, 8), grid (column groups of 128, row chunks): the row maxima (ua, (B, m)) and column
 // maxima (ub, (B, n)) of U = bound_upper(F, line terms) over the bound GEMM's sums F (B, m, n_p)
 // (int32, or int64 when K was blocked; n_p a multiple of 4, F 16-byte aligned); U >= 0, so the
@@ -346,75 +379,83 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 4 : 2)
               const unsigned long long* __restrict__ cb, const unsigned long long* __restrict__ nzb,
               long long c, unsigned long long* __restrict__ ua,
               unsigned long long* __restrict__ ub) {
-  constexpr int kRows = 4;  // rows read ahead
   using A = typename BoundArith<T>::type;
   using M = typename BoundArith<T>::max_type;
+  constexpr int D = kDepth<T>;
   __shared__ BoundLine<A> srow[kStage];
+  __shared__ uint4 ring[D][kThreads * kWords<T>];
   const long long rows = static_cast<long long>(B) * m;
   const int jb = blockIdx.x * 128 + 4 * threadIdx.x;
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  uint4* const mine = ring[0] + t * kWords<T>;  // slot d: mine + d * kThreads * kWords<T>
   const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
   const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
   M colmax[4] = {};
   long long bcur = -1, bend = 0;
   BoundLine<A> col[4] = {};  // bound_upper's column terms, kept: three minima, adds per entry
-  // The row terms of kStage rows at a time go to shared memory first, so that the only global
-  // loads in the row loop are F's (read kRows rows ahead). Every thread takes the same number
-  // of steps (the barriers, and the warp shuffle that needs the whole warp).
+  // This thread's rows are row, row + 8, ...; F's rows go through the ring D - 1 ahead, and the
+  // row terms of kStage rows at a time to shared memory, so that the row loop waits on nothing
+  // else. Every thread takes the same number of steps (the barriers, and the warp shuffle that
+  // needs the whole warp; a warp is one row's 32 x-threads).
+  long long row = rbeg + threadIdx.y;
+  const long long step = blockDim.y;
+  for (int d = 0; d < D - 1; ++d) {
+    const long long r = row + d * step;
+    if (r < rend && jb < n) fetch4(mine + d * kThreads * kWords<T>, F + r * n_p + jb);
+    cp_async_commit();
+  }
+  int slot = 0;
   for (long long s0 = rbeg; s0 < rend; s0 += kStage) {
-    const int len = static_cast<int>(rend - s0 < kStage ? rend - s0 : kStage);
+    const long long s1 = rend - s0 < kStage ? rend : s0 + kStage;
     __syncthreads();  // the previous rows' terms have been read
-    for (int i = t; i < len; i += kThreads)
+    for (long long i = t; i < s1 - s0; i += kThreads)
       srow[i] = bound_line<A>(static_cast<long long>(ra[s0 + i]),
                               static_cast<long long>(nza[s0 + i]), c);
     __syncthreads();
-    for (int r4 = 0; r4 < len; r4 += kRows * blockDim.y) {
-      T fv[kRows][4] = {};
-#pragma unroll
-      for (int u = 0; u < kRows; ++u) {
-        const int i = r4 + u * blockDim.y + threadIdx.y;
-        if (i < len && jb < n) load4(F + (s0 + i) * n_p + jb, fv[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < kRows; ++u) {
-        const int i = r4 + u * blockDim.y + threadIdx.y;
-        const long long row = s0 + i;
-        M rmax = 0;
-        if (i < len) {
-          if (row >= bend) {  // a new batch entry: flush the column maxima, load its terms
-            if (bcur >= 0)
-              for (int q = 0; q < 4; ++q) {
-                if (jb + q < n && colmax[q])
-                  atomicMax(ub + bcur * n + jb + q, static_cast<unsigned long long>(colmax[q]));
-                colmax[q] = 0;
-              }
-            bcur = row / m;
-            bend = (bcur + 1) * m;
+    for (long long r0 = s0; r0 < s1; r0 += step, row += step) {  // row = r0 + threadIdx.y
+      const long long ahead = row + (D - 1) * step;
+      const int back = slot == 0 ? D - 1 : slot - 1;  // the slot read last time
+      if (ahead < rend && jb < n) fetch4(mine + back * kThreads * kWords<T>, F + ahead * n_p + jb);
+      cp_async_commit();
+      cp_async_wait<D - 1>();  // this row's group has landed
+      T fv[4];
+      load4(reinterpret_cast<const T*>(mine + slot * kThreads * kWords<T>), fv);
+      slot = slot + 1 == D ? 0 : slot + 1;
+      M rmax = 0;
+      if (row < s1) {  // only the block's last rows leave some warps without one
+        if (row >= bend) {  // a new batch entry: flush the column maxima, load its terms
+          if (bcur >= 0)
             for (int q = 0; q < 4; ++q) {
-              const int j = jb + q;
-              col[q] = j < n ? bound_line<A>(static_cast<long long>(cb[bcur * n + j]),
-                                             static_cast<long long>(nzb[bcur * n + j]), c)
-                             : BoundLine<A>{};
+              if (jb + q < n && colmax[q])
+                atomicMax(ub + bcur * n + jb + q, static_cast<unsigned long long>(colmax[q]));
+              colmax[q] = 0;
             }
-          }
-          const BoundLine<A> rowt = srow[i];
-#pragma unroll
+          bcur = row / m;
+          bend = (bcur + 1) * m;
           for (int q = 0; q < 4; ++q) {
-            if (jb + q >= n) continue;
-            const M v = static_cast<M>(bound_upper<A>(static_cast<A>(fv[u][q]), rowt, col[q]));
-            rmax = v > rmax ? v : rmax;
-            colmax[q] = v > colmax[q] ? v : colmax[q];
+            const int j = jb + q;
+            col[q] = j < n ? bound_line<A>(static_cast<long long>(cb[bcur * n + j]),
+                                           static_cast<long long>(nzb[bcur * n + j]), c)
+                           : BoundLine<A>{};
           }
         }
-        for (int o = 16; o > 0; o >>= 1) {  // the warp is one row's 32 x-threads
-          const M w = __shfl_down_sync(0xffffffffu, rmax, o);
-          rmax = w > rmax ? w : rmax;
+        const BoundLine<A> rowt = srow[row - s0];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          if (jb + q >= n) continue;
+          const M v = static_cast<M>(bound_upper<A>(static_cast<A>(fv[q]), rowt, col[q]));
+          rmax = v > rmax ? v : rmax;
+          colmax[q] = v > colmax[q] ? v : colmax[q];
         }
-        if (threadIdx.x == 0 && rmax)
-          atomicMax(ua + row, static_cast<unsigned long long>(rmax));
       }
+      for (int o = 16; o > 0; o >>= 1) {  // the warp is one row's 32 x-threads
+        const M w = __shfl_down_sync(0xffffffffu, rmax, o);
+        rmax = w > rmax ? w : rmax;
+      }
+      if (threadIdx.x == 0 && rmax) atomicMax(ua + row, static_cast<unsigned long long>(rmax));
     }
   }
+  cp_async_wait<0>();
   if (bcur >= 0)
     for (int q = 0; q < 4; ++q)
       if (jb + q < n && colmax[q])
@@ -521,35 +562,60 @@ __device__ __forceinline__ double entry_lower(double F, bool mixed, double fscal
   return g > lam ? g : lam;
 }
 
-// Whether the count with threshold t = 2**-L_n certifies the entry, y (2 G + y Q) <= R with
-// y = t, from its lower bound lam of the normalized |A||B| (_select._need_of's test, float64 in
-// that operation order, no FMA). qa = (4 c k) alpha_i. Also run on the CPU
-// (src_amx/ozaki2_stats_host.cpp).
+// The certificate's test of one entry, its terms computed once: the count with threshold t =
+// 2**-L_n certifies it iff y (2 G + y Q) <= R with y = t (_select._need_of's test, float64 in
+// that operation order, no FMA), from its lower bound lam of the normalized |A||B|; qa = (4 c k)
+// alpha_i. Each rounded operation is monotone in t, so the test is too: it fails below some
+// threshold and passes above. Also run on the CPU (src_amx/ozaki2_stats_host.cpp).
+struct CertTest {
+  double R, G2, Q;
+  __device__ __forceinline__ bool passes(double t) const {
+    return __dmul_rn(t, __dadd_rn(G2, __dmul_rn(t, Q))) <= R;
+  }
+};
+__device__ __forceinline__ CertTest cert_test(double lam, double na_i, double alpha_i, double qa,
+                                              double nb_j, double beta_j, double cR) {
+  return {__dmul_rn(cR, lam),  // TAU 2**-bits lam
+          __dmul_rn(2.0, __dadd_rn(__dmul_rn(alpha_i, nb_j), __dmul_rn(beta_j, na_i))),
+          __dmul_rn(qa, beta_j)};
+}
 __device__ __forceinline__ bool cert_ok(double lam, double na_i, double alpha_i, double qa,
                                         double nb_j, double beta_j, double cR, double t) {
-  const double R = __dmul_rn(cR, lam);
-  const double G2 = __dmul_rn(2.0, __dadd_rn(__dmul_rn(alpha_i, nb_j), __dmul_rn(beta_j, na_i)));
-  const double Q = __dmul_rn(qa, beta_j);
-  return __dmul_rn(t, __dadd_rn(G2, __dmul_rn(t, Q))) <= R;
+  return cert_test(lam, na_i, alpha_i, qa, nb_j, beta_j, cR).passes(t);
 }
 
-// The index into the thresholds th[0, nth) = 2**-L_n, n = MIN_MODULI.. (decreasing) of the
-// first count that certifies the entry (cert_ok's test), by bisection; nth where none does.
+// The first index in [lo, nth) of the thresholds th (2**-L_n, n = MIN_MODULI.., decreasing)
+// whose count certifies the entry, by bisection (the test is monotone); nth where none does.
+__device__ __forceinline__ int cert_first(const CertTest& c, const double* th, int lo, int nth) {
+  int hi = nth;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (c.passes(th[mid]))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return hi;
+}
 __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i, double qa,
                                          double nb_j, double beta_j, double cR,
                                          const double* th, int nth) {
-  const double R = __dmul_rn(cR, lam);  // TAU 2**-bits lam
-  const double G2 = __dmul_rn(2.0, __dadd_rn(__dmul_rn(alpha_i, nb_j), __dmul_rn(beta_j, na_i)));
-  const double Q = __dmul_rn(qa, beta_j);
-  int lo = 0, hi = nth;
-  for (int step = 0; (1 << step) <= nth; ++step) {  // as many steps as nth has bits
-    const int mid = (lo + hi) >> 1;
-    const double t = th[mid < nth ? mid : nth - 1];
-    const bool ok = mid < nth && __dmul_rn(t, __dadd_rn(G2, __dmul_rn(t, Q))) <= R;
-    hi = ok ? mid : hi;
-    lo = ok ? lo : mid + 1;
+  return cert_first(cert_test(lam, na_i, alpha_i, qa, nb_j, beta_j, cR), th, 0, nth);
+}
+
+// cert_entries' column terms of batch entry b for the columns jb .. jb + 3 (zeros beyond n).
+__device__ __forceinline__ void cert_columns(long long b, int jb, int n,
+                                             const double* __restrict__ nb,
+                                             const double* __restrict__ beta,
+                                             const unsigned long long* __restrict__ mixb,
+                                             double (&nbv)[4], double (&bev)[4], bool (&mxb)[4]) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const int j = jb + c;
+    nbv[c] = j < n ? nb[b * n + j] : 0.0;
+    bev[c] = j < n ? beta[b * n + j] : 0.0;
+    mxb[c] = j < n && mixb[b * n + j] != 0;
   }
-  return hi;
 }
 
 // Block (32, 8), grid (column groups of 128, row chunks of rows_per_block) over the rows (b, i)
@@ -594,23 +660,30 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
   double nbv[4] = {}, bev[4] = {};
   bool mxb[4] = {};
   // The rows [rbeg, rend) with stride 8, kStage rows at a time: their line terms go to shared
-  // memory first, and F (and c32) is loaded two rows ahead of the arithmetic, so the loads in
-  // flight (which bound the pass) are not held up by the line terms.
+  // memory first, and F (and c32) comes through the ring D - 1 rows ahead of the arithmetic,
+  // so the loads in flight (which bound the pass) are not held up by the line terms.
   __shared__ double s_na[kStage], s_al[kStage];
   __shared__ bool s_mx[kStage];
-  T f0[4] = {}, f1[4] = {};  // rows row and row + 8
-  float g0[4] = {}, g1[4] = {};
+  constexpr int D = kDepth<T>;
+  __shared__ uint4 fring[D][kThreads * kWords<T>];
+  __shared__ uint4 cring[GEMM ? D : 1][GEMM ? kThreads : 1];
+  uint4* const fmine = fring[0] + t * kWords<T>;  // slot d: fmine + d * kThreads * kWords<T>
+  uint4* const cmine = cring[0] + t;              // (GEMM) slot d: cmine + d * kThreads
   long long row = rbeg + threadIdx.y;
-  if (jb < n) {
-    if (row < rend) {
-      load4(F + row * n_p + jb, f0);
-      if constexpr (GEMM) load4(c32 + row * c_pitch + jb, g0);
-    }
-    if (row + blockDim.y < rend) {
-      load4(F + (row + blockDim.y) * n_p + jb, f1);
-      if constexpr (GEMM) load4(c32 + (row + blockDim.y) * c_pitch + jb, g1);
-    }
+  const long long step = blockDim.y;
+  if (row < rend) {  // the first rows' column terms, loaded while the line terms are staged
+    bend = (row / m + 1) * m;
+    cert_columns(row / m, jb, n, nb, beta, mixb, nbv, bev, mxb);
   }
+  for (int d = 0; d < D - 1; ++d) {
+    const long long r = row + d * step;
+    if (r < rend && jb < n) {
+      fetch4(fmine + d * kThreads * kWords<T>, F + r * n_p + jb);
+      if constexpr (GEMM) fetch4(cmine + d * kThreads, c32 + r * c_pitch + jb);
+    }
+    cp_async_commit();
+  }
+  int slot = 0;
   for (long long s0 = rbeg; s0 < rend; s0 += kStage) {
     const long long s1 = rend - s0 < kStage ? rend : s0 + kStage;
     __syncthreads();  // the previous rows' terms have been read
@@ -620,53 +693,63 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
       s_mx[i] = mixa[s0 + i] != 0;
     }
     __syncthreads();
-    for (; row < s1; row += blockDim.y) {
-      T fv[4];
-      float cv[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) fv[c] = f0[c], cv[c] = g0[c], f0[c] = f1[c], g0[c] = g1[c];
-      const long long next = row + 2 * blockDim.y;
-      if (next < rend && jb < n) {
-        load4(F + next * n_p + jb, f1);
-        if constexpr (GEMM) load4(c32 + next * c_pitch + jb, g1);
+    for (; row < s1; row += step) {
+      const long long ahead = row + (D - 1) * step;
+      const int back = slot == 0 ? D - 1 : slot - 1;  // the slot read last time
+      if (ahead < rend && jb < n) {
+        fetch4(fmine + back * kThreads * kWords<T>, F + ahead * n_p + jb);
+        if constexpr (GEMM) fetch4(cmine + back * kThreads, c32 + ahead * c_pitch + jb);
       }
+      cp_async_commit();
+      cp_async_wait<D - 1>();  // this row's group has landed
+      T fv[4];
+      float cv[4] = {};
+      load4(reinterpret_cast<const T*>(fmine + slot * kThreads * kWords<T>), fv);
+      if constexpr (GEMM) load4(reinterpret_cast<const float*>(cmine + slot * kThreads), cv);
+      slot = slot + 1 == D ? 0 : slot + 1;
       if (row >= bend) {  // a new batch entry: its column terms
-        const long long b = row / m;
-        bend = (b + 1) * m;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int j = jb + c;
-          nbv[c] = j < n ? nb[b * n + j] : 0.0;
-          bev[c] = j < n ? beta[b * n + j] : 0.0;
-          mxb[c] = j < n && mixb[b * n + j] != 0;
-        }
+        bend = (row / m + 1) * m;
+        cert_columns(row / m, jb, n, nb, beta, mixb, nbv, bev, mxb);
       }
       const double na_i = s_na[row - s0], alpha_i = s_al[row - s0];
       const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
       const bool mxa = s_mx[row - s0];
       unsigned word = 0;
+      // An entry certified by this thread's largest count so far (qm, as of the row's start:
+      // the row's 4 entries are tested independently) minus one is neither beyond nor among
+      // the largest: store that count (an upper bound of its own), skip the search. (Its own
+      // count when that is qm: one more test.) An entry above qm tests the next count first (a
+      // thread's largest mostly grows by one: the lanes of a warp seldom wait on one lane's
+      // bisection), then bisects; the thread's first entry bisects (all lanes at once).
+      const int qm = qmax;
+      int qs[4];
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int j = jb + c;
-        if (j >= n) continue;
+        qs[c] = -1;  // beyond n: none
+        if (jb + c >= n) continue;
         const double lam = entry_lower(static_cast<double>(fv[c]), mxa || mxb[c], fscale,
                                        fscale_mixed, GEMM, cv[c], factor, abs_term);
-        const double nb_j = nbv[c], beta_j = bev[c];
-        // An entry certified by this thread's largest count so far minus one is neither beyond
-        // nor among the largest: store that count (an upper bound of its own), skip the bisection.
-        // (Its own count when that is this thread's largest: one more test, no bisection.)
+        const CertTest ct = cert_test(lam, na_i, alpha_i, qa, nbv[c], bev[c], cR);
         int q;
-        if (qmax > 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax - 1]))
-          q = qmax - 1;
-        else if (qmax >= 0 && cert_ok(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th[qmax]))
-          q = qmax;
+        if (qm > 0 && ct.passes(th[qm - 1]))
+          q = qm - 1;
+        else if (qm >= 0 && ct.passes(th[qm]))
+          q = qm;
+        else if (qm >= 0 && qm + 1 < nth && ct.passes(th[qm + 1]))
+          q = qm + 1;
         else
-          q = cert_need(lam, na_i, alpha_i, qa, nb_j, beta_j, cR, th, nth);
+          q = cert_first(ct, th, qm >= 0 ? qm + 2 : 0, nth);
+        qs[c] = q;
+      }
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int q = qs[c];
+        if (q < 0) continue;
         const unsigned v = static_cast<unsigned>(base + q) & 0xffu;
         if (packed)
           word |= v << (8 * c);
         else
-          need[row * n + j] = static_cast<unsigned char>(v);
+          need[row * n + jb + c] = static_cast<unsigned char>(v);
         if (q == nth) {
           ++out;
         } else if (q > qmax) {
@@ -679,6 +762,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
       if (packed && jb < n) *reinterpret_cast<unsigned*>(need + row * n + jb) = word;
     }
   }
+  cp_async_wait<0>();
   // The block's largest count, its entries and the beyond entries: by warp shuffles, then the
   // 8 warps in order by one thread.
   unsigned long long q2 = static_cast<unsigned long long>(qmax + 1);  // 0: none certified

@@ -1,0 +1,179 @@
+"""Where the statistics' kernels spend their time: the same real matmul as stats_breakdown.py's
+kernel_times, with ozaki2_stats.cu patched (probes that drop parts of a kernel's work; their
+results are not valid, only their times), and the host's time between the NaN/Inf check's
+read-back and the first statistics launch.
+
+    python tools/device/stats_probe.py -N 8192 --dtype float32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import cupy as cp
+
+from emulinalg.backends import cuda as _cuda
+from emulinalg.backends import cupy as be
+from emulinalg.inputs import phi_matrix
+
+sys.path.insert(0, os.path.dirname(__file__))
+from stats_breakdown import kernel_times
+
+# (name, [(old, new), ...]): each old text must occur in ozaki2_stats.cu
+PROBES = [
+    ("as_is", []),
+    ("cert_no_float_work", [(
+        "        int q;\n        if (qm > 0 && ct.passes(",
+        "        int q = fv[c] < 0 ? nth : 0;\n"
+        "        if (true) {\n        } else if (qm > 0 && ct.passes(",
+    )]),
+    ("cert_no_search", [(
+        "        else\n          q = cert_first(ct, th, qm >= 0 ? qm + 2 : 0, nth);",
+        "        else\n          q = 0;",
+    )]),
+    ("bound_operand_no_scaling", [(
+        "          v[j] = floor_small(scale2(x, p1));",
+        "          v[j] = static_cast<int>(__double_as_longlong(x) >> 60);",
+    ), (
+        "          double w = scale2(x, pn);",
+        "          double w = x;",
+    )]),
+    ("bound_operand_no_l1_shuffles", [(
+        "        for (int g = 1; g < 8; ++g) acc = __dadd_rn(acc, __shfl_down_sync(",
+        "        for (int g = 1; g < 1; ++g) acc = __dadd_rn(acc, __shfl_down_sync(",
+    )]),
+    ("cert_both_tests", [(
+        "        if (qm > 0 && ct.passes(th[qm - 1]))\n          q = qm - 1;\n"
+        "        else if (qm >= 0 && ct.passes(th[qm]))\n          q = qm;",
+        "        const bool p1 = (qm > 0) & ct.passes(th[qm > 0 ? qm - 1 : 0]);\n"
+        "        const bool p2 = (qm >= 0) & ct.passes(th[qm >= 0 ? qm : 0]);\n"
+        "        if (p1)\n          q = qm - 1;\n        else if (p2)\n          q = qm;",
+    )]),
+    ("cert_magic_convert", [(
+        "        const double lam = entry_lower(static_cast<double>(fv[c]),",
+        "        const double lam = entry_lower(__dsub_rn(__longlong_as_double(0x4330000000000000ll"
+        " | static_cast<unsigned>(fv[c])), 4503599627370496.0),",
+    )]),
+    ("cert_4_blocks", [(
+        "__launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)",
+        "__launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)",
+    )]),
+]
+
+
+def host_gap(a, b, repeat):
+    """Host ms from the NaN/Inf check's read-back (line_scan's return) to the prescale hook's
+    call, and from there to the first statistics kernel's launch (no stage syncs)."""
+    import emulinalg
+
+    stamps = {}
+    real_scan, real_pre, real_kernel = be.line_scan, be.ozaki2_prescale, be._stats_kernel
+
+    def scan(*args):
+        out = real_scan(*args)
+        stamps["scan_done"] = time.perf_counter()
+        return out
+
+    def pre(*args, **kw):
+        stamps["prescale_called"] = time.perf_counter()
+        return real_pre(*args, **kw)
+
+    def kernel(expr):
+        fn = real_kernel(expr)
+
+        def run(*args, **kw):
+            if expr.startswith("bound_operand") and "first_launch" not in stamps:
+                stamps["first_launch"] = time.perf_counter()
+            return fn(*args, **kw)
+
+        return run
+
+    be.line_scan, be.ozaki2_prescale, be._stats_kernel = scan, pre, kernel
+    runs = []
+    try:
+        with emulinalg.config(strategy="eager"):
+            for _ in range(repeat + 1):
+                stamps.clear()
+                emulinalg.matmul(a, b)
+                cp.cuda.Device().synchronize()
+                runs.append((
+                    (stamps["prescale_called"] - stamps["scan_done"]) * 1e3,
+                    (stamps["first_launch"] - stamps["prescale_called"]) * 1e3,
+                ))
+    finally:
+        be.line_scan, be.ozaki2_prescale, be._stats_kernel = real_scan, real_pre, real_kernel
+    runs = runs[1:]
+    return {
+        "engine_ms": round(statistics.median(r[0] for r in runs), 4),
+        "prescale_to_launch_ms": round(statistics.median(r[1] for r in runs), 4),
+    }
+
+
+def host_steps(a, b, repeat=50):
+    """Host microseconds per call of ozaki2_prescale's steps before its first launch (no
+    syncs inside; the device is idle while they run in a real product)."""
+    ops = be._Operands(a, None, b, None)
+    B, m, k, n, kp = ops.B, ops.m, ops.k, ops.n, ops.kp
+    ea, _ = be._line_exponents(ops)
+    steps = {
+        "usable": lambda: be._usable(a, None, b, None),
+        "operands": lambda: be._Operands(a, None, b, None),
+        "zeros": lambda: cp.zeros((4 * B * (m + n),), dtype=cp.uint64),
+        "empty_planes": lambda: cp.empty((1, 1, B, m, kp), dtype=cp.int8),
+        "empty_small": lambda: cp.empty((B, m), dtype=cp.int64),
+        "stats_kernel_lookup": lambda: be._stats_kernel("bound_operand<float, false>"),
+        "bound_planes_A": lambda: be._bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea),
+        "line_scan": lambda: be.line_scan(a, None, b, None),
+    }
+    out = {}
+    for name, fn in steps.items():
+        fn()
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        t1 = time.perf_counter()
+        cp.cuda.Device().synchronize()
+        out[name] = round((t1 - t0) / repeat * 1e6, 1)
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("-N", type=int, default=8192)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--repeat", type=int, default=5)
+    args = p.parse_args()
+    a = cp.asarray(phi_matrix((args.N, args.N), 1.0, args.dtype, seed=1))
+    b = cp.asarray(phi_matrix((args.N, args.N), 1.0, args.dtype, seed=2))
+    rec = {"N": args.N, "dtype": args.dtype, "host": host_gap(a, b, args.repeat)}
+    rec["host_steps_us"] = host_steps(a, b)
+    real_source = _cuda.source
+    text = real_source("ozaki2_stats.cu")
+    keys = ("statistics:bound_operand", "statistics:bound_max", "statistics:cert_entries")
+    probes = {}
+    try:
+        for name, patches in PROBES:
+            src = text
+            for old, new in patches:
+                assert src.count(old) == 1, (name, old)
+                src = src.replace(old, new)
+            _cuda.source = lambda f, src=src: src if f == "ozaki2_stats.cu" else real_source(f)
+            be._modules.clear()
+            kt = kernel_times(a, b, args.repeat)
+            probes[name] = {k.split(":")[1]: kt.get(k) for k in keys}
+    finally:
+        _cuda.source = real_source
+        be._modules.clear()
+    rec["probes_ms"] = probes
+    rec["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(json.dumps(rec))
+
+
+if __name__ == "__main__":
+    main()
