@@ -523,13 +523,17 @@ def _line_max_exponent(re, im, strides, B, R, C):
     return emax
 
 
-def line_scan(ar, ai, br, bi):
+def line_scan(ar, ai, br, bi, prepare=False):
     """The engine's NaN/Inf check fused with the first pass of the Scheme II statistics: one
     pass per operand (``line_max_exponent``) gives floor(log2 max |x|) of every row of A and
     column of B, int32 (B, m) and (B, n) (INT_MIN for a zero line, 1024 for a line holding NaN
     or Inf: their exponent field is all ones). Returns ``(finite, exponents)``, the exponents
     for ``ozaki2_prescale(..., exponents=...)``, or None to decline (the engine's own check
-    runs): operands the kernels do not take."""
+    runs): operands the kernels do not take.
+
+    ``prepare``: the engine's statistics follow (a precision level): the prescale's host work
+    before its first launch (allocations, arguments: about 0.1 ms) is done here while the line
+    passes run on the device, and travels with the exponents (``_Exponents.prep``)."""
     if not _usable(ar, ai, br, bi):
         return None
     ops = _Operands(ar, ai, br, bi)
@@ -537,8 +541,39 @@ def line_scan(ar, ai, br, bi):
     if 0 in (B, m, k, n):
         return None
     ea, eb = _line_exponents(ops)
-    top = int(cp.asnumpy(cp.maximum(ea.max(), eb.max())))  # one read-back for both
-    return top < 1024, (ea, eb)
+    top = cp.maximum(ea.max(), eb.max())
+    exponents = _Exponents((ea, eb))
+    if prepare:
+        exponents.prep = _PrescalePrep(ops, (ar, ai, br, bi), ea, eb)
+    return int(cp.asnumpy(top)) < 1024, exponents  # one read-back for both
+
+
+class _Exponents(tuple):
+    """``line_scan``'s exponents ``(ea, eb)``; ``prep``: the prescale's first launches prepared
+    for the same operands (``_PrescalePrep``), or None."""
+
+    prep = None
+
+
+class _PrescalePrep:
+    """The accurate prescale's work before its first launch: the zeroed targets of its atomics
+    and both operands' ``bound_operand`` launches (``_BoundLaunch``), for the operands
+    ``hook_ops`` (kept to check that the prescale is called with the same arrays)."""
+
+    def __init__(self, ops, hook_ops, ea, eb):
+        self.ops, self.hook_ops = ops, hook_ops
+        B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
+        # one zeroed buffer (one launch) for the atomics' targets: both operands' line terms
+        # and the row and column maxima of the bound
+        zeroed = cp.zeros((4 * B * (m + n),), dtype=cp.uint64)
+        ta, tb = zeroed[: 3 * B * m], zeroed[3 * B * m : 3 * B * (m + n)]
+        self.ua = zeroed[3 * B * (m + n) : 3 * B * (m + n) + B * m].reshape(B, m)
+        self.ub = zeroed[-B * n :].reshape(B, n)
+        self.a = _BoundLaunch(*ops.a, ops.a_strides, B, m, m, k, kp, ea, ta.reshape(3, B, m))
+        self.b = _BoundLaunch(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb, tb.reshape(3, B, n))
+
+    def matches(self, ar, ai, br, bi):
+        return all(x is y for x, y in zip(self.hook_ops, (ar, ai, br, bi)))
 
 
 def _line_exponents(ops):
@@ -555,19 +590,32 @@ def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax, terms=None):
     (1, 1, B, Rpad, Cp) for ``_int8_products``, its line sums, nonzero parts and entries with
     both parts nonzero (uint64 (B, R), added into ``terms`` (3, B, R), zeroed, when given) and
     the l1 partials (B, ceil(Cp / 32), R) of the normalized operand."""
-    shift = cp.empty((B, R), dtype=cp.int64)
-    planes = cp.empty((1, 1, B, Rpad, Cp), dtype=cp.int8)
-    if terms is None:
-        terms = cp.zeros((3, B, R), dtype=cp.uint64)
-    sums, nz, mixed = terms  # mixed (complex): entries with both parts nonzero
-    partial = cp.empty((B, -(-Cp // 32), R), dtype=cp.float64)
-    fn = _stats_kernel(f"bound_operand<{_in_type(re)}, {_tf(im is not None)}>")
-    args = _line_args(re, im, strides) + (
-        _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides),
-        _i32(_BOUND_TILES), emax, shift, planes, sums, nz, mixed, partial,
-    )  # fmt: skip
-    fn(_line_grid(Cp, 32 * _BOUND_TILES, Rpad, B), (_THREADS,), args)
-    return shift, planes, sums, nz, mixed, partial
+    return _BoundLaunch(re, im, strides, B, R, Rpad, C, Cp, emax, terms)()
+
+
+class _BoundLaunch:
+    """``_bound_planes``' launch of ``bound_operand``, its outputs allocated and its arguments
+    made; calling it launches the kernel and returns ``_bound_planes``' result."""
+
+    def __init__(self, re, im, strides, B, R, Rpad, C, Cp, emax, terms=None):
+        shift = cp.empty((B, R), dtype=cp.int64)
+        planes = cp.empty((1, 1, B, Rpad, Cp), dtype=cp.int8)
+        if terms is None:
+            terms = cp.zeros((3, B, R), dtype=cp.uint64)
+        sums, nz, mixed = terms  # mixed (complex): entries with both parts nonzero
+        partial = cp.empty((B, -(-Cp // 32), R), dtype=cp.float64)
+        self.fn = _stats_kernel(f"bound_operand<{_in_type(re)}, {_tf(im is not None)}>")
+        self.grid = _line_grid(Cp, 32 * _BOUND_TILES, Rpad, B)
+        self.args = _line_args(re, im, strides) + (
+            _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides),
+            _i32(_BOUND_TILES), emax, shift, planes, sums, nz, mixed, partial,
+        )  # fmt: skip
+        self.out = (shift, planes, sums, nz, mixed, partial)
+
+    def __call__(self):
+        self.fn(self.grid, (_THREADS,), self.args)
+        out, self.out, self.args = self.out, None, None  # one launch; no references kept
+        return out
 
 
 class _Bound:
@@ -604,29 +652,26 @@ def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
     the l1 partials for ``ozaki2_certificate``. ``exponents``: ``line_scan``'s for these
     operands (finite), which saves the first pass.
     """
+    prep = getattr(exponents, "prep", None)
+    if prep is not None:  # taken once, used or not (its buffers are not kept past this call)
+        exponents.prep = None
     if mode != "accurate" or not _usable(ar, ai, br, bi):
         return None
-    ops = _Operands(ar, ai, br, bi)
-    B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
-    if 0 in (B, m, k, n):
-        return None
-    ea, eb = _line_exponents(ops) if exponents is None else exponents
-    # one zeroed buffer (one launch) for the atomics' targets: both operands' line terms and
-    # the row and column maxima of the bound
-    zeroed = cp.zeros((4 * B * (m + n),), dtype=cp.uint64)
-    ta, tb = zeroed[: 3 * B * m], zeroed[3 * B * m : 3 * B * (m + n)]
-    ua, ub = zeroed[3 * B * (m + n) : 3 * B * (m + n) + B * m], zeroed[-B * n :]
-    s, pa, ra, nza, ma, la = _bound_planes(
-        *ops.a, ops.a_strides, B, m, m, k, kp, ea, ta.reshape(3, B, m)
-    )
-    t, pb, cb, nzb, mb, lb = _bound_planes(
-        *ops.b, ops.b_strides, B, n, n_p, k, kp, eb, tb.reshape(3, B, n)
-    )
+    if prep is None or not prep.matches(ar, ai, br, bi):
+        ops = _Operands(ar, ai, br, bi)
+        if 0 in (ops.B, ops.m, ops.k, ops.n):
+            return None
+        ea, eb = _line_exponents(ops) if exponents is None else exponents
+        prep = _PrescalePrep(ops, (ar, ai, br, bi), ea, eb)
+    ops, ua, ub = prep.ops, prep.ua, prep.ub
+    B, m, n, n_p = ops.B, ops.m, ops.n, ops.n_p
+    s, pa, ra, nza, ma, la = prep.a()
+    t, pb, cb, nzb, mb, lb = prep.b()
+    del prep
     prod = _int8_products(pa, pb)  # (nkb, 1, 1, B, m, n_p)
     del pa, pb
     F = prod[0] if prod.shape[0] == 1 else prod.sum(axis=0, dtype=cp.int64)
     F = F.reshape(B, m, n_p)
-    ua, ub = ua.reshape(B, m), ub.reshape(B, n)
     grid = (-(-n // 128), min(-(-(B * m) // _BOUND_MAX_ROWS), _MAX_GRID_YZ))
     rows_per_block = -(-(B * m) // grid[1])
     args = (F, _i64(n_p), _i32(B), _i32(m), _i32(n), _i32(rows_per_block), ra, nza, cb, nzb,
@@ -671,7 +716,9 @@ def _line_terms(partial, B, R, ebound, scale, l1fac):
     fn = _stats_kernel("cert_line_terms")
     args = (partial, _i32(chunks), _i32(B), _i32(R), np.float64(l1fac), ev, np.float64(scale),
             norm, alpha)  # fmt: skip
-    fn((min(-(-(B * R) // _THREADS), 4096),), (_THREADS,), args)
+    # a thread per line sums its partials in order (a serial chain): small blocks spread the
+    # lines over more SMs (8192 lines: 128 blocks)
+    fn((min(-(-(B * R) // 64), 65535),), (64,), args)
     return norm, alpha
 
 

@@ -155,8 +155,10 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     # A backend may fuse the NaN/Inf check with the statistics' first pass (``line_scan``:
     # ``(finite, exponents)`` or None), the line exponents then go to its prescale.
     scan = getattr(backend, "line_scan", None)
+    # a level's Scheme II statistics follow: the backend may prepare them during the scan
+    prepare = not isinstance(request, SCHEMES) and cfg.scheme != "ozaki1"
     with backend.quiet():
-        scanned = None if scan is None else scan(*hook_ops)
+        scanned = None if scan is None else scan(*hook_ops, prepare=prepare)
         if scanned is not None:
             nonfinite = not scanned[0]
         else:

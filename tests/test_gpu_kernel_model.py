@@ -785,6 +785,30 @@ def test_host_code_line_scan(cpu_backend, cplx):
     assert be.line_scan(cp.asarray(ar.astype(np.float32)), None, g[2], None) is None
 
 
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+def test_host_code_line_scan_prepares_prescale(cpu_backend, cplx):
+    """line_scan(prepare=True) prepares the prescale's first launches; the prescale given those
+    exponents takes them once and equals the generic one; with other arrays (the engine's
+    float64 parts where the scan read float32), or a second time, it prepares its own."""
+    be, cp = cpu_backend
+    ar, ai, br, bi = _stat_operands(((2,), 13, 70, 9), 1, cplx, seed=6)
+    g = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
+    want = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    finite, exps = be.line_scan(*g, prepare=True)
+    assert finite is True and exps.prep is not None and exps.prep.matches(*g)
+    assert be.line_scan(*g)[1].prep is None  # not asked: nothing prepared
+    _same_prescale(be.ozaki2_prescale(*g, "accurate", exponents=exps), want)
+    assert exps.prep is None  # taken once
+    _same_prescale(be.ozaki2_prescale(*g, "accurate", exponents=exps), want)
+    other = [None if x is None else x.copy() for x in g]
+    finite, exps = be.line_scan(*g, prepare=True)
+    assert not exps.prep.matches(*other)
+    _same_prescale(be.ozaki2_prescale(*other, "accurate", exponents=exps), want)
+    assert exps.prep is None
+    finite, exps = be.line_scan(*g, prepare=True)
+    assert be.ozaki2_prescale(*g, "fast", exponents=exps) is None and exps.prep is None
+
+
 def test_host_code_statistics_decline(cpu_backend, monkeypatch):
     be, cp = cpu_backend
     ar, _, br, _ = _stat_operands(((), 4, 8, 5), 1, False, seed=1)
