@@ -46,36 +46,23 @@ inline unsigned atomicExch(unsigned* p, unsigned v) {
 }
 
 // A warp shuffle through the block's barrier: valid where every thread of the block reaches
-// the call the same number of times (the kernels that use it are written so).
-inline unsigned long long emu_shfl_slots[1024];
+// the call the same number of times (the kernels that use it are written so). One slot array
+// per value type.
+template <class T>
+inline T emu_shfl_down(T v, unsigned o) {
+  static T slots[1024];
+  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  slots[t] = v;
+  __syncthreads();
+  const T r = (t % 32) + o < 32 ? slots[t + o] : v;
+  __syncthreads();
+  return r;
+}
 inline unsigned long long __shfl_down_sync(unsigned, unsigned long long v, unsigned o) {
-  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  emu_shfl_slots[t] = v;
-  __syncthreads();
-  const unsigned long long r = (t % 32) + o < 32 ? emu_shfl_slots[t + o] : v;
-  __syncthreads();
-  return r;
+  return emu_shfl_down(v, o);
 }
-
-inline unsigned emu_shfl_uslots[1024];
-inline unsigned __shfl_down_sync(unsigned, unsigned v, unsigned o) {
-  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  emu_shfl_uslots[t] = v;
-  __syncthreads();
-  const unsigned r = (t % 32) + o < 32 ? emu_shfl_uslots[t + o] : v;
-  __syncthreads();
-  return r;
-}
-
-inline double emu_shfl_dslots[1024];
-inline double __shfl_down_sync(unsigned, double v, unsigned o) {
-  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  emu_shfl_dslots[t] = v;
-  __syncthreads();
-  const double r = (t % 32) + o < 32 ? emu_shfl_dslots[t + o] : v;
-  __syncthreads();
-  return r;
-}
+inline unsigned __shfl_down_sync(unsigned, unsigned v, unsigned o) { return emu_shfl_down(v, o); }
+inline double __shfl_down_sync(unsigned, double v, unsigned o) { return emu_shfl_down(v, o); }
 
 // Runs kernel() for every thread of every block of the grid.
 inline void emu_launch(emu_uint3 grid, emu_uint3 block, const std::function<void()>& kernel,
