@@ -166,6 +166,7 @@ def _matmul(xp, backend, a, b, request, cfg, out):
                 _all_finite(xp, backend, ar, ai) and _all_finite(xp, backend, br, bi)
             )
     exponents = None if scanned is None or nonfinite else scanned[1]
+    del scanned  # unused exponents (non-finite inputs) free what the scan prepared
     if nonfinite:
         rows_ok = _finite_lines(xp, ar, ai, axis=-1)
         cols_ok = _finite_lines(xp, br, bi, axis=-2)
