@@ -9,7 +9,49 @@
 #include <thread>
 #include <vector>
 
+#define EMU_STRICT_CP_ASYNC 1  // cp.async as below, not cuda_host.hpp's plain copy
 #include "../src_amx/cuda_host.hpp"  // keywords and intrinsics (shared with the CPU pipeline)
+
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+
+// cp.async with the device's ordering made visible: a copy's bytes reach shared memory only when
+// a cp_async_wait<N> retires its group (the slot holds 0x7f bytes until then), groups retire in
+// order, and a CUDA thread (a std::thread here) that ends with copies pending aborts. So a kernel
+// that reads a slot before waiting for it, or waits for too few groups, reads garbage.
+struct EmuCopy {
+  void* dst;
+  unsigned char bytes[16];
+};
+struct EmuCopies {
+  std::vector<EmuCopy> open;                 // issued, not committed
+  std::deque<std::vector<EmuCopy>> groups;   // committed, not retired
+  ~EmuCopies() {
+    if (!open.empty() || !groups.empty()) {
+      std::fputs("cuda_host_shim: a thread ended with cp.async copies pending\n", stderr);
+      std::abort();
+    }
+  }
+};
+inline thread_local EmuCopies emu_copies;
+inline void cp_async16(void* smem, const void* gmem) {
+  EmuCopy c{smem, {}};
+  std::memcpy(c.bytes, gmem, 16);
+  std::memset(smem, 0x7f, 16);
+  emu_copies.open.push_back(c);
+}
+inline void cp_async_commit() {
+  emu_copies.groups.push_back(std::move(emu_copies.open));
+  emu_copies.open.clear();
+}
+template <int N>
+inline void cp_async_wait() {
+  while (emu_copies.groups.size() > static_cast<std::size_t>(N)) {
+    for (const EmuCopy& c : emu_copies.groups.front()) std::memcpy(c.dst, c.bytes, 16);
+    emu_copies.groups.pop_front();
+  }
+}
 
 inline std::barrier<>* emu_barrier = nullptr;
 

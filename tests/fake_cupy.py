@@ -445,8 +445,12 @@ extern "C" void run(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned
     tmp = Path(tempfile.mkdtemp(prefix="emul_native_"))
     (tmp / "k.cpp").write_text(code + wrapper)
     shim = Path(__file__).resolve().parent / "cuda_host_shim.h"
+    # -fno-gnu-unique: a template's local statics (the kernels' __shared__ arrays) would
+    # otherwise be one object across every loaded library (a kernel compiled with a patched
+    # kStage would lend its arrays to later builds)
     cmd = ["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
-           "-w", "-include", str(shim), "-o", str(tmp / "k.so"), str(tmp / "k.cpp")]  # fmt: skip
+           "-fno-gnu-unique", "-w", "-include", str(shim), "-o", str(tmp / "k.so"),
+           str(tmp / "k.cpp")]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     lib = ctypes.CDLL(str(tmp / "k.so"))
     shutil.rmtree(tmp, ignore_errors=True)  # loaded: the files are no longer needed

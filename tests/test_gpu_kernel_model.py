@@ -797,8 +797,17 @@ def test_host_code_line_scan_prepares_prescale(cpu_backend, cplx):
     finite, exps = be.line_scan(*g, prepare=True)
     assert finite is True and exps.prep is not None and exps.prep.matches(*g)
     assert be.line_scan(*g)[1].prep is None  # not asked: nothing prepared
-    _same_prescale(be.ozaki2_prescale(*g, "accurate", exponents=exps), want)
+    pre = be.ozaki2_prescale(*g, "accurate", exponents=exps)
+    _same_prescale(pre, want)
     assert exps.prep is None  # taken once
+    # the certificate on the prepared prescale: the prescale's own certificate's count and mask
+    for bits in (24, 53):
+        got = be.ozaki2_certificate(*g, pre, bits)
+        ref = be.ozaki2_certificate(*g, be.ozaki2_prescale(*g, "accurate"), bits)
+        assert got[0] == ref[0]
+        assert (got[1] is None) == (ref[1] is None)
+        if got[1] is not None:
+            assert _same(np.asarray(got[1]), np.asarray(ref[1]))
     _same_prescale(be.ozaki2_prescale(*g, "accurate", exponents=exps), want)
     other = [None if x is None else x.copy() for x in g]
     finite, exps = be.line_scan(*g, prepare=True)

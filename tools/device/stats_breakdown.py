@@ -200,13 +200,15 @@ def main():
     # real matmul
     grids = {}
     saved_grid = be._BOUND_MAX_ROWS, be._CERT_BLOCKS
-    for rows, blocks in ((128, 2048), (512, 1024), (1024, 512), (2048, 8192)):
-        be._BOUND_MAX_ROWS, be._CERT_BLOCKS = rows, blocks
-        kt = kernel_times(a_in, b_in, 3)
-        grids[f"{rows},{blocks}"] = [
-            kt.get("statistics:bound_max"), kt.get("statistics:cert_entries")
-        ]
-    be._BOUND_MAX_ROWS, be._CERT_BLOCKS = saved_grid
+    try:
+        for rows, blocks in ((128, 2048), (512, 1024), (1024, 512), (2048, 8192)):
+            be._BOUND_MAX_ROWS, be._CERT_BLOCKS = rows, blocks
+            kt = kernel_times(a_in, b_in, 3)
+            grids[f"{rows},{blocks}"] = [
+                kt.get("statistics:bound_max"), kt.get("statistics:cert_entries")
+            ]
+    finally:
+        be._BOUND_MAX_ROWS, be._CERT_BLOCKS = saved_grid
     rec["f_pass_grid_ms"] = grids  # "bound_max rows, cert blocks": [bound_max, cert_entries]
     if args.profile:  # host time of the statistics' Python (launches, allocations, checks)
         import cProfile
