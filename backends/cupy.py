@@ -716,9 +716,7 @@ def _line_terms(partial, B, R, ebound, scale, l1fac):
     fn = _stats_kernel("cert_line_terms")
     args = (partial, _i32(chunks), _i32(B), _i32(R), np.float64(l1fac), ev, np.float64(scale),
             norm, alpha)  # fmt: skip
-    # a thread per line sums its partials in order (a serial chain): small blocks spread the
-    # lines over more SMs (8192 lines: 128 blocks)
-    fn((min(-(-(B * R) // 64), 65535),), (64,), args)
+    fn((min(-(-(B * R) // _THREADS), 4096),), (_THREADS,), args)
     return norm, alpha
 
 
