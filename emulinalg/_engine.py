@@ -51,9 +51,15 @@ def _parts(xp, x, backend=None):
     if conv is None:
         def conv(v):
             return xp.astype(v, xp.float64, copy=False)
+    re, im = _split(xp, x)
+    return conv(re), None if im is None else conv(im)
+
+
+def _split(xp, x):
+    """Real and imaginary parts as they are (None when real)."""
     if xp.isdtype(x.dtype, "complex floating"):
-        return conv(xp.real(x)), conv(xp.imag(x))
-    return conv(x), None
+        return xp.real(x), xp.imag(x)
+    return x, None
 
 
 def _hook_operands(xp, backend, a, b, parts, real_name):
@@ -64,13 +70,7 @@ def _hook_operands(xp, backend, a, b, parts, real_name):
     float64)."""
     if real_name != "float32" or not getattr(backend, "narrow_statistics", False):
         return parts
-
-    def raw(x):
-        if xp.isdtype(x.dtype, "complex floating"):
-            return xp.real(x), xp.imag(x)
-        return x, None
-
-    return raw(a) + raw(b)
+    return _split(xp, a) + _split(xp, b)
 
 
 def _all_finite(xp, backend, re, im):

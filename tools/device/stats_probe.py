@@ -74,8 +74,8 @@ def host_gap(a, b, repeat):
     stamps = {}
     real_scan, real_pre, real_kernel = be.line_scan, be.ozaki2_prescale, be._stats_kernel
 
-    def scan(*args):
-        out = real_scan(*args)
+    def scan(*args, **kw):
+        out = real_scan(*args, **kw)
         stamps["scan_done"] = time.perf_counter()
         return out
 
