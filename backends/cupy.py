@@ -444,9 +444,10 @@ def _bf16_lower(x3, rows_pad, cols_pad):
 # Columns per block of the line passes that reduce along k (a multiple of the 32-column tile):
 # the sums over a line are taken chunk by chunk, in order, then the chunks in order.
 _STAT_CHUNK = 512
-# 32-column tiles per block of bound_operand (any count >= 1 gives the same results): more tiles
-# per block spread the fixed costs (the first tile's load, the line terms' atomics) wider.
-_BOUND_TILES = 8
+# bound_operand's grid: one warp per block, each with an equal share of the tiles (any count >= 1
+# gives the same results). None: every block the device holds at once (_resident_blocks), so
+# that all shares run side by side; the CPU tests set small counts.
+_BOUND_WARPS = None
 # F's passes (grid: 128 columns by row chunks; any grid gives the same results): rows per block
 # of bound_max, and the number of blocks cert_entries aims at (each block's histogram is one
 # atomic). Each thread streams its rows through a ring in shared memory, so longer chunks
@@ -505,6 +506,40 @@ def _line_args(re, im, strides):
 
 def _rows_contiguous(strides):
     return _i32(strides[1] == 1 and strides[2] != 1)
+
+
+def _chunk_aligned(re, im, strides):
+    """Whether bound_operand may copy 16-byte chunks along the operand's contiguous axis (as
+    ``_rows_contiguous`` picks it): that axis has stride 1, and the parts' addresses and the
+    other strides are multiples of 16 bytes."""
+    sb, sr, sc = strides
+    e = 16 // re.itemsize
+    inner, outer = (sr, sc) if _rows_contiguous(strides) else (sc, sr)
+    ptrs = [x.data.ptr for x in (re, im) if x is not None]
+    return inner == 1 and outer % e == 0 and sb % e == 0 and all(p % 16 == 0 for p in ptrs)
+
+
+_RESIDENT: dict = {}
+
+
+def _resident_blocks(expr, threads):
+    """How many blocks of ``ozaki2_stats.cu``'s kernel ``expr`` (``threads`` threads each, no
+    dynamic shared memory) the device runs at once: its SMs times the blocks an SM holds by
+    shared memory (1 KB reserved per block), registers and its block limit."""
+    dev = cp.cuda.Device()
+    _stats_kernel(expr)
+    fn = _modules[(dev.id, "ozaki2_stats.cu", expr)]  # the kernel itself (tools wrap the lookup)
+    key = (dev.id, fn, threads)
+    if key not in _RESIDENT:
+        at, ka = dev.attributes, fn.attributes
+        regs = -(-max(ka["num_regs"], 1) // 8) * 8 * -(-threads // 32) * 32  # per block
+        per_sm = min(
+            at["MaxBlocksPerMultiprocessor"],
+            at["MaxSharedMemoryPerMultiprocessor"] // (ka["shared_size_bytes"] + 1024),
+            at["MaxRegistersPerMultiprocessor"] // regs,
+        )
+        _RESIDENT[key] = max(1, per_sm) * at["MultiProcessorCount"]
+    return _RESIDENT[key]
 
 
 def _line_grid(cols, chunk, rows, B):
@@ -604,16 +639,19 @@ class _BoundLaunch:
             terms = cp.zeros((3, B, R), dtype=cp.uint64)
         sums, nz, mixed = terms  # mixed (complex): entries with both parts nonzero
         partial = cp.empty((B, -(-Cp // 32), R), dtype=cp.float64)
-        self.fn = _stats_kernel(f"bound_operand<{_in_type(re)}, {_tf(im is not None)}>")
-        self.grid = _line_grid(Cp, 32 * _BOUND_TILES, Rpad, B)
+        expr = f"bound_operand<{_in_type(re)}, {_tf(im is not None)}>"
+        self.fn = _stats_kernel(expr)
+        tiles = B * -(-Rpad // 32) * -(-Cp // 32)
+        warps = _BOUND_WARPS or _resident_blocks(expr, 32)
+        self.grid = (max(1, min(tiles, warps)),)
         self.args = _line_args(re, im, strides) + (
             _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides),
-            _i32(_BOUND_TILES), emax, shift, planes, sums, nz, mixed, partial,
+            _i32(_chunk_aligned(re, im, strides)), emax, shift, planes, sums, nz, mixed, partial,
         )  # fmt: skip
         self.out = (shift, planes, sums, nz, mixed, partial)
 
     def __call__(self):
-        self.fn(self.grid, (_THREADS,), self.args)
+        self.fn(self.grid, (32,), self.args)
         out, self.out, self.args = self.out, None, None  # one launch; no references kept
         return out
 

@@ -76,6 +76,8 @@ _THREADS_1D = 256  # backends/cupy.py's _THREADS
 
 
 class _Kernel:
+    attributes = {"num_regs": 128, "shared_size_bytes": 13824}  # as ptxas for sm_90 says
+
     def __init__(self, module, expr):
         self.module, self.expr = module, expr
 
@@ -162,13 +164,17 @@ class _Kernel:
         out[...] = np.maximum(out, model.line_max_exponent(X, Xi))  # atomicMax
 
     def _bound_operand(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
-                       rows_contig, tiles, emax, shift, planes, sums, nz, mixed,
+                       rows_contig, vec, emax, shift, planes, sums, nz, mixed,
                        partial):  # fmt: skip
-        B, R, C, Rpad, Cp, tiles = int(B), int(R), int(C), int(Rpad), int(Cp), int(tiles)
-        assert block == (256,) and tiles >= 1 and grid[0] == -(-Cp // (32 * tiles))
-        assert grid[1] <= 65535 and grid[2] <= 65535
+        B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
+        assert block == (32,) and len(grid) == 1
+        assert 1 <= grid[0] <= max(1, B * -(-Rpad // 32) * -(-Cp // 32))
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
         assert int(rows_contig) == int(sr == 1 and sc != 1)
+        if int(vec):  # 16-byte chunks along the contiguous axis
+            e = 16 // np.dtype(np.float32 if targs[0] == "float" else np.float64).itemsize
+            inner, outer = (sr, sc) if int(rows_contig) else (sc, sr)
+            assert int(inner) == 1 and int(outer) % e == 0 and int(sb) % e == 0
         X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
         em = _view(emax, np.int32, (B, R), (R, 1))
         s, p, vs, zs, mx, part = model.bound_operand(X, Xi, em, Rpad, Cp)
@@ -369,7 +375,7 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "line_max_exponent": "const In* re, const In* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int rows_contiguous, int chunk, int* emax",
     "bound_operand": "const In* re, const In* im, long long sb, long long sr, "
-    "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, int tiles, "
+    "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, int vec, "
     "const int* emax, long long* shift, unsigned* out, unsigned long long* sums, "
     "unsigned long long* nz, unsigned long long* mixed, double* partial",
     "bound_max": "const T* F, long long n_p, int B, int m, int n, int rows_per_block, "
@@ -556,7 +562,11 @@ def make_module(native=False):
     cublas.gemmEx = gemmEx
     cuda.cublas = cublas
     cuda.device = types.SimpleNamespace(get_cublas_handle=lambda: 1)
-    cuda.Device = lambda *a: types.SimpleNamespace(id=0)
+    # an SM of sm_90's limits; two of them (bound_operand sizes its grid from these)
+    attributes = {"MultiProcessorCount": 2, "MaxBlocksPerMultiprocessor": 32,
+                  "MaxSharedMemoryPerMultiprocessor": 233472,
+                  "MaxRegistersPerMultiprocessor": 65536}  # fmt: skip
+    cuda.Device = lambda *a: types.SimpleNamespace(id=0, attributes=attributes)
     cuda.runtime = types.SimpleNamespace(deviceSynchronize=lambda: None)
     cp.cuda = cuda
     return cp

@@ -728,25 +728,46 @@ def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch
     _stat_vs_generic(be, cp, a3, None, b3, None, (53,), to_dev=bcast)
 
 
-@pytest.mark.parametrize("tiles", [1, 3, 4])
+@pytest.mark.parametrize("warps", [1, 3, 100])
+@pytest.mark.parametrize("dtype, n", [("float64", 33), ("float64", 36), ("float32", 36)])
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
-def test_host_code_bound_planes_tiles(cpu_backend, cplx, tiles, monkeypatch):
-    """bound_operand with `tiles` 32-column tiles per block (k = 170, padded to 176: 6 tiles, the
-    last one half padding; with 4 tiles per block the last block has 2) over a batch of 2: the
-    shifts, int8 operand, line terms and l1 partials of A's rows (k contiguous) and of B's
-    columns (lines contiguous), the model's bit for bit."""
+def test_host_code_bound_planes_warps(cpu_backend, cplx, dtype, n, warps, monkeypatch):
+    """bound_operand on a grid of `warps` warps (k = 170, padded to 176: 6 column tiles, the last
+    one half padding; 2 x 2 row tiles for A, 2 x 2 for B: 24 tiles, so a warp's share starts and
+    ends inside row tiles, or is one tile) over a batch of 2: the shifts, int8 operand, line
+    terms and l1 partials of A's rows (k contiguous) and of B's columns (lines contiguous), the
+    model's bit for bit. B's rows of 33 entries are not 16-byte aligned (entry by entry loads),
+    rows of 36 are; A's rows are 172 entries apart (16-byte copies, but for a chunk that
+    k = 170 cuts, float32)."""
     be, cp = cpu_backend
-    monkeypatch.setattr(be, "_BOUND_TILES", tiles)
-    ar, ai, br, bi = _stat_operands(((2,), 37, 170, 33), 1, cplx, seed=5)
-    ops = be._Operands(*(None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)))
-    B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
-    assert kp % 32 != 0 and ops.b_strides[1] == 1 and n_p > n
+    monkeypatch.setattr(be, "_BOUND_WARPS", warps)
+    # float32: the special lines' 2**+-300 would not fit; a zero row, a subnormal, a tiny column
+    ops64 = _stat_operands(((2,), 37, 170, n), 1, cplx, seed=5, special=dtype == "float64")
+    ar, ai, br, bi = (None if x is None else x.astype(dtype) for x in ops64)
+    if dtype == "float32":
+        ar[0, 1] = 0
+        ar[1, 2, 3] = np.float32(1e-42)
+        br[:, :, 4] *= np.float32(2.0**-100)
+
+    def pitched(x):  # A's rows 172 entries apart: 16-byte aligned, the last chunk cut (float32)
+        buf = cp.asarray(np.zeros(x.shape[:-1] + (172,), dtype=x.dtype))
+        buf[..., :170] = x
+        return buf[..., :170]
+
+    ops = be._Operands(*(None if x is None else (pitched(x) if i < 2 else cp.asarray(x))
+                         for i, x in enumerate((ar, ai, br, bi))))  # fmt: skip
+    assert ops.a_strides == (37 * 172, 172, 1)
+    B, m, k, kp, n_p = ops.B, ops.m, ops.k, ops.kp, ops.n_p
+    assert kp % 32 != 0 and ops.b_strides[1] == 1 and n_p == (36 if n == 33 else n)
     sides = (
         (ops.a, ops.a_strides, m, m, (ar, ai)),
         (ops.b, ops.b_strides, n, n_p, [None if x is None else np.swapaxes(x, -1, -2)
                                         for x in (br, bi)]),
     )  # fmt: skip
+    assert be._chunk_aligned(*ops.a, ops.a_strides)
+    assert be._chunk_aligned(*ops.b, ops.b_strides) == (n == 36)
     for dev, strides, R, Rpad, (X, Xi) in sides:
+        X, Xi = (None if x is None else x.astype(np.float64) for x in (X, Xi))
         emax = model.line_max_exponent(X, Xi)
         got = be._bound_planes(*dev, strides, B, R, Rpad, k, kp, cp.asarray(emax))
         want = model.bound_operand(X, Xi, emax, Rpad, kp)

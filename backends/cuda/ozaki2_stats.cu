@@ -14,7 +14,8 @@
 //                      of |im|), <= 127, in the INT8 GEMM's layout (B, Rpad, Cp), zero-padded;
 //                      per line the sum of those entries and the count of nonzero parts
 //                      (atomicAdd: exact integers), and per 32-column tile the sequential sum
-//                      of |re| 2**-e + |im| 2**-e (the l1 norm's partials)
+//                      of |re| 2**-e + |im| 2**-e (the l1 norm's partials); one warp per block,
+//                      streaming its tiles through shared memory by cp.async, a line per lane
 //   bound_max          per line of the bound GEMM F = Ā B̄ the max over the other axis of
 //                      U = bound_upper(F, line terms) (atomicMax; _scaling.bound_upper)
 //   cert_operand       bfloat16 bits of max(|re|, |im|) 2**-e truncated toward zero, line-major
@@ -48,9 +49,8 @@ struct Tile {
   double im[CPLX ? kTile : 1][kTile + 1];
 };
 
-// One thread's 4 entries of a 32 x 32 tile, held in registers (bound_operand keeps the next
-// tile's loads in flight in them while the current tile is processed); In (float or double):
-// the operand's type (float32 entries widen exactly on the store).
+// One thread's 4 entries of a 32 x 32 tile, held in registers; In (float or double): the
+// operand's type (float32 entries widen exactly on the store).
 template <typename In, bool CPLX>
 struct TileFetch {
   static constexpr int kN = kTile * kTile / kThreads, kZStep = kThreads / kTile;
@@ -227,95 +227,221 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (ceil(Cp / (32 tiles)), tiles of Rpad, B): each block walks `tiles` consecutive 32-column
-// tiles (fewer at the end) of 32 rows. Writes the shifts s (int64, (B, R)) from the blocks of the
-// first column tiles, the int8 operand (B, Rpad, Cp), and per line: the sum of its entries
-// (sums), of its nonzero parts (nz) and of its entries with both parts nonzero (mixed, complex),
-// added atomically (exact integers, zeroed by the caller), and partial (B, ceil(Cp / 32), R):
-// each 32-column tile's float64 sum of |re| 2**-e + |im| 2**-e (e = 5 - cplx - s): 8 sequential
-// sums of 4 columns, added in order (the same for any `tiles`).
-//
-// Thread t takes 4 columns of row t / 8 of every tile. The pass is bound by the loads in flight,
-// not by its arithmetic: each thread loads the next tile into registers (TileFetch) while the
-// current one is processed from shared memory, and the launch bounds keep 6 blocks per SM (4
-// complex) resident, as many as the registers allow without spills. The two tile buffers, used
-// alternately over all the block's tiles, need one barrier per tile. The integer line terms stay
-// in registers over the block's tiles (3 atomics per line and block, not per tile; 32 bits
-// suffice below 2**23 tiles); they and the l1 partials are summed by warp shuffles: a row's 8
-// threads are 8 consecutive lanes of one warp.
+// cp.async (sm_80+): a 16-byte copy from global to shared memory that holds no register while in
+// flight, and its groups. The passes below that are bound by the loads in flight stream their
+// input through rings of such copies. A thread waits only for its own copies; where threads read
+// each other's, a barrier follows the wait. On the host (src_amx/cuda_host.hpp) cp_async16 is a
+// plain copy.
+#ifndef EMU_CUDA_HOST
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
+// bound_operand's ring: a warp's 32 x 32 tiles (both parts, complex) in kDepth slots of shared
+// memory, filled kDepth - 1 tiles ahead by cp.async. A slot's tile is stored along the operand's
+// contiguous axis: line-major [line][k] when k is contiguous, k-major [k][line] when the lines
+// are (B's columns of a row-major B), in rows of kLd entries (16-byte aligned; padded by one
+// chunk, so that the line-major 16-byte reads of 8 lanes cover all 32 banks).
 template <typename In, bool CPLX>
-__global__ void __launch_bounds__(kThreads, CPLX ? 4 : 6)
+struct BoundRing {
+  static constexpr int kE = 16 / static_cast<int>(sizeof(In));  // entries per 16-byte chunk
+  static constexpr int kLd = kTile + kE;
+  static constexpr int kPart = kTile * kLd;  // entries of one part's tile
+  static constexpr int kSlot = (CPLX ? 2 : 1) * kPart;
+  static constexpr int kSlotBytes = kSlot * static_cast<int>(sizeof(In));
+  static constexpr int kDepth = kSlotBytes <= 9216 ? 3 : 2;  // at most 36 KB per warp
+  static constexpr int kRowChunks = kTile / kE;              // chunks per stored row
+  // warps an SM holds by shared memory (sm_90: 228 KB, 1 KB reserved per block): the launch
+  // bounds keep the registers from holding fewer (ptxas would take 146 for float)
+  static constexpr int kPerSM = 233472 / (kDepth * kSlotBytes + 1024);
+  static constexpr int kMinBlocks = kPerSM < 32 ? kPerSM : 32;
+};
+
+// Tile x of bound_operand's order (b, row tile, column tile), column tiles fastest.
+struct BoundTile {
+  int b, r0, c0, ti;
+};
+__device__ __forceinline__ BoundTile bound_tile(long long x, int ntiles, int nrt) {
+  const long long y = x / ntiles;
+  return {static_cast<int>(y / nrt), static_cast<int>(y % nrt) * kTile,
+          static_cast<int>(x % ntiles) * kTile, static_cast<int>(x % ntiles)};
+}
+
+// The warp's copies of tile p into `slot` (zeros outside R x C). With `vec` (the contiguous
+// axis has stride 1, and every chunk's address is 16-byte aligned) a whole chunk inside the
+// operand is one cp.async; other chunks, and every chunk without `vec`, are loaded entry by entry
+// and stored at once.
+template <typename In, bool CPLX>
+__device__ __forceinline__ void bound_fetch(In* slot, const BoundTile& p,
+                                            const In* __restrict__ re, const In* __restrict__ im,
+                                            long long sb, long long sr, long long sc, int R,
+                                            int C, int line_major, int vec) {
+  using G = BoundRing<In, CPLX>;
+  const int lane = threadIdx.x;
+  // stored rows (outer) and the entries along them (inner), in operand coordinates
+  const long long so = line_major ? sr : sc, si = line_major ? sc : sr;
+  const int o0 = line_major ? p.r0 : p.c0, i0 = line_major ? p.c0 : p.r0;
+  const int olim = line_major ? R : C, ilim = line_major ? C : R;
+  const long long base = static_cast<long long>(p.b) * sb;
+#pragma unroll
+  for (int u = 0; u < kTile * G::kRowChunks / 32; ++u) {
+    const int idx = lane + 32 * u, o = idx / G::kRowChunks, ch = idx % G::kRowChunks;
+    const int oo = o0 + o, ii = i0 + G::kE * ch;
+    const long long at = base + oo * so + ii * si;
+#pragma unroll
+    for (int part = 0; part < (CPLX ? 2 : 1); ++part) {
+      const In* src = part ? im : re;
+      In* dst = slot + part * G::kPart + o * G::kLd + G::kE * ch;
+      if (vec && oo < olim && ii + G::kE <= ilim) {
+        cp_async16(dst, src + at);
+      } else {
+#pragma unroll
+        for (int e = 0; e < G::kE; ++e)
+          dst[e] = oo < olim && ii + e < ilim ? src[at + e * si] : In(0);
+      }
+    }
+  }
+}
+
+// Entries 4g .. 4g + 3 of line `lane` of one part's stored tile.
+__device__ __forceinline__ void bound_read4(const float* t, int line_major, int lane, int g,
+                                            double (&x)[4]) {
+  constexpr int kLd = BoundRing<float, false>::kLd;
+  if (line_major) {
+    const float4 w = *reinterpret_cast<const float4*>(t + lane * kLd + 4 * g);
+    x[0] = w.x, x[1] = w.y, x[2] = w.z, x[3] = w.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = t[(4 * g + j) * kLd + lane];
+  }
+}
+__device__ __forceinline__ void bound_read4(const double* t, int line_major, int lane, int g,
+                                            double (&x)[4]) {
+  constexpr int kLd = BoundRing<double, false>::kLd;
+  if (line_major) {
+    const double2 a = *reinterpret_cast<const double2*>(t + lane * kLd + 4 * g);
+    const double2 b = *reinterpret_cast<const double2*>(t + lane * kLd + 4 * g + 2);
+    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = t[(4 * g + j) * kLd + lane];
+  }
+}
+
+// One block is one warp; the grid's warps split the B x ceil(Rpad / 32) x ceil(Cp / 32) tiles,
+// taken in the order (b, row tile, column tile), into equal contiguous ranges (the host sizes the
+// grid to what the device holds at once), and each warp streams its range through its ring
+// (BoundRing). Lane l computes line r0 + l of every tile: writes the shifts s (int64, (B, R))
+// from the first column tiles, the int8 operand (B, Rpad, Cp) (32 bytes per line and tile), and
+// per line: the sum of its entries (sums), of its nonzero parts (nz) and of its entries with
+// both parts nonzero (mixed, complex), added atomically when the warp leaves the row tile
+// (exact integers, zeroed by the caller), and partial (B, ceil(Cp / 32), R): each 32-column
+// tile's float64 sum of |re| 2**-e + |im| 2**-e (e = 5 - cplx - s): 8 sequential sums of 4
+// columns, added in order (the same for any grid). Cp is a multiple of 16; rows_contiguous:
+// the lines are the contiguous axis (k-major slots); vec: as bound_fetch.
+template <typename In, bool CPLX>
+__global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
     bound_operand(const In* __restrict__ re, const In* __restrict__ im, long long sb,
                   long long sr, long long sc, int B, int R, int C, int Rpad, int Cp,
-                  int rows_contiguous, int tiles, const int* __restrict__ emax,
+                  int rows_contiguous, int vec, const int* __restrict__ emax,
                   long long* __restrict__ shift, unsigned* __restrict__ out,
                   unsigned long long* __restrict__ sums, unsigned long long* __restrict__ nz,
                   unsigned long long* __restrict__ mixed, double* __restrict__ partial) {
-  __shared__ Tile<CPLX> tile[2];
-  const int t = threadIdx.x;
-  const int rr = t >> 3, q = t & 7, cc = 4 * q;
-  const int ntiles = (Cp + kTile - 1) / kTile;
-  const int first = blockIdx.x * tiles, end = min(ntiles, first + tiles);
-  int buf = 0;  // the buffer of the block's next tile
-  for (int b = blockIdx.z; b < B; b += gridDim.z) {
-    for (int r0 = blockIdx.y * kTile; r0 < Rpad; r0 += gridDim.y * kTile) {
-      TileFetch<In, CPLX> next;
-      next.load(re, im, b * sb, sr, sc, r0, first * kTile, R, C, rows_contiguous);
-      const int r = r0 + rr;
-      const long long line = static_cast<long long>(b) * R + r;
-      const int e = r < R ? emax[line] : kIntMin;
+  using G = BoundRing<In, CPLX>;
+  constexpr int D = G::kDepth;
+  __shared__ uint4 ring_words[D * G::kSlotBytes / 16];
+  In* const ring = reinterpret_cast<In*>(ring_words);  // slot d: ring + d * G::kSlot
+  const int lane = threadIdx.x, lm = !rows_contiguous;
+  const int ntiles = (Cp + kTile - 1) / kTile, nrt = (Rpad + kTile - 1) / kTile;
+  const long long total = static_cast<long long>(B) * nrt * ntiles;
+  const long long xb = total * blockIdx.x / gridDim.x, xe = total * (blockIdx.x + 1) / gridDim.x;
+  for (int d = 0; d < D - 1; ++d) {
+    if (xb + d < xe)
+      bound_fetch<In, CPLX>(ring + d * G::kSlot, bound_tile(xb + d, ntiles, nrt), re, im, sb,
+                            sr, sc, R, C, lm, vec);
+    cp_async_commit();
+  }
+  long long line = -1;  // b R + r of the row tile being walked (r = r0 + lane), -1 before it
+  bool in_r = false;
+  int p1 = 0, pn = 0;                                // 2**(s+1), 2**-e of the line
+  unsigned long long vs = 0, zs = 0, mx = 0;         // its line terms over the warp's tiles
+  int slot = 0;
+  for (long long x = xb; x < xe; ++x, slot = slot == D - 1 ? 0 : slot + 1) {
+    if (x + D - 1 < xe)
+      bound_fetch<In, CPLX>(ring + (slot == 0 ? D - 1 : slot - 1) * G::kSlot,
+                            bound_tile(x + D - 1, ntiles, nrt), re, im, sb, sr, sc, R, C, lm,
+                            vec);
+    cp_async_commit();
+    const BoundTile p = bound_tile(x, ntiles, nrt);
+    const int r = p.r0 + lane;
+    const long long here = static_cast<long long>(p.b) * R + r;
+    if (here != line) {  // a new row tile: the last one's line terms out, this line's shift
+      if (in_r) {
+        if (vs) atomicAdd(sums + line, vs);
+        if (zs) atomicAdd(nz + line, zs);
+        if (mx) atomicAdd(mixed + line, mx);
+      }
+      line = here, in_r = r < R, vs = zs = mx = 0;
+      const int e = in_r ? emax[line] : kIntMin;
       const int s = 5 - (e == kIntMin ? 0 : e) - (CPLX ? 1 : 0);
-      if (blockIdx.x == 0 && q == 0 && r < R) shift[line] = s;
-      const int p1 = s + 1, pn = s - 5 + (CPLX ? 1 : 0);  // 2**(s+1), 2**-e
-      unsigned vs = 0, zs = 0, mx = 0;  // this thread's line terms over the tiles
-      for (int ti = first; ti < end; ++ti, buf ^= 1) {
-        next.store(tile[buf], rows_contiguous);
-        __syncthreads();  // tile[buf] is written, and the other buffer has been read
-        if (ti + 1 < end)
-          next.load(re, im, b * sb, sr, sc, r0, (ti + 1) * kTile, R, C, rows_contiguous);
-        // 4 entries of row rr: their int8 values, nonzero parts and l1 terms
-        const Tile<CPLX>& cur = tile[buf];
-        int v[4];
-        double l1 = 0.0;  // the 4 columns in order
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const double x = abs_of(cur.re[rr][cc + j]);
-          v[j] = floor_small(scale2(x, p1));
-          zs += x != 0.0;
-          double w = scale2(x, pn);
-          if constexpr (CPLX) {
-            const double y = abs_of(cur.im[rr][cc + j]);
-            v[j] += floor_small(scale2(y, p1));
-            zs += y != 0.0;
-            mx += x != 0.0 && y != 0.0;
-            w = __dadd_rn(w, scale2(y, pn));
-          }
-          l1 = __dadd_rn(l1, w);
-        }
-        const int c = ti * kTile + cc;
-        if (r < Rpad && c < Cp)
-          out[((static_cast<long long>(b) * Rpad + r) * Cp + c) >> 2] =
-              pack4(v[0], v[1], v[2], v[3]);
-        vs += v[0] + v[1] + v[2] + v[3];
-        // the tile's l1 partial of row rr: lane q = 0 adds the 8 groups in order
-        double acc = l1;
-#pragma unroll
-        for (int g = 1; g < 8; ++g) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, l1, g));
-        if (q == 0 && r < R) partial[(static_cast<long long>(b) * ntiles + ti) * R + r] = acc;
-      }
-      unsigned long long vl = vs, zl = zs, ml = mx;  // the row's 8 lanes (any order is exact)
-#pragma unroll
-      for (int o = 4; o > 0; o >>= 1) {
-        vl += __shfl_down_sync(0xffffffffu, vl, o);
-        zl += __shfl_down_sync(0xffffffffu, zl, o);
-        if constexpr (CPLX) ml += __shfl_down_sync(0xffffffffu, ml, o);
-      }
-      if (q == 0 && r < R) {
-        if (vl) atomicAdd(sums + line, vl);
-        if (zl) atomicAdd(nz + line, zl);
-        if (ml) atomicAdd(mixed + line, ml);
-      }
+      if (p.ti == 0 && in_r) shift[line] = s;
+      p1 = s + 1, pn = s - 5 + (CPLX ? 1 : 0);
     }
+    cp_async_wait<D - 1>();
+    __syncthreads();  // every lane's copies (and stores) of tile x are in the slot
+    const In* t = ring + slot * G::kSlot;
+    unsigned w[8], tv = 0;  // the line's 32 int8 values, packed; their sum
+    double acc = 0.0;       // the l1 partial: 8 groups of 4 columns, each in order
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {
+      double xr[4], xi[4];
+      bound_read4(t, lm, lane, g, xr);
+      if constexpr (CPLX) bound_read4(t + G::kPart, lm, lane, g, xi);
+      int v[4];
+      double l1 = 0.0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const double a = abs_of(xr[j]);
+        v[j] = floor_small(scale2(a, p1));
+        zs += a != 0.0;
+        double wj = scale2(a, pn);
+        if constexpr (CPLX) {
+          const double y = abs_of(xi[j]);
+          v[j] += floor_small(scale2(y, p1));
+          zs += y != 0.0;
+          mx += a != 0.0 && y != 0.0;
+          wj = __dadd_rn(wj, scale2(y, pn));
+        }
+        l1 = __dadd_rn(l1, wj);
+      }
+      w[g] = pack4(v[0], v[1], v[2], v[3]);
+      tv += v[0] + v[1] + v[2] + v[3];
+      acc = g == 0 ? l1 : __dadd_rn(acc, l1);
+    }
+    __syncthreads();  // the slot has been read: the next step refills it
+    vs += tv;
+    if (r < Rpad) {
+      uint4* o = reinterpret_cast<uint4*>(out) +
+                 ((static_cast<long long>(p.b) * Rpad + r) * Cp + p.c0) / 16;
+      o[0] = uint4{w[0], w[1], w[2], w[3]};
+      if (p.c0 + 16 < Cp) o[1] = uint4{w[4], w[5], w[6], w[7]};
+    }
+    if (in_r) partial[(static_cast<long long>(p.b) * ntiles + p.ti) * R + r] = acc;
+  }
+  cp_async_wait<0>();  // the last groups are empty; none is left open
+  if (in_r) {
+    if (vs) atomicAdd(sums + line, vs);
+    if (zs) atomicAdd(nz + line, zs);
+    if (mx) atomicAdd(mixed + line, mx);
   }
 }
 
@@ -336,23 +462,8 @@ __device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
 }
 
 // F's passes read its rows (and the bf16 GEMM's c32) through a ring of kDepth slots per thread
-// in shared memory, filled kDepth - 1 rows ahead by cp.async (sm_80+): those passes are bound
-// by the loads in flight, and loads in flight this way hold no registers. A thread reads back
-// only its own slots, so cp.async.wait_group orders them (no barrier). On the host
-// (src_amx/cuda_host.hpp) cp_async16 is a plain copy.
-#ifndef EMU_CUDA_HOST
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-#endif
+// (cp.async, above), filled kDepth - 1 rows ahead: a thread reads back only its own slots, so
+// cp.async.wait_group orders them (no barrier).
 
 // A thread's ring slot holds 4 entries of T: sizeof(T) / 4 words of 16 bytes.
 template <typename T>

@@ -148,15 +148,22 @@ def main():
     rec["bound_operand_A"] = t
     t, rb_ = timed(lambda: be._bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb), r)
     rec["bound_operand_B"] = t
-    tiles = {}  # bound_operand's 32-column tiles per block (backends/cupy.py: _BOUND_TILES)
-    saved_tiles = be._BOUND_TILES
-    for nt in (1, 2, 4, 8):
-        be._BOUND_TILES = nt
-        ta, _ = timed(lambda: be._bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea), r)
-        tb, _ = timed(lambda: be._bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb), r)
-        tiles[nt] = [round(ta * 1e3, 4), round(tb * 1e3, 4)]
-    be._BOUND_TILES = saved_tiles
-    rec["bound_operand_tiles_ms"] = tiles
+    # bound_operand's grid (backends/cupy.py: _BOUND_WARPS): every warp the device holds
+    # (resident), fewer, and more (then not all shares run side by side)
+    resident = be._resident_blocks(f"bound_operand<{be._in_type(a)}, false>", 32)
+    rec["bound_operand_resident_warps"] = resident
+    warps = {}
+    saved_warps = be._BOUND_WARPS
+    try:
+        for nw in (resident // 2, resident, 2 * resident, 8 * resident):
+            be._BOUND_WARPS = nw
+            ta, _ = timed(lambda: be._bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea), r)
+            tb, _ = timed(lambda: be._bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb),
+                          r)  # fmt: skip
+            warps[nw] = [round(ta * 1e3, 4), round(tb * 1e3, 4)]
+    finally:
+        be._BOUND_WARPS = saved_warps
+    rec["bound_operand_warps_ms"] = warps
     t, _ = timed(lambda: be._int8_products(ra_[1], rb_[1]), r)
     rec["int8_gemm"] = t
     rec["int8_tops"] = 2.0 * m * n * k / t / 1e12

@@ -27,37 +27,30 @@ from stats_breakdown import kernel_times
 # (name, [(old, new), ...]): each old text must occur in ozaki2_stats.cu
 PROBES = [
     ("as_is", []),
-    ("cert_no_float_work", [(
-        "        int q;\n        if (qm > 0 && ct.passes(",
-        "        int q = fv[c] < 0 ? nth : 0;\n"
-        "        if (true) {\n        } else if (qm > 0 && ct.passes(",
-    )]),
-    ("cert_no_search", [(
-        "        else\n          q = cert_first(ct, th, qm >= 0 ? qm + 2 : 0, nth);",
-        "        else\n          q = 0;",
-    )]),
-    ("bound_operand_no_scaling", [(
-        "          v[j] = floor_small(scale2(x, p1));",
-        "          v[j] = static_cast<int>(__double_as_longlong(x) >> 60);",
+    ("bound_no_scaling", [(
+        "        v[j] = floor_small(scale2(a, p1));",
+        "        v[j] = static_cast<int>(__double_as_longlong(a) >> 60);",
     ), (
-        "          double w = scale2(x, pn);",
-        "          double w = x;",
+        "        double wj = scale2(a, pn);",
+        "        double wj = a;",
     )]),
-    ("bound_operand_no_l1_shuffles", [(
-        "        for (int g = 1; g < 8; ++g) acc = __dadd_rn(acc, __shfl_down_sync(",
-        "        for (int g = 1; g < 1; ++g) acc = __dadd_rn(acc, __shfl_down_sync(",
+    ("bound_depth_4", [(
+        "  static constexpr int kDepth = kSlotBytes <= 9216 ? 3 : 2;",
+        "  static constexpr int kDepth = kSlotBytes <= 4608 ? 4 : kSlotBytes <= 9216 ? 3 : 2;",
     )]),
-    ("cert_both_tests", [(
-        "        if (qm > 0 && ct.passes(th[qm - 1]))\n          q = qm - 1;\n"
-        "        else if (qm >= 0 && ct.passes(th[qm]))\n          q = qm;",
-        "        const bool p1 = (qm > 0) & ct.passes(th[qm > 0 ? qm - 1 : 0]);\n"
-        "        const bool p2 = (qm >= 0) & ct.passes(th[qm >= 0 ? qm : 0]);\n"
-        "        if (p1)\n          q = qm - 1;\n        else if (p2)\n          q = qm;",
+    ("bound_depth_2", [(
+        "  static constexpr int kDepth = kSlotBytes <= 9216 ? 3 : 2;",
+        "  static constexpr int kDepth = 2;",
     )]),
-    ("cert_magic_convert", [(
-        "        const double lam = entry_lower(static_cast<double>(fv[c]),",
-        "        const double lam = entry_lower(__dsub_rn(__longlong_as_double(0x4330000000000000ll"
-        " | static_cast<unsigned>(fv[c])), 4503599627370496.0),",
+    ("line_terms_32_loads", [(
+        "    double s = 0.0;\n#pragma unroll 16\n"
+        "    for (int c = 0; c < nchunks; ++c) s = __dadd_rn(s, partial[(b * nchunks + c) * R + r]);",
+        "    const double* __restrict__ p = partial + b * nchunks * R + r;\n"
+        "    double s = 0.0;\n    int c = 0;\n    for (; c + 32 <= nchunks; c += 32) {\n"
+        "      double v[32];\n#pragma unroll\n"
+        "      for (int u = 0; u < 32; ++u) v[u] = p[static_cast<long long>(c + u) * R];\n"
+        "#pragma unroll\n      for (int u = 0; u < 32; ++u) s = __dadd_rn(s, v[u]);\n    }\n"
+        "    for (; c < nchunks; ++c) s = __dadd_rn(s, p[static_cast<long long>(c) * R]);",
     )]),
     ("cert_4_blocks", [(
         "__launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)",
@@ -155,7 +148,8 @@ def main():
     rec["host_steps_us"] = host_steps(a, b)
     real_source = _cuda.source
     text = real_source("ozaki2_stats.cu")
-    keys = ("statistics:bound_operand", "statistics:bound_max", "statistics:cert_entries")
+    keys = ("statistics:bound_operand", "statistics:bound_max", "statistics:cert_entries",
+            "statistics:cert_line_terms")
     probes = {}
     try:
         for name, patches in PROBES:
