@@ -624,7 +624,7 @@ def _bound_planes(re, im, strides, B, R, Rpad, C, Cp, emax, terms=None):
     """The shifts s (int64 (B, R)), the int8 bound operand floor(2**(s+1) |x|) as one plane set
     (1, 1, B, Rpad, Cp) for ``_int8_products``, its line sums, nonzero parts and entries with
     both parts nonzero (uint64 (B, R), added into ``terms`` (3, B, R), zeroed, when given) and
-    the l1 partials (B, ceil(Cp / 32), R) of the normalized operand."""
+    the l1 partials (B, ceil(Cp / 128), R) of the normalized operand."""
     return _BoundLaunch(re, im, strides, B, R, Rpad, C, Cp, emax, terms)()
 
 
@@ -638,12 +638,12 @@ class _BoundLaunch:
         if terms is None:
             terms = cp.zeros((3, B, R), dtype=cp.uint64)
         sums, nz, mixed = terms  # mixed (complex): entries with both parts nonzero
-        partial = cp.empty((B, -(-Cp // 32), R), dtype=cp.float64)
+        partial = cp.empty((B, -(-Cp // 128), R), dtype=cp.float64)
         expr = f"bound_operand<{_in_type(re)}, {_tf(im is not None)}>"
         self.fn = _stats_kernel(expr)
-        tiles = B * -(-Rpad // 32) * -(-Cp // 32)
+        chunks = B * -(-Rpad // 32) * -(-Cp // 128)  # the kernel's units of work
         warps = _BOUND_WARPS or _resident_blocks(expr, 32)
-        self.grid = (max(1, min(tiles, warps)),)
+        self.grid = (max(1, min(chunks, warps)),)
         self.args = _line_args(re, im, strides) + (
             _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides),
             _i32(_chunk_aligned(re, im, strides)), emax, shift, planes, sums, nz, mixed, partial,
@@ -772,7 +772,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
     (``collect_suspects``), their products one warp each and the test one count lower
     (``refine_suspects``), read back once. ``beyond`` is None when no entry is beyond every
     count. Every float operation is the generic one except the order of the l1 sums (here: by
-    32-column tiles) and of the suspects' products; all are bounds, and a decision can only
+    128-column chunks) and of the suspects' products; all are bounds, and a decision can only
     differ where a test is decided within a few ulps.
     """
     lower = getattr(prescale, "lower", None)

@@ -76,10 +76,9 @@ _THREADS_1D = 256  # backends/cupy.py's _THREADS
 
 
 class _Kernel:
-    attributes = {"num_regs": 128, "shared_size_bytes": 13824}  # as ptxas for sm_90 says
-
     def __init__(self, module, expr):
         self.module, self.expr = module, expr
+        self.attributes = {"num_regs": 128, "shared_size_bytes": 13824}  # as ptxas (sm_90)
 
     def __call__(self, grid, block, args):
         if self.module.native:
@@ -168,7 +167,7 @@ class _Kernel:
                        partial):  # fmt: skip
         B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
         assert block == (32,) and len(grid) == 1
-        assert 1 <= grid[0] <= max(1, B * -(-Rpad // 32) * -(-Cp // 32))
+        assert 1 <= grid[0] <= max(1, B * -(-Rpad // 32) * -(-Cp // 128))
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
         assert int(rows_contig) == int(sr == 1 and sc != 1)
         if int(vec):  # 16-byte chunks along the contiguous axis
@@ -183,7 +182,7 @@ class _Kernel:
         _view(sums, np.uint64, (B, R), (R, 1))[...] += vs.astype(np.uint64)  # atomicAdd
         _view(nz, np.uint64, (B, R), (R, 1))[...] += zs.astype(np.uint64)
         _view(mixed, np.uint64, (B, R), (R, 1))[...] += mx.astype(np.uint64)
-        nt = -(-Cp // 32)
+        nt = -(-Cp // 128)
         _view(partial, np.float64, (B, nt, R), (nt * R, R, 1))[...] = part
 
     def _bound_max(self, grid, block, targs, F, n_p, B, m, n, rows_per_block, ra, nza, cb, nzb,

@@ -462,8 +462,8 @@ def bound_operand(re, im, emax, rows_pad, cols_pad):
     """(s, planes, sums, nz, partial): shifts 5 - e - cplx (int64 (B, R)), the int8 bound
     operand floor(RN(|re| 2**(s+1))) (+ the same of |im|) zero-padded to (B, rows_pad,
     cols_pad), per line its sum and the count of nonzero parts (int64), and the l1 partials
-    (B, ceil(cols_pad / 32), R): per 32-column tile of (|re| + |im|) 2**-e, 8 sequential sums of 4
-    columns added in order."""
+    (B, ceil(cols_pad / 128), R): per 128 columns of (|re| + |im|) 2**-e, 32 sequential sums of
+    4 columns added in order."""
     B, R, C = re.shape
     cplx = im is not None
     e = np.where(emax == INT_MIN, 0, emax).astype(np.int64)
@@ -479,17 +479,17 @@ def bound_operand(re, im, emax, rows_pad, cols_pad):
         x = x + scale2(np.abs(im), p)
     out = np.zeros((B, rows_pad, cols_pad), dtype=np.int8)
     out[:, :R, :C] = v
-    tiles = -(-cols_pad // 32)
-    partial = np.zeros((B, tiles, R))
-    xp_ = np.zeros((B, R, tiles * 32))
+    chunks = -(-cols_pad // 128)
+    partial = np.zeros((B, chunks, R))
+    xp_ = np.zeros((B, R, chunks * 128))
     xp_[:, :, :C] = x  # padded columns add +0
-    for ti in range(tiles):
+    for ch in range(chunks):
         acc = np.zeros((B, R))
-        for g in range(8):  # 8 threads per row: 4 columns each in order, then the 8 in order
-            c0 = ti * 32 + 4 * g
+        for g in range(32):  # groups of 4 columns, each in order, then the 32 in order
+            c0 = ch * 128 + 4 * g
             part = ((xp_[:, :, c0] + xp_[:, :, c0 + 1]) + xp_[:, :, c0 + 2]) + xp_[:, :, c0 + 3]
             acc = acc + part
-        partial[:, ti] = acc
+        partial[:, ch] = acc
     return s, out, v.sum(axis=-1), nz.sum(axis=-1), mx.sum(axis=-1), partial
 
 

@@ -566,12 +566,12 @@ def test_model_certificate_line_terms():
     assert np.allclose(na, want, rtol=1000 * 2.0**-52, atol=0)
     mag = np.maximum(np.abs(arn), np.abs(ain))
     assert np.array_equal(out, model.bf16_rz(mag))
-    # the bound pass's l1 partials (by tiles of 32 columns) and line terms
+    # the bound pass's l1 partials (by chunks of 128 columns) and line terms
     emax = model.line_max_exponent(ar, ai)
-    s2, planes, sums, nz, mixed, part32 = model.bound_operand(ar, ai, emax, 9, 1008)
+    s2, planes, sums, nz, mixed, part128 = model.bound_operand(ar, ai, emax, 9, 1008)
     assert np.array_equal(s2, s)
-    na32, _ = model.cert_line_terms(part32, 1.0 + 1002 * 2.0**-52, pre[2], 2.0**-4)
-    assert np.allclose(na32, want, rtol=1000 * 2.0**-52, atol=0)
+    na128, _ = model.cert_line_terms(part128, 1.0 + 1002 * 2.0**-52, pre[2], 2.0**-4)
+    assert np.allclose(na128, want, rtol=1000 * 2.0**-52, atol=0)
     gen, gsum, gnz = _scaling._bound_operand(np, ar, ai, s, axis=-1)
     assert np.array_equal(planes[..., :1000], gen) and np.array_equal(sums, gsum)
     assert np.array_equal(nz, gnz)
@@ -733,8 +733,8 @@ def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
 def test_host_code_bound_planes_warps(cpu_backend, cplx, dtype, n, warps, monkeypatch):
     """bound_operand on a grid of `warps` warps (k = 170, padded to 176: 6 column tiles, the last
-    one half padding; 2 x 2 row tiles for A, 2 x 2 for B: 24 tiles, so a warp's share starts and
-    ends inside row tiles, or is one tile) over a batch of 2: the shifts, int8 operand, line
+    one half padding, in 2 chunks of 4 and 2 tiles; 2 x 2 row tiles for A, 2 x 2 for B: 8 chunks,
+    so a warp's share starts and ends inside row tiles, or is one chunk) over a batch of 2: the shifts, int8 operand, line
     terms and l1 partials of A's rows (k contiguous) and of B's columns (lines contiguous), the
     model's bit for bit. B's rows of 33 entries are not 16-byte aligned (entry by entry loads),
     rows of 36 are; A's rows are 172 entries apart (16-byte copies, but for a chunk that

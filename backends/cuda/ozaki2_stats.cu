@@ -13,7 +13,7 @@
 //   bound_operand      s = 5 - e - cplx per line, and int8 floor(RN(|re| 2**(s+1))) (+ the same
 //                      of |im|), <= 127, in the INT8 GEMM's layout (B, Rpad, Cp), zero-padded;
 //                      per line the sum of those entries and the count of nonzero parts
-//                      (atomicAdd: exact integers), and per 32-column tile the sequential sum
+//                      (atomicAdd: exact integers), and per 128 columns the sequential sum
 //                      of |re| 2**-e + |im| 2**-e (the l1 norm's partials); one warp per block,
 //                      streaming its tiles through shared memory by cp.async, a line per lane
 //   bound_max          per line of the bound GEMM F = Ā B̄ the max over the other axis of
@@ -258,23 +258,36 @@ struct BoundRing {
   static constexpr int kPart = kTile * kLd;  // entries of one part's tile
   static constexpr int kSlot = (CPLX ? 2 : 1) * kPart;
   static constexpr int kSlotBytes = kSlot * static_cast<int>(sizeof(In));
-  static constexpr int kDepth = kSlotBytes <= 9216 ? 3 : 2;  // at most 36 KB per warp
+  static constexpr int kDepth = kSlotBytes <= 4608 ? 4 : kSlotBytes <= 9216 ? 3 : 2;  // <= 36 KB
   static constexpr int kRowChunks = kTile / kE;              // chunks per stored row
   // warps an SM holds by shared memory (sm_90: 228 KB, 1 KB reserved per block): the launch
-  // bounds keep the registers from holding fewer (ptxas would take 146 for float)
+  // bounds keep the registers from holding fewer
   static constexpr int kPerSM = 233472 / (kDepth * kSlotBytes + 1024);
   static constexpr int kMinBlocks = kPerSM < 32 ? kPerSM : 32;
 };
 
-// Tile x of bound_operand's order (b, row tile, column tile), column tiles fastest.
+constexpr int kBoundChunk = 4;  // bound_operand's tiles per l1 partial (128 columns)
+
+// A position in bound_operand's order of tiles (b, row tile, column tile), column tiles fastest.
 struct BoundTile {
   int b, r0, c0, ti;
+  __device__ __forceinline__ BoundTile(long long x, int ntiles, int nrt) {
+    const long long y = x / ntiles;
+    b = static_cast<int>(y / nrt), r0 = static_cast<int>(y % nrt) * kTile;
+    ti = static_cast<int>(x % ntiles), c0 = ti * kTile;
+  }
+  __device__ __forceinline__ void next(int ntiles, int nrt) {  // no divisions per tile
+    if (++ti < ntiles) {
+      c0 += kTile;
+      return;
+    }
+    ti = c0 = 0;
+    r0 += kTile;
+    if (r0 < nrt * kTile) return;
+    r0 = 0;
+    ++b;
+  }
 };
-__device__ __forceinline__ BoundTile bound_tile(long long x, int ntiles, int nrt) {
-  const long long y = x / ntiles;
-  return {static_cast<int>(y / nrt), static_cast<int>(y % nrt) * kTile,
-          static_cast<int>(x % ntiles) * kTile, static_cast<int>(x % ntiles)};
-}
 
 // The warp's copies of tile p into `slot` (zeros outside R x C). With `vec` (the contiguous
 // axis has stride 1, and every chunk's address is 16-byte aligned) a whole chunk inside the
@@ -337,16 +350,17 @@ __device__ __forceinline__ void bound_read4(const double* t, int line_major, int
   }
 }
 
-// One block is one warp; the grid's warps split the B x ceil(Rpad / 32) x ceil(Cp / 32) tiles,
-// taken in the order (b, row tile, column tile), into equal contiguous ranges (the host sizes the
-// grid to what the device holds at once), and each warp streams its range through its ring
-// (BoundRing). Lane l computes line r0 + l of every tile: writes the shifts s (int64, (B, R))
+// One block is one warp; the grid's warps split the B x ceil(Rpad / 32) x ceil(Cp / 128) chunks
+// of 4 tiles (the last of a row may have fewer), taken in the order (b, row tile, chunk), into
+// equal contiguous ranges (the host sizes the grid to what the device holds at once), and each
+// warp streams its range's tiles through its ring (BoundRing). Lane l computes line r0 + l of every tile: writes the shifts s (int64, (B, R))
 // from the first column tiles, the int8 operand (B, Rpad, Cp) (32 bytes per line and tile), and
 // per line: the sum of its entries (sums), of its nonzero parts (nz) and of its entries with
 // both parts nonzero (mixed, complex), added atomically when the warp leaves the row tile
-// (exact integers, zeroed by the caller), and partial (B, ceil(Cp / 32), R): each 32-column
-// tile's float64 sum of |re| 2**-e + |im| 2**-e (e = 5 - cplx - s): 8 sequential sums of 4
-// columns, added in order (the same for any grid). Cp is a multiple of 16; rows_contiguous:
+// (exact integers, zeroed by the caller), and partial (B, ceil(Cp / 128), R): each chunk's
+// float64 sum of |re| 2**-e + |im| 2**-e (e = 5 - cplx - s) over its 128 columns: 32 sequential
+// sums of 4 columns, added in order (the same for any grid; the line's l1 norm then adds
+// Cp / 128 partials, not Cp / 32). Cp is a multiple of 16; rows_contiguous:
 // the lines are the contiguous axis (k-major slots); vec: as bound_fetch.
 template <typename In, bool CPLX>
 __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
@@ -362,26 +376,33 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
   In* const ring = reinterpret_cast<In*>(ring_words);  // slot d: ring + d * G::kSlot
   const int lane = threadIdx.x, lm = !rows_contiguous;
   const int ntiles = (Cp + kTile - 1) / kTile, nrt = (Rpad + kTile - 1) / kTile;
-  const long long total = static_cast<long long>(B) * nrt * ntiles;
-  const long long xb = total * blockIdx.x / gridDim.x, xe = total * (blockIdx.x + 1) / gridDim.x;
+  const int nch = (ntiles + kBoundChunk - 1) / kBoundChunk;
+  const long long units = static_cast<long long>(B) * nrt * nch;
+  const long long ub = units * blockIdx.x / gridDim.x, ue = units * (blockIdx.x + 1) / gridDim.x;
+  // the first tile of chunk u (u = units: the end of all tiles)
+  const long long xb = ub / nch * ntiles + ub % nch * kBoundChunk;
+  const long long xe = ue / nch * ntiles + ue % nch * kBoundChunk;
+  BoundTile ahead(xb, ntiles, nrt), p = ahead;  // the next tile to fetch, the tile computed
   for (int d = 0; d < D - 1; ++d) {
-    if (xb + d < xe)
-      bound_fetch<In, CPLX>(ring + d * G::kSlot, bound_tile(xb + d, ntiles, nrt), re, im, sb,
-                            sr, sc, R, C, lm, vec);
+    if (xb + d < xe) {
+      bound_fetch<In, CPLX>(ring + d * G::kSlot, ahead, re, im, sb, sr, sc, R, C, lm, vec);
+      ahead.next(ntiles, nrt);
+    }
     cp_async_commit();
   }
   long long line = -1;  // b R + r of the row tile being walked (r = r0 + lane), -1 before it
   bool in_r = false;
   int p1 = 0, pn = 0;                                // 2**(s+1), 2**-e of the line
   unsigned long long vs = 0, zs = 0, mx = 0;         // its line terms over the warp's tiles
+  double acc = 0.0;  // the chunk's l1 partial: its groups of 4 columns in order, each in order
   int slot = 0;
-  for (long long x = xb; x < xe; ++x, slot = slot == D - 1 ? 0 : slot + 1) {
-    if (x + D - 1 < xe)
-      bound_fetch<In, CPLX>(ring + (slot == 0 ? D - 1 : slot - 1) * G::kSlot,
-                            bound_tile(x + D - 1, ntiles, nrt), re, im, sb, sr, sc, R, C, lm,
-                            vec);
+  for (long long x = xb; x < xe; ++x, slot = slot == D - 1 ? 0 : slot + 1, p.next(ntiles, nrt)) {
+    if (x + D - 1 < xe) {
+      bound_fetch<In, CPLX>(ring + (slot == 0 ? D - 1 : slot - 1) * G::kSlot, ahead, re, im, sb,
+                            sr, sc, R, C, lm, vec);
+      ahead.next(ntiles, nrt);
+    }
     cp_async_commit();
-    const BoundTile p = bound_tile(x, ntiles, nrt);
     const int r = p.r0 + lane;
     const long long here = static_cast<long long>(p.b) * R + r;
     if (here != line) {  // a new row tile: the last one's line terms out, this line's shift
@@ -399,8 +420,8 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
     cp_async_wait<D - 1>();
     __syncthreads();  // every lane's copies (and stores) of tile x are in the slot
     const In* t = ring + slot * G::kSlot;
-    unsigned w[8], tv = 0;  // the line's 32 int8 values, packed; their sum
-    double acc = 0.0;       // the l1 partial: 8 groups of 4 columns, each in order
+    unsigned w[8], tv = 0, tz = 0, tm = 0;  // the 32 int8 values, packed; the tile's terms
+    if (p.ti % kBoundChunk == 0) acc = 0.0;
 #pragma unroll
     for (int g = 0; g < 8; ++g) {
       double xr[4], xi[4];
@@ -412,30 +433,31 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
       for (int j = 0; j < 4; ++j) {
         const double a = abs_of(xr[j]);
         v[j] = floor_small(scale2(a, p1));
-        zs += a != 0.0;
+        tz += a != 0.0;
         double wj = scale2(a, pn);
         if constexpr (CPLX) {
           const double y = abs_of(xi[j]);
           v[j] += floor_small(scale2(y, p1));
-          zs += y != 0.0;
-          mx += a != 0.0 && y != 0.0;
+          tz += y != 0.0;
+          tm += a != 0.0 && y != 0.0;
           wj = __dadd_rn(wj, scale2(y, pn));
         }
         l1 = __dadd_rn(l1, wj);
       }
       w[g] = pack4(v[0], v[1], v[2], v[3]);
       tv += v[0] + v[1] + v[2] + v[3];
-      acc = g == 0 ? l1 : __dadd_rn(acc, l1);
+      acc = __dadd_rn(acc, l1);
     }
     __syncthreads();  // the slot has been read: the next step refills it
-    vs += tv;
+    vs += tv, zs += tz, mx += tm;
     if (r < Rpad) {
       uint4* o = reinterpret_cast<uint4*>(out) +
                  ((static_cast<long long>(p.b) * Rpad + r) * Cp + p.c0) / 16;
       o[0] = uint4{w[0], w[1], w[2], w[3]};
       if (p.c0 + 16 < Cp) o[1] = uint4{w[4], w[5], w[6], w[7]};
     }
-    if (in_r) partial[(static_cast<long long>(p.b) * ntiles + p.ti) * R + r] = acc;
+    if (in_r && (p.ti % kBoundChunk == kBoundChunk - 1 || p.ti == ntiles - 1))
+      partial[(static_cast<long long>(p.b) * nch + p.ti / kBoundChunk) * R + r] = acc;
   }
   cp_async_wait<0>();  // the last groups are empty; none is left open
   if (in_r) {
@@ -744,7 +766,7 @@ __device__ __forceinline__ void cert_columns(long long b, int jb, int n,
 // entries and hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to
 // lower slots).
 template <typename T, bool GEMM>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)
     cert_entries(const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
                  long long c_pitch, int B, int m, int n, int rows_per_block, int fexp,
                  const double* __restrict__ na,
@@ -770,6 +792,15 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
   long long bend = 0;  // the column terms below are those of rows < bend
   double nbv[4] = {}, bev[4] = {};
   bool mxb[4] = {};
+  // An int32 F's first pass runs 4 blocks per SM, in 64 registers: its column terms wait in
+  // shared memory (each thread reads back its own), not in 16 registers.
+  constexpr bool kSharedCols = sizeof(T) == 4 && !GEMM;
+  __shared__ double s_nb[kSharedCols ? 4 : 1][kSharedCols ? kThreads : 1];
+  __shared__ double s_be[kSharedCols ? 4 : 1][kSharedCols ? kThreads : 1];
+  const auto share_columns = [&] {
+    if constexpr (kSharedCols)
+      for (int c = 0; c < 4; ++c) s_nb[c][t] = nbv[c], s_be[c][t] = bev[c];
+  };
   // The rows [rbeg, rend) with stride 8, kStage rows at a time: their line terms go to shared
   // memory first, and F (and c32) comes through the ring D - 1 rows ahead of the arithmetic,
   // so the loads in flight (which bound the pass) are not held up by the line terms.
@@ -785,6 +816,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
   if (row < rend) {  // the first rows' column terms, loaded while the line terms are staged
     bend = (row / m + 1) * m;
     cert_columns(row / m, jb, n, nb, beta, mixb, nbv, bev, mxb);
+    share_columns();
   }
   for (int d = 0; d < D - 1; ++d) {
     const long long r = row + d * step;
@@ -821,6 +853,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
       if (row >= bend) {  // a new batch entry: its column terms
         bend = (row / m + 1) * m;
         cert_columns(row / m, jb, n, nb, beta, mixb, nbv, bev, mxb);
+        share_columns();
       }
       const double na_i = s_na[row - s0], alpha_i = s_al[row - s0];
       const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
@@ -840,7 +873,9 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)
         if (jb + c >= n) continue;
         const double lam = entry_lower(static_cast<double>(fv[c]), mxa || mxb[c], fscale,
                                        fscale_mixed, GEMM, cv[c], factor, abs_term);
-        const CertTest ct = cert_test(lam, na_i, alpha_i, qa, nbv[c], bev[c], cR);
+        double nb_c = nbv[c], be_c = bev[c];
+        if constexpr (kSharedCols) nb_c = s_nb[c][t], be_c = s_be[c][t];
+        const CertTest ct = cert_test(lam, na_i, alpha_i, qa, nb_c, be_c, cR);
         int q;
         if (qm > 0 && ct.passes(th[qm - 1]))
           q = qm - 1;

@@ -27,6 +27,10 @@ from stats_breakdown import kernel_times
 # (name, [(old, new), ...]): each old text must occur in ozaki2_stats.cu
 PROBES = [
     ("as_is", []),
+    ("bound_depth_3", [(
+        "  static constexpr int kDepth = kSlotBytes <= 4608 ? 4 : kSlotBytes <= 9216 ? 3 : 2;",
+        "  static constexpr int kDepth = kSlotBytes <= 9216 ? 3 : 2;",
+    )]),
     ("bound_no_scaling", [(
         "        v[j] = floor_small(scale2(a, p1));",
         "        v[j] = static_cast<int>(__double_as_longlong(a) >> 60);",
@@ -34,27 +38,17 @@ PROBES = [
         "        double wj = scale2(a, pn);",
         "        double wj = a;",
     )]),
-    ("bound_depth_4", [(
-        "  static constexpr int kDepth = kSlotBytes <= 9216 ? 3 : 2;",
-        "  static constexpr int kDepth = kSlotBytes <= 4608 ? 4 : kSlotBytes <= 9216 ? 3 : 2;",
+    ("line_terms_unroll_64", [(
+        "#pragma unroll 16\n    for (int c = 0; c < nchunks; ++c) s = __dadd_rn(",
+        "#pragma unroll 64\n    for (int c = 0; c < nchunks; ++c) s = __dadd_rn(",
     )]),
-    ("bound_depth_2", [(
-        "  static constexpr int kDepth = kSlotBytes <= 9216 ? 3 : 2;",
-        "  static constexpr int kDepth = 2;",
-    )]),
-    ("line_terms_32_loads", [(
-        "    double s = 0.0;\n#pragma unroll 16\n"
-        "    for (int c = 0; c < nchunks; ++c) s = __dadd_rn(s, partial[(b * nchunks + c) * R + r]);",
-        "    const double* __restrict__ p = partial + b * nchunks * R + r;\n"
-        "    double s = 0.0;\n    int c = 0;\n    for (; c + 32 <= nchunks; c += 32) {\n"
-        "      double v[32];\n#pragma unroll\n"
-        "      for (int u = 0; u < 32; ++u) v[u] = p[static_cast<long long>(c + u) * R];\n"
-        "#pragma unroll\n      for (int u = 0; u < 32; ++u) s = __dadd_rn(s, v[u]);\n    }\n"
-        "    for (; c < nchunks; ++c) s = __dadd_rn(s, p[static_cast<long long>(c) * R]);",
-    )]),
-    ("cert_4_blocks", [(
-        "__launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)",
+    ("cert_3_blocks", [(
         "__launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)",
+        "__launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)",
+    )]),
+    ("cert_4_blocks_register_columns", [(
+        "  constexpr bool kSharedCols = sizeof(T) == 4 && !GEMM;",
+        "  constexpr bool kSharedCols = false;",
     )]),
 ]
 
@@ -113,6 +107,11 @@ def host_steps(a, b, repeat=50):
     ops = be._Operands(a, None, b, None)
     B, m, k, n, kp = ops.B, ops.m, ops.k, ops.n, ops.kp
     ea, _ = be._line_exponents(ops)
+    small = cp.zeros((64,), dtype=cp.uint64)
+    import numpy as np
+
+    mem = cp.cuda.alloc_pinned_memory(30 * 8)
+    pinned = np.frombuffer(mem, dtype=np.uint64, count=30)
     steps = {
         "usable": lambda: be._usable(a, None, b, None),
         "operands": lambda: be._Operands(a, None, b, None),
@@ -122,6 +121,9 @@ def host_steps(a, b, repeat=50):
         "stats_kernel_lookup": lambda: be._stats_kernel("bound_operand<float, false>"),
         "bound_planes_A": lambda: be._bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea),
         "line_scan": lambda: be.line_scan(a, None, b, None),
+        # the certificate's read-back of its counts (30 words): pageable, and into pinned memory
+        "readback_asnumpy": lambda: cp.asnumpy(small[:30]),
+        "readback_pinned": lambda: small[:30].get(out=pinned),
     }
     out = {}
     for name, fn in steps.items():
