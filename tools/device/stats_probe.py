@@ -31,20 +31,9 @@ PROBES = [
         "  static constexpr int kDepth = kSlotBytes <= 4608 ? 4 : kSlotBytes <= 9216 ? 3 : 2;",
         "  static constexpr int kDepth = kSlotBytes <= 9216 ? 3 : 2;",
     )]),
-    ("bound_no_scaling", [(
-        "        v[j] = floor_small(scale2(a, p1));",
-        "        v[j] = static_cast<int>(__double_as_longlong(a) >> 60);",
-    ), (
-        "        double wj = scale2(a, pn);",
-        "        double wj = a;",
-    )]),
     ("line_terms_unroll_64", [(
         "#pragma unroll 16\n    for (int c = 0; c < nchunks; ++c) s = __dadd_rn(",
         "#pragma unroll 64\n    for (int c = 0; c < nchunks; ++c) s = __dadd_rn(",
-    )]),
-    ("cert_3_blocks", [(
-        "__launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)",
-        "__launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 3 : 2)",
     )]),
     ("cert_4_blocks_register_columns", [(
         "  constexpr bool kSharedCols = sizeof(T) == 4 && !GEMM;",
