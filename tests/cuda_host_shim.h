@@ -12,6 +12,7 @@
 #define EMU_STRICT_CP_ASYNC 1  // cp.async as below, not cuda_host.hpp's plain copy
 #include "../src_amx/cuda_host.hpp"  // keywords and intrinsics (shared with the CPU pipeline)
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -36,6 +37,10 @@ struct EmuCopies {
 };
 inline thread_local EmuCopies emu_copies;
 inline void cp_async16(void* smem, const void* gmem) {
+  if ((reinterpret_cast<std::uintptr_t>(gmem) | reinterpret_cast<std::uintptr_t>(smem)) & 15) {
+    std::fputs("cuda_host_shim: cp.async of a 16-byte chunk not 16-byte aligned\n", stderr);
+    std::abort();  // a misaligned-address fault on the device
+  }
   EmuCopy c{smem, {}};
   std::memcpy(c.bytes, gmem, 16);
   std::memset(smem, 0x7f, 16);

@@ -778,6 +778,29 @@ def test_host_code_bound_planes_warps(cpu_backend, cplx, dtype, n, warps, monkey
         assert _same(partial, want[5])
 
 
+@pytest.mark.parametrize("warps", [1, 2, 5])
+@pytest.mark.parametrize("R, Rpad", [(32, 36), (32, 64), (33, 40)])
+def test_host_code_bound_planes_padded_rows(cpu_backend, R, Rpad, warps, monkeypatch):
+    """bound_operand with padding rows (Rpad > R) over a batch of 3: where R is a multiple of 32,
+    a row tile of padding rows is followed by batch b + 1's first rows, whose line index b R + r
+    the padding rows' b R + R + l would equal; a warp walking from one into the other must still
+    take them as a new row tile (shifts, line terms, int8 values and partials as the model's)."""
+    be, cp = cpu_backend
+    monkeypatch.setattr(be, "_BOUND_WARPS", warps)
+    B, C, Cp = 3, 40, 48
+    X = np.random.default_rng(R + Rpad).standard_normal((B, R, C))
+    X[1] *= 2.0**40  # batches of different exponents: a wrong shift shows
+    emax = model.line_max_exponent(X, None)
+    want = model.bound_operand(X, None, emax, Rpad, Cp)
+    got = be._bound_planes(cp.asarray(X), None, (R * C, C, 1), B, R, Rpad, C, Cp,
+                           cp.asarray(emax))  # fmt: skip
+    shift, planes, sums, nz, mixed, partial = (np.asarray(x) for x in got)
+    assert _same(shift, want[0]) and _same(planes[0, 0], want[1])
+    for g, w in zip((sums, nz, mixed), want[2:5]):
+        assert _same(g, w.astype(np.uint64))
+    assert _same(partial, want[5])
+
+
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
 def test_host_code_line_scan(cpu_backend, cplx):
     """line_scan (the engine's NaN/Inf check fused with the prescale's first pass): its line

@@ -390,8 +390,8 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
     }
     cp_async_commit();
   }
-  long long line = -1;  // b R + r of the row tile being walked (r = r0 + lane), -1 before it
-  bool in_r = false;
+  long long line = 0;  // the lane's line b R + r in the row tile being walked (r = r0 + lane)
+  bool in_r = false, first = true;
   int p1 = 0, pn = 0;                                // 2**(s+1), 2**-e of the line
   unsigned long long vs = 0, zs = 0, mx = 0;         // its line terms over the warp's tiles
   double acc = 0.0;  // the chunk's l1 partial: its groups of 4 columns in order, each in order
@@ -404,14 +404,16 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
     }
     cp_async_commit();
     const int r = p.r0 + lane;
-    const long long here = static_cast<long long>(p.b) * R + r;
-    if (here != line) {  // a new row tile: the last one's line terms out, this line's shift
+    // A row tile starts at its first column tile or at the warp's first tile (not where b R + r
+    // changes: for padding rows r >= R it can name a line of batch b + 1).
+    if (first || p.ti == 0) {  // the last row tile's line terms out, this line's shift
+      first = false;
       if (in_r) {
         if (vs) atomicAdd(sums + line, vs);
         if (zs) atomicAdd(nz + line, zs);
         if (mx) atomicAdd(mixed + line, mx);
       }
-      line = here, in_r = r < R, vs = zs = mx = 0;
+      line = static_cast<long long>(p.b) * R + r, in_r = r < R, vs = zs = mx = 0;
       const int e = in_r ? emax[line] : kIntMin;
       const int s = 5 - (e == kIntMin ? 0 : e) - (CPLX ? 1 : 0);
       if (p.ti == 0 && in_r) shift[line] = s;
