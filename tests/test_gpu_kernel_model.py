@@ -734,11 +734,11 @@ def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch
 def test_host_code_bound_planes_warps(cpu_backend, cplx, dtype, n, warps, monkeypatch):
     """bound_operand on a grid of `warps` warps (k = 170, padded to 176: 6 column tiles, the last
     one half padding, in 2 chunks of 4 and 2 tiles; 2 x 2 row tiles for A, 2 x 2 for B: 8 chunks,
-    so a warp's share starts and ends inside row tiles, or is one chunk) over a batch of 2: the shifts, int8 operand, line
-    terms and l1 partials of A's rows (k contiguous) and of B's columns (lines contiguous), the
-    model's bit for bit. B's rows of 33 entries are not 16-byte aligned (entry by entry loads),
-    rows of 36 are; A's rows are 172 entries apart (16-byte copies, but for a chunk that
-    k = 170 cuts, float32)."""
+    so a warp's share starts and ends inside row tiles, or is one chunk) over a batch of 2: the
+    shifts, int8 operand, line terms and l1 partials of A's rows (k contiguous) and of B's
+    columns (lines contiguous), the model's bit for bit. B's rows of 33 entries are not 16-byte
+    aligned (entry by entry loads), rows of 36 are; A's rows are 172 entries apart (16-byte
+    copies, but for a chunk that k = 170 cuts, float32)."""
     be, cp = cpu_backend
     monkeypatch.setattr(be, "_BOUND_WARPS", warps)
     # float32: the special lines' 2**+-300 would not fit; a zero row, a subnormal, a tiny column
