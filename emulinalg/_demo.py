@@ -318,6 +318,14 @@ def main(args) -> int:
             f"median of {args.repeat} runs"
         )
         print("bits = -log2(max error) against the exact product; higher is better")
+        print(
+            "rows: 'native' is the library's own product; 'float64' / 'float32' is the precision"
+            " level\n(emulinalg picks scheme and count; it promises bits >= native on both"
+            " measures); OzakiII(moduli=n)\nand OzakiI(slices=p) are fixed counts with no such"
+            " promise, shown to see what fewer moduli or\nslices cost. At phi >= 1 the products"
+            " cancel: native loses max-rel bits too (componentwise is\nthe error relative to"
+            " |A||B|)."
+        )
         print()
         print(format_table(records))
         if failed:
