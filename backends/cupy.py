@@ -444,9 +444,9 @@ def _bf16_lower(x3, rows_pad, cols_pad):
 # Columns per block of the line passes that reduce along k (a multiple of the 32-column tile):
 # the sums over a line are taken chunk by chunk, in order, then the chunks in order.
 _STAT_CHUNK = 512
-# bound_operand's grid: one warp per block, each with an equal share of the tiles (any count >= 1
-# gives the same results). None: every block the device holds at once (_resident_blocks), so
-# that all shares run side by side; the CPU tests set small counts.
+# bound_operand's grid: one warp per block, each with an equal share of the 128-column chunks
+# (any count >= 1 gives the same results). None: every block the device holds at once
+# (_resident_blocks), so that all shares run side by side; the CPU tests set small counts.
 _BOUND_WARPS = None
 # F's passes (grid: 128 columns by row chunks; any grid gives the same results): rows per block
 # of bound_max, and the number of blocks cert_entries aims at (each block's histogram is one

@@ -353,15 +353,15 @@ __device__ __forceinline__ void bound_read4(const double* t, int line_major, int
 // One block is one warp; the grid's warps split the B x ceil(Rpad / 32) x ceil(Cp / 128) chunks
 // of 4 tiles (the last of a row may have fewer), taken in the order (b, row tile, chunk), into
 // equal contiguous ranges (the host sizes the grid to what the device holds at once), and each
-// warp streams its range's tiles through its ring (BoundRing). Lane l computes line r0 + l of every tile: writes the shifts s (int64, (B, R))
-// from the first column tiles, the int8 operand (B, Rpad, Cp) (32 bytes per line and tile), and
-// per line: the sum of its entries (sums), of its nonzero parts (nz) and of its entries with
-// both parts nonzero (mixed, complex), added atomically when the warp leaves the row tile
-// (exact integers, zeroed by the caller), and partial (B, ceil(Cp / 128), R): each chunk's
-// float64 sum of |re| 2**-e + |im| 2**-e (e = 5 - cplx - s) over its 128 columns: 32 sequential
-// sums of 4 columns, added in order (the same for any grid; the line's l1 norm then adds
-// Cp / 128 partials, not Cp / 32). Cp is a multiple of 16; rows_contiguous:
-// the lines are the contiguous axis (k-major slots); vec: as bound_fetch.
+// warp streams its range's tiles through its ring (BoundRing). Lane l computes line r0 + l of
+// every tile: writes the shifts s (int64, (B, R)) from the first column tiles, the int8 operand
+// (B, Rpad, Cp) (32 bytes per line and tile), and per line: the sum of its entries (sums), of
+// its nonzero parts (nz) and of its entries with both parts nonzero (mixed, complex), added
+// atomically when the warp leaves the row tile (exact integers, zeroed by the caller), and
+// partial (B, ceil(Cp / 128), R): each chunk's float64 sum of |re| 2**-e + |im| 2**-e (e = 5 -
+// cplx - s) over its 128 columns: 32 sequential sums of 4 columns, added in order (the same for
+// any grid; the line's l1 norm then adds Cp / 128 partials, not Cp / 32). Cp is a multiple of
+// 16; rows_contiguous: the lines are the contiguous axis (k-major slots); vec: as bound_fetch.
 template <typename In, bool CPLX>
 __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
     bound_operand(const In* __restrict__ re, const In* __restrict__ im, long long sb,
