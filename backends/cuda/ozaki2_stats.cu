@@ -325,25 +325,38 @@ __device__ __forceinline__ void bound_fetch(In* slot, const BoundTile& p,
   }
 }
 
-// Entries 4g .. 4g + 3 of line `lane` of one part's stored tile.
-__device__ __forceinline__ void bound_read4(const float* t, int line_major, int lane, int g,
-                                            double (&x)[4]) {
-  constexpr int kLd = BoundRing<float, false>::kLd;
-  if (line_major) {
-    const float4 w = *reinterpret_cast<const float4*>(t + lane * kLd + 4 * g);
-    x[0] = w.x, x[1] = w.y, x[2] = w.z, x[3] = w.w;
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) x[j] = t[(4 * g + j) * kLd + lane];
-  }
+// 4 consecutive entries at p (16-byte aligned): one 16-byte load (two for 8-byte T). The
+// passes over F are limited by loads in flight, so each thread takes 4 adjacent columns; the
+// bound operands' line-major slots are read the same way.
+__device__ __forceinline__ void load4(const int* p, int (&v)[4]) {
+  const int4 w = *reinterpret_cast<const int4*>(p);
+  v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
 }
-__device__ __forceinline__ void bound_read4(const double* t, int line_major, int lane, int g,
+__device__ __forceinline__ void load4(const long long* p, long long (&v)[4]) {
+  const longlong2 a = reinterpret_cast<const longlong2*>(p)[0];
+  const longlong2 b = reinterpret_cast<const longlong2*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
+  const float4 w = *reinterpret_cast<const float4*>(p);
+  v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+}
+__device__ __forceinline__ void load4(const double* p, double (&v)[4]) {
+  const double2 a = reinterpret_cast<const double2*>(p)[0];
+  const double2 b = reinterpret_cast<const double2*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
+// Entries 4g .. 4g + 3 of line `lane` of one part's stored tile.
+template <typename In>
+__device__ __forceinline__ void bound_read4(const In* t, int line_major, int lane, int g,
                                             double (&x)[4]) {
-  constexpr int kLd = BoundRing<double, false>::kLd;
+  constexpr int kLd = BoundRing<In, false>::kLd;
   if (line_major) {
-    const double2 a = *reinterpret_cast<const double2*>(t + lane * kLd + 4 * g);
-    const double2 b = *reinterpret_cast<const double2*>(t + lane * kLd + 4 * g + 2);
-    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+    In v[4];
+    load4(t + lane * kLd + 4 * g, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = v[j];
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j) x[j] = t[(4 * g + j) * kLd + lane];
@@ -467,22 +480,6 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
     if (zs) atomicAdd(nz + line, zs);
     if (mx) atomicAdd(mixed + line, mx);
   }
-}
-
-// 4 consecutive entries at p (16-byte aligned): one 16-byte load (two for 8-byte T). The
-// passes over F are limited by loads in flight, so each thread takes 4 adjacent columns.
-__device__ __forceinline__ void load4(const int* p, int (&v)[4]) {
-  const int4 w = *reinterpret_cast<const int4*>(p);
-  v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
-}
-__device__ __forceinline__ void load4(const long long* p, long long (&v)[4]) {
-  const longlong2 a = reinterpret_cast<const longlong2*>(p)[0];
-  const longlong2 b = reinterpret_cast<const longlong2*>(p)[1];
-  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-}
-__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
-  const float4 w = *reinterpret_cast<const float4*>(p);
-  v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
 }
 
 // F's passes read its rows (and the bf16 GEMM's c32) through a ring of kDepth slots per thread
