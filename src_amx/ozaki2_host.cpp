@@ -1,7 +1,7 @@
-// Scheme II's residue and CRT stages on the CPU, from the same CUDA C++ sources the cupy backend
-// compiles (backends/cuda/ozaki2_residues.cu, ozaki2_crt.cu, ozaki2_crt_s8.cu): the per-entry
-// arithmetic is written once. Here those device functions compile as host C++ (cuda_host.hpp)
-// and OpenMP runs the loops; the outputs are bit-identical to emulinalg._ozaki2's numpy code
+// Scheme II's residue and CRT stages on the CPU. The CRT and the reduction compile the cupy
+// backend's CUDA C++ (backends/cuda/ozaki2_crt.cu, ozaki2_crt_s8.cu) as host C++ (cuda_host.hpp)
+// with OpenMP over rows; the residues have their own vectorized float64 form of the same
+// integers (below). The outputs are bit-identical to emulinalg._ozaki2's numpy code
 // (tests/test_amx.py checks it). Real products, and complex ones by 3M (three planes per
 // operand: re, im, re + im; three GEMMs per modulus combined into the real and imaginary
 // residues).
@@ -18,13 +18,14 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 
 #define __CUDACC_RTC__  // the sources' explicit kernel instantiations are for nvcc only
 #include "../backends/cuda/ozaki2_crt_s8.cu"     // includes ozaki2_crt.cu, ozaki2_common.cuh
-#include "../backends/cuda/ozaki2_residues.cu"
 #undef __CUDACC_RTC__
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +33,7 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 
 namespace py = pybind11;
@@ -56,46 +58,166 @@ void with_index(int l, F&& f) {
   with_index(l, std::forward<F>(f), std::make_integer_sequence<int, kMaxModuli>{});
 }
 
-template <int L, int NMOD>
-inline void residues_of(const Words& w, signed char* out, long long plane) {
-  if constexpr (L < NMOD) {
-    out[L * plane] = static_cast<signed char>(residue_of<kModuli[L]>(w));
-    residues_of<L + 1, NMOD>(w, out, plane);
+// The residues, vectorized: the CUDA kernel's word arithmetic (element_words, residue_of) runs
+// one entry per thread; here the same integers are reached with exact float64 operations that
+// the compiler vectorizes (compiled for AVX-512F, AVX2 and the baseline; every operation is
+// exact, so all paths give the same residues, which tests/test_amx.py checks against Python
+// integers and against emulinalg._ozaki2):
+//   v  = |x| 2**shift                 as (|x| f1) f2, both powers of two: exact wherever v >= 1
+//   X  = floor(v) = h2 2**56 + h1 2**28 + h0   h2 < 2**26, h1, h0 < 2**28 (floors of exact
+//                                              scalings and differences; |X| < 2**82)
+//   s  = sign(x) (h0 + (2**28 mod m) h1 + (2**56 mod m) h2)       |s| < 2**37: exact
+//   r  = s - m floor(s / m)           floor(s * (1/m)) is the true quotient or one less (only
+//                                     when m divides s): r in [0, m]; the symmetric residue
+//                                     is r - m for r > (m - 1) / 2 (so m -> 0).
+constexpr int kRun = 64;  // entries per vectorized run
+
+struct ModConst {
+  double m, inv, c28, c56, half, low;  // m, 1/m, 2**28 mod m, 2**56 mod m, (m - 1) / 2, -(m / 2)
+};
+struct ModTable {
+  ModConst c[kMaxModuli];
+  ModTable() {
+    for (int l = 0; l < kMaxModuli; ++l) {
+      const unsigned m = kModuli[l];
+      c[l] = {double(m), 1.0 / m, double(pow2mod(28, m)), double(pow2mod(56, m)),
+              double((m - 1) / 2), -double(m / 2)};
+    }
+  }
+};
+const ModTable kModTable;
+
+// 2**p for p in [-1074, 1023], exactly; 0 below.
+inline double pow2_or_zero(int p) {
+  if (p < -1074) return 0.0;
+  const std::uint64_t u = p >= -1022 ? static_cast<std::uint64_t>(p + 1023) << 52
+                                     : std::uint64_t(1) << (p + 1074);
+  double d;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+// |x| 2**shift as (|x| f1) f2: f1 = 2**clamp(shift, -1022, 1023) is one exact product wherever
+// the result is normal; f2 carries the rest (> 1 only for lines of tiny entries, where both
+// products are exact; < 1 only where v < 1 whatever the rounding, so X = 0 as it must).
+struct ShiftFactors {
+  std::vector<double> f1, f2;
+};
+ShiftFactors shift_factors(const int* shift, int n) {
+  ShiftFactors f{std::vector<double>(n), std::vector<double>(n)};
+  for (int i = 0; i < n; ++i) {
+    const int p1 = std::min(std::max(shift[i], -1022), 1023);
+    f.f1[i] = pow2_or_zero(p1);
+    f.f2[i] = pow2_or_zero(shift[i] - p1);
+  }
+  return f;
+}
+
+// floor(y) for |y| < 2**51 from round-to-nearest additions: std::floor does not vectorize
+// under -ftrapping-math (GCC's default), these additions and a select of constants do.
+inline double floor_small(double y) {
+  constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2**52
+  const double r = (y + kMagic) - kMagic;
+  return r - (r > y ? 1.0 : 0.0);
+}
+
+// The pieces h0, h1, h2 and the sign of X = trunc(x 2**shift) for kRun entries x[t sx]
+// (t < len; zeros beyond), scaled by (f1, f2)[t] (per_value) or (f1, f2)[0].
+struct Pieces {
+  alignas(64) double h0[kRun], h1[kRun], h2[kRun], sg[kRun];
+};
+__attribute__((always_inline)) inline void pieces(const double* x, long long sx, int len,
+                                                  const double* f1, const double* f2,
+                                                  bool per_value, Pieces& p) {
+  alignas(64) double v[kRun];
+  for (int t = 0; t < kRun; ++t) {
+    const int i = per_value ? t : 0;
+    const double xv = t < len ? x[t * sx] : 0.0;
+    v[t] = (std::fabs(xv) * f1[i]) * f2[i];
+    p.sg[t] = xv < 0.0 ? -1.0 : 1.0;
+  }
+  for (int t = 0; t < kRun; ++t) {
+    const double h2 = floor_small(v[t] * 0x1p-56);
+    const double r1 = v[t] - h2 * 0x1p56;
+    const double h1 = floor_small(r1 * 0x1p-28);
+    p.h2[t] = h2;
+    p.h1[t] = h1;
+    p.h0[t] = floor_small(r1 - h1 * 0x1p28);
   }
 }
 
-// Strides in elements. Line r of the input carries shift[r]; entry (r, c) goes to
-// out[l * plane + r * out_r + c * out_c].
-template <int NMOD>
-void residues_impl(const double* x, long long sr, long long sc, int R, int C, const int* shift,
-                   signed char* out, long long plane, long long out_r, long long out_c) {
-  emu_host::for_entries(x, sr, sc, R, C, [&](int r, int c, double v) {
-    residues_of<0, NMOD>(element_words(v, shift[r]), out + r * out_r + c * out_c, plane);
-  });
-}
-
-template <int L, int NMOD>
-inline void residues_of3(const Words& wr, const Words& wi, signed char* out, long long plane,
-                         long long set) {
-  if constexpr (L < NMOD) {
-    constexpr int m = kModuli[L];
-    const int xr = residue_of<m>(wr), xi = residue_of<m>(wi);
-    out[L * plane] = static_cast<signed char>(xr);
-    out[set + L * plane] = static_cast<signed char>(xi);
-    out[2 * set + L * plane] = static_cast<signed char>(residue_sum<m>(xr, xi));
-    residues_of3<L + 1, NMOD>(wr, wi, out, plane, set);
+// Symmetric residues of the run's integers mod c.m, as float64 values.
+__attribute__((always_inline)) inline void residues_mod(const Pieces& p, const ModConst& c,
+                                                        double* r) {
+  for (int t = 0; t < kRun; ++t) {
+    const double s = (p.h0[t] + c.c28 * p.h1[t] + c.c56 * p.h2[t]) * p.sg[t];
+    const double u = s - floor_small(s * c.inv) * c.m;
+    r[t] = u - (u > c.half ? c.m : 0.0);  // a select of constants: it vectorizes
   }
 }
 
-// 3M planes of a complex operand: re, im and re + im (mod m), sets of NMOD planes `set` apart.
-template <int NMOD>
-void residues3_impl(const double* x, long long sr, long long sc, const double* y, long long yr,
-                    long long yc, int R, int C, const int* shift, signed char* out,
-                    long long plane, long long out_r, long long out_c) {
-  emu_host::for_entries(x, sr, sc, R, C, [&](int r, int c, double v) {
-    residues_of3<0, NMOD>(element_words(v, shift[r]), element_words(y[r * yr + c * yc], shift[r]),
-                          out + r * out_r + c * out_c, plane, NMOD * plane);
-  });
+// len int8 values of r to out[t so].
+__attribute__((always_inline)) inline void put_residues(const double* r, int len,
+                                                        signed char* out, long long so) {
+  alignas(64) signed char o[kRun];
+  for (int t = 0; t < kRun; ++t) o[t] = static_cast<signed char>(static_cast<int>(r[t]));
+  if (so == 1) {
+    std::memcpy(out, o, len);
+  } else {
+    for (int t = 0; t < len; ++t) out[t * so] = o[t];
+  }
+}
+
+// One run of up to kRun entries of a line (or across lines: per_value) to every plane: real
+// (y == nullptr) planes out[l plane], or 3M planes re, im, re + im (sets `set` apart).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
+    const double* x, long long sx, const double* y, long long sy, int len, const double* f1,
+    const double* f2, bool per_value, int nmod, signed char* out, long long so, long long plane,
+    long long set) {
+  Pieces px, py;
+  pieces(x, sx, len, f1, f2, per_value, px);
+  if (y != nullptr) pieces(y, sy, len, f1, f2, per_value, py);
+  alignas(64) double rr[kRun], ri[kRun];
+  for (int l = 0; l < nmod; ++l) {
+    const ModConst& c = kModTable.c[l];
+    residues_mod(px, c, rr);
+    put_residues(rr, len, out + l * plane, so);
+    if (y == nullptr) continue;
+    residues_mod(py, c, ri);
+    put_residues(ri, len, out + set + l * plane, so);
+    for (int t = 0; t < kRun; ++t) {  // (re + im) mod m from the two symmetric residues
+      double u = rr[t] + ri[t];
+      u -= u > c.half ? c.m : 0.0;
+      rr[t] = u + (u < c.low ? c.m : 0.0);
+    }
+    put_residues(rr, len, out + 2 * set + l * plane, so);
+  }
+}
+
+// Residue planes of the R x C lines x (element strides sr, sc; and y beside it for 3M, strides
+// yr, yc), line r scaled by 2**shift[r]; entry (r, c) of plane l at out[l plane + r out_r +
+// c out_c]. Runs follow x's contiguous axis: along a line, or across kRun lines.
+void residues_all(const double* x, long long sr, long long sc, const double* y, long long yr,
+                  long long yc, int R, int C, const int* shift, int nmod, signed char* out,
+                  long long plane, long long set, long long out_r, long long out_c) {
+  const ShiftFactors f = shift_factors(shift, R);
+  if (std::llabs(sr) < std::llabs(sc)) {
+#pragma omp parallel for schedule(static)
+    for (int r0 = 0; r0 < R; r0 += kRun) {
+      const int len = std::min(kRun, R - r0);
+      for (int c = 0; c < C; ++c)
+        residue_run(x + r0 * sr + c * sc, sr, y ? y + r0 * yr + c * yc : nullptr, yr, len,
+                    &f.f1[r0], &f.f2[r0], true, nmod, out + r0 * out_r + c * out_c, out_r,
+                    plane, set);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < R; ++r)
+    for (int c0 = 0; c0 < C; c0 += kRun)
+      residue_run(x + r * sr + c0 * sc, sc, y ? y + r * yr + c0 * yc : nullptr, yc,
+                  std::min(kRun, C - c0), &f.f1[r], &f.f2[r], false, nmod,
+                  out + r * out_r + c0 * out_c, out_c, plane, set);
 }
 
 template <int L>
@@ -121,19 +243,188 @@ void reduce_impl(const std::int32_t* t, long long size, signed char* out) {
     out[i] = static_cast<signed char>(symmetric<m>(mod_pos<m>(t[i])));
 }
 
+// The CRT sums of a run of kRun entries (int8 residues w[l][t], zeros beyond the run):
+// acc[i][t] = sum_l w[l][t] wdig[l][i] (int64) and qf[t] = (..(w[0][t] ratio[0]) + ..) +
+// w[l][t] ratio[l] in modulus order, as ozaki2_crt_s8's accumulate_s8 for each entry (the same
+// operations, vectorized across entries; no contraction in this file).
+constexpr int kMaxWords = 5;
+__attribute__((target_clones("avx512f", "avx2", "default"))) void crt_sums(
+    const signed char (*__restrict__ w)[kRun], int nmod, int nw,
+    long long (*__restrict__ acc)[kRun], double* __restrict__ qf) {
+  for (int i = 0; i < nw; ++i)
+    for (int t = 0; t < kRun; ++t) acc[i][t] = 0;
+  for (int t = 0; t < kRun; ++t) qf[t] = 0.0;
+  for (int l = 0; l < nmod; ++l) {
+    for (int i = 0; i < nw; ++i) {
+      const long long d = emu_wdig[l * kDigitStride + i];
+      for (int t = 0; t < kRun; ++t) acc[i][t] += static_cast<long long>(w[l][t]) * d;
+    }
+    const double ratio = emu_ratio[l];
+    for (int t = 0; t < kRun; ++t) qf[t] = qf[t] + static_cast<double>(w[l][t]) * ratio;
+  }
+}
+
+// c ? x : y by masks: GCC's if-conversion leaves many ternaries as branches, which stops the
+// loops below from vectorizing; both sides are always computed (and always defined). Every lane
+// value is 64 bits wide, so that all the loops vectorize with one lane count.
+using u64 = unsigned long long;
+using i64 = long long;
+inline u64 pick(bool c, u64 x, u64 y) { return y ^ ((x ^ y) & (0ull - static_cast<u64>(c))); }
+inline i64 pick(bool c, i64 x, i64 y) {
+  return static_cast<i64>(pick(c, static_cast<u64>(x), static_cast<u64>(y)));
+}
+inline i64 clamp64(i64 x, i64 lo, i64 hi) { return std::min(std::max(x, lo), hi); }
+
+// ozaki2_crt.cu's finish() for float64 / float32 outputs, lane by lane over a run (the same
+// integer steps with selects instead of branches): Y = X - qP (words a, carried) -> its sign
+// and magnitude, the top 64 bits T of |Y| and a sticky bit, then RNE to MANT bits. Only results
+// in the normal range (e_res in [EMIN + MANT - 1, EMAX]: every significand bit kept, no
+// overflow) take this path, so that the rounding position is the same in every lane; returns
+// false, with nothing written, when a lane of the first len needs finish() itself (subnormal,
+// zero-rounding or overflowing results). Shift counts are read from arrays of 64-bit values:
+// computed in the same loop, GCC narrows them to 32 bits and then cannot vectorize the 64-bit
+// shifts. Always inlined: compiled once per target of crt_finish_run (target_clones).
+template <int MANT, int EMIN, int EMAX>
+__attribute__((always_inline)) inline bool round_run(i64 (&a)[kMaxWords][kRun], int nw,
+                                                     const i64* off, int len, u64* out_bits) {
+  u64 neg[kRun];
+  for (int t = 0; t < kRun; ++t) neg[t] = 0ull - static_cast<u64>(a[nw - 1][t] < 0);
+  for (int i = 0; i < nw; ++i)  // |Y|: conditional negation, then the carries again
+    for (int t = 0; t < kRun; ++t)
+      a[i][t] = static_cast<i64>((static_cast<u64>(a[i][t]) ^ neg[t]) - neg[t]);
+  for (int i = 0; i + 1 < nw; ++i)
+    for (int t = 0; t < kRun; ++t) {
+      a[i + 1][t] += a[i][t] >> 32;
+      a[i][t] &= 0xffffffffll;
+    }
+  i64 bl[kRun];  // bit length of |Y|: the highest nonzero word's
+  for (int t = 0; t < kRun; ++t) bl[t] = 0;
+  for (int i = 0; i < nw; ++i)
+    for (int t = 0; t < kRun; ++t) {
+      const u64 v = static_cast<u64>(a[i][t]);  // in [0, 2**32)
+      double d;  // 2**52 + v exactly, then v: its exponent is v's bit length - 1
+      const u64 bits = 0x4330000000000000ull | v;
+      std::memcpy(&d, &bits, sizeof d);
+      d -= 4503599627370496.0;
+      u64 u;
+      std::memcpy(&u, &d, sizeof u);
+      bl[t] = pick(v != 0, 32 * i + static_cast<i64>(u >> 52) - 1022, bl[t]);
+    }
+  bool slow = false;  // a lane outside the normal range
+  for (int t = 0; t < len; ++t) {
+    const i64 e_res = bl[t] - 1 + off[t];
+    slow |= (bl[t] != 0) & ((e_res < EMIN + MANT - 1) | (e_res > EMAX));
+  }
+  if (slow) return false;
+  u64 T[kRun], sticky[kRun], ls[kRun], rs[kRun];
+  for (int t = 0; t < kRun; ++t) {
+    T[t] = 0;
+    sticky[t] = 0;
+  }
+  for (int i = 0; i < nw; ++i) {
+    for (int t = 0; t < kRun; ++t) {  // word i lands at bit d = 32 i - (bl - 64) of T
+      const i64 d = 32 * i - (bl[t] - 64);
+      ls[t] = static_cast<u64>(clamp64(d, 0, 63));
+      rs[t] = static_cast<u64>(clamp64(-d, 0, 31));
+    }
+    for (int t = 0; t < kRun; ++t) {
+      const u64 v = static_cast<u64>(a[i][t]);
+      const i64 d = 32 * i - (bl[t] - 64);
+      const u64 left = pick((d >= 0) & (d < 64), v << ls[t], 0ull);
+      const u64 right = pick((d < 0) & (d > -32), v >> rs[t], 0ull);
+      const u64 lost = pick(d >= 0, 0ull, pick(d > -32, v - (right << rs[t]), v));
+      T[t] |= left | right;
+      sticky[t] |= lost;
+    }
+  }
+  constexpr int kDrop = 64 - MANT;
+  for (int t = 0; t < kRun; ++t) {
+    const i64 e_res = bl[t] - 1 + off[t];
+    u64 keep = T[t] >> kDrop;
+    const u64 rem = T[t] & ((1ull << kDrop) - 1), half = 1ull << (kDrop - 1);
+    const bool tie_up = (sticky[t] != 0) | ((keep & 1) != 0);
+    keep += static_cast<u64>((rem > half) | ((rem == half) & tie_up));
+    // keep in [2**(MANT-1), 2**MANT]: its carry moves into the exponent field by itself
+    u64 bits = (static_cast<u64>(e_res - MANT + 1 - EMIN) << (MANT - 1)) + keep;
+    bits = pick(bl[t] == 0, 0ull, bits);
+    out_bits[t] = bits | (neg[t] & (MANT == 53 ? 1ull << 63 : 0x80000000ull));
+  }
+  return true;
+}
+
+// finish() for a run of len entries of a float64 (kind 0) or float32 (kind 1) output row;
+// false (nothing written) where round_run declines.
+__attribute__((target_clones("avx512f", "avx2", "default"))) bool crt_finish_run(
+    const i64 (*__restrict__ acc)[kRun], const double* __restrict__ qf, int nw,
+    const i64* __restrict__ off, int kind, int len, void* out) {
+  i64 a[kMaxWords][kRun];
+  i64 qi[kRun];
+  for (int t = 0; t < kRun; ++t) {
+    constexpr double kMagic = 6755399441055744.0;  // RNE as __double2int_rn (|qf| <= 2560)
+    qi[t] = static_cast<i64>((qf[t] + kMagic) - kMagic);
+  }
+  for (int i = 0; i < nw; ++i) {
+    const i64 d = emu_pdig[i];
+    for (int t = 0; t < kRun; ++t) a[i][t] = acc[i][t] - qi[t] * d;
+  }
+  for (int i = 0; i + 1 < nw; ++i)  // carry
+    for (int t = 0; t < kRun; ++t) {
+      a[i + 1][t] += a[i][t] >> 32;
+      a[i][t] &= 0xffffffffll;
+    }
+  u64 bits[kRun];
+  if (kind == 1) {
+    if (!round_run<24, -149, 127>(a, nw, off, len, bits)) return false;
+    float* o = static_cast<float*>(out);
+    for (int t = 0; t < len; ++t) {
+      const unsigned b = static_cast<unsigned>(bits[t]);
+      std::memcpy(o + t, &b, sizeof b);
+    }
+  } else {
+    if (!round_run<53, -1074, 1023>(a, nw, off, len, bits)) return false;
+    std::memcpy(out, bits, sizeof(double) * len);
+  }
+  return true;
+}
+
+// Rows of the output shared out by OpenMP; each row in runs of kRun columns: the sums
+// vectorized (crt_sums), then ozaki2_crt.cu's finish() per entry.
 template <int NMOD, int NP>
 void crt_impl(const signed char* res, long long plane, int m, int n, const int* mu, const int* nu,
               int kind, void* hi, void* lo, void* hi_im, void* lo_im) {
-  // The kernel on a grid of one thread, one output row per call: rows are shared out by OpenMP
-  // (whatever number of threads it grants), each call walks every column of its row.
-  gridDim = {1, 1, 1};
-  blockDim = {1, 1, 1};
-  blockIdx = {0, 0, 0};
+  constexpr int NW = kCrtWords[NMOD];
+  static_assert(NW <= kMaxWords, "kMaxWords");
 #pragma omp parallel for schedule(static)
   for (int row = 0; row < m; ++row) {
-    threadIdx = {0, 0, 0};
-    ozaki2_crt_s8<NMOD, kCrtWords[NMOD], NP>(res + static_cast<long long>(row) * n, plane, 1, 1,
-                                             n, n, m, row, mu, nu, kind, hi, lo, hi_im, lo_im);
+    alignas(64) signed char w[NMOD][kRun];
+    alignas(64) long long acc[kMaxWords][kRun];
+    alignas(64) double qf[kRun];
+    for (int p = 0; p < NP; ++p) {
+      void* out_hi = p == 0 ? hi : hi_im;
+      void* out_lo = p == 0 ? lo : lo_im;
+      for (int j0 = 0; j0 < n; j0 += kRun) {
+        const int len = std::min(kRun, n - j0);
+        const signed char* src = res + (p * NMOD) * plane + static_cast<long long>(row) * n + j0;
+        for (int l = 0; l < NMOD; ++l) {
+          std::memcpy(w[l], src + l * plane, len);
+          if (len < kRun) std::memset(w[l] + len, 0, kRun - len);
+        }
+        crt_sums(w, NMOD, NW, acc, qf);
+        if (kind != 2) {
+          alignas(64) i64 off[kRun];
+          for (int t = 0; t < kRun; ++t) off[t] = -(mu[row] + nu[j0 + std::min(t, len - 1)]);
+          char* o = static_cast<char*>(out_hi) +
+                    (static_cast<long long>(row) * n + j0) * (kind == 1 ? 4 : 8);
+          if (crt_finish_run(acc, qf, NW, off, kind, len, o)) continue;
+        }
+        for (int t = 0; t < len; ++t) {  // double-double, or results beyond the normal range
+          long long a[NW];
+          for (int i = 0; i < NW; ++i) a[i] = acc[i][t];
+          finish<NW>(a, qf[t], -(mu[row] + nu[j0 + t]), kind, out_hi, out_lo,
+                     static_cast<long long>(row) * n + j0 + t);
+        }
+      }
+    }
   }
 }
 
@@ -170,9 +461,7 @@ py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::ar
   signed char* po = out.mutable_data();
   {
     py::gil_scoped_release nogil;
-    dispatch_nmod(nmod, [&](auto N) {
-      residues_impl<decltype(N)::value>(px, sr, sc, R, C, ps, po, plane, out_r, out_c);
-    });
+    residues_all(px, sr, sc, nullptr, 0, 0, R, C, ps, nmod, po, plane, 0, out_r, out_c);
   }
   return out;
 }
@@ -200,10 +489,8 @@ py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> i
   signed char* po = out.mutable_data();
   {
     py::gil_scoped_release nogil;
-    dispatch_nmod(nmod, [&](auto N) {
-      residues3_impl<decltype(N)::value>(px, sr, sc, py_, yr, yc, R, C, ps, po, plane, out_r,
-                                         out_c);
-    });
+    residues_all(px, sr, sc, py_, yr, yc, R, C, ps, nmod, po, plane, nmod * plane, out_r,
+                 out_c);
   }
   return out;
 }

@@ -969,6 +969,118 @@ def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch,
     _assert_statistics_equal(np.real(a)[::-1], np.imag(a)[::-1], np.real(b), np.imag(b), bits)
 
 
+def _symmetric(x, m):
+    r = x % m
+    return r - m if r > (m - 1) // 2 else r
+
+
+def _exact_residue(x, shift, m):
+    """Symmetric residue of trunc(x 2**shift) mod m in Python integers."""
+    from fractions import Fraction
+
+    return _symmetric(int(Fraction(float(x)) * Fraction(2) ** int(shift)), m)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_host_residues_equal_python_integers(order, rng):
+    """ozaki2_residues and ozaki2_residues3 (vectorized float64 pieces, runs along either memory
+    axis, lines of 70 entries: a whole run of 64 and a partial one) against trunc(x 2**shift)
+    mod m in Python integers for all 20 moduli: integers up to 2**81, subnormals, +-0, shifts
+    beyond 1023 and below -1022, lines whose integers are all 0 or 1."""
+    from emulinalg._moduli import MODULI
+
+    R, C = 9, 70
+    x = rng.standard_normal((R, C)) * np.exp2(rng.integers(-60, 60, (R, C)))
+    x[0, :6] = [5e-324, -5e-324, 0.0, -0.0, 2.2250738585072014e-308, -1.5]
+    x[1] = rng.standard_normal(C) * 2.0**1000
+    x[2] = 2.0**-1074 * rng.integers(-(2**20), 2**20, C)  # subnormals
+    x[3] = rng.uniform(-2, 2, C)  # integers 0 and +-1 at shift 0
+    x[5] = [m * (c + 1) * (-1) ** c for c, m in enumerate(MODULI[:20] * 4)][:C]  # m divides X
+    x[5, :3] = [2.0**70, -(2.0**70), 2.0**79 + 2.0**27]
+    shift = (80 - np.frexp(np.abs(x).max(1))[1]).astype(np.int32)  # max |X| in [2**79, 2**80)
+    shift[2] = 1074 + 40  # beyond 1023: two scale factors
+    shift[3] = 0
+    shift[4] = -1100  # every integer 0
+    shift[5] = 0
+    y = x[:, ::-1] * rng.uniform(-1, 1, (R, C))  # imaginary parts within each line's range
+    xs, ys = (x, y) if order == "C" else (np.asfortranarray(x), np.asfortranarray(y))
+    got = _amx.ozaki2_residues(xs, shift, 20, True)
+    got_t = _amx.ozaki2_residues(xs, shift, 20, False)  # planes (moduli, C, R)
+    got3 = _amx.ozaki2_residues3(xs, ys, shift, 20, True)
+    for ell, m in enumerate(MODULI[:20]):
+        want = np.array([[_exact_residue(x[r, c], shift[r], m) for c in range(C)]
+                         for r in range(R)])  # fmt: skip
+        want_y = np.array([[_exact_residue(y[r, c], shift[r], m) for c in range(C)]
+                           for r in range(R)])  # fmt: skip
+        assert np.array_equal(got[ell], want), m
+        assert np.array_equal(got_t[ell], want.T), m
+        assert np.array_equal(got3[0, ell], want) and np.array_equal(got3[1, ell], want_y)
+        assert np.array_equal(got3[2, ell], ((want + want_y + m // 2) % m) - m // 2), m
+
+
+def _round_float32(v):
+    """Fraction v rounded to the nearest float32 (ties to even; inf beyond range)."""
+    from fractions import Fraction
+
+    if v == 0:
+        return 0.0
+    a = abs(v)
+    e = a.numerator.bit_length() - a.denominator.bit_length()  # 2**e <= a < 2**(e + 2)
+    e += Fraction(2) ** (e + 1) <= a
+    ulp = Fraction(2) ** max(e - 23, -149)
+    q, r = divmod(a, ulp)
+    q += (r > ulp / 2) or (r == ulp / 2 and q % 2 == 1)
+    out = np.inf if q * ulp >= 2**128 else float(q * ulp)  # exact: a float32 value
+    return float(np.float32(-out if v < 0 else out))
+
+
+@pytest.mark.parametrize("moduli", [2, 9, 18, 20])
+def test_host_crt_rounds_known_integers_exactly(moduli, rng):
+    """ozaki2_crt from the residues of known integers Y (|Y| <= P/4, magnitudes spread over the
+    whole range) against Y 2**-(mu_i + nu_j) rounded once in Python (float64 and float32),
+    with shifts that put results of one run among normal numbers, subnormals, zeros and
+    overflow: the vectorized rounding and its fallback to finish() agree with exact rounding."""
+    from fractions import Fraction
+
+    from emulinalg._moduli import MODULI, crt_constants
+    from emulinalg.backends.amx import _crt_arrays
+
+    P = crt_constants(moduli).P
+    m, n = 3, 150
+    bits = rng.integers(0, P.bit_length() - 2, (m, n))
+    Y = [[int(rng.integers(0, 2**62)) * 2 ** max(0, int(b) - 62) % (P // 4 + 1)
+          * (1 if rng.random() < 0.5 else -1) for b in row] for row in bits]  # fmt: skip
+    ties = [
+        (2**53 + 1) << 40,
+        -((2**53 + 3) << 41),
+        (2**24 + 1) << 40,
+        -((2**24 + 3) << 3),
+        ((2**53 + 1) << 40) + 1,
+        (2**54 + 2) << 30,
+    ]  # ties to even, and just above one
+    # in the second run of 64 columns (the first has the extreme shifts: it takes finish())
+    Y[0][70 : 70 + len(ties)] = [v if abs(v) <= P // 4 else v % (P // 4) for v in ties]
+    res = np.array([[[_symmetric(v, mm) for v in row] for row in Y] for mm in MODULI[:moduli]],
+                   dtype=np.int8)  # fmt: skip
+    mu = np.array([0, 900, -200], np.int32)  # row 1: tiny results; row 2: huge ones
+    nu = rng.integers(-40, 240, n).astype(np.int32)
+    nu[:3] = [1100, 1074 + 120, -1024]
+    for kind, dt in ((0, np.float64), (1, np.float32)):
+        out = np.empty((m, n), dt)
+        _amx.ozaki2_crt(res, mu, nu, kind, *_crt_arrays(moduli), out)
+        for i in range(m):
+            for j in range(n):
+                v = Fraction(Y[i][j]) * Fraction(2) ** -int(mu[i] + nu[j])
+                if kind == 1:
+                    want = _round_float32(v)
+                else:
+                    try:
+                        want = float(v)
+                    except OverflowError:
+                        want = np.inf if v > 0 else -np.inf
+                assert out[i, j] == want and np.signbit(out[i, j]) == np.signbit(want), (i, j)
+
+
 def test_host_crt_word_counts_match_the_tables():
     """The CRT accumulator sizes compiled into src_amx/ozaki2_host.cpp equal backends/cuda's
     crt_words (the digit tables are built from it)."""
