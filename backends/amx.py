@@ -6,10 +6,11 @@ k <= ``MAX_K`` = 2**17 - 1 because every product is at most 2**14 in magnitude; 
 cut into blocks whose int32 results are added in int64. Other integer GEMMs (Scheme I's
 unsigned [0, 255] slices, for now) and everything else are the numpy backend's.
 
-A whole real Scheme II product (``ozaki2_product``) runs its residues, the reduction of each
-tile GEMM's int32 output modulo m_l and the CRT in ``emulinalg._amx``'s C++ (the cupy backend's
-CUDA sources compiled for the CPU: ``src_amx/ozaki2_host.cpp``), bit-identical to the generic
-numpy code, which is tens of times slower at those stages.
+A whole Scheme II product (``ozaki2_product``) runs in ``emulinalg._amx``'s C++
+(``src_amx/ozaki2_host.cpp``): the residues written straight into the tile GEMMs' int8 panels,
+one tile GEMM per modulus (three for complex, 3M) reduced modulo m_l in its epilogue, and the
+CRT (the cupy backend's CUDA sources compiled for the CPU, vectorized), bit-identical to the
+generic numpy code, which is tens of times slower at those stages.
 
 The backend is chosen only where :func:`usable` is True; it never executes an AMX instruction
 elsewhere. ``EMULATE = True`` runs the same kernels on ``emulinalg._amx``'s scalar tile model
@@ -140,9 +141,11 @@ def _host_ok(amx, ar, ai, br, bi):
     pairs = [(ar, ar), (br, br)] + ([(ai, ar), (bi, br)] if ai is not None else [])
     return (
         amx is not None
-        and hasattr(amx, "ozaki2_reduce3")
+        and hasattr(amx, "ozaki2_pack")
         and all(
-            x.shape == like.shape and x.dtype == np.float64 and x.flags.aligned
+            x.shape == like.shape
+            and x.dtype == np.float64
+            and x.flags.aligned
             and all(st % 8 == 0 for st in x.strides)
             for x, like in pairs
         )
@@ -155,11 +158,12 @@ def _host_ok(amx, ar, ai, br, bi):
 
 
 def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
-    """Scheme II product with the residues and the CRT in ``emulinalg._amx``'s C++ (the CUDA
-    sources' arithmetic compiled for the CPU, OpenMP) and the INT8 tile GEMMs of each modulus
-    reduced to int8 residues right away (3M for complex: T1, T2, T3 -> Re, Im): same contract
-    and bit-identical output as ``emulinalg._ozaki2.product(numpy, int_matmul, ...)``. 2-D
-    operands with k <= ``MAX_K``; returns None to decline (batches, longer K: generic path)."""
+    """Scheme II product in ``emulinalg._amx``'s C++ (OpenMP): the residues written straight
+    into the int8 tile panels (``ozaki2_pack``), one tile GEMM per modulus reduced to int8
+    residues in its epilogue (``ozaki2_multiply``; 3M for complex: T1, T2, T3 -> Re, Im), the
+    CRT (the CUDA sources' arithmetic compiled for the CPU): same contract and bit-identical
+    output as ``emulinalg._ozaki2.product(numpy, int_matmul, ...)``. 2-D operands with k <=
+    ``MAX_K``; returns None to decline (batches, longer K: generic path)."""
     amx = _module()
     cplx = ai is not None
     if out_dtype not in OUT_KIND or prescale is None:
@@ -175,22 +179,15 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     mu32 = np.ascontiguousarray(mu, dtype=np.int32)
     nu32 = np.ascontiguousarray(nu, dtype=np.int32)
     m, n = ar.shape[0], br.shape[1]
-    with stage("slicing"):  # B's lines are its columns: planes (.., moduli, k, n)
-        if cplx:
-            pa = amx.ozaki2_residues3(ar, ai, mu32, moduli, True)  # (3, moduli, m, k)
-            pb = amx.ozaki2_residues3(br.T, bi.T, nu32, moduli, False)
-        else:
-            pa = amx.ozaki2_residues(ar, mu32, moduli, True)[None]  # (1, moduli, m, k)
-            pb = amx.ozaki2_residues(br.T, nu32, moduli, False)[None]
+    with stage("slicing"):  # the residues straight into the GEMMs' int8 tile panels
+        panels = amx.ozaki2_pack(ar, br, mu32, nu32, moduli, ai, bi)
     res = amx.empty((2 if cplx else 1, moduli, m, n), "int8")  # huge pages: written once
-    with stage("products"):
+    with stage("products"):  # each GEMM reduced modulo m_l in its epilogue (3M: three)
         for ell in range(moduli):
-            t = [amx.gemm_s8s8s32(pa[p, ell], pb[p, ell], emulate=EMULATE) for p in range(len(pa))]
-            if cplx:
-                amx.ozaki2_reduce3(*t, ell, res[0, ell], res[1, ell])
-            else:
-                amx.ozaki2_reduce(t[0], ell, res[0, ell])
-    del pa, pb
+            amx.ozaki2_multiply(
+                panels, ell, res[0, ell], res[1, ell] if cplx else None, emulate=EMULATE
+            )
+    del panels
     with stage("reconstruction"):
         dt = "float32" if out_dtype == "float32" else "float64"
         outs = [amx.empty((m, n), dt) for _ in range(len(res))]
@@ -387,4 +384,3 @@ def _tiles(amx, a, b):
     a8 = np.ascontiguousarray(a, dtype=np.int8)  # exact: values checked to lie in [-128, 127]
     b8 = np.ascontiguousarray(b, dtype=np.int8)
     return amx.gemm_s8s8s32(a8, b8, emulate=EMULATE)
-

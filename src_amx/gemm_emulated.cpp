@@ -16,6 +16,12 @@ bool gemm_bf16bf16f32_emulated(const std::uint16_t* a, const std::uint16_t* b, f
     return gemm<Bf16Traits, EmulatedTileOps>(a, b, c, m, n, k, threads);
 }
 
+bool gemm_s8_mod_tiles_emulated(const TileSource& a, const TileSource& b, int modulus,
+                                std::int8_t* out, std::int64_t ldo, std::int64_t m,
+                                std::int64_t n, std::int64_t ktiles, int threads) {
+    return gemm_s8_mod_tiles<EmulatedTileOps>(a, b, modulus, out, ldo, m, n, ktiles, threads);
+}
+
 bool gemm_bf16_slices_emulated(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
                                const std::int32_t* pairs, int count, bool widen, void* c,
                                std::int64_t m, std::int64_t n, std::int64_t k, int threads) {

@@ -60,6 +60,15 @@ struct SliceProducts {
     int count = 0;  // C's type picks the mode: Acc (fused) or double (widened, see above)
 };
 
+// Scheme II's epilogue (gemm_s8_mod_tiles): every C block's int32 sum over all of K, reduced
+// modulo `modulus` into int8 `out` (row stride ldo) instead of stored; C itself only carries
+// the partial sums between K chunks.
+struct ModEpilogue {
+    std::int8_t* out = nullptr;
+    std::int64_t ldo = 0;
+    int modulus = 0;
+};
+
 struct Int8Traits {
     using In = std::int8_t;
     using Acc = std::int32_t;
@@ -213,8 +222,8 @@ public:
     using Acc = typename Traits::Acc;
 
     Worker(const TileSource& a, const TileSource& b, Out* c, std::int64_t m, std::int64_t n,
-           const Plan& plan, const SliceProducts* sp = nullptr)
-        : a_(a), b_(b), c_(c), m_(m), n_(n), plan_(plan), sp_(sp) {
+           const Plan& plan, const SliceProducts* sp = nullptr, const ModEpilogue* mod = nullptr)
+        : a_(a), b_(b), c_(c), m_(m), n_(n), plan_(plan), sp_(sp), mod_(mod) {
         ops_.configure(full_tile_config());
     }
     ~Worker() { ops_.release(); }
@@ -350,6 +359,19 @@ private:
         } else {
             k_steps_sched<Traits, 1>(sched, ops_, a_, b_, 2 * i, 2 * j, kt0, kt1, pf, pf_block);
         }
+        if constexpr (std::is_same_v<Acc, std::int32_t>) {
+            if (mod_ != nullptr && kt1 == plan_.ktiles) {  // the block's last K chunk: reduce
+                constexpr std::int64_t ss = kRegCols * static_cast<std::int64_t>(sizeof(Acc));
+                ops_.template store<kC00>(scratch_, ss);
+                ops_.template store<kC01>(scratch_ + 16, ss);
+                ops_.template store<kC10>(scratch_ + 16 * kRegCols, ss);
+                ops_.template store<kC11>(scratch_ + 16 * kRegCols + 16, ss);
+                ops_.fence();  // the vector reads below must see the stores
+                Ops::mod_reduce(scratch_, rows, cols, mod_->modulus,
+                                mod_->out + row0 * mod_->ldo + col0, mod_->ldo);
+                return;
+            }
+        }
         ops_.template store<kC00>(c, stride);
         ops_.template store<kC01>(c + 16, stride);
         ops_.template store<kC10>(c10, stride);
@@ -435,6 +457,7 @@ private:
     std::int64_t m_, n_;
     Plan plan_;
     const SliceProducts* sp_;
+    const ModEpilogue* mod_;
     alignas(64) Acc scratch_[kRegRows * kRegCols];
     alignas(64) Acc scratch2_[2][kRegRows * kRegCols];  // widened slice products' blocks
 };
@@ -469,11 +492,12 @@ inline int team_size() {
 // for the emulation's shape checks).
 template <class Traits, class Ops, class Out = typename Traits::Acc>
 bool gemm_tiles(const TileSource& a, const TileSource& b, Out* c, std::int64_t m,
-                std::int64_t n, const Plan& plan, const SliceProducts* sp = nullptr) {
+                std::int64_t n, const Plan& plan, const SliceProducts* sp = nullptr,
+                const ModEpilogue* mod = nullptr) {
     bool all_ok = true;
 #pragma omp parallel num_threads(plan.team) reduction(&& : all_ok)
     {
-        Worker<Traits, Ops, Out> w(a, b, c, m, n, plan, sp);
+        Worker<Traits, Ops, Out> w(a, b, c, m, n, plan, sp, mod);
         if (plan.partition == 0) {
             // One grid region per thread (looping only if OpenMP gave fewer threads).
             for (int t = thread_id(); t < plan.team; t += team_size()) {
@@ -529,6 +553,30 @@ bool gemm(const typename Traits::In* a, const typename Traits::In* b, typename T
     }
     const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
     return gemm_tiles<Traits, Ops>(as, pb.source(), c, m, n, plan);
+}
+
+// Scheme II's product for one modulus on packed int8 panels (A: ceil(m/32)*2 16-row blocks, B:
+// VNNI, `ktiles` K tiles each, k <= kMaxKS8): out (m x n int8, row stride ldo) = the symmetric
+// residues of A B modulo `modulus`. The int32 sums between K chunks live in a pooled buffer
+// (none when K is one chunk), so no int32 product is allocated or written per call.
+template <class Ops>
+bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, std::int8_t* out,
+                       std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t ktiles,
+                       int threads) {
+    threads = resolve_threads(threads);
+    if (m == 0 || n == 0) return true;
+    if (ktiles == 0) {
+        for (std::int64_t i = 0; i < m; ++i) std::memset(out + i * ldo, 0, n);
+        return true;
+    }
+    const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
+    const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
+    const Plan plan = make_plan(current_tuning(), mp, np, ktiles, threads);
+    PooledBytes partial;
+    if (plan.kc < ktiles) partial = PooledBytes(static_cast<std::size_t>(m * n) * 4);
+    const ModEpilogue mod{out, ldo, modulus};
+    return gemm_tiles<Int8Traits, Ops>(a, b, reinterpret_cast<std::int32_t*>(partial.get()), m,
+                                       n, plan, nullptr, &mod);
 }
 
 // Slice products (see the top of this file) on packed slices: sa[i] (A's slices, ceil(m/32)*2

@@ -13,6 +13,8 @@
 //             float32 / double-double, unscaled by 2**-(mu_i + nu_j)
 #include "cuda_host.hpp"
 #include "host_loops.hpp"
+#include "gemm.hpp"
+#include "tile_config.hpp"
 
 inline void __syncthreads() {}  // declared for the kernels' text; no kernel with one runs here
 
@@ -29,6 +31,7 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -103,8 +106,10 @@ inline double pow2_or_zero(int p) {
 struct ShiftFactors {
   std::vector<double> f1, f2;
 };
+// Padded with 1.0 to whole runs: a run across lines reads kRun factors (times 0 beyond len).
 ShiftFactors shift_factors(const int* shift, int n) {
-  ShiftFactors f{std::vector<double>(n), std::vector<double>(n)};
+  const std::size_t padded = static_cast<std::size_t>((n + kRun - 1) / kRun) * kRun;
+  ShiftFactors f{std::vector<double>(padded, 1.0), std::vector<double>(padded, 1.0)};
   for (int i = 0; i < n; ++i) {
     const int p1 = std::min(std::max(shift[i], -1022), 1023);
     f.f1[i] = pow2_or_zero(p1);
@@ -156,7 +161,7 @@ __attribute__((always_inline)) inline void residues_mod(const Pieces& p, const M
   }
 }
 
-// len int8 values of r to out[t so].
+// len int8 values of r to out[t so] (r is 0 beyond the run's entries).
 __attribute__((always_inline)) inline void put_residues(const double* r, int len,
                                                         signed char* out, long long so) {
   alignas(64) signed char o[kRun];
@@ -169,11 +174,12 @@ __attribute__((always_inline)) inline void put_residues(const double* r, int len
 }
 
 // One run of up to kRun entries of a line (or across lines: per_value) to every plane: real
-// (y == nullptr) planes out[l plane], or 3M planes re, im, re + im (sets `set` apart).
+// (y == nullptr) planes out[l plane], or 3M planes re, im, re + im (sets `set` apart); out_len
+// values per plane (len, or kRun with zeros beyond len: a whole tile row of a panel).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
     const double* x, long long sx, const double* y, long long sy, int len, const double* f1,
     const double* f2, bool per_value, int nmod, signed char* out, long long so, long long plane,
-    long long set) {
+    long long set, int out_len) {
   Pieces px, py;
   pieces(x, sx, len, f1, f2, per_value, px);
   if (y != nullptr) pieces(y, sy, len, f1, f2, per_value, py);
@@ -181,16 +187,16 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
   for (int l = 0; l < nmod; ++l) {
     const ModConst& c = kModTable.c[l];
     residues_mod(px, c, rr);
-    put_residues(rr, len, out + l * plane, so);
+    put_residues(rr, out_len, out + l * plane, so);
     if (y == nullptr) continue;
     residues_mod(py, c, ri);
-    put_residues(ri, len, out + set + l * plane, so);
+    put_residues(ri, out_len, out + set + l * plane, so);
     for (int t = 0; t < kRun; ++t) {  // (re + im) mod m from the two symmetric residues
       double u = rr[t] + ri[t];
       u -= u > c.half ? c.m : 0.0;
       rr[t] = u + (u < c.low ? c.m : 0.0);
     }
-    put_residues(rr, len, out + 2 * set + l * plane, so);
+    put_residues(rr, out_len, out + 2 * set + l * plane, so);
   }
 }
 
@@ -208,7 +214,7 @@ void residues_all(const double* x, long long sr, long long sc, const double* y, 
       for (int c = 0; c < C; ++c)
         residue_run(x + r0 * sr + c * sc, sr, y ? y + r0 * yr + c * yc : nullptr, yr, len,
                     &f.f1[r0], &f.f2[r0], true, nmod, out + r0 * out_r + c * out_c, out_r,
-                    plane, set);
+                    plane, set, len);
     }
     return;
   }
@@ -217,7 +223,222 @@ void residues_all(const double* x, long long sr, long long sc, const double* y, 
     for (int c0 = 0; c0 < C; c0 += kRun)
       residue_run(x + r * sr + c0 * sc, sc, y ? y + r * yr + c0 * yc : nullptr, yc,
                   std::min(kRun, C - c0), &f.f1[r], &f.f2[r], false, nmod,
-                  out + r * out_r + c0 * out_c, out_c, plane, set);
+                  out + r * out_r + c0 * out_c, out_c, plane, set, std::min(kRun, C - c0));
+}
+
+// ---- Scheme II on packed panels: the residues written straight into the tile GEMM's int8
+// panels (pack.hpp's layouts, zero padded), then one GEMM per modulus reduced modulo m_l in its
+// epilogue (kernel.hpp, gemm_s8_mod_tiles): no residue planes, no per-modulus packing, no int32
+// products in memory.
+
+namespace amx = emulinalg::amx;
+
+void check_moduli(int nmod);                      // below
+constexpr long long kMaxK = (1ll << 17) - 1;  // kernel.hpp's kMaxKS8: exact int32 sums
+
+#ifdef EMULINALG_AMX_COMPILED
+constexpr bool kCompiled = true;
+#else
+constexpr bool kCompiled = false;
+#endif
+
+// The residue panels of a product's operands: per operand `sets` x `nmod` panels one after the
+// other (`panel` bytes each): A's rows in 16-row blocks (ablocks = whole 32-row register
+// blocks), B's columns in VNNI 16-column blocks; ktiles K tiles of 64. Complex (sets = 3): the
+// residues of re, im and re + im (3M).
+struct Ozaki2Panels {
+  amx::PooledBytes a, b;
+  long long m = 0, n = 0, k = 0, ablocks = 0, bblocks = 0, ktiles = 0, apanel = 0, bpanel = 0;
+  int nmod = 0, sets = 1;
+  amx::TileSource source(bool side_a, int set, int l) const {
+    const std::uint8_t* base = (side_a ? a.get() : b.get()) +
+                               (static_cast<long long>(set) * nmod + l) * (side_a ? apanel : bpanel);
+    return {base, ktiles * amx::kTileSize, amx::kTileSize, amx::kTileBytes};
+  }
+};
+
+// A (m x k, lines = rows) into its panels: row i's K tile kt is tile row (i / 16, kt, i % 16),
+// one residue run of 64 per tile row; rows beyond m are zeros.
+void pack_rows(const double* x, long long sr, long long sc, const double* y, long long yr,
+               long long yc, const int* shift, Ozaki2Panels& P) {
+  const ShiftFactors f = shift_factors(shift, static_cast<int>(P.m));
+  std::uint8_t* base = P.a.get();
+  const long long set = static_cast<long long>(P.nmod) * P.apanel;
+#pragma omp parallel for schedule(static)
+  for (long long i = 0; i < P.ablocks * amx::kTileRows; ++i) {
+    std::uint8_t* row = base + (i / amx::kTileRows) * P.ktiles * amx::kTileSize +
+                        (i % amx::kTileRows) * amx::kTileBytes;
+    for (long long kt = 0; kt < P.ktiles; ++kt) {
+      signed char* out = reinterpret_cast<signed char*>(row + kt * amx::kTileSize);
+      if (i >= P.m) {
+        for (int q = 0; q < P.sets * P.nmod; ++q) std::memset(out + q * P.apanel, 0, kRun);
+        continue;
+      }
+      const long long c0 = kt * kRun;
+      residue_run(x + i * sr + c0 * sc, sc, y ? y + i * yr + c0 * yc : nullptr, yc,
+                  static_cast<int>(std::min<long long>(kRun, P.k - c0)), &f.f1[i], &f.f2[i],
+                  false, P.nmod, out, 1, P.apanel, set, kRun);
+    }
+  }
+}
+
+// B (k x n, lines = columns) into its VNNI panels: rows 4q .. 4q + 3 of B, a run of 64 columns
+// at a time, into a buffer (set, modulus, row g, column), then interleaved (pack.hpp's
+// vnni_row) into tile row q % 16 of K tile q / 16 of its four 16-column blocks.
+void pack_columns(const double* x, long long sr, long long sc, const double* y, long long yr,
+                  long long yc, const int* shift, Ozaki2Panels& P) {
+  const ShiftFactors f = shift_factors(shift, static_cast<int>(P.n));
+  const long long quads = P.ktiles * amx::kTileRows, runs = (P.bblocks * 16 + kRun - 1) / kRun;
+  const int q_all = P.sets * P.nmod;
+#pragma omp parallel
+  {
+    std::vector<signed char> buf(static_cast<std::size_t>(q_all) * 4 * kRun);
+#pragma omp for schedule(static) collapse(2)
+    for (long long q = 0; q < quads; ++q) {
+      for (long long run = 0; run < runs; ++run) {
+        const long long j0 = run * kRun;
+        const int len = static_cast<int>(std::max<long long>(0, std::min<long long>(kRun, P.n - j0)));
+        for (int g = 0; g < 4; ++g) {
+          const long long kk = 4 * q + g;
+          signed char* o = buf.data() + g * kRun;
+          if (kk >= P.k || len == 0) {
+            for (int u = 0; u < q_all; ++u) std::memset(o + u * 4 * kRun, 0, kRun);
+            continue;
+          }
+          residue_run(x + kk * sr + j0 * sc, sc, y ? y + kk * yr + j0 * yc : nullptr, yc, len,
+                      &f.f1[j0], &f.f2[j0], true, P.nmod, o, 1, 4 * kRun,
+                      static_cast<long long>(P.nmod) * 4 * kRun, kRun);
+        }
+        const long long kt = q / amx::kTileRows, r = q % amx::kTileRows;
+        for (int u = 0; u < q_all; ++u) {
+          const signed char* src = buf.data() + u * 4 * kRun;
+          for (int jb = 0; jb < kRun / 16; ++jb) {
+            const long long block = j0 / 16 + jb;
+            if (block >= P.bblocks) break;
+            const std::int8_t* rows[4];
+            for (int g = 0; g < 4; ++g)
+              rows[g] = reinterpret_cast<const std::int8_t*>(src + g * kRun + 16 * jb);
+            amx::vnni_row<std::int8_t>(
+                rows, P.b.get() + u * P.bpanel + (block * P.ktiles + kt) * amx::kTileSize +
+                          r * amx::kTileBytes);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Both operands' residue panels (real, or 3M sets when both imaginary parts are given).
+std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> br,
+                                   py::array_t<int, py::array::c_style> mu,
+                                   py::array_t<int, py::array::c_style> nu, int nmod,
+                                   py::object ai, py::object bi) {
+  check_moduli(nmod);
+  if (ai.is_none() != bi.is_none())
+    throw std::invalid_argument("ozaki2_pack: give both imaginary parts or neither");
+  const bool cplx = !ai.is_none();
+  py::array_t<double> aim, bim;
+  if (cplx) {
+    aim = ai.cast<py::array_t<double>>();
+    bim = bi.cast<py::array_t<double>>();
+  }
+  const auto [asr, asc] = emu_host::matrix_strides(ar, "ozaki2_pack");
+  const auto [bsr, bsc] = emu_host::matrix_strides(br, "ozaki2_pack");
+  std::pair<long long, long long> ais{0, 0}, bis{0, 0};
+  if (cplx) {
+    ais = emu_host::matrix_strides(aim, "ozaki2_pack");
+    bis = emu_host::matrix_strides(bim, "ozaki2_pack");
+    if (aim.shape(0) != ar.shape(0) || aim.shape(1) != ar.shape(1) ||
+        bim.shape(0) != br.shape(0) || bim.shape(1) != br.shape(1))
+      throw std::invalid_argument("ozaki2_pack: imaginary parts must be shaped as the real ones");
+  }
+  if (br.shape(0) != ar.shape(1)) throw std::invalid_argument("ozaki2_pack: inner dimensions differ");
+  if (ar.shape(1) > kMaxK)
+    throw std::invalid_argument("ozaki2_pack: k beyond 2**17 - 1 (int32 sums could overflow)");
+  if (mu.size() != ar.shape(0) || nu.size() != br.shape(1))
+    throw std::invalid_argument("ozaki2_pack: one shift per row of A and per column of B");
+  auto P = std::make_shared<Ozaki2Panels>();
+  P->m = ar.shape(0);
+  P->k = ar.shape(1);
+  P->n = br.shape(1);
+  P->nmod = nmod;
+  P->sets = cplx ? 3 : 1;
+  P->ablocks = amx::ceil_div(P->m, amx::kRegRows) * 2;
+  P->bblocks = amx::ceil_div(P->n, amx::kRegCols) * 2;
+  P->ktiles = std::max<long long>(1, amx::ceil_div(P->k, kRun));
+  P->apanel = P->ablocks * P->ktiles * amx::kTileSize;
+  P->bpanel = P->bblocks * P->ktiles * amx::kTileSize;
+  P->a = amx::PooledBytes(static_cast<std::size_t>(P->sets * nmod * P->apanel));
+  P->b = amx::PooledBytes(static_cast<std::size_t>(P->sets * nmod * P->bpanel));
+  const double *pa = ar.data(), *pb = br.data();
+  const double* pai = cplx ? aim.data() : nullptr;
+  const double* pbi = cplx ? bim.data() : nullptr;
+  py::gil_scoped_release nogil;
+  pack_rows(pa, asr, asc, pai, ais.first, ais.second, mu.data(), *P);
+  pack_columns(pb, bsr, bsc, pbi, bis.first, bis.second, nu.data(), *P);
+  return P;
+}
+
+// out (int8, m x n, C-contiguous, writable) or ValueError.
+signed char* residue_out(const py::object& o, const Ozaki2Panels& P, const char* what) {
+  py::array a = o.cast<py::array>();
+  if (a.ndim() != 2 || a.shape(0) != P.m || a.shape(1) != P.n ||
+      !a.dtype().is(py::dtype::of<signed char>()) || !(a.flags() & py::array::c_style) ||
+      !a.writeable())
+    throw std::invalid_argument(std::string("ozaki2_multiply: ") + what +
+                                " must be a writable C-contiguous (m, n) int8 array");
+  return static_cast<signed char*>(a.mutable_data());
+}
+
+bool mod_gemm(const amx::TileSource& a, const amx::TileSource& b, int m_l, signed char* out,
+              const Ozaki2Panels& P, bool emulate, int threads) {
+  auto* o = reinterpret_cast<std::int8_t*>(out);
+#ifdef EMULINALG_AMX_COMPILED
+  if (!emulate) return amx::gemm_s8_mod_tiles_amx(a, b, m_l, o, P.n, P.m, P.n, P.ktiles, threads);
+#endif
+  return amx::gemm_s8_mod_tiles_emulated(a, b, m_l, o, P.n, P.m, P.n, P.ktiles, threads);
+}
+
+// Modulus l's product on the panels, as int8 residues: real -> re; complex (3M) -> re = T1 -
+// T2, im = T3 - T1 - T2 (each T reduced in its GEMM's epilogue; the ring operations after it
+// give the same residues as reducing the int32 combinations).
+void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool emulate,
+              int threads) {
+  if (l < 0 || l >= P.nmod) throw std::invalid_argument("ozaki2_multiply: no such modulus");
+  if (!emulate && !amx::status(kCompiled).available)
+    throw std::runtime_error("ozaki2_multiply: AMX is not available: " +
+                             amx::status(kCompiled).reason + " (emulate=True runs the tile model)");
+  signed char* pre = residue_out(re, P, "re");
+  const bool cplx = P.sets == 3;
+  if (cplx == im.is_none())
+    throw std::invalid_argument("ozaki2_multiply: im is needed exactly for complex panels");
+  signed char* pim = cplx ? residue_out(im, P, "im") : nullptr;
+  const int m_l = kModuli[l];
+  bool ok = true;
+  py::gil_scoped_release nogil;
+  if (!cplx) {
+    ok = mod_gemm(P.source(true, 0, l), P.source(false, 0, l), m_l, pre, P, emulate, threads);
+  } else {
+    amx::PooledBytes t3(static_cast<std::size_t>(P.m * P.n));
+    signed char* p3 = reinterpret_cast<signed char*>(t3.get());
+    ok = mod_gemm(P.source(true, 0, l), P.source(false, 0, l), m_l, pre, P, emulate, threads) &&
+         mod_gemm(P.source(true, 1, l), P.source(false, 1, l), m_l, pim, P, emulate, threads) &&
+         mod_gemm(P.source(true, 2, l), P.source(false, 2, l), m_l, p3, P, emulate, threads);
+    const long long size = P.m * P.n;
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < size; ++i) {  // |t1 - t2|, |t3 - t1 - t2| < 3 m: two corrections
+      int a = pre[i] - pim[i], b = p3[i] - pre[i] - pim[i];
+      a += a < -(m_l / 2) ? m_l : 0;
+      a -= a > (m_l - 1) / 2 ? m_l : 0;
+      b += b < -(m_l / 2) ? m_l : 0;
+      b += b < -(m_l / 2) ? m_l : 0;
+      b -= b > (m_l - 1) / 2 ? m_l : 0;
+      b -= b > (m_l - 1) / 2 ? m_l : 0;
+      pre[i] = static_cast<signed char>(a);
+      pim[i] = static_cast<signed char>(b);
+    }
+  }
+  if (!ok) throw std::runtime_error("ozaki2_multiply: internal error: tile shapes violate the rules");
 }
 
 template <int L>
@@ -615,6 +836,21 @@ void register_ozaki2_host(py::module_& m) {
   m.def(
       "crt_words", [](int n) { return n >= 2 && n <= kMaxModuli ? kCrtWords[n] : 0; },
       py::arg("n"), "Words of the CRT accumulator compiled for n moduli (0 outside 2..20).");
+  py::class_<Ozaki2Panels, std::shared_ptr<Ozaki2Panels>>(
+      m, "Ozaki2Panels", "Scheme II residue panels of a product's operands (ozaki2_pack)")
+      .def_property_readonly("moduli", [](const Ozaki2Panels& p) { return p.nmod; })
+      .def_property_readonly("complex", [](const Ozaki2Panels& p) { return p.sets == 3; });
+  m.def("ozaki2_pack", &pack, py::arg("ar"), py::arg("br"), py::arg("mu"), py::arg("nu"),
+        py::arg("moduli"), py::arg("ai") = py::none(), py::arg("bi") = py::none(),
+        "Scheme II residues of A (m, k) with row shifts mu and of B (k, n) with column shifts nu "
+        "for the first `moduli` moduli, written straight into the int8 tile panels of the GEMMs "
+        "(with ai, bi: the 3M sets re, im, re + im). Panels come from the panel cache.");
+  m.def("ozaki2_multiply", &multiply, py::arg("panels"), py::arg("l"), py::arg("re"),
+        py::arg("im") = py::none(), py::kw_only(), py::arg("emulate") = false,
+        py::arg("threads") = 0,
+        "Modulus l's product on ozaki2_pack's panels into int8 residues re (m, n) (complex: re "
+        "and im, 3M): one tile GEMM per product, reduced modulo m_l in its epilogue; equal to "
+        "ozaki2_reduce(3) of gemm_s8s8s32 on the residue planes.");
   m.def("ozaki2_residues3", &residues3, py::arg("re"), py::arg("im"), py::arg("shift"),
         py::arg("moduli"), py::arg("lines_are_rows") = true,
         "3M residue planes (3, moduli, ...) of re + i im: re, im and re + im, as ozaki2_residues.");

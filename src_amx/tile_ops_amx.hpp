@@ -47,6 +47,11 @@ public:
     // GCC's tile-load asm declares no memory input: ordinary stores the next loads must see
     // (a scratch block just filled) need this compiler barrier in between. (The tile-store asm
     // clobbers memory, so reads after a store are ordered already.)
+    // int8 out = int32 scratch block mod m, symmetric (widen.hpp)
+    static void mod_reduce(const std::int32_t* s, std::int64_t rows, std::int64_t cols, int m,
+                           std::int8_t* out, std::int64_t ldo) {
+        mod_reduce_avx512(s, rows, cols, m, out, ldo);
+    }
     // C (float64) += a 32 x 32 FP32 scratch block (widen.hpp)
     static void widen_add(double* c, std::int64_t ldc, const float* s, std::int64_t rows,
                           std::int64_t cols, bool assign) {

@@ -39,6 +39,11 @@ public:
     }
     void release() { std::memset(tiles_, 0, sizeof tiles_); }
     bool ok() const { return ok_; }
+    // int8 out = int32 scratch block mod m, symmetric (widen.hpp)
+    static void mod_reduce(const std::int32_t* s, std::int64_t rows, std::int64_t cols, int m,
+                           std::int8_t* out, std::int64_t ldo) {
+        mod_reduce_scalar(s, rows, cols, m, out, ldo);
+    }
     // C (float64) += a 32 x 32 FP32 scratch block (widen.hpp)
     static void widen_add(double* c, std::int64_t ldc, const float* s, std::int64_t rows,
                           std::int64_t cols, bool assign) {

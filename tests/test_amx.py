@@ -969,6 +969,88 @@ def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch,
     _assert_statistics_equal(np.real(a)[::-1], np.imag(a)[::-1], np.real(b), np.imag(b), bits)
 
 
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize(("m", "k", "n"), TUNING_SHAPES)
+def test_host_panel_products_equal_reduced_exact_products(rng, restore_blocking, cplx, m, k, n):
+    """ozaki2_pack + ozaki2_multiply (residues straight into the tile panels, every GEMM reduced
+    modulo m_l in its epilogue; 3M for complex) against the exact int64 products of the residue
+    planes (ozaki2_residues, checked against Python integers below) reduced in numpy, under
+    every blocking (K in one chunk or several, edge blocks, static and dynamic grids) and 1 or
+    3 threads, on the tile model."""
+    from emulinalg._moduli import MODULI
+
+    nmod = 5
+    a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-30, 30, (m, 1)))
+    b = rng.standard_normal((k, n)) * np.exp2(rng.integers(-30, 30, (1, n)))
+    ai = rng.standard_normal((m, k)) * np.abs(a).max(1, keepdims=True) if cplx else None
+    bi = rng.standard_normal((k, n)) * np.abs(b).max(0, keepdims=True) if cplx else None
+    mu = (40 - np.frexp(np.abs(a).max(1) * 3)[1]).astype(np.int32)
+    nu = (40 - np.frexp(np.abs(b).max(0) * 3)[1]).astype(np.int32)
+    if cplx:
+        pa = _amx.ozaki2_residues3(a, ai, mu, nmod, True).astype(np.int64)
+        pb = _amx.ozaki2_residues3(b.T, bi.T, nu, nmod, False).astype(np.int64)
+    else:
+        pa = _amx.ozaki2_residues(a, mu, nmod, True)[None].astype(np.int64)
+        pb = _amx.ozaki2_residues(b.T, nu, nmod, False)[None].astype(np.int64)
+    want = []
+    for ell, mm in enumerate(MODULI[:nmod]):
+        t = [pa[p, ell] @ pb[p, ell] for p in range(len(pa))]
+        parts = [t[0] - t[1], t[2] - t[0] - t[1]] if cplx else [t[0]]
+        want.append([((x + mm // 2) % mm) - mm // 2 for x in parts])
+    for spec in TUNINGS[:4] + TUNINGS[-2:]:
+        _amx.set_blocking("default," + spec)
+        panels = _amx.ozaki2_pack(a, b, mu, nu, nmod, ai, bi)
+        for threads in (1, 3):
+            for ell in range(nmod):
+                re = np.full((m, n), 99, np.int8)
+                im = np.full((m, n), 99, np.int8) if cplx else None
+                _amx.ozaki2_multiply(panels, ell, re, im, emulate=True, threads=threads)
+                assert np.array_equal(re, want[ell][0]), (spec, threads, ell)
+                if cplx:
+                    assert np.array_equal(im, want[ell][1]), (spec, threads, ell)
+
+
+@amx_only
+@pytest.mark.amx
+@pytest.mark.parametrize("spec", ["", "kc=2", "mc=32,nc=32,kc=1,partition=1"])
+def test_host_panel_products_amx_equal_the_model(rng, restore_blocking, spec):
+    """ozaki2_multiply on real tiles (its AVX-512 epilogue) equals the tile model's, real and
+    3M, with K in one chunk or several."""
+    a = rng.standard_normal((100, 700))
+    b = rng.standard_normal((700, 90))
+    ai, bi = rng.standard_normal(a.shape), rng.standard_normal(b.shape)
+    mu, nu = np.full(100, 30, np.int32), np.full(90, 30, np.int32)
+    if spec:
+        _amx.set_blocking("default," + spec)
+    for im_a, im_b in ((None, None), (ai, bi)):
+        panels = _amx.ozaki2_pack(a, b, mu, nu, 18, im_a, im_b)
+        for ell in range(18):
+            got = [np.empty((100, 90), np.int8) for _ in range(2)]
+            want = [np.empty((100, 90), np.int8) for _ in range(2)]
+            cplx = im_a is not None
+            _amx.ozaki2_multiply(panels, ell, got[0], got[1] if cplx else None)
+            _amx.ozaki2_multiply(panels, ell, want[0], want[1] if cplx else None, emulate=True)
+            assert np.array_equal(got[0], want[0])
+            assert not cplx or np.array_equal(got[1], want[1])
+
+
+def test_host_panel_products_refuse_bad_outputs():
+    a, b = np.ones((4, 8)), np.ones((8, 3))
+    mu, nu = np.zeros(4, np.int32), np.zeros(3, np.int32)
+    panels = _amx.ozaki2_pack(a, b, mu, nu, 3)
+    with pytest.raises(ValueError, match="writable C-contiguous"):
+        _amx.ozaki2_multiply(panels, 0, np.zeros((4, 3), np.int32), emulate=True)
+    with pytest.raises(ValueError, match="no such modulus"):
+        _amx.ozaki2_multiply(panels, 3, np.zeros((4, 3), np.int8), emulate=True)
+    with pytest.raises(ValueError, match="im is needed"):
+        _amx.ozaki2_multiply(panels, 0, np.zeros((4, 3), np.int8), np.zeros((4, 3), np.int8),
+                             emulate=True)  # fmt: skip
+    with pytest.raises(ValueError, match="inner dimensions"):
+        _amx.ozaki2_pack(a, b.T, mu, nu, 3)
+    with pytest.raises(ValueError, match="both imaginary parts"):
+        _amx.ozaki2_pack(a, b, mu, nu, 3, a)
+
+
 def _symmetric(x, m):
     r = x % m
     return r - m if r > (m - 1) // 2 else r
