@@ -1,4 +1,4 @@
-// Scheme II's residue and CRT stages on the CPU. The CRT and the reduction compile the cupy
+// Scheme II's residue, product and CRT stages on the CPU. The CRT compiles the cupy
 // backend's CUDA C++ (backends/cuda/ozaki2_crt.cu, ozaki2_crt_s8.cu) as host C++ (cuda_host.hpp)
 // with OpenMP over rows; the residues have their own vectorized float64 form of the same
 // integers (below). The outputs are bit-identical to emulinalg._ozaki2's numpy code
@@ -8,7 +8,8 @@
 //
 //   residues: float64 lines x (shift per line) -> int8 symmetric residues of trunc(x 2**shift)
 //             for moduli 0..n-1, planes (n, rows, cols) in any output layout
-//   reduce:   int32 GEMM output -> its symmetric residue mod m_l as int8
+//   pack, multiply: the residues straight into the tile GEMM's int8 panels; one GEMM per
+//             modulus, reduced mod m_l into int8 residues in its epilogue (kernel.hpp)
 //   crt:      int8 residues (n, m, n) -> exact CRT integer -> correctly rounded float64 /
 //             float32 / double-double, unscaled by 2**-(mu_i + nu_j)
 #include "cuda_host.hpp"
@@ -50,16 +51,6 @@ constexpr int kMaxModuli = 20;
 // (Counts 0 and 1 are refused at run time; 1 word keeps their template instances valid.)
 constexpr int kCrtWords[kMaxModuli + 1] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3,
                                            3, 3, 4, 4, 4, 4, 5, 5, 5, 5};
-
-// Calls f(std::integral_constant<int, L>) for the runtime modulus index l < kMaxModuli.
-template <class F, int... L>
-void with_index(int l, F&& f, std::integer_sequence<int, L...>) {
-  ((l == L ? (f(std::integral_constant<int, L>{}), 0) : 0), ...);
-}
-template <class F>
-void with_index(int l, F&& f) {
-  with_index(l, std::forward<F>(f), std::make_integer_sequence<int, kMaxModuli>{});
-}
 
 // The residues, vectorized: the CUDA kernel's word arithmetic (element_words, residue_of) runs
 // one entry per thread; here the same integers are reached with exact float64 operations that
@@ -441,29 +432,6 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
   if (!ok) throw std::runtime_error("ozaki2_multiply: internal error: tile shapes violate the rules");
 }
 
-template <int L>
-void reduce3_impl(const std::int32_t* t1, const std::int32_t* t2, const std::int32_t* t3,
-                  long long size, signed char* re, signed char* im) {
-  constexpr long long m = kModuli[L];
-#pragma omp parallel for schedule(static)
-  for (long long i = 0; i < size; ++i) {  // int64: t3 - t1 - t2 can leave the int32 range
-    long long a = (static_cast<long long>(t1[i]) - t2[i]) % m;
-    long long b = (static_cast<long long>(t3[i]) - t1[i] - t2[i]) % m;
-    a += a < 0 ? m : 0;
-    b += b < 0 ? m : 0;
-    re[i] = static_cast<signed char>(symmetric<kModuli[L]>(static_cast<int>(a)));
-    im[i] = static_cast<signed char>(symmetric<kModuli[L]>(static_cast<int>(b)));
-  }
-}
-
-template <int L>
-void reduce_impl(const std::int32_t* t, long long size, signed char* out) {
-  constexpr int m = kModuli[L];
-#pragma omp parallel for schedule(static)
-  for (long long i = 0; i < size; ++i)
-    out[i] = static_cast<signed char>(symmetric<m>(mod_pos<m>(t[i])));
-}
-
 // The CRT sums of a run of kRun entries (int8 residues w[l][t], zeros beyond the run):
 // acc[i][t] = sum_l w[l][t] wdig[l][i] (int64) and qf[t] = (..(w[0][t] ratio[0]) + ..) +
 // w[l][t] ratio[l] in modulus order, as ozaki2_crt_s8's accumulate_s8 for each entry (the same
@@ -716,39 +684,6 @@ py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> i
   return out;
 }
 
-// 3M: Re = T1 - T2, Im = T3 - T1 - T2 modulo the l-th modulus, symmetric, as int8.
-void reduce3(py::array_t<std::int32_t, py::array::c_style> t1,
-             py::array_t<std::int32_t, py::array::c_style> t2,
-             py::array_t<std::int32_t, py::array::c_style> t3, int l, py::array re,
-             py::array im) {
-  check_moduli(l + 1);
-  const long long size = t1.size();
-  if (t2.size() != size || t3.size() != size) throw std::invalid_argument("reduce3: sizes");
-  for (const py::array* o : {&re, &im})
-    if (o->size() != size || !o->dtype().is(py::dtype::of<signed char>()) ||
-        !(o->flags() & py::array::c_style) || !o->writeable())
-      throw std::invalid_argument("reduce3: outputs must be writable C-contiguous int8 arrays");
-  const std::int32_t *p1 = t1.data(), *p2 = t2.data(), *p3 = t3.data();
-  signed char* pre = static_cast<signed char*>(re.mutable_data());
-  signed char* pim = static_cast<signed char*>(im.mutable_data());
-  py::gil_scoped_release nogil;
-  with_index(l, [&](auto L) { reduce3_impl<decltype(L)::value>(p1, p2, p3, size, pre, pim); });
-}
-
-// Symmetric residues mod m_l of int32 values, written into out (int8, same size).
-void reduce(py::array_t<std::int32_t, py::array::c_style> t, int l, py::array out) {
-  check_moduli(l + 1);
-  if (t.size() != out.size()) throw std::invalid_argument("reduce: sizes differ");
-  if (!out.dtype().is(py::dtype::of<signed char>()) || !(out.flags() & py::array::c_style) ||
-      !out.writeable())
-    throw std::invalid_argument("reduce: out must be a writable C-contiguous int8 array");
-  const std::int32_t* pt = t.data();
-  signed char* po = static_cast<signed char*>(out.mutable_data());
-  const long long size = t.size();
-  py::gil_scoped_release nogil;
-  with_index(l, [&](auto L) { reduce_impl<decltype(L)::value>(pt, size, po); });
-}
-
 std::mutex tables_mutex;  // the digit tables are process globals (the kernels' __constant__)
 
 // CRT of int8 residues res (nmod, m, n) with shifts mu (m,), nu (n,); kind 0 float64 -> hi,
@@ -825,8 +760,6 @@ void register_ozaki2_host(py::module_& m) {
         "int8 symmetric residues of trunc(x * 2**shift) (shift per line) for the first `moduli` "
         "moduli: (moduli, R, C) when lines_are_rows, else (moduli, C, R). Exact for "
         "|trunc(x 2**shift)| < 2**96 (Scheme II's scaling keeps it below 2**82).");
-  m.def("ozaki2_reduce", &reduce, py::arg("t"), py::arg("l"), py::arg("out"),
-        "out = symmetric residue of int32 t modulo the l-th modulus, as int8.");
   m.def("ozaki2_crt", &crt, py::arg("res"), py::arg("mu"), py::arg("nu"), py::arg("kind"),
         py::arg("wdig"), py::arg("pdig"), py::arg("ratio"), py::arg("hi"),
         py::arg("lo") = py::none(), py::arg("hi_im") = py::none(), py::arg("lo_im") = py::none(),
@@ -849,12 +782,9 @@ void register_ozaki2_host(py::module_& m) {
         py::arg("im") = py::none(), py::kw_only(), py::arg("emulate") = false,
         py::arg("threads") = 0,
         "Modulus l's product on ozaki2_pack's panels into int8 residues re (m, n) (complex: re "
-        "and im, 3M): one tile GEMM per product, reduced modulo m_l in its epilogue; equal to "
-        "ozaki2_reduce(3) of gemm_s8s8s32 on the residue planes.");
+        "and im, 3M): one tile GEMM per product, reduced modulo m_l in its epilogue (the "
+        "symmetric residues of gemm_s8s8s32 on the residue planes).");
   m.def("ozaki2_residues3", &residues3, py::arg("re"), py::arg("im"), py::arg("shift"),
         py::arg("moduli"), py::arg("lines_are_rows") = true,
         "3M residue planes (3, moduli, ...) of re + i im: re, im and re + im, as ozaki2_residues.");
-  m.def("ozaki2_reduce3", &reduce3, py::arg("t1"), py::arg("t2"), py::arg("t3"), py::arg("l"),
-        py::arg("re"), py::arg("im"),
-        "3M: re = T1 - T2, im = T3 - T1 - T2 modulo the l-th modulus, symmetric int8.");
 }
