@@ -181,13 +181,13 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     m, n = ar.shape[0], br.shape[1]
     with stage("slicing"):  # the residues straight into the GEMMs' int8 tile panels
         panels = amx.ozaki2_pack(ar, br, mu32, nu32, moduli, ai, bi)
-    res = amx.empty((2 if cplx else 1, moduli, m, n), "int8")  # huge pages: written once
+    res = panels.residues  # (parts, moduli, m, n) from the panel cache, alive with the panels
     with stage("products"):  # each GEMM reduced modulo m_l in its epilogue (3M: three)
         for ell in range(moduli):
             amx.ozaki2_multiply(
                 panels, ell, res[0, ell], res[1, ell] if cplx else None, emulate=EMULATE
             )
-    del panels
+    panels.release_operands()  # back to the cache before the CRT's outputs are made
     with stage("reconstruction"):
         dt = "float32" if out_dtype == "float32" else "float64"
         outs = [amx.empty((m, n), dt) for _ in range(len(res))]

@@ -330,8 +330,11 @@ private:
         const std::int64_t rows = std::min<std::int64_t>(kRegRows, m_ - row0);
         const std::int64_t cols = std::min<std::int64_t>(kRegCols, n_ - col0);
         const bool edge = rows < kRegRows || cols < kRegCols;
-        Acc* c = edge ? scratch_ : c_ + row0 * n_ + col0;
-        const std::int64_t ldc = edge ? kRegCols : n_;
+        // no C at all (c_ null): a mod-epilogue GEMM with K in one chunk, whose only chunk
+        // never loads or stores C
+        const bool own = edge || c_ == nullptr;
+        Acc* c = own ? scratch_ : c_ + row0 * n_ + col0;
+        const std::int64_t ldc = own ? kRegCols : n_;
         const std::int64_t stride = ldc * static_cast<std::int64_t>(sizeof(Acc));
         Acc* c10 = c + 16 * ldc;
         if (first) {
@@ -571,7 +574,11 @@ bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, st
     }
     const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
-    const Plan plan = make_plan(current_tuning(), mp, np, ktiles, threads);
+    Tuning tuning = current_tuning();
+    // Unless kc is set, K in one chunk: no int32 partial sums in memory at all (18 GEMMs of
+    // 8192^3 on the AMX host: 1.71 s against 1.90 s with the plain GEMM's default kc = 64).
+    if (tuning.kc == 0) tuning.kc = ktiles;
+    const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
     PooledBytes partial;
     if (plan.kc < ktiles) partial = PooledBytes(static_cast<std::size_t>(m * n) * 4);
     const ModEpilogue mod{out, ldo, modulus};

@@ -92,8 +92,10 @@ inline double pow2_or_zero(int p) {
 }
 
 // |x| 2**shift as (|x| f1) f2: f1 = 2**clamp(shift, -1022, 1023) is one exact product wherever
-// the result is normal; f2 carries the rest (> 1 only for lines of tiny entries, where both
-// products are exact; < 1 only where v < 1 whatever the rounding, so X = 0 as it must).
+// the result is normal; f2 carries the rest: > 1 only for lines of tiny entries (both products
+// exact), < 1 only for shift < -1022, where v < 2 and |x| f1 is exact whenever v >= 1 (else
+// X = 0 whatever the rounding). f2 is capped at 2**1023: beyond, |X| would exceed 2**972
+// for any nonzero x, far outside the contract, and 0 x inf would be NaN.
 struct ShiftFactors {
   std::vector<double> f1, f2;
 };
@@ -104,7 +106,7 @@ ShiftFactors shift_factors(const int* shift, int n) {
   for (int i = 0; i < n; ++i) {
     const int p1 = std::min(std::max(shift[i], -1022), 1023);
     f.f1[i] = pow2_or_zero(p1);
-    f.f2[i] = pow2_or_zero(shift[i] - p1);
+    f.f2[i] = pow2_or_zero(std::min(shift[i] - p1, 1023));
   }
   return f;
 }
@@ -239,11 +241,13 @@ constexpr bool kCompiled = false;
 // residues of re, im and re + im (3M).
 struct Ozaki2Panels {
   amx::PooledBytes a, b;
+  amx::PooledBytes res;  // the products' residues (parts, nmod, m, n), int8: the CRT's input
   long long m = 0, n = 0, k = 0, ablocks = 0, bblocks = 0, ktiles = 0, apanel = 0, bpanel = 0;
   int nmod = 0, sets = 1;
   amx::TileSource source(bool side_a, int set, int l) const {
-    const std::uint8_t* base = (side_a ? a.get() : b.get()) +
-                               (static_cast<long long>(set) * nmod + l) * (side_a ? apanel : bpanel);
+    const long long panel = side_a ? apanel : bpanel;
+    const std::uint8_t* base =
+        (side_a ? a.get() : b.get()) + (static_cast<long long>(set) * nmod + l) * panel;
     return {base, ktiles * amx::kTileSize, amx::kTileSize, amx::kTileBytes};
   }
 };
@@ -288,7 +292,8 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
     for (long long q = 0; q < quads; ++q) {
       for (long long run = 0; run < runs; ++run) {
         const long long j0 = run * kRun;
-        const int len = static_cast<int>(std::max<long long>(0, std::min<long long>(kRun, P.n - j0)));
+        const int len =
+            static_cast<int>(std::max<long long>(0, std::min<long long>(kRun, P.n - j0)));
         for (int g = 0; g < 4; ++g) {
           const long long kk = 4 * q + g;
           signed char* o = buf.data() + g * kRun;
@@ -343,7 +348,8 @@ std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> b
         bim.shape(0) != br.shape(0) || bim.shape(1) != br.shape(1))
       throw std::invalid_argument("ozaki2_pack: imaginary parts must be shaped as the real ones");
   }
-  if (br.shape(0) != ar.shape(1)) throw std::invalid_argument("ozaki2_pack: inner dimensions differ");
+  if (br.shape(0) != ar.shape(1))
+    throw std::invalid_argument("ozaki2_pack: inner dimensions differ");
   if (ar.shape(1) > kMaxK)
     throw std::invalid_argument("ozaki2_pack: k beyond 2**17 - 1 (int32 sums could overflow)");
   if (mu.size() != ar.shape(0) || nu.size() != br.shape(1))
@@ -361,6 +367,10 @@ std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> b
   P->bpanel = P->bblocks * P->ktiles * amx::kTileSize;
   P->a = amx::PooledBytes(static_cast<std::size_t>(P->sets * nmod * P->apanel));
   P->b = amx::PooledBytes(static_cast<std::size_t>(P->sets * nmod * P->bpanel));
+  // pooled too: a repeated product finds its 1.2 GB of residues (N = 8192) mapped already
+  // (their first touch cost 0.19 s on the AMX host)
+  P->res = amx::PooledBytes(static_cast<std::size_t>(std::max<long long>(
+      1, (cplx ? 2 : 1) * nmod * P->m * P->n)));
   const double *pa = ar.data(), *pb = br.data();
   const double* pai = cplx ? aim.data() : nullptr;
   const double* pbi = cplx ? bim.data() : nullptr;
@@ -396,6 +406,8 @@ bool mod_gemm(const amx::TileSource& a, const amx::TileSource& b, int m_l, signe
 void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool emulate,
               int threads) {
   if (l < 0 || l >= P.nmod) throw std::invalid_argument("ozaki2_multiply: no such modulus");
+  if (P.a.get() == nullptr || P.b.get() == nullptr)
+    throw std::invalid_argument("ozaki2_multiply: the operands' panels were released");
   if (!emulate && !amx::status(kCompiled).available)
     throw std::runtime_error("ozaki2_multiply: AMX is not available: " +
                              amx::status(kCompiled).reason + " (emulate=True runs the tile model)");
@@ -429,7 +441,8 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
       pim[i] = static_cast<signed char>(b);
     }
   }
-  if (!ok) throw std::runtime_error("ozaki2_multiply: internal error: tile shapes violate the rules");
+  if (!ok)
+    throw std::runtime_error("ozaki2_multiply: internal error: tile shapes violate the rules");
 }
 
 // The CRT sums of a run of kRun entries (int8 residues w[l][t], zeros beyond the run):
@@ -468,11 +481,12 @@ inline i64 clamp64(i64 x, i64 lo, i64 hi) { return std::min(std::max(x, lo), hi)
 // integer steps with selects instead of branches): Y = X - qP (words a, carried) -> its sign
 // and magnitude, the top 64 bits T of |Y| and a sticky bit, then RNE to MANT bits. Only results
 // in the normal range (e_res in [EMIN + MANT - 1, EMAX]: every significand bit kept, no
-// overflow) take this path, so that the rounding position is the same in every lane; returns
-// false, with nothing written, when a lane of the first len needs finish() itself (subnormal,
-// zero-rounding or overflowing results). Shift counts are read from arrays of 64-bit values:
-// computed in the same loop, GCC narrows them to 32 bits and then cannot vectorize the 64-bit
-// shifts. Always inlined: compiled once per target of crt_finish_run (target_clones).
+// overflow before rounding; a carry out of the top rounds into the exponent field, up to inf,
+// as in finish()) take this path, so that the rounding position is the same in every lane;
+// returns false, with nothing written, when a lane of the first len needs finish() itself
+// (subnormal, zero-rounding or overflowing results). Shift counts are read from arrays of
+// 64-bit values: computed in the same loop, GCC narrows them to 32 bits and then cannot
+// vectorize the 64-bit shifts. Always inlined: compiled once per target of crt_finish_run.
 template <int MANT, int EMIN, int EMAX>
 __attribute__((always_inline)) inline bool round_run(i64 (&a)[kMaxWords][kRun], int nw,
                                                      const i64* off, int len, u64* out_bits) {
@@ -772,7 +786,25 @@ void register_ozaki2_host(py::module_& m) {
   py::class_<Ozaki2Panels, std::shared_ptr<Ozaki2Panels>>(
       m, "Ozaki2Panels", "Scheme II residue panels of a product's operands (ozaki2_pack)")
       .def_property_readonly("moduli", [](const Ozaki2Panels& p) { return p.nmod; })
-      .def_property_readonly("complex", [](const Ozaki2Panels& p) { return p.sets == 3; });
+      .def_property_readonly("complex", [](const Ozaki2Panels& p) { return p.sets == 3; })
+      .def_property_readonly(
+          "residues",
+          [](py::object self) {
+            const auto& p = self.cast<const Ozaki2Panels&>();
+            const std::vector<py::ssize_t> shape{p.sets == 3 ? 2 : 1, p.nmod, p.m, p.n};
+            return py::array_t<signed char>(
+                shape, reinterpret_cast<signed char*>(p.res.get()), self);
+          },
+          "Uninitialised int8 (parts, moduli, m, n) in the panel cache, alive with the panels: "
+          "where ozaki2_multiply's residues go for ozaki2_crt (parts: 2 when complex).")
+      .def(
+          "release_operands",
+          [](Ozaki2Panels& p) {
+            p.a = amx::PooledBytes();
+            p.b = amx::PooledBytes();
+          },
+          "Give the operands' panels back to the cache (after the last ozaki2_multiply; the "
+          "residues stay).");
   m.def("ozaki2_pack", &pack, py::arg("ar"), py::arg("br"), py::arg("mu"), py::arg("nu"),
         py::arg("moduli"), py::arg("ai") = py::none(), py::arg("bi") = py::none(),
         "Scheme II residues of A (m, k) with row shifts mu and of B (k, n) with column shifts nu "

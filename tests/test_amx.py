@@ -1035,6 +1035,14 @@ def test_host_panel_products_refuse_bad_outputs():
                              emulate=True)  # fmt: skip
     with pytest.raises(ValueError, match="inner dimensions"):
         _amx.ozaki2_pack(a, b.T, mu, nu, 3)
+    res = panels.residues
+    assert res.shape == (1, 3, 4, 3) and res.dtype == np.int8
+    panels.release_operands()
+    with pytest.raises(ValueError, match="released"):
+        _amx.ozaki2_multiply(panels, 0, res[0, 0], emulate=True)
+    del panels
+    res[0, 2] = 7  # the residues outlive the panels object: the array holds it
+    assert res.sum() == 7 * 12 + int(res[0, :2].astype(np.int64).sum())
     with pytest.raises(ValueError, match="both imaginary parts"):
         _amx.ozaki2_pack(a, b, mu, nu, 3, a)
 
