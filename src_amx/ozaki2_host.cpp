@@ -154,12 +154,23 @@ __attribute__((always_inline)) inline void residues_mod(const Pieces& p, const M
   }
 }
 
-// len int8 values of r to out[t so] (r is 0 beyond the run's entries).
+// 64 bytes to a 64-byte aligned destination with non-temporal stores (SSE2).
+inline void stream_line(void* dst, const void* src) {
+  const auto* s = static_cast<const __m128i*>(src);
+  auto* d = static_cast<__m128i*>(dst);
+  for (int q = 0; q < 4; ++q) _mm_stream_si128(d + q, _mm_load_si128(s + q));
+}
+
+// len int8 values of r to out[t so] (r is 0 beyond the run's entries); stream: a whole
+// 64-byte aligned tile row (len = kRun, so = 1) with non-temporal stores.
 __attribute__((always_inline)) inline void put_residues(const double* r, int len,
-                                                        signed char* out, long long so) {
+                                                        signed char* out, long long so,
+                                                        bool stream) {
   alignas(64) signed char o[kRun];
   for (int t = 0; t < kRun; ++t) o[t] = static_cast<signed char>(static_cast<int>(r[t]));
-  if (so == 1) {
+  if (stream) {
+    stream_line(out, o);
+  } else if (so == 1) {
     std::memcpy(out, o, len);
   } else {
     for (int t = 0; t < len; ++t) out[t * so] = o[t];
@@ -172,7 +183,7 @@ __attribute__((always_inline)) inline void put_residues(const double* r, int len
 __attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
     const double* x, long long sx, const double* y, long long sy, int len, const double* f1,
     const double* f2, bool per_value, int nmod, signed char* out, long long so, long long plane,
-    long long set, int out_len) {
+    long long set, int out_len, bool stream) {
   Pieces px, py;
   pieces(x, sx, len, f1, f2, per_value, px);
   if (y != nullptr) pieces(y, sy, len, f1, f2, per_value, py);
@@ -180,16 +191,16 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
   for (int l = 0; l < nmod; ++l) {
     const ModConst& c = kModTable.c[l];
     residues_mod(px, c, rr);
-    put_residues(rr, out_len, out + l * plane, so);
+    put_residues(rr, out_len, out + l * plane, so, stream);
     if (y == nullptr) continue;
     residues_mod(py, c, ri);
-    put_residues(ri, out_len, out + set + l * plane, so);
+    put_residues(ri, out_len, out + set + l * plane, so, stream);
     for (int t = 0; t < kRun; ++t) {  // (re + im) mod m from the two symmetric residues
       double u = rr[t] + ri[t];
       u -= u > c.half ? c.m : 0.0;
       rr[t] = u + (u < c.low ? c.m : 0.0);
     }
-    put_residues(rr, out_len, out + 2 * set + l * plane, so);
+    put_residues(rr, out_len, out + 2 * set + l * plane, so, stream);
   }
 }
 
@@ -207,7 +218,7 @@ void residues_all(const double* x, long long sr, long long sc, const double* y, 
       for (int c = 0; c < C; ++c)
         residue_run(x + r0 * sr + c * sc, sr, y ? y + r0 * yr + c * yc : nullptr, yr, len,
                     &f.f1[r0], &f.f2[r0], true, nmod, out + r0 * out_r + c * out_c, out_r,
-                    plane, set, len);
+                    plane, set, len, false);
     }
     return;
   }
@@ -216,7 +227,8 @@ void residues_all(const double* x, long long sr, long long sc, const double* y, 
     for (int c0 = 0; c0 < C; c0 += kRun)
       residue_run(x + r * sr + c0 * sc, sc, y ? y + r * yr + c0 * yc : nullptr, yc,
                   std::min(kRun, C - c0), &f.f1[r], &f.f2[r], false, nmod,
-                  out + r * out_r + c0 * out_c, out_c, plane, set, std::min(kRun, C - c0));
+                  out + r * out_r + c0 * out_c, out_c, plane, set, std::min(kRun, C - c0),
+                  false);
 }
 
 // ---- Scheme II on packed panels: the residues written straight into the tile GEMM's int8
@@ -244,6 +256,7 @@ struct Ozaki2Panels {
   amx::PooledBytes res;  // the products' residues (parts, nmod, m, n), int8: the CRT's input
   long long m = 0, n = 0, k = 0, ablocks = 0, bblocks = 0, ktiles = 0, apanel = 0, bpanel = 0;
   int nmod = 0, sets = 1;
+  bool stream = false;  // panels written with non-temporal stores
   amx::TileSource source(bool side_a, int set, int l) const {
     const long long panel = side_a ? apanel : bpanel;
     const std::uint8_t* base =
@@ -259,21 +272,25 @@ void pack_rows(const double* x, long long sr, long long sc, const double* y, lon
   const ShiftFactors f = shift_factors(shift, static_cast<int>(P.m));
   std::uint8_t* base = P.a.get();
   const long long set = static_cast<long long>(P.nmod) * P.apanel;
-#pragma omp parallel for schedule(static)
-  for (long long i = 0; i < P.ablocks * amx::kTileRows; ++i) {
-    std::uint8_t* row = base + (i / amx::kTileRows) * P.ktiles * amx::kTileSize +
-                        (i % amx::kTileRows) * amx::kTileBytes;
-    for (long long kt = 0; kt < P.ktiles; ++kt) {
-      signed char* out = reinterpret_cast<signed char*>(row + kt * amx::kTileSize);
-      if (i >= P.m) {
-        for (int q = 0; q < P.sets * P.nmod; ++q) std::memset(out + q * P.apanel, 0, kRun);
-        continue;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (long long i = 0; i < P.ablocks * amx::kTileRows; ++i) {
+      std::uint8_t* row = base + (i / amx::kTileRows) * P.ktiles * amx::kTileSize +
+                          (i % amx::kTileRows) * amx::kTileBytes;
+      for (long long kt = 0; kt < P.ktiles; ++kt) {
+        signed char* out = reinterpret_cast<signed char*>(row + kt * amx::kTileSize);
+        if (i >= P.m) {
+          for (int q = 0; q < P.sets * P.nmod; ++q) std::memset(out + q * P.apanel, 0, kRun);
+          continue;
+        }
+        const long long c0 = kt * kRun;
+        residue_run(x + i * sr + c0 * sc, sc, y ? y + i * yr + c0 * yc : nullptr, yc,
+                    static_cast<int>(std::min<long long>(kRun, P.k - c0)), &f.f1[i], &f.f2[i],
+                    false, P.nmod, out, 1, P.apanel, set, kRun, P.stream);
       }
-      const long long c0 = kt * kRun;
-      residue_run(x + i * sr + c0 * sc, sc, y ? y + i * yr + c0 * yc : nullptr, yc,
-                  static_cast<int>(std::min<long long>(kRun, P.k - c0)), &f.f1[i], &f.f2[i],
-                  false, P.nmod, out, 1, P.apanel, set, kRun);
     }
+    if (P.stream) _mm_sfence();  // the streamed rows visible before the barrier
   }
 }
 
@@ -303,7 +320,7 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
           }
           residue_run(x + kk * sr + j0 * sc, sc, y ? y + kk * yr + j0 * yc : nullptr, yc, len,
                       &f.f1[j0], &f.f2[j0], true, P.nmod, o, 1, 4 * kRun,
-                      static_cast<long long>(P.nmod) * 4 * kRun, kRun);
+                      static_cast<long long>(P.nmod) * 4 * kRun, kRun, false);
         }
         const long long kt = q / amx::kTileRows, r = q % amx::kTileRows;
         for (int u = 0; u < q_all; ++u) {
@@ -314,13 +331,20 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
             const std::int8_t* rows[4];
             for (int g = 0; g < 4; ++g)
               rows[g] = reinterpret_cast<const std::int8_t*>(src + g * kRun + 16 * jb);
-            amx::vnni_row<std::int8_t>(
-                rows, P.b.get() + u * P.bpanel + (block * P.ktiles + kt) * amx::kTileSize +
-                          r * amx::kTileBytes);
+            std::uint8_t* dst = P.b.get() + u * P.bpanel +
+                                (block * P.ktiles + kt) * amx::kTileSize + r * amx::kTileBytes;
+            if (P.stream) {
+              alignas(64) std::uint8_t line[amx::kTileBytes];
+              amx::vnni_row<std::int8_t>(rows, line);
+              stream_line(dst, line);
+            } else {
+              amx::vnni_row<std::int8_t>(rows, dst);
+            }
           }
         }
       }
     }
+    if (P.stream) _mm_sfence();
   }
 }
 
@@ -328,7 +352,7 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
 std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> br,
                                    py::array_t<int, py::array::c_style> mu,
                                    py::array_t<int, py::array::c_style> nu, int nmod,
-                                   py::object ai, py::object bi) {
+                                   py::object ai, py::object bi, py::object stream) {
   check_moduli(nmod);
   if (ai.is_none() != bi.is_none())
     throw std::invalid_argument("ozaki2_pack: give both imaginary parts or neither");
@@ -365,6 +389,10 @@ std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> b
   P->ktiles = std::max<long long>(1, amx::ceil_div(P->k, kRun));
   P->apanel = P->ablocks * P->ktiles * amx::kTileSize;
   P->bpanel = P->bblocks * P->ktiles * amx::kTileSize;
+  // Non-temporal stores where the panels cannot stay in the caches anyway (the GEMMs read
+  // them back from memory): from 64 MiB of panels on, as bf16_pack.
+  const long long panel_bytes = P->sets * nmod * (P->apanel + P->bpanel);
+  P->stream = stream.is_none() ? panel_bytes >= (64ll << 20) : stream.cast<bool>();
   P->a = amx::PooledBytes(static_cast<std::size_t>(P->sets * nmod * P->apanel));
   P->b = amx::PooledBytes(static_cast<std::size_t>(P->sets * nmod * P->bpanel));
   // pooled too: a repeated product finds its 1.2 GB of residues (N = 8192) mapped already
@@ -806,10 +834,12 @@ void register_ozaki2_host(py::module_& m) {
           "Give the operands' panels back to the cache (after the last ozaki2_multiply; the "
           "residues stay).");
   m.def("ozaki2_pack", &pack, py::arg("ar"), py::arg("br"), py::arg("mu"), py::arg("nu"),
-        py::arg("moduli"), py::arg("ai") = py::none(), py::arg("bi") = py::none(),
+        py::arg("moduli"), py::arg("ai") = py::none(), py::arg("bi") = py::none(), py::kw_only(),
+        py::arg("stream") = py::none(),
         "Scheme II residues of A (m, k) with row shifts mu and of B (k, n) with column shifts nu "
         "for the first `moduli` moduli, written straight into the int8 tile panels of the GEMMs "
-        "(with ai, bi: the 3M sets re, im, re + im). Panels come from the panel cache.");
+        "(with ai, bi: the 3M sets re, im, re + im). Panels come from the panel cache. stream: "
+        "write them with non-temporal stores (None: from 64 MiB of panels on; same bytes).");
   m.def("ozaki2_multiply", &multiply, py::arg("panels"), py::arg("l"), py::arg("re"),
         py::arg("im") = py::none(), py::kw_only(), py::arg("emulate") = false,
         py::arg("threads") = 0,

@@ -215,6 +215,44 @@ py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py:
 // GEMM sums c's (gemm_lower): need (m, n) uint8 = MIN_MODULI (base) + the index of the first
 // threshold in thr that certifies it (base + len(thr): none); count: the largest need below
 // that (-1: none), at_count: its entries, beyond: the entries no count certifies.
+// cert_entries for 64 consecutive entries of row i (columns j0 .. j0 + 63 of F, c, mixb, nb,
+// beta, need): the same IEEE operations per entry as entry_lower / cert_test (no contraction in
+// this file), vectorized across the entries; the first certifying threshold is counted instead
+// of bisected: the test is monotone in t (cert_test), so the number of thresholds that fail it
+// is the first index that passes (nth: none). Adds each entry's index to hist.
+constexpr int kCertRun = 64;
+__attribute__((target_clones("avx512f", "avx2", "default"))) void cert_run(
+    const std::int32_t* __restrict__ F, const float* __restrict__ c,
+    const std::int64_t* __restrict__ mixb, bool mixa, const double* __restrict__ nb,
+    const double* __restrict__ beta, double na_i, double alpha_i, double qa, double fscale,
+    double fscale_mixed, double factor, double abs_term, double cR,
+    const double* __restrict__ th, int nth, int base, std::uint8_t* __restrict__ need,
+    long long* __restrict__ hist) {
+  double R[kCertRun], G2[kCertRun], Q[kCertRun];
+  int q[kCertRun];
+  for (int t = 0; t < kCertRun; ++t) {
+    const double fs = (mixa | (mixb[t] != 0)) ? fscale_mixed : fscale;
+    double lam = __dmul_rn(static_cast<double>(F[t]), fs);
+    if (c != nullptr) {
+      const double g = gemm_lower(c[t], factor, abs_term);
+      lam = g > lam ? g : lam;
+    }
+    R[t] = __dmul_rn(cR, lam);
+    G2[t] = __dmul_rn(2.0, __dadd_rn(__dmul_rn(alpha_i, nb[t]), __dmul_rn(beta[t], na_i)));
+    Q[t] = __dmul_rn(qa, beta[t]);
+    q[t] = 0;
+  }
+  for (int k = 0; k < nth; ++k) {
+    const double tk = th[k];
+    for (int t = 0; t < kCertRun; ++t)
+      q[t] += !(__dmul_rn(tk, __dadd_rn(G2[t], __dmul_rn(tk, Q[t]))) <= R[t]);
+  }
+  for (int t = 0; t < kCertRun; ++t) {
+    need[t] = static_cast<std::uint8_t>(base + q[t]);
+    ++hist[q[t]];
+  }
+}
+
 py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int fexp,
                             py::array_t<double, py::array::c_style> na,
                             py::array_t<double, py::array::c_style> alpha,
@@ -260,7 +298,13 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
 #pragma omp for schedule(static)
       for (int i = 0; i < m; ++i) {
         const double qa = __dmul_rn(c4, pal[i]);
-        for (int j = 0; j < n; ++j) {
+        const long long row = static_cast<long long>(i) * n;
+        int j = 0;
+        for (; j + kCertRun <= n; j += kCertRun)  // whole runs vectorized, the rest below
+          cert_run(pF + row + j, pc ? pc + row + j : nullptr, pmb + j, pma[i] != 0, pnb + j,
+                   pbe + j, pna[i], pal[i], qa, fscale, fscale_mixed, factor, abs_term, cR, th,
+                   nth, base, pn + row + j, mine.data());
+        for (; j < n; ++j) {
           const long long at = static_cast<long long>(i) * n + j;
           const double lam =
               entry_lower(static_cast<double>(pF[at]), pma[i] != 0 || pmb[j] != 0, fscale,

@@ -677,10 +677,10 @@ def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
     assert amx.ozaki2_certificate(a, None, b, None, generic, 53) is None  # not made here
 
 
-def _spanning_inputs(rng, cplx):
+def _spanning_inputs(rng, cplx, n=23):
     """Entries spanning 2**+-40 within every line (most floor to 0 in the bound operands, so
     F leaves entries beyond), one line of A zero."""
-    m, k, n = 29, 160, 23
+    m, k = 29, 160
     a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-40, 41, (m, k)))
     b = rng.standard_normal((k, n)) * np.exp2(rng.integers(-40, 41, (k, n)))
     if cplx:
@@ -749,6 +749,27 @@ def test_host_certificate_gemm_fallback(case, bits, monkeypatch, rng):
     beyond_f = _select.ozaki2_needed(xp, k, R, na, nb, pre[2], pre[3], cplx) == _select.BEYOND
     assert beyond_f.any() and beyond_f.sum() > beyond.sum()
     assert not (beyond & ~beyond_f).any()
+
+
+@pytest.mark.parametrize("case", ["phi", "phi-complex", "spanning", "spanning-complex"])
+@pytest.mark.parametrize("bits", [24, 53])
+def test_host_certificate_runs_of_64_columns(case, bits, monkeypatch, rng):
+    """n = 150 columns: cert_entries' vectorized runs of 64 (on F alone, and with the float32
+    GEMM's sums for the spanning inputs) and its scalar tail give _select's count and mask."""
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    cplx = case.endswith("complex")
+    if case.startswith("phi"):
+        dt = "complex128" if cplx else "float64"
+        a = phi_matrix((33, 200), 1.0, dt, seed=91)
+        b = phi_matrix((200, 150), 1.0, dt, seed=92)
+    else:
+        a, b = _spanning_inputs(rng, cplx, n=150)
+    ar, br = np.ascontiguousarray(np.real(a)), np.ascontiguousarray(np.real(b))
+    ai = np.ascontiguousarray(np.imag(a)) if cplx else None
+    bi = np.ascontiguousarray(np.imag(b)) if cplx else None
+    _assert_statistics_equal(ar, ai, br, bi, bits)
 
 
 def test_host_certificate_without_fallback_reads_no_operand(monkeypatch):
@@ -987,7 +1008,8 @@ def test_host_panel_products_equal_reduced_exact_products(rng, restore_blocking,
         want.append([((x + mm // 2) % mm) - mm // 2 for x in parts])
     for spec in TUNINGS[:4] + TUNINGS[-2:]:
         _amx.set_blocking("default," + spec)
-        panels = _amx.ozaki2_pack(a, b, mu, nu, nmod, ai, bi)
+        stream = spec == TUNINGS[-1]  # non-temporal panel stores: the same bytes
+        panels = _amx.ozaki2_pack(a, b, mu, nu, nmod, ai, bi, stream=stream)
         for threads in (1, 3):
             for ell in range(nmod):
                 re = np.full((m, n), 99, np.int8)
