@@ -187,7 +187,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
             amx.ozaki2_multiply(
                 panels, ell, res[0, ell], res[1, ell] if cplx else None, emulate=EMULATE
             )
-    panels.release_operands()  # back to the cache before the CRT's outputs are made
+    panels.release_operands()  # back to the panel cache now; the residues stay for the CRT
     with stage("reconstruction"):
         dt = "float32" if out_dtype == "float32" else "float64"
         outs = [amx.empty((m, n), dt) for _ in range(len(res))]

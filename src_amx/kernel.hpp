@@ -575,9 +575,11 @@ bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, st
     const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
     Tuning tuning = current_tuning();
-    // Unless kc is set, K in one chunk: no int32 partial sums in memory at all (18 GEMMs of
-    // 8192^3 on the AMX host: 1.71 s against 1.90 s with the plain GEMM's default kc = 64).
-    if (tuning.kc == 0) tuning.kc = ktiles;
+    // Unless kc is set, K in chunks of up to 128 tiles (K = 8192, the size measured): no int32
+    // partial sums in memory up to there (18 GEMMs of 8192^3 on the AMX host: 1.71 s against
+    // 1.90 s with the plain GEMM's default kc = 64); beyond, the outer operand's strip
+    // (2 kc KiB) would outgrow the L2.
+    if (tuning.kc == 0) tuning.kc = std::min<std::int64_t>(ktiles, 128);
     const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
     PooledBytes partial;
     if (plan.kc < ktiles) partial = PooledBytes(static_cast<std::size_t>(m * n) * 4);

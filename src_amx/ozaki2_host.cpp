@@ -238,7 +238,7 @@ void residues_all(const double* x, long long sr, long long sc, const double* y, 
 
 namespace amx = emulinalg::amx;
 
-void check_moduli(int nmod);                      // below
+void check_moduli(int nmod);                  // below
 constexpr long long kMaxK = (1ll << 17) - 1;  // kernel.hpp's kMaxKS8: exact int32 sums
 
 #ifdef EMULINALG_AMX_COMPILED
@@ -252,15 +252,16 @@ constexpr bool kCompiled = false;
 // blocks), B's columns in VNNI 16-column blocks; ktiles K tiles of 64. Complex (sets = 3): the
 // residues of re, im and re + im (3M).
 struct Ozaki2Panels {
-  amx::PooledBytes a, b;
+  // shared: an ozaki2_multiply in flight keeps its own references (release_operands in another
+  // Python thread only drops the object's)
+  std::shared_ptr<amx::PooledBytes> a, b;
   amx::PooledBytes res;  // the products' residues (parts, nmod, m, n), int8: the CRT's input
   long long m = 0, n = 0, k = 0, ablocks = 0, bblocks = 0, ktiles = 0, apanel = 0, bpanel = 0;
   int nmod = 0, sets = 1;
   bool stream = false;  // panels written with non-temporal stores
-  amx::TileSource source(bool side_a, int set, int l) const {
-    const long long panel = side_a ? apanel : bpanel;
-    const std::uint8_t* base =
-        (side_a ? a.get() : b.get()) + (static_cast<long long>(set) * nmod + l) * panel;
+  // The tiles of panel (set, l) in the stack at `stack` (a's or b's bytes; panel bytes each).
+  amx::TileSource source(const amx::PooledBytes& stack, long long panel, int set, int l) const {
+    const std::uint8_t* base = stack.get() + (static_cast<long long>(set) * nmod + l) * panel;
     return {base, ktiles * amx::kTileSize, amx::kTileSize, amx::kTileBytes};
   }
 };
@@ -270,11 +271,11 @@ struct Ozaki2Panels {
 void pack_rows(const double* x, long long sr, long long sc, const double* y, long long yr,
                long long yc, const int* shift, Ozaki2Panels& P) {
   const ShiftFactors f = shift_factors(shift, static_cast<int>(P.m));
-  std::uint8_t* base = P.a.get();
+  std::uint8_t* base = P.a->get();
   const long long set = static_cast<long long>(P.nmod) * P.apanel;
 #pragma omp parallel
   {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (long long i = 0; i < P.ablocks * amx::kTileRows; ++i) {
       std::uint8_t* row = base + (i / amx::kTileRows) * P.ktiles * amx::kTileSize +
                           (i % amx::kTileRows) * amx::kTileBytes;
@@ -290,7 +291,7 @@ void pack_rows(const double* x, long long sr, long long sc, const double* y, lon
                     false, P.nmod, out, 1, P.apanel, set, kRun, P.stream);
       }
     }
-    if (P.stream) _mm_sfence();  // the streamed rows visible before the barrier
+    if (P.stream) _mm_sfence();  // streamed rows visible before the region's closing barrier
   }
 }
 
@@ -305,7 +306,7 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
 #pragma omp parallel
   {
     std::vector<signed char> buf(static_cast<std::size_t>(q_all) * 4 * kRun);
-#pragma omp for schedule(static) collapse(2)
+#pragma omp for schedule(static) collapse(2) nowait
     for (long long q = 0; q < quads; ++q) {
       for (long long run = 0; run < runs; ++run) {
         const long long j0 = run * kRun;
@@ -331,7 +332,7 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
             const std::int8_t* rows[4];
             for (int g = 0; g < 4; ++g)
               rows[g] = reinterpret_cast<const std::int8_t*>(src + g * kRun + 16 * jb);
-            std::uint8_t* dst = P.b.get() + u * P.bpanel +
+            std::uint8_t* dst = P.b->get() + u * P.bpanel +
                                 (block * P.ktiles + kt) * amx::kTileSize + r * amx::kTileBytes;
             if (P.stream) {
               alignas(64) std::uint8_t line[amx::kTileBytes];
@@ -344,7 +345,7 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
         }
       }
     }
-    if (P.stream) _mm_sfence();
+    if (P.stream) _mm_sfence();  // as in pack_rows
   }
 }
 
@@ -393,8 +394,8 @@ std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> b
   // them back from memory): from 64 MiB of panels on, as bf16_pack.
   const long long panel_bytes = P->sets * nmod * (P->apanel + P->bpanel);
   P->stream = stream.is_none() ? panel_bytes >= (64ll << 20) : stream.cast<bool>();
-  P->a = amx::PooledBytes(static_cast<std::size_t>(P->sets * nmod * P->apanel));
-  P->b = amx::PooledBytes(static_cast<std::size_t>(P->sets * nmod * P->bpanel));
+  P->a = std::make_shared<amx::PooledBytes>(static_cast<std::size_t>(P->sets * nmod * P->apanel));
+  P->b = std::make_shared<amx::PooledBytes>(static_cast<std::size_t>(P->sets * nmod * P->bpanel));
   // pooled too: a repeated product finds its 1.2 GB of residues (N = 8192) mapped already
   // (their first touch cost 0.19 s on the AMX host)
   P->res = amx::PooledBytes(static_cast<std::size_t>(std::max<long long>(
@@ -434,8 +435,11 @@ bool mod_gemm(const amx::TileSource& a, const amx::TileSource& b, int m_l, signe
 void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool emulate,
               int threads) {
   if (l < 0 || l >= P.nmod) throw std::invalid_argument("ozaki2_multiply: no such modulus");
-  if (P.a.get() == nullptr || P.b.get() == nullptr)
+  const std::shared_ptr<amx::PooledBytes> pa = P.a, pb = P.b;  // read with the GIL held
+  if (!pa || !pb)
     throw std::invalid_argument("ozaki2_multiply: the operands' panels were released");
+  auto ta = [&](int set) { return P.source(*pa, P.apanel, set, l); };
+  auto tb = [&](int set) { return P.source(*pb, P.bpanel, set, l); };
   if (!emulate && !amx::status(kCompiled).available)
     throw std::runtime_error("ozaki2_multiply: AMX is not available: " +
                              amx::status(kCompiled).reason + " (emulate=True runs the tile model)");
@@ -448,13 +452,13 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
   bool ok = true;
   py::gil_scoped_release nogil;
   if (!cplx) {
-    ok = mod_gemm(P.source(true, 0, l), P.source(false, 0, l), m_l, pre, P, emulate, threads);
+    ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads);
   } else {
     amx::PooledBytes t3(static_cast<std::size_t>(P.m * P.n));
     signed char* p3 = reinterpret_cast<signed char*>(t3.get());
-    ok = mod_gemm(P.source(true, 0, l), P.source(false, 0, l), m_l, pre, P, emulate, threads) &&
-         mod_gemm(P.source(true, 1, l), P.source(false, 1, l), m_l, pim, P, emulate, threads) &&
-         mod_gemm(P.source(true, 2, l), P.source(false, 2, l), m_l, p3, P, emulate, threads);
+    ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads) &&
+         mod_gemm(ta(1), tb(1), m_l, pim, P, emulate, threads) &&
+         mod_gemm(ta(2), tb(2), m_l, p3, P, emulate, threads);
     const long long size = P.m * P.n;
 #pragma omp parallel for schedule(static)
     for (long long i = 0; i < size; ++i) {  // |t1 - t2|, |t3 - t1 - t2| < 3 m: two corrections
@@ -828,11 +832,11 @@ void register_ozaki2_host(py::module_& m) {
       .def(
           "release_operands",
           [](Ozaki2Panels& p) {
-            p.a = amx::PooledBytes();
-            p.b = amx::PooledBytes();
+            p.a.reset();
+            p.b.reset();
           },
-          "Give the operands' panels back to the cache (after the last ozaki2_multiply; the "
-          "residues stay).");
+          "Give the operands' panels back to the cache (after the last ozaki2_multiply; one "
+          "still running keeps them until it returns; the residues stay).");
   m.def("ozaki2_pack", &pack, py::arg("ar"), py::arg("br"), py::arg("mu"), py::arg("nu"),
         py::arg("moduli"), py::arg("ai") = py::none(), py::arg("bi") = py::none(), py::kw_only(),
         py::arg("stream") = py::none(),

@@ -219,7 +219,8 @@ py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py:
 // beta, need): the same IEEE operations per entry as entry_lower / cert_test (no contraction in
 // this file), vectorized across the entries; the first certifying threshold is counted instead
 // of bisected: the test is monotone in t (cert_test), so the number of thresholds that fail it
-// is the first index that passes (nth: none). Adds each entry's index to hist.
+// is the first index that passes (nth: none); host_cert_entries checks that the thresholds
+// are finite, positive and non-increasing, which that needs. Adds each entry's index to hist.
 constexpr int kCertRun = 64;
 __attribute__((target_clones("avx512f", "avx2", "default"))) void cert_run(
     const std::int32_t* __restrict__ F, const float* __restrict__ c,
@@ -274,6 +275,10 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
   const int nth = static_cast<int>(thr.size());
   if (nth < 1 || nth > 32 || base < 0 || base + nth > 255)
     throw std::invalid_argument("cert_entries: 1 to 32 thresholds");
+  for (int q = 0; q < nth; ++q)  // cert_run counts failures: the test must be monotone in t
+    if (!(thr.data()[q] > 0.0 && thr.data()[q] <= std::numeric_limits<double>::max()) ||
+        (q > 0 && thr.data()[q] > thr.data()[q - 1]))
+      throw std::invalid_argument("cert_entries: thresholds must be finite, > 0, non-increasing");
   py::array_t<float, py::array::c_style> keep;
   const float* pc = nullptr;
   if (!c.is_none()) {

@@ -1069,6 +1069,43 @@ def test_host_panel_products_refuse_bad_outputs():
         _amx.ozaki2_pack(a, b, mu, nu, 3, a)
 
 
+def test_host_panel_products_survive_a_release_from_another_thread():
+    """release_operands while an ozaki2_multiply runs in another thread: the multiply keeps its
+    own references to the panels, so its residues are still right (and nothing crashes)."""
+    import threading
+
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((256, 640)), rng.standard_normal((640, 256))
+    mu, nu = np.full(256, 30, np.int32), np.full(256, 30, np.int32)
+    want = np.empty((256, 256), np.int8)
+    _amx.ozaki2_multiply(_amx.ozaki2_pack(a, b, mu, nu, 3), 2, want, emulate=True)
+    panels = _amx.ozaki2_pack(a, b, mu, nu, 3)
+    got = np.zeros((256, 256), np.int8)
+    worker = threading.Thread(
+        target=lambda: _amx.ozaki2_multiply(panels, 2, got, emulate=True, threads=1)
+    )
+    worker.start()
+    panels.release_operands()
+    for _ in range(3):  # reuse the freed buffers while the multiply may still read its own
+        _amx.ozaki2_pack(b.T.copy(), a.T.copy(), nu, mu, 3)
+    worker.join()
+    assert np.array_equal(got, want)
+
+
+def test_host_cert_entries_refuses_thresholds_it_cannot_count():
+    """The vectorized certificate counts failing thresholds, which equals the first passing
+    one only for finite, positive, non-increasing thresholds: anything else is refused."""
+    F = np.ones((2, 70), np.int32)
+    line = (np.ones(2), np.ones(2), np.ones(70), np.ones(70))
+    mix = (np.zeros(2, np.int64), np.zeros(70, np.int64))
+    for thr in ([1.0, 0.0], [0.5, 1.0], [np.inf, 1.0], [np.nan]):
+        with pytest.raises(ValueError, match="non-increasing"):
+            _amx.ozaki2_cert_entries(F, 0, *line, 1.0, 0.0, 1.0, 1.0, np.array(thr), 2, *mix, 0)
+    need, *_ = _amx.ozaki2_cert_entries(F, 0, *line, 1.0, 0.0, 1.0, 1.0, np.array([1.0, 0.5]),
+                                        2, *mix, 0)  # fmt: skip
+    assert need.shape == (2, 70)
+
+
 def _symmetric(x, m):
     r = x % m
     return r - m if r > (m - 1) // 2 else r

@@ -697,8 +697,8 @@ __device__ __forceinline__ double entry_lower(double F, bool mixed, double fscal
 // The certificate's test of one entry, its terms computed once: the count with threshold t =
 // 2**-L_n certifies it iff y (2 G + y Q) <= R with y = t (_select._need_of's test, float64 in
 // that operation order, no FMA), from its lower bound lam of the normalized |A||B|; qa = (4 c k)
-// alpha_i. Each rounded operation is monotone in t, so the test is too: it fails below some
-// threshold and passes above. Also run on the CPU (src_amx/ozaki2_stats_host.cpp).
+// alpha_i. Each rounded operation is monotone in t, so the test is too: it passes below some
+// threshold and fails above (t > 0). Also run on the CPU (src_amx/ozaki2_stats_host.cpp).
 struct CertTest {
   double R, G2, Q;
   __device__ __forceinline__ bool passes(double t) const {
