@@ -27,13 +27,7 @@ namespace amx = emulinalg::amx;
 
 namespace {
 
-#ifdef EMULINALG_AMX_COMPILED
-constexpr bool kCompiled = true;
-#else
-constexpr bool kCompiled = false;
-#endif
-
-const amx::Status& status() { return amx::status(kCompiled); }
+const amx::Status& status() { return amx::status(amx::kAmxCompiled); }
 
 template <class T>
 using CArray = py::array_t<T, py::array::c_style>;
@@ -195,7 +189,7 @@ py::dict features() {
     d["amx_int8"] = f.amx_int8;
     d["amx_bf16"] = f.amx_bf16;
     d["os_xtiledata"] = f.os_xtiledata;
-    d["compiled_amx"] = kCompiled;
+    d["compiled_amx"] = amx::kAmxCompiled;
     d["permission"] = s.permission;
     d["available"] = s.available;
 #ifdef _OPENMP

@@ -506,12 +506,6 @@ void unscale(py::array c, const py::array_t<std::int32_t, py::array::c_style>& e
   }
 }
 
-#ifdef EMULINALG_AMX_COMPILED
-constexpr bool kCompiled = true;
-#else
-constexpr bool kCompiled = false;
-#endif
-
 // A product's operands as BF16 slice panels (bf16_pack), for one or more bf16_multiply calls:
 // A stack [Ar (, Ai)], B stack [Br (, Bi, -Bi)], `slices` panels each, and the line exponents.
 struct Bf16Panels {
@@ -562,9 +556,10 @@ py::array multiply(const Bf16Panels& P,
                    const py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>& pl,
                    bool emulate, int threads) {
   const char* who = "bf16_multiply";
-  if (!emulate && !amx::status(kCompiled).available)
+  const amx::Status& st = amx::status(amx::kAmxCompiled);
+  if (!emulate && !st.available)
     throw std::runtime_error(std::string(who) + ": AMX is not available: " +
-                             amx::status(kCompiled).reason + " (emulate=True runs the tile model)");
+                             st.reason + " (emulate=True runs the tile model)");
   const long long na = static_cast<long long>(P.a.size()), nb = static_cast<long long>(P.b.size());
   if (pl.ndim() != 2 || pl.shape(1) != 2 || pl.shape(0) < 1 || pl.shape(0) > 4096)
     throw std::invalid_argument("bf16_multiply: pairs must be (count, 2), 1 <= count <= 4096");

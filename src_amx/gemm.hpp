@@ -18,6 +18,14 @@
 
 namespace emulinalg::amx {
 
+// Whether this build has the AMX kernels (gemm_amx.cpp; EMULINALG_AMX_COMPILED is set for the
+// whole module): the argument of tile_config.hpp's status().
+#ifdef EMULINALG_AMX_COMPILED
+constexpr bool kAmxCompiled = true;
+#else
+constexpr bool kAmxCompiled = false;
+#endif
+
 struct TileSource;
 
 bool gemm_s8s8s32_emulated(const std::int8_t* a, const std::int8_t* b, std::int32_t* c,

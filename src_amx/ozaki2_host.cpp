@@ -241,12 +241,6 @@ namespace amx = emulinalg::amx;
 void check_moduli(int nmod);                  // below
 constexpr long long kMaxK = (1ll << 17) - 1;  // kernel.hpp's kMaxKS8: exact int32 sums
 
-#ifdef EMULINALG_AMX_COMPILED
-constexpr bool kCompiled = true;
-#else
-constexpr bool kCompiled = false;
-#endif
-
 // The residue panels of a product's operands: per operand `sets` x `nmod` panels one after the
 // other (`panel` bytes each): A's rows in 16-row blocks (ablocks = whole 32-row register
 // blocks), B's columns in VNNI 16-column blocks; ktiles K tiles of 64. Complex (sets = 3): the
@@ -440,9 +434,10 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
     throw std::invalid_argument("ozaki2_multiply: the operands' panels were released");
   auto ta = [&](int set) { return P.source(*pa, P.apanel, set, l); };
   auto tb = [&](int set) { return P.source(*pb, P.bpanel, set, l); };
-  if (!emulate && !amx::status(kCompiled).available)
+  const amx::Status& st = amx::status(amx::kAmxCompiled);
+  if (!emulate && !st.available)
     throw std::runtime_error("ozaki2_multiply: AMX is not available: " +
-                             amx::status(kCompiled).reason + " (emulate=True runs the tile model)");
+                             st.reason + " (emulate=True runs the tile model)");
   signed char* pre = residue_out(re, P, "re");
   const bool cplx = P.sets == 3;
   if (cplx == im.is_none())
