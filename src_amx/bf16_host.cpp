@@ -53,21 +53,12 @@ inline std::uint16_t bf16_bits(double v) {  // v has <= 8 significant bits and f
   return static_cast<std::uint16_t>(u >> 16);
 }
 
-// 2**p for p in [-1074, 1023] (subnormal powers included), exactly.
-inline double pow2(int p) {
-  if (p >= -1022) return double_of(static_cast<std::uint64_t>(p + 1023) << 52);
-  return double_of(std::uint64_t(1) << (p + 1074));
-}
+using emu_host::pow2;
+using emu_host::rne;
 
 // x 2**e rounded once (exact unless it under/overflows), as numpy.ldexp.
 inline double scale2(double x, int e) {
   return e >= -1074 && e <= 1023 ? x * pow2(e) : std::ldexp(x, e);
-}
-
-// Round to nearest even integer (|y| < 2**51; default rounding mode, no FMA contraction).
-inline double rne(double y) {
-  constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2**52
-  return (y + kMagic) - kMagic;
 }
 
 // r rounded to 8 significant bits (RNE), then +0 if below 2**-126 (as the generic code: a value

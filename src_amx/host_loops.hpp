@@ -1,10 +1,13 @@
-// What the CPU stages (ozaki2_host.cpp, ozaki2_stats_host.cpp) share about a strided float64
-// matrix: its checked element strides, and a loop over its entries.
+// What the CPU stages (ozaki2_host.cpp, ozaki2_stats_host.cpp, bf16_host.cpp) share: a strided
+// float64 matrix's checked element strides, a loop over its entries, huge-page arrays, and two
+// exact float64 helpers (powers of two, round to nearest integer) their vectorized loops use.
 #pragma once
 #include <pybind11/numpy.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -48,6 +51,22 @@ inline void for_entries(const double* x, long long sr, long long sc, int R, int 
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) f(r, c, x[r * sr + c * sc]);
+}
+
+// 2**p for p in [-1074, 1023] (subnormal powers included), exactly.
+inline double pow2(int p) {
+  const std::uint64_t u = p >= -1022 ? static_cast<std::uint64_t>(p + 1023) << 52
+                                     : std::uint64_t(1) << (p + 1074);
+  double d;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+// Round to nearest even integer (|y| < 2**51; default rounding mode, no FMA contraction): two
+// additions, which vectorize where std::nearbyint and std::floor do not (-ftrapping-math).
+inline double rne(double y) {
+  constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2**52
+  return (y + kMagic) - kMagic;
 }
 
 // An uninitialised C-contiguous array of `shape`, owned by the array, in pack.hpp's

@@ -82,14 +82,7 @@ struct ModTable {
 const ModTable kModTable;
 
 // 2**p for p in [-1074, 1023], exactly; 0 below.
-inline double pow2_or_zero(int p) {
-  if (p < -1074) return 0.0;
-  const std::uint64_t u = p >= -1022 ? static_cast<std::uint64_t>(p + 1023) << 52
-                                     : std::uint64_t(1) << (p + 1074);
-  double d;
-  std::memcpy(&d, &u, sizeof d);
-  return d;
-}
+inline double pow2_or_zero(int p) { return p < -1074 ? 0.0 : emu_host::pow2(p); }
 
 // |x| 2**shift as (|x| f1) f2: f1 = 2**clamp(shift, -1022, 1023) is one exact product wherever
 // the result is normal; f2 carries the rest: > 1 only for lines of tiny entries (both products
@@ -111,11 +104,10 @@ ShiftFactors shift_factors(const int* shift, int n) {
   return f;
 }
 
-// floor(y) for |y| < 2**51 from round-to-nearest additions: std::floor does not vectorize
-// under -ftrapping-math (GCC's default), these additions and a select of constants do.
+// floor(y) for |y| < 2**51 from emu_host::rne: std::floor does not vectorize under
+// -ftrapping-math (GCC's default), its additions and a select of constants do.
 inline double floor_small(double y) {
-  constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2**52
-  const double r = (y + kMagic) - kMagic;
+  const double r = emu_host::rne(y);
   return r - (r > y ? 1.0 : 0.0);
 }
 
@@ -514,6 +506,15 @@ inline i64 clamp64(i64 x, i64 lo, i64 hi) { return std::min(std::max(x, lo), hi)
 // (subnormal, zero-rounding or overflowing results). Shift counts are read from arrays of
 // 64-bit values: computed in the same loop, GCC narrows them to 32 bits and then cannot
 // vectorize the 64-bit shifts. Always inlined: compiled once per target of crt_finish_run.
+// finish()'s carry() lane by lane: words 0..nw-2 into [0, 2**32), the carries upwards.
+__attribute__((always_inline)) inline void carry_run(i64 (&a)[kMaxWords][kRun], int nw) {
+  for (int i = 0; i + 1 < nw; ++i)
+    for (int t = 0; t < kRun; ++t) {
+      a[i + 1][t] += a[i][t] >> 32;
+      a[i][t] &= 0xffffffffll;
+    }
+}
+
 template <int MANT, int EMIN, int EMAX>
 __attribute__((always_inline)) inline bool round_run(i64 (&a)[kMaxWords][kRun], int nw,
                                                      const i64* off, int len, u64* out_bits) {
@@ -522,11 +523,7 @@ __attribute__((always_inline)) inline bool round_run(i64 (&a)[kMaxWords][kRun], 
   for (int i = 0; i < nw; ++i)  // |Y|: conditional negation, then the carries again
     for (int t = 0; t < kRun; ++t)
       a[i][t] = static_cast<i64>((static_cast<u64>(a[i][t]) ^ neg[t]) - neg[t]);
-  for (int i = 0; i + 1 < nw; ++i)
-    for (int t = 0; t < kRun; ++t) {
-      a[i + 1][t] += a[i][t] >> 32;
-      a[i][t] &= 0xffffffffll;
-    }
+  carry_run(a, nw);
   i64 bl[kRun];  // bit length of |Y|: the highest nonzero word's
   for (int t = 0; t < kRun; ++t) bl[t] = 0;
   for (int i = 0; i < nw; ++i)
@@ -589,19 +586,13 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool crt_finish_run
     const i64* __restrict__ off, int kind, int len, void* out) {
   i64 a[kMaxWords][kRun];
   i64 qi[kRun];
-  for (int t = 0; t < kRun; ++t) {
-    constexpr double kMagic = 6755399441055744.0;  // RNE as __double2int_rn (|qf| <= 2560)
-    qi[t] = static_cast<i64>((qf[t] + kMagic) - kMagic);
-  }
+  for (int t = 0; t < kRun; ++t)  // RNE as __double2int_rn (|qf| <= 2560)
+    qi[t] = static_cast<i64>(emu_host::rne(qf[t]));
   for (int i = 0; i < nw; ++i) {
     const i64 d = emu_pdig[i];
     for (int t = 0; t < kRun; ++t) a[i][t] = acc[i][t] - qi[t] * d;
   }
-  for (int i = 0; i + 1 < nw; ++i)  // carry
-    for (int t = 0; t < kRun; ++t) {
-      a[i + 1][t] += a[i][t] >> 32;
-      a[i][t] &= 0xffffffffll;
-    }
+  carry_run(a, nw);
   u64 bits[kRun];
   if (kind == 1) {
     if (!round_run<24, -149, 127>(a, nw, off, len, bits)) return false;
@@ -618,7 +609,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool crt_finish_run
 }
 
 // Rows of the output shared out by OpenMP; each row in runs of kRun columns: the sums
-// vectorized (crt_sums), then ozaki2_crt.cu's finish() per entry.
+// (crt_sums) and the rounding (crt_finish_run) vectorized, ozaki2_crt.cu's finish() entry by
+// entry for double-double output and for runs with results beyond the normal range.
 template <int NMOD, int NP>
 void crt_impl(const signed char* res, long long plane, int m, int n, const int* mu, const int* nu,
               int kind, void* hi, void* lo, void* hi_im, void* lo_im) {
