@@ -209,18 +209,12 @@ py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py:
   return py::make_tuple(out, l1);
 }
 
-// (need, count, at_count, beyond): the certificate per entry (cert_need) from the lower bound
-// F 2**-fexp (2**-fexp_mixed where mixa[i] or mixb[j] is nonzero: _select.bound_lower) of the
-// bound GEMM's int32 sums F (m, n), or the larger of that and the float32
-// GEMM sums c's (gemm_lower): need (m, n) uint8 = MIN_MODULI (base) + the index of the first
-// threshold in thr that certifies it (base + len(thr): none); count: the largest need below
-// that (-1: none), at_count: its entries, beyond: the entries no count certifies.
 // cert_entries for 64 consecutive entries of row i (columns j0 .. j0 + 63 of F, c, mixb, nb,
-// beta, need): the same IEEE operations per entry as entry_lower / cert_test (no contraction in
-// this file), vectorized across the entries; the first certifying threshold is counted instead
-// of bisected: the test is monotone in t (cert_test), so the number of thresholds that fail it
-// is the first index that passes (nth: none); host_cert_entries checks that the thresholds
-// are finite, positive and non-increasing, which that needs. Adds each entry's index to hist.
+// beta, need): entry_lower and cert_test per entry (no contraction in this file), vectorized
+// across the entries; the first certifying threshold is counted instead of bisected: the test
+// is monotone in t (cert_test), so the number of thresholds that fail it is the first index
+// that passes (nth: none); host_cert_entries checks that the thresholds are finite, positive
+// and non-increasing, which that needs. Adds each entry's index to hist.
 constexpr int kCertRun = 64;
 __attribute__((target_clones("avx512f", "avx2", "default"))) void cert_run(
     const std::int32_t* __restrict__ F, const float* __restrict__ c,
@@ -232,28 +226,29 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void cert_run(
   double R[kCertRun], G2[kCertRun], Q[kCertRun];
   int q[kCertRun];
   for (int t = 0; t < kCertRun; ++t) {
-    const double fs = (mixa | (mixb[t] != 0)) ? fscale_mixed : fscale;
-    double lam = __dmul_rn(static_cast<double>(F[t]), fs);
-    if (c != nullptr) {
-      const double g = gemm_lower(c[t], factor, abs_term);
-      lam = g > lam ? g : lam;
-    }
-    R[t] = __dmul_rn(cR, lam);
-    G2[t] = __dmul_rn(2.0, __dadd_rn(__dmul_rn(alpha_i, nb[t]), __dmul_rn(beta[t], na_i)));
-    Q[t] = __dmul_rn(qa, beta[t]);
+    const double lam = entry_lower(static_cast<double>(F[t]), mixa | (mixb[t] != 0), fscale,
+                                   fscale_mixed, c != nullptr, c ? c[t] : 0.0f, factor,
+                                   abs_term);
+    const CertTest ct = cert_test(lam, na_i, alpha_i, qa, nb[t], beta[t], cR);
+    R[t] = ct.R;
+    G2[t] = ct.G2;
+    Q[t] = ct.Q;
     q[t] = 0;
   }
-  for (int k = 0; k < nth; ++k) {
-    const double tk = th[k];
-    for (int t = 0; t < kCertRun; ++t)
-      q[t] += !(__dmul_rn(tk, __dadd_rn(G2[t], __dmul_rn(tk, Q[t]))) <= R[t]);
-  }
+  for (int k = 0; k < nth; ++k)
+    for (int t = 0; t < kCertRun; ++t) q[t] += !CertTest{R[t], G2[t], Q[t]}.passes(th[k]);
   for (int t = 0; t < kCertRun; ++t) {
     need[t] = static_cast<std::uint8_t>(base + q[t]);
     ++hist[q[t]];
   }
 }
 
+// (need, count, at_count, beyond): the certificate per entry (cert_need) from the lower bound
+// F 2**-fexp (2**-fexp_mixed where mixa[i] or mixb[j] is nonzero: _select.bound_lower) of the
+// bound GEMM's int32 sums F (m, n), or the larger of that and the float32
+// GEMM sums c's (gemm_lower): need (m, n) uint8 = MIN_MODULI (base) + the index of the first
+// threshold in thr that certifies it (base + len(thr): none); count: the largest need below
+// that (-1: none), at_count: its entries, beyond: the entries no count certifies.
 py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int fexp,
                             py::array_t<double, py::array::c_style> na,
                             py::array_t<double, py::array::c_style> alpha,
