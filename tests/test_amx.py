@@ -1005,7 +1005,7 @@ def test_host_panel_products_equal_reduced_exact_products(rng, restore_blocking,
     for ell, mm in enumerate(MODULI[:nmod]):
         t = [pa[p, ell] @ pb[p, ell] for p in range(len(pa))]
         parts = [t[0] - t[1], t[2] - t[0] - t[1]] if cplx else [t[0]]
-        want.append([((x + mm // 2) % mm) - mm // 2 for x in parts])
+        want.append([_symmetric(x, mm) for x in parts])
     for spec in TUNINGS[:4] + TUNINGS[-2:]:
         _amx.set_blocking("default," + spec)
         stream = spec == TUNINGS[-1]  # non-temporal panel stores: the same bytes
@@ -1107,8 +1107,8 @@ def test_host_cert_entries_refuses_thresholds_it_cannot_count():
 
 
 def _symmetric(x, m):
-    r = x % m
-    return r - m if r > (m - 1) // 2 else r
+    """Symmetric residue in [-(m // 2), (m - 1) // 2] of Python or numpy integers."""
+    return (x + m // 2) % m - m // 2
 
 
 def _exact_residue(x, shift, m):
@@ -1152,7 +1152,7 @@ def test_host_residues_equal_python_integers(order, rng):
         assert np.array_equal(got[ell], want), m
         assert np.array_equal(got_t[ell], want.T), m
         assert np.array_equal(got3[0, ell], want) and np.array_equal(got3[1, ell], want_y)
-        assert np.array_equal(got3[2, ell], ((want + want_y + m // 2) % m) - m // 2), m
+        assert np.array_equal(got3[2, ell], _symmetric(want + want_y, m)), m
 
 
 def _round_float32(v):
