@@ -18,7 +18,8 @@ Each backend module provides the same small surface:
   exponents, ``(finite, exponents)`` (the backend's prescale then takes ``exponents=``);
   ``narrow_statistics = True``: those three hooks also take float32 operands (float32 and
   complex64 inputs, read as they are: half the bytes of their float64 copies), with the results
-  they give for the float64 copies.
+  they give for the float64 copies; ``dask_mode = "dd"``: dask graphs over this backend's
+  chunks default to the double-double graph (``backends.dask._mode``).
 
 Whether emulation beats native here (``strategy="performant"``) is decided by the cost model of
 ``emulinalg._cost``, fitted from this backend's benchmark records.
@@ -34,7 +35,7 @@ def for_namespace(xp):
     import array_api_compat
 
     if array_api_compat.is_numpy_namespace(xp):
-        if os.environ.get("EMULINALG_AMX") == "1":  # opt-in until emulation_faster is measured
+        if amx_wanted():
             from . import amx
 
             if amx.usable():
@@ -51,3 +52,9 @@ def for_namespace(xp):
 
         return backend
     return None
+
+
+def amx_wanted():
+    """Whether numpy products may take the amx backend: ``EMULINALG_AMX`` unset (or "1") means
+    yes where AMX is usable, "0" keeps them on the numpy backend."""
+    return os.environ.get("EMULINALG_AMX", "1") != "0"

@@ -231,10 +231,11 @@ def _is_dask(x):
 
 def _mode(chunk_backend=None):
     """The graph for Scheme II products: ``EMULINALG_DASK_MODE``; by default "shared", except
-    for chunks whose backend runs a whole Scheme II product in its own kernels (cupy): the
-    shared graph's generic residue/CRT steps would bypass them, so those use "dd" until the
-    shared graph calls the kernels too."""
-    default = "dd" if getattr(chunk_backend, "ozaki2_product", None) else "shared"
+    for chunks whose backend asks for "dd" (``dask_mode``: cupy, whose generic residue/CRT
+    steps in the shared graph would bypass its kernels and run several times slower). The AMX
+    backend keeps the shared graph: its integer GEMMs run on the tiles there, and the results
+    stay bit-identical to the in-core product."""
+    default = getattr(chunk_backend, "dask_mode", "shared")
     mode = os.environ.get(MODE_ENV, "").strip().lower() or default
     if mode not in ("shared", "dd"):
         raise ValueError(f"{MODE_ENV}={mode!r}: expected 'shared' or 'dd'")

@@ -19,24 +19,27 @@ _F64_EXACT = 2**53
 _MIN_F32_BLOCK = 512  # below this a float32 block loop costs more than one float64 GEMM
 
 
-@functools.cache
 def plan_note():
     """Why the amx backend is not running this product, for the plan: said on CPUs with AMX
-    (not opted in) and when ``EMULINALG_AMX=1`` asked for it but it is not usable; "" on CPUs
-    without AMX. Computed once per process."""
+    (where it is off or not usable) and when ``EMULINALG_AMX=1`` asked for it on a CPU without;
+    "" on CPUs without AMX."""
+    setting = os.environ.get("EMULINALG_AMX")
+    has_amx, usable, why = _amx_state()
+    if setting == "0":
+        return "amx backend off (EMULINALG_AMX=0)" if has_amx else ""
+    if usable or not (has_amx or setting == "1"):
+        return ""
+    return f"amx backend not usable: {why}"
+
+
+@functools.cache
+def _amx_state():
+    """(CPU has AMX, AMX usable, why not): asked once per process."""
     try:
         from emulinalg import _amx
     except ImportError:
-        return ""
-    cpu_has_amx = bool(_amx.features().get("amx_tile"))
-    if os.environ.get("EMULINALG_AMX") == "1":
-        return "" if _amx.available() else f"amx backend requested but not usable: {_amx.reason()}"
-    if not cpu_has_amx:
-        return ""
-    return (
-        "amx backend not selected (EMULINALG_AMX=1 opts in; on the 16-core AMX host its levels "
-        "measured slower than native: docs/benchmarks/xeon-amx-16c/NOTES.md)"
-    )
+        return False, False, "emulinalg._amx is not built"
+    return bool(_amx.features().get("amx_tile")), bool(_amx.available()), _amx.reason()
 
 
 def k_block(k, term_bound):

@@ -220,13 +220,18 @@ def cpu_description() -> str:
 
 def _numpy_device(chunks):
     from .__main__ import _blas
+    from ._suite import _backend_env
+
+    def run(fn):  # the numpy backend, also on CPUs where numpy arrays default to AMX
+        with _backend_env("numpy"):
+            return _wall(fn)
 
     return Device(
         "numpy",
         np,
         np.asarray,
         np.asarray,
-        _wall,
+        run,
         None,
         cpu_description(),
         f"numpy.matmul (numpy {np.__version__}, BLAS: {_blas()})",
@@ -287,7 +292,7 @@ def _dask_device(chunks):
 
 
 def _amx_device(chunks):
-    """numpy arrays on the opt-in AMX backend (``EMULINALG_AMX=1`` while a product runs, as
+    """numpy arrays on the AMX backend (``EMULINALG_AMX=1`` while a product runs, as
     ``python -m emulinalg grade --backend amx`` does); the native figures stay numpy's."""
     from ._suite import _backend_env
 
@@ -953,8 +958,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "--backend",
         type=_split_top,
         metavar="B[,B...]",
-        help="numpy (default), cupy, dask, amx (numpy arrays on the opt-in Intel AMX "
-        "backend), or all (every one installed)",
+        help="numpy (default: numpy arrays on the numpy backend), cupy, dask, amx (numpy "
+        "arrays on the Intel AMX backend), or all (every one installed)",
         **many,
     )
     p.add_argument(

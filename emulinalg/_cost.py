@@ -119,12 +119,14 @@ _BUILTIN = {
         source="docs/benchmarks/h200/records_16384_2026-11-30.jsonl",
     ),
     "amx": CostModel(
-        # 16-core AMX host: INT8 tile GEMM 8.1 Top/s at N = 8192, torch FP64 0.93 / FP32 1.85
-        # TFLOP/s (xeon-amx-16c/NOTES.md); elementwise stages run in numpy.
-        native_flops={"float64": 9.3e11, "float32": 1.85e12},
-        int_gemm_ops=8.1e12,
-        entry_seconds=5.2e-9,
-        source="docs/benchmarks/xeon-amx-16c/NOTES.md",
+        # 16-core AMX host (numpy arrays default to the amx backend there): Scheme II's stages
+        # in C++, one mod-reducing INT8 tile GEMM per modulus (12.3 Top/s); native is numpy's
+        # OpenBLAS (torch's MKL is faster still), so the levels stay native there.
+        native_flops={"float64": 6.01e11, "float32": 1.17e12},
+        int_gemm_ops=1.23e13,
+        entry_seconds=1.18e-10,
+        stats_flops=2.38e12,
+        source="docs/benchmarks/xeon-amx-16c/levels_2026-11-30.jsonl",
     ),
 }
 _USER: dict = {}

@@ -499,13 +499,11 @@ def _to_host(xp, x):
 
 @contextlib.contextmanager
 def _backend_env(backend):
-    """Select the backend the numpy namespace dispatches to (the AMX backend is opt-in)."""
+    """Select the backend the numpy namespace dispatches to: "amx" asks for the AMX backend,
+    anything else keeps numpy arrays on the numpy backend (AMX is the default where usable)."""
     old = os.environ.get("EMULINALG_AMX")
     try:
-        if backend == "amx":
-            os.environ["EMULINALG_AMX"] = "1"
-        else:
-            os.environ.pop("EMULINALG_AMX", None)
+        os.environ["EMULINALG_AMX"] = "1" if backend == "amx" else "0"
         yield
     finally:
         if old is None:
@@ -788,7 +786,8 @@ def run_suite(
     xp : module
         The array library: ``numpy`` (backends "numpy" and "amx") or ``cupy``.
     backend : {"numpy", "cupy", "amx"}
-        Label of the emulation backend; "amx" selects the opt-in AMX backend for numpy arrays.
+        Label of the emulation backend; "amx" selects the AMX backend for numpy arrays, "numpy"
+        keeps them on the numpy backend (``EMULINALG_AMX=0`` while the cases run).
     quick : bool
         The CI subset of the cases.
     only : callable, optional
@@ -990,8 +989,8 @@ def add_parser(sub):
         "--backend",
         choices=BACKENDS,
         default="numpy",
-        help="numpy (default; CPU reference), cupy (GPU) or amx (numpy arrays on the opt-in "
-        "Intel AMX backend)",
+        help="numpy (default; CPU reference), cupy (GPU) or amx (numpy arrays on the Intel "
+        "AMX backend)",
     )
     p.add_argument("--quick", action="store_true", help="the CI subset (seconds, not minutes)")
     p.add_argument(

@@ -50,6 +50,13 @@ def rng():
 
 
 @pytest.fixture
+def numpy_backend(monkeypatch):
+    """numpy arrays on the numpy backend (the CPU reference), also on CPUs where they default to
+    the amx backend: for tests of that backend's own stages, plans and cost model."""
+    monkeypatch.setenv("EMULINALG_AMX", "0")
+
+
+@pytest.fixture
 def eager():
     """Run the test body with ``strategy="eager"``: always emulate.
 

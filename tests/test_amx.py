@@ -360,6 +360,7 @@ def matmul_amx_and_numpy(monkeypatch, a, b, precision):
     got = emulinalg.matmul(a, b, precision=precision)
     assert emulinalg.last_plan().backend == "amx"
     monkeypatch.undo()
+    monkeypatch.setenv("EMULINALG_AMX", "0")  # numpy's backend also where AMX is the default
     want = emulinalg.matmul(a, b, precision=precision)
     assert emulinalg.last_plan().backend == "numpy"
     return got, want
@@ -526,6 +527,7 @@ def test_row_blocks_with_b_residues_made_once(backend, monkeypatch):
     got = emulinalg.matmul(a, b, precision=scheme)
     assert emulinalg.last_plan().backend == "amx"
     monkeypatch.undo()
+    monkeypatch.setenv("EMULINALG_AMX", "0")
     want = emulinalg.matmul(a, b, precision=scheme)
     assert emulinalg.last_plan().backend == "numpy"
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
@@ -1228,27 +1230,48 @@ def test_host_crt_word_counts_match_the_tables():
 
 
 def test_plan_says_why_amx_is_not_used(monkeypatch):
-    """On an AMX CPU without the opt-in, and with the opt-in where AMX is not usable, the plan
-    of a numpy product names the reason; on CPUs without AMX it says nothing."""
+    """numpy products on the numpy backend say why AMX is not running them: off
+    (``EMULINALG_AMX=0``) or not usable on an AMX CPU, asked for (``=1``) where it is not
+    usable; nothing on CPUs without AMX unless asked for, nor where AMX runs them."""
     from emulinalg.backends import numpy as nb
 
-    def note(features, optin, available=False):
-        monkeypatch.setattr(_amx, "features", lambda: features)
-        monkeypatch.setattr(_amx, "available", lambda: available)
-        monkeypatch.setenv("EMULINALG_AMX", optin)
-        nb.plan_note.cache_clear()
+    def note(state, setting):
+        monkeypatch.setattr(nb, "_amx_state", lambda: state)
+        if setting is None:
+            monkeypatch.delenv("EMULINALG_AMX", raising=False)
+        else:
+            monkeypatch.setenv("EMULINALG_AMX", setting)
         return nb.plan_note()
 
-    try:
-        assert "not selected" in note({"amx_tile": True}, "0")
-        assert note({"amx_tile": False}, "0") == ""
-        assert "requested but not usable" in note({"amx_tile": False}, "1")
-        assert "not selected" in note({"amx_tile": True}, "0")
-        emulinalg.matmul(np.ones((2, 3)), np.ones((3, 2)), precision="native")
-        assert "amx backend not selected" in str(emulinalg.last_plan())
-    finally:
-        monkeypatch.undo()
-        nb.plan_note.cache_clear()
+    amx_cpu, denied, plain = (True, True, ""), (True, False, "no permission"), (False, False, "x")
+    assert note(amx_cpu, "0") == "amx backend off (EMULINALG_AMX=0)"
+    assert note(amx_cpu, None) == "" and note(amx_cpu, "1") == ""
+    assert note(denied, None) == "amx backend not usable: no permission"
+    assert note(plain, None) == "" and note(plain, "0") == ""
+    assert note(plain, "1") == "amx backend not usable: x"
+    note(amx_cpu, "0")
+    emulinalg.matmul(np.ones((2, 3)), np.ones((3, 2)), precision="native")
+    assert emulinalg.last_plan().backend == "numpy"
+    assert "amx backend off (EMULINALG_AMX=0)" in str(emulinalg.last_plan())
+
+
+def test_numpy_products_default_to_amx_where_usable(monkeypatch):
+    """``EMULINALG_AMX`` unset or "1": numpy arrays take the amx backend where AMX is usable
+    (else numpy's); "0" keeps them on numpy's."""
+    import emulinalg.backends
+    from emulinalg.backends import amx
+
+    def chosen(usable, setting):
+        monkeypatch.setattr(amx, "usable", lambda: usable)
+        if setting is None:
+            monkeypatch.delenv("EMULINALG_AMX", raising=False)
+        else:
+            monkeypatch.setenv("EMULINALG_AMX", setting)
+        return emulinalg.backends.for_namespace(np).name
+
+    assert chosen(True, None) == "amx" and chosen(True, "1") == "amx"
+    assert chosen(True, "0") == "numpy"
+    assert chosen(False, None) == "numpy" and chosen(False, "1") == "numpy"
 
 
 def test_empty_arrays_in_huge_page_memory():

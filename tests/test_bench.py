@@ -95,6 +95,7 @@ def test_staged_decorator_records_only_inside_recording():
     ["float64", emulinalg.OzakiII(moduli=14, mode="fast"), emulinalg.OzakiI(slices=7)],
     ids=str,
 )
+@pytest.mark.usefixtures("numpy_backend")  # counts the generic engine's stage calls
 def test_recording_covers_every_stage_and_changes_no_result(precision):
     a = phi_matrix((40, 30), 1.0, seed=3)
     b = phi_matrix((30, 20), 1.0, seed=4)

@@ -16,7 +16,7 @@ from emulinalg.inputs import phi_matrix
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["numpy", "cupy"])
+@pytest.mark.parametrize("name", ["numpy", "cupy", "amx"])
 def test_builtin_models_are_the_fit_of_their_records(name):
     model = _cost.get_cost_model(name)
     path = ROOT / model.source
@@ -64,6 +64,7 @@ def test_likely_count_matches_measured_choices():
     assert _cost.likely_count("ozaki1", 53, 1024).slices >= 8
 
 
+@pytest.mark.usefixtures("numpy_backend")  # the numpy backend's model
 def test_set_cost_model_switches_the_engine_and_restores():
     a = phi_matrix((24, 40), 1.0, seed=1)
     b = phi_matrix((40, 16), 1.0, seed=2)
@@ -109,6 +110,7 @@ def test_set_cost_model_errors():
         emulinalg.set_cost_model("numpy")
 
 
+@pytest.mark.usefixtures("numpy_backend")
 def test_performant_rechecks_after_the_statistics():
     # Integer GEMMs cheap enough for the guessed count but not for the maximum: a wide-range
     # input needing many moduli goes native after the certificate, and the plan says why.

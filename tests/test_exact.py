@@ -179,6 +179,7 @@ def test_scheme2_shift_is_exact_floor(n, vs):
         assert lhs <= Q < lhs * 4, (v, ti)
 
 
+@pytest.mark.usefixtures("numpy_backend")  # the generic engine's row blocks
 @pytest.mark.parametrize("dtype", ["float64", "complex128", "float32"])
 def test_row_blocks_reuse_b_residues_and_change_no_bit(dtype, monkeypatch):
     """A product cut into row blocks (B's residue planes made once, ``b_residue_planes``) equals
