@@ -24,12 +24,21 @@ def plan_note():
     (where it is off or not usable) and when ``EMULINALG_AMX=1`` asked for it on a CPU without;
     "" on CPUs without AMX."""
     setting = os.environ.get("EMULINALG_AMX")
+    if setting == "0":  # CPUID only: no tile-state request from a process that turned AMX off
+        return "amx backend off (EMULINALG_AMX=0)" if _cpu_has_amx() else ""
     has_amx, usable, why = _amx_state()
-    if setting == "0":
-        return "amx backend off (EMULINALG_AMX=0)" if has_amx else ""
     if usable or not (has_amx or setting == "1"):
         return ""
     return f"amx backend not usable: {why}"
+
+
+@functools.cache
+def _cpu_has_amx():
+    try:
+        from emulinalg import _cpu
+    except ImportError:
+        return False
+    return bool(_cpu.features().get("amx_tile"))
 
 
 @functools.cache

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import platform
 import sys
 
@@ -104,7 +105,17 @@ def info(args) -> int:
         print(f"  CPU features    yes: {', '.join(on) or '-'}")
         print(f"                  no:  {', '.join(off) or '-'}")
         amx = feats.get("amx_int8") and feats.get("amx_tile") and feats.get("os_xtiledata")
-        print(f"  AMX usable      {'yes' if amx else 'no'}")
+        print(f"  AMX (CPU, OS)   {'yes' if amx else 'no'}")
+    from emulinalg.backends import for_namespace
+
+    setting = os.environ.get("EMULINALG_AMX")
+    where = for_namespace(np).name
+    print(f"numpy arrays      {where} backend (EMULINALG_AMX={setting or 'unset'})")
+    if setting != "0":
+        from emulinalg.backends import amx
+
+        why = amx.reason()
+        print(f"  AMX backend     {'usable' if not why else 'not usable: ' + why}")
     return 0
 
 

@@ -48,6 +48,10 @@ class CostModel:
         Per-call overhead (launches, Python).
     source : str
         Where the figures come from (records file and command, or "user").
+    complex_model : CostModel or None
+        The emulation figures of complex products where they were fitted apart from the real
+        ones (``calibrate(..., split_complex=True)``: 3M runs three GEMMs per modulus over three
+        parts, at rates of its own); None: the same figures for both.
     """
 
     native_flops: dict
@@ -56,6 +60,7 @@ class CostModel:
     stats_flops: float = math.inf
     fixed_seconds: float = 0.0
     source: str = "user"
+    complex_model: CostModel | None = None
 
     def native_seconds(self, dtype, m, n, k, batch=1):
         rate = self.native_flops.get(dtype) or self.native_flops[_REAL[dtype]]
@@ -64,6 +69,8 @@ class CostModel:
     def emulated_seconds(self, scheme, dtype, m, n, k, batch=1):
         """Predicted seconds of ``scheme`` (an ``OzakiI``/``OzakiII``) on this backend."""
         cplx = dtype.startswith("complex")
+        if cplx and self.complex_model is not None:
+            return self.complex_model.emulated_seconds(scheme, dtype, m, n, k, batch)
         if isinstance(scheme, OzakiII):
             count = scheme.moduli
             gemms = count * (3 if cplx else 1) + (scheme.mode == "accurate")
@@ -120,13 +127,26 @@ _BUILTIN = {
     ),
     "amx": CostModel(
         # 16-core AMX host (numpy arrays default to the amx backend there): Scheme II's stages
-        # in C++, one mod-reducing INT8 tile GEMM per modulus (12.3 Top/s); native is numpy's
-        # OpenBLAS (torch's MKL is faster still), so the levels stay native there.
-        native_flops={"float64": 6.01e11, "float32": 1.17e12},
+        # in C++, one mod-reducing INT8 tile GEMM per modulus (12.3 Top/s real, 9.7 for 3M);
+        # native is numpy's OpenBLAS (torch's MKL is faster still). Fitted with
+        # split_complex=True: the levels stay native there up to N ~ 16384.
+        native_flops={
+            "float64": 6.01e11,
+            "float32": 1.17e12,
+            "complex128": 5.12e11,
+            "complex64": 1.10e12,
+        },
         int_gemm_ops=1.23e13,
         entry_seconds=1.18e-10,
         stats_flops=2.38e12,
         source="docs/benchmarks/xeon-amx-16c/levels_2026-11-30.jsonl",
+        complex_model=CostModel(
+            native_flops={"complex128": 5.12e11, "complex64": 1.10e12},
+            int_gemm_ops=9.72e12,
+            entry_seconds=2.22e-10,
+            stats_flops=7.75e11,
+            source="docs/benchmarks/xeon-amx-16c/levels_2026-11-30.jsonl (complex records)",
+        ),
     ),
 }
 _USER: dict = {}
@@ -190,17 +210,29 @@ def emulation_faster(backend_name, scheme, dtype, m, n, k, batch=1):
     )
 
 
-def calibrate(records, source="records"):
+def calibrate(records, source="records", split_complex=False):
     """Fit a :class:`CostModel` from benchmark records (dicts or a JSON-lines path).
 
     Native rates: median native flop/s per dtype. Integer GEMMs: total GEMM operations over
     total ``products`` stage seconds. Per-entry cost: ``slicing + reconstruction + scaling``
     seconds over count x entries. Certificate: the ``statistics`` stage where recorded.
     Breakdown runs much slower than the timed median (first-call compilation) are skipped.
+    ``split_complex=True`` fits the emulation figures of real and complex records apart (the
+    complex ones become ``complex_model``), where both kinds are there.
     """
     if isinstance(records, str):
         with open(records) as fh:
             records = [json.loads(line) for line in fh if line.strip()]
+    if split_complex:
+        cplx = [r for r in records if r["dtype"].startswith("complex")]
+        real = [r for r in records if not r["dtype"].startswith("complex")]
+        if cplx and real:
+            model = calibrate(real, source)
+            both = calibrate(cplx, source)
+            return dataclasses.replace(
+                model, native_flops={**both.native_flops, **model.native_flops},
+                complex_model=both,
+            )  # fmt: skip
     native = {}
     ops = gemm_s = ent = ent_s = st_flops = st_s = 0.0
     for r in records:

@@ -1235,8 +1235,11 @@ def test_plan_says_why_amx_is_not_used(monkeypatch):
     usable; nothing on CPUs without AMX unless asked for, nor where AMX runs them."""
     from emulinalg.backends import numpy as nb
 
+    asked = []
+
     def note(state, setting):
-        monkeypatch.setattr(nb, "_amx_state", lambda: state)
+        monkeypatch.setattr(nb, "_cpu_has_amx", lambda: state[0])
+        monkeypatch.setattr(nb, "_amx_state", lambda: asked.append(setting) or state)
         if setting is None:
             monkeypatch.delenv("EMULINALG_AMX", raising=False)
         else:
@@ -1245,6 +1248,7 @@ def test_plan_says_why_amx_is_not_used(monkeypatch):
 
     amx_cpu, denied, plain = (True, True, ""), (True, False, "no permission"), (False, False, "x")
     assert note(amx_cpu, "0") == "amx backend off (EMULINALG_AMX=0)"
+    assert asked == []  # "0": CPUID only, no tile-state request through emulinalg._amx
     assert note(amx_cpu, None) == "" and note(amx_cpu, "1") == ""
     assert note(denied, None) == "amx backend not usable: no permission"
     assert note(plain, None) == "" and note(plain, "0") == ""

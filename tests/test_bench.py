@@ -120,7 +120,7 @@ def test_recording_covers_every_stage_and_changes_no_result(precision):
 
 def test_native_products_record_no_stage():
     a = np.ones((8, 8))
-    with _timing.recording() as rec:  # default strategy: native on the numpy backend
+    with _timing.recording() as rec:  # default strategy: native (numpy or amx backend)
         emulinalg.matmul(a, a)
     assert rec.seconds == {}
 

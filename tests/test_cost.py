@@ -22,11 +22,43 @@ def test_builtin_models_are_the_fit_of_their_records(name):
     path = ROOT / model.source
     if not path.exists():
         pytest.skip("benchmark records not in this checkout")
-    fit = _cost.calibrate(str(path))
-    for dt in ("float64", "float32"):
-        assert model.native_flops[dt] == pytest.approx(fit.native_flops[dt], rel=0.05)
-    assert model.int_gemm_ops == pytest.approx(fit.int_gemm_ops, rel=0.05)
-    assert model.entry_seconds == pytest.approx(fit.entry_seconds, rel=0.05)
+    fit = _cost.calibrate(str(path), split_complex=model.complex_model is not None)
+    for mod, got in ((model, fit), (model.complex_model, fit.complex_model)):
+        if mod is None:
+            assert got is None
+            continue
+        for dt, rate in mod.native_flops.items():
+            assert rate == pytest.approx(got.native_flops[dt], rel=0.05)
+        assert mod.int_gemm_ops == pytest.approx(got.int_gemm_ops, rel=0.05)
+        assert mod.entry_seconds == pytest.approx(got.entry_seconds, rel=0.05)
+        assert mod.stats_flops == pytest.approx(got.stats_flops, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["numpy", "cupy", "amx"])
+def test_builtin_models_agree_with_their_records_verdicts(name):
+    """Where a record of the model's source measured the emulated level slower than native (or
+    faster), the model predicts the same: the performant choice matches what was measured."""
+    import json
+
+    model = _cost.get_cost_model(name)
+    path = ROOT / model.source
+    if not path.exists():
+        pytest.skip("benchmark records not in this checkout")
+    checked = 0
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        scheme = _cost._parse_scheme(r.get("scheme", "native"))
+        if scheme is None or not r.get("native_seconds") or r.get("precision") not in (
+            "float64", "float32"
+        ):
+            continue
+        shape = (r["dtype"], r["m"], r["n"], r["k"], r.get("batch", 1))
+        predicted = model.emulated_seconds(scheme, *shape) < model.native_seconds(*shape)
+        measured = r["seconds"] < r["native_seconds"]
+        if abs(r["seconds"] / r["native_seconds"] - 1) > 0.1:  # clear cases only
+            assert predicted == measured, (r["dtype"], r["m"], r["scheme"])
+            checked += 1
+    assert checked > 0
 
 
 def test_calibrate_recovers_a_synthetic_machine():

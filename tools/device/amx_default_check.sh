@@ -5,7 +5,7 @@
 # levels and the BF16 schedules beside numpy and torch. From the repository root after
 # `source .device/setup.sh`; logs under $OUT.
 #     STEPS="build plans demo tests" bash tools/device/amx_default_check.sh
-#     STEPS="build bench" BENCH_SIZES=2048,4096,8192 bash tools/device/amx_default_check.sh
+#     STEPS="build bench complex" BENCH_SIZES=2048,4096,8192 bash tools/device/amx_default_check.sh
 # (build is skipped when an install from an earlier call on a warm machine is there.)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -27,12 +27,28 @@ build() {
 plans() {
     (cd /tmp && OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS python3 \
         "$ROOT/tools/amx_default_plans.py" --sizes "${PLAN_SIZES:-2048,4096,8192}" \
+        --dtype "${PLAN_DTYPES:-float64,float32,complex128,complex64}" \
         --out "$OUT/default_plans.jsonl")
 }
 demo() { (cd /tmp && python3 -m emulinalg demo); }
-tests() {
-    (cd /tmp && OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 python3 -m pytest -q -n "${WORKERS:-8}" \
-        -p no:cacheprovider "$ROOT/tests" -m "not gpu and not cuda")
+tests() {  # one pytest per test file, WORKERS at a time (pytest-xdist cannot: object-
+    # parametrized test ids differ between its workers); a summary line per file
+    local f i=0 rc=0
+    for f in "$ROOT"/tests/test_*.py; do
+        (cd /tmp && OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 python3 -m pytest -q \
+            -p no:cacheprovider -m "not gpu and not cuda" "$f" >"$OUT/t_$(basename "$f" .py).txt" \
+            2>&1) &
+        i=$((i + 1))
+        [ $((i % ${WORKERS:-12})) -eq 0 ] && wait
+    done
+    wait
+    for f in "$OUT"/t_*.txt; do
+        echo "$(basename "$f" .txt): $(tail -n 1 "$f")"
+        grep -q -E "(failed|error)" <(tail -n 1 "$f") && rc=1
+    done
+    grep -h -E "^(FAILED|ERROR)" "$OUT"/t_*.txt
+    cat "$OUT"/t_*.txt >"$OUT/all_tests.log" && rm -f "$OUT"/t_*.txt
+    return $rc
 }
 bench() {  # bench DTYPE METHODS
     OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS \
@@ -52,6 +68,8 @@ for s in $STEPS; do
     tests) step tests "${TEST_S:-330}" tests ;;
     bench) step bench-f64 "${BENCH_S:-300}" bench float64 "${BENCH_F64:-float64,BF16xN(6,6)}"
            step bench-f32 "${BENCH_S:-300}" bench float32 "${BENCH_F32:-float32,BF16x3()}" ;;
+    complex) step bench-c128 "${BENCH_S:-300}" bench complex128 float64
+             step bench-c64 "${BENCH_S:-300}" bench complex64 float32 ;;
     esac
     [ "$s" = build ] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 done
