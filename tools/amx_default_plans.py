@@ -15,26 +15,20 @@ import argparse
 import datetime
 import json
 import shlex
-import statistics
 import sys
-import time
 
 import numpy as np
 
 import emulinalg
 from emulinalg._bench import cpu_description
+from emulinalg._demo import _timed
 from emulinalg.inputs import phi_matrix
 
 
 def timed(fn, repeat):
     """Median wall seconds of ``repeat`` calls after one warm-up call."""
     fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return _timed(fn, repeat)[1]
 
 
 def main(argv=None):

@@ -24,14 +24,12 @@ Writes one JSON object per measurement to --out and prints a summary line for ea
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 import time
 
 import array_api_compat.cupy as cxp
 import cupy as cp
-from gpu_records import median_ms  # same folder: one CUDA-event timer
+from gpu_records import median_ms, records  # same folder: one CUDA-event timer, the records
 
 from emulinalg._moduli import MODULI as ALL_MODULI
 from emulinalg.backends import cupy as be
@@ -190,20 +188,7 @@ def main(argv=None):
     infos = fused.configs()
     configs = [int(c) for c in args.configs.split(",")] if args.configs else list(range(len(infos)))
     swizzles = [int(s) for s in args.swizzles.split(",")]
-    device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    common = {
-        "backend": "cupy", "moduli": NMOD, "device": device,
-        "date": datetime.date.today().isoformat(),
-        "command": "python3 tools/device/fused_bench.py " + " ".join(argv or sys.argv[1:]),
-    }  # fmt: skip
-    with open(args.out, "w") as f:
-
-        def emit(rec):
-            rec.update(common)
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-            print(summary(rec), flush=True)
-
+    with records(args.out, "fused_bench.py", argv, summary, moduli=NMOD) as emit:
         for info in infos:
             emit({"N": 0, "variant": "config", **info, "tile": list(info["tile"]),
                   "cluster": list(info["cluster"])})  # fmt: skip

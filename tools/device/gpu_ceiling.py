@@ -24,15 +24,12 @@ records); complex products take 3 INT8 GEMMs per modulus (3M).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import subprocess
-import sys
 import time
 
 import cupy as cp
 from fused_bench import NMOD, residue_planes  # same folder
-from gpu_records import median_ms
+from gpu_records import median_ms, records
 
 from emulinalg.backends import cupy as be
 from emulinalg.backends.cuda import fused
@@ -177,21 +174,9 @@ def main(argv=None):
     p.add_argument("--counts", default=DEFAULT_COUNTS, help="dtype:phi=moduli, comma-separated")
     args = p.parse_args(argv)
     counts = parse_counts(args.counts)
-    device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    common = {
-        "backend": "cupy", "device": device, "date": datetime.date.today().isoformat(),
-        "command": "python3 tools/device/gpu_ceiling.py " + " ".join(argv or sys.argv[1:]),
-    }  # fmt: skip
     sampler = Sampler()
     try:
-        with open(args.out, "w") as f:
-
-            def emit(rec):
-                rec.update(common)
-                f.write(json.dumps(rec) + "\n")
-                f.flush()
-                print(summary(rec), flush=True)
-
+        with records(args.out, "gpu_ceiling.py", argv, summary) as emit:
             for n in (int(s) for s in args.sizes.split(",")):
                 run_size(n, args.repeat, counts, sampler, emit)
     finally:

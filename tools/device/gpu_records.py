@@ -7,6 +7,7 @@ the input hashes are checked). Writes benchmark JSON lines (docs/performance.md)
     python3 tools/device/gpu_records.py OUT.jsonl [N [dtype,... [phi,...]]]
 """
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -35,6 +36,27 @@ def timed(fn, *args, repeat=5, warmup=1):
         e.synchronize()
         ts.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
     return float(np.median(ts))
+
+
+@contextlib.contextmanager
+def records(path, script, argv, summary, **common):
+    """``emit(rec)`` for the kernel-level scripts: ``rec`` plus the device, date, command and
+    ``common`` as one JSON line in ``path``, and ``summary(rec)`` printed."""
+    common = {
+        "backend": "cupy", **common,
+        "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        "date": datetime.date.today().isoformat(),
+        "command": f"python3 tools/device/{script} " + " ".join(argv or sys.argv[1:]),
+    }  # fmt: skip
+    with open(path, "w") as f:
+
+        def emit(rec):
+            rec.update(common)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            print(summary(rec), flush=True)
+
+        yield emit
 
 
 def median_ms(fn, repeat):
