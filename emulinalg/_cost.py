@@ -51,7 +51,8 @@ class CostModel:
     complex_model : CostModel or None
         The emulation figures of complex products where they were fitted apart from the real
         ones (``calibrate(..., split_complex=True)``: 3M runs three GEMMs per modulus over three
-        parts, at rates of its own); None: the same figures for both.
+        parts, at rates of its own); None: the same figures for both. ``set_cost_model``
+        changes keep it unless given (``complex_model=None`` applies the top level to both).
     """
 
     native_flops: dict
@@ -224,15 +225,14 @@ def calibrate(records, source="records", split_complex=False):
         with open(records) as fh:
             records = [json.loads(line) for line in fh if line.strip()]
     if split_complex:
-        cplx = [r for r in records if r["dtype"].startswith("complex")]
-        real = [r for r in records if not r["dtype"].startswith("complex")]
-        if cplx and real:
-            model = calibrate(real, source)
-            both = calibrate(cplx, source)
+        complex_records = [r for r in records if r["dtype"].startswith("complex")]
+        real_records = [r for r in records if not r["dtype"].startswith("complex")]
+        if complex_records and real_records:
+            real = calibrate(real_records, source)
+            cplx = calibrate(complex_records, source)
             return dataclasses.replace(
-                model, native_flops={**both.native_flops, **model.native_flops},
-                complex_model=both,
-            )  # fmt: skip
+                real, native_flops={**cplx.native_flops, **real.native_flops}, complex_model=cplx
+            )
     native = {}
     ops = gemm_s = ent = ent_s = st_flops = st_s = 0.0
     for r in records:
