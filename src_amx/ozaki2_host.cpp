@@ -496,6 +496,15 @@ inline i64 pick(bool c, i64 x, i64 y) {
 }
 inline i64 clamp64(i64 x, i64 lo, i64 hi) { return std::min(std::max(x, lo), hi); }
 
+// finish()'s carry() lane by lane: words 0..nw-2 into [0, 2**32), the carries upwards.
+__attribute__((always_inline)) inline void carry_run(i64 (&a)[kMaxWords][kRun], int nw) {
+  for (int i = 0; i + 1 < nw; ++i)
+    for (int t = 0; t < kRun; ++t) {
+      a[i + 1][t] += a[i][t] >> 32;
+      a[i][t] &= 0xffffffffll;
+    }
+}
+
 // ozaki2_crt.cu's finish() for float64 / float32 outputs, lane by lane over a run (the same
 // integer steps with selects instead of branches): Y = X - qP (words a, carried) -> its sign
 // and magnitude, the top 64 bits T of |Y| and a sticky bit, then RNE to MANT bits. Only results
@@ -506,15 +515,6 @@ inline i64 clamp64(i64 x, i64 lo, i64 hi) { return std::min(std::max(x, lo), hi)
 // (subnormal, zero-rounding or overflowing results). Shift counts are read from arrays of
 // 64-bit values: computed in the same loop, GCC narrows them to 32 bits and then cannot
 // vectorize the 64-bit shifts. Always inlined: compiled once per target of crt_finish_run.
-// finish()'s carry() lane by lane: words 0..nw-2 into [0, 2**32), the carries upwards.
-__attribute__((always_inline)) inline void carry_run(i64 (&a)[kMaxWords][kRun], int nw) {
-  for (int i = 0; i + 1 < nw; ++i)
-    for (int t = 0; t < kRun; ++t) {
-      a[i + 1][t] += a[i][t] >> 32;
-      a[i][t] &= 0xffffffffll;
-    }
-}
-
 template <int MANT, int EMIN, int EMAX>
 __attribute__((always_inline)) inline bool round_run(i64 (&a)[kMaxWords][kRun], int nw,
                                                      const i64* off, int len, u64* out_bits) {

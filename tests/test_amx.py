@@ -1229,6 +1229,14 @@ def test_host_crt_word_counts_match_the_tables():
     assert [_amx.crt_words(n) for n in range(2, 21)] == [crt_words(n) for n in range(2, 21)]
 
 
+def _set_amx_env(monkeypatch, setting):
+    """EMULINALG_AMX = setting, or unset for None."""
+    if setting is None:
+        monkeypatch.delenv("EMULINALG_AMX", raising=False)
+    else:
+        monkeypatch.setenv("EMULINALG_AMX", setting)
+
+
 def test_plan_says_why_amx_is_not_used(monkeypatch):
     """numpy products on the numpy backend say why AMX is not running them: off
     (``EMULINALG_AMX=0``) or not usable on an AMX CPU, asked for (``=1``) where it is not
@@ -1240,10 +1248,7 @@ def test_plan_says_why_amx_is_not_used(monkeypatch):
     def note(state, setting):
         monkeypatch.setattr(nb, "_cpu_has_amx", lambda: state[0])
         monkeypatch.setattr(nb, "_amx_state", lambda: asked.append(setting) or state)
-        if setting is None:
-            monkeypatch.delenv("EMULINALG_AMX", raising=False)
-        else:
-            monkeypatch.setenv("EMULINALG_AMX", setting)
+        _set_amx_env(monkeypatch, setting)
         return nb.plan_note()
 
     amx_cpu, denied, plain = (True, True, ""), (True, False, "no permission"), (False, False, "x")
@@ -1267,10 +1272,7 @@ def test_numpy_products_default_to_amx_where_usable(monkeypatch):
 
     def chosen(usable, setting):
         monkeypatch.setattr(amx, "usable", lambda: usable)
-        if setting is None:
-            monkeypatch.delenv("EMULINALG_AMX", raising=False)
-        else:
-            monkeypatch.setenv("EMULINALG_AMX", setting)
+        _set_amx_env(monkeypatch, setting)
         return emulinalg.backends.for_namespace(np).name
 
     assert chosen(True, None) == "amx" and chosen(True, "1") == "amx"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the AMX host (the GPU machine's CPU), numpy arrays on their default backend (amx): build
 # the AMX module, the default plans beside numpy.matmul (tools/amx_default_plans.py), the demo,
-# the whole test suite but the GPU tests (pytest-xdist), then the benchmark records of the
+# the whole test suite but the GPU tests (one pytest per file), then the benchmark records of the
 # levels and the BF16 schedules beside numpy and torch. From the repository root after
 # `source .device/setup.sh`; logs under $OUT.
 #     STEPS="build plans demo tests" bash tools/device/amx_default_check.sh
