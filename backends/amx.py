@@ -171,7 +171,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     if not _host_ok(amx, ar, ai, br, bi):
         return None
     from emulinalg._moduli import crt_constants
-    from emulinalg._scaling import ozaki2_shifts
+    from emulinalg._scaling import ozaki2_shifts, rounds_to_nearest
     from emulinalg._timing import stage
 
     c = crt_constants(moduli)
@@ -179,8 +179,9 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     mu32 = np.ascontiguousarray(mu, dtype=np.int32)
     nu32 = np.ascontiguousarray(nu, dtype=np.int32)
     m, n = ar.shape[0], br.shape[1]
+    near = rounds_to_nearest(moduli, ar.shape[-1], mode)
     with stage("slicing"):  # the residues straight into the GEMMs' int8 tile panels
-        panels = amx.ozaki2_pack(ar, br, mu32, nu32, moduli, ai, bi)
+        panels = amx.ozaki2_pack(ar, br, mu32, nu32, moduli, ai, bi, nearest=near)
     res = panels.residues  # (parts, moduli, m, n) from the panel cache, alive with the panels
     with stage("products"):  # each GEMM reduced modulo m_l in its epilogue (3M: three)
         for ell in range(moduli):
@@ -287,66 +288,71 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
     the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound GEMM on the INT8
     tiles: a ``Prescale`` with the same ``(s, t, e, f)`` (values and dtypes), real or complex, and
     ``lower`` = F (int32 (m, n), the generic code's values). The operand passes also take the
-    certificate's normalized l1 norms (``.l1``: float64 (m,), (n,)), so ``ozaki2_certificate``
-    reads the operands only when F leaves entries beyond. None declines (fast mode, batches,
-    what ``_host_ok`` refuses)."""
+    sums for the certificate's normalized norms (``.l1``: the l1 sums and the sums of squares,
+    float64 ((m,), (n,)) each), so ``ozaki2_certificate`` reads the operands only when F leaves
+    entries beyond. None declines (fast mode, batches, what ``_host_ok`` refuses)."""
     from emulinalg._scaling import Prescale
 
     amx = _module()
     if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi):
         return None
-    s, abar, ra, nza, la, ma = amx.ozaki2_bound_operand(ar, True, ai)  # (m,), (m, k), (m,) x 4
-    t, bbar, cb, nzb, lb, mb = amx.ozaki2_bound_operand(
+    s, abar, ra, nza, la, ma, qa = amx.ozaki2_bound_operand(ar, True, ai)  # (m,), (m, k), (m,)...
+    t, bbar, cb, nzb, lb, mb, qb = amx.ozaki2_bound_operand(
         br.T, False, None if bi is None else bi.T
-    )  # (n,), (k, n), (n,) x 4
+    )  # (n,), (k, n), (n,) x 5
     # exact: k <= MAX_K (_host_ok) and every term is at most 127 * 127 < 2**14
     F = amx.gemm_s8s8s32(abar, bbar, emulate=EMULATE)
     del abar, bbar
     e, f = amx.ozaki2_bound_max(F, ra, nza, cb, nzb, ai is not None)
     pre = Prescale(s, t, e, f, lower=F, mixed=None if ai is None else (ma, mb))
-    pre.l1 = (la, lb)  # read by ozaki2_certificate only
+    pre.l1 = ((la, lb), (qa, qb))  # read by ozaki2_certificate only
     return pre
 
 
-def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
+def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     """``emulinalg._select.ozaki2_moduli_needed(numpy, backend, ...)`` with the per-entry
-    certificate in C++: ``(count, beyond)``, or None to decline (a prescale not made by
+    certificate in C++: ``(count, beyond, patch)``, or None to decline (a prescale not made by
     ``ozaki2_prescale``, what ``_host_ok`` refuses).
 
     The first pass takes the lower bound of |A||B| from the prescale's bound GEMM F
-    (``_select.bound_lower``) and its l1 norms. Only when it leaves entries beyond every count:
-    the float32 magnitudes of the line-normalized operands (``ozaki2_cert_operand``), their
-    GEMM in numpy's BLAS, as ``_select.magnitude_lower``, and a second pass with the larger
-    bound per entry; then ``_select.refine_moduli`` (its GEMM in numpy's BLAS). The same
-    decisions as the generic code except where a test is decided within a few ulps (the l1
-    sums run in another order)."""
+    (``_select.bound_lower``) and its line norms (``target``'s form: l1, or l2 from the sums of
+    squares). Only when it leaves entries beyond every count: the float32 magnitudes of the
+    line-normalized operands (``ozaki2_cert_operand``), their GEMM in numpy's BLAS, as
+    ``_select.magnitude_lower``, and a second pass with the larger bound per entry. Then the
+    exact step (``_select.exact_passes``: the same C++ pass at threshold 1 with the exact line
+    factors, its failures counted) and ``_select.refine_and_patch`` (numpy) on the entries that
+    fail that test one count below each count it tries. The same decisions as the generic code
+    except where a test is decided within a few ulps (the norms' sums run in another order)."""
     from emulinalg import _select
 
     amx = _module()
     lower = getattr(prescale, "lower", None)
-    l1 = getattr(prescale, "l1", None)
-    if lower is None or l1 is None or not _host_ok(amx, ar, ai, br, bi):
+    sums = getattr(prescale, "l1", None)
+    if lower is None or sums is None or not _host_ok(amx, ar, ai, br, bi):
         return None
     k = ar.shape[-1]
     cplx = ai is not None
-    cc = _select.cert_constants(k, bits, cplx)
+    cc = _select.cert_constants(k, target, cplx)
     if k > _select._LOWER_K_MAX or cc.factor <= 0:  # never with k <= MAX_K; as _select
         return None
     s, t, e, f = prescale
-    la, lb = l1
+    na, nb = _line_norms(sums, cc)
     alpha = cc.scale * np.sqrt(np.asarray(e, dtype=np.float64))
     beta = cc.scale * np.sqrt(np.asarray(f, dtype=np.float64))
-    na, nb = la * cc.l1fac, lb * cc.l1fac
     fexp, fexp_mixed = _select.bound_lower_exponents(cplx)
     mixed = getattr(prescale, "mixed", None)
     if mixed is None:  # real; or complex without the counts: 2**-fexp_mixed everywhere
         ma, mb = np.full(len(na), int(cplx), np.int64), np.full(len(nb), int(cplx), np.int64)
     else:
         ma, mb = (np.ascontiguousarray(x, dtype=np.int64) for x in mixed)
-    terms = (na, alpha, nb, beta, cc.factor, cc.abs_term, cc.cR, cc.c4,
-             np.array(_select.THRESHOLDS), _select.MIN_MODULI, ma, mb, fexp_mixed)  # fmt: skip
+    lam_terms = (cc.factor, cc.abs_term, cc.cR, cc.c4)
+
+    def entries(a_terms, b_terms, thr, base, c):
+        return amx.ozaki2_cert_entries(lower, fexp, na, a_terms, nb, b_terms, *lam_terms,
+                                       np.array(thr), base, ma, mb, fexp_mixed, c)  # fmt: skip
+
     c32 = None
-    need, count, at_count, n_out = amx.ozaki2_cert_entries(lower, fexp, *terms)
+    need, count, _, n_out = entries(alpha, beta, cc.thresholds, _select.MIN_MODULI, None)
     if n_out:
         # line exponents from the prescale's shifts (s = 5 - cplx - e): _select's normalisation
         ea = np.ascontiguousarray(5 - int(cplx) - s, dtype=np.int64)
@@ -355,16 +361,32 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
         b32 = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T)[0]
         c32 = np.ascontiguousarray(native_matmul(a32, b32))
         del a32, b32
-        need, count, at_count, n_out = amx.ozaki2_cert_entries(lower, fexp, *terms, c32)
+        need, count, _, n_out = entries(alpha, beta, cc.thresholds, _select.MIN_MODULI, c32)
     beyond = need == _select.BEYOND
     if n_out == need.size:
-        return None, beyond
+        return None, beyond, None
+    import array_api_compat.numpy as xp
+
+    exact = {}
+
+    def failing(c):  # the exact test of c moduli: (per entry whether it fails, failures)
+        if c not in exact:
+            p = _select.exact_line_factors(xp, cc, c, e, cc.scale)
+            q = _select.exact_line_factors(xp, cc, c, f, cc.scale)
+            codes, _, _, fails = entries(p, q, (1.0,), 0, c32)
+            exact[c] = codes == 1, fails
+        return exact[c]
+
+    # the beyond entries always fail the exact test: only they fail it where no other does
+    if count > _select.MIN_MODULI and failing(count - 1)[1] == n_out:
+        count -= 1
     n = need.shape[1]
+    native = target.guarantee == "native"
 
     def suspects(count):  # the refinement's entries and their terms, as _select's
-        if at_count > _select.REFINE_ENTRIES:
+        idx = np.flatnonzero(failing(count - 1)[0] & ~beyond)
+        if idx.size > (_select.SUSPECTS_MAX if native else _select.REFINE_ENTRIES):
             return None
-        idx = np.flatnonzero(need == count)
         mixed = (ma[idx // n] > 0) | (mb[idx % n] > 0)
         lam = lower.reshape(-1)[idx] * np.where(mixed, 2.0**-fexp_mixed, 2.0**-fexp)  # exact
         if c32 is not None:  # _select.magnitude_lower's operations
@@ -372,15 +394,27 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, bits):
             lam = np.maximum(lam, np.maximum(g - cc.abs_term, 0.0))
         return idx, lam, na[idx // n], nb[idx % n]
 
-    import array_api_compat.numpy as xp
-
-    count = _select.refine_moduli(
-        xp, _numpy_backend, ar, ai, br, bi, prescale, bits, count, suspects
+    count, patch = _select.refine_and_patch(
+        xp, _numpy_backend, ar, ai, br, bi, prescale, target, count, suspects
     )
-    return count, beyond
+    return count, beyond, patch
+
+
+def _line_norms(sums, cc):
+    """The line norms na (m,), nb (n,) of ``cc.norm`` from ``ozaki2_prescale``'s sums ``((l1 of
+    A, l1 of B), (squares of A, squares of B))``: upper bounds as ``_select._line_norm``."""
+    if cc.norm == "l1":
+        return tuple(x * cc.l1fac for x in sums[0])
+    return tuple(np.sqrt(x * cc.l1fac) * (1.0 + 2.0**-52) for x in sums[1])
 
 
 def _tiles(amx, a, b):
     a8 = np.ascontiguousarray(a, dtype=np.int8)  # exact: values checked to lie in [-128, 127]
     b8 = np.ascontiguousarray(b, dtype=np.int8)
     return amx.gemm_s8s8s32(a8, b8, emulate=EMULATE)
+
+
+# The native product numpy users get here is numpy's OpenBLAS: its error model, as the numpy
+# backend's (``emulinalg._select.native_error``).
+native_error_rms = _numpy_backend.native_error_rms
+native_chain_k = _numpy_backend.native_chain_k

@@ -22,41 +22,70 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
    exactly in any order), then per output block ``U = _scaling.bound_upper`` and
    ``e_i = max_j U_ij / 4``, ``f_j = max_i U_ij / 4``: the engine's values exactly. Fast mode:
    per-chunk sums of squares.
-   The certificate of a level (``_select``) is evaluated on operands normalized by the GLOBAL
-   line exponents, in the engine's two passes. The l1 partials per chunk (in the line-terms
-   task), summed and multiplied by ``1 + (k+2) 2**-52`` (any summation order has the same
-   error bound), stay upper bounds. First pass: ``_select.bound_lower`` of F (exact) and
-   ``_select.ozaki2_needed`` (the count each entry needs) per output block, its ``(largest
-   need, any beyond, all beyond)``, and one task (``emulinalg-fallback``) whether any entry of
-   the whole product is beyond. Second pass, only if so (the graph is built before any data is
-   seen, so its tasks always exist and return None otherwise, without work): per chunk the
-   normalized magnitudes (truncated to float32, as ``_select.magnitude_lower`` does), per
-   block triple ``_select.magnitude_lower`` (a lower bound of ``|A_k||B_k|``), summed over
-   K-blocks in float64 and multiplied by ``1 - q 2**-52`` (still a lower bound of ``|A||B|``),
-   and the needs again with the larger of the two lower bounds per entry. Then per output
-   block its summary and ONE task (``emulinalg-count``) the count of moduli, exactly as
-   ``_select.ozaki2_moduli_needed`` (before its refinement) and ``_engine._emulate`` decide
-   it, plus a flag per output block: whether any of its entries is taken from the native
-   product. 2-D products then take ``_select.refine_moduli``'s one step (tasks that always
-   exist and return at once when it does not run): per output block its suspects (the
-   entries that need the count, with their lower bound and terms, ``emulinalg-suspects``),
-   one task applying the refinement's limits to the whole product (``REFINE_ENTRIES``,
-   ``REFINE_SHARE``), per chunk the suspects' rows (columns) as normalized float64
-   magnitudes, per K-block their native float64 GEMM, summed over K-blocks (the factor
-   ``1 - (k+2) 2**-52`` covers any summation order), and one task (``emulinalg-refine``)
-   deciding the count that the later stages use: one fewer where every suspect is certified
-   with the larger lower bound.
+   The certificate of a level (``_select.certify_moduli``) is evaluated on operands normalized
+   by the GLOBAL line exponents, with the Target of the whole matrices
+   (``_select.target_for(level, k, chunk backend)``: a number of bits takes the strict l1 form,
+   a named level the native l2 form, whose weight models the chunks' backend's native GEMM
+   over the whole k) and ``_select.cert_constants(k, target, complex)``. The line-terms task also
+   gives each chunk's partial of the norm the form asks for (``cc.norm``: the l1 sums of
+   |Re| + |Im|, or their sums of squares); the K-sums are finished as ``_select._line_norm``
+   does (``l1fac`` covers any summation order of non-negative terms). First pass:
+   ``_select.bound_lower`` of F (exact) and ``_select.ozaki2_needed`` (the count each entry
+   needs) per output block, its ``(largest need, any beyond, all beyond)``, and one task
+   (``emulinalg-fallback``) whether any entry of the whole product is beyond. Second pass, only
+   if so (the graph is built before any data is seen, so its tasks always exist and return
+   None otherwise, without work): per chunk the normalized magnitudes (truncated to float32,
+   as ``_select.magnitude_lower`` does), per block triple ``_select.magnitude_lower`` (a lower
+   bound of ``|A_k||B_k|``), summed over K-blocks in float64 and multiplied by
+   ``1 - q 2**-52`` (still a lower bound of ``|A||B|``), and the needs again with the larger
+   of the two lower bounds per entry. Then per output block its summary and ONE task
+   (``emulinalg-count``) the count of moduli, exactly as ``_select.certify_moduli`` (before
+   its exact step) and ``_engine._emulate`` decide it, plus a flag per output block: whether
+   any of its entries is taken from the native product. The exact step follows (tasks that
+   always exist and return at once when it does not run): per output block how many
+   certifiable entries fail one modulus fewer with the exact shifts
+   (``_select.exact_passes``), and one task (``emulinalg-exact``) taking one modulus off
+   where none does. 2-D products then take ``_select.refine_and_patch``'s steps (its loop, up
+   to ``REFINE_STEPS``: one set of tasks per step, each returning at once where the loop has
+   stopped), each one modulus fewer: per output block its suspects (the certifiable entries
+   failing one fewer than the count with the exact shifts, with their lower bound and terms,
+   ``emulinalg-suspects-<step>``), one task applying the engine's limit to the whole product's
+   suspects (``REFINE_ENTRIES``; the native form's ``SUSPECTS_MAX``) and taking its sample of
+   them in flat order (``_select.refine_sample``), per chunk the sampled suspects' rows
+   (columns) as normalized float64 magnitudes, per K-block each sampled suspect's sum of
+   magnitude products and, for the native form, of their squares (``_select.suspect_sums``'
+   operations), summed over K-blocks (non-negative terms: ``refine_failures``' factor covers
+   any order), and one task (``emulinalg-refine-<step>``) deciding the count from the suspects
+   that still fail (``_select.refine_failures``): one fewer where none does (the next step then
+   runs), and also where at most ``_select.patch_limit(m, n)`` do, which it then names as the
+   patch (their flat indices, on the host) for step 4; the last step's decision is the count
+   that the later stages use.
 2. Residues once per chunk (``emulinalg-residues``, I·Q + Q·J tasks): the shifts ``mu``, ``nu``
-   (``_scaling.ozaki2_shifts``' formula, from the count), ``scale_to_integers``, ``split`` and
-   ``residues`` for every modulus, stored as int8 planes (n per entry, 3n for complex: 3M).
-   dask deduplicates by key, so every block product reading a chunk reads the same planes.
+   (``_scaling.ozaki2_shifts``' formula, from the count), ``scale_to_integers`` (rounded to
+   nearest or truncated as ``_scaling.rounds_to_nearest`` says for the count and the WHOLE
+   inner dimension, as ``_ozaki2.product`` does), ``split`` and ``residues`` for every
+   modulus, stored as int8 planes (n per entry, 3n for complex: 3M). dask deduplicates by
+   key, so every block product reading a chunk reads the same planes.
 3. Block products (``emulinalg-products``, I·Q·J tasks): ``_ozaki2.modular_products`` per
    modulus, kept as int8 residues, and a tree reduction over K-blocks (``split_every``) adding
    them modulo each ``m_l``: the sums are congruent to the whole products, so their symmetric
    residues are the engine's ``W_l`` exactly.
 4. One CRT per output block (I·J tasks): the engine's exact limb accumulation and
    ``_ozaki2.reconstruct`` (rounded once to the result dtype, float32 included): the result
-   is bit for bit the engine's on the whole matrices with the same count.
+   is bit for bit the engine's on the whole matrices with the same count. The certificate's
+   patch (2-D products) and, for the named levels (the native form), the whole product's most
+   cancelled entries are then recomputed with the most moduli as the engine does
+   (``_refit.refit(..., extra=patch, cancelled=...)``; tasks that return at once where there
+   is nothing to recompute): for the named levels, per output block the entries the whole
+   product's pick can take there (the block's own pick of ``_refit.cancelled_entries``'
+   ratios: an entry of the whole pick is in it, since fewer than ``REFIT_ENTRIES`` of the
+   block's entries come before it); one task (``emulinalg-refit-select``) taking the pick
+   among them and the union with the patch; per chunk the entries' rows of A (columns of B),
+   one task (``emulinalg-refit``) recomputing them (``_ozaki2.entries`` on their whole
+   lines), and per output block (``emulinalg-final``) the emulated values with them patched
+   in. The output blocks wait for that one task; for the named levels it waits for every
+   output block's pick, so every output block's emulated values are held until it is done
+   (a number of bits: the patch alone, known from the decision).
 5. Native patch: entries beyond the certificate, or in rows/columns with NaN/Inf, take dask's
    blocked native product (block products in the chunks' dtype, plain sums over K-blocks),
    computed only for the output blocks that have such entries: the count task's flags tell
@@ -100,7 +129,11 @@ Accuracy across K-blocks (double-double graph)
 Split the contraction index into the K-blocks ``K_1, ..., K_q``: ``C = sum_k A_k B_k`` with
 ``A_k = A[:, K_k]``, ``B_k = B[K_k, :]``, and, entry by entry, ``sum_k |A_k||B_k| = |A||B|``
 exactly (the K-blocks partition the terms of every dot product). For a level of ``b`` bits the
-engine certifies each emulated block entry: ``|C^_k - C_k| <= tau * 2^-b * (|A_k||B_k|)``, where
+engine certifies each emulated block entry: ``|C^_k - C_k| <= eps_k * (|A_k||B_k|)`` with
+``eps_k = tau * 2^-b`` (a number of bits: the strict form) or the native form's
+deterministic factor for inner dimension ``|K_k|`` (a named level, ``_select.guarantee_note``:
+it does not decrease with the inner dimension, so no block's factor exceeds the whole
+product's, ``eps``), where
 ``C^_k`` is the block's exact emulated value, of which ``hi_k + lo_k`` is the double-double
 rounding (``|hi_k + lo_k - C^_k| <= 2^-106 |C^_k|``). Entries the engine computes natively in a
 block (non-finite inputs, entries no configuration certifies) carry the native error of that
@@ -108,7 +141,7 @@ block only, ``gamma_{|K_k|} |A_k||B_k|``, smaller than native's on the whole ``k
 ``q - 1`` double-double additions adds at most ``c * q * 2^-104 * sum_k |C^_k|`` and the final
 rounding ``u |C|``. Altogether, per entry,
 
-    |C^ - C| <= u |C| + (1 + u) * (tau * 2^-b * |A||B| + c * q * 2^-104 * |A||B|),
+    |C^ - C| <= u |C| + (1 + u) * (eps * |A||B| + c * q * 2^-104 * |A||B|),
 
 the engine's own bound on the whole matrices plus a term far below ``u |A||B|`` (for ``q`` far
 below ``2^50``): the blocking loses nothing of what the emulation gains, unlike a plain float
@@ -136,7 +169,7 @@ import os
 
 import numpy as np
 
-from emulinalg import _engine, _exact, _ozaki2, _select
+from emulinalg import _engine, _exact, _ozaki2, _refit, _select
 from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg._plan import Plan
 from emulinalg._precision import NATIVE, SCHEMES, OzakiII, level_for_dtype
@@ -148,6 +181,7 @@ from emulinalg._scaling import (
     magnitude,
     max_exponent,
     mixed_lines,
+    rounds_to_nearest,
     scale_to_integers,
 )
 from emulinalg._xputil import ldexp, make_complex
@@ -186,16 +220,27 @@ def quiet():
     return np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore")
 
 
-def emulation_faster(request, dtype, m, n, k, batch=1, chunk_backend="numpy", family="ozaki2"):
+def emulation_faster(request, dtype, m, n, k, batch=1, chunk_backend="numpy", family="ozaki2",
+                     cert_k=None):  # fmt: skip
     """Whether block products of these sizes are predicted to emulate faster than native on
     the chunks' backend (``emulinalg._cost``, with the fewest moduli/slices the level can need:
-    the scheme itself is chosen from the chunk data at compute time). False without a model."""
+    the scheme itself is chosen from the chunk data at compute time). False without a model.
+
+    ``chunk_backend``: the chunks' backend module (or its name: the native form's weight is then
+    ``_select``'s default); ``cert_k``: the inner dimension the certificate sees (the whole k in
+    the shared graph; None: ``k``, a block product's). The guess takes the native form's weight
+    as ``_engine._matmul`` does (``_select.target_for``)."""
     try:
         from emulinalg import _cost
     except ImportError:  # pragma: no cover - an engine without a cost model: native is safe
         return False
-    guess = _cost.likely_count(family, request.bits, k)
-    return bool(_cost.emulation_faster(chunk_backend, guess, dtype, m, n, k, batch))
+    backend = None if isinstance(chunk_backend, str) else chunk_backend
+    ck = k if cert_k is None else cert_k
+    target = _select.target_for(request, ck, backend)
+    weight = target.weight if target.guarantee == "native" else None
+    guess = _cost.likely_count(family, request.bits, ck, weight)
+    backend_name = getattr(backend, "name", chunk_backend)
+    return bool(_cost.emulation_faster(backend_name, guess, dtype, m, n, k, batch))
 
 
 def coerce_operands(x1, x2):
@@ -297,7 +342,9 @@ def matmul(xp, backend, a, b, request, cfg):
         cfg.strategy == "performant"
         and not explicit
         and request.bits <= _NATIVE_BITS[real_name]
-        and not emulation_faster(request, dtype_name, mb, nb, kb, bb, chunk_backend.name, family)
+        and not emulation_faster(
+            request, dtype_name, mb, nb, kb, bb, chunk_backend, family, k if shared else None
+        )
     ):
         return native(
             f"performant: native is faster than emulation on the {chunk_backend.name} backend "
@@ -578,7 +625,8 @@ def _shared_config(request, k, cplx, real_name):
 def _shared_graph(a, b, request, arrays=None):
     """The lazy Scheme II product with shared preprocessing (module docstring) and notes.
     ``arrays``: a dict that receives the lazy statistics ``e``, ``f`` and ``need`` (None where
-    not made), for tests that compare them with the engine's."""
+    not made) and, with a certificate, the K-summed line terms ``aterms``, ``bterms`` and the
+    ``norm`` they hold, for tests that compare them with the engine's."""
     import dask
     import dask.array as da
     from dask.array.utils import meta_from_array
@@ -594,6 +642,10 @@ def _shared_graph(a, b, request, arrays=None):
     split_every = dask.config.get("split_every", None) or 4
     fixed, mode, bits = _shared_config(request, k, cplx, real_name)
     certify = fixed is None
+    # the engine's Target: its weight models the chunks' backend's native GEMM over the whole k
+    outputs = math.prod(a.shape[:-1]) * b.shape[-1]
+    target = _select.target_for(request, k, _chunk_backend(a), outputs) if certify else None
+    norm = _select.cert_constants(k, target, cplx).norm if certify else None
     f64 = np.float64
 
     def meta(ndim, dtype):
@@ -657,7 +709,7 @@ def _shared_graph(a, b, request, arrays=None):
                 **kw,
             )
 
-        # per line [sum of Ā, nonzero parts(, l1 partial(, entries with both parts nonzero))]
+        # per line [sum of Ā, nonzero parts(, norm partial(, entries with both parts nonzero))]
         nt = (4 if cplx else 3) if certify else 2
 
         def line_terms(x, xi, lines, li, axis):
@@ -676,13 +728,13 @@ def _shared_graph(a, b, request, arrays=None):
                 token="emulinalg-line-terms",
                 axis=axis,
                 cplx=cplx,
-                l1=certify,
+                norm=norm,
             ).sum(axis=nd - 1 if axis == -1 else nd - 2, split_every=split_every)
 
         if mode == "accurate":
             abar = per_chunk(_bound_chunk, a, ai, amb, rows, np.int8, axis=-1, cplx=cplx)
             bbar = per_chunk(_bound_chunk, b, bi, bmb, cols, np.int8, axis=-2, cplx=cplx)
-            aterms = line_terms(a, ai, amb, rows, axis=-1)  # (..., m, nt): exact but the l1 part
+            aterms = line_terms(a, ai, amb, rows, axis=-1)  # (..., m, nt): exact but the norm's
             bterms = line_terms(b, bi, bmb, cols, axis=-2)  # (..., n, nt)
         else:
             asq = per_chunk(_sq_chunk, a, ai, amb, rows, f64, True, axis=-1, cplx=cplx)
@@ -724,7 +776,7 @@ def _shared_graph(a, b, request, arrays=None):
     need = None
     if certify:
         cert_kw = {"dtype": np.int64, "concatenate": True, "meta": meta(nd, np.int64), "k": k,
-                   "cplx": cplx, "bits": bits}  # fmt: skip
+                   "cplx": cplx, "target": target}  # fmt: skip
         terms = [F, out, e, rows, f, cols, aterms, rows + (p,), bterms, cols + (p,)]
 
         def summarize(ns, token):
@@ -757,6 +809,8 @@ def _shared_graph(a, b, request, arrays=None):
         count_args += [summarize(need, "emulinalg-cert-summary-final"), out + (p,)]
     if arrays is not None:
         arrays.update(e=e, f=f, need=need)
+        if certify:
+            arrays.update(aterms=aterms, bterms=bterms, norm=norm)
     cfg = da.blockwise(
         _count_task,
         (),
@@ -773,14 +827,18 @@ def _shared_graph(a, b, request, arrays=None):
     # Block indices of the output grid: the count task's per-block flags are looked up by them.
     grid = {d: a.numblocks[d] for d in bt}
     grid[i], grid[j] = a.numblocks[-2], b.numblocks[-1]
+    grid[kk] = q
     index = {d: da.arange(nblk, chunks=1) for d, nblk in grid.items()}
 
     def ix(*axes):
         return [x for d in axes for x in (index[d], (d,))]
 
-    if certify and nd == 2:  # _select.refine_moduli: 2-D products only, as in core
-        cfg = _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, k=k, q=q,
-                            cplx=cplx, bits=bits, split_every=split_every)  # fmt: skip
+    if certify:  # _select.certify_moduli's exact step, then (2-D only) its refinement
+        cert = (need, lower, fallback, terms)
+        cfg = _exact_graph(cfg, *cert, out, k=k, q=q, cplx=cplx, target=target)
+        if nd == 2:
+            cfg = _refine_graph(a, b, cfg, *cert, amb, bmb, ix, k=k, q=q, cplx=cplx,
+                                target=target, split_every=split_every)  # fmt: skip
     shift_kw = {"dtype": np.int64, "concatenate": True, "token": "emulinalg-shifts", "cplx": cplx}
     mu = da.blockwise(_shift_task, rows, amb, rows + (p,), e, rows, cfg, (), **shift_kw,
                       meta=meta(len(rows), np.int64))  # fmt: skip
@@ -789,7 +847,8 @@ def _shared_graph(a, b, request, arrays=None):
 
     # 2. Residues once per chunk.
     with dask.annotate(**_CHUNKS):
-        res_kw = {"dtype": object, "meta": obj(nd), "token": "emulinalg-residues", "cplx": cplx}
+        res_kw = {"dtype": object, "meta": obj(nd), "token": "emulinalg-residues", "cplx": cplx,
+                  "k": k, "mode": mode}  # fmt: skip
         res_kw["align_arrays"] = False  # the index arrays' chunks are block counts
         ra = da.blockwise(_residues_chunk, ai, a, ai, mu, rows, cfg, (), *ix(*rows),
                           axis=-1, **res_kw)  # fmt: skip
@@ -816,31 +875,19 @@ def _shared_graph(a, b, request, arrays=None):
         )
         wsum = k_sum(prods, _wsum, "emulinalg-wsum")
     # 4./5. One CRT per output block, and the native patch.
-    c = da.blockwise(
-        _crt_block,
-        out,
-        wsum,
-        out,
-        mu,
-        rows,
-        nu,
-        cols,
-        amb,
-        rows + (p,),
-        bmb,
-        cols + (p,),
-        need,
-        out if certify else None,
-        cfg,
-        (),
-        *ix(*out),
-        dtype=dtype_name,
-        concatenate=True,
-        meta=meta(nd, dtype_name),
-        token="emulinalg-crt",
-        align_arrays=False,
-        dtype_name=dtype_name,
-    )
+    patch = [amb, rows + (p,), bmb, cols + (p,), need, out if certify else None, cfg, ()]
+    fin_kw = {"dtype": dtype_name, "concatenate": True, "meta": meta(nd, dtype_name),
+              "align_arrays": False, "dtype_name": dtype_name}  # fmt: skip
+    # the engine refits the most cancelled entries of a product of the native form
+    # (``_engine._refits``) and the certificate's patch (2-D products, ``refine_and_patch``)
+    cancelled = certify and target.guarantee == "native" and k > 1
+    refit = cancelled or (certify and nd == 2)
+    if not refit:
+        c = da.blockwise(_crt_block, out, wsum, out, mu, rows, nu, cols, *patch, *ix(*out),
+                         token="emulinalg-crt", **fin_kw)  # fmt: skip
+    else:
+        c = _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, k=k, cplx=cplx,
+                         mode=mode, real_name=real_name, cancelled=cancelled)  # fmt: skip
 
     nbatch = math.prod(a.numblocks[:-2])
     ni, nj = a.numblocks[-2], b.numblocks[-1]
@@ -867,11 +914,31 @@ def _shared_graph(a, b, request, arrays=None):
             if certify else "bound GEMM"
         )  # fmt: skip
         notes.append(f"statistics: {nbatch * ni * q * nj} block tasks ({what})")
+    if certify:
+        notes.append(
+            f"exact step (_select.exact_passes): {nbatch * ni * nj} block tasks testing one "
+            "modulus fewer with the exact shifts"
+        )
     if certify and nd == 2:
         notes.append(
-            f"refinement (_select.refine_moduli): {q} native GEMM task{'s' if q != 1 else ''} "
-            "of the suspects' rows and columns, working only when a few entries hold back one "
-            "modulus fewer"
+            f"refinement (_select.refine_and_patch): up to {_select.REFINE_STEPS} steps, one "
+            f"modulus each, of {q} task{'s' if q != 1 else ''} of the suspects' dot products, "
+            "working only when a few entries hold back one modulus fewer; one modulus fewer "
+            f"also where at most {_select.patch_limit(a.shape[-2], b.shape[-1])} still do (the "
+            "patch, which ends the steps)"
+        )
+    if refit:
+        what = [
+            "the certificate's patch" if certify and nd == 2 else None,
+            ("every entry (a small product)"
+             if _refit.refits_all(math.prod(a.shape[:-1]) * b.shape[-1], a.shape[-1])
+             else f"the whole product's most cancelled entries (at most {_refit.REFIT_ENTRIES})")
+            if cancelled else None,
+        ]  # fmt: skip
+        notes.append(
+            f"refit (_refit): {' and '.join(w for w in what if w)} recomputed with "
+            f"{MAX_MODULI} moduli in one task, from their lines picked per chunk; the output "
+            "blocks wait for it"
         )
     return c, notes
 
@@ -927,23 +994,24 @@ def _bound_chunk(x, lines, axis, cplx):
         return xp.astype(_bound_operand(xp, re, im, s, axis)[0], xp.int8)
 
 
-def _line_terms(x, lines, axis, cplx, l1):
+def _line_terms(x, lines, axis, cplx, norm):
     """Partial line terms of one chunk, (..., m, 1, 2 to 4) for A, (..., 1, n, .) for B: the
     sum of Ā and the count of nonzero parts (``_scaling._bound_operand``'s, exact integers, so
-    their K-sums are the whole lines'), and with ``l1`` the l1 norm of the normalized line
-    (``_select._l1_upper`` before its factor) and, complex, ``_scaling.mixed_lines``."""
+    their K-sums are the whole lines'), and with ``norm`` ("l1" or "l2", the certificate's)
+    the partial sum of ``_select._line_norm`` on the normalized line (of |Re| + |Im|, or of
+    its squares; finished by ``_line_norms``) and, complex, ``_scaling.mixed_lines``."""
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)
         s = 5 - _line_exponent(xp, lines) - int(cplx)
         _, sums, nz = _bound_operand(xp, re, im, s, axis)
         terms = [sums, nz]
-        if l1:
+        if norm is not None:
             if im is not None:  # entries with both parts nonzero: _select.bound_lower
                 mixed = xp.astype(mixed_lines(xp, re, im, axis), sums.dtype)
             re, im = _normalized(xp, re, im, lines, axis)
             v = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
-            terms.append(xp.sum(v, axis=axis))
+            terms.append(xp.sum(v if norm == "l1" else v * v, axis=axis))
             if im is not None:
                 terms.append(mixed)
         return xp.expand_dims(xp.stack(terms, axis=-1), axis=-2 if axis == -1 else -3)
@@ -1030,11 +1098,17 @@ def _lsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
     return out
 
 
-def _l1_terms(xp, aterms, bterms, k):
-    """na (..., m, 1), nb (..., 1, n): ``_select._l1_upper`` from the K-summed l1 partials."""
-    l1fac = _select.cert_constants(k).l1fac
-    return (xp.expand_dims(aterms[..., 2] * l1fac, axis=-1),
-            xp.expand_dims(bterms[..., 2] * l1fac, axis=-2))  # fmt: skip
+def _line_norms(xp, aterms, bterms, k, norm):
+    """na (..., m, 1), nb (..., 1, n): ``_select._line_norm``'s bounds finished from the
+    K-summed partials (of non-negative terms: any order of the sums has the error bound that
+    ``l1fac`` covers)."""
+    fac = _select.cert_constants(k).l1fac
+
+    def finish(v):
+        return v * fac if norm == "l1" else xp.sqrt(v * fac) * (1.0 + 2.0**-52)
+
+    return (xp.expand_dims(finish(aterms[..., 2]), axis=-1),
+            xp.expand_dims(finish(bterms[..., 2]), axis=-2))  # fmt: skip
 
 
 def _lam(xp, F, fallback, low, q, cplx, aterms, bterms):
@@ -1051,21 +1125,29 @@ def _lam(xp, F, fallback, low, q, cplx, aterms, bterms):
     return xp.maximum(lam, gl)
 
 
-def _certified_need(xp, lam, e, f, aterms, bterms, k, cplx, bits):
-    """The count each entry of one output block needs (``_select.ozaki2_needed``) from a lower
-    bound ``lam`` of the normalized |A||B| and the whole-matrix terms of its rows and columns."""
-    na, nb = _l1_terms(xp, aterms, bterms, k)
-    R = _select.cert_constants(k, bits).cR * lam
-    return _select.ozaki2_needed(xp, k, R, na, nb, e, f, cplx)
+def _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target):
+    """The certificate's terms of one output block: ``(cc, lam, na, nb)``, the constants of
+    ``_select.cert_constants`` for the whole k, the lower bound of the normalized |A||B|
+    (``_lam``) and the whole lines' norms in the form the target asks."""
+    cc = _select.cert_constants(k, target, cplx)
+    lam = _lam(xp, F, fallback, low, q, cplx, aterms, bterms)
+    na, nb = _line_norms(xp, aterms, bterms, k, cc.norm)
+    return cc, lam, na, nb
 
 
-def _cert_block(F, e, f, aterms, bterms, k, cplx, bits):
+def _certified_need(xp, F, fallback, low, q, e, f, aterms, bterms, k, cplx, target):
+    """The count each entry of one output block needs (``_select.ozaki2_needed``) from its
+    lower bound of the normalized |A||B| and the whole-matrix terms of its rows and columns."""
+    cc, lam, na, nb = _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target)
+    return _select.ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
+
+
+def _cert_block(F, e, f, aterms, bterms, k, cplx, target):
     """The needed count per entry of one output block with the bound GEMM's lower bound alone
     (``_select.bound_lower``: exact, the engine's first pass)."""
     xp, backend = _xp_backend(F)
     with _chunk_quiet(xp, backend):
-        lam = _lam(xp, F, False, None, 1, cplx, aterms, bterms)
-        return _certified_need(xp, lam, e, f, aterms, bterms, k, cplx, bits)
+        return _certified_need(xp, F, False, None, 1, e, f, aterms, bterms, k, cplx, target)
 
 
 def _fallback_task(summary):
@@ -1074,7 +1156,7 @@ def _fallback_task(summary):
     return bool((np.asarray(summary)[..., 1] > 0).any())
 
 
-def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cplx, bits):
+def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cplx, target):
     """The final needed counts of one output block: the first pass's where no entry of the
     whole product was beyond, else with lam = max(F's bound, the K-summed magnitude lower
     bound) per entry (``_select.ozaki2_moduli_needed``'s second pass)."""
@@ -1082,8 +1164,7 @@ def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cpl
         return need
     xp, backend = _xp_backend(F)
     with _chunk_quiet(xp, backend):
-        lam = _lam(xp, F, fallback, low, q, cplx, aterms, bterms)
-        return _certified_need(xp, lam, e, f, aterms, bterms, k, cplx, bits)
+        return _certified_need(xp, F, fallback, low, q, e, f, aterms, bterms, k, cplx, target)
 
 
 def _beyond(xp, need):
@@ -1109,86 +1190,158 @@ def _any_bad(lines):
 def _count_task(abad, bbad, summary=None, *, fixed, bits, native_bits):
     """The one count task: ``{"count": n (0: none, every entry native), "mask": whether the
     certificate's beyond entries are native, "need": per output block, whether any entry is
-    taken from the native product, "refine": the count where ``_select.refine_moduli`` may
-    take one modulus fewer, else 0}`` -- the decisions of ``_select.ozaki2_moduli_needed``
-    (before its refinement) and ``_engine._emulate`` on the whole matrices."""
+    taken from the native product, "certified": whether the count is the certificate's (its
+    exact step and refinement may then take moduli off), "refining": the same, for the
+    refinement's steps (``_refine_task`` clears it where the engine's loop stops), "patch":
+    None (the refinement's patch, ``_refine_task``)}`` -- the decisions of
+    ``_select.certify_moduli`` (before its exact step) and ``_engine._emulate`` on the whole
+    matrices."""
     abad = np.asarray(abad, dtype=bool)  # (batch blocks..., I)
     bbad = np.asarray(bbad, dtype=bool)  # (batch blocks..., J)
     lines = abad[..., :, None] | bbad[..., None, :]
+
+    def decision(count, mask, need, certified=False):
+        return {"count": count, "mask": mask, "need": need, "certified": certified,
+                "refining": certified, "patch": None}  # fmt: skip
+
     if fixed is not None:
-        return {"count": int(fixed), "mask": False, "need": lines, "refine": 0}
+        return decision(int(fixed), False, lines)
     summary = np.asarray(summary)  # (batch blocks..., I, J, 3)
     any_beyond = summary[..., 1] > 0
     if bits > native_bits and bool(any_beyond.any()):
         # Beyond the native precision native is the worse choice: the most accurate count.
-        return {"count": MAX_MODULI, "mask": False, "need": lines, "refine": 0}
+        return decision(MAX_MODULI, False, lines)
     if bool((summary[..., 2] > 0).all()):  # nothing certifiable: the native product
-        return {"count": 0, "mask": True, "need": np.ones_like(lines), "refine": 0}
-    count = int(summary[..., 0].max())
-    refine = count if count > MIN_MODULI else 0
-    return {"count": count, "mask": True, "need": lines | any_beyond, "refine": refine}
+        return decision(0, True, np.ones_like(lines))
+    return decision(int(summary[..., 0].max()), True, lines | any_beyond, True)
 
 
-# The suspect refinement (``_select.refine_moduli``) over blocks, 2-D products only: after the
-# count task, the entries that need the count (per output block), one task applying the
-# refinement's limits to the whole product, the suspects' rows of A and columns of B per chunk
-# (normalized by the global line exponents), their native float64 GEMM per K-block summed over
-# K-blocks, and one task deciding the count used downstream. Every task returns at once when the
-# refinement does not run (None).
+def _exact_runs(cfg):
+    """Whether ``_select.certify_moduli`` tests one modulus fewer at this decision."""
+    return cfg["certified"] and cfg["count"] > MIN_MODULI
 
 
-def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q, cplx, bits,
+def _refine_runs(cfg):
+    """Whether ``_select.refine_and_patch``'s loop takes a step at this decision."""
+    return cfg["refining"] and cfg["count"] > MIN_MODULI
+
+
+def _exact_fails(xp, need, count, low, fallback, F, e, f, aterms, bterms, k, q, cplx, target):
+    """``(fail, lam, na, nb)`` of one output block: the certifiable entries that ``count``
+    moduli do not certify with the exact shifts (``_select.exact_passes``), and the terms."""
+    cc, lam, na, nb = _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target)
+    ok = _select.exact_passes(xp, cc, count, cc.cR * lam, na, nb, e, f)
+    return ~ok & ~_beyond(xp, need), lam, na, nb
+
+
+# The exact step over blocks: per output block how many certifiable entries fail one modulus
+# fewer with the exact shifts, and one task taking that count where none does.
+
+
+def _exact_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *, k, q, cplx, target):
+    """The number of failures at the count task's count - 1 of one output block, as a host
+    array of shape (1, ..., 1); -1 where the exact step does not run."""
+    n = -1
+    if _exact_runs(cfg):
+        xp, backend = _xp_backend(need)
+        with _chunk_quiet(xp, backend):
+            fail, *_ = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, e, f, aterms,
+                                    bterms, k, q, cplx, target)  # fmt: skip
+            n = int(xp.count_nonzero(fail))
+    return np.full((1,) * need.ndim, n, dtype=np.int64)
+
+
+def _exact_task(cfg, fails):
+    """The count task's decision, one modulus fewer where no output block has a failure."""
+    if _exact_runs(cfg) and not bool((np.asarray(fails) != 0).any()):
+        return dict(cfg, count=cfg["count"] - 1)
+    return cfg
+
+
+def _exact_graph(cfg, need, lower, fallback, terms, out, *, k, q, cplx, target):
+    """The tasks of the exact step: the decision ``cfg`` of the count task, after the step,
+    as a 0-d object array."""
+    import dask.array as da
+
+    fails = da.blockwise(_exact_block, out, need, out, cfg, (), lower, out, fallback, (), *terms,
+                         adjust_chunks={d: 1 for d in out}, dtype=np.int64, concatenate=True,
+                         meta=np.empty((0,) * len(out), np.int64),
+                         token="emulinalg-exact-block", k=k, q=q, cplx=cplx,
+                         target=target)  # fmt: skip
+    return da.blockwise(_exact_task, (), cfg, (), fails, out, dtype=object, concatenate=True,
+                        meta=np.empty((), object), token="emulinalg-exact")  # fmt: skip
+
+
+# The suspect refinement (``_select.refine_and_patch``) over blocks, 2-D products only: after
+# the exact step, per step of the engine's loop (``REFINE_STEPS``, one set of tasks each), the
+# entries that fail one modulus fewer (per output block), one task applying the suspects' limit
+# to the whole product and taking its sample, the sampled suspects' rows of A and columns of B
+# per chunk (normalized by the global line exponents), their dot products (and sums of squares)
+# per K-block summed over K-blocks, and one task deciding the count (and whether the loop goes
+# on) and the patch (the suspects that still fail, recomputed by the refit's tasks). Every task
+# returns at once when its step does not run (None).
+
+
+def _suspects_limit(target):
+    """The most suspects ``_select.certify_moduli`` refines (the native form samples them)."""
+    return _select.SUSPECTS_MAX if target.guarantee == "native" else _select.REFINE_ENTRIES
+
+
+def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q, cplx, target,
                     row0, col0):  # fmt: skip
-    """The entries of one output block that need the count (``_select.certify_moduli``'s
-    suspects): ``{"n": how many, "rows", "cols": their global indices, "terms": [lam, na, nb,
-    e, f] per entry}`` (only "n" when there are too many for the whole product anyway); None
-    when the count task leaves nothing to refine."""
-    count = cfg["refine"]
-    if not count:
+    """The entries of one output block that fail the count - 1 with the exact shifts
+    (``_select.certify_moduli``'s suspects): ``{"n": how many, "rows", "cols": their global
+    indices, "terms": [lam, na, nb, e, f] per entry}`` (only "n" when there are too many for
+    the whole product anyway); None when the refinement does not run at this decision."""
+    if not _refine_runs(cfg):
         return None
     xp, backend = _xp_backend(need)
-    mask = need == count
-    total = int(xp.count_nonzero(mask))
-    if total == 0 or total > _select.REFINE_ENTRIES:
-        return {"n": total}
     with _chunk_quiet(xp, backend):
-        r, c = xp.nonzero(mask)
-        lam = _lam(xp, F, fallback, low, q, cplx, aterms, bterms)  # the final need's lam
+        fail, lam, na, nb = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, e, f,
+                                         aterms, bterms, k, q, cplx, target)  # fmt: skip
+        total = int(xp.count_nonzero(fail))
+        if total > _suspects_limit(target):
+            return {"n": total}
+        r, c = xp.nonzero(fail)
         lam = xp.take(xp.reshape(lam, (-1,)), r * need.shape[-1] + c)
-        na, nb = _l1_terms(xp, aterms, bterms, k)
         terms = xp.stack([lam, xp.take(na[:, 0], r), xp.take(nb[0, :], c),
                           xp.take(e, r), xp.take(f, c)])  # fmt: skip
     bi, bj = _block_index(ix)
     return {"n": total, "rows": r + row0[bi], "cols": c + col0[bj], "terms": terms}
 
 
-def _refine_select(sus, m, n):
-    """``_select.refine_moduli``'s limits on the whole product's suspects: at most
-    ``REFINE_ENTRIES`` entries, their distinct rows times columns at most ``REFINE_SHARE m n``.
-    ``{"rows", "cols": the distinct rows and columns (sorted), "ri", "ci": each entry's
-    position in them, "terms"}``, or None (no refinement)."""
+def _refine_select(sus, *, n, target):
+    """The whole product's suspects in flat order and the sample ``_select.refine_sample``
+    takes of them, or None where there are too many (``_suspects_limit``) or the refinement
+    does not run: ``{"n": how many, "idx": their flat indices, "terms": [lam, na, nb, e, f] per
+    suspect, "pick": the sample's positions, "rows", "cols": the sample's distinct rows and
+    columns (sorted), "ri", "ci": each sampled suspect's position in them}`` (only "n" when it
+    is 0: then one modulus fewer, as ``refine_and_patch`` decides)."""
     parts = [x for x in _flatten(sus) if x is not None]
-    if not parts or sum(x["n"] for x in parts) > _select.REFINE_ENTRIES:
+    if not parts or sum(x["n"] for x in parts) > _suspects_limit(target):
         return None
     parts = [x for x in parts if x["n"]]
-    if not parts:  # not reached: the entries that set the count need it
-        return None
+    if not parts:
+        return {"n": 0}
     xp, _ = _xp_backend(parts[0]["rows"])
     rows = xp.concat([x["rows"] for x in parts])
     cols = xp.concat([x["cols"] for x in parts])
-    picked = _select.refine_selection(xp, rows, cols, m, n)
-    if picked is None:
-        return None
-    ur, ri, uc, ci = picked
-    terms = xp.concat([x["terms"] for x in parts], axis=1)
-    return {"rows": ur, "cols": uc, "ri": ri, "ci": ci, "terms": terms}
+    flat = rows * n + cols
+    order = xp.argsort(flat)  # the engine's flat order: the sample and the patch depend on it
+    terms = xp.take(xp.concat([x["terms"] for x in parts], axis=1), order, axis=1)
+    pick = _select.refine_sample(xp, int(rows.shape[0]))
+    rows, cols = xp.take(xp.take(rows, order), pick), xp.take(xp.take(cols, order), pick)
+    ur, uc = xp.sort(xp.unique_values(rows)), xp.sort(xp.unique_values(cols))
+    return {"n": int(order.shape[0]), "idx": xp.take(flat, order), "terms": terms,
+            "pick": pick, "rows": ur, "cols": uc, "ri": xp.searchsorted(ur, rows),
+            "ci": xp.searchsorted(uc, cols)}  # fmt: skip
 
 
 def _refine_lines(x, lines, sel, *ix, axis, starts):
     """The suspects' rows of one A chunk (``axis`` -1) or columns of one B chunk (-2): their
-    magnitudes normalized by the global line exponents, in float64 (``refine_moduli``'s GEMM
+    magnitudes normalized by the global line exponents, in float64 (``_select.suspect_sums``'
     operands, restricted to the chunk); None without refinement."""
-    if sel is None:
+    if sel is None or not sel["n"]:
         return None
     xp, backend = _xp_backend(x)
     blk = _block_index(ix)[0]
@@ -1197,42 +1350,64 @@ def _refine_lines(x, lines, sel, *ix, axis, starts):
     local = u[(u >= lo) & (u < hi)] - lo  # sorted: the pieces concatenate in u's order
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, xp.take(x, local, axis=-2 if axis == -1 else -1))
-        re, im = _normalized(xp, re, im, xp.take(lines, local, axis=0), axis)
-        return magnitude(xp, re, im)
+        ea = xp.expand_dims(_line_exponent(xp, xp.take(lines, local, axis=0)), axis=axis)
+        return ldexp(xp, magnitude(xp, re, im), -ea)
 
 
-def _refine_gemm(pa, pb):
-    """``{"S": the native float64 GEMM of one K-block's suspect rows and columns}`` (pieces of
-    every row and column block, concatenated in order), S None without refinement."""
+def _refine_sums(pa, pb, sel, *, squares):
+    """``{"S", "S2"}`` of one K-block: per suspect the sum of its normalized magnitude products
+    over the block and (``squares``) of their squares, ``_select.suspect_sums``' operations
+    (the pieces of every row and column block concatenated in order); None without
+    refinement. Non-negative terms: the K-blocks' sums added in any order keep its bounds."""
     pa, pb = _flatten(pa), _flatten(pb)
     if pa[0] is None:
-        return {"S": None}
+        return {"S": None, "S2": None}
     xp, backend = _xp_backend(pa[0])
     with _chunk_quiet(xp, backend):
-        return {"S": backend.native_matmul(xp.concat(pa, axis=0), xp.concat(pb, axis=1))}
+        xa, xb = xp.concat(pa, axis=0), xp.permute_dims(xp.concat(pb, axis=1), (1, 0))
+        ri, ci = sel["ri"], sel["ci"]
+        step = max(1, (1 << 22) // max(xa.shape[-1], 1))  # suspect_sums' memory bound
+        S, S2 = [], []
+        for t0 in range(0, ri.shape[0], step):
+            x = xp.take(xa, ri[t0 : t0 + step], axis=0) * xp.take(xb, ci[t0 : t0 + step], axis=0)
+            S.append(xp.sum(x, axis=-1))
+            if squares:
+                S2.append(xp.sum(x * x, axis=-1))
+        return {"S": xp.concat(S), "S2": xp.concat(S2) if squares else None}
 
 
-def _refine_task(cfg, sel, S, *, k, cplx, bits):
-    """The count used downstream: the count task's, one fewer where every suspect needs fewer
-    with lam = max(lam, S's lower bound) (``_select.refine_moduli``'s decision)."""
-    S = S["S"]
-    if sel is None or S is None:
+def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
+    """The decision after one step of ``_select.refine_and_patch``'s loop on the (m, n)
+    product: one modulus fewer where no suspect fails it with its larger lower bound
+    (``_select.refine_failures``), and the loop goes on; one fewer where at most
+    ``_select.patch_limit(m, n)`` do, with ``"patch"`` their flat indices (ascending, on the
+    host) for the refit's tasks, and the loop stops; else the same count, and it stops."""
+    if not _refine_runs(cfg):
         return cfg
-    xp, backend = _xp_backend(S)
+    if sel is None:  # too many suspects
+        return dict(cfg, refining=False)
+    if not sel["n"]:
+        return dict(cfg, count=cfg["count"] - 1)
+    xp, backend = _xp_backend(sums["S"])
     with _chunk_quiet(xp, backend):
-        # S summed over K-blocks: any order of the sums, the same bound as refine_moduli's
         lam, na, nb, e, f = (sel["terms"][t] for t in range(5))
-        S = xp.take(xp.reshape(S, (-1,)), sel["ri"] * S.shape[-1] + sel["ci"])
-        ok = _select.refine_certifies(xp, k, bits, cplx, cfg["refine"], lam, S, e, f, na, nb)
-    if ok:
-        return dict(cfg, count=cfg["refine"] - 1)
-    return cfg
+        fail = _select.refine_failures(xp, k, target, cplx, cfg["count"], lam, sums["S"], e, f,
+                                       na, nb, sums["S2"], sel["pick"])  # fmt: skip
+        failing = int(xp.count_nonzero(fail))
+        if failing == 0:
+            return dict(cfg, count=cfg["count"] - 1)
+        if failing <= _select.patch_limit(m, n):
+            patch = _host(xp.take(sel["idx"], xp.nonzero(fail)[0]))
+            return dict(cfg, count=cfg["count"] - 1, refining=False, patch=patch)
+    return dict(cfg, refining=False)
 
 
-def _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, *, k, q, cplx, bits,
+def _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, *, k, q, cplx, target,
                   split_every):  # fmt: skip
-    """The tasks of the suspect refinement of a 2-D product (above): the decision ``cfg`` of
-    the count task, refined, as a 0-d object array."""
+    """The tasks of the suspect refinement of a 2-D product (above), one set per step of
+    ``_select.refine_and_patch``'s loop (named with the step, 1 to ``REFINE_STEPS``, e.g.
+    ``emulinalg-refine-1``): the decision ``cfg`` of the exact step, refined, as a 0-d object
+    array."""
     import dask
     import dask.array as da
 
@@ -1246,29 +1421,89 @@ def _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, *, k, q
         return tuple(int(v) for v in np.cumsum((0,) + tuple(chunks)))
 
     kw = {"dtype": object, "align_arrays": False}  # the index arrays' chunks are block counts
-    sus = da.blockwise(_suspects_block, out, need, out, cfg, (), lower, out, fallback, (),
-                       *terms, *ix(i, j), concatenate=True, meta=obj(2),
-                       token="emulinalg-suspects", k=k, q=q, cplx=cplx, bits=bits,
-                       row0=starts(a.chunks[-2]), col0=starts(b.chunks[-1]), **kw)  # fmt: skip
-    sel = da.blockwise(_refine_select, (), sus, out, dtype=object, concatenate=False,
-                       meta=obj(0), token="emulinalg-refine-select", m=a.shape[-2],
-                       n=b.shape[-1])  # fmt: skip
+    for step in range(1, _select.REFINE_STEPS + 1):
+        sus = da.blockwise(_suspects_block, out, need, out, cfg, (), lower, out, fallback, (),
+                           *terms, *ix(i, j), concatenate=True, meta=obj(2),
+                           token=f"emulinalg-suspects-{step}", k=k, q=q, cplx=cplx,
+                           target=target, row0=starts(a.chunks[-2]), col0=starts(b.chunks[-1]),
+                           **kw)  # fmt: skip
+        sel = da.blockwise(_refine_select, (), sus, out, dtype=object, concatenate=False,
+                           meta=obj(0), token=f"emulinalg-refine-select-{step}", n=b.shape[-1],
+                           target=target)  # fmt: skip
+        with dask.annotate(**_CHUNKS):
+            line_kw = {"concatenate": True, "meta": obj(2),
+                       "token": f"emulinalg-refine-lines-{step}", **kw}  # fmt: skip
+            pa = da.blockwise(_refine_lines, ai, a, ai, amb, (i, p), sel, (), *ix(i), axis=-1,
+                              starts=starts(a.chunks[-2]), **line_kw)  # fmt: skip
+            pb = da.blockwise(_refine_lines, bi, b, bi, bmb, (j, p), sel, (), *ix(j), axis=-2,
+                              starts=starts(b.chunks[-1]), **line_kw)  # fmt: skip
+        with dask.annotate(**_BLOCKS):
+            partial = da.blockwise(_refine_sums, (kk,), pa, ai, pb, bi, sel, (), dtype=object,
+                                   concatenate=False, meta=obj(1),
+                                   token=f"emulinalg-refine-sums-{step}",
+                                   squares=target.guarantee == "native")  # fmt: skip
+            S = da.reduction(partial, _identity, _lsum, combine=_lsum, axis=0, keepdims=False,
+                             dtype=object, split_every=split_every, concatenate=False,
+                             meta=obj(0), name=f"emulinalg-refine-sum-{step}")  # fmt: skip
+        cfg = da.blockwise(_refine_task, (), cfg, (), sel, (), S, (), dtype=object, meta=obj(0),
+                           token=f"emulinalg-refine-{step}", k=k, cplx=cplx, target=target,
+                           m=a.shape[-2], n=b.shape[-1])  # fmt: skip
+    return cfg
+
+
+def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, k, cplx, mode,
+                 real_name, cancelled):  # fmt: skip
+    """The CRT and the refit (``_refit``; the tasks below ``_crt_block``) of the certificate's
+    patch and, with ``cancelled`` (the engine's ``_refits`` but for the count), the most
+    cancelled entries, then the native patch: the product as a dask array. Without
+    ``cancelled`` the pick needs no output block: it waits for the decision alone."""
+    import dask
+    import dask.array as da
+
+    nd = a.ndim
+    bt = tuple(range(nd - 2))
+    i, kk, j, p = nd - 2, nd - 1, nd, nd + 1
+    rows, cols, out = bt + (i,), bt + (j,), bt + (i, j)
+    shape = a.shape[:-1] + (b.shape[-1],)
+    batch = a.shape[:-2]
+
+    def obj(ndim):
+        return np.empty((0,) * ndim, dtype=object)
+
+    def starts(chunks):  # first global index of each block, per axis
+        return tuple(tuple(int(v) for v in np.cumsum((0,) + tuple(c))) for c in chunks)
+
+    out_starts = starts(a.chunks[:-1] + (b.chunks[-1],))
+    kw = {"dtype": object, "concatenate": True, "align_arrays": False}
+    amb, _, bmb, _, need, _, cfg, _ = patch
+    emul = da.blockwise(_crt_emulated, out, wsum, out, mu, rows, nu, cols, cfg, (),
+                        meta=obj(nd), token="emulinalg-crt", dtype_name=fin_kw["dtype_name"],
+                        **kw)  # fmt: skip
+    cands = []
+    every = _refit.refits_all(math.prod(shape), a.shape[-1])  # small: every entry
+    if cancelled:
+        cands = [da.blockwise(_refit_candidates, out, emul, out, amb, rows + (p,), bmb,
+                              cols + (p,), e, rows, f, cols, need, out, cfg, (), *ix(*out),
+                              meta=obj(nd), token="emulinalg-refit-candidates", cplx=cplx,
+                              starts=out_starts, shape=shape, every=every, **kw), out]  # fmt: skip
+    sel = da.blockwise(_refit_select, (), cfg, (), *cands, dtype=object, concatenate=False,
+                       meta=obj(0), token="emulinalg-refit-select", m=shape[-2], n=shape[-1],
+                       every=every, cancelled=cancelled)  # fmt: skip
+    line_kw = {"cplx": cplx, "batch": batch, "token": "emulinalg-refit-lines", **kw}
     with dask.annotate(**_CHUNKS):
-        pa = da.blockwise(_refine_lines, ai, a, ai, amb, (i, p), sel, (), *ix(i),
-                          concatenate=True, meta=obj(2), token="emulinalg-refine-lines",
-                          axis=-1, starts=starts(a.chunks[-2]), **kw)  # fmt: skip
-        pb = da.blockwise(_refine_lines, bi, b, bi, bmb, (j, p), sel, (), *ix(j),
-                          concatenate=True, meta=obj(2), token="emulinalg-refine-lines",
-                          axis=-2, starts=starts(b.chunks[-1]), **kw)  # fmt: skip
-    with dask.annotate(**_BLOCKS):
-        partial = da.blockwise(_refine_gemm, (kk,), pa, ai, pb, bi, dtype=object,
-                               concatenate=False, meta=obj(1),
-                               token="emulinalg-refine-gemm")  # fmt: skip
-        S = da.reduction(partial, _identity, _lsum, combine=_lsum, axis=0, keepdims=False,
-                         dtype=object, split_every=split_every, concatenate=False, meta=obj(0),
-                         name="emulinalg-refine-sum")  # fmt: skip
-    return da.blockwise(_refine_task, (), cfg, (), sel, (), S, (), dtype=object, meta=obj(0),
-                        token="emulinalg-refine", k=k, cplx=cplx, bits=bits)  # fmt: skip
+        pa = da.blockwise(_refit_lines, bt + (i, kk), a, bt + (i, kk), amb, rows + (p,), e, rows,
+                          sel, (), *ix(*bt, i, kk), meta=obj(nd), axis=-1, size=shape[-2],
+                          starts=starts(a.chunks[:-1] + (kchunks,)), **line_kw)  # fmt: skip
+        pb = da.blockwise(_refit_lines, bt + (kk, j), b, bt + (kk, j), bmb, cols + (p,), f, cols,
+                          sel, (), *ix(*bt, j, kk), meta=obj(nd), axis=-2, size=shape[-1],
+                          starts=starts(b.chunks[:-2] + (b.chunks[-1], kchunks)),
+                          **line_kw)  # fmt: skip
+    vals = da.blockwise(_refit_entries, (), pa, bt + (i, kk), pb, bt + (kk, j), sel, (),
+                        dtype=object, concatenate=False, meta=obj(0),
+                        token="emulinalg-refit", k=k, mode=mode, real_name=real_name)  # fmt: skip
+    return da.blockwise(_final_block, out, emul, out, *patch[:6], cfg, (), vals, (), *ix(*out),
+                        token="emulinalg-final", starts=out_starts, shape=shape,
+                        **fin_kw)  # fmt: skip
 
 
 def _shift_task(lines, bound, cfg, cplx):
@@ -1285,11 +1520,12 @@ def _block_index(ix):
     return tuple(int(v[0]) for v in ix)
 
 
-def _residues_chunk(x, shift, cfg, *ix, axis, cplx):
+def _residues_chunk(x, shift, cfg, *ix, axis, cplx, k, mode):
     """``{"planes": int8 (n, 1 or 3, ..., rows, cols), "raw": the chunk or None}``: the
     residues of the scaled chunk for every modulus (shared by every block product that reads
     the chunk), and the chunk itself when a block product of its row (column) block needs the
-    native product."""
+    native product. The scaled chunk is rounded as ``_ozaki2.product`` rounds the whole
+    operand (``_scaling.rounds_to_nearest`` of the whole inner dimension ``k``)."""
     xp, backend = _xp_backend(x)
     where = _block_index(ix)
     need = cfg["need"][where] if axis == -1 else cfg["need"][where[:-1] + (slice(None), where[-1])]
@@ -1298,8 +1534,9 @@ def _residues_chunk(x, shift, cfg, *ix, axis, cplx):
     if n:
         with _chunk_quiet(xp, backend):
             re, im, _ = _finite_parts(xp, x)
-            Xr = _ozaki2.split(xp, scale_to_integers(xp, re, shift, axis))
-            Xi = _ozaki2.split(xp, scale_to_integers(xp, im, shift, axis))
+            near = rounds_to_nearest(n, k, mode)
+            Xr = _ozaki2.split(xp, scale_to_integers(xp, re, shift, axis, near))
+            Xi = _ozaki2.split(xp, scale_to_integers(xp, im, shift, axis, near))
             out["planes"] = xp.stack([
                 xp.stack([xp.astype(r, xp.int8) for r in _ozaki2.residues(xp, Xr, Xi, m)])
                 for m in crt_constants(n).moduli
@@ -1358,35 +1595,233 @@ def _wsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
     return out
 
 
-def _crt_block(w, mu, nu, amb, bmb, need, cfg, *ix, dtype_name):
-    """One output block: the exact CRT of its K-summed residues (the engine's limb accumulation
-    and ``_ozaki2.reconstruct``), unscaled and rounded once to the result dtype, with native
-    entries patched in (beyond the certificate, or in rows/columns with NaN/Inf)."""
-    xp, backend = _xp_backend(mu)
-    real_name = _REAL[dtype_name]
+def _crt_out(xp, w, mu, nu, cfg, dtype_name):
+    """The emulated values of one output block (None when nothing is emulated): the exact CRT
+    of its K-summed residues (the engine's limb accumulation and ``_ozaki2.reconstruct``),
+    unscaled and rounded once to the result dtype."""
     n = cfg["count"]
+    if not n:
+        return None
+    c = crt_constants(n)
+    W = w["W"]
+    shape = W.shape[2:]
+    nparts = W.shape[1]
+    limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
+    quotient = [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
+    for ell in range(n):
+        for t in range(nparts):
+            v = xp.astype(W[ell, t], xp.int64)
+            _exact.add_multiple(xp, limbs[t], v, c.weight_limbs[ell])
+            quotient[t] = quotient[t] + xp.astype(v, xp.float64) * c.weight_ratios[ell]
+    parts = _ozaki2.reconstruct(xp, c, limbs, quotient, mu, nu, _REAL[dtype_name])
+    dt = getattr(xp, dtype_name)
+    return parts[0] if nparts == 1 else make_complex(xp, parts[0], parts[1], dt)
+
+
+def _native_patch(xp, out, nat, amb, bmb, need, cfg, where):
+    """``out`` with the native entries of output block ``where`` patched in (beyond the
+    certificate, or in rows/columns with NaN/Inf)."""
+    if not bool(cfg["need"][where]):
+        return out
+    if out is None:
+        return nat
+    mask = xp.expand_dims(amb[..., 1] > 0, axis=-1) | xp.expand_dims(bmb[..., 1] > 0, axis=-2)
+    if cfg["mask"] and need is not None:
+        mask = mask | _beyond(xp, need)
+    return xp.where(mask, nat, out)
+
+
+def _crt_block(w, mu, nu, amb, bmb, need, cfg, *ix, dtype_name):
+    """One output block: the emulated values (``_crt_out``) with the native entries patched in."""
+    xp, backend = _xp_backend(mu)
     with _chunk_quiet(xp, backend):
-        if n:
-            c = crt_constants(n)
-            W = w["W"]
-            shape = W.shape[2:]
-            nparts = W.shape[1]
-            limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
-            quotient = [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
-            for ell in range(n):
-                for t in range(nparts):
-                    v = xp.astype(W[ell, t], xp.int64)
-                    _exact.add_multiple(xp, limbs[t], v, c.weight_limbs[ell])
-                    quotient[t] = quotient[t] + xp.astype(v, xp.float64) * c.weight_ratios[ell]
-            parts = _ozaki2.reconstruct(xp, c, limbs, quotient, mu, nu, real_name)
-            dt = getattr(xp, dtype_name)
-            out = parts[0] if nparts == 1 else make_complex(xp, parts[0], parts[1], dt)
-        if not bool(cfg["need"][_block_index(ix)]):
-            return out
-        nat = w["nat"]
-        if not n:
-            return nat
-        mask = xp.expand_dims(amb[..., 1] > 0, axis=-1) | xp.expand_dims(bmb[..., 1] > 0, axis=-2)
-        if cfg["mask"] and need is not None:
-            mask = mask | _beyond(xp, need)
-        return xp.where(mask, nat, out)
+        out = _crt_out(xp, w, mu, nu, cfg, dtype_name)
+        return _native_patch(xp, out, w["nat"], amb, bmb, need, cfg, _block_index(ix))
+
+
+# The refit (``_refit``) of the certificate's patch and of the most cancelled entries (the
+# native form's levels): the CRT per output block keeps its emulated values, per output block
+# the entries the whole product's pick can take there, one task picking them and adding the
+# patch, per chunk the picked entries' rows of A (columns of B), one task recomputing the
+# entries with MAX_MODULI moduli (``_ozaki2.entries`` on their whole lines), and per output
+# block the values with those entries and the native ones patched in. The tasks return at once
+# where the refit does not run (None).
+
+
+def _crt_emulated(w, mu, nu, cfg, *, dtype_name):
+    """``{"out": one output block's emulated values (``_crt_out``), "nat": its native block
+    product or None}``, for the refit before the native patch."""
+    xp, backend = _xp_backend(mu)
+    with _chunk_quiet(xp, backend):
+        return {"out": _crt_out(xp, w, mu, nu, cfg, dtype_name), "nat": w["nat"]}
+
+
+def _refit_runs(cfg):
+    """Whether the in-core engine refits a level's most cancelled entries at this decision
+    (``_engine._refits``: Scheme II below the most moduli; the form is checked at build)."""
+    return 0 < cfg["count"] < MAX_MODULI
+
+
+def _host(x):
+    """A small device array on the host (numpy arrays as they are)."""
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def _cancel_ratio(xp, parts, s, t, e, f, exclude):
+    """``_refit.cancel_ratio`` of one output block from its lines' prescale values."""
+    return _refit.cancel_ratio(xp, parts, (s, t, e, f), exclude)
+
+
+def _pick_cancelled(xp, ratio, everything):
+    """``_refit.pick`` among entries in ascending order of their flat index."""
+    return _refit.pick(xp, ratio, everything)
+
+
+def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape, every):
+    """The entries of one output block that the whole product's pick can take: the block's own
+    pick (``_pick_cancelled`` of its ratios; an entry of the whole pick in this block is in it,
+    since fewer than REFIT_ENTRIES of the block's entries come before it), as host arrays
+    ``{"ratio", "idx": flat indices into the whole output}``; None without refit."""
+    out = emul["out"]
+    if out is None or not _refit_runs(cfg):
+        return None
+    xp, backend = _xp_backend(out)
+    with _chunk_quiet(xp, backend):
+        parts = (out,) if not cplx else (xp.real(out), xp.imag(out))
+        s = 5 - _line_exponent(xp, amb) - int(cplx)
+        t = 5 - _line_exponent(xp, bmb) - int(cplx)
+        exclude = _beyond(xp, need) if cfg["mask"] else None
+        ratio = xp.reshape(_cancel_ratio(xp, parts, s, t, e, f, exclude), (-1,))
+        local = _pick_cancelled(xp, ratio, every)
+        if local is None:
+            return None
+        ratio, local = _host(xp.take(ratio, local)), _host(local)
+    where = _block_index(ix)
+    coords = np.unravel_index(local, out.shape)
+    glob = tuple(c + starts[d][b] for d, (c, b) in enumerate(zip(coords, where)))
+    return {"ratio": ratio, "idx": np.ravel_multi_index(glob, shape)}
+
+
+def _refit_select(cfg, *cands, m, n, every, cancelled):
+    """The entries to recompute, as ``_refit.refit`` takes them: the decision's patch and
+    (``cancelled``) the whole product's pick (``_pick_cancelled`` of the blocks' candidates in
+    ascending order of their flat index), their union sorted where both are there:
+    ``{"idx": flat indices, "rows", "cols": their lines' indices in the batch-flattened rows
+    of A and columns of B, "urows", "ucols": those sorted, once, "patched": how many the patch
+    holds, "cancelled": ``cancelled``, "everything": ``every``}`` (the last three say which
+    plan notes the engine writes), host arrays; None without refit."""
+    idx = None
+    parts = [x for x in _flatten(list(cands)) if x is not None]
+    if parts:
+        idx = np.concatenate([x["idx"] for x in parts])
+        ratio = np.concatenate([x["ratio"] for x in parts])
+        order = np.argsort(idx, kind="stable")
+        pick = _pick_cancelled(_xp_backend(ratio)[0], ratio[order], every)
+        idx = None if pick is None else idx[order][pick]
+    patch = cfg["patch"]
+    if patch is not None:
+        idx = patch if idx is None else np.unique(np.concatenate([patch, idx]))
+    if idx is None:
+        return None
+    bat, i, j = idx // (m * n), (idx // n) % m, idx % n
+    rows, cols = bat * m + i, bat * n + j
+    return {"idx": idx, "rows": rows, "cols": cols, "urows": np.unique(rows),
+            "ucols": np.unique(cols), "patched": 0 if patch is None else int(patch.shape[0]),
+            "cancelled": cancelled, "everything": every}  # fmt: skip
+
+
+def _refit_lines(x, lines, bound, sel, *ix, axis, cplx, starts, batch, size):
+    """The picked entries' rows of one A chunk (``axis`` -1) or columns of one B chunk (-2, as
+    rows): ``{"ids": their indices in the batch-flattened lines (ascending), "group": the
+    chunk's block indices but K's, "k0": its K offset, "re", "im": their finite float64 parts
+    (L, k_c), "s", "e": their prescale shifts and bounds}``; None without refit."""
+    if sel is None:
+        return None
+    xp, backend = _xp_backend(x)
+    where = _block_index(ix)  # batch blocks..., the line block, the K block
+    nb = len(batch)
+    rng = [np.arange(starts[d][where[d]], starts[d][where[d] + 1]) for d in range(nb + 1)]
+    flat_batch = np.ravel_multi_index(np.ix_(*rng[:nb]), batch) if nb else np.zeros((), int)
+    ids = np.reshape(flat_batch[..., None] * size + rng[nb], (-1,))
+    pos = np.nonzero(np.isin(ids, sel["urows" if axis == -1 else "ucols"]))[0]
+    with _chunk_quiet(xp, backend):
+        if axis == -2:  # B's columns as rows
+            x = xp.permute_dims(x, tuple(range(nb)) + (nb + 1, nb))
+        take = xp.asarray(pos)
+        re, im, _ = _finite_parts(xp, xp.take(xp.reshape(x, (-1, x.shape[-1])), take, axis=0))
+        lin = xp.take(xp.reshape(lines, (-1, lines.shape[-1])), take, axis=0)
+        return {"ids": ids[pos], "group": where[:-1], "k0": starts[nb + 1][where[-1]],
+                "re": re, "im": im, "s": 5 - _line_exponent(xp, lin) - int(cplx),
+                "e": xp.take(xp.reshape(bound, (-1,)), take)}  # fmt: skip
+
+
+def _whole_lines(xp, pieces):
+    """The picked lines over the whole K from their chunks' pieces: ``(ids, re, im, s, e)`` in
+    ascending order of the ids."""
+    groups = {}
+    for x in pieces:
+        if x["ids"].shape[0]:
+            groups.setdefault(x["group"], []).append(x)
+    out = []
+    for g in sorted(groups.values(), key=lambda g: int(g[0]["ids"][0])):
+        g = sorted(g, key=lambda x: x["k0"])
+        im = None if g[0]["im"] is None else xp.concat([x["im"] for x in g], axis=-1)
+        out.append((g[0]["ids"], xp.concat([x["re"] for x in g], axis=-1), im, g[0]["s"],
+                    g[0]["e"]))  # fmt: skip
+    ids = np.concatenate([o[0] for o in out])
+    order = np.argsort(ids)  # groups of batch blocks interleave their ids
+    take = xp.asarray(order)
+    cat = [None if out[0][t] is None else xp.take(xp.concat([o[t] for o in out]), take, axis=0)
+           for t in (1, 2, 3, 4)]  # fmt: skip
+    return (ids[order], *cat)
+
+
+def _refit_entries(pa, pb, sel, *, k, mode, real_name):
+    """``{"idx", "parts"}``: the picked entries recomputed with MAX_MODULI moduli as in core
+    (``_ozaki2.entries`` on their whole lines, with the prescale of those lines); None
+    without refit."""
+    if sel is None:
+        return None
+    pa, pb = _flatten(pa), _flatten(pb)
+    xp, backend = _xp_backend(pa[0]["re"])
+    with _chunk_quiet(xp, backend):
+        rid, ar, ai, s, e = _whole_lines(xp, pa)
+        cid, br, bi, t, f = _whole_lines(xp, pb)
+        pr = xp.asarray(np.searchsorted(rid, sel["rows"]))
+        pc = xp.asarray(np.searchsorted(cid, sel["cols"]))
+
+        def pick(x, p):
+            return None if x is None else xp.take(x, p, axis=0)
+
+        sub = (pick(s, pr), pick(t, pc), pick(e, pr), pick(f, pc))
+        near = rounds_to_nearest(MAX_MODULI, k, mode)
+        parts = _ozaki2.entries(xp, pick(ar, pr), pick(ai, pr), pick(br, pc), pick(bi, pc),
+                                MAX_MODULI, real_name, sub, near)  # fmt: skip
+    return {"idx": sel["idx"], "parts": parts}
+
+
+def _final_block(emul, amb, bmb, need, cfg, refit, *ix, dtype_name, starts, shape):
+    """One output block: its emulated values with the refit entries (``_refit_entries``) and
+    then the native ones patched in, as the engine orders them."""
+    out, nat = emul["out"], emul["nat"]
+    xp, backend = _xp_backend(out if out is not None else nat)
+    where = _block_index(ix)
+    with _chunk_quiet(xp, backend):
+        if refit is not None and out is not None:
+            coords = np.unravel_index(refit["idx"], shape)
+            lo = [starts[d][b] for d, b in enumerate(where)]
+            inside = np.ones(refit["idx"].shape, bool)
+            for c, a, size in zip(coords, lo, out.shape):
+                inside &= (c >= a) & (c < a + size)
+            if inside.any():
+                local = np.ravel_multi_index(
+                    tuple(c[inside] - a for c, a in zip(coords, lo)), out.shape
+                )
+                hit = xp.asarray(np.nonzero(inside)[0])
+                vals = [xp.take(v, hit) for v in refit["parts"]]
+                dt = getattr(xp, dtype_name)
+                v = vals[0] if len(vals) == 1 else make_complex(xp, vals[0], vals[1], dt)
+                flat = xp.reshape(xp.asarray(out, copy=True), (-1,))
+                flat[xp.asarray(local)] = xp.astype(v, flat.dtype)
+                out = xp.reshape(flat, out.shape)
+        return _native_patch(xp, out, nat, amb, bmb, need, cfg, where)

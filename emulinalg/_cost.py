@@ -96,14 +96,19 @@ def _flops(dtype, m, n, k, batch):
     return 2 * m * n * k * batch * (4 if dtype.startswith("complex") else 1)
 
 
-def likely_count(family, bits, k):
+def likely_count(family, bits, k, weight=None):
     """The fewest moduli/slices a level of ``bits`` can need at inner dimension ``k`` (from the
-    certificate with equal magnitudes: the truncation error must sit ~log2(k)/2 + 6 bits below
+    certificate with equal magnitudes). ``weight``: the native form's ``_select.Target.weight``
+    (its l2 terms put L_n about bits - log2(weight) + 1.5 on flat data; 1 less here, so as not to
+    overestimate); None: the strict form (the rounding error must sit ~log2(k)/2 + 3 bits below
     the level). Used to skip the statistics when even that count loses to native."""
-    need = bits + 6 + 0.5 * math.log2(max(k, 1))
+    if weight is not None and family == "ozaki2":
+        need = bits - math.log2(weight) + 0.5
+    else:
+        need = bits + 3 + 0.5 * math.log2(max(k, 1))
     if family == "ozaki1":
         return OzakiI(slices=max(1, min(13, math.ceil((need + 2) / 8))))
-    n = next((n for n in range(2, 21) if crt_constants(n).L >= need), 20)
+    n = next((n for n in range(2, 21) if need <= crt_constants(n).L), 20)
     return OzakiII(moduli=n, mode="accurate")
 
 
@@ -119,12 +124,21 @@ _BUILTIN = {
     ),
     "cupy": CostModel(
         # H200, CUDA kernels of backends/cuda (one-pass residues and CRT, statistics hooks) with
-        # the fused CUTLASS INT8 GEMM of src_cuda/ (cuBLAS INT8 where it is not built).
-        native_flops={"float64": 5.55e13, "float32": 5.36e13, "complex128": 4.98e13},
-        int_gemm_ops=1.3e15,
-        entry_seconds=1.83e-12,
-        stats_flops=3.35e14,
-        source="docs/benchmarks/h200/records_16384_2026-11-30.jsonl",
+        # the fused CUTLASS INT8 GEMM of src_cuda/ (cuBLAS INT8 where it is not built), and the
+        # levels' refit of their most cancelled entries in generic code (the per-entry cost).
+        # Fitted with split_complex=True (3M's own rates).
+        native_flops={"float64": 5.54e13, "float32": 5.37e13, "complex128": 5.28e13},
+        int_gemm_ops=1.35e15,
+        entry_seconds=8.56e-12,
+        stats_flops=4.31e14,
+        source="docs/benchmarks/h200/levels_16384_2026-12-01.jsonl",
+        complex_model=CostModel(
+            native_flops={"complex128": 5.28e13},
+            int_gemm_ops=1.30e15,
+            entry_seconds=1.79e-11,
+            stats_flops=1.76e14,
+            source="docs/benchmarks/h200/levels_16384_2026-12-01.jsonl",
+        ),
     ),
     "amx": CostModel(
         # 16-core AMX host (numpy arrays default to the amx backend there): Scheme II's stages

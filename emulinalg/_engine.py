@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from . import _bf16, _cost, _ozaki1, _ozaki2, _select
+from . import _bf16, _cost, _ozaki1, _ozaki2, _refit, _select
 from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ._plan import Plan
 from ._precision import (
@@ -49,8 +49,10 @@ def _parts(xp, x, backend=None):
     convert in its own way (``backend.as_float64``, e.g. multithreaded)."""
     conv = getattr(backend, "as_float64", None)
     if conv is None:
+
         def conv(v):
             return xp.astype(v, xp.float64, copy=False)
+
     re, im = _split(xp, x)
     return conv(re), None if im is None else conv(im)
 
@@ -145,7 +147,9 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     if performant:
         # Even the fewest moduli/slices the level can need lose to native: skip the statistics.
         family = "ozaki1" if cfg.scheme == "ozaki1" else "ozaki2"
-        guess = _cost.likely_count(family, request.bits, k)
+        target = _select.target_for(request, k, backend, batch * m * n)
+        weight = target.weight if target.guarantee == "native" else None
+        guess = _cost.likely_count(family, request.bits, k, weight)
         if not _faster(backend, guess, dtype_name, m, n, k, batch, plan):
             return backend.native_matmul(a, b), plan
 
@@ -162,9 +166,7 @@ def _matmul(xp, backend, a, b, request, cfg, out):
         if scanned is not None:
             nonfinite = not scanned[0]
         else:
-            nonfinite = not (
-                _all_finite(xp, backend, ar, ai) and _all_finite(xp, backend, br, bi)
-            )
+            nonfinite = not (_all_finite(xp, backend, ar, ai) and _all_finite(xp, backend, br, bi))
     exponents = None if scanned is None or nonfinite else scanned[1]
     del scanned  # unused exponents (non-finite inputs) free what the scan prepared
     if nonfinite:
@@ -179,8 +181,21 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     # Stage timings (off unless recording): emulation work not marked otherwise is scaling.
     with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
-            xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name, out,
-            performant, exponents, hook_ops,
+            xp,
+            backend,
+            ar,
+            ai,
+            br,
+            bi,
+            request,
+            cfg.scheme,
+            plan,
+            real_name,
+            dtype_name,
+            out,
+            performant,
+            exponents,
+            hook_ops,
         )
     if c is None:
         return backend.native_matmul(a, b), plan
@@ -223,21 +238,34 @@ def _faster(backend, scheme, dtype_name, m, n, k, batch, plan):
 
 
 def _emulate(
-    xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
-    exponents=None, hook_ops=None,
+    xp,
+    backend,
+    ar,
+    ai,
+    br,
+    bi,
+    request,
+    family,
+    plan,
+    real_name,
+    dtype_name,
+    out,
+    performant,
+    exponents=None,
+    hook_ops=None,
 ):
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
     the native product (None when there are none). ``exponents``: the backend's ``line_scan``
     line exponents of these operands, for its prescale; ``hook_ops``: the operands for its
     statistics hooks (``_hook_operands``; default: the float64 parts)."""
-    native_mask = prescale = None
+    native_mask = prescale = patch = None
     if isinstance(request, SCHEMES):
         scheme = request
     else:
         family = "ozaki1" if family == "ozaki1" else "ozaki2"
         with stage("statistics"):
-            scheme, prescale, native_mask = _choose(
+            scheme, prescale, native_mask, patch = _choose(
                 xp, backend, ar, ai, br, bi, request, family, real_name, exponents, hook_ops
             )
         certified = True
@@ -253,7 +281,7 @@ def _emulate(
                 f"precision: {request} is not certified on every entry; used the most accurate "
                 f"configuration, {scheme}"
             )
-            native_mask, certified = None, False
+            native_mask, certified, patch = None, False, None
         if scheme is None:
             plan.fallback = (
                 f"precision: no {family} configuration certifies {request} on these inputs"
@@ -262,10 +290,14 @@ def _emulate(
             return None, None
         if _exact_k1(ar, ai, request) and certified:
             plan.notes.append("k=1: exact product, rounded once")
-        elif certified:
+        elif _complex_k1(ar, ai, request, family) and certified:
             plan.notes.append(
-                f"certified |err| <= {_select.TAU:g} * 2^-{request.bits} |A||B| per entry"
+                "k=1, complex: not certified (the most moduli; a part whose two products cancel "
+                "can lose the bits its smaller operand part dropped in the line scaling)"
             )
+        elif certified:
+            target = _select.target_for(request, ar.shape[-1], backend, _outputs(ar, br))
+            plan.notes.append(_select.guarantee_note(target, family))
         m, n, k = ar.shape[-2], br.shape[-1], ar.shape[-1]
         if performant and not _faster(backend, scheme, dtype_name, m, n, k, plan.shape[0], plan):
             return None, None  # the statistics asked for more than native's time allows
@@ -275,6 +307,10 @@ def _emulate(
         else:
             native_mask = None
     parts = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents)
+    cancelled = _refits(request, scheme, prescale, ar)
+    if cancelled or patch is not None:
+        parts = _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask,
+                               patch, cancelled, plan)  # fmt: skip
     plan.scheme = str(scheme)
     plan.gemms = _gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
@@ -288,6 +324,50 @@ def _emulate(
         ), native_mask
     c = parts[0] if len(parts) == 1 else make_complex(xp, parts[0], parts[1], dt)
     return c, native_mask
+
+
+def _outputs(ar, br):
+    """The number of output entries of a (batched) product of these operands."""
+    return math.prod(ar.shape[:-1]) * br.shape[-1]
+
+
+def _refits(request, scheme, prescale, ar):
+    """Whether a product refits its most cancelled entries (``_refit``): the dtype's own level
+    (the native guarantee), Scheme II below the maximum count, k > 1."""
+    return (
+        isinstance(request, Level)
+        and _select.target_for(request, ar.shape[-1]).guarantee == "native"
+        and isinstance(scheme, OzakiII)
+        and scheme.moduli < MAX_MODULI
+        and prescale is not None
+        and ar.shape[-1] > 1
+    )
+
+
+def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask, patch,
+                   cancelled, plan):  # fmt: skip
+    """``parts`` with entries recomputed with MAX_MODULI moduli (``_refit``): the certificate's
+    ``patch`` and (``cancelled``) the most cancelled entries, those taken from the native product
+    excluded; the plan says how many."""
+    dd = out == "dd"
+    grouped = [tuple(parts[i : i + 2]) for i in range(0, len(parts), 2)] if dd else list(parts)
+    grouped, count = _refit.refit(
+        xp, ar, ai, br, bi, grouped, tuple(prescale), scheme.mode, out or _real_of(parts),
+        exclude=native_mask, extra=patch, cancelled=cancelled,
+    )  # fmt: skip
+    if patch is not None:
+        plan.notes.append(
+            f"patch: {int(patch.shape[0])} entries {scheme} does not certify recomputed with "
+            f"{MAX_MODULI} moduli"
+        )
+    if count and cancelled:
+        small = _refit.refits_all(math.prod(parts[0].shape), ar.shape[-1])
+        plan.notes.append(_refit.note(small, count))
+    return tuple(x for g in grouped for x in g) if dd else tuple(grouped)
+
+
+def _real_of(parts):
+    return "float32" if parts[0].dtype.itemsize == 4 else "float64"
 
 
 def _gemm_count(scheme, complex_):
@@ -348,7 +428,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     rows = max(1, budget // max(1, math.prod(ar.shape[:-2]) * br.shape[-1]))
     b_planes = None
     if isinstance(scheme, OzakiII) and rows < m:  # B's residues once for all row blocks
-        b_planes = _ozaki2.b_residue_planes(xp, br, bi, prescale, scheme.moduli)
+        b_planes = _ozaki2.b_residue_planes(xp, br, bi, prescale, scheme.moduli, scheme.mode)
     blocks = []
     for r0 in range(0, m, rows):
         sl = slice(r0, min(m, r0 + rows))
@@ -359,7 +439,16 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
             pre = (s[..., sl], t, e[..., sl], f)
             blocks.append(
                 _ozaki2.product(
-                    xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre,
+                    xp,
+                    imm,
+                    a_r,
+                    a_i,
+                    br,
+                    bi,
+                    scheme.moduli,
+                    scheme.mode,
+                    out_dtype,
+                    pre,
                     b_planes,
                 )
             )
@@ -391,29 +480,49 @@ def _exact_k1(ar, ai, level):
     return ar.shape[-1] == 1 and ai is None and level.name in ("float64", "float32")
 
 
+def _complex_k1(ar, ai, level, family):
+    """Complex products with k = 1 at a named level take the moduli that would hold the exact
+    products of two significands (the most for float64) and are not certified: the native
+    product is two products and a sum, which a bound of the parts' error relative to |a||b|
+    cannot track where Re and Im cancel, and the line scaling keeps an entry's smaller part to
+    the bits its larger part leaves (a = 1 + 2**-60 i loses its imaginary part)."""
+    return (
+        ar.shape[-1] == 1 and ai is not None and level.name in ("float64", "float32")
+        and family == "ozaki2"
+    )  # fmt: skip
+
+
 def _choose(
     xp, backend, ar, ai, br, bi, level: Level, family, real_name, exponents=None, hook_ops=None
 ):
     """Smallest scheme of the family certifying the level on every entry it can; the entries it
     cannot are returned as a mask for the native product (None scheme: none at all)."""
     if _exact_k1(ar, ai, level):
-        return _exact_at_k1(level, family, real_name), None, None
+        return _exact_at_k1(level, family, real_name), None, None, None
+    if _complex_k1(ar, ai, level, family):
+        # room for the exact products of two significands (2b bits) and the shifts' margin
+        b2 = 2 * _NATIVE_BITS[real_name] + 8
+        n = next((n for n in range(MIN_MODULI, MAX_MODULI) if b2 <= crt_constants(n).L), MAX_MODULI)
+        return OzakiII(moduli=n, mode="accurate"), None, None, None
     if family == "ozaki2":
         hook_ops = hook_ops or (ar, ai, br, bi)
         prescale = _backend_prescale(backend, *hook_ops, "accurate", exponents)
         if prescale is None:
             prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
-        count, beyond = _select.ozaki2_moduli_needed(
-            xp, backend, ar, ai, br, bi, prescale, level.bits, hook_ops
+        target = _select.target_for(level, ar.shape[-1], backend, _outputs(ar, br))
+        count, beyond, patch = _select.ozaki2_moduli_needed(
+            xp, backend, ar, ai, br, bi, prescale, target, hook_ops
         )
         if hasattr(prescale, "lower"):
             prescale.lower = None  # the bound GEMM's sums (m x n): not needed by the product
         scheme = None if count is None else OzakiII(moduli=count, mode="accurate")
     else:
         prescale = None
-        count, beyond = _select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, level.bits)
+        target = _select.target_for(level, ar.shape[-1], backend, _outputs(ar, br))
+        count, beyond = _select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target)
+        patch = None
         scheme = None if count is None else OzakiI(slices=count)
-    return scheme, prescale, beyond
+    return scheme, prescale, beyond, patch
 
 
 def _k_block(backend, scheme, k):

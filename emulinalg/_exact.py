@@ -13,7 +13,7 @@ All functions take the array namespace ``xp`` and operate elementwise on same-sh
 from __future__ import annotations
 
 from ._moduli import LIMB_BITS
-from ._xputil import frexp_exponent, ldexp
+from ._xputil import frexp_exponent, ldexp, to_float32
 
 _MASK = (1 << LIMB_BITS) - 1
 
@@ -110,7 +110,7 @@ def _round(xp, negative, limbs, exp_offset, dtype):
     out = ldexp(xp, xp.astype(keep, xp.float64), exponent)
     out = xp.where(negative, -out, out)
     if dtype == "float32":
-        out = xp.astype(out, xp.float32)  # exact: keep has <= 24 bits at a float32 exponent, or inf
+        out = to_float32(xp, out)  # exact: keep has <= 24 bits at a float32 exponent, or inf
     return out, keep, sh + drop
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from . import _exact
 from ._moduli import crt_constants
-from ._scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
+from ._scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest, scale_to_integers
 from ._timing import stage, staged
 from ._xputil import floor_mod, ldexp
 
@@ -66,35 +66,36 @@ def modular_products(xp, int_matmul, ra, rb, m):
     return symmetric_mod(xp, t1 - t2, m), symmetric_mod(xp, t3 - t1 - t2, m)
 
 
-def b_residue_planes(xp, br, bi, prescale, moduli):
+def b_residue_planes(xp, br, bi, prescale, moduli, mode="accurate"):
     """B's residue planes for every modulus, as int8 (``residues`` of the scaled B): made once
     and passed to ``product`` for each row block of A (``b_planes``) instead of once per block.
     n planes per entry of B (3n for complex)."""
     c = crt_constants(moduli)
     _, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
-    Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2)) for x in (br, bi))
+    near = rounds_to_nearest(moduli, br.shape[-2], mode)
+    Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2, near)) for x in (br, bi))
     return [tuple(xp.astype(r, xp.int8) for r in residues(xp, Br, Bi, m)) for m in c.moduli]
 
 
-def product(
-    xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=None, b_planes=None
-):
+def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=None, b_planes=None):
     """Scheme II product of A = ar + i ai (..., m, k) and B = br + i bi (..., k, n).
 
     ``ai``/``bi`` are None for real operands (both or neither). Inputs are finite float64;
     returns a tuple of real and (for complex) imaginary parts of dtype ``out_dtype``
     ("float64"/"float32"; "dd": each part a (hi, lo) float64 pair, ``_exact.unscale_dd``),
     each the correctly rounded value of the reconstructed integer product times
-    2**-(mu_i + nu_j). ``prescale`` reuses ``_scaling.ozaki2_prescale``'s result, ``b_planes``
+    2**-(mu_i + nu_j), the scaled operands rounded as ``_scaling.rounds_to_nearest`` says.
+    ``prescale`` reuses ``_scaling.ozaki2_prescale``'s result, ``b_planes``
     ``b_residue_planes``' (same prescale and moduli).
     """
     c = crt_constants(moduli)
     if prescale is None:
         prescale = ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode)
     mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
-    Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1)) for x in (ar, ai))
+    near = rounds_to_nearest(moduli, ar.shape[-1], mode)
+    Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1, near)) for x in (ar, ai))
     if b_planes is None:
-        Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2)) for x in (br, bi))
+        Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2, near)) for x in (br, bi))
     shape = ar.shape[:-1] + (br.shape[-1],)
     nparts = 1 if ai is None else 2
     limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
@@ -114,11 +115,49 @@ def reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype):
     """Symmetric CRT representative, unscaled by 2**-(mu_i+nu_j) and rounded once.
 
     X = sum_l W_l w_l is exact in the limbs; X/P is within n*128*2**-53 of the float sum of
-    W_l (w_l/P), and the scaling keeps |X mod P| <= P/4, so rounding that sum gives the exact
-    quotient and X - qP the exact product.
+    W_l (w_l/P), and the scaling keeps |X mod P| below 0.391 P (``_scaling.rounds_to_nearest``;
+    P/4 where the operands are truncated), so rounding that sum gives the exact quotient and
+    X - qP the exact product.
     """
     out = []
     for lp, qf in zip(limbs, quotient):
         _exact.add_multiple(xp, lp, -xp.astype(xp.round(qf), xp.int64), c.P_limbs)
         out.append(_exact.unscale(xp, lp, mu, nu, out_dtype))
     return tuple(out)
+
+
+def entries(xp, ar, ai, br, bi, moduli, out_dtype, prescale, nearest):
+    """Scheme II product of single entries: entry t is row t of ``ar`` (+ i ``ai``) (K, k) times
+    row t of ``br`` (+ i ``bi``) (K, k), i.e. columns of B given as rows, with the shifts of
+    the line bounds ``prescale = (s, t, e, f)`` restricted to those lines ((K,) each) and the
+    scaled operands rounded as ``nearest`` says. Returns the parts (K,) as ``product`` does,
+    computed with one length-k dot product of residues per entry and modulus (integers, exact)
+    instead of GEMMs: the same integers, hence the same result, as those entries of ``product``
+    with the same shifts."""
+    c = crt_constants(moduli)
+    mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
+    Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1, nearest)) for x in (ar, ai))
+    Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -1, nearest)) for x in (br, bi))
+    K = ar.shape[0]
+    nparts = 1 if ai is None else 2
+    limbs = [_exact.zeros(xp, (K, 1), c.n_limbs) for _ in range(nparts)]
+    quotient = [xp.zeros((K, 1), dtype=xp.float64) for _ in range(nparts)]
+
+    def dot(x, y):  # |residue products| <= 2**14: exact in float64 sums below 2**53
+        return xp.expand_dims(xp.sum(x * y, axis=-1), axis=-1)
+
+    for ell, m in enumerate(c.moduli):
+        ra, rb = residues(xp, Ar, Ai, m), residues(xp, Br, Bi, m)
+        if nparts == 1:
+            W = (symmetric_mod(xp, dot(ra[0], rb[0]), m),)
+        else:
+            t1, t2, t3 = dot(ra[0], rb[0]), dot(ra[1], rb[1]), dot(ra[2], rb[2])
+            W = (symmetric_mod(xp, t1 - t2, m), symmetric_mod(xp, t3 - t1 - t2, m))
+        for p, w in enumerate(W):
+            _exact.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
+            quotient[p] = quotient[p] + w * c.weight_ratios[ell]
+    zero = xp.zeros((1,), dtype=mu.dtype)
+    parts = reconstruct(xp, c, limbs, quotient, mu + nu, zero, out_dtype)
+    if out_dtype == "dd":
+        return tuple((hi[:, 0], lo[:, 0]) for hi, lo in parts)
+    return tuple(p[:, 0] for p in parts)

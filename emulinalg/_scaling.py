@@ -1,8 +1,10 @@
 """Power-of-two scaling vectors: row shifts ``mu`` for A and column shifts ``nu`` for B.
 
-Scaling by powers of two is exact, so A' = trunc(2**mu * A) and B' = trunc(B * 2**nu) lose only
-the bits below the integer grid. Operands are given as real parts (and imaginary parts or None);
-the contraction axis is -1 for A (..., m, k) and -2 for B (..., k, n).
+Scaling by powers of two is exact, so A' = round(2**mu * A) and B' = round(B * 2**nu) lose only
+the bits below the integer grid (Scheme II's accurate mode rounds to nearest, ties to even, where
+``rounds_to_nearest`` allows it; Scheme I and the other cases truncate toward zero). Operands
+are given as real parts (and imaginary parts or None); the contraction axis is -1 for A
+(..., m, k) and -2 for B (..., k, n).
 
 References: Ozaki, Ogita, Oishi, Rump 2012 (Scheme I, row-max scaling); Ozaki, Uchino, Imamura,
 arXiv:2504.08009 and Uchino et al., SC-W 2025 (Scheme II fast/accurate modes); the fast mode here
@@ -12,6 +14,7 @@ GEMMul8's, whose shift depends on the scale of the input (research/accuracy-and-
 
 from __future__ import annotations
 
+from ._moduli import crt_constants
 from ._xputil import frexp_exponent, ldexp
 
 
@@ -169,9 +172,31 @@ def ozaki1_shifts(xp, ar, ai, br, bi, slices):
     return mu, nu
 
 
-def scale_to_integers(xp, x, shift, axis):
-    """trunc(x * 2**shift) per line: exact integers held in float64 (a double times a power of
-    two stays a double, and truncating it is exact)."""
+def scale_to_integers(xp, x, shift, axis, nearest=False):
+    """round(x * 2**shift) per line, to nearest (ties to even) when ``nearest``, else toward
+    zero: exact integers held in float64 (a double times a power of two stays a double, and
+    rounding it to an integer is exact)."""
     if x is None:
         return None
-    return xp.trunc(ldexp(xp, x, _expand(xp, shift, axis)))
+    scaled = ldexp(xp, x, _expand(xp, shift, axis))
+    return xp.round(scaled) if nearest else xp.trunc(scaled)
+
+
+# The accurate-mode line bound e = max_j U_ij / 4 is at most (127 + c)**2 k / 4 (c <= 2: each
+# entry of a bound operand is <= 127 and has at most c nonzero parts, ``bound_upper``).
+E_PER_K = 129 * 129 / 4
+
+
+def rounds_to_nearest(moduli, k, mode):
+    """Whether Scheme II rounds its scaled operands to nearest (ties to even) instead of
+    truncating them, for ``moduli`` moduli, inner dimension ``k`` and scaling ``mode``.
+
+    Rounding to nearest halves the worst-case error of each scaled entry (|delta| <= 1/2) and
+    makes it symmetric about zero whatever the signs of the data, which the level's
+    probabilistic bound (``_select``) assumes; but it can raise an entry's magnitude by 1/2.
+    With accurate-mode shifts at least two bits above the pre-shift (mu_i - s_i >= 2 and
+    nu_j - t_j >= 2, i.e. 16 e <= Q for every possible line bound e), each |a'| is at most
+    2**(mu-s) (Ā + 1.25 z) / 2, so |A'B'| <= 1.25**2 (P - 1) / 4 < 0.391 P: the symmetric CRT
+    representative and its float quotient stay exact. Fast mode (Cauchy-Schwarz shifts) and
+    smaller counts truncate."""
+    return mode == "accurate" and 16 * E_PER_K * k <= crt_constants(moduli).Q_down

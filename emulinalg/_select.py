@@ -1,20 +1,45 @@
 """Choosing slices / moduli for a precision level, with a per-entry certificate.
 
-For a level of ``bits`` the plan asks every output entry to satisfy the a-priori truncation
-bound
+Scheme II (Uchino, Ozaki, Imamura, arXiv:2602.02549, Lemma 2 form, with rounding to nearest):
+A' = round(2**mu A) is off by ``delta`` with |delta| <= 1/2 per entry (1 where the operands are
+truncated, ``_scaling.rounds_to_nearest``), so per entry of the product
 
-    |C_emulated - C|_ij  <=  tau * 2**-bits * (|A||B|)_ij          (before the final rounding)
+    2**(mu_i+nu_j) |C_emulated - C|_ij = |sum_h X_h|,  |X_h| <= r_h = d |b_hj|' + d |a_ih|' + c d**2
 
-Scheme II (Uchino, Ozaki, Imamura, arXiv:2602.02549, Lemma 2 form): A' = trunc(2**mu A) is off by
-less than one unit per entry, so with 2**-mu_i <= 2 * 2**-L * alpha_i (alpha_i = 2**-s_i sqrt(e_i)
-from the N-independent prescale)
+(before the final rounding; ' marks the scaled entries, |z| = |Re z| + |Im z|, c = 1 real, 2
+complex, d the bound on |delta|). The certificate bounds the sum in one of two ways:
 
-    err_ij <= 2y (alpha_i ||b_j||_1 + beta_j ||a_i||_1) + 4 c k alpha_i beta_j y**2,  y = 2**-L_N,
+``strict`` (``precision=<bits>``): ``sum r_h``, the l1 form: worst case, deterministic,
 
-c = 1 (real) or 2 (complex). Scheme I (row-max scaling, p slices, x = 2**-8p) adds the dropped
-triangle, at most 1.01 (p-1) 2**8p per term in integer units:
+    err_ij <= d (2**-mu_i ||b_j||_1 + 2**-nu_j ||a_i||_1) + c k d**2 2**-(mu_i+nu_j)
+           <= TAU 2**-bits (|A||B|)_ij.
 
-    err_ij <= x (alpha_i ||b_j||_1 + beta_j ||a_i||_1 + c p k alpha_i beta_j).
+``native`` (``precision="float64"``/``"float32"``, the dtype's own level, k >= NATIVE_MIN_K): the
+l2 form
+
+    sigma_ij = 1/2 (2**-mu_i ||b_j||_2 + 2**-nu_j ||a_i||_2) + c/4 sqrt(k) 2**-(mu_i+nu_j)
+             <= w 2**-bits max(theta (|A||B|)_ij, sqrt(k) ||a_i o b_j||_2)   (rounding to nearest)
+
+sigma >= ||r||_2. Where the rounding errors delta are independent with mean zero (Higham &
+Mary's model of rounding errors, SIAM J. Sci. Comput. 2019, applied to the conversion to
+integers), Hoeffding's inequality gives err <= lambda sigma with probability at least
+1 - 2 exp(-lambda**2 / 2) per entry (lambda = 6: 1 - 3.1e-8), and the error's standard deviation
+is at most sigma / sqrt(3) where they are uniform. ``w = sqrt(3) NATIVE_STD_RATIO rho_k``
+(``native_weight``) makes that at most the native GEMM's rms error ``rho_k u sqrt(k)
+||a_i o b_j||_2`` (``native_error``: the backend's measured ``native_error_rms`` and
+``native_chain_k``). The cheap test takes theta = 1 and (|A||B|)_ij for the max (Cauchy-Schwarz:
+sqrt(k) ||a_i o b_j||_2 >= (|A||B|)_ij); the refinement raises theta to the largest
+kappa = sqrt(k) ||a_i o b_j||_2 / (|A||B|)_ij of a sample of its suspects (one value for the
+product, at most min(THETA_MAX, sqrt(k)): a product-wide figure, not a per-entry one). Without
+any model, Cauchy-Schwarz gives err <= sqrt(k) sigma <= k w 2**-bits (|A||B|)_ij, within native's
+own worst case k 2**-bits |A||B| since w < 1 (docs/precision.md).
+
+Scheme I (row-max scaling, p slices, x = 2**-8p, truncation) adds the dropped triangle, at most
+1.01 (p-1) 2**8p per term in integer units:
+
+    err_ij <= x (alpha_i ||b_j||_1 + beta_j ||a_i||_1 + c p k alpha_i beta_j),
+
+certified against TAU 2**-bits (strict) or w 2**-bits (native) |A||B|: a worst case, no model.
 
 (|A||B|) is bounded below cheaply. Scheme II first takes the accurate-mode prescale's bound GEMM
 F = Ā B̄ (``bound_lower``: the entries of Ā are floors, so F 2**-12 is a lower bound, exact, at
@@ -23,28 +48,113 @@ no extra cost); only when that leaves entries beyond every count does it also ru
 (or to bfloat16 by a backend's tensor-core hook), one low-precision GEMM, and its rounding
 removed by the factor 1 - (k+2) 2**-22 and an absolute (k+2) 2**-149 for the subnormal range:
 all terms are >= 0, so truncation only lowers the sum. Scheme I always uses ``magnitude_lower``.
-The smallest count that certifies every entry is used; entries no count up to the
-maximum can certify (or with a zero lower bound but a nonzero upper bound) are taken from the
-native product, and the plan says how many. With y = 2**-L_n, G = alpha_i ||b_j||_1 +
-beta_j ||a_i||_1 and Q = 4 c k alpha_i beta_j, n moduli certify an entry iff
-y (2 G + y Q) <= R = tau 2**-bits lam (lam a lower bound of |A||B|): a comparison per count, no
-square root or division; the left side grows with y, so the smallest such n is found by
-bisection (``ozaki2_needed``).
+
+The count: with y = 2**-L_n the shifts satisfy 2**-mu_i <= 2 y alpha_i (alpha_i = 2**-s_i
+sqrt(e_i) from the N-independent prescale), so both forms read y (2 G + y Q) <= R per entry
+(G = alpha_i N(b_j) + beta_j N(a_i) with the form's norm N, Q = c4 alpha_i beta_j, R = cR lam,
+constants from ``cert_constants``): a comparison per count, no square root or division; the
+left side grows with y, so the smallest such count is found by bisection (``ozaki2_needed``).
+Then one count lower is tested with the exact shifts (``exact_passes``: the floor in mu_i
+costs up to a bit), and ``refine_and_patch`` takes off one count at a time (at most
+REFINE_STEPS) while the entries that fail it (the suspects) pass with better information: their
+dot products of magnitudes (all of them, at most REFINE_ENTRIES, for the strict form; an even
+sample of REFINE_ENTRIES giving theta for the native form). When at most ``patch_limit(m, n)``
+still fail, the count drops all the same and those entries are recomputed with MAX_MODULI
+moduli after the product (``_refit``). Entries no count up to the maximum certifies (or with a
+zero lower bound but a nonzero upper bound) are taken from the native product, and the plan
+says how many. Only 2-D products are refined and patched (batched ones stop after the exact
+shifts).
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
-from ._precision import MAX_SLICES, MIN_SLICES
-from ._scaling import magnitude, max_exponent
+from ._precision import LEVELS, MAX_SLICES, MIN_SLICES
+from ._scaling import _half_log_shift, magnitude, max_exponent, rounds_to_nearest
 from ._xputil import ldexp
 
-TAU = 0.25
+TAU = 0.25  # the strict certificate's share of 2**-bits
 # 2**-L_n for n = MIN_MODULI .. MAX_MODULI (decreasing): the certificate's per-count thresholds
 THRESHOLDS = tuple(2.0 ** -crt_constants(n).L for n in range(MIN_MODULI, MAX_MODULI + 1))
 BEYOND = MAX_MODULI + 1  # ``ozaki2_needed``'s value for entries no count certifies
+EXCLUDED = 2.0**512  # a threshold no entry passes (a count the guarantee cannot use)
+# The native form asks the emulation's rounding-error standard deviation to be at most this
+# multiple of the native GEMM's (both under the model of random rounding errors): the
+# componentwise measure compares maxima over many entries, which follow the deviations.
+NATIVE_STD_RATIO = 1.0
+
+
+class Target(NamedTuple):
+    """What the certificate asks of every entry: ``bits`` below |A||B|, in the ``guarantee``'s
+    form ("strict": the l1 worst case within TAU 2**-bits |A||B|; "native": the l2 form within
+    weight 2**-bits sqrt(k) ||a_i o b_j||_2, ``weight`` from ``native_weight``)."""
+
+    bits: int
+    guarantee: str = "strict"
+    weight: float = 1.0
+
+
+# Below this inner dimension the named levels take the strict certificate: the native product
+# of a few terms is within a rounding or two of the exact one, closer than a statistical bound
+# can follow, and such products cost little whatever the count.
+NATIVE_MIN_K = 64
+
+
+def target_for(level, k, backend=None, outputs=None):
+    """The certificate's ``Target`` for a ``_precision.Level``: the named levels ("float64",
+    "float32": as accurate as the native GEMM of that precision) take the native form with the
+    backend's ``native_weight`` from k = NATIVE_MIN_K on; a number of bits (and a named level at
+    smaller k) takes the strict certificate."""
+    if level.name in LEVELS and k >= NATIVE_MIN_K:
+        return Target(level.bits, "native", native_weight(backend, k, outputs))
+    return Target(level.bits, "strict")
+
+
+def guarantee_note(target, family="ozaki2"):
+    """The plan's line saying what the certificate guarantees per entry (before the final
+    rounding, which adds u |c_ij|)."""
+    b, w = target.bits, target.weight
+    if target.guarantee == "strict":
+        return f"certified |err| <= {TAU:g} * 2^-{b} |A||B| per entry"
+    if family == "ozaki1":
+        return f"certified |err| <= {w:.3g} * 2^-{b} |A||B| per entry"
+    return (
+        f"certified per entry: |err| <= k * {w:.3g} * 2^-{b} |A||B| always, and <= 6 sigma "
+        f"with probability >= 1 - 3.1e-8, sigma <= {w:.3g} * 2^-{b} sqrt(k) |a_i o b_j|_2 "
+        f"(error std <= {NATIVE_STD_RATIO:g}x the native GEMM's; docs/precision.md)"
+    )
+
+
+# The native GEMM's rounding error per entry, as a root mean square relative to
+# u sqrt(k) ||a_i o b_j||_2: one chain of FMAs over k gives about 1/sqrt(12); a GEMM that adds
+# chains of kb and then their sums, sqrt(kb / k) of that. A backend names its own
+# (``native_error_rms``, ``native_chain_k``); these defaults are the single chain.
+NATIVE_ERROR_RMS = 0.29
+
+
+def native_error(backend, k, outputs=None):
+    """The native GEMM's rounding-error rms at inner dimension ``k`` relative to
+    u sqrt(k) ||a_i o b_j||_2 (Higham & Mary's model: independent rounding errors of the
+    partial sums), from the backend's ``native_error_rms`` and ``native_chain_k`` (a number, or
+    a function of k and the number of output entries ``outputs``, None when not known: a GEMM
+    library may split k where the output is too small to fill the device)."""
+    rms = getattr(backend, "native_error_rms", NATIVE_ERROR_RMS)
+    kb = getattr(backend, "native_chain_k", None)
+    if callable(kb):
+        kb = kb(k, outputs)
+    if kb is None or k <= kb:
+        return rms
+    return rms * math.sqrt(kb / k)
+
+
+def native_weight(backend, k, outputs=None):
+    """``Target.weight`` of the native form: sigma (the Hoeffding scale of the emulation's
+    error, >= sqrt(3) times its standard deviation where the rounding errors are uniform) at
+    most sqrt(3) NATIVE_STD_RATIO times the native GEMM's rms (``native_error``)."""
+    return math.sqrt(3.0) * NATIVE_STD_RATIO * native_error(backend, k, outputs)
 
 
 class CertConstants(NamedTuple):
@@ -56,14 +166,39 @@ class CertConstants(NamedTuple):
     native_factor: float  # the same for a float64 GEMM (k beyond _LOWER_K_MAX): 1 - (k+2) 2**-52
     native_abs_term: float  # the refinement's float64 sums, subnormal range: (2k+2) 2**-1074
     abs_term: float  # the subnormal range of that GEMM: (k+2) 2**-149
-    l1fac: float  # makes float64 l1 sums upper bounds: 1 + (k+2) 2**-52
+    l1fac: float  # makes float64 l1 sums (and sums of squares) upper bounds: 1 + (k+2) 2**-52
     scale: float  # alpha = scale sqrt(e): 2**(cplx - 5)
-    c4: float  # 4 c k, c = 1 (real) or 2 (complex)
-    cR: float | None  # R = cR lam: TAU 2**-bits (None without bits)
+    c4: float  # Q = c4 alpha beta (strict: 2 c k, native: 2 c sqrt(k); truncating: at 2 y)
+    cR: float | None  # R = cR lam (strict: 2 TAU 2**-bits, native: 2 w 2**-bits)
+    norm: str  # the line norms of G: "l1" (strict) or "l2" (native)
+    thresholds: tuple  # per count n = MIN_MODULI..: 2**-L_n, 2 2**-L_n where truncating, or
+    # EXCLUDED (a count the form cannot use: the native form needs rounding to nearest)
 
 
-def cert_constants(k, bits=None, complex_=False) -> CertConstants:
-    """``CertConstants`` for inner dimension ``k``, the level's ``bits`` and the operands' kind."""
+def cert_constants(k, target=None, complex_=False) -> CertConstants:
+    """``CertConstants`` for inner dimension ``k``, the ``Target`` (None: only the guarantee-free
+    fields are meaningful) and the operands' kind.
+
+    The forms are written as y (2 G + y Q) <= cR lam with y = 2**-L_n: rounding to nearest
+    (d = 1/2) gives y G + c k y**2 alpha beta (strict) or y G + c sqrt(k) y**2 alpha beta
+    (native, l2 norms in G), hence c4 = 2 c k or 2 c sqrt(k) and cR = 2 TAU 2**-bits or
+    2 w 2**-bits (w the target's weight); a truncating count (d = 1, strict only) is the same
+    test at 2 y."""
+    c = 2.0 if complex_ else 1.0
+    bits = None if target is None else target.bits
+    native = target is not None and target.guarantee == "native"
+    if native:
+        c4 = 2.0 * c * math.sqrt(k) * (1.0 + 2.0**-52)  # rounded up: an upper bound
+        cR = 2.0 * target.weight * 2.0**-bits
+    else:
+        c4 = 2.0 * c * k
+        cR = None if bits is None else 2.0 * TAU * 2.0**-bits
+    th = []
+    for i, n in enumerate(range(MIN_MODULI, MAX_MODULI + 1)):
+        if rounds_to_nearest(n, k, "accurate"):
+            th.append(THRESHOLDS[i])
+        else:
+            th.append(EXCLUDED if native else 2.0 * THRESHOLDS[i])
     return CertConstants(
         factor=1.0 - (k + 2) * 2.0**-22,
         native_factor=1.0 - (k + 2) * 2.0**-52,
@@ -71,15 +206,24 @@ def cert_constants(k, bits=None, complex_=False) -> CertConstants:
         abs_term=(k + 2) * 2.0**-149,
         l1fac=1.0 + (k + 2) * 2.0**-52,
         scale=2.0 ** (int(complex_) - 5),
-        c4=4.0 * (2.0 if complex_ else 1.0) * k,
-        cR=None if bits is None else TAU * 2.0**-bits,
+        c4=c4,
+        cR=cR,
+        norm="l2" if native else "l1",
+        thresholds=tuple(th),
     )
 
 
-def _l1_upper(xp, re, im, axis):
+def _line_norm(xp, re, im, axis, norm):
+    """Upper bound of each line's l1 or l2 norm of |Re| + |Im| (float64 sums; every operation
+    rounds up by at most a factor the l1fac covers, and the l2 root is rounded up)."""
     x = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
     k = re.shape[axis]
-    return xp.sum(x, axis=axis) * cert_constants(k).l1fac
+    fac = cert_constants(k).l1fac
+    if norm == "l1":
+        return xp.sum(x, axis=axis) * fac
+    # squares below 2**-1022 lose at most k 2**-1074 in all, far below a relative 2**-52 of a
+    # line whose largest entry is >= 1 (line-normalized operands)
+    return xp.sqrt(xp.sum(x * x, axis=axis) * fac) * (1.0 + 2.0**-52)
 
 
 def _down_to_float32(xp, x):
@@ -109,32 +253,24 @@ def magnitude_lower(xp, backend, xa, xb):
     return xp.maximum(s - cc.abs_term, 0.0)
 
 
-def _normalized(xp, ar, ai, br, bi):
+def _normalized(xp, ar, ai, br, bi, norm="l1"):
     """Both sides of the certificate are homogeneous in each row's and column's scale, so they
     are evaluated on operands normalized by 2**-floor(log2 max) per line: no overflow, and
     underflow only lowers the lower bound (the safe side). Returns the normalized parts and
-    the l1 upper bounds na (..., m, 1), nb (..., 1, n)."""
+    the line norms (``norm`` "l1" or "l2", upper bounds) na (..., m, 1), nb (..., 1, n)."""
     ea = xp.expand_dims(max_exponent(xp, ar, ai, axis=-1), axis=-1)
     eb = xp.expand_dims(max_exponent(xp, br, bi, axis=-2), axis=-2)
     ar, br = ldexp(xp, ar, -ea), ldexp(xp, br, -eb)
     ai = None if ai is None else ldexp(xp, ai, -ea)
     bi = None if bi is None else ldexp(xp, bi, -eb)
-    na = xp.expand_dims(_l1_upper(xp, ar, ai, -1), axis=-1)  # (..., m, 1)
-    nb = xp.expand_dims(_l1_upper(xp, br, bi, -2), axis=-2)  # (..., 1, n)
+    na = xp.expand_dims(_line_norm(xp, ar, ai, -1, norm), axis=-1)  # (..., m, 1)
+    nb = xp.expand_dims(_line_norm(xp, br, bi, -2, norm), axis=-2)  # (..., 1, n)
     return (ar, ai, br, bi), na, nb
 
 
 def _gemm_lower(xp, backend, parts):
     ar, ai, br, bi = parts
     return magnitude_lower(xp, backend, magnitude(xp, ar, ai), magnitude(xp, br, bi))
-
-
-def _normalized_terms(xp, backend, ar, ai, br, bi, bits):
-    parts, na, nb = _normalized(xp, ar, ai, br, bi)
-    k = ar.shape[-1]
-    R = cert_constants(k, bits).cR * _gemm_lower(xp, backend, parts)
-    c = 1.0 if ai is None else 2.0
-    return k, R, na, nb, c
 
 
 def bound_lower_exponents(complex_):
@@ -162,10 +298,12 @@ def bound_lower(xp, F, complex_, mixed=None):
     return xp.where(both, ldexp(xp, F, -fexp_mixed), ldexp(xp, F, -fexp))
 
 
-def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits, hook_ops=None):
-    """``(count, beyond)``: the smallest number of moduli certifying every entry that the
-    maximum certifies, and the mask of entries it does not (count None: no entry at all; a
-    backend's hook may give beyond None when no entry is beyond).
+def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, target, hook_ops=None):
+    """``(count, beyond, patch)``: the smallest number of moduli certifying ``target`` (a
+    ``Target``) on every entry that the maximum certifies, except the entries ``patch`` (flat
+    indices, or None) that the level recomputes with MAX_MODULI moduli, and the mask of entries
+    no count certifies (count None: no entry at all; a backend's hook may give beyond None when
+    no entry is beyond, and may return ``(count, beyond)`` alone: no patch).
 
     The lower bound of |A||B| comes first from the prescale's bound GEMM (``bound_lower``, no
     extra GEMM); only when it leaves entries beyond every count is the tighter
@@ -176,39 +314,45 @@ def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, bits, hook_ops=N
     ai, br, bi)`` when not None (the same values, float32 for a backend with
     ``narrow_statistics``)."""
     hook = getattr(backend, "ozaki2_certificate", None)
-    res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, bits)
+    res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, target)
     if res is not None:
-        return res
+        return tuple(res) + (None,) * (3 - len(res))
     return certify_moduli(
-        xp, backend, ar, ai, br, bi, prescale, bits, getattr(prescale, "lower", None)
+        xp, backend, ar, ai, br, bi, prescale, target, getattr(prescale, "lower", None)
     )
 
 
-def certify_moduli(xp, backend, ar, ai, br, bi, prescale, bits, lower):
+def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
     """``ozaki2_moduli_needed`` in Array API code, with ``lower`` the bound GEMM F (..., m, n)
     (or None: the GEMM lower bound alone); a backend's certificate hook may call it for the
     cases its kernels do not take."""
     _, _, e, f = prescale
     cplx = ai is not None
     k = ar.shape[-1]
-    cR = cert_constants(k, bits).cR
-    parts, na, nb = _normalized(xp, ar, ai, br, bi)
+    cc = cert_constants(k, target, cplx)
+    parts, na, nb = _normalized(xp, ar, ai, br, bi, cc.norm)
     lam = None
     if lower is not None:
         lam = bound_lower(xp, lower, cplx, getattr(prescale, "mixed", None))
-        need = ozaki2_needed(xp, k, cR * lam, na, nb, e, f, cplx)
+        need = ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
     if lam is None or bool(xp.any(need == BEYOND)):
         gl = _gemm_lower(xp, backend, parts)
         lam = gl if lam is None else xp.maximum(lam, gl)
-        need = ozaki2_needed(xp, k, cR * lam, na, nb, e, f, cplx)
+        need = ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
     beyond = need == BEYOND
     if bool(xp.all(beyond)):
-        return None, beyond
+        return None, beyond, None
     count = int(xp.max(xp.where(beyond, 0, need)))
+    if count > MIN_MODULI and not bool(
+        xp.any(~exact_passes(xp, cc, count - 1, cc.cR * lam, na, nb, e, f) & ~beyond)
+    ):
+        count -= 1  # the bisection's 2 y alpha bound of 2**-mu can cost a count
 
     def suspects(count):
-        mask = xp.reshape(need == count, (-1,))
-        if int(xp.count_nonzero(mask)) > REFINE_ENTRIES:
+        fail = ~exact_passes(xp, cc, count - 1, cc.cR * lam, na, nb, e, f) & ~beyond
+        mask = xp.reshape(fail, (-1,))
+        limit = SUSPECTS_MAX if target.guarantee == "native" else REFINE_ENTRIES
+        if int(xp.count_nonzero(mask)) > limit:
             return None
         idx = xp.nonzero(mask)[0]
         flat = xp.take(xp.reshape(lam, (-1,)), idx)
@@ -216,130 +360,250 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, bits, lower):
         return idx, flat, xp.take(xp.reshape(na, (-1,)), idx // n), \
             xp.take(xp.reshape(nb, (-1,)), idx % n)  # fmt: skip
 
-    return refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects), beyond
+    count, patch = refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count,
+                                    suspects)  # fmt: skip
+    return count, beyond, patch
 
 
 # The suspect refinement (``refine_moduli``) runs when at most this many entries stand in the
-# way of one modulus fewer, and their rows times their columns are at most REFINE_SHARE of the
-# output: its native GEMM then costs a small fraction of one INT8 GEMM of the product.
+# way of one modulus fewer: its dot products then cost a small fraction of one INT8 GEMM. The
+# native form takes up to SUSPECTS_MAX suspects, of which it samples REFINE_ENTRIES.
 REFINE_ENTRIES = 4096
-REFINE_SHARE = 1.0 / 64
+SUSPECTS_MAX = 1 << 24
+# The native form's per-product relaxation: at most this factor on |A||B| (``refine_moduli``).
+THETA_MAX = 16.0
 
 
-def _need_of(xp, k, R, alpha, beta, na, nb, complex_):
+def _passes(xp, cc, t, R, alpha, beta, na, nb):
+    """The certificate's test t (2 G + t Q) <= R, G = alpha nb + beta na, Q = c4 alpha beta
+    (broadcast terms); the kernels do these operations in this order."""
+    G2 = 2.0 * (alpha * nb + beta * na)
+    Q = cc.c4 * alpha * beta
+    return t * (G2 + t * Q) <= R
+
+
+def _need_of(xp, cc, R, alpha, beta, na, nb):
     """The smallest count n of moduli certifying each entry (``BEYOND`` where none does): the
-    smallest n with y_n (2 G + y_n Q) <= R, y_n = 2**-L_n, by bisection over the counts (the
-    left side grows with y_n, and so does its floating-point value: every operation is
-    monotonic). Broadcast terms; the kernels do these operations in this order."""
-    cc = cert_constants(k, complex_=complex_)
+    smallest n passing ``_passes`` at cc.thresholds[n], by bisection over the counts (the left
+    side grows with the threshold, and so does its floating-point value: every operation is
+    monotonic; the thresholds do not increase with n)."""
+    th = cc.thresholds
     G2 = 2.0 * (alpha * nb + beta * na)
     Q = cc.c4 * alpha * beta
     shape = xp.broadcast_arrays(R, G2)[0].shape
-    lo = xp.zeros(shape, dtype=xp.int64)  # index into THRESHOLDS
-    hi = xp.full(lo.shape, len(THRESHOLDS), dtype=xp.int64)  # len: beyond
-    t_all = xp.asarray(THRESHOLDS, dtype=xp.float64)
-    for _ in range(len(THRESHOLDS).bit_length()):  # the first index whose threshold passes
+    lo = xp.zeros(shape, dtype=xp.int64)  # index into the thresholds
+    hi = xp.full(lo.shape, len(th), dtype=xp.int64)  # len: beyond
+    t_all = xp.asarray(th, dtype=xp.float64)
+    for _ in range(len(th).bit_length()):  # the first index whose threshold passes
         mid = (lo + hi) // 2
-        t = xp.take(t_all, xp.minimum(mid, len(THRESHOLDS) - 1))
-        ok = (mid < len(THRESHOLDS)) & (t * (G2 + t * Q) <= R)
+        t = xp.take(t_all, xp.minimum(mid, len(th) - 1))
+        ok = (mid < len(th)) & (t * (G2 + t * Q) <= R)
         hi = xp.where(ok, mid, hi)
         lo = xp.where(ok, lo, mid + 1)
-    return hi + MIN_MODULI  # index len(THRESHOLDS) -> BEYOND
+    return hi + MIN_MODULI  # index len(thresholds) -> BEYOND
 
 
-def refine_moduli(xp, backend, ar, ai, br, bi, prescale, bits, count, suspects):
-    """The count after the suspect refinement: when one modulus fewer is held back by a few
-    entries only (``suspects(count)``: the entries that need ``count``, their flat indices in the
-    (m, n) output, their lower bound of |A||B| so far and their l1 terms na, nb; None when there
-    are too many), their rows of A and columns of B are multiplied natively in float64
-    (magnitudes of the line-normalized operands, the rounding removed by ``1 - (k+2) 2**-52`` and
-    an absolute ``(2k+2) 2**-1074``: all terms are >= 0, so this holds for any order of the sums)
-    and the certificate re-evaluated there with the larger lower bound. The bound GEMM's
-    fixed-point lower bound is loose for entries whose terms are far below their lines' maxima;
-    on phi = 1 inputs one such entry in 10**6 can cost a modulus. One step (the next modulus is
-    held back by far more entries), only 2-D products: one native GEMM of the suspects' distinct
-    rows times their distinct columns (the cupy backend runs the same steps in its kernels)."""
-    if count is None or count <= MIN_MODULI or ar.ndim != 2 or br.ndim != 2:
-        return count
+def exact_line_factors(xp, cc, count, e, scale):
+    """The exact 2**-(mu_i + ea_i) / 2 per line for ``count`` moduli (``_scaling.ozaki2_shifts``
+    less the line-normalization; ``e`` the prescale's line bounds), in the place of the
+    bisection's y alpha_i: the test at threshold 1 is then the test of the exact shifts, and a
+    truncating count (threshold 2 y) doubles it. A count the form cannot use gives EXCLUDED; a
+    zero line bound 0 (the line and its products are zero, as is its alpha)."""
+    c = crt_constants(count)
+    e = xp.astype(e, xp.float64)
+    t = _half_log_shift(xp, c.L, c.Q_down, e)
+    rel = cc.thresholds[count - MIN_MODULI] / THRESHOLDS[count - MIN_MODULI]
+    x = ldexp(xp, xp.full(t.shape, 0.5 * scale * min(rel, EXCLUDED), dtype=xp.float64), -t)
+    return xp.where(e > 0, x, 0.0)
+
+
+def exact_passes(xp, cc, count, R, na, nb, e, f):
+    """Per entry, whether ``count`` moduli certify it with the exact shifts (``R``, ``na``,
+    ``nb``, ``e``, ``f`` as for ``ozaki2_needed``). exact <= bound: the exact count is the
+    bisection's or one less (consecutive L_n differ by more than 3.7, the bound is at most 2x)."""
+    p = xp.expand_dims(exact_line_factors(xp, cc, count, e, cc.scale), axis=-1)
+    q = xp.expand_dims(exact_line_factors(xp, cc, count, f, cc.scale), axis=-2)
+    return _passes(xp, cc, 1.0, R, p, q, na, nb)
+
+
+def refine_moduli(xp, backend, ar, ai, br, bi, prescale, target, count, suspects):
+    """``refine_and_patch``'s count without the patch (the count when patching is not
+    available)."""
+    return refine_and_patch(
+        xp, backend, ar, ai, br, bi, prescale, target, count, suspects, patching=False
+    )[0]
+
+
+# Entries one count lower cannot certify are recomputed with MAX_MODULI moduli (``_refit``)
+# when at most this many, and at most 1/PATCH_SHARE of the output: one dot product of residues
+# of length k per entry and modulus.
+PATCH_ENTRIES = 256
+PATCH_SHARE = 64
+REFINE_STEPS = 4  # counts the refinement may take off, one at a time
+
+
+def patch_limit(m, n):
+    """How many entries of an (m, n) product (per batch) ``refine_and_patch`` may patch."""
+    return min(PATCH_ENTRIES, (m * n) // PATCH_SHARE)
+
+
+def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspects,
+                     patching=True):  # fmt: skip
+    """``(count, patch)``: the count after the suspect refinement (one count at a time, while
+    every suspect passes, at most REFINE_STEPS), and the flat indices of the entries the level
+    recomputes with MAX_MODULI moduli (None: none): whether the entries that fail
+    ``count - 1`` (``suspects(count)``: their flat indices in the (m, n) output, their lower
+    bound of |A||B| so far and their line norms na, nb; None when there are too many) pass it
+    with more information than the cheap bounds. Only 2-D products.
+
+    Strict form: at most REFINE_ENTRIES suspects, each with its dot product of magnitudes
+    summed in float64 (line-normalized; the rounding removed by ``1 - (k+2) 2**-52`` and an
+    absolute ``(2k+2) 2**-1074``: all terms are >= 0, so this holds for any order of the sums):
+    the bound GEMM's fixed-point lower bound is loose for entries whose terms are far below
+    their lines' maxima.
+
+    Native form: its target is the native GEMM's error at the entry, whose scale
+    sqrt(k) ||a_i o b_j||_2 = kappa_ij (|A||B|)_ij the cheap test bounds by kappa >= 1. The
+    componentwise measure compares the largest errors over the whole product, and the native
+    GEMM's largest ones come from its entries of largest kappa; so the suspects are tested
+    against theta (|A||B|)_ij, theta the largest kappa found on a sample of REFINE_ENTRIES of
+    them (a lower bound of the product's largest, capped at THETA_MAX: the elementwise relative
+    measure compares single entries, ``_refit``), and the sampled ones against their own kappa
+    where larger. One dot product of length k per sampled suspect (the cupy backend runs the
+    same steps in its kernels).
+
+    Patch: when the suspects that still fail are at most ``patch_limit(m, n)``, the count
+    drops by one all the same and those entries are recomputed with MAX_MODULI moduli after the
+    product (they passed ``count``, so the maximum certifies them): a few dot products instead
+    of one INT8 GEMM per modulus over the whole output."""
+    if count is None or ar.ndim != 2 or br.ndim != 2:
+        return count, None
     m, k = ar.shape
     n = br.shape[-1]
     _, _, e, f = prescale
     cplx = ai is not None
-    sus = suspects(count)
-    if sus is None:
-        return count
-    idx, lam, na, nb = sus
-    rows, cols = idx // n, idx % n
-    sel = refine_selection(xp, rows, cols, m, n)
-    if sel is None:
-        return count
-    ur, ri, uc, ci = sel
-    a_r = xp.take(ar, ur, axis=0)
-    a_i = None if ai is None else xp.take(ai, ur, axis=0)
-    b_r = xp.take(br, uc, axis=1)
-    b_i = None if bi is None else xp.take(bi, uc, axis=1)
-    (a_r, a_i, b_r, b_i), _, _ = _normalized(xp, a_r, a_i, b_r, b_i)
-    S = backend.native_matmul(magnitude(xp, a_r, a_i), magnitude(xp, b_r, b_i))
-    S = xp.take(xp.reshape(S, (-1,)), ri * uc.shape[0] + ci)
-    e_r, f_c = xp.take(e, rows), xp.take(f, cols)
-    if refine_certifies(xp, k, bits, cplx, count, lam, S, e_r, f_c, na, nb):
-        return count - 1
-    return count
+    native = target.guarantee == "native"
+    for _ in range(REFINE_STEPS):
+        if count <= MIN_MODULI:
+            break
+        sus = suspects(count)
+        if sus is None:
+            break
+        idx, lam, na, nb = sus
+        total = idx.shape[0]
+        if total == 0:
+            count -= 1
+            continue
+        if not native and total > REFINE_ENTRIES:
+            break
+        pick = refine_sample(xp, total)
+        sidx = xp.take(idx, pick)
+        S, S2 = suspect_sums(xp, ar, ai, br, bi, sidx // n, sidx % n, native)
+        e_r, f_c = xp.take(e, idx // n), xp.take(f, idx % n)
+        fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2, pick)
+        failing = int(xp.count_nonzero(fail))
+        if failing == 0:
+            count -= 1
+            continue
+        if patching and failing <= patch_limit(m, n):
+            return count - 1, xp.take(idx, xp.nonzero(fail)[0])
+        break
+    return count, None
 
 
-def refine_selection(xp, rows, cols, m, n):
-    """``refine_moduli``'s limit on the suspects' rows and columns (1-D index arrays of the
-    entries): ``(distinct rows, each entry's position in them, distinct columns, positions)``,
-    or None when the distinct rows times columns exceed ``REFINE_SHARE`` of the (m, n) output."""
-    ur, ri = xp.unique_inverse(rows)
-    uc, ci = xp.unique_inverse(cols)
-    if not refine_spread_ok(ur.shape[0], uc.shape[0], m, n):
-        return None
-    return ur, ri, uc, ci
+def refine_sample(xp, total):
+    """Positions (into the suspects, in flat order) of the ones ``refine_moduli`` sums: all
+    when at most REFINE_ENTRIES, else every ceil(total / REFINE_ENTRIES)-th (an even sample,
+    the same on every backend)."""
+    step = -(-total // REFINE_ENTRIES)
+    return xp.arange(0, total, step)
 
 
-def refine_spread_ok(rows, cols, m, n):
-    """Whether suspects on ``rows`` distinct rows and ``cols`` distinct columns of an (m, n)
-    output are refined: rows x columns at most ``REFINE_SHARE`` of the output (the generic
-    code's native GEMM of those lines stays small)."""
-    return rows * cols <= REFINE_SHARE * m * n
+def refine_certifies(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None):
+    """Whether every suspect passes ``count - 1``: ``refine_failures`` finds none."""
+    fail = refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2, pick)
+    return not bool(xp.any(fail))
 
 
-def refine_certifies(xp, k, bits, complex_, count, lam, S, e, f, na, nb):
-    """Whether every suspect (1-D arrays per entry: its lower bound ``lam`` so far, its float64
-    sum ``S`` of the line-normalized magnitude products in any order, the prescale's e_i, f_j and
-    the l1 terms) is certified by ``count - 1`` moduli with the larger bound: S's rounding is
-    removed by ``1 - (k+2) 2**-52`` and ``(2k+2) 2**-1074`` (all terms >= 0), then the
-    certificate's test at that count's threshold, as ``_need_of`` makes it."""
-    cc = cert_constants(k, bits, complex_)
+def refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None):
+    """Per suspect, whether it fails ``count - 1`` (``refine_and_patch``'s test): 1-D arrays
+    over the suspects of their lower bound ``lam`` so far, the prescale's e_i, f_j and line
+    norms; ``S`` (and for the native form ``S2``) the float64 sums of the line-normalized
+    magnitude products (and of their squares) of the sampled suspects at positions ``pick``
+    (None: all), in any order; their rounding is removed by ``1 - (k+2) 2**-52`` and
+    ``(2k+2) 2**-1074`` (all terms are >= 0). Then the exact-shift test at count - 1
+    (``exact_passes``)."""
+    cc = cert_constants(k, target, complex_)
+    if pick is None:
+        pick = xp.arange(lam.shape[0])
     S = xp.maximum(S * cc.native_factor - cc.native_abs_term, 0.0)
-    lam = xp.maximum(lam, S)
-    alpha = cc.scale * xp.sqrt(xp.astype(e, xp.float64))
-    beta = cc.scale * xp.sqrt(xp.astype(f, xp.float64))
-    t = THRESHOLDS[count - 1 - MIN_MODULI]
-    Q = cc.c4 * alpha * beta
-    return bool(xp.all(t * (2.0 * (alpha * nb + beta * na) + t * Q) <= cc.cR * lam))
+    if target.guarantee == "native":
+        S2 = xp.maximum(S2 * cc.native_factor - cc.native_abs_term, 0.0)
+        scale = xp.sqrt(S2 * k) * (1.0 - 2.0**-52)  # <= sqrt(k) ||a_i o b_j||_2
+        upper = S * (1.0 + (k + 2) * 2.0**-52) + cc.native_abs_term  # >= (|A||B|)_ij
+        kappa = xp.where(upper > 0, scale / upper, 1.0) * (1.0 - 2.0**-50)
+        # sqrt(k) at most: the deterministic bound k weight 2**-bits |A||B| holds throughout
+        theta = min(THETA_MAX, math.sqrt(k), max(1.0, float(xp.max(kappa))))
+        own = xp.maximum(xp.take(lam, pick) * theta, xp.maximum(S, scale))
+        lam = _scatter(xp, lam * theta, pick, own)
+    else:
+        lam = _scatter(xp, lam, pick, xp.maximum(xp.take(lam, pick), S))
+    p = exact_line_factors(xp, cc, count - 1, e, cc.scale)
+    q = exact_line_factors(xp, cc, count - 1, f, cc.scale)
+    return ~_passes(xp, cc, 1.0, cc.cR * lam, p, q, na, nb)
 
 
-def ozaki2_needed(xp, k, R, na, nb, e, f, complex_):
+def _scatter(xp, x, at, v):
+    """``x`` (1-D) with ``x[at] = v`` (a new array)."""
+    out = xp.asarray(x, copy=True)
+    out[at] = v
+    return out
+
+
+def suspect_sums(xp, ar, ai, br, bi, rows, cols, squares):
+    """Per suspect (row ``rows[t]`` of A, column ``cols[t]`` of B) the float64 sums of the
+    line-normalized magnitude products and (``squares``) of their squares, in chunks of
+    suspects that keep the products' memory near 2**22 entries."""
+    k = ar.shape[-1]
+    step = max(1, (1 << 22) // max(k, 1))
+    S, S2 = [], []
+    for t0 in range(0, rows.shape[0], step):
+        r, c = rows[t0 : t0 + step], cols[t0 : t0 + step]
+        a_r, b_r = xp.take(ar, r, axis=0), xp.permute_dims(xp.take(br, c, axis=1), (1, 0))
+        a_i = None if ai is None else xp.take(ai, r, axis=0)
+        b_i = None if bi is None else xp.permute_dims(xp.take(bi, c, axis=1), (1, 0))
+        ea = xp.expand_dims(max_exponent(xp, a_r, a_i, axis=-1), axis=-1)
+        eb = xp.expand_dims(max_exponent(xp, b_r, b_i, axis=-1), axis=-1)
+        x = ldexp(xp, magnitude(xp, a_r, a_i), -ea) * ldexp(xp, magnitude(xp, b_r, b_i), -eb)
+        S.append(xp.sum(x, axis=-1))
+        if squares:
+            S2.append(xp.sum(x * x, axis=-1))
+    return xp.concat(S), (xp.concat(S2) if squares else None)
+
+
+def ozaki2_needed(xp, cc, R, na, nb, e, f):
     """The smallest number of moduli certifying each entry (int64, ``BEYOND`` where no count up to
-    the maximum does) from the certificate's terms.
+    the maximum does) from the certificate's terms, with ``cc`` = ``cert_constants`` of the
+    whole inner dimension and the target.
 
-    ``R = TAU 2**-bits lam`` (..., m, n), ``na`` (..., m, 1) and ``nb`` (..., 1, n) are the
-    line-normalized l1 terms of ``_normalized``, ``e`` (..., m) and ``f`` (..., n) the
-    prescale's bounds and ``k`` the whole inner dimension: any rows/columns of the output (the
-    dask layer's output blocks, with terms summed over K-blocks) give the same entries as the
-    whole product from the same terms."""
+    ``R = cc.cR lam`` (..., m, n), ``na`` (..., m, 1) and ``nb`` (..., 1, n) are the
+    line-normalized norms of ``_normalized``, ``e`` (..., m) and ``f`` (..., n) the
+    prescale's bounds: any rows/columns of the output (the dask layer's output blocks, with
+    terms summed over K-blocks) give the same entries as the whole product from the same terms."""
     # alpha_i = 2**-s_i sqrt(e_i) with s_i = 5 - ea_i - cplx, normalized by 2**ea_i
-    cc = cert_constants(k, complex_=complex_)
     alpha = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(e, xp.float64)), axis=-1)
     beta = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(f, xp.float64)), axis=-2)
-    return _need_of(xp, k, R, alpha, beta, na, nb, complex_)
+    return _need_of(xp, cc, R, alpha, beta, na, nb)
 
 
-def ozaki1_slices_needed(xp, backend, ar, ai, br, bi, bits):
-    """``(count, beyond)`` as ``ozaki2_moduli_needed``, for Scheme I slices."""
-    k, R, na, nb, c = _normalized_terms(xp, backend, ar, ai, br, bi, bits)
+def ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target):
+    """``(count, beyond)`` as ``ozaki2_moduli_needed``, for Scheme I slices (truncated operands,
+    the l1 worst case; a native-form target asks its weight w 2**-bits instead of TAU 2**-bits)."""
+    parts, na, nb = _normalized(xp, ar, ai, br, bi)
+    k = ar.shape[-1]
+    share = target.weight if target.guarantee == "native" else TAU
+    R = share * 2.0**-target.bits * _gemm_lower(xp, backend, parts)
+    c = 1.0 if ai is None else 2.0
     # 2**-mu_i = 2**(ea_i + 2) 2**-8p: alpha_i = 4 after normalization (0 for zero lines)
     alpha = 4.0 * xp.astype(na > 0, xp.float64)
     beta = 4.0 * xp.astype(nb > 0, xp.float64)

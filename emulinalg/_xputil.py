@@ -24,6 +24,29 @@ def ldexp(xp, x, e):
     return (x * xp.pow(2.0, xp.astype(h, x.dtype))) * xp.pow(2.0, xp.astype(e - h, x.dtype))
 
 
+def to_float32(xp, x):
+    """float64 ``x`` rounded to float32 (nearest even, gradual underflow). cupy compiles its
+    kernels with ``-ftz=true``, so its ``astype`` flushes float32 subnormal results to zero;
+    there the conversion is one PTX ``cvt.rn.f32.f64``, which no compiler flag changes."""
+    if "cupy" in getattr(xp, "__name__", "").split("."):
+        return _cupy_to_float32()(xp.asarray(x, dtype=xp.float64))
+    return xp.astype(x, xp.float32)
+
+
+_CUPY_TO_FLOAT32 = []
+
+
+def _cupy_to_float32():
+    if not _CUPY_TO_FLOAT32:
+        import cupy
+
+        _CUPY_TO_FLOAT32.append(cupy.ElementwiseKernel(
+            "float64 x", "float32 y", 'asm("cvt.rn.f32.f64 %0, %1;" : "=f"(y) : "d"(x));',
+            "emulinalg_to_float32",
+        ))  # fmt: skip
+    return _CUPY_TO_FLOAT32[0]
+
+
 def frexp_exponent(xp, x):
     """Integer ``E`` with ``|x| = f * 2**E``, ``0.5 <= f < 1`` (0 for x == 0); x must be finite."""
     f = getattr(xp, "frexp", None)

@@ -5,6 +5,7 @@
 // __dadd_rn/__dmul_rn pairs must stay two roundings.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -62,6 +63,10 @@ inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigne
 inline int __clzll(long long x) {
   return x == 0 ? 64 : __builtin_clzll(static_cast<unsigned long long>(x));
 }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+// Blocks run one after another here (tests/cuda_host_shim.h): a fence orders nothing more.
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline int __double2int_rn(double x) { return static_cast<int>(std::nearbyint(x)); }  // RNE
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }

@@ -6,7 +6,8 @@
 // operand: re, im, re + im; three GEMMs per modulus combined into the real and imaginary
 // residues).
 //
-//   residues: float64 lines x (shift per line) -> int8 symmetric residues of trunc(x 2**shift)
+//   residues: float64 lines x (shift per line) -> int8 symmetric residues of x 2**shift rounded
+//             to nearest (ties to even) or toward zero, as emulinalg._scaling.scale_to_integers,
 //             for moduli 0..n-1, planes (n, rows, cols) in any output layout
 //   pack, multiply: the residues straight into the tile GEMM's int8 panels; one GEMM per
 //             modulus, reduced mod m_l into int8 residues in its epilogue (kernel.hpp)
@@ -57,9 +58,13 @@ constexpr int kCrtWords[kMaxModuli + 1] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3,
 // the compiler vectorizes (compiled for AVX-512F, AVX2 and the baseline; every operation is
 // exact, so all paths give the same residues, which tests/test_amx.py checks against Python
 // integers and against emulinalg._ozaki2):
-//   v  = |x| 2**shift                 as (|x| f1) f2, both powers of two: exact wherever v >= 1
-//   X  = floor(v) = h2 2**56 + h1 2**28 + h0   h2 < 2**26, h1, h0 < 2**28 (floors of exact
-//                                              scalings and differences; |X| < 2**82)
+//   v  = |x| 2**shift                 as (|x| f1) f2, both powers of two: exact wherever v is
+//                                     normal (below, v < 1/2 however it rounds: X = 0)
+//   X  = h2 2**56 + h1 2**28 + h0     h2 = floor(v 2**-56) < 2**26, r1 = v - h2 2**56,
+//                                     h1 = floor(r1 2**-28) < 2**28, r0 = r1 - h1 2**28 < 2**28
+//                                     (exact scalings and differences), h0 = floor(r0), or
+//                                     rne(r0) <= 2**28 to round v to nearest, ties to even (h0
+//                                     and X have one parity); |X| <= 2**82
 //   s  = sign(x) (h0 + (2**28 mod m) h1 + (2**56 mod m) h2)       |s| < 2**37: exact
 //   r  = s - m floor(s / m)           floor(s * (1/m)) is the true quotient or one less (only
 //                                     when m divides s): r in [0, m]; the symmetric residue
@@ -86,9 +91,9 @@ inline double pow2_or_zero(int p) { return p < -1074 ? 0.0 : emu_host::pow2(p); 
 
 // |x| 2**shift as (|x| f1) f2: f1 = 2**clamp(shift, -1022, 1023) is one exact product wherever
 // the result is normal; f2 carries the rest: > 1 only for lines of tiny entries (both products
-// exact), < 1 only for shift < -1022, where v < 2 and |x| f1 is exact whenever v >= 1 (else
-// X = 0 whatever the rounding). f2 is capped at 2**1023: beyond, |X| would exceed 2**972
-// for any nonzero x, far outside the contract, and 0 x inf would be NaN.
+// exact), < 1 only for shift < -1022, where v < 2 and |x| f1 is exact whenever v >= 1/2 (else
+// X = 0, rounded to nearest or toward zero). f2 is capped at 2**1023: beyond, |X| would exceed
+// 2**972 for any nonzero x, far outside the contract, and 0 x inf would be NaN.
 struct ShiftFactors {
   std::vector<double> f1, f2;
 };
@@ -111,14 +116,16 @@ inline double floor_small(double y) {
   return r - (r > y ? 1.0 : 0.0);
 }
 
-// The pieces h0, h1, h2 and the sign of X = trunc(x 2**shift) for kRun entries x[t sx]
-// (t < len; zeros beyond), scaled by (f1, f2)[t] (per_value) or (f1, f2)[0].
+// The pieces h0, h1, h2 and the sign of X = x 2**shift rounded to nearest, ties to even
+// (nearest), or toward zero, for kRun entries x[t sx] (t < len; zeros beyond), scaled by
+// (f1, f2)[t] (per_value) or (f1, f2)[0].
 struct Pieces {
   alignas(64) double h0[kRun], h1[kRun], h2[kRun], sg[kRun];
 };
 __attribute__((always_inline)) inline void pieces(const double* x, long long sx, int len,
                                                   const double* f1, const double* f2,
-                                                  bool per_value, Pieces& p) {
+                                                  bool per_value, bool nearest, Pieces& p) {
+  const double down = nearest ? 0.0 : 1.0;  // floor_small's step, kept a select of constants
   alignas(64) double v[kRun];
   for (int t = 0; t < kRun; ++t) {
     const int i = per_value ? t : 0;
@@ -130,9 +137,11 @@ __attribute__((always_inline)) inline void pieces(const double* x, long long sx,
     const double h2 = floor_small(v[t] * 0x1p-56);
     const double r1 = v[t] - h2 * 0x1p56;
     const double h1 = floor_small(r1 * 0x1p-28);
+    const double r0 = r1 - h1 * 0x1p28;
+    const double r = emu_host::rne(r0);
     p.h2[t] = h2;
     p.h1[t] = h1;
-    p.h0[t] = floor_small(r1 - h1 * 0x1p28);
+    p.h0[t] = r - (r > r0 ? down : 0.0);
   }
 }
 
@@ -174,11 +183,11 @@ __attribute__((always_inline)) inline void put_residues(const double* r, int len
 // values per plane (len, or kRun with zeros beyond len: a whole tile row of a panel).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
     const double* x, long long sx, const double* y, long long sy, int len, const double* f1,
-    const double* f2, bool per_value, int nmod, signed char* out, long long so, long long plane,
-    long long set, int out_len, bool stream) {
+    const double* f2, bool per_value, bool nearest, int nmod, signed char* out, long long so,
+    long long plane, long long set, int out_len, bool stream) {
   Pieces px, py;
-  pieces(x, sx, len, f1, f2, per_value, px);
-  if (y != nullptr) pieces(y, sy, len, f1, f2, per_value, py);
+  pieces(x, sx, len, f1, f2, per_value, nearest, px);
+  if (y != nullptr) pieces(y, sy, len, f1, f2, per_value, nearest, py);
   alignas(64) double rr[kRun], ri[kRun];
   for (int l = 0; l < nmod; ++l) {
     const ModConst& c = kModTable.c[l];
@@ -197,11 +206,13 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
 }
 
 // Residue planes of the R x C lines x (element strides sr, sc; and y beside it for 3M, strides
-// yr, yc), line r scaled by 2**shift[r]; entry (r, c) of plane l at out[l plane + r out_r +
-// c out_c]. Runs follow x's contiguous axis: along a line, or across kRun lines.
+// yr, yc), line r scaled by 2**shift[r] and rounded as `nearest` says; entry (r, c) of plane l
+// at out[l plane + r out_r + c out_c]. Runs follow x's contiguous axis: along a line, or across
+// kRun lines.
 void residues_all(const double* x, long long sr, long long sc, const double* y, long long yr,
-                  long long yc, int R, int C, const int* shift, int nmod, signed char* out,
-                  long long plane, long long set, long long out_r, long long out_c) {
+                  long long yc, int R, int C, const int* shift, bool nearest, int nmod,
+                  signed char* out, long long plane, long long set, long long out_r,
+                  long long out_c) {
   const ShiftFactors f = shift_factors(shift, R);
   if (std::llabs(sr) < std::llabs(sc)) {
 #pragma omp parallel for schedule(static)
@@ -209,8 +220,8 @@ void residues_all(const double* x, long long sr, long long sc, const double* y, 
       const int len = std::min(kRun, R - r0);
       for (int c = 0; c < C; ++c)
         residue_run(x + r0 * sr + c * sc, sr, y ? y + r0 * yr + c * yc : nullptr, yr, len,
-                    &f.f1[r0], &f.f2[r0], true, nmod, out + r0 * out_r + c * out_c, out_r,
-                    plane, set, len, false);
+                    &f.f1[r0], &f.f2[r0], true, nearest, nmod, out + r0 * out_r + c * out_c,
+                    out_r, plane, set, len, false);
     }
     return;
   }
@@ -218,7 +229,7 @@ void residues_all(const double* x, long long sr, long long sc, const double* y, 
   for (int r = 0; r < R; ++r)
     for (int c0 = 0; c0 < C; c0 += kRun)
       residue_run(x + r * sr + c0 * sc, sc, y ? y + r * yr + c0 * yc : nullptr, yc,
-                  std::min(kRun, C - c0), &f.f1[r], &f.f2[r], false, nmod,
+                  std::min(kRun, C - c0), &f.f1[r], &f.f2[r], false, nearest, nmod,
                   out + r * out_r + c0 * out_c, out_c, plane, set, std::min(kRun, C - c0),
                   false);
 }
@@ -244,7 +255,8 @@ struct Ozaki2Panels {
   amx::PooledBytes res;  // the products' residues (parts, nmod, m, n), int8: the CRT's input
   long long m = 0, n = 0, k = 0, ablocks = 0, bblocks = 0, ktiles = 0, apanel = 0, bpanel = 0;
   int nmod = 0, sets = 1;
-  bool stream = false;  // panels written with non-temporal stores
+  bool stream = false;   // panels written with non-temporal stores
+  bool nearest = false;  // the scaled operands rounded to nearest (else toward zero)
   // The tiles of panel (set, l) in the stack at `stack` (a's or b's bytes; panel bytes each).
   amx::TileSource source(const amx::PooledBytes& stack, long long panel, int set, int l) const {
     const std::uint8_t* base = stack.get() + (static_cast<long long>(set) * nmod + l) * panel;
@@ -274,7 +286,7 @@ void pack_rows(const double* x, long long sr, long long sc, const double* y, lon
         const long long c0 = kt * kRun;
         residue_run(x + i * sr + c0 * sc, sc, y ? y + i * yr + c0 * yc : nullptr, yc,
                     static_cast<int>(std::min<long long>(kRun, P.k - c0)), &f.f1[i], &f.f2[i],
-                    false, P.nmod, out, 1, P.apanel, set, kRun, P.stream);
+                    false, P.nearest, P.nmod, out, 1, P.apanel, set, kRun, P.stream);
       }
     }
     if (P.stream) _mm_sfence();  // streamed rows visible before the region's closing barrier
@@ -306,7 +318,7 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
             continue;
           }
           residue_run(x + kk * sr + j0 * sc, sc, y ? y + kk * yr + j0 * yc : nullptr, yc, len,
-                      &f.f1[j0], &f.f2[j0], true, P.nmod, o, 1, 4 * kRun,
+                      &f.f1[j0], &f.f2[j0], true, P.nearest, P.nmod, o, 1, 4 * kRun,
                       static_cast<long long>(P.nmod) * 4 * kRun, kRun, false);
         }
         const long long kt = q / amx::kTileRows, r = q % amx::kTileRows;
@@ -339,7 +351,8 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
 std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> br,
                                    py::array_t<int, py::array::c_style> mu,
                                    py::array_t<int, py::array::c_style> nu, int nmod,
-                                   py::object ai, py::object bi, py::object stream) {
+                                   py::object ai, py::object bi, py::object stream,
+                                   bool nearest) {
   check_moduli(nmod);
   if (ai.is_none() != bi.is_none())
     throw std::invalid_argument("ozaki2_pack: give both imaginary parts or neither");
@@ -371,6 +384,7 @@ std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> b
   P->n = br.shape(1);
   P->nmod = nmod;
   P->sets = cplx ? 3 : 1;
+  P->nearest = nearest;
   P->ablocks = amx::ceil_div(P->m, amx::kRegRows) * 2;
   P->bblocks = amx::ceil_div(P->n, amx::kRegCols) * 2;
   P->ktiles = std::max<long long>(1, amx::ceil_div(P->k, kRun));
@@ -668,7 +682,7 @@ void check_moduli(int nmod) {
 // Residues of x (R x C lines, float64, any strides) with shift (R,): int8 planes (nmod, R, C)
 // when lines_are_rows, else (nmod, C, R) (the layout of B for the GEMM: rows = k).
 py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::array::c_style> shift,
-                                  int nmod, bool lines_are_rows) {
+                                  int nmod, bool lines_are_rows, bool nearest) {
   check_moduli(nmod);
   const auto [sr, sc] = emu_host::matrix_strides(x, "residues");
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
@@ -683,7 +697,8 @@ py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::ar
   signed char* po = out.mutable_data();
   {
     py::gil_scoped_release nogil;
-    residues_all(px, sr, sc, nullptr, 0, 0, R, C, ps, nmod, po, plane, 0, out_r, out_c);
+    residues_all(px, sr, sc, nullptr, 0, 0, R, C, ps, nearest, nmod, po, plane, 0, out_r,
+                 out_c);
   }
   return out;
 }
@@ -692,7 +707,7 @@ py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::ar
 // shape) with shift (R,): re, im, re + im.
 py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> im,
                                    py::array_t<int, py::array::c_style> shift, int nmod,
-                                   bool lines_are_rows) {
+                                   bool lines_are_rows, bool nearest) {
   check_moduli(nmod);
   const auto [sr, sc] = emu_host::matrix_strides(re, "residues3");
   const auto [yr, yc] = emu_host::matrix_strides(im, "residues3");
@@ -711,8 +726,8 @@ py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> i
   signed char* po = out.mutable_data();
   {
     py::gil_scoped_release nogil;
-    residues_all(px, sr, sc, py_, yr, yc, R, C, ps, nmod, po, plane, nmod * plane, out_r,
-                 out_c);
+    residues_all(px, sr, sc, py_, yr, yc, R, C, ps, nearest, nmod, po, plane, nmod * plane,
+                 out_r, out_c);
   }
   return out;
 }
@@ -789,10 +804,11 @@ void register_ozaki2_host(py::module_& m) {
       "An uninitialized C-contiguous array (like numpy.empty) in 2 MiB-aligned memory advised "
       "for transparent huge pages: for output planes of gigabytes written once.");
   m.def("ozaki2_residues", &residues, py::arg("x"), py::arg("shift"), py::arg("moduli"),
-        py::arg("lines_are_rows") = true,
-        "int8 symmetric residues of trunc(x * 2**shift) (shift per line) for the first `moduli` "
-        "moduli: (moduli, R, C) when lines_are_rows, else (moduli, C, R). Exact for "
-        "|trunc(x 2**shift)| < 2**96 (Scheme II's scaling keeps it below 2**82).");
+        py::arg("lines_are_rows") = true, py::kw_only(), py::arg("nearest") = false,
+        "int8 symmetric residues of X = x * 2**shift (shift per line) rounded to nearest, ties "
+        "to even (nearest), or toward zero, as emulinalg._scaling.scale_to_integers, for the "
+        "first `moduli` moduli: (moduli, R, C) when lines_are_rows, else (moduli, C, R). Exact "
+        "for |X| < 2**96 (Scheme II's scaling keeps it at most 2**82).");
   m.def("ozaki2_crt", &crt, py::arg("res"), py::arg("mu"), py::arg("nu"), py::arg("kind"),
         py::arg("wdig"), py::arg("pdig"), py::arg("ratio"), py::arg("hi"),
         py::arg("lo") = py::none(), py::arg("hi_im") = py::none(), py::arg("lo_im") = py::none(),
@@ -826,11 +842,13 @@ void register_ozaki2_host(py::module_& m) {
           "still running keeps them until it returns; the residues stay).");
   m.def("ozaki2_pack", &pack, py::arg("ar"), py::arg("br"), py::arg("mu"), py::arg("nu"),
         py::arg("moduli"), py::arg("ai") = py::none(), py::arg("bi") = py::none(), py::kw_only(),
-        py::arg("stream") = py::none(),
+        py::arg("stream") = py::none(), py::arg("nearest") = false,
         "Scheme II residues of A (m, k) with row shifts mu and of B (k, n) with column shifts nu "
         "for the first `moduli` moduli, written straight into the int8 tile panels of the GEMMs "
-        "(with ai, bi: the 3M sets re, im, re + im). Panels come from the panel cache. stream: "
-        "write them with non-temporal stores (None: from 64 MiB of panels on; same bytes).");
+        "(with ai, bi: the 3M sets re, im, re + im). The scaled operands are rounded to nearest, "
+        "ties to even (nearest: emulinalg._scaling.rounds_to_nearest), or toward zero. Panels "
+        "come from the panel cache. stream: write them with non-temporal stores (None: from 64 "
+        "MiB of panels on; same bytes).");
   m.def("ozaki2_multiply", &multiply, py::arg("panels"), py::arg("l"), py::arg("re"),
         py::arg("im") = py::none(), py::kw_only(), py::arg("emulate") = false,
         py::arg("threads") = 0,
@@ -838,6 +856,7 @@ void register_ozaki2_host(py::module_& m) {
         "and im, 3M): one tile GEMM per product, reduced modulo m_l in its epilogue (the "
         "symmetric residues of gemm_s8s8s32 on the residue planes).");
   m.def("ozaki2_residues3", &residues3, py::arg("re"), py::arg("im"), py::arg("shift"),
-        py::arg("moduli"), py::arg("lines_are_rows") = true,
+        py::arg("moduli"), py::arg("lines_are_rows") = true, py::kw_only(),
+        py::arg("nearest") = false,
         "3M residue planes (3, moduli, ...) of re + i im: re, im and re + im, as ozaki2_residues.");
 }

@@ -2,16 +2,17 @@
 // per-entry certificate) on the CPU, from the CUDA sources of the cupy backend's kernels
 // (backends/cuda/ozaki2_stats.cu: exponent_of, scale2, floor_small, bound_upper, entry_lower,
 // cert_need): the per-entry arithmetic is written once. Real or complex operands (magnitudes
-// max(|re|, |im|), bounds floor(|re| 2**(s+1)) + floor(|im| 2**(s+1)), norms |re| + |im|);
+// max(|re|, |im|), bounds floor(|re| 2**(s+1)) + floor(|im| 2**(s+1)), norms of |re| + |im|);
 // OpenMP loops walk whichever axis is contiguous.
 //
-//   bound_operand  shifts, int8 bound operand and its line terms (sums, nonzero parts, l1)
+//   bound_operand  shifts, int8 bound operand and its line terms (sums, nonzero parts, norms)
 //   bound_max      e, f from the bound GEMM F = Ā B̄ (row / column maxima of U, / 4)
 //   cert_operand   float32 magnitudes for the lower-bound GEMM (only when F leaves entries beyond)
-//   cert_entries   the certificate per entry from F (and that GEMM's sums on the second pass)
+//   cert_entries   the certificate per entry from F (and that GEMM's sums on the second pass);
+//                  with one threshold and the exact line factors, the exact step's test
 //
 // Same values as emulinalg._scaling.ozaki2_prescale (exactly) and the same decisions as
-// emulinalg._select.ozaki2_moduli_needed (its float32 lower bound; the l1 sums are taken in
+// emulinalg._select.ozaki2_moduli_needed (its float32 lower bound; the norms' sums are taken in
 // another order, upper bounds both) -- tests/test_amx.py.
 #include "cuda_host.hpp"
 #include "host_loops.hpp"
@@ -68,27 +69,28 @@ Imag imag_part(const py::object& im, const py::array_t<double>& re, const char* 
   return out;
 }
 
-// (s, bound, sums, nz, l1), the accurate-mode prescale's pass over one operand, as
+// (s, bound, sums, nz, l1, mixed, sq), the accurate-mode prescale's pass over one operand, as
 // ozaki2_stats.cu's bound_operand: s = 5 - cplx - floor(log2 max(|re|, |im|)) per line (for a
 // zero line as if the max were 1), int64 (R,); the int8 bound operand floor(RN(|re| 2**(s+1)))
 // + floor(RN(|im| 2**(s+1))) <= 127, (R, C) when lines_are_rows, else (C, R); per line the sum
-// of its entries and the count of nonzero parts (int64 (R,), exact), and the certificate's
-// normalized l1 (float64 (R,)): |re| 2**-e + |im| 2**-e (e = 5 - cplx - s) summed in column
-// order, so the certificate needs no pass over the operands of its own.
+// of its entries, the count of nonzero parts and of entries with both parts nonzero (int64
+// (R,), exact), and the sums for the certificate's normalized norms (float64 (R,)): of
+// x = |re| 2**-e + |im| 2**-e (e = 5 - cplx - s) and of x**2 (the l2 norm), in column order,
+// so the certificate needs no pass over the operands of its own.
 py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::object im) {
   const auto [sr, sc] = emu_host::matrix_strides(x, "bound_operand");
   py::array_t<double> keep;
   const Imag y = imag_part(im, x, "bound_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   py::array_t<std::int64_t> shift(R), sums(R), nz(R), mixed(R);
-  py::array_t<double> l1(R);
+  py::array_t<double> l1(R), sq(R);
   py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
                                               : std::vector<py::ssize_t>{C, R});
   const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
   const double* px = x.data();
   std::int64_t *ps = shift.mutable_data(), *pv = sums.mutable_data(), *pz = nz.mutable_data();
   std::int64_t* pm = mixed.mutable_data();
-  double* pl = l1.mutable_data();
+  double *pl = l1.mutable_data(), *pq = sq.mutable_data();
   signed char* po = out.mutable_data();
   {
     py::gil_scoped_release nogil;
@@ -104,7 +106,7 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
       s[r] = 5 - e - (y.p ? 1 : 0);
       ps[r] = s[r];
       pv[r] = pz[r] = pm[r] = 0;
-      pl[r] = 0.0;
+      pl[r] = pq[r] = 0.0;
     }
     // for_entries gives each line to one thread and walks its columns in order: the line
     // sums need no atomics and the l1 has a fixed order
@@ -125,9 +127,10 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
       pv[r] += b;
       pz[r] += z;
       pl[r] = __dadd_rn(pl[r], l);
+      pq[r] = __dadd_rn(pq[r], __dmul_rn(l, l));
     });
   }
-  return py::make_tuple(shift, out, sums, nz, l1, mixed);
+  return py::make_tuple(shift, out, sums, nz, l1, mixed, sq);
 }
 
 // (e, f): the row maxima (m,) and column maxima (n,) of U = bound_upper(F, ra, nza, cb, nzb, c)
@@ -329,11 +332,12 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
 void register_ozaki2_stats_host(py::module_& m) {
   m.def("ozaki2_bound_operand", &host_bound_operand, py::arg("x"), py::arg("lines_are_rows") = true,
         py::arg("im") = py::none(),
-        "(s, bound, sums, nz, l1): the accurate-mode prescale's shifts s = 5 - [im given] - "
-        "floor(log2 max(|x|, |im|)) per line (int64), its int8 bound operand floor(|x| 2**(s+1)) "
-        "(+ floor(|im| 2**(s+1))), (R, C) or, lines_are_rows=False, (C, R), and per line the "
-        "sum of those entries and the count of nonzero parts (int64) and the float64 sum of "
-        "(|x| + |im|) 2**(s-5+[im given]) in column order.");
+        "(s, bound, sums, nz, l1, mixed, sq): the accurate-mode prescale's shifts s = 5 - [im "
+        "given] - floor(log2 max(|x|, |im|)) per line (int64), its int8 bound operand "
+        "floor(|x| 2**(s+1)) (+ floor(|im| 2**(s+1))), (R, C) or, lines_are_rows=False, (C, R), "
+        "and per line the sum of those entries, the count of nonzero parts and of entries with "
+        "both parts nonzero (int64) and the float64 sums of v = (|x| + |im|) 2**(s-5+[im "
+        "given]) and of v**2, in column order.");
   m.def("ozaki2_bound_max", &host_bound_max, py::arg("F"), py::arg("ra"), py::arg("nza"),
         py::arg("cb"), py::arg("nzb"), py::arg("cplx"),
         "(e, f): float64 row (m,) and column (n,) maxima of the bound U(F, line terms) over the "

@@ -65,3 +65,109 @@ def assert_close_to(got, want, bound, rtol):
 def plain_numpy(x):
     """True for a numpy ndarray or numpy scalar (what numpy's matmul itself returns)."""
     return type(x) is np.ndarray or isinstance(x, np.generic)
+
+
+# ----------------------------------------------------------------------------------------------
+# Scheme II's scaled integers: entries where rounding to nearest (ties to even) and truncation
+# differ, or sit on an edge of either (every backend's residues must give the generic integers)
+# ----------------------------------------------------------------------------------------------
+
+
+def scaled_integer(x, shift, nearest):
+    """x * 2**shift rounded to nearest, ties to even (``nearest``), or toward zero: a Python
+    int computed exactly (``round`` of a Fraction rounds half to even)."""
+    from fractions import Fraction
+
+    v = Fraction(float(x)) * Fraction(2) ** int(shift)
+    return round(v) if nearest else int(v)
+
+
+def rounding_cases(rng, count=300):
+    """(x, shift): float64 entries and per-entry shifts with |x 2**shift| < 2**81: n + 1/2 for
+    even and odd n of either sign, just beside such ties, exactly 1/2 and 3/2, below 1/2,
+    integers, subnormal x, x near 2**1023 with shifts below -1022, shifts beyond 1023, and
+    random significands shifted right by 1 to 70 bits (ties among them)."""
+    targets = [0.5, 1.5, 2.5, 3.5, 4.5, 0.25, 0.75, 1.0, 0.0, 2.0**-60, 0.5 + 2.0**-53,
+               0.5 - 2.0**-54, 1.5 - 2.0**-52, 2.5 + 2.0**-51, 2.0**51 + 0.5, 2.0**52 - 0.5,
+               2.0**52 + 2, 12345.5, 12346.5, 2.0**80 + 2.0**28]  # fmt: skip
+    xs, ss = [], []
+    for t in targets:
+        for s in (0, 7, -300, 900, 1040):
+            x = np.ldexp(t, -s)
+            if np.ldexp(x, s) == t:  # exactly representable
+                xs += [x, -x]
+                ss += [s, s]
+    for j in (1, 2, 3, 5, 7, 2**20 + 1, 2**52 - 1, 2**52 + 1):  # subnormal and smallest normal
+        for s in (1072, 1073, 1074, 1075) + ((1074 + 60,) if j < 2**20 else ()):
+            xs += [j * 5e-324, -j * 5e-324]
+            ss += [s, s]
+    for x, s in ((1.5 * 2.0**1000, -1000), (1.25 * 2.0**1023, -1022), (1.75 * 2.0**1023, -1024),
+                 (1.5 * 2.0**1023, -1024), (2.0**1023, -1024), (2.0**1023, -1023),
+                 (1.75 * 2.0**1023, -1025), (2.0**-1000 * (1 + 2.0**-52), 1051),
+                 (2.0**-1020 * 1.5, 1020), (2.5 * 2.0**-1010, 1010)):  # fmt: skip
+        xs += [x, -x]
+        ss += [s, s]
+    d = rng.integers(1, 71, count)  # bits shifted out
+    M = rng.integers(2**52, 2**53, count)
+    ties = rng.random(count) < 0.5  # ...1000 below the point: an exact tie
+    dd = np.minimum(d, 52)
+    M = np.where(ties, (M >> dd << dd) | (1 << (dd - 1)), M)
+    e = rng.integers(-1000, 900, count)
+    xs += list(np.ldexp(M.astype(np.float64), e) * rng.choice([-1.0, 1.0], count))
+    ss += list(-d - e)
+    return np.array(xs, dtype=np.float64), np.array(ss, dtype=np.int64)
+
+
+def tie_operands(shape, cplx, moduli, mode, seed, scale_a=0, scale_b=0):
+    """(ar, ai, br, bi, prescale): random operands ((batch, m, k, n) = ``shape``, entries
+    spanning 2**+-4, times 2**scale_a and 2**scale_b) and their Scheme II prescale, then about
+    half the entries replaced by smaller ones whose scaled values (by the shifts of ``moduli``)
+    are n + 1/2 for even and odd n of either sign, beside such ties, exactly 1/2, below 1/2 or
+    the smallest subnormal. Smaller magnitudes keep the prescale's bounds valid, so the
+    products with it stay exact (pass it to both sides)."""
+    from emulinalg._moduli import crt_constants
+    from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts
+    from emulinalg.backends import numpy as npb
+
+    rng = np.random.default_rng(seed)
+    batch, m, k, n = shape
+
+    def draw(sh, scale):
+        return np.ldexp(rng.standard_normal(sh) * np.exp2(rng.integers(-4, 5, sh)), scale)
+
+    ar, br = draw(batch + (m, k), scale_a), draw(batch + (k, n), scale_b)
+    ai = draw(batch + (m, k), scale_a) if cplx else None
+    bi = draw(batch + (k, n), scale_b) if cplx else None
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, mode)
+    c = crt_constants(moduli)
+    mu, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    targets = np.array([0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 0.25, 0.75, 1.0, 2.0**-60,
+                        0.5 + 2.0**-40, 2.5 - 2.0**-40, 3.5 + 2.0**-45])  # fmt: skip
+
+    def ties(x, s):
+        t = rng.choice(targets, x.shape) * rng.choice([-1.0, 1.0], x.shape)
+        y = np.ldexp(t, -s)
+        ok = (np.abs(y) <= np.abs(x)) & (np.ldexp(y, s) == t) & (rng.random(x.shape) < 0.5)
+        y = np.where(ok, y, x)
+        return np.where(rng.random(x.shape) < 0.03, np.copysign(5e-324, x), y)
+
+    mu_, nu_ = np.expand_dims(mu, -1), np.expand_dims(nu, -2)
+    ar, br = ties(ar, mu_), ties(br, nu_)
+    ai = None if ai is None else ties(ai, mu_)
+    bi = None if bi is None else ties(bi, nu_)
+    return ar, ai, br, bi, pre
+
+
+def certificate_counts(xp, backend, ar, ai, br, bi, prescale, target):
+    """The generic certificate (``_select.ozaki2_moduli_needed``) on these operands with this
+    backend's lower bounds: ``(count, patch, count without the refinement)`` (REFINE_STEPS 0)."""
+    from emulinalg import _select
+
+    count, _, patch = _select.ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, target)
+    steps = _select.REFINE_STEPS
+    try:
+        _select.REFINE_STEPS = 0
+        unrefined = _select.ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, target)[0]
+    finally:
+        _select.REFINE_STEPS = steps
+    return count, patch, unrefined

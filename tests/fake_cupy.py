@@ -89,7 +89,7 @@ class _Kernel:
 
     def _ozaki2_residues(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
                          rows_contig, shift, shift_sb, planes):  # fmt: skip
-        nmod, cplx = int(targs[0]), targs[1] == "true"
+        nmod, cplx, near = int(targs[0]), targs[1] == "true", targs[2] == "true"
         B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
         assert block == (256,) and grid[0] * 32 >= Cp and grid[1] <= 65535 and grid[2] <= 65535
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
@@ -99,7 +99,7 @@ class _Kernel:
         S = _view(shift, np.int32, (B, R), (int(shift_sb), 1)).astype(np.int64)
         out = _view(planes, np.int8, (3 if cplx else 1, nmod, B, Rpad, Cp),
                     (nmod * B * Rpad * Cp, B * Rpad * Cp, Rpad * Cp, Cp, 1))  # fmt: skip
-        out[...] = model.residue_planes(X, Xi, S, MODULI[:nmod], Rpad, Cp)
+        out[...] = model.residue_planes(X, Xi, S, MODULI[:nmod], Rpad, Cp, near)
 
     def _ozaki2_crt(self, grid, block, targs, prod, kb_stride, nkb, plane, B, mc, n, n_p,
                     m_full, r0, mu, nu, kind, o0, o1, o2, o3):  # fmt: skip
@@ -183,7 +183,7 @@ class _Kernel:
         _view(nz, np.uint64, (B, R), (R, 1))[...] += zs.astype(np.uint64)
         _view(mixed, np.uint64, (B, R), (R, 1))[...] += mx.astype(np.uint64)
         nt = -(-Cp // 128)
-        _view(partial, np.float64, (B, nt, R), (nt * R, R, 1))[...] = part
+        _view(partial, np.float64, (2, B, nt, R), (B * nt * R, nt * R, R, 1))[...] = part
 
     def _bound_max(self, grid, block, targs, F, n_p, B, m, n, rows_per_block, ra, nza, cb, nzb,
                    c, ua, ub):  # fmt: skip
@@ -214,20 +214,22 @@ class _Kernel:
         _view(out, np.uint16, shape, (shape[1] * shape[2], shape[2], 1))[...] = o
         _view(partial, np.float64, (B, grid[0], R), (grid[0] * R, R, 1))[...] = part
 
-    def _cert_line_terms(self, grid, block, targs, partial, nchunks, B, R, l1fac, e, scale,
+    def _cert_line_terms(self, grid, block, targs, partial, nchunks, B, R, l1fac, l2, e, scale,
                          norm, alpha):  # fmt: skip
         B, R, nchunks = int(B), int(R), int(nchunks)
-        part = _view(partial, np.float64, (B, nchunks, R), (nchunks * R, R, 1))
+        part = _view(partial, np.float64, (2, B, nchunks, R), (B * nchunks * R, nchunks * R, R, 1))
         ev = _view(e, np.float64, (B, R), (R, 1))
-        nv, av = model.cert_line_terms(part, float(l1fac), ev, float(scale))
+        nv, av = model.cert_line_terms(part, float(l1fac), ev, float(scale), bool(int(l2)))
         _view(norm, np.float64, (B, R), (R, 1))[...] = nv
         _view(alpha, np.float64, (B, R), (R, 1))[...] = av
 
     def _cert_entries(self, grid, block, targs, F, c32, n_p, c_pitch, B, m, n, rows_per_block,
                       fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, nth, base, mixa,
-                      mixb, fexp_mixed, need, hist):  # fmt: skip
+                      mixb, fexp_mixed, need, hist, skip):  # fmt: skip
         B, m, n, n_p, c_pitch, nth = (int(v) for v in (B, m, n, n_p, c_pitch, nth))
         assert block == (32, 8) and grid[0] * 128 >= n and grid[1] <= 65535 and nth <= 32
+        if int(_view(skip, np.uint64, (1,), (1,))[0]):
+            return
         assert grid[1] * int(rows_per_block) >= B * m
         dt = np.int32 if targs[0] == "int" else np.int64
         Fv = _view(F, dt, (B, m, n_p), (m * n_p, n_p, 1))
@@ -246,79 +248,97 @@ class _Kernel:
         out = _view(hist, np.uint64, (nth + 2,), (1,))
         out[...] = h  # the grid's atomics, in one step
 
+    def _cert_exact_factors(self, grid, block, targs, e, la, f, lb, tab, nth, mode, last,
+                            refine, steps, words, p, q):  # fmt: skip
+        la, lb, nth, steps = int(la), int(lb), int(nth), int(steps)
+        assert block == (_THREADS_1D,) and int(mode) in (0, 1)
+        w = _view(words, np.uint64, (model.cw_step(nth, steps),), (1,))
+        t = _view(tab, np.float64, (2 * nth,), (1,))
+        ev, fv = _view(e, np.float64, (la,), (1,)), _view(f, np.float64, (lb,), (1,))
+        pq = model.cert_exact_factors(w, nth, int(mode), int(last), int(refine), steps, ev, fv,
+                                      t[:nth], t[nth:])  # fmt: skip
+        if pq is not None:
+            _view(p, np.float64, (la,), (1,))[...] = pq[0]
+            _view(q, np.float64, (lb,), (1,))[...] = pq[1]
 
     @staticmethod
-    def _refinable(hist, nth, cap, last):
-        h = _view(hist, np.uint64, (int(nth) + 2,), (1,))
-        top = int(h[int(nth) + 1])
-        beyond_ok = int(last) or not int(h[int(nth)])  # a first pass with beyond entries: none
-        return (top > 0 and int(h[top]) <= int(cap) and beyond_ok), top
+    def _words(words, nth, s):
+        """The words up to refinement step s's (all a kernel of step s reads or writes, but the
+        patch)."""
+        return _view(words, np.uint64, (model.cw_step(int(nth), int(s) + 1),), (1,))
 
-    def _collect_suspects(self, grid, block, targs, need, total, n, hist, nth, last, base, idx,
-                          cap, row_mark, col_mark, stat):  # fmt: skip
-        total, n, cap = int(total), int(n), int(cap)
-        assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
-        ok, top = self._refinable(hist, nth, cap, last)
-        if not ok:
-            return
-        value = int(base) + top
-        found = np.flatnonzero(_view(need, np.uint8, (total,), (1,)) == value)
-        found = found[::-1].copy()  # any order on the GPU: here reversed
-        if cap:
-            _view(idx, np.int64, (cap,), (1,))[: min(cap, found.size)] = found[:cap]
-        m = total // n
-        rm, cm = _view(row_mark, np.uint32, (m,), (1,)), _view(col_mark, np.uint32, (n,), (1,))
-        out = _view(stat, np.uint64, (3,), (1,))
-        rows, cols = np.unique(found // n), np.unique(found % n)
-        out[0] += np.uint64(found.size)
-        out[1] += np.uint64(np.count_nonzero(rm[rows] == 0))  # atomicExch: first marks count
-        out[2] += np.uint64(np.count_nonzero(cm[cols] == 0))
-        rm[rows], cm[cols] = 1, 1
+    def _suspect_ranks(self, grid, block, targs, need0, need1, total, words, nth, s, base,
+                       limit, re, seg, nseg, boff):  # fmt: skip
+        total, nth, s, nseg = int(total), int(nth), int(s), int(nseg)
+        assert block == (_THREADS_1D,) and nseg == -(-total // 128)
+        n0, n1 = (_view(x, np.uint8, (total,), (1,)) for x in (need0, need1))
+        got = model.suspect_ranks(n0, n1, self._words(words, nth, s), nth, s, int(base),
+                                  int(limit), int(re), grid[0])  # fmt: skip
+        if got is not None:
+            _view(seg, np.uint32, (nseg,), (1,))[...] = got[0]
+            _view(boff, np.uint32, (grid[0],), (1,))[...] = got[1]
 
     def _refine_suspects(self, grid, block, targs, are, aim, asr, asc, bre, bim, bsr, bsc, k,
-                         shift_a, shift_b, idx, cap, n, F, c32, n_p, c_pitch, fexp, fexp_mixed,
-                         mixa, mixb, factor, abs_term, na, alpha, nb, beta, native_factor, tiny,
-                         cR, c4, th, nth, last, hist, stat):  # fmt: skip
-        cplx, gemm = targs[2] == "true", targs[1] == "true"
-        k, n, n_p, c_pitch = (int(v) for v in (k, n, n_p, c_pitch))
+                         shift_a, shift_b, n, need0, need1, total, words, nth, s, base, limit, re,
+                         seg, nseg, boff, nblk, native, native_factor, tiny, l1fac, sums,
+                         cap):  # fmt: skip
+        cplx = targs[0] == "true"
+        k, n, total, nth, s, cap = (int(v) for v in (k, n, total, nth, s, cap))
         assert block == (_THREADS_1D,) and grid[0] <= 2**31 - 1
-        ok, top = self._refinable(hist, nth, cap, last)
-        if not ok:
+        w = self._words(words, nth, s)
+        if not model.cert_step(w, nth, s, int(limit), int(re))[2]:
             return
-        st = _view(stat, np.uint64, (4,), (1,))
-        count = min(int(st[0]), int(cap))
-        t = float(_view(th, np.float64, (int(nth),), (1,))[top - 1])
-        flat = _view(idx, np.int64, (count,), (1,))
-        r, c = flat // n, flat % n
-        mm = int(r.max(initial=0)) + 1
-        dt = np.float32 if targs[3] == "float" else np.float64  # the operands' type, In
-        A = [_strided_any(x, dt, (mm, k), (int(asr), int(asc))).astype(np.float64)
+        n0, n1 = (_view(x, np.uint8, (total,), (1,)) for x in (need0, need1))
+        m = total // n
+        dt = np.float32 if targs[1] == "float" else np.float64  # the operands' type, In
+        A = [_strided_any(x, dt, (m, k), (int(asr), int(asc))).astype(np.float64)
              for x in ((are, aim) if cplx else (are,))]  # fmt: skip
         Bm = [_strided_any(x, dt, (k, n), (int(bsr), int(bsc))).astype(np.float64)
               for x in ((bre, bim) if cplx else (bre,))]  # fmt: skip
-        rows_of = {x: _view(v, np.int64 if x == "s" else np.float64, (mm,), (1,))
-                   for x, v in (("s", shift_a), ("na", na), ("alpha", alpha))}  # fmt: skip
-        cols_of = {x: _view(v, np.int64 if x == "s" else np.float64, (n,), (1,))
-                   for x, v in (("s", shift_b), ("nb", nb), ("beta", beta))}  # fmt: skip
-        ma, mb = _view(mixa, np.uint64, (mm,), (1,)), _view(mixb, np.uint64, (n,), (1,))
-        Fv = _view(F, np.int32 if targs[0] == "int" else np.int64, (mm, n_p), (n_p, 1))
-        fail = 0
-        for i, j in zip(r, c):
-            i, j = int(i), int(j)
-            ea, eb = 5 - int(cplx) - int(rows_of["s"][i]), 5 - int(cplx) - int(cols_of["s"][j])
-            S = model.suspect_dot(A, Bm, i, j, ea, eb)
-            mixed = int(ma[i]) or int(mb[j])
-            lam = float(Fv[i, j]) * 2.0 ** -int(fexp_mixed if mixed else fexp)
-            if gemm:
-                x = float(_view(c32, np.float32, (mm, c_pitch), (c_pitch, 1))[i, j])
-                lam = max(lam, max(x * float(factor) - float(abs_term), 0.0))
-            lam = max(lam, max(S * float(native_factor) - float(tiny), 0.0))
-            a_i, b_j = float(rows_of["alpha"][i]), float(cols_of["beta"][j])
-            na_i, nb_j = float(rows_of["na"][i]), float(cols_of["nb"][j])
-            G2 = 2.0 * (a_i * nb_j + b_j * na_i)
-            Q = (float(c4) * a_i) * b_j
-            fail += not (float(t) * (G2 + float(t) * Q) <= float(cR) * lam)
-        st[3] += np.uint64(fail)
+        sa = _view(shift_a, np.int64, (m,), (1,))
+        sb = _view(shift_b, np.int64, (n,), (1,))
+        got = model.refine_suspects(A, Bm, sa, sb, n, n0, n1, w, nth, s, int(base), int(limit),
+                                    int(re), int(native), float(native_factor), float(tiny),
+                                    float(l1fac), k, cplx)  # fmt: skip
+        out = _view(sums, np.float64, (2 * cap,), (1,))
+        out[: got[0].size], out[cap : cap + got[1].size] = got
+
+    def _refine_test(self, grid, block, targs, F, c32, n_p, c_pitch, n, fexp, fexp_mixed, mixa,
+                     mixb, factor, abs_term, na, p, nb, q, cR, c4, need0, need1, total, words,
+                     nth, s, steps, base, limit, re, boff, native, theta_cap, sums, cap,
+                     patch_cap, e, la, f, lb, tab):  # fmt: skip
+        n, n_p, c_pitch, total, nth, s, steps, cap, patch_cap, la, lb = (
+            int(v) for v in (n, n_p, c_pitch, total, nth, s, steps, cap, patch_cap, la, lb)
+        )
+        assert block == (_THREADS_1D,)
+        m = total // n
+        w = _view(words, np.uint64, (model.cw_step(nth, steps) + patch_cap,), (1,))
+        n0, n1 = (_view(x, np.uint8, (total,), (1,)) for x in (need0, need1))
+        Fv = _view(F, np.int32 if targs[0] == "int" else np.int64, (m, n_p), (n_p, 1))
+        cv = _view(c32, np.float32, (m, c_pitch), (c_pitch, 1)) if targs[1] == "true" else None
+        ma, mb = _view(mixa, np.uint64, (m,), (1,)), _view(mixb, np.uint64, (n,), (1,))
+
+        def lam(i, j):
+            x = float(Fv[i, j]) * 2.0 ** -int(fexp_mixed if int(ma[i]) or int(mb[j]) else fexp)
+            if cv is not None:
+                x = max(x, max(float(cv[i, j]) * float(factor) - float(abs_term), 0.0))
+            return x
+
+        t = _view(tab, np.float64, (2 * nth,), (1,))
+        ev, fv = _view(e, np.float64, (la,), (1,)), _view(f, np.float64, (lb,), (1,))
+
+        def factors(c):
+            return tuple(model.exact_factors(x, t[c], t[nth + c]) for x in (ev, fv))
+
+        sv = _view(sums, np.float64, (2 * cap,), (1,))
+        pv, qv = _view(p, np.float64, (m,), (1,)), _view(q, np.float64, (n,), (1,))
+        got = model.refine_test(
+            lam, _view(na, np.float64, (m,), (1,)), pv, _view(nb, np.float64, (n,), (1,)), qv,
+            float(cR), float(c4), n0, n1, n, w, nth, s, steps, int(base), int(limit), int(re),
+            int(native), float(theta_cap), (sv[:cap], sv[cap:]), patch_cap, factors, grid[0],
+        )  # fmt: skip
+        if got is not None:
+            pv[...], qv[...] = got
 
 
 class RawModule:
@@ -386,30 +406,39 @@ _PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
     "int chunk, const long long* shift, double* partial, unsigned short* out",
     "refine_suspects": "const In* are, const In* aim, long long asr, long long asc, "
     "const In* bre, const In* bim, long long bsr, long long bsc, int k, "
-    "const long long* shift_a, const long long* shift_b, const long long* idx, long long cap, "
-    "int n, "
-    "const T* F, const float* c32, long long n_p, long long c_pitch, int fexp, int fexp_mixed, "
-    "const unsigned long long* mixa, const unsigned long long* mixb, double factor, "
-    "double abs_term, const double* na, const double* alpha, const double* nb, "
-    "const double* beta, double native_factor, double tiny, double cR, double c4, "
-    "const double* th, int nth, int last, const unsigned long long* hist, "
-    "unsigned long long* stat",
-    "collect_suspects": "const unsigned char* need, long long total, int n, "
-    "const unsigned long long* hist, int nth, int last, int base, long long* idx, long long cap, "
-    "unsigned* row_mark, unsigned* col_mark, unsigned long long* stat",
-    "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, "
+    "const long long* shift_a, const long long* shift_b, int n, const unsigned char* need0, "
+    "const unsigned char* need1, long long total, unsigned long long* words, int nth, int s, "
+    "int base, long long limit, long long re, const unsigned* seg, long long nseg, "
+    "const unsigned* boff, long long nblk, int native, double native_factor, double tiny, "
+    "double l1fac, double* sums, long long cap",
+    "refine_test": "const T* F, const float* c32, long long n_p, long long c_pitch, int n, "
+    "int fexp, int fexp_mixed, const unsigned long long* mixa, const unsigned long long* mixb, "
+    "double factor, double abs_term, const double* na, double* p, const double* nb, double* q, "
+    "double cR, double c4, const unsigned char* need0, const unsigned char* need1, "
+    "long long total, unsigned long long* words, int nth, int s, int steps, int base, "
+    "long long limit, long long re, const unsigned* boff, int native, double theta_cap, "
+    "const double* sums, long long cap, long long patch_cap, const double* e, long long la, "
+    "const double* f, long long lb, const double* tab",
+    "suspect_ranks": "const unsigned char* need0, const unsigned char* need1, long long total, "
+    "unsigned long long* words, int nth, int s, int base, long long limit, long long re, "
+    "unsigned* seg, long long nseg, unsigned* boff",
+    "cert_exact_factors": "const double* e, long long la, const double* f, long long lb, "
+    "const double* tab, int nth, int mode, int last, int refine, int steps, "
+    "unsigned long long* words, double* p, double* q",
+    "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, int l2, "
     "const double* e, double scale, double* norm, double* alpha",
     "cert_entries": "const T* F, const float* c32, long long n_p, long long c_pitch, int B, "
     "int m, int n, int rows_per_block, int fexp, const double* na, const double* alpha, "
     "const double* nb, const double* beta, double factor, double abs_term, double cR, double c4, "
     "const double* thr, int nth, int base, const unsigned long long* mixa, "
     "const unsigned long long* mixb, int fexp_mixed, unsigned char* need, "
-    "unsigned long long* hist",
+    "unsigned long long* hist, const unsigned long long* skip",
 }
 _BARRIERS = {"ozaki2_residues": True, "ozaki2_crt": False, "bf16_lower": False,
              "line_max_exponent": True, "bound_operand": True, "cert_operand": True,
              "cert_line_terms": False, "cert_entries": True, "bound_max": True,
-             "collect_suspects": False, "refine_suspects": True}  # fmt: skip
+             "suspect_ranks": True, "refine_suspects": True, "refine_test": True,
+             "cert_exact_factors": False}  # fmt: skip
 _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "double": ctypes.c_double}
 _LIBS: dict = {}
 

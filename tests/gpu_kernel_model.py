@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulinalg._moduli import crt_constants
-from emulinalg._scaling import ozaki2_shifts
+from emulinalg._scaling import ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends.cuda import MAX_WORDS, crt_tables
 
 U64 = np.uint64
@@ -43,8 +43,9 @@ def _shr(x, s):
 # ----------------------------------------------------------------------------------------------
 
 
-def element_words(x, shift):
-    """(neg, w0..w5): sign and the six 16-bit words of |trunc(x * 2**shift)| (< 2**96)."""
+def element_words(x, shift, nearest=False):
+    """(neg, w0..w5): sign and the six 16-bit words of |X| (< 2**96), X = x * 2**shift rounded
+    to nearest, ties to even (``nearest``), or toward zero."""
     bits = np.ascontiguousarray(x, dtype=np.float64).view(U64)
     shift = np.asarray(shift, dtype=np.int64)
     neg = (bits >> U64(63)) != 0
@@ -65,7 +66,10 @@ def element_words(x, shift):
             np.where(e2 < 128, _shl(M, np.clip(e2 - 64, 0, 63)), U64(0)),
         ),
     )
-    lo_neg = np.where(e2 > -64, _shr(M, np.clip(-e2, 0, 63)), U64(0))
+    # e2 < 0: M >> d (d = -e2 < 64), after adding half - 1 + (bit d of M) to round to nearest
+    d = np.clip(-e2, 1, 63)
+    bias = _shl(1, d - 1) - U64(1) + (_shr(M, d) & U64(1))
+    lo_neg = np.where(e2 > -64, _shr(M + np.where(nearest, bias, U64(0)), d), U64(0))
     lo = np.where(pos, lo_pos, lo_neg)
     hi = np.where(pos, hi_pos, U64(0))
     lo32 = lo & U64(0xFFFFFFFF)
@@ -100,16 +104,17 @@ def residue_sum(rr, ri, m):
     return np.where(t < -(m // 2), t + m, t)
 
 
-def residue_planes(re, im, shift, moduli, rows_pad, kp):
+def residue_planes(re, im, shift, moduli, rows_pad, kp, nearest=False):
     """Planes (P, n_mod, B, rows_pad, kp) int8 of the logical operand (B, R, C) (rows = lines
-    scaled by ``shift`` (B, R), C the contraction axis), zero-padded: the kernel's output."""
+    scaled by ``shift`` (B, R) and rounded as ``element_words``, C the contraction axis),
+    zero-padded: the kernel's output."""
     B, R, C = re.shape
     P = 1 if im is None else 3
     out = np.zeros((P, len(moduli), B, rows_pad, kp), dtype=np.int8)
     sh = np.broadcast_to(np.asarray(shift)[:, :, None], (B, R, C))
-    nr, wr = element_words(re, sh)
+    nr, wr = element_words(re, sh, nearest)
     if im is not None:
-        ni, wi = element_words(im, sh)
+        ni, wi = element_words(im, sh, nearest)
     for ell, m in enumerate(moduli):
         rr = residue_of(nr, wr, m)
         out[0, ell, :, :R, :C] = rr
@@ -335,8 +340,9 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, k_block=K_
     ai3 = None if ai is None else ai.reshape(B, m, k)
     bi3 = None if bi is None else np.swapaxes(bi.reshape(B, k, n), -1, -2)
     mu2, nu2 = mu.reshape(B, m), nu.reshape(B, n)
-    pa = residue_planes(a3, ai3, mu2, c.moduli, m, kp)
-    pb = residue_planes(b3, bi3, nu2, c.moduli, n_p, kp)
+    near = rounds_to_nearest(moduli, k, mode)
+    pa = residue_planes(a3, ai3, mu2, c.moduli, m, kp, near)
+    pb = residue_planes(b3, bi3, nu2, c.moduli, n_p, kp, near)
     C = int8_gemms(pa, pb, k_block)
     parts = crt(C, mu2, nu2, moduli, ai is not None, out_dtype)
     shape = batch + (m, n)
@@ -459,11 +465,12 @@ def line_max_exponent(re, im):
 
 
 def bound_operand(re, im, emax, rows_pad, cols_pad):
-    """(s, planes, sums, nz, partial): shifts 5 - e - cplx (int64 (B, R)), the int8 bound
+    """(s, planes, sums, nz, mixed, partial): shifts 5 - e - cplx (int64 (B, R)), the int8 bound
     operand floor(RN(|re| 2**(s+1))) (+ the same of |im|) zero-padded to (B, rows_pad,
-    cols_pad), per line its sum and the count of nonzero parts (int64), and the l1 partials
-    (B, ceil(cols_pad / 128), R): per 128 columns of (|re| + |im|) 2**-e, 32 sequential sums of
-    4 columns added in order."""
+    cols_pad), per line its sum, the count of nonzero parts and of entries with both parts
+    nonzero (int64), and the norms' partials (2, B, ceil(cols_pad / 128), R): per 128 columns
+    of x = (|re| + |im|) 2**-e, 32 sequential sums of 4 columns added in order, and the sum of
+    x**2 in column order."""
     B, R, C = re.shape
     cplx = im is not None
     e = np.where(emax == INT_MIN, 0, emax).astype(np.int64)
@@ -480,16 +487,18 @@ def bound_operand(re, im, emax, rows_pad, cols_pad):
     out = np.zeros((B, rows_pad, cols_pad), dtype=np.int8)
     out[:, :R, :C] = v
     chunks = -(-cols_pad // 128)
-    partial = np.zeros((B, chunks, R))
+    partial = np.zeros((2, B, chunks, R))
     xp_ = np.zeros((B, R, chunks * 128))
     xp_[:, :, :C] = x  # padded columns add +0
     for ch in range(chunks):
-        acc = np.zeros((B, R))
+        acc, acc2 = np.zeros((B, R)), np.zeros((B, R))
         for g in range(32):  # groups of 4 columns, each in order, then the 32 in order
             c0 = ch * 128 + 4 * g
             part = ((xp_[:, :, c0] + xp_[:, :, c0 + 1]) + xp_[:, :, c0 + 2]) + xp_[:, :, c0 + 3]
             acc = acc + part
-        partial[:, ch] = acc
+            for c in range(c0, c0 + 4):
+                acc2 = acc2 + xp_[:, :, c] * xp_[:, :, c]
+        partial[0, :, ch], partial[1, :, ch] = acc, acc2
     return s, out, v.sum(axis=-1), nz.sum(axis=-1), mx.sum(axis=-1), partial
 
 
@@ -518,12 +527,17 @@ def cert_operand(re, im, shift, rows_pad, cols_pad, k_major, chunk=STAT_CHUNK):
     return out, partial
 
 
-def cert_line_terms(partial, l1fac, e, scale):
-    """(norm, alpha) per line: the chunk sums added in order, times l1fac; scale sqrt(e)."""
-    s = np.zeros(partial[:, 0].shape)
-    for ch in range(partial.shape[1]):
-        s = s + partial[:, ch]
-    return s * l1fac, scale * np.sqrt(np.asarray(e, dtype=np.float64))
+def cert_line_terms(partial, l1fac, e, scale, l2=False):
+    """(norm, alpha) per line from bound_operand's partials (2, B, chunks, R): the chunks' l1
+    sums (``l2``: their sums of squares) added in order, times l1fac (``l2``: its root, times
+    1 + 2**-52); scale sqrt(e)."""
+    part = partial[1 if l2 else 0]
+    s = np.zeros(part[:, 0].shape)
+    for ch in range(part.shape[1]):
+        s = s + part[:, ch]
+    s = s * l1fac
+    norm = np.sqrt(s) * (1.0 + 2.0**-52) if l2 else s
+    return norm, scale * np.sqrt(np.asarray(e, dtype=np.float64))
 
 
 def cert_entries(F, c32, n, fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, base):
@@ -578,20 +592,189 @@ def _cert_entries(F, c32, n, fexp, na, alpha, nb, beta, factor, abs_term, cR, c4
 
 
 def suspect_dot(A, B, i, j, ea_i, eb_j):
-    """refine_suspects' sum for one suspect: A = [re(, im)] (m, k), B = [re(, im)] (k, n); lane
-    l sums terms l, l + 32, ... in order, then the lanes are added by the shuffle tree."""
+    """refine_suspects' sums for one suspect, (S, S2): its terms and their squares; A = [re(,
+    im)] (m, k), B = [re(, im)] (k, n); lane l sums terms l, l + 32, ... in order, then the
+    lanes are added by the shuffle tree."""
     x = np.abs(A[0][i])
     y = np.abs(B[0][:, j])
     if len(A) > 1:
         x = np.maximum(x, np.abs(A[1][i]))
         y = np.maximum(y, np.abs(B[1][:, j]))
     terms = scale2(x, -ea_i) * scale2(y, -eb_j)
-    lanes = np.zeros(32)
-    for h in range(terms.size):
-        lanes[h % 32] = lanes[h % 32] + terms[h]
-    for o in (16, 8, 4, 2, 1):
-        lanes = lanes + np.concatenate([lanes[o:], lanes[32 - o :]])  # shfl_down: own value
-    return float(lanes[0])
+    out = []
+    for v in (terms, terms * terms):
+        lanes = np.zeros(32)
+        for h in range(v.size):
+            lanes[h % 32] = lanes[h % 32] + v[h]
+        for o in (16, 8, 4, 2, 1):
+            lanes = lanes + np.concatenate([lanes[o:], lanes[32 - o :]])  # shfl_down: own value
+        out.append(float(lanes[0]))
+    return tuple(out)
+
+
+def half_log_shift(q_down, v):
+    """cert_exact_factors' _scaling._half_log_shift: the exponents put the largest t with
+    v 4**t <= q_down at floor((eq - ev) / 2) or one below; one exact comparison decides."""
+    v = np.where(np.asarray(v, dtype=np.float64) > 0, v, 1.0)
+    t = (exponent_of(q_down) - exponent_of(v)) // 2
+    return np.where(scale2(v, 2 * t) > q_down, t - 1, t)
+
+
+def exact_factors(e, q_down, f0):
+    """cert_exact_factors: f0 2**-half_log_shift(q_down, e) per line (0 where e is 0)."""
+    e = np.asarray(e, dtype=np.float64)
+    return np.where(e > 0, scale2(np.full(e.shape, f0), -half_log_shift(q_down, e)), 0.0)
+
+
+def exact_table(cc):
+    """cert_exact_factors' table as backends/cupy.py makes it: per count Q_down, and f0, the
+    value of _select.exact_line_factors for a line bound of Q_down (shift 0)."""
+    import array_api_compat.numpy as xnp
+
+    from emulinalg import _select
+
+    counts = range(_select.MIN_MODULI, _select.MIN_MODULI + len(cc.thresholds))
+    q_down = [crt_constants(c).Q_down for c in counts]
+    f0 = [float(_select.exact_line_factors(xnp, cc, c, np.array([q]), cc.scale)[0])
+          for c, q in zip(counts, q_down)]  # fmt: skip
+    return q_down, f0
+
+
+def cw_step(nth, s):
+    """ozaki2_stats.cu's cw_step: the first of refinement step s's words."""
+    return nth + 10 + 9 * s
+
+
+def cert_exact_factors(w, nth, mode, last, refine, steps, e, f, q_down, f0):
+    """cert_exact_factors on the words ``w`` (uint64, updated): the factors (p, q) where it
+    computes them, else None."""
+    W, top = nth + 2, int(w[nth + 1])
+    step1 = top > 0 and bool(last or w[nth] == 0)
+    if mode == 0:
+        w[W + 4] = 0 if step1 else 1
+        c = top - 1 if step1 else None
+    else:
+        c = top - int(step1 and w[W + 1] == w[nth])
+        go = bool(refine) and steps > 0 and c > 0 and bool(last or w[nth] == 0)
+        w[W + 5] = c
+        if steps > 0:
+            w[cw_step(nth, 0) + 3] = 0 if go else 1
+        c = c - 1 if go else None
+    if c is None:
+        return None
+    return exact_factors(e, q_down[c], f0[c]), exact_factors(f, q_down[c], f0[c])
+
+
+def cert_step(w, nth, s, limit, re):
+    """cert_step: (run, suspects, work, sample step) of refinement step s."""
+    P = cw_step(nth, s)
+    run = int(w[P + 3]) == 0
+    sus = int(w[P + 1]) - int(w[nth])  # meaningful where run
+    work = run and 1 <= sus <= limit and re >= 1
+    return run, sus, work, (-(-sus // re) if work else 1)
+
+
+def suspect_flat(need0, need1, base, nth):
+    """The suspects' flat indices, in flat order."""
+    need0, need1 = np.asarray(need0).reshape(-1), np.asarray(need1).reshape(-1)
+    return np.flatnonzero((need1 == 1) & (need0 != base + nth))
+
+
+def suspect_ranks(need0, need1, w, nth, s, base, limit, re, blocks):
+    """suspect_ranks on a grid of ``blocks``: (the suspects per 128-entry segment, the blocks'
+    exclusive offsets in flat order: block b takes the 1024-entry groups [G b / blocks,
+    G (b + 1) / blocks)), uint32, or None where the step does not refine; the blocks' counter
+    in w."""
+    if not cert_step(w, nth, s, limit, re)[2]:
+        return None
+    total = np.asarray(need0).size
+    flat = suspect_flat(need0, need1, base, nth)
+    seg = np.bincount(flat // 128, minlength=-(-total // 128)).astype(np.uint32)
+    groups = -(-total // 1024)
+    ends = [groups * (b + 1) // blocks * 1024 for b in range(blocks)]
+    counts = np.diff(np.searchsorted(flat, [0] + ends))
+    w[cw_step(nth, s) + 7] += np.uint64(blocks)
+    return seg, (np.cumsum(counts) - counts).astype(np.uint32)
+
+
+def refine_suspects(A, Bm, shift_a, shift_b, n, need0, need1, w, nth, s, base, limit, re,
+                    native, native_factor, tiny, l1fac, k, cplx):  # fmt: skip
+    """refine_suspects: (S', scale) per sample slot (every step-th suspect in flat order; scale
+    only for the native form), the sample's largest kappa into w; None where the step does not
+    refine. A = [re(, im)] (m, k), Bm = [re(, im)] (k, n), the operands as they are."""
+    _, _, work, step = cert_step(w, nth, s, limit, re)
+    if not work:
+        return None
+    sample = suspect_flat(need0, need1, base, nth)[::step]
+    S_out, scale_out = np.zeros(sample.size), np.zeros(sample.size)
+    kmax = 0.0
+    for slot, at in enumerate(sample):
+        i, j = int(at) // n, int(at) % n
+        S, S2 = suspect_dot(A, Bm, i, j, 5 - int(cplx) - int(shift_a[i]),
+                            5 - int(cplx) - int(shift_b[j]))  # fmt: skip
+        S_out[slot] = max(S * native_factor - tiny, 0.0)
+        if native:
+            S2 = max(S2 * native_factor - tiny, 0.0)
+            scale_out[slot] = float(np.sqrt(S2 * float(k))) * (1.0 - 2.0**-52)
+            upper = S_out[slot] * l1fac + tiny
+            kappa = (scale_out[slot] / upper if upper > 0 else 1.0) * (1.0 - 2.0**-50)
+            kmax = max(kmax, kappa)
+    if native:
+        P = cw_step(nth, s)
+        w[P + 4] = max(int(w[P + 4]), int(np.float64(kmax).view(U64)))
+    return S_out, scale_out
+
+
+def refine_test(lam, na, p, nb, q, cR, c4, need0, need1, n, w, nth, s, steps, base, limit, re,
+                native, theta_cap, sums, patch_cap, next_factors, blocks):  # fmt: skip
+    """refine_test on the words ``w`` (updated: the failures, the patch's indices, the
+    decision); ``lam(i, j)`` the entry's lower bound as cert_entries makes it, ``sums`` the
+    sample's (S', scale) from refine_suspects, ``next_factors(c)`` the factors of count index c
+    (p, q then take them). Returns the factors the last block writes, or None."""
+    run, sus, work, step = cert_step(w, nth, s, limit, re)
+    W, P = nth + 2, cw_step(nth, s)
+    more = s + 1 < steps
+    if not run:
+        if more:
+            w[cw_step(nth, s + 1) + 3] = 1
+        return None
+    patch = cw_step(nth, steps)
+    if work:
+        theta = 1.0
+        if native:
+            kmax = float(np.uint64(w[P + 4]).view(np.float64))
+            theta = min(max(kmax, 1.0), theta_cap)
+        for r, at in enumerate(suspect_flat(need0, need1, base, nth)):
+            i, j = int(at) // n, int(at) % n
+            x = lam(i, j)
+            sampled = r % step == 0
+            S = sums[0][r // step] if sampled else 0.0
+            if native:
+                x = x * theta
+                if sampled:
+                    x = max(x, max(S, sums[1][r // step]))
+            elif sampled:
+                x = max(x, S)
+            G2 = 2.0 * (p[i] * nb[j] + q[j] * na[i])
+            Q = (c4 * p[i]) * q[j]
+            if not cR * x >= 1.0 * (G2 + 1.0 * Q):
+                pos = int(w[P + 5])
+                w[P + 5] = pos + 1
+                if pos < patch_cap:
+                    w[patch + pos] = at
+            w[P + 6] += np.uint64(1)
+    w[P + 8] += np.uint64(blocks)
+    fails = int(w[P + 5])
+    nxt = (sus == 0 and limit >= 0) or (work and fails == 0)
+    patched = work and 0 < fails <= patch_cap
+    c = int(w[W + 5]) - int(nxt or patched)
+    go = nxt and more and c > 0
+    w[W + 5] = c
+    if patched:
+        w[W + 6], w[W + 7] = 1, fails
+    if more:
+        w[cw_step(nth, s + 1) + 3] = 0 if go else 1
+    return next_factors(c - 1) if go else None
 
 
 def _logical(ar, ai, br, bi):
@@ -659,64 +842,109 @@ def magnitude_lower_matmul(xa, xb):
     return out.reshape(batch + (m, n))
 
 
-def ozaki2_certificate(ar, ai, br, bi, prescale, bits, chunk=STAT_CHUNK):
-    """The model of ``backends.cupy.ozaki2_certificate``: ``(count, beyond)``; the prescale
-    must come from this model's ``ozaki2_prescale``."""
+def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
+    """The model of ``backends.cupy.ozaki2_certificate``: ``(count, beyond, patch)``; the
+    prescale must come from this model's ``ozaki2_prescale``. Every pass the kernels run, on the
+    certificate's words as they leave them."""
+    import math
+
     from emulinalg import _select
     from emulinalg._moduli import MAX_MODULI, MIN_MODULI
-    from emulinalg._select import TAU
 
     B, m, k, n, a, b = _logical(ar, ai, br, bi)
     cplx = ai is not None
+    cc = _select.cert_constants(k, target, cplx)
     s, t, e, f = (np.asarray(x) for x in prescale)
+    e, f = e.reshape(-1), f.reshape(-1)
     low = prescale.lower
-    scale = 2.0 ** (int(cplx) - 5)
-    l1fac = 1.0 + (k + 2) * 2.0**-52
-    na, alpha = cert_line_terms(low.pa, l1fac, e.reshape(B, m), scale)
-    nb, beta = cert_line_terms(low.pb, l1fac, f.reshape(B, n), scale)
-    c = 1.0 if ai is None else 2.0
-    th = np.array(_select.THRESHOLDS)
+    l2 = cc.norm == "l2"
+    na, alpha = cert_line_terms(low.pa, cc.l1fac, e.reshape(B, m), cc.scale, l2)
+    nb, beta = cert_line_terms(low.pb, cc.l1fac, f.reshape(B, n), cc.scale, l2)
+    th = np.array(cc.thresholds)
     nth = th.size
+    W = nth + 2
+    q_down, f0 = exact_table(cc)
     fexp = (10, 11, low.ma, low.mb) if cplx else 12  # _select.bound_lower
-    args = (n, fexp, na, alpha, nb, beta, 1.0 - (k + 2) * 2.0**-22,
-            (k + 2) * 2.0**-149, TAU * 2.0**-bits, 4.0 * c * k, th, MIN_MODULI)  # fmt: skip
+    consts = (cc.factor, cc.abs_term, cc.cR, cc.c4)
+    steps = _select.REFINE_STEPS if ar.ndim == 2 and br.ndim == 2 else 0
+    limit = _select.SUSPECTS_MAX if l2 else _select.REFINE_ENTRIES
+    re = _select.REFINE_ENTRIES
+    patch_cap = max(_select.patch_limit(m, n), 0)
+    theta_cap = min(_select.THETA_MAX, math.sqrt(k))
+
+    def entries(c32, last):
+        w = np.zeros(cw_step(nth, steps) + patch_cap, dtype=np.uint64)
+        need, w[: nth + 2] = cert_entries(low.F, c32, n, fexp, na, alpha, nb, beta, *consts,
+                                          th, MIN_MODULI)  # fmt: skip
+        fails = None
+
+        def exact(pq, h):
+            nonlocal fails
+            if pq is not None:
+                p, q = (x.reshape(B, -1) for x in pq)
+                fails, w[h : h + 3] = cert_entries(low.F, c32, n, fexp, na, p, nb, q, *consts,
+                                                   np.array([1.0]), 0)  # fmt: skip
+
+        pq = cert_exact_factors(w, nth, 0, last, steps > 0, steps, e, f, q_down, f0)
+        exact(pq, W)
+        pq = cert_exact_factors(w, nth, 1, last, steps > 0, steps, e, f, q_down, f0)
+        if steps:
+            A = [x[0] for x in a if x is not None]
+            Bm = [np.swapaxes(x[0], 0, 1) for x in b if x is not None]
+
+            def lam(i, j):
+                return entry_lower(low, c32, i, j, cplx, cc)
+
+            def factors(c):
+                return exact_factors(e, q_down[c], f0[c]), exact_factors(f, q_down[c], f0[c])
+
+        for i in range(steps):
+            P = cw_step(nth, i)
+            if not w[P + 3]:
+                exact(pq, P)
+            sel = (MIN_MODULI, limit, re)
+            suspect_ranks(need, fails, w, nth, i, *sel, 1)
+            sums = refine_suspects(A, Bm, s.reshape(-1), t.reshape(-1), n, need, fails, w, nth,
+                                   i, *sel, l2, cc.native_factor, cc.native_abs_term, cc.l1fac,
+                                   k, cplx)  # fmt: skip
+            p, q = (None, None) if pq is None else pq
+            got = refine_test(lam, na[0], p, nb[0], q, cc.cR, cc.c4, need, fails, n, w, nth, i,
+                              steps, *sel, l2, theta_cap, sums, patch_cap, factors, 1)  # fmt: skip
+            pq = got if got is not None else pq
+        return [int(v) for v in w], need
+
     c32 = None
-    need, hist = cert_entries(low.F, None, *args)
-    if hist[nth]:
+    w, need = entries(None, False)
+    if w[nth]:
         kp, nb16 = _ceil(k, BF16_ALIGN), _ceil(n, BF16_ALIGN)
         a16, _ = cert_operand(*a, s.reshape(B, m), m, kp, False, chunk)
         b16, _ = cert_operand(*b, t.reshape(B, n), nb16, kp, True, chunk)
         c32 = bf16_gemm(a16, b16)
-        need, hist = cert_entries(low.F, c32, *args)
+        w, need = entries(c32, True)
     beyond = (need == MAX_MODULI + 1).reshape(ar.shape[:-2] + (m, n))
-    if int(hist[nth]) == need.size:
-        return None, beyond
-    top = int(hist[nth + 1])
-    count, at_count = top + MIN_MODULI, int(hist[top])
+    if w[nth] == need.size:
+        return None, beyond, None
+    patch = None
+    if w[W + 6]:
+        at = cw_step(nth, steps)
+        patch = np.sort(np.array(w[at : at + w[W + 7]], dtype=np.int64))
+    return w[W + 5] + MIN_MODULI, beyond, patch
 
-    def suspects(count):  # the host's gathers, as backends/cupy.py
-        if at_count > _select.REFINE_ENTRIES:
-            return None
-        idx = np.flatnonzero(need.reshape(-1) == count)
-        rows, cols = idx // n, idx % n
-        n_p = low.F.shape[-1]
-        lam = low.F.reshape(-1)[rows * n_p + cols].astype(np.float64)
-        if cplx:
-            mixed = (low.ma.reshape(-1)[rows] > 0) | (low.mb.reshape(-1)[cols] > 0)
-            lam = lam * np.where(mixed, 2.0**-11, 2.0**-10)
-        else:
-            lam = lam * 2.0**-12
-        if c32 is not None:
-            g = c32.reshape(-1)[rows * c32.shape[-1] + cols].astype(np.float64) * args[6]
-            lam = np.maximum(lam, np.maximum(g - args[7], 0.0))
-        return idx, lam, na.reshape(-1)[rows], nb.reshape(-1)[cols]
 
-    import types
-
-    import array_api_compat.numpy as xnp
-
-    be = types.SimpleNamespace(native_matmul=np.matmul)
-    return _select.refine_moduli(xnp, be, ar, ai, br, bi, prescale, bits, count, suspects), beyond
+def entry_lower(low, c32, i, j, cplx, cc):
+    """entry_lower of entry (i, j) of a 2-D product (B = 1): F 2**-fexp (2**-fexp_mixed where
+    its row or column has an entry with both parts nonzero), and the larger of that and the
+    bf16 GEMM's bound when c32 is given."""
+    lam = float(low.F[0, i, j])
+    if cplx:
+        mixed = int(low.ma[0, i]) > 0 or int(low.mb[0, j]) > 0
+        lam = lam * (2.0**-11 if mixed else 2.0**-10)
+    else:
+        lam = lam * 2.0**-12
+    if c32 is not None:
+        g = float(c32[0, i, j]) * cc.factor - cc.abs_term
+        lam = max(lam, g if g > 0.0 else 0.0)
+    return lam
 
 
 def special_lines(ar, ai, br, bi):

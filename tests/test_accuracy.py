@@ -177,6 +177,7 @@ def _ceiling(a, b, ref):
 
 
 GARBAGE_BITS = 8
+NOISE_BITS = 0.5
 
 
 def assert_non_decreasing(counts, accs, ceiling, what):
@@ -194,8 +195,10 @@ def assert_non_decreasing(counts, accs, ceiling, what):
         for i in range(1, len(bits)):
             if bits[i - 1] < GARBAGE_BITS:
                 continue
-            # at the ceiling only noise is left; below it, no drop at all
-            ok = bits[i] >= top if bits[i - 1] >= top else bits[i] >= bits[i - 1]
+            # at the ceiling only noise is left; below it, no drop beyond noise: Scheme II
+            # rounds its operands to nearest, so the largest error is a random draw that each
+            # modulus scales down ~16x on average, not at every entry
+            ok = bits[i] >= top if bits[i - 1] >= top else bits[i] >= bits[i - 1] - NOISE_BITS
             assert ok, (
                 f"{what}: {key} drops from {bits[i - 1]:.2f} at {counts[i - 1]} to {bits[i]:.2f} "
                 f"at {counts[i]} (correctly rounded: {ceiling[key]:.2f})\n"

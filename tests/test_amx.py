@@ -13,9 +13,11 @@ import os
 
 import numpy as np
 import pytest
+from _helpers import certificate_counts, rounding_cases, scaled_integer, tie_operands
 
 import emulinalg
 from emulinalg import OzakiII
+from emulinalg._select import Target
 from emulinalg.inputs import phi_matrix
 
 try:
@@ -617,9 +619,10 @@ def test_level_products_use_the_host_pipeline(backend, monkeypatch):
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
 
 
-def _assert_statistics_equal(ar, ai, br, bi, bits):
+def _assert_statistics_equal(ar, ai, br, bi, target):
     """amx.ozaki2_prescale == _scaling.ozaki2_prescale (values and dtypes), and
-    amx.ozaki2_certificate's (count, beyond) == _select.ozaki2_moduli_needed's."""
+    amx.ozaki2_certificate's (count, beyond) == _select.ozaki2_moduli_needed's for ``target``
+    (a ``_select.Target``, or a number of bits: the strict form, then the native one)."""
     import array_api_compat.numpy as xp
 
     from emulinalg import _select
@@ -633,10 +636,16 @@ def _assert_statistics_equal(ar, ai, br, bi, bits):
     for got, want in zip(pre, want_pre):
         assert got.dtype == want.dtype and np.array_equal(got, want)
     assert pre.lower.dtype == np.int32 and np.array_equal(pre.lower, want_pre.lower)  # F
-    want = _select.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, bits)
-    got = amx.ozaki2_certificate(ar, ai, br, bi, pre, bits)
-    assert got is not None and got[0] == want[0]
-    assert np.array_equal(got[1], want[1])
+    targets = (target,)
+    if not isinstance(target, _select.Target):
+        targets = (_select.Target(target), _select.Target(target, "native"))
+    for t in targets:
+        want = _select.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, t)
+        got = amx.ozaki2_certificate(ar, ai, br, bi, pre, t)
+        assert got is not None and got[0] == want[0], (t, got[0], want[0])
+        assert np.array_equal(got[1], want[1])
+        assert (got[2] is None) == (want[2] is None)  # the patch
+        assert got[2] is None or np.array_equal(got[2], want[2])
     return want_pre, want
 
 
@@ -672,11 +681,12 @@ def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
     assert amx.ozaki2_prescale(a, np.ones((1, 8)), b, b, "accurate") is None  # broadcast im
     assert amx.ozaki2_prescale(a, a.astype(np.float32), b, b, "accurate") is None
     pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
-    assert amx.ozaki2_certificate(a, None, b, b, pre, 53) is None
-    assert amx.ozaki2_certificate(a, None, b, None, None, 53) is None
-    assert amx.ozaki2_certificate(a, None, b, None, tuple(pre), 53) is None  # no .lower
+    target = Target(53)
+    assert amx.ozaki2_certificate(a, None, b, b, pre, target) is None
+    assert amx.ozaki2_certificate(a, None, b, None, None, target) is None
+    assert amx.ozaki2_certificate(a, None, b, None, tuple(pre), target) is None  # no .lower
     generic = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
-    assert amx.ozaki2_certificate(a, None, b, None, generic, 53) is None  # not made here
+    assert amx.ozaki2_certificate(a, None, b, None, generic, target) is None  # not made here
 
 
 def _spanning_inputs(rng, cplx, n=23):
@@ -692,36 +702,101 @@ def _spanning_inputs(rng, cplx, n=23):
     return a, b
 
 
-@pytest.mark.parametrize("cplx,bits,seed", [(False, 24, 0), (True, 53, 1), (True, 24, 2)])
-def test_host_certificate_refinement(cplx, bits, seed, monkeypatch):
-    """phi = 1 inputs where the suspect refinement (_select.refine_moduli) takes one modulus
-    fewer than the bound GEMM's bound alone: amx.ozaki2_certificate (its C++ suspect pass) gives
-    the generic count and mask."""
+def _phi_operands(cplx, seed, shape):
+    m, k, n = shape
+    dt = "complex128" if cplx else "float64"
+    a = phi_matrix((m, k), 1, dt, seed=seed)
+    b = phi_matrix((k, n), 1, dt, seed=seed + 50)
+    ar, ai = (a.real.copy(), a.imag.copy()) if cplx else (a, None)
+    br, bi = (b.real.copy(), b.imag.copy()) if cplx else (b, None)
+    return ar, ai, br, bi
+
+
+def _generic_steps(ar, ai, br, bi, target):
+    """The generic certificate (numpy backend: the float32 lower bound, as the AMX backend's)
+    on these operands: (count, patch, count without the refinement (REFINE_STEPS 0), whether the
+    exact step took a count off the bisection's)."""
     import array_api_compat.numpy as xp
 
     from emulinalg import _select
     from emulinalg._scaling import ozaki2_prescale
-    from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
 
-    monkeypatch.setattr(amx, "EMULATE", True)
-    dt = "complex128" if cplx else "float64"
-    a = phi_matrix((40, 500), 1, dt, seed=seed)
-    b = phi_matrix((500, 30), 1, dt, seed=seed + 50)
-    ar, ai = (a.real.copy(), a.imag.copy()) if cplx else (a, None)
-    br, bi = (b.real.copy(), b.imag.copy()) if cplx else (b, None)
-    _, (count, _) = _assert_statistics_equal(ar, ai, br, bi, bits)
     pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
-    with monkeypatch.context() as mp:
-        mp.setattr(_select, "REFINE_ENTRIES", -1)
-        assert _select.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, pre, bits)[0] == count + 1
-        hpre = amx.ozaki2_prescale(ar, ai, br, bi, "accurate")
-        assert amx.ozaki2_certificate(ar, ai, br, bi, hpre, bits)[0] == count + 1
+    count, patch, unrefined = certificate_counts(xp, npb, ar, ai, br, bi, pre, target)
+    cc = _select.cert_constants(ar.shape[-1], target, ai is not None)
+    _, na, nb = _select._normalized(xp, ar, ai, br, bi, cc.norm)
+    R = cc.cR * _select.bound_lower(xp, pre.lower, ai is not None, pre.mixed)
+    need = _select.ozaki2_needed(xp, cc, R, na, nb, pre[2], pre[3])
+    top = int(need[need != _select.BEYOND].max())
+    step = bool(_select.exact_passes(xp, cc, top - 1, R, na, nb, pre[2], pre[3]).all())
+    return count, patch, unrefined, step
+
+
+# (cplx, target, want): the refinement takes counts off ("refines"), also after a successful
+# exact step ("after-step": the suspects fail two counts below the bisection's count), and with
+# a patch ("patch"); the first phi = 1 seed that shows it
+_REFINE_CASES = [
+    (False, Target(53), "refines"),
+    (True, Target(24), "after-step"),
+    (False, Target(24, "native"), "refines"),
+    (True, Target(53, "native"), "refines"),
+    (False, Target(53), "patch"),
+    (True, Target(24, "native"), "patch"),
+]
+
+
+@pytest.mark.parametrize("cplx,target,want", _REFINE_CASES, ids=str)
+def test_host_certificate_refinement(cplx, target, want, monkeypatch):
+    """phi = 1 inputs where the suspect refinement (_select.refine_and_patch, on the entries that
+    fail the C++ exact pass one count lower) takes counts off the bound GEMM's bound alone:
+    amx.ozaki2_certificate gives the generic count, mask and patch, also without the
+    refinement (no step), with too many suspects (none refined) and with one step only."""
+    from emulinalg import _select
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    for seed in range(24):
+        ops = _phi_operands(cplx, seed, (40, 500, 30))
+        full, patch, unrefined, step = _generic_steps(*ops, target)
+        if (
+            full < unrefined
+            and (patch is not None) == (want == "patch")
+            and (want != "after-step" or step)
+        ):
+            break
+    else:
+        raise AssertionError(f"no seed shows {want!r}")
+    _, (count, _, _) = _assert_statistics_equal(*ops, target)
+    assert count == full
+    limit = "SUSPECTS_MAX" if target.guarantee == "native" else "REFINE_ENTRIES"
+    for name, value in (("REFINE_STEPS", 0), (limit, 0), ("REFINE_STEPS", 1)):
+        with monkeypatch.context() as mp:
+            mp.setattr(_select, name, value)
+            _assert_statistics_equal(*ops, target)
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+def test_host_certificate_exact_step(cplx, monkeypatch):
+    """Inputs where the exact step (the C++ pass at threshold 1 with the exact line factors)
+    takes a count off the bisection's: the generic count and mask, for both forms."""
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    found = set()
+    for seed in range(12):
+        ops = _phi_operands(cplx, seed, (20, 64, 20))
+        for target in (Target(53), Target(53, "native")):
+            if target.guarantee not in found and _generic_steps(*ops, target)[3]:
+                _assert_statistics_equal(*ops, target)
+                found.add(target.guarantee)
+    assert found == {"strict", "native"}
 
 
 @pytest.mark.parametrize("case", ["spanning", "spanning-complex", "phi4"])
+@pytest.mark.parametrize("guarantee", ["strict", "native"])
 @pytest.mark.parametrize("bits", [24, 53, 70])
-def test_host_certificate_gemm_fallback(case, bits, monkeypatch, rng):
+def test_host_certificate_gemm_fallback(case, bits, guarantee, monkeypatch, rng):
     """Inputs where the bound GEMM F alone leaves entries beyond every count (checked on the
     generic code): amx.ozaki2_certificate runs the float32 GEMM once (the fallback) and its
     count and mask equal _select.ozaki2_moduli_needed's."""
@@ -741,14 +816,16 @@ def test_host_certificate_gemm_fallback(case, bits, monkeypatch, rng):
     calls = []
     real = amx.native_matmul
     monkeypatch.setattr(amx, "native_matmul", lambda x, y: calls.append(1) or real(x, y))
-    pre, (_, beyond) = _assert_statistics_equal(ar, ai, br, bi, bits)
+    target = Target(bits, guarantee)
+    pre, (_, beyond, _) = _assert_statistics_equal(ar, ai, br, bi, target)
     assert len(calls) == 1
     # the fallback was needed: the F bound alone (as _select's first pass) leaves more beyond
     cplx = ai is not None
     k = ar.shape[-1]
-    _, na, nb = _select._normalized(xp, ar, ai, br, bi)
-    R = _select.cert_constants(k, bits).cR * _select.bound_lower(xp, pre.lower, cplx)
-    beyond_f = _select.ozaki2_needed(xp, k, R, na, nb, pre[2], pre[3], cplx) == _select.BEYOND
+    cc = _select.cert_constants(k, target, cplx)
+    _, na, nb = _select._normalized(xp, ar, ai, br, bi, cc.norm)
+    R = cc.cR * _select.bound_lower(xp, pre.lower, cplx, pre.mixed)
+    beyond_f = _select.ozaki2_needed(xp, cc, R, na, nb, pre[2], pre[3]) == _select.BEYOND
     assert beyond_f.any() and beyond_f.sum() > beyond.sum()
     assert not (beyond & ~beyond_f).any()
 
@@ -787,7 +864,7 @@ def test_host_certificate_without_fallback_reads_no_operand(monkeypatch):
     monkeypatch.setattr(amx, "native_matmul", lambda *x: calls.append("gemm"))
     real = _amx.ozaki2_cert_operand
     monkeypatch.setattr(_amx, "ozaki2_cert_operand", lambda *x: calls.append("op") or real(*x))
-    _, (count, beyond) = _assert_statistics_equal(a, None, b, None, 53)
+    _, (count, beyond, _) = _assert_statistics_equal(a, None, b, None, 53)
     assert count is not None and not beyond.any() and calls == []
 
 
@@ -815,8 +892,8 @@ def test_host_bound_max_equals_bound_upper(rng):
 
 def test_host_bound_operand_line_terms(rng):
     """ozaki2_bound_operand's operand, sums and nonzero counts equal _scaling._bound_operand's;
-    its l1 is the column-order sum of the normalized |re| + |im| (_select._l1_upper's, before
-    its factor, summed in another order)."""
+    its l1 and sq are the column-order sums of the normalized x = |re| + |im| and of x**2
+    (_select._line_norm's, before its factor and root, summed in another order)."""
     import array_api_compat.numpy as xp
 
     from emulinalg import _scaling
@@ -828,7 +905,7 @@ def test_host_bound_operand_line_terms(rng):
     a[4, 3:9] = 5e-324
     for im in (None, ai):
         cplx = im is not None
-        s, bound, sums, nz, l1, mixed = _amx.ozaki2_bound_operand(a, True, im)
+        s, bound, sums, nz, l1, mixed, sq = _amx.ozaki2_bound_operand(a, True, im)
         ea = _scaling.max_exponent(xp, a, im, axis=-1)
         assert s.dtype == np.int64 and np.array_equal(s, 5 - int(cplx) - ea)
         want, wsums, wnz = _scaling._bound_operand(xp, a, im, s, axis=-1)
@@ -840,16 +917,17 @@ def test_host_bound_operand_line_terms(rng):
         x = np.abs(np.ldexp(a, -ea[:, None]))
         if cplx:
             x = x + np.abs(np.ldexp(im, -ea[:, None]))
-        seq = np.zeros(13)
+        seq, seq2 = np.zeros(13), np.zeros(13)
         for c in range(70):
             seq = seq + x[:, c]
-        assert np.array_equal(l1, seq)
+            seq2 = seq2 + x[:, c] * x[:, c]
+        assert np.array_equal(l1, seq) and np.array_equal(sq, seq2)
         # lines across memory (the other loop order) and the (C, R) layout: same values
         t, bound_t, *terms = _amx.ozaki2_bound_operand(
             np.asfortranarray(a), False, None if im is None else np.asfortranarray(im)
         )
         assert np.array_equal(t, s) and np.array_equal(bound_t, bound.T)
-        for got, w in zip(terms, (sums, nz, l1)):
+        for got, w in zip(terms, (sums, nz, l1, mixed, sq)):
             assert np.array_equal(got, w)
 
 
@@ -980,14 +1058,17 @@ def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch,
     _assert_statistics_equal(np.real(a)[::-1], np.imag(a)[::-1], np.real(b), np.imag(b), bits)
 
 
+@pytest.mark.parametrize("nearest", [False, True])
 @pytest.mark.parametrize("cplx", [False, True])
 @pytest.mark.parametrize(("m", "k", "n"), TUNING_SHAPES)
-def test_host_panel_products_equal_reduced_exact_products(rng, restore_blocking, cplx, m, k, n):
+def test_host_panel_products_equal_reduced_exact_products(
+    rng, restore_blocking, cplx, nearest, m, k, n
+):
     """ozaki2_pack + ozaki2_multiply (residues straight into the tile panels, every GEMM reduced
     modulo m_l in its epilogue; 3M for complex) against the exact int64 products of the residue
     planes (ozaki2_residues, checked against Python integers below) reduced in numpy, under
     every blocking (K in one chunk or several, edge blocks, static and dynamic grids) and 1 or
-    3 threads, on the tile model."""
+    3 threads, on the tile model; the scaled operands rounded to nearest or toward zero."""
     from emulinalg._moduli import MODULI
 
     nmod = 5
@@ -997,12 +1078,13 @@ def test_host_panel_products_equal_reduced_exact_products(rng, restore_blocking,
     bi = rng.standard_normal((k, n)) * np.abs(b).max(0, keepdims=True) if cplx else None
     mu = (40 - np.frexp(np.abs(a).max(1) * 3)[1]).astype(np.int32)
     nu = (40 - np.frexp(np.abs(b).max(0) * 3)[1]).astype(np.int32)
+    near = {"nearest": nearest}
     if cplx:
-        pa = _amx.ozaki2_residues3(a, ai, mu, nmod, True).astype(np.int64)
-        pb = _amx.ozaki2_residues3(b.T, bi.T, nu, nmod, False).astype(np.int64)
+        pa = _amx.ozaki2_residues3(a, ai, mu, nmod, True, **near).astype(np.int64)
+        pb = _amx.ozaki2_residues3(b.T, bi.T, nu, nmod, False, **near).astype(np.int64)
     else:
-        pa = _amx.ozaki2_residues(a, mu, nmod, True)[None].astype(np.int64)
-        pb = _amx.ozaki2_residues(b.T, nu, nmod, False)[None].astype(np.int64)
+        pa = _amx.ozaki2_residues(a, mu, nmod, True, **near)[None].astype(np.int64)
+        pb = _amx.ozaki2_residues(b.T, nu, nmod, False, **near)[None].astype(np.int64)
     want = []
     for ell, mm in enumerate(MODULI[:nmod]):
         t = [pa[p, ell] @ pb[p, ell] for p in range(len(pa))]
@@ -1011,7 +1093,7 @@ def test_host_panel_products_equal_reduced_exact_products(rng, restore_blocking,
     for spec in TUNINGS[:4] + TUNINGS[-2:]:
         _amx.set_blocking("default," + spec)
         stream = spec == TUNINGS[-1]  # non-temporal panel stores: the same bytes
-        panels = _amx.ozaki2_pack(a, b, mu, nu, nmod, ai, bi, stream=stream)
+        panels = _amx.ozaki2_pack(a, b, mu, nu, nmod, ai, bi, stream=stream, **near)
         for threads in (1, 3):
             for ell in range(nmod):
                 re = np.full((m, n), 99, np.int8)
@@ -1113,19 +1195,20 @@ def _symmetric(x, m):
     return (x + m // 2) % m - m // 2
 
 
-def _exact_residue(x, shift, m):
-    """Symmetric residue of trunc(x 2**shift) mod m in Python integers."""
-    from fractions import Fraction
+def _exact_residue(x, shift, m, nearest=False):
+    """Symmetric residue of x 2**shift rounded to nearest (ties to even) or toward zero, mod m,
+    in Python integers."""
+    return _symmetric(scaled_integer(x, shift, nearest), m)
 
-    return _symmetric(int(Fraction(float(x)) * Fraction(2) ** int(shift)), m)
 
-
+@pytest.mark.parametrize("nearest", [False, True])
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_host_residues_equal_python_integers(order, rng):
+def test_host_residues_equal_python_integers(order, nearest, rng):
     """ozaki2_residues and ozaki2_residues3 (vectorized float64 pieces, runs along either memory
-    axis, lines of 70 entries: a whole run of 64 and a partial one) against trunc(x 2**shift)
-    mod m in Python integers for all 20 moduli: integers up to 2**81, subnormals, +-0, shifts
-    beyond 1023 and below -1022, lines whose integers are all 0 or 1."""
+    axis, lines of 70 entries: a whole run of 64 and a partial one) against x 2**shift rounded
+    to nearest or toward zero, mod m, in Python integers for all 20 moduli: integers up to
+    2**81, subnormals, +-0, shifts beyond 1023 and below -1022, lines whose integers are all 0
+    or 1."""
     from emulinalg._moduli import MODULI
 
     R, C = 9, 70
@@ -1143,18 +1226,79 @@ def test_host_residues_equal_python_integers(order, rng):
     shift[5] = 0
     y = x[:, ::-1] * rng.uniform(-1, 1, (R, C))  # imaginary parts within each line's range
     xs, ys = (x, y) if order == "C" else (np.asfortranarray(x), np.asfortranarray(y))
-    got = _amx.ozaki2_residues(xs, shift, 20, True)
-    got_t = _amx.ozaki2_residues(xs, shift, 20, False)  # planes (moduli, C, R)
-    got3 = _amx.ozaki2_residues3(xs, ys, shift, 20, True)
+    got = _amx.ozaki2_residues(xs, shift, 20, True, nearest=nearest)
+    got_t = _amx.ozaki2_residues(xs, shift, 20, False, nearest=nearest)  # planes (moduli, C, R)
+    got3 = _amx.ozaki2_residues3(xs, ys, shift, 20, True, nearest=nearest)
     for ell, m in enumerate(MODULI[:20]):
-        want = np.array([[_exact_residue(x[r, c], shift[r], m) for c in range(C)]
+        want = np.array([[_exact_residue(x[r, c], shift[r], m, nearest) for c in range(C)]
                          for r in range(R)])  # fmt: skip
-        want_y = np.array([[_exact_residue(y[r, c], shift[r], m) for c in range(C)]
+        want_y = np.array([[_exact_residue(y[r, c], shift[r], m, nearest) for c in range(C)]
                            for r in range(R)])  # fmt: skip
         assert np.array_equal(got[ell], want), m
         assert np.array_equal(got_t[ell], want.T), m
         assert np.array_equal(got3[0, ell], want) and np.array_equal(got3[1, ell], want_y)
         assert np.array_equal(got3[2, ell], _symmetric(want + want_y, m)), m
+
+
+@pytest.mark.parametrize("nearest", [False, True])
+def test_host_residues_round_crafted_entries(nearest):
+    """ozaki2_residues(3) on entries built for the rounding (``_helpers.rounding_cases``: ties
+    n + 1/2 of both parities and signs, 1/2 -> 0, 3/2 -> 2, below 1/2, subnormals, shifts below
+    -1022 and beyond 1023, 1 to 70 bits below the point), one entry per line with its own shift,
+    in runs along lines and across lines, against Python's integers."""
+    from emulinalg._moduli import MODULI
+
+    x, shift = rounding_cases(np.random.default_rng(3))
+    y = x * 0.375
+    s32 = shift.astype(np.int32)
+    col = x.reshape(-1, 1)  # runs of one entry along each line
+    across = np.asfortranarray(np.stack([x, y], axis=1))  # runs across lines
+    got = _amx.ozaki2_residues(col, s32, 20, True, nearest=nearest)[:, :, 0]
+    got_across = _amx.ozaki2_residues(across, s32, 20, True, nearest=nearest)
+    got3 = _amx.ozaki2_residues3(col, y.reshape(-1, 1), s32, 20, True, nearest=nearest)[..., 0]
+    for ell, m in enumerate(MODULI[:20]):
+        want = np.array([_exact_residue(v, s, m, nearest) for v, s in zip(x, shift)])
+        want_y = np.array([_exact_residue(v, s, m, nearest) for v, s in zip(y, shift)])
+        assert np.array_equal(got[ell], want), m
+        assert np.array_equal(got_across[ell, :, 0], want), m
+        assert np.array_equal(got_across[ell, :, 1], want_y), m
+        assert np.array_equal(got3[0, ell], want) and np.array_equal(got3[1, ell], want_y), m
+        assert np.array_equal(got3[2, ell], _symmetric(want + want_y, m)), m
+
+
+# (moduli, k, rounds): accurate mode on both sides of _scaling.rounds_to_nearest
+ROUNDING_SWITCH = [(3, 62, True), (3, 63, False), (2, 80, False), (11, 200, True)]
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize(("moduli", "k", "rounds"), ROUNDING_SWITCH)
+def test_host_pipeline_rounds_ties_as_the_generic_product(moduli, k, rounds, cplx, monkeypatch):
+    """amx.ozaki2_product on operands whose scaled entries are ties n + 1/2 (both parities and
+    signs), 1/2, below 1/2 or subnormal, for counts that round and counts that truncate (the
+    tile model's GEMMs): _ozaki2.product's bits, real and complex, float64 and double-double."""
+    from emulinalg import _ozaki2
+    from emulinalg._moduli import crt_constants
+    from emulinalg._scaling import ozaki2_shifts, rounds_to_nearest
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    assert rounds_to_nearest(moduli, k, "accurate") == rounds
+    ar, ai, br, bi, pre = tie_operands(((), 37, k, 29), cplx, moduli, "accurate", seed=k)
+    c = crt_constants(moduli)
+    _, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    v = np.ldexp(br, nu[None, :])
+    assert (np.abs(v - np.trunc(v)) == 0.5).sum() > br.size // 20  # ties in B (and A)
+    for out_dtype in ("float64", "dd"):
+        got = amx.ozaki2_product(ar, ai, br, bi, moduli, "accurate", out_dtype, pre)
+        with npb.quiet():
+            want = _ozaki2.product(
+                np, npb.int_matmul, ar, ai, br, bi, moduli, "accurate", out_dtype, pre
+            )
+        assert got is not None and len(got) == len(want)
+        flat = [[x for p in r for x in (p if isinstance(p, tuple) else (p,))] for r in (got, want)]
+        for g, w in zip(*flat):
+            assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8))
 
 
 def _round_float32(v):

@@ -14,19 +14,23 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
 import textwrap
 
+import array_api_compat
 import numpy as np
 import pytest
 from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern
 
 import emulinalg
 import emulinalg.backends
-from emulinalg import _engine, _select
-from emulinalg._scaling import ozaki2_prescale
+from emulinalg import _engine, _ozaki2, _refit, _select
+from emulinalg._moduli import MAX_MODULI, crt_constants
+from emulinalg._precision import level_for_dtype, parse
+from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import dask as dask_backend
 from emulinalg.backends import numpy as numpy_backend
 from emulinalg.inputs import phi_matrix
@@ -257,6 +261,35 @@ def test_performant_and_native(sync, rng):
     np.testing.assert_allclose(c.compute(), A @ B, rtol=1e-13)
 
 
+@pytest.mark.parametrize("precision", [None, 40])
+def test_performant_guess_like_in_core(monkeypatch, precision):
+    """The performant check guesses the count as the engine does (``_cost.likely_count`` with
+    the native form's weight of ``_select.target_for``, none for a number of bits): for the
+    whole k in the shared graph, for the block products' k in the double-double graph."""
+    from emulinalg import _cost
+
+    seen = []
+    orig = _cost.likely_count
+    monkeypatch.setattr(_cost, "likely_count", lambda *args: seen.append(args) or orig(*args))
+    A, B = np.ones((40, 600)), np.ones((600, 30))
+    a, b = da.from_array(A, chunks=(20, 200)), da.from_array(B, chunks=(200, 15))
+    weights = {}
+    for mode, (X, Y) in (("shared", (A, B)), ("dd", (A[:20, :200], B[:200, :15]))):
+        monkeypatch.setenv("EMULINALG_DASK_MODE", mode)
+        seen.clear()
+        emulinalg.matmul(X, Y, precision=precision)  # in core, on the same k
+        emulinalg.matmul(a, b, precision=precision)
+        assert len(seen) == 2 and seen[0] == seen[1]
+        weights[mode] = seen[0][3]
+    if precision is not None:
+        assert weights == {"shared": None, "dd": None}
+    else:  # the numpy backend's (chains of 256) differ at k = 600 and 200
+        backend = emulinalg.backends.for_namespace(np)
+        level = _level(A)
+        assert weights == {"shared": _select.target_for(level, 600, backend).weight,
+                           "dd": _select.target_for(level, 200, backend).weight}  # fmt: skip
+
+
 def test_nonfinite_like_native(sync):
     rng = np.random.default_rng(3)
     A = rng.standard_normal((12, 40))
@@ -292,26 +325,43 @@ def _grade(c, A, B):
     return got, nat
 
 
-def _engine_certificate(A, B, bits):
-    """``(count, beyond)`` of the in-core engine's certificate on the whole matrices."""
+def _level(A, precision=None):
+    """The level of ``precision`` (None: the dtype's) for operands like ``A``."""
+    if precision is None:
+        return level_for_dtype("float32" if A.dtype in (np.float32, np.complex64) else "float64")
+    return parse(precision)
+
+
+def _target(A, precision=None):
+    """The in-core engine's ``Target`` for numpy operands like ``A`` (its rho from the numpy
+    chunks' backend and the whole k)."""
+    return _select.target_for(
+        _level(A, precision), A.shape[-1], emulinalg.backends.for_namespace(np)
+    )
+
+
+def _engine_certificate(A, B, precision=None):
+    """``(count, beyond, patch)`` of the in-core engine's certificate on the whole matrices."""
     ar, ai = _engine._parts(np, A)
     br, bi = _engine._parts(np, B)
     ar, ai = _engine._zero_nonfinite(np, ar, ai)
     br, bi = _engine._zero_nonfinite(np, br, bi)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
-    return _select.ozaki2_moduli_needed(np, numpy_backend, ar, ai, br, bi, pre, bits)
+    target = _target(A, precision)
+    return _select.ozaki2_moduli_needed(np, numpy_backend, ar, ai, br, bi, pre, target)
 
 
-def _f_only_beyond(A, B, bits):
+def _f_only_beyond(A, B, precision=None):
     """The engine's first pass: the entries the bound GEMM's lower bound alone leaves beyond
     every count (``_select.bound_lower``), on the whole matrices."""
     ar, ai = _engine._parts(np, A)
     br, bi = _engine._parts(np, B)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
-    _, na, nb = _select._normalized(np, ar, ai, br, bi)
     k, cplx = ar.shape[-1], ai is not None
-    R = _select.cert_constants(k, bits).cR * _select.bound_lower(np, pre.lower, cplx)
-    return _select.ozaki2_needed(np, k, R, na, nb, pre[2], pre[3], cplx) == _select.BEYOND
+    cc = _select.cert_constants(k, _target(A, precision), cplx)
+    _, na, nb = _select._normalized(np, ar, ai, br, bi, cc.norm)
+    R = cc.cR * _select.bound_lower(np, pre.lower, cplx)
+    return _select.ozaki2_needed(np, cc, R, na, nb, pre[2], pre[3]) == _select.BEYOND
 
 
 def _bits_equal(x, y):
@@ -332,9 +382,9 @@ def _assert_in_core_bits(out, A, B, precision=None, native=None):
         want = emulinalg.matmul(A, B, precision=precision)
     plan = emulinalg.last_plan()
     native = np.zeros(want.shape, bool) if native is None else native.copy()
-    if precision is None or isinstance(precision, int):
-        bits = precision or (24 if A.dtype in (np.float32, np.complex64) else 53)
-        count, beyond = _engine_certificate(A, B, bits)
+    if precision is None or isinstance(precision, (int, str)):
+        bits = _level(A, precision).bits
+        count, beyond, _ = _engine_certificate(A, B, precision)
         if count is not None and (bits <= 53 or not beyond.any()):
             assert plan.scheme == f"OzakiII(moduli={count}, mode=accurate)"
             native |= beyond
@@ -374,13 +424,16 @@ def test_in_core_bits_on_a_cluster(client, dtype, phi):
 
 
 def _count_task_result(c, name=None):
-    """The graph's decision on the count (the refinement's task where the graph has one, else
-    the count task's), computed on its own (synchronously)."""
+    """The graph's decision on the count (the last of the refinement's steps' tasks, the exact
+    step's and the count task's that the graph has, or ``name``'s), computed on its own
+    (synchronously)."""
     from dask.optimization import cull
 
     dsk = dict(c.__dask_graph__())
     names = {_key_name(k) for k in dsk}
-    name = name or ("emulinalg-refine" if "emulinalg-refine" in names else "emulinalg-count")
+    steps = [f"emulinalg-refine-{t}" for t in range(_select.REFINE_STEPS, 0, -1)]
+    last = [x for x in (*steps, "emulinalg-exact", "emulinalg-count") if x in names]
+    name = name or last[0]
     (key,) = [k for k in dsk if _key_name(k) == name]
     return dask.get(cull(dsk, [key])[0], key)
 
@@ -404,7 +457,7 @@ def test_in_core_bits_threaded(dtype, phi):
     # entries (those beyond the certificate here).
     cfg = _count_task_result(c)
     assert plan.scheme == f"OzakiII(moduli={cfg['count']}, mode=accurate)"
-    _, beyond = _engine_certificate(A, B, 24 if dtype == "float32" else 53)
+    _, beyond, _ = _engine_certificate(A, B)
     flags = np.add.reduceat(np.add.reduceat(beyond, [0, 53, 106], 0), [0, 29, 58], 1) > 0
     assert np.array_equal(cfg["need"], flags)
 
@@ -421,32 +474,46 @@ def _fallback_inputs(kind, dtype):
 
 
 @pytest.mark.parametrize(
-    ("kind", "dtype"),
-    [("spike", "float64"), ("spike", "complex128"), ("phi4", "float64"), ("phi4", "float32")],
+    ("kind", "dtype", "precision"),
+    [
+        ("spike", "float64", None),
+        ("spike", "complex128", None),
+        ("spike", "float64", 40),
+        ("phi4", "float64", None),
+        ("phi4", "float32", None),
+        ("phi4", "complex128", 24),
+    ],
 )
-def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype):
+def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype, precision):
     """Where the bound GEMM's lower bound leaves entries beyond, the engine adds the
     magnitude lower bound; the graph does too (per block triple, summed over K-blocks) and
     makes the same decisions: count, beyond mask (native entries), bits; e and f are the
-    engine's bit for bit."""
+    engine's bit for bit, the line norms (l2 for the named levels, l1 for bits: K-sums of
+    the chunks' partials) the engine's within the rounding of the sums' order."""
     A, B = _fallback_inputs(kind, dtype)
-    bits = 24 if dtype == "float32" else 53
-    assert _f_only_beyond(A, B, bits).any()  # the engine's second pass is needed
-    count, beyond = _engine_certificate(A, B, bits)
-    assert count is not None and beyond.sum() < _f_only_beyond(A, B, bits).sum()
+    assert _f_only_beyond(A, B, precision).any()  # the engine's second pass is needed
+    count, beyond, _ = _engine_certificate(A, B, precision)
+    assert count is not None and beyond.sum() < _f_only_beyond(A, B, precision).sum()
     calls = collections.Counter()
-    monkeypatch.setattr(dask_backend, "_lower_block",
-                        _counting_ran("_lower_block", "lam", "lower", calls))
+    monkeypatch.setattr(
+        dask_backend, "_lower_block", _counting_ran("_lower_block", "lam", "lower", calls)
+    )
     arrays, orig = {}, dask_backend._shared_graph
     monkeypatch.setattr(dask_backend, "_shared_graph", lambda a, b, r: orig(a, b, r, arrays))
     a = da.from_array(A, chunks=(31, 41))  # 4 K-blocks (3 x 41 + 37), 3 x 3 output blocks
     b = da.from_array(B, chunks=(41, 25))
-    c = _eager(emulinalg.matmul, a, b)
-    e, f, need = dask.compute(arrays["e"], arrays["f"], arrays["need"])
+    c = _eager(emulinalg.matmul, a, b, precision=precision)
+    e, f, need, at, bt = dask.compute(*(arrays[x] for x in ("e", "f", "need", "aterms", "bterms")))
     ar, ai = _engine._parts(np, A)
     br, bi = _engine._parts(np, B)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
     assert _bits_equal(e, pre[2]).all() and _bits_equal(f, pre[3]).all()
+    norm = arrays["norm"]
+    assert norm == ("l2" if precision is None else "l1")
+    na, nb = dask_backend._line_norms(np, at, bt, A.shape[-1], norm)
+    _, na_core, nb_core = _select._normalized(np, ar, ai, br, bi, norm)
+    np.testing.assert_allclose(na, na_core, rtol=1e-14)
+    np.testing.assert_allclose(nb, nb_core, rtol=1e-14)
     assert np.array_equal(need == _select.BEYOND, beyond)
     cfg = _count_task_result(c)
     assert cfg["count"] == count
@@ -454,88 +521,298 @@ def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype):
     assert np.array_equal(cfg["need"], flags)
     calls.clear()
     out = c.compute()
-    assert calls == {"lower GEMM": 4 * 3 * 3}
-    plan = _assert_in_core_bits(out, A, B)
+    assert calls == {"lower ran": 4 * 3 * 3}
+    plan = _assert_in_core_bits(out, A, B, precision=precision)
     assert plan.scheme == f"OzakiII(moduli={count}, mode=accurate)"
     assert plan.native_entries == beyond.sum()
 
 
-def _refine_inputs():
-    """A 2-D product whose count the refinement lowers in core at the float32 level (24 bits):
-    five entries (rows 27, 38; columns 13, 16, 19, 20) hold back one modulus fewer."""
-    return phi_matrix((40, 500), 1.0, seed=0), phi_matrix((500, 30), 1.0, seed=50)
-
-
-def _in_core_count(A, B, bits):
+def _in_core_count(A, B, precision):
     with emulinalg.config(strategy="eager"):
-        emulinalg.matmul(A, B, precision=bits)
+        emulinalg.matmul(A, B, precision=precision)
     plan = emulinalg.last_plan()
     return int(plan.scheme.split("=")[1].split(",")[0]), plan
 
 
+def _even_inputs(m, k, n, seed):
+    """Operands whose entries all have nearly the same magnitude: every line has nearly the
+    same prescale bound, so where the bisection's bound of the shifts is loose, it is loose on
+    every line alike, and the exact step takes one modulus off."""
+    rng = np.random.default_rng(seed)
+    A = np.sign(rng.standard_normal((m, k))) * (1 + 0.05 * rng.random((m, k)))
+    B = np.sign(rng.standard_normal((k, n))) * (1 + 0.05 * rng.random((k, n)))
+    return A, B
+
+
 @pytest.mark.parametrize(
-    ("chunks_a", "chunks_b", "q", "split_every"),
+    ("k", "precision", "batch", "chunks"),
     [
-        ((40, 500), (500, 30), 1, 4),  # one block
-        ((30, 250), (250, 15), 2, 4),  # suspects in 2 row blocks and 2 column blocks
-        ((13, 170), (170, 7), 3, 4),  # K 170 + 170 + 160
-        ((20, 167), (167, 17), 3, 2),  # K 167 + 167 + 166, a two-level K tree
+        (64, None, False, (10, 20, 6)),  # the native form; K 3 x 20 + 4
+        (200, 24, False, (24, 64, 16)),  # the strict form; K 3 x 64 + 8
+        (200, 24, True, (1, 12, 64, 8)),  # batched: the exact step, no refinement
     ],
 )
-def test_refinement_like_in_core(sync, monkeypatch, chunks_a, chunks_b, q, split_every):
-    """Where ``_select.refine_moduli`` takes one modulus fewer in core, the graph does too (per
-    output block its suspects, one selection task, the suspects' lines per chunk, their native
-    GEMM per K-block summed over K-blocks, one decision): the same count, native entries and
-    bits (in core the count is one lower than with ``REFINE_ENTRIES = -1``); with its limits
-    below these suspects (``REFINE_ENTRIES``, ``REFINE_SHARE``) both keep the count."""
-    A, B = _refine_inputs()
-    count, plan = _in_core_count(A, B, 24)
+def test_exact_step_like_in_core(sync, k, precision, batch, chunks):
+    """Where ``_select.certify_moduli``'s exact step takes one modulus off the bisection's
+    count in core (no certifiable entry fails one fewer with the exact shifts), the graph does
+    too (one task per output block, one decision): the same count and bits. (The refinement
+    that follows tests one modulus fewer again, and keeps the count.)"""
+    A, B = _even_inputs(24, k, 16, seed=0)
+    if batch:
+        A2, B2 = _even_inputs(24, k, 16, seed=1)
+        A, B = np.stack([A, A2]), np.stack([B, B2])
+    count, plan = _in_core_count(A, B, precision)
+    assert not plan.native_entries
+    a = da.from_array(A, chunks=chunks[:-1])
+    b = da.from_array(B, chunks=chunks[:-3] + chunks[-2:])
+    c = _eager(emulinalg.matmul, a, b, precision=precision)
+    assert _count_task_result(c, "emulinalg-count")["count"] == count + 1  # the bisection's
+    assert _count_task_result(c, "emulinalg-exact")["count"] == count
+    assert _count_task_result(c)["count"] == count
+    _assert_in_core_bits(c.compute(), A, B, precision=precision)
+
+
+# Products whose count the refinement lowers in core: (m, k, n), dtype, precision, seed
+_REFINE = {
+    "native": ((60, 300, 50), "float64", None, 0),  # the native form: with sums of squares
+    "strict": ((60, 300, 50), "float64", 53, 2),
+    "complex": ((40, 500, 30), "complex128", 24, 2),  # after the exact step took one off
+}
+
+
+def _refine_inputs(case):
+    (m, k, n), dtype, precision, seed = _REFINE[case]
+    A = phi_matrix((m, k), 1.0, dtype, seed=seed)
+    return A, phi_matrix((k, n), 1.0, dtype, seed=seed + 50), precision
+
+
+@pytest.mark.parametrize(
+    ("case", "chunks", "q", "split_every"),
+    [
+        ("native", (60, 300, 50), 1, 4),  # one block
+        ("native", (30, 150, 25), 2, 4),  # suspects in 2 row blocks and 2 column blocks
+        ("native", (13, 100, 7), 3, 4),
+        ("native", (20, 101, 17), 3, 2),  # K 101 + 101 + 98, a two-level K tree
+        ("strict", (20, 101, 17), 3, 2),
+        ("complex", (13, 170, 7), 3, 4),  # K 170 + 170 + 160
+    ],
+)
+def test_refinement_like_in_core(sync, monkeypatch, case, chunks, q, split_every):
+    """Where ``_select.refine_and_patch``'s first step takes one modulus fewer in core and its
+    second keeps the count (too many suspects fail, no patch), the graph does too (per step, per
+    output block its suspects: the entries failing one fewer with the exact shifts; one
+    selection task taking the engine's sample of them, the sampled suspects' lines per chunk,
+    their sums (and, native form, sums of squares) per K-block added over K-blocks, one
+    decision; the later steps' tasks skip): the same suspects, samples, count, native entries
+    and bits (in core the count is one lower without the refinement); with the suspects' limit
+    below these suspects both keep the count; the native form with samples of 4 suspects
+    refines in both."""
+    A, B, precision = _refine_inputs(case)
+    native = precision is None
+    seen = []  # per refine_failures call: (sums of squares given, suspects, sampled)
+    sums = []  # and the sampled suspects' sums S
+    orig = _select.refine_failures
+
+    def failures(xp, k, target, cplx, count, lam, S, *rest):
+        seen.append((len(rest) > 4 and rest[4] is not None, int(lam.shape[0]), int(S.shape[0])))
+        sums.append(np.asarray(S))
+        return orig(xp, k, target, cplx, count, lam, S, *rest)
+
+    monkeypatch.setattr(_select, "refine_failures", failures)
+    count, plan = _in_core_count(A, B, precision)
+    in_core = list(seen)  # per step of the engine's loop
+    assert len(in_core) == 2  # one modulus off, then the suspects of the next stay
+    assert all(x[0] == native and x[1] == x[2] for x in in_core)
     with monkeypatch.context() as mp:
         mp.setattr(_select, "REFINE_ENTRIES", -1)
-        unrefined, _ = _in_core_count(A, B, 24)
+        mp.setattr(_select, "SUSPECTS_MAX", -1)
+        unrefined, _ = _in_core_count(A, B, precision)
     assert count == unrefined - 1 and not plan.native_entries
     calls = collections.Counter()
-    monkeypatch.setattr(dask_backend, "_refine_gemm",
-                        _counting_ran("_refine_gemm", "S", "refine", calls))
-    a, b = da.from_array(A, chunks=chunks_a), da.from_array(B, chunks=chunks_b)
+    monkeypatch.setattr(
+        dask_backend, "_refine_sums", _counting_ran("_refine_sums", "S", "refine", calls)
+    )
+    a = da.from_array(A, chunks=chunks[:2])
+    b = da.from_array(B, chunks=chunks[1:])
     with dask.config.set(split_every=split_every):
-        c = _eager(emulinalg.matmul, a, b, precision="float32")
+        c = _eager(emulinalg.matmul, a, b, precision=precision)
     assert f"{q} K-block" in str(emulinalg.last_plan())
-    assert _count_task_result(c, "emulinalg-count")["count"] == unrefined
+    bisected = _count_task_result(c, "emulinalg-count")["count"]
+    assert bisected == unrefined + (case == "complex")
+    assert _count_task_result(c, "emulinalg-exact")["count"] == unrefined
     cfg = _count_task_result(c)
     assert cfg["count"] == count and not cfg["need"].any()
     calls.clear()
+    seen.clear()
     out = c.compute()
-    assert calls == {"refine GEMM": q}
-    _assert_in_core_bits(out, A, B, precision=24)
-    # The limits as in core: REFINE_ENTRIES or REFINE_SHARE below these suspects, no refinement.
-    for name, value in (("REFINE_ENTRIES", 4), ("REFINE_SHARE", 7 / (40 * 30))):
-        with monkeypatch.context() as mp:
-            mp.setattr(_select, name, value)
-            assert _in_core_count(A, B, 24)[0] == unrefined
-            assert _count_task_result(c)["count"] == unrefined
-            calls.clear()
-            _assert_in_core_bits(c.compute(), A, B, precision=24)
-            assert calls == {"refine skipped": q}
+    steps = _select.REFINE_STEPS
+    assert calls == {"refine ran": 2 * q, "refine skipped": (steps - 2) * q}
+    assert seen == in_core
+    _assert_in_core_bits(out, A, B, precision=precision)
+    # The suspects' limit below these suspects: no refinement, in core or in the graph.
+    with monkeypatch.context() as mp:
+        mp.setattr(_select, "SUSPECTS_MAX" if native else "REFINE_ENTRIES", 4)
+        assert _in_core_count(A, B, precision)[0] == unrefined
+        assert _count_task_result(c)["count"] == unrefined
+        calls.clear()
+        _assert_in_core_bits(c.compute(), A, B, precision=precision)
+        assert calls == {"refine skipped": steps * q}
+    if not native:
+        return
+    # The native form samples REFINE_ENTRIES of its suspects, in flat order.
+    with monkeypatch.context() as mp:
+        mp.setattr(_select, "REFINE_ENTRIES", 4)
+        seen.clear()
+        sums.clear()
+        assert _in_core_count(A, B, precision)[0] == count
+        sampled = list(seen)
+        assert [x[1] for x in sampled] == [x[1] for x in in_core]
+        assert all(x[2] == 4 for x in sampled)
+        seen.clear()
+        assert _count_task_result(c)["count"] == count and seen == sampled
+        for got, want in zip(sums[len(sampled) :], sums[: len(sampled)]):  # the same suspects
+            np.testing.assert_allclose(got, want, rtol=1e-13)
+        _assert_in_core_bits(c.compute(), A, B, precision=precision)
 
 
 def test_no_refinement_for_batches(sync):
-    """In core the refinement is for 2-D products only; the batch graph has none either."""
-    A, B = _refine_inputs()
+    """In core the refinement is for 2-D products only; the batch graph has none either (its
+    exact step, which batches have, keeps the count here)."""
+    A, B, precision = _refine_inputs("native")
     X, Y = np.stack([A, A]), np.stack([B, B])
-    count, _ = _in_core_count(X, Y, 24)
-    assert count == _in_core_count(A, B, 24)[0] + 1
-    x, y = da.from_array(X, chunks=(1, 20, 250)), da.from_array(Y, chunks=(1, 250, 15))
-    c = _eager(emulinalg.matmul, x, y, precision="float32")
+    count, _ = _in_core_count(X, Y, precision)
+    assert count == _in_core_count(A, B, precision)[0] + 1
+    x, y = da.from_array(X, chunks=(1, 20, 150)), da.from_array(Y, chunks=(1, 150, 25))
+    c = _eager(emulinalg.matmul, x, y, precision=precision)
     names = {_key_name(k) for k in dict(c.__dask_graph__())}
-    assert not any(n.startswith("emulinalg-refine") or n == "emulinalg-suspects" for n in names)
+    assert not any(n.startswith(("emulinalg-refine", "emulinalg-suspects")) for n in names)
+    assert "emulinalg-exact" in names
     assert _count_task_result(c)["count"] == count
-    _assert_in_core_bits(c.compute(), X, Y, precision=24)
+    _assert_in_core_bits(c.compute(), X, Y, precision=precision)
+
+
+def _refit_notes(sel, count):
+    """The plan notes of the in-core engine's refit (``_engine._refit_entries``) for the graph's
+    refit selection ``sel`` at ``count`` moduli."""
+    scheme = f"OzakiII(moduli={count}, mode=accurate)"
+    notes = []
+    if sel is not None and sel["patched"]:
+        notes.append(f"patch: {sel['patched']} entries {scheme} does not certify recomputed with "
+                     f"{MAX_MODULI} moduli")  # fmt: skip
+    if sel is not None and sel["cancelled"]:
+        notes.append(_refit.note(sel["everything"], sel["idx"].shape[0]))
+    return notes
+
+
+def _in_core_refit_notes(plan):
+    return [x for x in plan.notes if x.startswith(("patch:", "refit:"))]
+
+
+# Products whose certificate patches in core: dtype, phi, precision, seed, k, chunks (m, k, n)
+_PATCH = {
+    "float32": ("float32", 4.0, None, 10, 64, (24, 20, 24)),  # the native form, with the refit
+    "complex64": ("complex64", 4.0, None, 9, 64, (24, 20, 24)),
+    "native-entries": ("float64", 4.0, None, 2, 64, (24, 20, 24)),  # and one entry beyond
+    "strict": ("float32", 4.0, 20, 2, 100, (24, 40, 24)),  # bits: the patch alone
+    "strict-complex": ("complex128", 4.0, 24, 0, 64, (16, 30, 40)),
+}
+
+
+def _patch_inputs(case):
+    dtype, phi, precision, seed, k, chunks = _PATCH[case]
+    A = phi_matrix((64, k), phi, dtype, seed=seed)
+    B = phi_matrix((k, 64), phi, dtype, seed=seed + 50)
+    return A, B, precision, chunks
+
+
+@pytest.mark.parametrize("case", list(_PATCH))
+def test_patch_like_in_core(sync, monkeypatch, case):
+    """Where ``_select.refine_and_patch`` takes one modulus fewer in core although a few
+    suspects still fail it (at most ``patch_limit(m, n)``: the patch), the graph does too
+    (``emulinalg-refine``): the same count and patch (flat indices), recomputed with MAX_MODULI
+    moduli together with the refit's most cancelled entries (the named levels) or alone (a
+    number of bits): the in-core bits, native entries aside, and the in-core plan's notes
+    ("patch: ...", "refit: ..."). The patched entries are the most moduli's product's and
+    differ from the count's. With the patch's limit at 0 neither patches and both keep the
+    count one higher."""
+    A, B, precision, chunks = _patch_inputs(case)
+    count, beyond, patch = _engine_certificate(A, B, precision)
+    assert patch is not None and 0 < patch.shape[0] <= _select.patch_limit(64, 64)
+    assert beyond.any() == (case == "native-entries")
+    got, plan = _in_core_count(A, B, precision)
+    assert got == count and plan.native_entries == beyond.sum()
+    a = da.from_array(A, chunks=chunks[:2])  # 3 x (2 to 4) chunks: K-blocked
+    b = da.from_array(B, chunks=chunks[1:])
+    c = _eager(emulinalg.matmul, a, b, precision=precision)
+    assert "the certificate's patch" in str(emulinalg.last_plan())
+    cfg = _count_task_result(c)
+    assert cfg["count"] == count and np.array_equal(cfg["patch"], patch)
+    sel = _count_task_result(c, "emulinalg-refit-select")
+    assert sel["patched"] == patch.shape[0] and np.isin(patch, sel["idx"]).all()
+    assert sel["cancelled"] == (precision is None)
+    assert _refit_notes(sel, count) == _in_core_refit_notes(plan)
+    out = c.compute()
+    _assert_in_core_bits(out, A, B, precision=precision)
+    with emulinalg.config(strategy="eager"):
+        full = emulinalg.matmul(A, B, precision=emulinalg.OzakiII(moduli=MAX_MODULI))
+        plain = emulinalg.matmul(A, B, precision=emulinalg.OzakiII(moduli=count))
+
+    def at(x):
+        return np.reshape(x, (-1,))[patch]
+
+    assert _bits_equal(at(out), at(full)).all() and not _bits_equal(at(out), at(plain)).all()
+    with monkeypatch.context() as mp:
+        mp.setattr(_select, "PATCH_ENTRIES", 0)
+        got, plan = _in_core_count(A, B, precision)
+        assert got == count + 1 and not any(x.startswith("patch:") for x in plan.notes)
+        cfg = _count_task_result(c)
+        assert cfg["count"] == count + 1 and cfg["patch"] is None
+        sel = _count_task_result(c, "emulinalg-refit-select")
+        assert _refit_notes(sel, count + 1) == _in_core_refit_notes(plan)
+        _assert_in_core_bits(c.compute(), A, B, precision=precision)
+
+
+@pytest.mark.parametrize("steps", [1, 2, None])
+def test_refine_steps_like_in_core(sync, monkeypatch, steps):
+    """``_select.refine_and_patch`` loops (``REFINE_STEPS``): here its first step takes one
+    modulus off and its second one more with a patch; the graph (one set of tasks per step)
+    follows the loop with every number of steps: the same count, patch and bits."""
+    if steps is not None:
+        monkeypatch.setattr(_select, "REFINE_STEPS", steps)
+    A = phi_matrix((64, 200), 2.0, "float64", seed=3)
+    B = phi_matrix((200, 48), 2.0, "float64", seed=4)
+    count, beyond, patch = _engine_certificate(A, B)
+    assert not beyond.any() and (patch is None) == (steps == 1)
+    got, plan = _in_core_count(A, B, None)
+    assert got == count
+    a, b = da.from_array(A, chunks=(24, 70)), da.from_array(B, chunks=(70, 20))
+    c = _eager(emulinalg.matmul, a, b)
+    names = {_key_name(k) for k in dict(c.__dask_graph__())}
+    assert {x for x in names if x.startswith("emulinalg-suspects")} == {
+        f"emulinalg-suspects-{t}" for t in range(1, _select.REFINE_STEPS + 1)
+    }
+    assert _count_task_result(c, "emulinalg-exact")["count"] == count + 1 + (steps != 1)
+    cfg = _count_task_result(c)
+    assert cfg["count"] == count and cfg["refining"] == (steps == 1)  # 1: stopped by the cap
+    assert (cfg["patch"] is None) if patch is None else np.array_equal(cfg["patch"], patch)
+    sel = _count_task_result(c, "emulinalg-refit-select")
+    assert _refit_notes(sel, count) == _in_core_refit_notes(plan)
+    _assert_in_core_bits(c.compute(), A, B)
+
+
+def test_patch_on_a_cluster(client):
+    """The patch (host indices in the decision) travels to the workers: the in-core bits."""
+    A, B, precision, chunks = _patch_inputs("float32")
+    a, b = da.from_array(A, chunks=chunks[:2]), da.from_array(B, chunks=chunks[1:])
+    c = _eager(emulinalg.matmul, a, b, precision=precision)
+    _assert_in_core_bits(client.compute(c).result(), A, B, precision=precision)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "complex128", "float32"])
-@pytest.mark.parametrize("moduli", [6, 13, 20])
+@pytest.mark.parametrize("moduli", [3, 6, 13, 20])
 def test_explicit_ozaki2_in_core_bits(dtype, moduli):
+    # k = 150: three moduli truncate the scaled operands, the others round them to nearest
+    assert rounds_to_nearest(moduli, 150, "accurate") == (moduli > 3)
     A = phi_matrix((70, 150), 2.0, dtype, seed=31)
     B = phi_matrix((150, 45), 2.0, dtype, seed=32)
     a, b = da.from_array(A, chunks=(33, 47)), da.from_array(B, chunks=(47, 20))
@@ -548,10 +825,118 @@ def test_explicit_ozaki2_in_core_bits(dtype, moduli):
 
 
 @pytest.mark.parametrize(
+    ("dtype", "shape", "chunks"),
+    [
+        ("float64", (60, 300, 50), (13, 100, 7)),
+        ("complex128", (40, 200, 30), (15, 80, 11)),
+        ("float32", (2, 30, 150, 20), (1, 11, 60, 7)),  # a batch: picked across its products
+    ],
+)
+@pytest.mark.parametrize("entries", [None, 5, "all"])
+def test_refit_like_in_core(sync, monkeypatch, dtype, shape, chunks, entries):
+    """The named levels refit the whole product's most cancelled entries in core (``_refit``):
+    the graph picks the same entries (per output block the entries the pick can take there, one
+    pick over them), recomputes them with the most moduli and patches them in before the native
+    entries: the in-core bits, also with ``REFIT_ENTRIES`` lowered (``entries``), and a NaN row
+    and a column beyond nothing but zeros (non-finite lines are refit in core too, then
+    patched). These products are small (``_refit.refits_all``): with ``entries="all"`` every
+    entry is refit, otherwise ``REFIT_ALL_WORK`` is lowered to 0 so that the pick chooses."""
+    if entries != "all":
+        monkeypatch.setattr(_refit, "REFIT_ALL_WORK", 0)
+    if isinstance(entries, int):
+        monkeypatch.setattr(_refit, "REFIT_ENTRIES", entries)
+    *batch, m, k, n = shape
+    A = phi_matrix((*batch, m, k), 1.0, dtype, seed=91)
+    B = phi_matrix((*batch, k, n), 1.0, dtype, seed=92)
+    A[..., 3, 7] = np.nan
+    B[..., :, 2] = 0.0
+    bad = np.isnan(A).any(axis=-1)[..., None] & np.ones((*batch, m, n), bool)
+    with emulinalg.config(strategy="eager"):
+        want = emulinalg.matmul(A, B)
+        which = "every entry" if entries == "all" else "the most cancelled"
+        assert f"refit: {which}" in str(emulinalg.last_plan())
+        with monkeypatch.context() as mp:  # the values the engine refits (NaN/Inf count as 0)
+            mp.setattr(_engine, "_refits", lambda *args: False)
+            plain = emulinalg.matmul(np.where(np.isnan(A), 0, A), B)
+    assert not _bits_equal(want, plain)[~bad].all()  # the refit changes bits here
+    *bc, mc, kc, nc = chunks
+    a = da.from_array(A, chunks=(*bc, mc, kc))
+    b = da.from_array(B, chunks=(*bc, kc, nc))
+    c = _eager(emulinalg.matmul, a, b)
+    assert "refit (_refit)" in str(emulinalg.last_plan())
+    # the in-core pick, from the unrefit values and the whole matrices' prescale
+    ar, ai = _engine._parts(np, A)
+    br, bi = _engine._parts(np, B)
+    ar, ai = _engine._zero_nonfinite(np, ar, ai)
+    pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
+    parts = (plain,) if ai is None else (plain.real, plain.imag)
+    xp = array_api_compat.array_namespace(plain)
+    with np.errstate(invalid="ignore", divide="ignore"):  # 0/0 and x/0 ratios, as in core
+        everything = _refit.refits_all(math.prod(batch) * m * n, k)
+        core = _refit.cancelled_entries(xp, parts, tuple(pre), everything=everything)
+    sel = _count_task_result(c, "emulinalg-refit-select")
+    assert sorted(sel["idx"].tolist()) == sorted(core.tolist())
+    _assert_in_core_bits(c.compute(), A, B, native=bad)
+
+
+def _with_ties(A, B, moduli):
+    """``A`` with every other entry's real part moved to the middle of its cell of the scaled
+    integer grid of ``moduli`` moduli (a tie of the rounding to nearest), the shifts of the
+    whole product unchanged."""
+
+    def shifts(A):
+        ar, ai = _engine._parts(np, A)
+        br, bi = _engine._parts(np, B)
+        pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
+        c = crt_constants(moduli)
+        return ozaki2_shifts(np, pre, c.L, c.Q_down)[0]
+
+    scale = np.ldexp(1.0, shifts(A))[:, None]
+    re = A.real.copy()
+    re[:, ::2] = (np.floor(re[:, ::2] * scale) + 0.5) / scale
+    T = re + 1j * A.imag if np.iscomplexobj(A) else re
+    assert np.array_equal(shifts(T), shifts(A))
+    assert np.all(np.modf(np.abs(re[:, ::2] * scale))[0] == 0.5)
+    return T
+
+
+@pytest.mark.parametrize(("moduli", "dtype"), [(4, "float64"), (5, "float64"), (5, "complex128")])
+def test_rounding_switch_at_large_k(sync, monkeypatch, moduli, dtype):
+    """At k = 16384 four moduli truncate the scaled operands and five round them to nearest,
+    ties to even (``_scaling.rounds_to_nearest`` of the whole inner dimension: a K-chunk's
+    would round with four): the graph's residues are the in-core product's, bit for bit, which
+    the other choice does not give."""
+    k = 16384
+    assert rounds_to_nearest(moduli, k, "accurate") == (moduli == 5)
+    assert rounds_to_nearest(4, k // 4, "accurate")
+    B = phi_matrix((k, 5), 1.0, dtype, seed=82)
+    A = _with_ties(phi_matrix((6, k), 1.0, dtype, seed=81), B, moduli)
+    a, b = da.from_array(A, chunks=(3, k // 4)), da.from_array(B, chunks=(k // 4, 5))
+    scheme = emulinalg.OzakiII(moduli=moduli)
+    out = _eager(emulinalg.matmul, a, b, precision=scheme).compute()
+    _assert_in_core_bits(out, A, B, precision=scheme)
+    with monkeypatch.context() as mp:
+        mp.setattr(
+            _ozaki2, "rounds_to_nearest", lambda n, k, mode: not rounds_to_nearest(n, k, mode)
+        )
+        other = _eager(emulinalg.matmul, A, B, precision=scheme)
+    assert not _bits_equal(out, other).all()
+
+
+@pytest.mark.parametrize(
     ("precision", "dtype"),
-    [(20, "float64"), (60, "float64"), (None, "complex64"), (None, "float32")],
+    [
+        (20, "float64"),
+        (60, "float64"),
+        (53, "float64"),
+        (24, "complex128"),
+        ("float32", "float64"),
+        (None, "complex64"),
+        (None, "float32"),
+    ],
 )
 def test_other_levels_in_core_bits(sync, precision, dtype):
+    # bits (strict: the l1 worst case) and the named levels (native: the l2 form)
     # 60 bits is beyond float64's native precision: the engine's most accurate count where any
     # entry is beyond the certificate, no native entries.
     A = phi_matrix((40, 75), 3.0, dtype, seed=41)
@@ -630,13 +1015,13 @@ def _counting(fn, calls):
 
 def _counting_ran(name, key, label, calls):
     """``dask_backend.<name>`` counted by whether its result's ``key`` was computed: the
-    magnitude lower bound's GEMM (``_lower_block``) or the refinement's (``_refine_gemm``)."""
+    magnitude lower bound's GEMM (``_lower_block``) or the refinement's sums (``_refine_sums``)."""
     orig = getattr(dask_backend, name)
 
     @functools.wraps(orig)
     def counted(*args, **kwargs):
         res = orig(*args, **kwargs)
-        calls[f"{label} GEMM" if res[key] is not None else f"{label} skipped"] += 1
+        calls[f"{label} ran" if res[key] is not None else f"{label} skipped"] += 1
         return res
 
     return counted
@@ -646,15 +1031,18 @@ def test_preprocessing_is_shared(sync, monkeypatch):
     calls = collections.Counter()
     for fn in (
         "_line_stats", "_bound_chunk", "_line_terms", "_normmag_chunk", "_bound_block",
-        "_cert_block", "_fallback_task", "_cert_fallback_block", "_count_task", "_shift_task",
-        "_residues_chunk", "_product_block", "_crt_block", "_suspects_block", "_refine_select",
-        "_refine_lines", "_refine_task",
+        "_cert_block", "_fallback_task", "_cert_fallback_block", "_count_task", "_exact_block",
+        "_exact_task", "_shift_task", "_residues_chunk", "_product_block", "_crt_emulated",
+        "_suspects_block", "_refine_select", "_refine_lines", "_refine_task",
+        "_refit_candidates", "_refit_select", "_refit_lines", "_refit_entries", "_final_block",
     ):  # fmt: skip
         monkeypatch.setattr(dask_backend, fn, _counting(getattr(dask_backend, fn), calls))
-    monkeypatch.setattr(dask_backend, "_lower_block",
-                        _counting_ran("_lower_block", "lam", "lower", calls))
-    monkeypatch.setattr(dask_backend, "_refine_gemm",
-                        _counting_ran("_refine_gemm", "S", "refine", calls))
+    monkeypatch.setattr(
+        dask_backend, "_lower_block", _counting_ran("_lower_block", "lam", "lower", calls)
+    )
+    monkeypatch.setattr(
+        dask_backend, "_refine_sums", _counting_ran("_refine_sums", "S", "refine", calls)
+    )
     A = phi_matrix((90, 200), 1.0, "float64", seed=61)
     B = phi_matrix((200, 50), 1.0, "float64", seed=62)
     a = da.from_array(A, chunks=(30, 50))  # 3 x 4 chunks
@@ -668,17 +1056,21 @@ def test_preprocessing_is_shared(sync, monkeypatch):
     _assert_in_core_bits(c.compute(), A, B)
     per_chunk = 12 + 8
     # F's lower bound certifies every entry here (as in core): the magnitude lower bound's
-    # tasks run but skip their work (no float32 magnitudes, no GEMMs). The refinement's tasks
-    # run too; the 2360 entries that need the count lie in too many rows and columns
-    # (REFINE_SHARE), so its line and GEMM tasks skip their work.
-    assert not _f_only_beyond(A, B, 53).any()
+    # tasks run but skip their work (no float32 magnitudes, no GEMMs). The exact step runs
+    # once per output block; a few entries fail one modulus fewer, so the refinement's first
+    # step sums on each of the 4 K-blocks and takes one modulus off, its second sums again
+    # and keeps the count, the later steps' tasks skip.
+    assert not _f_only_beyond(A, B).any()
+    steps = _select.REFINE_STEPS
     assert calls == {
         "_line_stats": per_chunk, "_bound_chunk": per_chunk, "_line_terms": per_chunk,
         "_normmag_chunk": per_chunk, "_residues_chunk": per_chunk, "_bound_block": 24,
         "lower skipped": 24, "_product_block": 24, "_cert_block": 6, "_fallback_task": 1,
-        "_cert_fallback_block": 6, "_count_task": 1, "_shift_task": 3 + 2, "_crt_block": 6,
-        "_suspects_block": 6, "_refine_select": 1, "_refine_lines": per_chunk,
-        "refine skipped": 4, "_refine_task": 1,
+        "_cert_fallback_block": 6, "_count_task": 1, "_shift_task": 3 + 2, "_crt_emulated": 6,
+        "_suspects_block": 6 * steps, "_refine_select": steps,
+        "_refine_lines": per_chunk * steps, "refine ran": 4 * 2, "refine skipped": 4 * (steps - 2),
+        "_refine_task": steps, "_exact_block": 6, "_exact_task": 1, "_refit_candidates": 6,
+        "_refit_select": 1, "_refit_lines": per_chunk, "_refit_entries": 1, "_final_block": 6,
     }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from _helpers import nonfinite_codes
 import emulinalg
 from emulinalg import _ozaki2
 from emulinalg._scaling import ozaki2_prescale
+from emulinalg._select import Target
 from emulinalg.backends import numpy as numpy_backend
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
@@ -281,6 +282,32 @@ def test_ozaki2_kernels_k_blocks(cplx, out_dtype):
     _hook_vs_generic(ar, ai, br, bi, 20, "accurate", out_dtype)
 
 
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize(
+    "n,k,mode,scale",
+    [(3, 62, "accurate", 0), (3, 63, "accurate", 0), (14, 40, "accurate", 0), (14, 40, "fast", 0),
+     (3, 30, "accurate", -1040), (17, 30, "accurate", 500)],
+)  # fmt: skip
+def test_ozaki2_kernels_round_ties(n, k, mode, scale, cplx):
+    """Scaled entries that are ties n + 1/2 (both parities and signs), 1/2, below 1/2 and
+    subnormal, for counts that round (ties to even) and counts that truncate
+    (``_scaling.rounds_to_nearest``): the kernels give the generic path's bits."""
+    from _helpers import tie_operands
+
+    ar, ai, br, bi, pre = tie_operands(((2,), 37, k, 19), cplx, n, mode, seed=k,
+                                       scale_a=scale, scale_b=-scale // 2)  # fmt: skip
+    for out_dtype in ("float64", "dd"):
+        with numpy_backend.quiet():
+            want = _ozaki2.product(
+                np, numpy_backend.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre
+            )
+        g = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
+        got = cupy_backend.ozaki2_product(*g, n, mode, out_dtype, tuple(cp.asarray(x) for x in pre))
+        assert got is not None, "the kernels declined"
+        for gpart, wpart in zip(_flat(got), _flat(want), strict=True):
+            assert _bits_equal(cp.asnumpy(gpart), wpart)
+
+
 def test_ozaki2_kernels_views_and_chunks(monkeypatch):
     """Transposed, negative-stride and broadcast operands; A done in several row chunks."""
     ar, ai, br, bi = _operands(((), 45, 40, 9), 1, True, seed=3)
@@ -362,21 +389,40 @@ def test_engine_uses_the_kernels(monkeypatch):
 @pytest.mark.parametrize("dtype", ["float64", "complex128", "float32"])
 @pytest.mark.parametrize("phi", [0.5, 1, 4])
 def test_default_precision_bit_for_bit(dtype, phi):
-    """emulinalg.matmul(cupy, precision="float64"/native level, eager) equals numpy running the
-    scheme the GPU plan chose (the certificate's lower bound differs: bf16 on the GPU)."""
-    import re
-
+    """emulinalg.matmul(cupy, precision="float64"/native level, eager) equals numpy's product at
+    the same level (count, patch and refit included) where both plans agree (the certificates'
+    lower bounds differ: bf16 on the GPU, float32 on the CPU)."""
     a = phi_matrix((70, 90), phi, dtype, seed=31)
     b = phi_matrix((90, 50), phi, dtype, seed=32)
     level = "float32" if dtype == "float32" else "float64"
     got, plan = _eager(emulinalg.matmul, cp.asarray(a), cp.asarray(b), precision=level)
     assert plan.backend == "cupy"
-    found = re.fullmatch(r"OzakiII\(moduli=(\d+), mode=(\w+)\)", plan.scheme)
-    if found is None or plan.native_entries:
-        pytest.skip(f"plan without a pure Scheme II product: {plan}")
-    scheme = emulinalg.OzakiII(moduli=int(found[1]), mode=found[2])
-    want, _ = _eager(emulinalg.matmul, a, b, precision=scheme)
+    want, cpu_plan = _eager(emulinalg.matmul, a, b, precision=level)
+    if plan.scheme != cpu_plan.scheme or plan.notes != cpu_plan.notes or plan.native_entries:
+        pytest.skip(f"the plans differ or take native entries:\n{plan}\n{cpu_plan}")
     assert _bits_equal(cp.asnumpy(got), want), str(plan)
+
+
+@pytest.mark.parametrize(
+    "case", ["subnormal_results-float32-24x64x24", "subnormal_results-complex64-24x64x24"]
+)
+def test_level_with_subnormal_float32_results(case):
+    """The float32 level on products whose results are float32 subnormals (the graded suite's
+    case; the H200 run of 2026-12-01 gave 0 correct bits there while the CPU, and the CUDA
+    sources compiled for the CPU, gave native's): its refit entries included, no worse than
+    cuBLAS, and equal to numpy's level where the plans agree."""
+    from emulinalg import _suite
+
+    (c,) = [c for c in _suite.cases() if c.name == case]
+    a, b = c.operands()
+    ref = exact_matmul(a, b)
+    got, plan = _eager(emulinalg.matmul, cp.asarray(a), cp.asarray(b))
+    acc = accuracy(cp.asnumpy(got), a, b, ref)
+    nat = accuracy(cp.asnumpy(cp.matmul(cp.asarray(a), cp.asarray(b))), a, b, ref)
+    assert acc["bits_maxrel"] >= nat["bits_maxrel"] and acc["bits_cw"] >= nat["bits_cw"], str(plan)
+    want, cpu_plan = _eager(emulinalg.matmul, a, b)
+    if plan.scheme == cpu_plan.scheme and plan.notes == cpu_plan.notes:
+        assert _bits_equal(cp.asnumpy(got), want), str(plan)
 
 
 def _exact_dot(xa, xb):
@@ -443,9 +489,25 @@ def _generic_cert_backend():
     )
 
 
-def _stats_vs_generic(ar, ai, br, bi, bits=(24, 53, 80), to_gpu=cp.asarray):
+TARGETS = (Target(24), Target(53), Target(80), Target(24, "native"), Target(53, "native", 0.5))
+
+
+def _same_certificate(res, want):
+    """The hook's (count, beyond, patch) (beyond None: no entry beyond) equals the generic
+    one's."""
+    assert res is not None, "the certificate kernels declined"
+    count, beyond, patch = want
+    assert res[0] == count, (res[0], count)
+    got = cp.zeros_like(beyond) if res[1] is None else res[1]  # None: no entry beyond
+    assert got.dtype == cp.bool_ and _bits_equal(cp.asnumpy(got), cp.asnumpy(beyond))
+    assert (res[2] is None) == (patch is None), (res[2], patch)
+    if patch is not None:
+        assert _bits_equal(cp.asnumpy(res[2]), cp.asnumpy(patch))
+
+
+def _stats_vs_generic(ar, ai, br, bi, bits=TARGETS, to_gpu=cp.asarray):
     """The hooks equal the generic code run on the device (prescale also numpy's), bit for bit:
-    (s, t, e, f) and, per level, (count, beyond)."""
+    (s, t, e, f) and, per ``Target`` in ``bits``, (count, beyond, patch)."""
     from emulinalg import _select
 
     xp = _cxp()
@@ -460,12 +522,8 @@ def _stats_vs_generic(ar, ai, br, bi, bits=(24, 53, 80), to_gpu=cp.asarray):
         assert _bits_equal(cp.asnumpy(got), ref)
     generic = _generic_cert_backend()
     for b in bits:
-        count, beyond = _select.ozaki2_moduli_needed(xp, generic, *g, want_pre, b)
-        res = cupy_backend.ozaki2_certificate(*g, pre, b)
-        assert res is not None, "the certificate kernels declined"
-        assert res[0] == count, (b, res[0], count)
-        got = cp.zeros_like(beyond) if res[1] is None else res[1]  # None: no entry beyond
-        assert got.dtype == cp.bool_ and _bits_equal(cp.asnumpy(got), cp.asnumpy(beyond))
+        want = _select.ozaki2_moduli_needed(xp, generic, *g, want_pre, b)
+        _same_certificate(cupy_backend.ozaki2_certificate(*g, pre, b), want)
 
 
 STAT_CASES = [  # ((batch, m, k, n), phi)
@@ -493,9 +551,9 @@ def test_statistics_kernels_bit_for_bit(case, cplx):
 def test_statistics_kernels_large_and_k_blocks():
     a = phi_matrix((300, 2000), 1, seed=51)
     b = phi_matrix((2000, 257), 1, seed=52)
-    _stats_vs_generic(a, None, b, None, bits=(53,))
+    _stats_vs_generic(a, None, b, None, bits=(Target(53), Target(53, "native")))
     ar, ai, br, bi = _operands(((), 3, 70000, 2), 1, True, seed=5)  # 2 INT32 K-blocks
-    _stats_vs_generic(ar, ai, br, bi, bits=(53, 80))
+    _stats_vs_generic(ar, ai, br, bi, bits=(Target(53, "native"), Target(80)))
 
 
 def test_statistics_kernels_views():
@@ -515,19 +573,53 @@ def test_statistics_kernels_views():
     def rev_view(x):  # negative row stride on the device
         return cp.asarray(ar)[::-1] if x is rev else cp.asarray(x)
 
-    _stats_vs_generic(rev, None, br, None, bits=(53,), to_gpu=rev_view)
+    _stats_vs_generic(rev, None, br, None, bits=(Target(53, "native"),), to_gpu=rev_view)
     a3 = _operands(((4,), 6, 40, 9), 1, False, seed=8)[0]
     b3 = np.broadcast_to(br, (4,) + br.shape)  # one B for every batch: stride 0 on the device
-    _stats_vs_generic(a3, None, b3, None, bits=(53,),
+    _stats_vs_generic(a3, None, b3, None, bits=(Target(53, "native"),),
                       to_gpu=lambda x: cp.broadcast_to(cp.asarray(br), b3.shape) if x is b3
                       else cp.asarray(x))  # fmt: skip
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+def test_statistics_kernels_refinement(cplx, monkeypatch):
+    """The exact step and the refinement's steps (suspects by the exact test, the native form's
+    sampled squares and theta, the patch) on the device, against the generic code on phi = 1
+    products of several seeds, also with one step, none, too many suspects and a sample of 7
+    (the native form); some of them refine and some patch."""
+    from emulinalg import _select
+
+    xp = _cxp()
+    generic = _generic_cert_backend()
+    seen = set()
+    for seed in range(12):
+        # no zero line: its entries fail every exact test (_select.exact_line_factors)
+        ar, ai, br, bi = _operands(((), 40, 500, 30), 1, cplx, seed=seed, zero_lines=False)
+        g = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
+        want_pre = ozaki2_prescale(xp, cupy_backend.int_matmul, *g, "accurate")
+        pre = cupy_backend.ozaki2_prescale(*g, "accurate")
+        for target in (Target(24), Target(53), Target(24, "native"), Target(53, "native")):
+            want = _select.ozaki2_moduli_needed(xp, generic, *g, want_pre, target)
+            _same_certificate(cupy_backend.ozaki2_certificate(*g, pre, target), want)
+            limit = "SUSPECTS_MAX" if target.guarantee == "native" else "REFINE_ENTRIES"
+            for name, value in (("REFINE_STEPS", 0), ("REFINE_STEPS", 1), (limit, 0),
+                                ("REFINE_ENTRIES", 7)):  # fmt: skip
+                with monkeypatch.context() as mp:
+                    mp.setattr(_select, name, value)
+                    other = _select.ozaki2_moduli_needed(xp, generic, *g, want_pre, target)
+                    _same_certificate(cupy_backend.ozaki2_certificate(*g, pre, target), other)
+                    if name == "REFINE_STEPS" and value == 0 and other[0] > want[0]:
+                        seen.add("refines")
+            if want[2] is not None:
+                seen.add("patch")
+    assert seen == {"refines", "patch"}
 
 
 def test_statistics_hooks_decline():
     a = cp.asarray(phi_matrix((5, 7), 1, seed=1))
     b = cp.asarray(phi_matrix((7, 4), 1, seed=2))
     assert cupy_backend.ozaki2_prescale(a, None, b, None, "fast") is None
-    assert cupy_backend.ozaki2_certificate(a, None, b, None, None, 53) is None
+    assert cupy_backend.ozaki2_certificate(a, None, b, None, None, Target(53)) is None
     assert cupy_backend.ozaki2_prescale(a.astype(cp.float32), None, b, None, "accurate") is None
 
 

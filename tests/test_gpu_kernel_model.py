@@ -10,13 +10,17 @@ path. ``tests/test_gpu.py`` compares the real kernels with the generic path on t
 
 from __future__ import annotations
 
+import functools
+
 import gpu_kernel_model as model
 import numpy as np
 import pytest
+from _helpers import certificate_counts, rounding_cases, scaled_integer, tie_operands
 
 from emulinalg import _exact, _ozaki2, _scaling, _select
 from emulinalg._moduli import LIMB_BITS, MODULI, crt_constants
 from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
+from emulinalg._select import Target
 from emulinalg.backends import numpy as npb
 from emulinalg.backends.cuda import crt_tables, crt_words, header_moduli, source
 from emulinalg.inputs import phi_matrix
@@ -59,15 +63,16 @@ def _generic(ar, ai, br, bi, n, mode, out_dtype):
 
 
 def _exact_dd(ar, ai, br, bi, n, pre):
-    """(hi, lo) per part from the exact integer product A'B' (Python ints) and the reference's
-    correct double-double rounding."""
+    """(hi, lo) per part from the exact integer product A'B' (Python ints; accurate mode's
+    rounding of the scaled operands) and the reference's correct double-double rounding."""
     c = crt_constants(n)
     mu, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    near = _scaling.rounds_to_nearest(n, ar.shape[-1], "accurate")
 
     def ints(x, s, axis):
         if x is None:
             return None
-        return np.vectorize(int, otypes=[object])(scale_to_integers(np, x, s, axis))
+        return np.vectorize(int, otypes=[object])(scale_to_integers(np, x, s, axis, near))
 
     Ar, Ai = ints(ar, mu, -1), ints(ai, mu, -1)
     Br, Bi = ints(br, nu, -2), ints(bi, nu, -2)
@@ -109,15 +114,16 @@ def test_sources_inline_their_headers():
         assert '#include "' not in text and "__global__" in text
 
 
+@pytest.mark.parametrize("nearest", [False, True])
 @pytest.mark.parametrize("n", [2, 8, 17, 20])
 @pytest.mark.parametrize("cplx", [False, True])
-def test_residue_planes_equal_generic_residues(n, cplx):
+def test_residue_planes_equal_generic_residues(n, cplx, nearest):
     ar, ai, br, bi = _operands(((2,), 5, 37, 6), 4, cplx, seed=n)
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     c = crt_constants(n)
     mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
-    X = [_ozaki2.split(np, scale_to_integers(np, x, mu, -1)) for x in (ar, ai)]
-    planes = model.residue_planes(ar, ai, mu, c.moduli, 5, 48)
+    X = [_ozaki2.split(np, scale_to_integers(np, x, mu, -1, nearest)) for x in (ar, ai)]
+    planes = model.residue_planes(ar, ai, mu, c.moduli, 5, 48, nearest)
     assert not planes[..., 37:].any()
     for ell, m in enumerate(c.moduli):
         want = _ozaki2.residues(np, X[0], X[1], m)
@@ -141,6 +147,117 @@ def test_residues_of_extreme_integers():
         want = [int(v) % m for v in X]  # float64 holds these integers exactly
         want = np.array([w - m if w > (m - 1) // 2 else w for w in want])
         assert np.array_equal(got, want), m
+
+
+def _exact_residues(x, shift, nearest, m):
+    return np.array([_symmetric(scaled_integer(v, s, nearest), m) for v, s in zip(x, shift)])
+
+
+def _symmetric(y, m):
+    return (y + m // 2) % m - m // 2
+
+
+def test_rounding_cases_hit_ties_and_agree_with_the_generic_integers():
+    """The crafted entries have ties to both parities and entries where the two roundings
+    differ, and ``scale_to_integers`` (numpy's round/trunc) gives their exact integers."""
+    x, shift = rounding_cases(np.random.default_rng(0))
+    v = np.ldexp(x, shift)
+    tie = (np.abs(v - np.trunc(v)) == 0.5) & (np.abs(v) < 2.0**52)
+    assert (tie & (np.trunc(v) % 2 == 0)).sum() > 50 and (tie & (np.trunc(v) % 2 != 0)).sum() > 50
+    for nearest in (False, True):
+        got = scale_to_integers(np, x[:, None], shift, -1, nearest)[:, 0]
+        assert [int(g) for g in got] == [scaled_integer(a, s, nearest) for a, s in zip(x, shift)]
+    assert (np.round(v) != np.trunc(v)).sum() > 100
+
+
+@pytest.mark.parametrize("nearest", [False, True])
+def test_element_words_round_to_nearest_or_truncate(nearest):
+    """element_words rounds x 2**shift to nearest, ties to even, or toward zero, exactly as
+    Python's integers: ties n + 1/2 of both parities and signs, 1/2 -> 0, 3/2 -> 2, below 1/2,
+    subnormals, shifts from -1100 on, 1 to 70 bits shifted out."""
+    x, shift = rounding_cases(np.random.default_rng(1))
+    neg, words = model.element_words(x, shift, nearest)
+    for m in MODULI:
+        want = _exact_residues(x, shift, nearest, m)
+        assert np.array_equal(model.residue_of(neg, words, m), want), m
+
+
+@pytest.mark.parametrize("nearest", [False, True])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_host_code_residue_kernel_rounds(cpu_backend, cplx, nearest):
+    """The residue kernel (model, or the CUDA source compiled for the CPU) on the crafted
+    entries, one per line with its own shift, against Python's integers."""
+    be, cp = cpu_backend
+    x, shift = rounding_cases(np.random.default_rng(2))
+    y = x * 0.375 if cplx else None
+    N = len(x)
+    planes = be._residue_planes(
+        cp.asarray(x.reshape(1, N, 1)), None if y is None else cp.asarray(y.reshape(1, N, 1)),
+        (N, 1, 1), N, N, 1, 16, cp.asarray(shift.astype(np.int32).reshape(1, N)), N, 20, nearest,
+    )  # fmt: skip
+    planes = np.asarray(planes)
+    assert planes.shape == (3 if cplx else 1, 20, 1, N, 16) and not planes[..., 1:].any()
+    for ell, m in enumerate(MODULI):
+        want = _exact_residues(x, shift, nearest, m)
+        assert np.array_equal(planes[0, ell, 0, :, 0], want), m
+        if cplx:
+            want_y = _exact_residues(y, shift, nearest, m)
+            assert np.array_equal(planes[1, ell, 0, :, 0], want_y), m
+            assert np.array_equal(planes[2, ell, 0, :, 0], _symmetric(want + want_y, m)), m
+
+
+# (moduli, k, mode, rounds): both sides of _scaling.rounds_to_nearest
+ROUNDING_SWITCH = [
+    (3, 62, "accurate", True),
+    (3, 63, "accurate", False),
+    (2, 20, "accurate", False),
+    (14, 40, "accurate", True),
+    (14, 40, "fast", False),
+]
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("n,k,mode,rounds", ROUNDING_SWITCH)
+def test_model_and_host_code_round_ties(cpu_backend, n, k, mode, rounds, cplx):
+    """Operands whose scaled entries are ties n + 1/2 (both parities, both signs), 1/2, below
+    1/2 and subnormal, for counts that round and counts that truncate: the model and the host
+    code over the kernels (model or CUDA source) equal ``_ozaki2.product`` bit for bit."""
+    be, cp = cpu_backend
+    assert _scaling.rounds_to_nearest(n, k, mode) == rounds
+    ar, ai, br, bi, pre = tie_operands(((2,), 5, k, 4), cplx, n, mode, seed=n + k)
+    c = crt_constants(n)
+    mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    near, trunc = (scale_to_integers(np, ar, mu, -1, r) for r in (True, False))
+    assert (near != trunc).sum() > ar.size // 5  # the two roundings differ on these operands
+    for out_dtype in ("float64", "dd"):
+        with npb.quiet():
+            want = _ozaki2.product(np, npb.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre)
+        got_model = model.ozaki2_product(ar, ai, br, bi, n, mode, out_dtype, pre, k_block=16)
+        dev = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
+        got = be.ozaki2_product(*dev, n, mode, out_dtype, tuple(cp.asarray(x) for x in pre))
+        flat = [[x for p in r for x in (p if isinstance(p, tuple) else (p,))]
+                for r in (want, got_model, got)]  # fmt: skip
+        for w, gm, g in zip(*flat):
+            assert _same(gm, w) and _same(np.asarray(g), w)
+
+
+@pytest.mark.parametrize("n,scale_a,scale_b", [(3, -1040, 1000), (17, -1000, 900), (17, 500, 400)])
+def test_host_code_round_ties_at_large_exponents(cpu_backend, n, scale_a, scale_b):
+    """Ties in lines of subnormal, tiny and huge entries (shifts far from 0)."""
+    be, cp = cpu_backend
+    ar, ai, br, bi, pre = tie_operands(((), 6, 30, 5), True, n, "accurate", seed=4,
+                                       scale_a=scale_a, scale_b=scale_b)  # fmt: skip
+    assert _scaling.rounds_to_nearest(n, 30, "accurate")
+    c = crt_constants(n)
+    mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    v = np.ldexp(ar, mu[:, None])
+    assert (np.abs(v - np.trunc(v)) == 0.5).sum() > 10
+    with npb.quiet():
+        want = _ozaki2.product(np, npb.int_matmul, ar, ai, br, bi, n, "accurate", "dd", pre)
+    got = be.ozaki2_product(*(cp.asarray(x) for x in (ar, ai, br, bi)), n, "accurate", "dd",
+                            tuple(cp.asarray(x) for x in pre))  # fmt: skip
+    for (h, l_), (wh, wl) in zip(got, want):
+        assert _same(np.asarray(h), wh) and _same(np.asarray(l_), wl)
 
 
 CASES = [
@@ -309,7 +426,9 @@ def cpu_backend(request):
 
     if request.param == "native" and shutil.which("g++") is None:
         pytest.skip("no g++ to compile the CUDA sources for the CPU")
-    return fake_cupy.load_backend(native=request.param == "native")
+    be, cp = fake_cupy.load_backend(native=request.param == "native")
+    be._SAMPLE_BLOCKS = 3  # a block per 256 threads here: few, grid-stride over the slots
+    return be, cp
 
 
 def _fake_vs_generic(be, cp, ar, ai, br, bi, n, mode, out_dtype, to_dev=None):
@@ -424,6 +543,16 @@ def _generic_cert_backend(lower):
     return types.SimpleNamespace(magnitude_lower_matmul=lower, native_matmul=np.matmul)
 
 
+def _same_certificate(got, want):
+    """A certificate hook's ``(count, beyond, patch)`` (beyond None: no entry beyond) equals the
+    generic one's."""
+    assert got is not None and got[0] == want[0], (got[0], want[0])
+    beyond = np.zeros_like(want[1]) if got[1] is None else np.asarray(got[1])
+    assert _same(beyond, want[1])
+    assert (got[2] is None) == (want[2] is None), (got[2], want[2])
+    assert got[2] is None or _same(np.asarray(got[2]), want[2])
+
+
 def _same_prescale(got, want):
     assert len(got) == 4
     for g, w in zip(got, want):
@@ -463,19 +592,22 @@ def test_model_prescale_equals_generic(case, cplx):
     _same_prescale(model.ozaki2_prescale(ar, ai, br, bi, k_block=16), want)
 
 
-@pytest.mark.parametrize("bits", [24, 53, 80])
+# both guarantees; the native form's rho below 1 (a blocked native GEMM, _select.native_rho)
+TARGETS = [Target(24), Target(53), Target(80), Target(24, "native"), Target(53, "native", 0.5)]
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=str)
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
 @pytest.mark.parametrize("case", STAT_CASES, ids=str)
-def test_model_certificate_equals_generic(case, cplx, bits):
+def test_model_certificate_equals_generic(case, cplx, target):
     shape, phi = case
-    ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=17 + bits)
+    ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=17 + target.bits)
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     be = _generic_cert_backend(model.magnitude_lower_matmul)
-    count, beyond = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
+    want = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
     mpre = model.ozaki2_prescale(ar, ai, br, bi, k_block=16)
-    got_count, got_beyond = model.ozaki2_certificate(ar, ai, br, bi, mpre, bits, chunk=32)
-    assert got_count == count
-    assert _same(got_beyond, beyond)
+    got = model.ozaki2_certificate(ar, ai, br, bi, mpre, target, chunk=32)
+    _same_certificate(got, want)
 
 
 def test_model_certificate_gemm_fallback():
@@ -486,92 +618,193 @@ def test_model_certificate_gemm_fallback():
     ar = np.ldexp(rng.uniform(-1, 1, (6, 40)), rng.integers(-40, 40, (6, 40)))
     br = np.ldexp(rng.uniform(-1, 1, (40, 5)), rng.integers(-40, 40, (40, 5)))
     pre = ozaki2_prescale(np, npb.int_matmul, ar, None, br, None, "accurate")
-    cR = _select.cert_constants(40, 53).cR
-    _, na, nb = _select._normalized(np, ar, None, br, None)
-    lam = _select.bound_lower(np, pre.lower, False)
-    need_f = _select.ozaki2_needed(np, 40, cR * lam, na, nb, pre[2], pre[3], False)
-    beyond_f = need_f == _select.BEYOND
-    assert beyond_f.any()
-    be = _generic_cert_backend(model.magnitude_lower_matmul)
-    count, beyond = _select.ozaki2_moduli_needed(np, be, ar, None, br, None, pre, 53)
-    assert beyond.sum() < beyond_f.sum()
     mpre = model.ozaki2_prescale(ar, None, br, None)
-    got = model.ozaki2_certificate(ar, None, br, None, mpre, 53)
-    assert got[0] == count and _same(got[1], beyond)
+    be = _generic_cert_backend(model.magnitude_lower_matmul)
+    for target in (Target(53), Target(53, "native")):
+        cc = _select.cert_constants(40, target)
+        _, na, nb = _select._normalized(np, ar, None, br, None, cc.norm)
+        lam = _select.bound_lower(np, pre.lower, False)
+        need_f = _select.ozaki2_needed(np, cc, cc.cR * lam, na, nb, pre[2], pre[3])
+        beyond_f = need_f == _select.BEYOND
+        assert beyond_f.any()
+        want = _select.ozaki2_moduli_needed(np, be, ar, None, br, None, pre, target)
+        assert want[1].sum() < beyond_f.sum()
+        _same_certificate(model.ozaki2_certificate(ar, None, br, None, mpre, target), want)
 
 
-def _refined_case(cplx, bits, seed):
-    """phi = 1 operands where the suspect refinement lowers the count (checked by the caller)."""
+def _phi_case(cplx, seed, shape=(40, 500, 30), batch=()):
+    """phi = 1 operands (batch + (m, k), batch + (k, n))."""
+    m, k, n = shape
     dt = "complex128" if cplx else "float64"
-    a = phi_matrix((40, 500), 1, dt, seed=seed)
-    b = phi_matrix((500, 30), 1, dt, seed=seed + 50)
+    a = phi_matrix(batch + (m, k), 1, dt, seed=seed)
+    b = phi_matrix(batch + (k, n), 1, dt, seed=seed + 50)
     if cplx:
         return a.real.copy(), a.imag.copy(), b.real.copy(), b.imag.copy()
     return a, None, b, None
 
 
-REFINE_CASES = [(False, 24, 0), (True, 53, 1), (True, 24, 2)]
+def _exact_step_drops(ar, ai, br, bi, target):
+    """Whether _select's exact step takes a count off the bisection's on these operands (F's
+    lower bound only: the cases have no entry beyond)."""
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    cc = _select.cert_constants(ar.shape[-1], target, ai is not None)
+    _, na, nb = _select._normalized(np, ar, ai, br, bi, cc.norm)
+    R = cc.cR * _select.bound_lower(np, pre.lower, ai is not None, pre.mixed)
+    need = _select.ozaki2_needed(np, cc, R, na, nb, pre[2], pre[3])
+    assert not (need == _select.BEYOND).any()
+    top = int(need.max())
+    return bool(_select.exact_passes(np, cc, top - 1, R, na, nb, pre[2], pre[3]).all())
 
 
-@pytest.mark.parametrize("cplx,bits,seed", REFINE_CASES)
-def test_refinement_lowers_the_count_and_is_certified(cplx, bits, seed, monkeypatch):
-    """The suspect refinement takes one modulus fewer than the bound GEMM's bound alone, the
-    model takes the same count and mask, and the count still certifies every entry: with the
-    exact |A||B| (float64 GEMM of the magnitudes, line-normalized) no entry needs more."""
-    ar, ai, br, bi = _refined_case(cplx, bits, seed)
+def _generic_counts(ar, ai, br, bi, target):
+    """The generic certificate's (count, patch) as it is and its count without the refinement
+    (no step: REFINE_STEPS 0)."""
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     be = _generic_cert_backend(model.magnitude_lower_matmul)
-    count, beyond = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
-    with monkeypatch.context() as mp:
-        mp.setattr(_select, "REFINE_ENTRIES", -1)  # no refinement
-        count_f, _ = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
-        mpre = model.ozaki2_prescale(ar, ai, br, bi)
-        assert model.ozaki2_certificate(ar, ai, br, bi, mpre, bits)[0] == count_f
-    assert count == count_f - 1 and not beyond.any()
+    return certificate_counts(np, be, ar, ai, br, bi, pre, target)
+
+
+@functools.cache
+def _seed_showing(cplx, target, shape, want, batch=()):
+    """The first seed whose phi = 1 operands show ``want`` in the generic certificate (the
+    cases follow the certificate's constants): "refines" (the refinement takes counts off, no
+    patch), "after-step" (after a successful exact step: the suspects come from the refinement's
+    own exact pass two counts below the bisection's), "patch" (a count off with a patch), "step"
+    (the exact step takes a count off; batched: no refinement)."""
+    for seed in range(24):
+        ops = _phi_case(cplx, seed, shape, batch)
+        if want == "step":
+            if _exact_step_drops(*ops, target):
+                return seed
+            continue
+        full, patch, unrefined = _generic_counts(*ops, target)
+        if full == unrefined or (patch is not None) != (want == "patch"):
+            continue
+        if want != "after-step" or _exact_step_drops(*ops, target):
+            return seed
+    raise AssertionError(f"no seed shows {want!r} for {cplx, target, shape}")
+
+
+# (cplx, target, shape, want): the refinement takes counts off, strict and native, also after a
+# successful exact step, and with a patch
+REFINE_CASES = [
+    (False, Target(53), (40, 500, 30), "refines"),
+    (True, Target(24), (40, 500, 30), "refines"),
+    (True, Target(24), (40, 500, 30), "after-step"),
+    (False, Target(24, "native"), (40, 500, 30), "refines"),
+    (True, Target(53, "native"), (40, 500, 30), "refines"),
+    (True, Target(24, "native"), (30, 200, 20), "after-step"),
+    (False, Target(53), (40, 500, 30), "patch"),
+    (True, Target(24, "native"), (40, 500, 30), "patch"),
+]
+
+
+def _refined_case(cplx, target, shape, want):
+    return _phi_case(cplx, _seed_showing(cplx, target, shape, want), shape)
+
+
+@pytest.mark.parametrize("cplx,target,shape,want", REFINE_CASES, ids=str)
+def test_refinement_lowers_the_count_and_is_certified(cplx, target, shape, want, monkeypatch):
+    """The suspect refinement takes moduli off the bound GEMM's bound alone, the model takes
+    the same count, mask and patch (also with one step, and with none), and, strict form, the
+    count still certifies every entry but the patch's with the exact shifts and |A||B| (float64
+    products of the magnitudes, line-normalized). (The native form tests its suspects against
+    theta |A||B|: the generic decisions are the reference.)"""
+    ar, ai, br, bi = _refined_case(cplx, target, shape, want)
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    be = _generic_cert_backend(model.magnitude_lower_matmul)
     mpre = model.ozaki2_prescale(ar, ai, br, bi)
-    got = model.ozaki2_certificate(ar, ai, br, bi, mpre, bits)
-    assert got[0] == count and _same(got[1], beyond)
-    parts, na, nb = _select._normalized(np, ar, ai, br, bi)
+    for steps in (0, 1, _select.REFINE_STEPS):
+        with monkeypatch.context() as mp:
+            mp.setattr(_select, "REFINE_STEPS", steps)
+            want_ = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
+            _same_certificate(model.ozaki2_certificate(ar, ai, br, bi, mpre, target), want_)
+        if steps == 0:
+            count_f = want_[0]
+    count, beyond, patch = want_
+    assert count < count_f and not beyond.any() and (patch is not None) == (want == "patch")
+    if target.guarantee == "native":
+        return
+    k = ar.shape[-1]
+    cc = _select.cert_constants(k, target, cplx)
+    parts, na, nb = _select._normalized(np, ar, ai, br, bi, cc.norm)
     mag = np.abs(parts[0] + 1j * parts[1]) if cplx else np.abs(parts[0])
     magb = np.abs(parts[2] + 1j * parts[3]) if cplx else np.abs(parts[2])
-    lam = (mag @ magb) * (1 - 2.0**-40)
-    cR = _select.cert_constants(ar.shape[-1], bits).cR
-    need = _select.ozaki2_needed(np, ar.shape[-1], cR * lam, na, nb, pre[2], pre[3], cplx)
-    assert need.max() <= count
+    R = cc.cR * (mag @ magb) * (1 - 2.0**-40)
+    ok = _select.exact_passes(np, cc, count, R, na, nb, pre[2], pre[3]).reshape(-1)
+    if patch is not None:
+        ok[patch] = True
+    assert ok.all()
 
 
 def test_refinement_skipped_when_too_many_suspects(monkeypatch):
-    ar, ai, br, bi = _refined_case(False, 24, 0)
+    target = Target(24)
+    ar, ai, br, bi = _refined_case(True, target, (40, 500, 30), "refines")
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     be = _generic_cert_backend(model.magnitude_lower_matmul)
-    full, _ = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, 24)
-    monkeypatch.setattr(_select, "REFINE_SHARE", 0.0)  # no rows x columns fit
-    assert _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, 24)[0] == full + 1
+    full = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)[0]
+    monkeypatch.setattr(_select, "REFINE_ENTRIES", 0)  # no suspect fits
+    skipped = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)[0]
+    assert skipped > full
     mpre = model.ozaki2_prescale(ar, ai, br, bi)
-    assert model.ozaki2_certificate(ar, ai, br, bi, mpre, 24)[0] == full + 1
+    assert model.ozaki2_certificate(ar, ai, br, bi, mpre, target)[0] == skipped
+
+
+def test_model_exact_factors_equal_generic():
+    """cert_exact_factors' shifts (from the exponents, one exact comparison) and factors equal
+    _select.exact_line_factors for every count and both guarantees, on line bounds at and next
+    to the shifts' steps, zero (a zero line) and the extremes."""
+    import array_api_compat.numpy as xnp
+
+    from emulinalg._moduli import MAX_MODULI, MIN_MODULI
+
+    rng = np.random.default_rng(5)
+    e = [0.0, 0.25, 0.5, 1.0, 3.75, 2.0**52, 2.0**60]
+    e += list(rng.integers(1, 2**40, 200) * 0.25)
+    for n in range(MIN_MODULI, MAX_MODULI + 1):
+        q = crt_constants(n).Q_down
+        for t in range(-25, 40):  # v 4**t == Q_down exactly, and its neighbours
+            v = np.ldexp(q, -2 * t)
+            if 0.25 <= v <= 2.0**60:
+                e += [v, np.nextafter(v, 0), np.nextafter(v, np.inf)]
+    e = np.array(e)
+    for k, target, cplx in ((10, Target(53), False), (4000, Target(53), True),
+                            (10**6, Target(24), False), (4000, Target(53, "native"), True),
+                            (10**6, Target(24, "native"), False)):  # fmt: skip
+        cc = _select.cert_constants(k, target, cplx)
+        q_down, f0 = model.exact_table(cc)
+        for i, n in enumerate(range(MIN_MODULI, MAX_MODULI + 1)):
+            want = _select.exact_line_factors(xnp, cc, n, e, cc.scale)
+            assert _same(model.exact_factors(e, q_down[i], f0[i]), want), (k, target, n)
 
 
 def test_model_certificate_line_terms():
-    """The l1 norms: the generic ones up to the order of the sum (both are upper bounds); the
-    bf16 operands: those of the generic lower-bound hook."""
+    """The l1 and l2 norms: the generic ones (_select._line_norm) up to the order of the sums
+    (both are upper bounds); the bf16 operands: those of the generic lower-bound hook."""
     ar, ai, br, bi = _stat_operands(((2,), 9, 1000, 7), 1, True, seed=3)
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     a = ar, ai
     s = pre[0]
+    l1fac = _select.cert_constants(1000).l1fac
     out, part = model.cert_operand(*a, s, 9, 1000, False, chunk=64)
-    na, _ = model.cert_line_terms(part, 1.0 + 1002 * 2.0**-52, pre[2], 2.0**-4)
+    na, _ = model.cert_line_terms(part[None], l1fac, pre[2], 2.0**-4)  # its l1 sums only
     ea = np.expand_dims(5 - 1 - s, -1)
     arn, ain = np.ldexp(ar, -ea), np.ldexp(ai, -ea)
-    want = _select._l1_upper(np, arn, ain, -1)
+    want = _select._line_norm(np, arn, ain, -1, "l1")
     assert np.allclose(na, want, rtol=1000 * 2.0**-52, atol=0)
     mag = np.maximum(np.abs(arn), np.abs(ain))
     assert np.array_equal(out, model.bf16_rz(mag))
-    # the bound pass's l1 partials (by chunks of 128 columns) and line terms
+    # the bound pass's partials (by chunks of 128 columns) and line terms, l1 and l2
     emax = model.line_max_exponent(ar, ai)
     s2, planes, sums, nz, mixed, part128 = model.bound_operand(ar, ai, emax, 9, 1008)
-    assert np.array_equal(s2, s)
-    na128, _ = model.cert_line_terms(part128, 1.0 + 1002 * 2.0**-52, pre[2], 2.0**-4)
+    assert np.array_equal(s2, s) and part128.shape == (2, 2, 8, 9)
+    na128, _ = model.cert_line_terms(part128, l1fac, pre[2], 2.0**-4)
     assert np.allclose(na128, want, rtol=1000 * 2.0**-52, atol=0)
+    want2 = _select._line_norm(np, arn, ain, -1, "l2")
+    na2, _ = model.cert_line_terms(part128, l1fac, pre[2], 2.0**-4, l2=True)
+    assert np.allclose(na2, want2, rtol=1000 * 2.0**-52, atol=0)
+    live = na128 > 0  # (a zero row: 0 both)
+    assert (na2[live] < 0.9 * na128[live]).all()  # a different norm, not the l1 one
     gen, gsum, gnz = _scaling._bound_operand(np, ar, ai, s, axis=-1)
     assert np.array_equal(planes[..., :1000], gen) and np.array_equal(sums, gsum)
     assert np.array_equal(nz, gnz)
@@ -586,9 +819,9 @@ def test_model_certificate_k_and_overflowing_bits(k):
     mpre = model.ozaki2_prescale(ar, ai, br, bi)
     be = _generic_cert_backend(model.magnitude_lower_matmul)
     for bits in (10, 53, 120, 200):
-        want = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, bits)
-        got = model.ozaki2_certificate(ar, ai, br, bi, mpre, bits)
-        assert got[0] == want[0] and _same(got[1], want[1]), bits
+        for target in (Target(bits), Target(bits, "native")):
+            want = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
+            _same_certificate(model.ozaki2_certificate(ar, ai, br, bi, mpre, target), want)
 
 
 HOST_STAT_CASES = [(((), 1, 1, 1), 1), (((), 9, 70, 17), 4), (((3,), 5, 21, 6), 0.5)]
@@ -598,9 +831,9 @@ HOST_STAT_CASES = [(((), 1, 1, 1), 1), (((), 9, 70, 17), 4), (((3,), 5, 21, 6), 
 WIDE_STAT_CASES = [(((), 70, 6, 260), 1), (((2,), 37, 5, 259), 1)]
 
 
-def _stat_vs_generic(be, cp, ar, ai, br, bi, bits, to_dev=None):
+def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None):
     """backends/cupy.py's prescale and certificate hooks (on the CPU stand-in) against the
-    generic code, which uses the same bf16 lower-bound hook: bit for bit."""
+    generic code, which uses the same bf16 lower-bound hook: bit for bit, per ``Target``."""
     to_dev = to_dev or cp.asarray
     want_pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     g = [None if x is None else to_dev(x) for x in (ar, ai, br, bi)]
@@ -609,12 +842,9 @@ def _stat_vs_generic(be, cp, ar, ai, br, bi, bits, to_dev=None):
     _same_prescale(pre, want_pre)
     assert be.ozaki2_prescale(*g, "fast") is None  # left to the generic code
     generic = _generic_cert_backend(be.magnitude_lower_matmul)
-    for b in bits:
+    for b in targets:
         want = _select.ozaki2_moduli_needed(np, generic, ar, ai, br, bi, want_pre, b)
-        got = be.ozaki2_certificate(*g, pre, b)
-        assert got is not None and got[0] == want[0], (b, got[0], want[0])
-        beyond = np.zeros_like(want[1]) if got[1] is None else np.asarray(got[1])  # None: none
-        assert _same(beyond, want[1])
+        _same_certificate(be.ozaki2_certificate(*g, pre, b), want)
 
 
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
@@ -623,14 +853,14 @@ def test_host_code_statistics(cpu_backend, case, cplx):
     be, cp = cpu_backend
     shape, phi = case
     ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=23)
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53, 80))
+    _stat_vs_generic(be, cp, ar, ai, br, bi, TARGETS)
 
 
 @pytest.mark.parametrize("case", WIDE_STAT_CASES, ids=str)
 def test_host_code_statistics_wide(cpu_backend, case):
     be, cp = cpu_backend
     ar, ai, br, bi = _stat_operands(*case, False, seed=29)
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53))
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (Target(24), Target(53, "native")))
 
 
 def test_host_code_statistics_staged_rows(cpu_backend, monkeypatch):
@@ -648,38 +878,70 @@ def test_host_code_statistics_staged_rows(cpu_backend, monkeypatch):
     monkeypatch.setattr(be._cuda, "source", staged)
     monkeypatch.setattr(be, "_modules", {})
     ar, ai, br, bi = _stat_operands(((3,), 13, 9, 10), 1, False, seed=31)
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53))
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (Target(24), Target(53, "native")))
 
 
-@pytest.mark.parametrize("cplx,bits,seed", REFINE_CASES)
-def test_host_code_statistics_refinement(cpu_backend, cplx, bits, seed, monkeypatch):
+@pytest.mark.parametrize("cplx,target,shape,want", REFINE_CASES, ids=str)
+def test_host_code_statistics_refinement(cpu_backend, cplx, target, shape, want, monkeypatch):
+    """The exact step, the suspects and their refinement steps (the sample's squares and theta:
+    the native form) and the patch in the kernels, as the generic code, also with the steps
+    launched one at a time (a read-back each) and none before the first read-back; also with
+    no step, one step, too many suspects (the kernels refine none), and a sample of 7 suspects
+    (every ceil(suspects / 7)-th in flat order: the native form)."""
     be, cp = cpu_backend
-    ar, ai, br, bi = _refined_case(cplx, bits, seed)
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
-    monkeypatch.setattr(_select, "REFINE_SHARE", 0.0)  # suspects too spread: both skip it
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (bits,))
+    ar, ai, br, bi = _refined_case(cplx, target, shape, want)
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
+    for speculative in (1, 0):
+        with monkeypatch.context() as mp:
+            mp.setattr(be, "_SPECULATIVE_STEPS", speculative)
+            _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
+    limit = "SUSPECTS_MAX" if target.guarantee == "native" else "REFINE_ENTRIES"
+    for name, value in (("REFINE_STEPS", 0), ("REFINE_STEPS", 1), (limit, 0),
+                        ("REFINE_ENTRIES", 7)):  # fmt: skip
+        with monkeypatch.context() as mp:
+            mp.setattr(_select, name, value)
+            _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
+
+
+def _second_pass_case(seed):
+    """Complex phi = 1 operands, 41 x 300 x 31, with a zero bound-GEMM entry (the first pass
+    leaves it beyond)."""
+    m, k, n = 41, 300, 31
+    a = phi_matrix((m, k), 1, "complex128", seed=seed)
+    b = phi_matrix((k, n), 1, "complex128", seed=seed + 50)
+    a[0, k // 2 :], b[: k // 2, 0] = 0, 0
+    return a.real.copy(), a.imag.copy(), b.real.copy(), b.imag.copy()
+
+
+@functools.cache
+def _second_pass_refines():
+    """(seed, target) of the first _second_pass_case whose refinement takes counts off."""
+    for seed in range(10, 26):
+        for target in (Target(24, "native"), Target(53, "native"), Target(24), Target(53)):
+            full, _, unrefined = _generic_counts(*_second_pass_case(seed), target)
+            if full < unrefined:
+                return seed, target
+    raise AssertionError("no second-pass case refines")
 
 
 def test_host_code_statistics_refinement_second_pass(cpu_backend, monkeypatch):
     """The refinement after the bf16 GEMM pass (the GEMM and complex kernel variants), on an
-    output of 41 x 31 entries (the suspect scan's tail past the 16-entry groups): the generic
-    count, one below the count without the refinement."""
+    output of 41 x 31 entries (the suspect scans' last, partial group): the generic
+    count, below the count without the refinement."""
     be, cp = cpu_backend
-    m, k, n = 41, 300, 31
-    a = phi_matrix((m, k), 1, "complex128", seed=10)
-    b = phi_matrix((k, n), 1, "complex128", seed=60)
-    a[0, k // 2 :], b[: k // 2, 0] = 0, 0  # a zero bound-GEMM entry: the first pass leaves it
-    ar, ai, br, bi = a.real.copy(), a.imag.copy(), b.real.copy(), b.imag.copy()
+    seed, target = _second_pass_refines()
+    ar, ai, br, bi = _second_pass_case(seed)
     calls = []
     real = be._bf16_gemm
     monkeypatch.setattr(be, "_bf16_gemm", lambda *x: calls.append(1) or real(*x))
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (24,))
+    targets = tuple(dict.fromkeys((Target(24), Target(53, "native"), target)))
+    _stat_vs_generic(be, cp, ar, ai, br, bi, targets)
     assert calls  # the second pass ran
-    pre = be.ozaki2_prescale(*(cp.asarray(x) for x in (ar, ai, br, bi)), "accurate")
-    count = be.ozaki2_certificate(*(cp.asarray(x) for x in (ar, ai, br, bi)), pre, 24)[0]
-    monkeypatch.setattr(_select, "REFINE_ENTRIES", -1)
-    again = be.ozaki2_certificate(*(cp.asarray(x) for x in (ar, ai, br, bi)), pre, 24)
-    assert again[0] == count + 1
+    dev = [cp.asarray(x) for x in (ar, ai, br, bi)]
+    pre = be.ozaki2_prescale(*dev, "accurate")
+    count = be.ozaki2_certificate(*dev, pre, target)[0]
+    monkeypatch.setattr(_select, "REFINE_STEPS", 0)
+    assert be.ozaki2_certificate(*dev, pre, target)[0] > count
 
 
 @pytest.mark.parametrize("which", ["real-part", "imag-a"])
@@ -694,7 +956,7 @@ def test_host_code_statistics_complex_one_part(cpu_backend, which):
     if which == "imag-a":
         ar, ai = ai, ar
     (ai if which == "real-part" else ar)[2] = rng.standard_normal(40)  # row 2: both parts
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (24, 53))
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (Target(24), Target(53, "native")))
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     lam = _select.bound_lower(np, pre.lower, True, pre.mixed)
     loose = _select.bound_lower(np, pre.lower, True)
@@ -711,13 +973,14 @@ def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch
     def transposed_view(x):  # same values, rows contiguous in memory
         return cp.asarray(tr[id(x)]).T
 
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (53,), to_dev=transposed_view)
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (Target(53), Target(53, "native")),
+                     to_dev=transposed_view)  # fmt: skip
     rev = ar[::-1]  # negative row stride on the device too
 
     def rev_view(x):
         return cp.asarray(ar)[::-1] if x is rev else cp.asarray(x)
 
-    _stat_vs_generic(be, cp, rev, None, br, None, (24, 80), to_dev=rev_view)
+    _stat_vs_generic(be, cp, rev, None, br, None, (Target(24), Target(80)), to_dev=rev_view)
     a3 = _stat_operands(((4,), 6, 40, 9), 1, False, seed=8)[0]
     b2 = _stat_operands(((), 6, 40, 9), 1, False, seed=9)[2]
     b3 = np.broadcast_to(b2, (4,) + b2.shape)  # one B for every batch: stride 0
@@ -725,7 +988,7 @@ def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch
     def bcast(x):
         return cp.broadcast_to(cp.asarray(b2), b3.shape) if x is b3 else cp.asarray(x)
 
-    _stat_vs_generic(be, cp, a3, None, b3, None, (53,), to_dev=bcast)
+    _stat_vs_generic(be, cp, a3, None, b3, None, (Target(53, "native"),), to_dev=bcast)
 
 
 @pytest.mark.parametrize("warps", [1, 3, 100])
@@ -845,9 +1108,9 @@ def test_host_code_line_scan_prepares_prescale(cpu_backend, cplx):
     _same_prescale(pre, want)
     assert exps.prep is None  # taken once
     # the certificate on the prepared prescale: the prescale's own certificate's count and mask
-    for bits in (24, 53):
-        got = be.ozaki2_certificate(*g, pre, bits)
-        ref = be.ozaki2_certificate(*g, be.ozaki2_prescale(*g, "accurate"), bits)
+    for target in (Target(24), Target(53, "native")):
+        got = be.ozaki2_certificate(*g, pre, target)
+        ref = be.ozaki2_certificate(*g, be.ozaki2_prescale(*g, "accurate"), target)
         assert got[0] == ref[0]
         assert (got[1] is None) == (ref[1] is None)
         if got[1] is not None:
@@ -867,12 +1130,12 @@ def test_host_code_statistics_decline(cpu_backend, monkeypatch):
     ar, _, br, _ = _stat_operands(((), 4, 8, 5), 1, False, seed=1)
     g = cp.asarray(ar), None, cp.asarray(br), None
     pre = be.ozaki2_prescale(*g, "accurate")
-    assert be.ozaki2_certificate(*g, None, 53) is None
+    assert be.ozaki2_certificate(*g, None, Target(53)) is None
     a32 = cp.asarray(ar.astype(np.float32))
     assert be.ozaki2_prescale(a32, None, g[2], None, "accurate") is None
     monkeypatch.setenv("EMULINALG_CUPY_KERNELS", "0")
     assert be.ozaki2_prescale(*g, "accurate") is None
-    assert be.ozaki2_certificate(*g, pre, 53) is None
+    assert be.ozaki2_certificate(*g, pre, Target(53)) is None
 
 
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
@@ -898,6 +1161,8 @@ def test_engine_choose_uses_the_hooks(cpu_backend, cplx):
         _same_prescale(got[1], want[1])
         beyond = np.zeros_like(want[2]) if got[2] is None else np.asarray(got[2])  # None: none
         assert _same(beyond, want[2])
+        assert (got[3] is None) == (want[3] is None)  # the patch
+        assert got[3] is None or _same(np.asarray(got[3]), want[3])
 
 
 def test_engine_run_uses_the_prescale_hook(cpu_backend, monkeypatch):
@@ -966,12 +1231,9 @@ def test_host_code_statistics_float32(cpu_backend, cplx, second_pass):
     be_gemm = lambda *x: calls.append(1) or real(*x)  # noqa: E731
     try:
         be._bf16_gemm = be_gemm
-        for bits in (24, 53):
-            want = _select.ozaki2_moduli_needed(np, generic, *wide, want_pre, bits)
-            got = be.ozaki2_certificate(*dev, pre, bits)
-            assert got is not None and got[0] == want[0], (bits, got[0], want[0])
-            beyond = np.zeros_like(want[1]) if got[1] is None else np.asarray(got[1])
-            assert _same(beyond, want[1])
+        for target in (Target(24), Target(53), Target(24, "native"), Target(53, "native")):
+            want = _select.ozaki2_moduli_needed(np, generic, *wide, want_pre, target)
+            _same_certificate(be.ozaki2_certificate(*dev, pre, target), want)
     finally:
         be._bf16_gemm = real
     assert bool(calls) == second_pass

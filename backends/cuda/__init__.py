@@ -14,8 +14,9 @@ Stages (named as in ``emulinalg._ozaki2``):
 - ``bf16_lower.cu``: float64 -> bfloat16 truncated toward zero (certificate lower bounds);
 - ``ozaki2_stats.cu``: the statistics that choose the number of moduli, as
   ``emulinalg._scaling.ozaki2_prescale`` ("accurate") and ``emulinalg._select.ozaki2_moduli_needed``
-  compute them: line exponents, the int8 bound operand of the prescale GEMM, the certificate's
-  bf16 operands and l1 norms, and one pass over the bf16 GEMM's output (mask and min-reduction).
+  compute them: line exponents, the int8 bound operand of the prescale GEMM with the line
+  norms' sums, the certificate's bf16 operands, its passes over the bound (and bf16) GEMM's
+  sums (counts, the exact step) and the suspect refinement's steps.
 """
 
 from __future__ import annotations

@@ -3,14 +3,15 @@
 //
 // The operand is a logical (B, R, C) array with element strides (sb, sr, sc): rows are the lines
 // that carry a shift (rows of A, columns of B) and C is the contraction axis k. Entry x of row r
-// becomes the integer X = trunc(x * 2**shift[r]) (exactly: no float rounding is involved) and
-// its residues X mod m_l in [-(m/2), (m-1)/2] go to planes (P, NMOD, B, Rpad, Cp) of int8,
-// row-major with Cp (a multiple of 16) as the leading dimension: A's planes are A' itself, B's
-// are B'^T, which is cuBLAS's "TN" INT8 GEMM. Rows >= R and columns >= C are written as zeros,
-// so the planes need no memset. Complex operands (CPLX) get P = 3 plane sets: re, im and
-// re + im (mod m) for the 3M products.
+// becomes the integer X = x * 2**shift[r] rounded to nearest, ties to even (NEAR), or toward
+// zero, as emulinalg._scaling.scale_to_integers (rounds_to_nearest picks NEAR; exactly: no float
+// rounding is involved), and its residues X mod m_l in [-(m/2), (m-1)/2] go to planes (P, NMOD,
+// B, Rpad, Cp) of int8, row-major with Cp (a multiple of 16) as the leading dimension: A's
+// planes are A' itself, B's are B'^T, which is cuBLAS's "TN" INT8 GEMM. Rows >= R and columns
+// >= C are written as zeros, so the planes need no memset. Complex operands (CPLX) get P = 3
+// plane sets: re, im and re + im (mod m) for the 3M products.
 //
-// Exactness: |X| < 2**82 (the scaling keeps max|x| * 2**(shift - s) < 2**6 and shift - s <=
+// Exactness: |X| <= 2**82 (the scaling keeps max|x| * 2**(shift - s) < 2**6 and shift - s <=
 // floor(L) <= 76, see _scaling.ozaki2_shifts), so X fits six 16-bit words w_i, and
 // X mod m = (sum_i w_i * (2**(16 i) mod m)) mod m with the sum below 2**27: one 32-bit
 // reduction per modulus.
@@ -30,8 +31,11 @@ struct Words {
   bool neg;
 };
 
-// |trunc(x * 2**shift)| as words, and the sign of x. x = (-1)^s M 2^E with an integer M < 2**53;
-// the integer part of M * 2**(E + shift) is M shifted left or right.
+// |X| as words, X = x * 2**shift rounded to nearest, ties to even (NEAR) or toward zero, and the
+// sign of x (rounding |x| 2**shift and then applying the sign is the same: both roundings are
+// symmetric). x = (-1)^s M 2^E with an integer M < 2**53, so |x| 2**shift = M 2**e2: M shifted
+// left (an integer already) or right by -e2 bits.
+template <bool NEAR>
 __device__ __forceinline__ Words element_words(double x, int shift) {
   const unsigned long long bits = static_cast<unsigned long long>(__double_as_longlong(x));
   const int eb = static_cast<int>((bits >> 52) & 0x7ff);
@@ -51,7 +55,12 @@ __device__ __forceinline__ Words element_words(double x, int shift) {
       hi = mant << (e2 - 64);
     }
   } else if (e2 > -64) {
-    lo = mant >> (-e2);
+    // Nearest: M + (half - 1) + (the kept part's lowest bit), shifted, carries exactly when the
+    // dropped bits exceed half, or equal it with an odd kept part (M + 2**62 < 2**64: no
+    // overflow). From d = 54 on, M < 2**53 <= half gives 0, as for d >= 64 (M 2**e2 < 2**-11).
+    const int d = -e2;
+    const unsigned long long bias = NEAR ? (1ull << (d - 1)) - 1 + ((mant >> d) & 1) : 0;
+    lo = (mant + bias) >> d;
   }
   Words r;
   const unsigned l0 = static_cast<unsigned>(lo), l1 = static_cast<unsigned>(lo >> 32);
@@ -117,7 +126,7 @@ __device__ __forceinline__ void store_residues(const Words (&wr)[4], const Words
 
 }  // namespace
 
-template <int NMOD, bool CPLX>
+template <int NMOD, bool CPLX, bool NEAR>
 __global__ void __launch_bounds__(kThreads, CPLX ? 2 : 3)
     ozaki2_residues(const double* __restrict__ re, const double* __restrict__ im, long long sb,
                     long long sr, long long sc, int B, int R, int C, int Rpad, int Cp,
@@ -156,8 +165,8 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : 3)
       Words wr[4], wi[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        wr[j] = element_words(tre[rr][cc + j], tsh[rr]);
-        if constexpr (CPLX) wi[j] = element_words(tim[rr][cc + j], tsh[rr]);
+        wr[j] = element_words<NEAR>(tre[rr][cc + j], tsh[rr]);
+        if constexpr (CPLX) wi[j] = element_words<NEAR>(tim[rr][cc + j], tsh[rr]);
       }
       const long long at = (static_cast<long long>(b) * Rpad + r) * Cp + c;  // byte offset
       store_residues<0, NMOD, CPLX>(wr, wi, planes, plane, at);
@@ -167,10 +176,16 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : 3)
 
 #ifndef __CUDACC_RTC__
 // Standalone nvcc build (register/spill check); the backend instantiates what it needs.
-template __global__ void ozaki2_residues<18, false>(const double*, const double*, long long,
-                                                   long long, long long, int, int, int, int,
-                                                   int, int, const int*, long long, unsigned*);
-template __global__ void ozaki2_residues<20, true>(const double*, const double*, long long,
-                                                  long long, long long, int, int, int, int,
-                                                  int, int, const int*, long long, unsigned*);
+template __global__ void ozaki2_residues<18, false, true>(const double*, const double*,
+                                                         long long, long long, long long, int,
+                                                         int, int, int, int, int, const int*,
+                                                         long long, unsigned*);
+template __global__ void ozaki2_residues<20, true, true>(const double*, const double*, long long,
+                                                        long long, long long, int, int, int,
+                                                        int, int, int, const int*, long long,
+                                                        unsigned*);
+template __global__ void ozaki2_residues<18, false, false>(const double*, const double*,
+                                                          long long, long long, long long, int,
+                                                          int, int, int, int, int, const int*,
+                                                          long long, unsigned*);
 #endif

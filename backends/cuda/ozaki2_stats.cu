@@ -13,26 +13,38 @@
 //   bound_operand      s = 5 - e - cplx per line, and int8 floor(RN(|re| 2**(s+1))) (+ the same
 //                      of |im|), <= 127, in the INT8 GEMM's layout (B, Rpad, Cp), zero-padded;
 //                      per line the sum of those entries and the count of nonzero parts
-//                      (atomicAdd: exact integers), and per 128 columns the sequential sum
-//                      of |re| 2**-e + |im| 2**-e (the l1 norm's partials); one warp per block,
-//                      streaming its tiles through shared memory by cp.async, a line per lane
+//                      (atomicAdd: exact integers), and per 128 columns the sequential sums
+//                      of x = |re| 2**-e + |im| 2**-e and of x**2 (the l1 and l2 norms'
+//                      partials); one warp per block, streaming its tiles through shared
+//                      memory by cp.async, a line per lane
 //   bound_max          per line of the bound GEMM F = Ā B̄ the max over the other axis of
 //                      U = bound_upper(F, line terms) (atomicMax; _scaling.bound_upper)
 //   cert_operand       bfloat16 bits of max(|re|, |im|) 2**-e truncated toward zero, line-major
 //                      (B, Rpad, Cp) or k-major (B, Cp, Rpad), as bf16_lower.cu; and per chunk
 //                      of columns the sequential sum of |re| 2**-e + |im| 2**-e (the l1 norm)
-//   cert_line_terms    per line: the l1 upper bound sum * (1 + (k+2) 2**-52), alpha = 2**(cplx-5)
-//                      sqrt(e) from the prescale's line bound
+//   cert_line_terms    per line: the l1 upper bound sum * (1 + (k+2) 2**-52) or the l2 one
+//                      sqrt(sum of squares * (1 + (k+2) 2**-52)) (1 + 2**-52) (_select's
+//                      _line_norm), alpha = 2**(cplx-5) sqrt(e) from the prescale's line bound
 //   cert_entries       per output entry: the lower bound lam of |A||B| from the bound GEMM F
 //                      (F 2**-12, 2**-11 complex) or, on the second pass, the larger of that
 //                      and the bf16 GEMM's FP32 sums' bound; the smallest count of moduli the
 //                      certificate accepts (float64, in _select's operation order, no FMA),
-//                      and a histogram of those counts
-//   collect_suspects   the flat indices of the entries needing a given count (the suspects),
-//                      with the number of their distinct rows and columns
+//                      and a histogram of those counts. Launched again with the threshold 1
+//                      and the exact line factors in place of alpha, beta, it is the exact
+//                      step's test (_select.exact_passes), its histogram counting failures
+//   cert_exact_factors _select.exact_line_factors of every line for the count the histograms
+//                      ask for (one count below the largest, or two after a successful exact
+//                      step), and whether the exact-step pass that uses them runs
+//   collect_suspects   the flat indices of the suspects: the entries not beyond that fail the
+//                      exact test one count below the certificate's count
 //   refine_suspects    the suspect refinement (_select.refine_moduli): the suspects' float64
-//                      sums of normalized magnitude products (one warp per entry) and the
-//                      certificate's test one count lower, failures counted
+//                      sums of normalized magnitude products (and of their squares: the
+//                      native form), one warp per entry, and the exact test one count lower,
+//                      failures counted
+//
+// The certificate's passes after the first (cert_entries) decide on the device, from the
+// histograms in one zeroed buffer of words (cert_plan), whether they run: the host reads the
+// buffer back once, after all of them.
 //
 // x * 2**p is computed as a multiplication by an exact power of two: one correctly rounded
 // operation, the same as ldexp (numpy's and CUDA's), also for subnormal results.
@@ -371,9 +383,10 @@ __device__ __forceinline__ void bound_read4(const In* t, int line_major, int lan
 // (B, Rpad, Cp) (32 bytes per line and tile), and per line: the sum of its entries (sums), of
 // its nonzero parts (nz) and of its entries with both parts nonzero (mixed, complex), added
 // atomically when the warp leaves the row tile (exact integers, zeroed by the caller), and
-// partial (B, ceil(Cp / 128), R): each chunk's float64 sum of |re| 2**-e + |im| 2**-e (e = 5 -
-// cplx - s) over its 128 columns: 32 sequential sums of 4 columns, added in order (the same for
-// any grid; the line's l1 norm then adds Cp / 128 partials, not Cp / 32). Cp is a multiple of
+// partial (2, B, ceil(Cp / 128), R): each chunk's float64 sums of x = |re| 2**-e + |im| 2**-e
+// (e = 5 - cplx - s) over its 128 columns, 32 sequential sums of 4 columns added in order, and
+// of x**2, in column order (the same for any grid; the line's norm then adds Cp / 128 partials,
+// not Cp / 32; the squares give the native form's l2 norm). Cp is a multiple of
 // 16; rows_contiguous: the lines are the contiguous axis (k-major slots); vec: as bound_fetch.
 template <typename In, bool CPLX>
 __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
@@ -408,6 +421,7 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
   int p1 = 0, pn = 0;                                // 2**(s+1), 2**-e of the line
   unsigned long long vs = 0, zs = 0, mx = 0;         // its line terms over the warp's tiles
   double acc = 0.0;  // the chunk's l1 partial: its groups of 4 columns in order, each in order
+  double acc2 = 0.0;  // and its sum of squares, in column order
   int slot = 0;
   for (long long x = xb; x < xe; ++x, slot = slot == D - 1 ? 0 : slot + 1, p.next(ntiles, nrt)) {
     if (x + D - 1 < xe) {
@@ -436,7 +450,7 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
     __syncthreads();  // every lane's copies (and stores) of tile x are in the slot
     const In* t = ring + slot * G::kSlot;
     unsigned w[8], tv = 0, tz = 0, tm = 0;  // the 32 int8 values, packed; the tile's terms
-    if (p.ti % kBoundChunk == 0) acc = 0.0;
+    if (p.ti % kBoundChunk == 0) acc = acc2 = 0.0;
 #pragma unroll
     for (int g = 0; g < 8; ++g) {
       double xr[4], xi[4];
@@ -458,6 +472,7 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
           wj = __dadd_rn(wj, scale2(y, pn));
         }
         l1 = __dadd_rn(l1, wj);
+        acc2 = __dadd_rn(acc2, __dmul_rn(wj, wj));
       }
       w[g] = pack4(v[0], v[1], v[2], v[3]);
       tv += v[0] + v[1] + v[2] + v[3];
@@ -471,8 +486,11 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
       o[0] = uint4{w[0], w[1], w[2], w[3]};
       if (p.c0 + 16 < Cp) o[1] = uint4{w[4], w[5], w[6], w[7]};
     }
-    if (in_r && (p.ti % kBoundChunk == kBoundChunk - 1 || p.ti == ntiles - 1))
-      partial[(static_cast<long long>(p.b) * nch + p.ti / kBoundChunk) * R + r] = acc;
+    if (in_r && (p.ti % kBoundChunk == kBoundChunk - 1 || p.ti == ntiles - 1)) {
+      const long long at = (static_cast<long long>(p.b) * nch + p.ti / kBoundChunk) * R + r;
+      partial[at] = acc;
+      partial[static_cast<long long>(B) * nch * R + at] = acc2;  // the second half
+    }
   }
   cp_async_wait<0>();  // the last groups are empty; none is left open
   if (in_r) {
@@ -656,20 +674,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One thread per line of (B, R): norm = (sum of the chunks, in order) * l1fac, alpha = scale *
-// sqrt(e).
+// One thread per line of (B, R), partial (2, B, nchunks, R) (bound_operand's): s = the sum of
+// the chunks' l1 partials, in order, and norm = s * l1fac; l2: s the sum of the squares'
+// partials and norm = sqrt(s * l1fac) * (1 + 2**-52) (_select._line_norm: upper bounds, the
+// root rounded up). alpha = scale * sqrt(e).
 extern "C" __global__ void __launch_bounds__(kThreads)
     cert_line_terms(const double* __restrict__ partial, int nchunks, int B, int R, double l1fac,
-                    const double* __restrict__ e, double scale, double* __restrict__ norm,
-                    double* __restrict__ alpha) {
+                    int l2, const double* __restrict__ e, double scale,
+                    double* __restrict__ norm, double* __restrict__ alpha) {
   const long long lines = static_cast<long long>(B) * R;
+  const double* const part = partial + (l2 ? lines * nchunks : 0);
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < lines;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long b = i / R, r = i - b * R;
     double s = 0.0;
 #pragma unroll 16
-    for (int c = 0; c < nchunks; ++c) s = __dadd_rn(s, partial[(b * nchunks + c) * R + r]);
-    norm[i] = __dmul_rn(s, l1fac);
+    for (int c = 0; c < nchunks; ++c) s = __dadd_rn(s, part[(b * nchunks + c) * R + r]);
+    s = __dmul_rn(s, l1fac);
+    norm[i] = l2 ? __dmul_rn(__dsqrt_rn(s), 1.0 + 0x1p-52) : s;
     alpha[i] = __dmul_rn(scale, __dsqrt_rn(e[i]));
   }
 }
@@ -694,11 +716,13 @@ __device__ __forceinline__ double entry_lower(double F, bool mixed, double fscal
   return g > lam ? g : lam;
 }
 
-// The certificate's test of one entry, its terms computed once: the count with threshold t =
-// 2**-L_n certifies it iff y (2 G + y Q) <= R with y = t (_select._need_of's test, float64 in
-// that operation order, no FMA), from its lower bound lam of the normalized |A||B|; qa = (4 c k)
-// alpha_i. Each rounded operation is monotone in t, so the test is too: it passes below some
-// threshold and fails above (t > 0). Also run on the CPU (src_amx/ozaki2_stats_host.cpp).
+// The certificate's test of one entry, its terms computed once: the count with threshold t (of
+// _select.cert_constants' thresholds) certifies it iff t (2 G + t Q) <= R (_select._passes,
+// float64 in that operation order, no FMA), from its lower bound lam of the normalized |A||B|;
+// qa = c4 alpha_i. Each rounded operation is monotone in t, so the test is too: it passes below
+// some threshold and fails above (t > 0). With t = 1 and the exact line factors in place of
+// alpha, beta it is _select.exact_passes' test. Also run on the CPU
+// (src_amx/ozaki2_stats_host.cpp).
 struct CertTest {
   double R, G2, Q;
   __device__ __forceinline__ bool passes(double t) const {
@@ -707,7 +731,7 @@ struct CertTest {
 };
 __device__ __forceinline__ CertTest cert_test(double lam, double na_i, double alpha_i, double qa,
                                               double nb_j, double beta_j, double cR) {
-  return {__dmul_rn(cR, lam),  // TAU 2**-bits lam
+  return {__dmul_rn(cR, lam),  // R = cR lam
           __dmul_rn(2.0, __dadd_rn(__dmul_rn(alpha_i, nb_j), __dmul_rn(beta_j, na_i))),
           __dmul_rn(qa, beta_j)};
 }
@@ -716,7 +740,7 @@ __device__ __forceinline__ bool cert_ok(double lam, double na_i, double alpha_i,
   return cert_test(lam, na_i, alpha_i, qa, nb_j, beta_j, cR).passes(t);
 }
 
-// The first index in [lo, nth) of the thresholds th (2**-L_n, n = MIN_MODULI.., decreasing)
+// The first index in [lo, nth) of the thresholds th (n = MIN_MODULI.., non-increasing)
 // whose count certifies the entry, by bisection (the test is monotone); nth where none does.
 __device__ __forceinline__ int cert_first(const CertTest& c, const double* th, int lo, int nth) {
   int hi = nth;
@@ -763,7 +787,9 @@ __device__ __forceinline__ void cert_columns(long long b, int jb, int n,
 // (atomicMax) and the number of its entries there to hist[that value]; the beyond entries are
 // added to hist[nth]. So after the grid, hist[nth + 1] is the largest over all certified
 // entries and hist[hist[nth + 1]] counts all of them (blocks with a smaller maximum add to
-// lower slots).
+// lower slots). With one threshold (nth = 1) need and hist are exact: base where the entry
+// passes, base + 1 (counted in hist[1]) where it fails. The launch returns at once where *skip
+// is nonzero (cert_exact_factors' decision; a word left zero: it always runs).
 template <typename T, bool GEMM>
 __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)
     cert_entries(const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
@@ -774,7 +800,9 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)
                  double c4, const double* __restrict__ thr, int nth, int base,
                  const unsigned long long* __restrict__ mixa,
                  const unsigned long long* __restrict__ mixb, int fexp_mixed,
-                 unsigned char* __restrict__ need, unsigned long long* __restrict__ hist) {
+                 unsigned char* __restrict__ need, unsigned long long* __restrict__ hist,
+                 const unsigned long long* __restrict__ skip) {
+  if (*skip) return;  // the whole grid: no barrier is reached
   __shared__ double th[32];
   __shared__ unsigned long long s_red[3][kThreads / 32];
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
@@ -855,7 +883,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)
         share_columns();
       }
       const double na_i = s_na[row - s0], alpha_i = s_al[row - s0];
-      const double qa = __dmul_rn(c4, alpha_i);  // (4 c k) alpha_i
+      const double qa = __dmul_rn(c4, alpha_i);  // c4 alpha_i
       const bool mxa = s_mx[row - s0];
       unsigned word = 0;
       // An entry certified by this thread's largest count so far (qm, as of the row's start:
@@ -943,98 +971,295 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)
   }
 }
 
-// Whether cert_entries' histogram allows the suspect refinement: a largest certified count
-// above the smallest (index top > 0) held by at most cap entries, and, unless this is the last
-// pass (last = 0: a pass with beyond entries is followed by another), no entry beyond.
-__device__ __forceinline__ bool refinable(const unsigned long long* hist, int nth, long long cap,
-                                          int last) {
-  const unsigned long long top = hist[nth + 1];
-  return top > 0 && hist[top] <= static_cast<unsigned long long>(cap) && (last || !hist[nth]);
+// The certificate's words (uint64, zeroed by the host; nth thresholds, W = nth + 2), read back
+// once by backends/cupy.py (ozaki2_certificate):
+//   [0, W)              cert_entries' histogram of the counts (top = [nth + 1], beyond [nth])
+//   W .. W + 2          the exact step's pass at count index top - 1: [passes, failures, 0]
+//   W + 3, W + 4        the skip words of the counts' pass (never set) and of the exact step's
+//   W + 5               c: the count index after the exact step and the refinement steps
+//   W + 6, W + 7        patched (1), the patch's entries
+//   step(s) .. + 8      refinement step s (cw_step): its exact pass's histogram (3), skip word,
+//                       the sample's largest kappa (bits: kappa >= 0), failures, suspects
+//                       tested, blocks done (suspect_ranks, refine_test)
+//   step(steps) ..      the patch's flat indices (in any order)
+__device__ __forceinline__ int cw_step(int nth, int s) { return nth + 10 + 9 * s; }
+
+// The exact step's decision (_select.certify_moduli): its pass tests count index top - 1 where
+// there is one below top and this pass is the last (last = 0: a pass with beyond entries is
+// followed by another; without beyond entries it is the last); it takes the count off where
+// only the beyond entries fail it (they always do).
+__device__ __forceinline__ bool cert_step1(const unsigned long long* w, int nth, int last) {
+  return w[nth + 1] > 0 && (last || w[nth] == 0);
 }
 
-// The suspects of the refinement (B = 1), when refinable: the flat indices of the entries of
-// need (m, n) at the largest count (base + hist[nth + 1]), in any order, the first cap to idx;
-// stat[0] counts them all, stat[1] and stat[2] their distinct rows and columns (row_mark (m),
-// col_mark (n), zeroed by the caller: the thread that marks a line first counts it).
-extern "C" __global__ void __launch_bounds__(kThreads)
-    collect_suspects(const unsigned char* __restrict__ need, long long total, int n,
-                     const unsigned long long* __restrict__ hist, int nth, int last, int base,
-                     long long* __restrict__ idx, long long cap, unsigned* __restrict__ row_mark,
-                     unsigned* __restrict__ col_mark, unsigned long long* __restrict__ stat) {
-  if (!refinable(hist, nth, cap, last)) return;
-  const int value = base + static_cast<int>(hist[nth + 1]);
-  // 16 entries per step, one 16-byte load (need: the caller's allocation, 16-byte aligned; the
-  // suspects are rare, the scan is the cost); threads past the last full group take the rest
-  const long long groups = total >> 4;
-  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
-  const long long first = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
-  for (long long g = first; g < groups + 16; g += step) {
-    unsigned char v[16];
-    long long i0;
-    int cnt;
-    if (g < groups) {
-      i0 = g << 4;
-      cnt = 16;
-      const uint4 w = reinterpret_cast<const uint4*>(need)[g];
-      const unsigned words[4] = {w.x, w.y, w.z, w.w};
-      for (int h = 0; h < 16; ++h)
-        v[h] = static_cast<unsigned char>(words[h >> 2] >> (8 * (h & 3)));
-    } else {  // thread g - groups: entry 16 groups + (g - groups), if there is one
-      i0 = (groups << 4) + (g - groups);
-      cnt = i0 < total ? 1 : 0;
-      if (cnt) v[0] = need[i0];
-    }
-    for (int h = 0; h < cnt; ++h) {
-      if (v[h] != value) continue;
-      const long long i = i0 + h;
-      const unsigned long long at = atomicAdd(stat, 1ull);
-      if (static_cast<long long>(at) < cap) idx[at] = i;
-      const long long r = i / n, c = i - r * n;
-      if (atomicExch(row_mark + r, 1u) == 0u) atomicAdd(stat + 1, 1ull);
-      if (atomicExch(col_mark + c, 1u) == 0u) atomicAdd(stat + 2, 1ull);
-    }
+// _scaling._half_log_shift of one line bound v (zero counts as 1): the largest t with
+// v 4**t <= Q_down. v in [2**ev, 2**(ev+1)) and Q_down in [2**eq, 2**(eq+1)) put t at
+// floor((eq - ev) / 2) or one below, and one exact comparison decides (no log2: the result is
+// the generic one whatever its estimate).
+__device__ __forceinline__ int half_log_shift(double q_down, double v) {
+  v = v > 0.0 ? v : 1.0;
+  const int d = exponent_of(q_down) - exponent_of(v);
+  int t = d >= 0 ? d / 2 : -((1 - d) / 2);  // floor(d / 2)
+  if (scale2(v, 2 * t) > q_down) --t;
+  return t;
+}
+
+// _select.exact_line_factors of count index c, f0 2**-half_log_shift(Q_down, e), of A's lines
+// (e, la of them) to p and B's (f, lb) to q, lines first, first + stride, ...; tab holds
+// Q_down per count index, then f0 (0.5 scale min(rel, EXCLUDED)); 0 for a zero line bound.
+__device__ __forceinline__ void exact_factors(const double* __restrict__ e, long long la,
+                                              const double* __restrict__ f, long long lb,
+                                              const double* __restrict__ tab, int nth, int c,
+                                              long long first, long long stride,
+                                              double* __restrict__ p, double* __restrict__ q) {
+  const double q_down = tab[c], f0 = tab[nth + c];
+  for (long long i = first; i < la + lb; i += stride) {
+    const double v = i < la ? e[i] : f[i - la];
+    // a zero line bound: the line's entries are all zero, as are its products (lam 0 passes)
+    const double x = v > 0.0 ? scale2(f0, -half_log_shift(q_down, v)) : 0.0;
+    if (i < la)
+      p[i] = x;
+    else
+      q[i - la] = x;
   }
 }
 
-// The suspect refinement on the device (_select.refine_moduli with refine_certifies), B = 1,
-// when refinable: one warp per suspect idx[s], s < min(stat[0], cap) (entry (i, j) of the
-// m x n output):
-//   S   = float64 sum over k of |a_ik| 2**-ea_i |b_kj| 2**-eb_j (|x| = max(|re|, |im|),
-//         ea_i = 5 - cplx - shift_a[i]); lane l sums terms l, l + 32, ... in order, then the
-//         lanes are added by shuffles; its rounding removed: max(S native_factor - tiny, 0);
-//   lam = max(the entry's lower bound as cert_entries makes it, S);
-// and an entry that cert_ok does not certify at the threshold of one count lower (th[top - 1])
-// adds one to stat[3]. Every warp takes the same number of steps (the CPU build's shuffle
-// needs the block).
-template <typename T, bool GEMM, bool CPLX, typename In>
+// One thread per line. mode 0 (after the counts' pass): the exact step's factors (count index
+// top - 1) where it runs, and its pass's skip word. mode 1 (after that pass): c (the count index
+// after the exact step) and, where the refinement runs (refine: a 2-D product, steps > 0 of
+// _select.REFINE_STEPS, c above the smallest, the last pass), the factors of c - 1 and step 0's
+// skip word (the first thread writes the words).
+extern "C" __global__ void __launch_bounds__(kThreads)
+    cert_exact_factors(const double* __restrict__ e, long long la, const double* __restrict__ f,
+                       long long lb, const double* __restrict__ tab, int nth, int mode,
+                       int last, int refine, int steps, unsigned long long* __restrict__ words,
+                       double* __restrict__ p, double* __restrict__ q) {
+  const long long first = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  const int W = nth + 2, top = static_cast<int>(words[nth + 1]);
+  const bool step1 = cert_step1(words, nth, last);
+  if (mode == 0) {
+    if (first == 0) words[W + 4] = step1 ? 0ull : 1ull;
+    if (step1) exact_factors(e, la, f, lb, tab, nth, top - 1, first, stride, p, q);
+    return;
+  }
+  const bool dec = step1 && words[W + 1] == words[nth];
+  const int c = top - (dec ? 1 : 0);
+  const bool go = refine && steps > 0 && c > 0 && (last || words[nth] == 0);
+  if (first == 0) {
+    words[W + 5] = static_cast<unsigned long long>(c);
+    if (steps > 0) words[cw_step(nth, 0) + 3] = go ? 0ull : 1ull;
+  }
+  if (go) exact_factors(e, la, f, lb, tab, nth, c - 1, first, stride, p, q);
+}
+
+// A refinement step's suspects (_select.refine_and_patch's suspects(count)): the entries not
+// beyond every count (need0, the counts: not base + nth) that fail the step's exact pass
+// (need1 = 1), `sus` of them (its failures less the beyond entries). The step refines them
+// where it runs and 1 <= sus <= limit (_select.SUSPECTS_MAX for the native form, else
+// _select.REFINE_ENTRIES); the sample is every step-th suspect in flat order, step =
+// ceil(sus / re) (re = _select.REFINE_ENTRIES: _select.refine_sample).
+struct CertStep {
+  unsigned long long sus, step;
+  bool run, work;
+};
+__device__ __forceinline__ CertStep cert_step(const unsigned long long* w, int nth, int s,
+                                              long long limit, long long re) {
+  const int P = cw_step(nth, s);
+  CertStep r;
+  r.run = w[P + 3] == 0;
+  r.sus = w[P + 1] - w[nth];
+  r.work = r.run && r.sus >= 1 && r.sus <= static_cast<unsigned long long>(limit) && re >= 1;
+  r.step = r.work ? (r.sus + re - 1) / re : 1;
+  return r;
+}
+
+// The 4 entries 4 t .. 4 t + 3 of a 1024-entry group of the output from g0 (t: the block's
+// thread, 256 of them): which are suspects (bits), of need0 and need1 (16-byte aligned
+// allocations: 4-byte loads inside the output).
+__device__ __forceinline__ unsigned suspect_bits(const unsigned char* __restrict__ need0,
+                                                 const unsigned char* __restrict__ need1,
+                                                 long long total, long long i0, int out) {
+  unsigned bits = 0;
+  if (i0 + 4 <= total) {
+    const unsigned a = *reinterpret_cast<const unsigned*>(need0 + i0);
+    const unsigned b = *reinterpret_cast<const unsigned*>(need1 + i0);
+    for (int h = 0; h < 4; ++h)
+      bits |= ((b >> (8 * h) & 0xffu) == 1u && (a >> (8 * h) & 0xffu) != static_cast<unsigned>(out))
+                  ? 1u << h
+                  : 0u;
+  } else {
+    for (int h = 0; i0 + h < total; ++h)
+      bits |= need1[i0 + h] == 1 && need0[i0 + h] != out ? 1u << h : 0u;
+  }
+  return bits;
+}
+
+// The exclusive prefix of v over the block's threads (kThreads, in thread order) and the block's
+// total, through shared memory (tcount: kThreads, wtot: a warp's sum each, left there: the
+// 128-entry segments' counts where v counts a thread's 4 entries); every thread takes part.
+__device__ __forceinline__ unsigned block_prefix(unsigned v, unsigned* tcount, unsigned* wtot,
+                                                 unsigned& total) {
+  const int t = threadIdx.x, w = t >> 5;
+  __syncthreads();  // the last call's values have been read
+  tcount[t] = v;
+  __syncthreads();
+  if ((t & 31) == 0) {
+    unsigned c = 0;
+    for (int l = 0; l < 32; ++l) c += tcount[t + l];
+    wtot[w] = c;
+  }
+  __syncthreads();
+  unsigned r = 0, all = 0;
+  for (int l = t & ~31; l < t; ++l) r += tcount[l];
+  for (int x = 0; x < kThreads / 32; ++x) {
+    r += x < w ? wtot[x] : 0u;
+    all += wtot[x];
+  }
+  total = all;
+  return r;
+}
+
+// The groups of 1024 entries (of the flat output, total entries) of block b of nblk: a
+// contiguous range, so that a block's suspects follow the blocks before it in flat order.
+__device__ __forceinline__ void group_range(long long total, long long b, long long nblk,
+                                            long long& lo, long long& hi) {
+  const long long groups = (total + 1023) / 1024;
+  lo = groups * b / nblk;
+  hi = groups * (b + 1) / nblk;
+}
+
+// Step s's suspect ranks, where it refines (cert_step): block b counts the suspects of its
+// groups (group_range) per 128-entry segment g to seg[g] (uint32) and in all to boff[b]; the
+// last block to finish (a counter, after a fence) turns boff (gridDim.x entries) into exclusive
+// prefix sums: a suspect's rank is its block's offset plus those before it in the block's
+// groups (refine_test, suspect_at).
+extern "C" __global__ void __launch_bounds__(kThreads)
+    suspect_ranks(const unsigned char* __restrict__ need0,
+                  const unsigned char* __restrict__ need1, long long total,
+                  unsigned long long* __restrict__ words, int nth, int s, int base,
+                  long long limit, long long re, unsigned* __restrict__ seg, long long nseg,
+                  unsigned* __restrict__ boff) {
+  const CertStep st = cert_step(words, nth, s, limit, re);
+  if (!st.work) return;
+  __shared__ unsigned tcount[kThreads], wtot[kThreads / 32];
+  __shared__ bool last_block;
+  const int t = threadIdx.x, w = t >> 5;
+  long long glo, ghi;
+  group_range(total, blockIdx.x, gridDim.x, glo, ghi);
+  unsigned run = 0, tot;
+  for (long long g = glo; g < ghi; ++g) {
+    block_prefix(__popc(suspect_bits(need0, need1, total, g * 1024 + 4 * t, base + nth)),
+                 tcount, wtot, tot);
+    if ((t & 31) == 0 && g * 8 + w < nseg) seg[g * 8 + w] = wtot[w];
+    run += tot;
+  }
+  if (t == 0) boff[blockIdx.x] = run;
+  __threadfence();  // this block's counts are visible before it counts itself done
+  __syncthreads();
+  if (t == 0)
+    last_block = atomicAdd(words + cw_step(nth, s) + 7, 1ull) == gridDim.x - 1ull;
+  __syncthreads();
+  if (!last_block) return;
+  volatile unsigned* vb = boff;
+  const int per = (static_cast<int>(gridDim.x) + kThreads - 1) / kThreads;
+  const int lo = t * per < static_cast<int>(gridDim.x) ? t * per : gridDim.x;
+  const int hi = lo + per < static_cast<int>(gridDim.x) ? lo + per : gridDim.x;
+  unsigned sum = 0;
+  for (int x = lo; x < hi; ++x) sum += vb[x];
+  unsigned acc = block_prefix(sum, tcount, wtot, tot);
+  for (int x = lo; x < hi; ++x) {
+    const unsigned v = vb[x];
+    vb[x] = acc;
+    acc += v;
+  }
+}
+
+// The flat index of the suspect of rank r (step s's suspects, from suspect_ranks' boff (nblk
+// blocks) and seg), one block of the grid searching for 8 ranks, one per warp (every thread takes
+// part: the block's barriers): the last block offset at or below r, then its groups' segments
+// in order, then the segment's entries.
+__device__ __forceinline__ long long suspect_at(const unsigned char* __restrict__ need0,
+                                                const unsigned char* __restrict__ need1,
+                                                long long total, int out, const unsigned* seg,
+                                                long long nseg, const unsigned* boff,
+                                                long long nblk, unsigned long long r, bool want,
+                                                unsigned* tcount, long long* found) {
+  const int t = threadIdx.x, w = t >> 5, lane = t & 31;
+  long long gs = 0;
+  unsigned long long run = 0;
+  if (want) {
+    long long lo = 0, hi = nblk - 1;  // boff[0] = 0 <= r
+    while (lo < hi) {
+      const long long mid = (lo + hi + 1) >> 1;
+      if (boff[mid] <= r)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    long long glo, ghi;
+    group_range(total, lo, nblk, glo, ghi);
+    run = boff[lo];
+    for (gs = glo * 8; gs < ghi * 8 && gs < nseg; ++gs) {
+      if (r < run + seg[gs]) break;
+      run += seg[gs];
+    }
+  }
+  const long long i0 = gs * 128 + 4 * lane;
+  const unsigned bits = want ? suspect_bits(need0, need1, total, i0, out) : 0u;
+  __syncthreads();
+  tcount[t] = __popc(bits);
+  __syncthreads();
+  if (want) {
+    unsigned long long k = run;
+    for (int l = t & ~31; l < t; ++l) k += tcount[l];
+    for (unsigned b = bits; b; ++k, b &= b - 1)
+      if (k == r) found[w] = i0 + __ffs(b) - 1;
+  }
+  __syncthreads();
+  return found[w];
+}
+
+// Step s's sample (_select.refine_moduli's suspect_sums), where it refines: one warp per sample
+// slot j < ceil(sus / step), the suspect of rank j step (suspect_at); entry (i, j) of the
+// m x n output (B = 1):
+//   S = float64 sum over k of x_h = |a_ih| 2**-ea_i |b_hj| 2**-eb_j (|x| = max(|re|, |im|),
+//   ea_i = 5 - cplx - shift_a[i]), and (native) S2 = the sum of x_h**2; lane l sums terms l,
+//   l + 32, ... in order, then the lanes are added by shuffles. Then (_select.refine_failures)
+//   S' = max(S native_factor - tiny, 0) to sums[j] and, native, S2' likewise, scale =
+//   sqrt(S2' k) (1 - 2**-52) to sums[cap + j] and kappa = scale / (S' l1fac + tiny) (1 where
+//   that is 0) (1 - 2**-50), the step's largest kept in its word (as bits: kappa >= 0). Every
+//   warp takes the same number of steps (the CPU build's shuffle needs the block).
+template <bool CPLX, typename In>
 __global__ void __launch_bounds__(kThreads)
     refine_suspects(const In* __restrict__ are, const In* __restrict__ aim, long long asr,
-                    long long asc, const In* __restrict__ bre,
-                    const In* __restrict__ bim, long long bsr, long long bsc, int k,
-                    const long long* __restrict__ shift_a, const long long* __restrict__ shift_b,
-                    const long long* __restrict__ idx, long long cap, int n,
-                    const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
-                    long long c_pitch, int fexp, int fexp_mixed,
-                    const unsigned long long* __restrict__ mixa,
-                    const unsigned long long* __restrict__ mixb, double factor, double abs_term,
-                    const double* __restrict__ na, const double* __restrict__ alpha,
-                    const double* __restrict__ nb, const double* __restrict__ beta,
-                    double native_factor, double tiny, double cR, double c4,
-                    const double* __restrict__ th, int nth, int last,
-                    const unsigned long long* __restrict__ hist,
-                    unsigned long long* __restrict__ stat) {
-  if (!refinable(hist, nth, cap, last)) return;
-  const long long found = static_cast<long long>(stat[0]);
-  const int count = static_cast<int>(found < cap ? found : cap);
-  const double t = th[hist[nth + 1] - 1];
+                    long long asc, const In* __restrict__ bre, const In* __restrict__ bim,
+                    long long bsr, long long bsc, int k, const long long* __restrict__ shift_a,
+                    const long long* __restrict__ shift_b, int n,
+                    const unsigned char* __restrict__ need0,
+                    const unsigned char* __restrict__ need1, long long total,
+                    unsigned long long* __restrict__ words, int nth, int s, int base,
+                    long long limit, long long re, const unsigned* __restrict__ seg,
+                    long long nseg, const unsigned* __restrict__ boff, long long nblk,
+                    int native, double native_factor, double tiny, double l1fac,
+                    double* __restrict__ sums, long long cap) {
+  const CertStep st = cert_step(words, nth, s, limit, re);
+  if (!st.work) return;
+  __shared__ unsigned tcount[kThreads];
+  __shared__ long long found[kThreads / 32];
+  const long long count = (st.sus + st.step - 1) / st.step;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int base = blockIdx.x * warps; base < count; base += gridDim.x * warps) {
-    const int s = base + warp;
+  for (long long b0 = blockIdx.x * static_cast<long long>(warps); b0 < count;
+       b0 += static_cast<long long>(gridDim.x) * warps) {
+    const long long slot = b0 + warp;
+    const bool want = slot < count;
+    const long long at = suspect_at(need0, need1, total, base + nth, seg, nseg, boff, nblk,
+                                    want ? slot * st.step : 0, want, tcount, found);
     long long i = 0, j = 0;
-    double acc = 0.0;
-    if (s < count) {
-      i = idx[s] / n;
-      j = idx[s] - i * n;
+    double acc = 0.0, acc2 = 0.0;
+    if (want) {
+      i = at / n;
+      j = at - i * n;
       const int pa = static_cast<int>(shift_a[i]) - 5 + (CPLX ? 1 : 0);
       const int pb = static_cast<int>(shift_b[j]) - 5 + (CPLX ? 1 : 0);
       for (int h = lane; h < k; h += 32) {
@@ -1046,21 +1271,146 @@ __global__ void __launch_bounds__(kThreads)
           x = xi > x ? xi : x;
           y = yi > y ? yi : y;
         }
-        acc = __dadd_rn(acc, __dmul_rn(scale2(x, pa), scale2(y, pb)));
+        const double term = __dmul_rn(scale2(x, pa), scale2(y, pb));
+        acc = __dadd_rn(acc, term);
+        if (native) acc2 = __dadd_rn(acc2, __dmul_rn(term, term));
       }
     }
-    for (int o = 16; o > 0; o >>= 1) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, o));
-    if (s < count && lane == 0) {
-      double lam = entry_lower(static_cast<double>(F[i * n_p + j]), mixa[i] != 0 || mixb[j] != 0,
-                               pow2(-fexp), pow2(-fexp_mixed), GEMM,
-                               GEMM ? c32[i * c_pitch + j] : 0.0f, factor, abs_term);
+    for (int o = 16; o > 0; o >>= 1) {
+      acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, o));
+      if (native) acc2 = __dadd_rn(acc2, __shfl_down_sync(0xffffffffu, acc2, o));
+    }
+    if (want && lane == 0) {
       double S = __dsub_rn(__dmul_rn(acc, native_factor), tiny);
       S = S > 0.0 ? S : 0.0;
-      lam = S > lam ? S : lam;
-      const double qa = __dmul_rn(c4, alpha[i]);
-      if (!cert_ok(lam, na[i], alpha[i], qa, nb[j], beta[j], cR, t)) atomicAdd(stat + 3, 1ull);
+      sums[slot] = S;
+      if (native) {
+        double S2 = __dsub_rn(__dmul_rn(acc2, native_factor), tiny);
+        S2 = S2 > 0.0 ? S2 : 0.0;
+        const double scale = __dmul_rn(__dsqrt_rn(__dmul_rn(S2, static_cast<double>(k))),
+                                       1.0 - 0x1p-52);
+        const double upper = __dadd_rn(__dmul_rn(S, l1fac), tiny);
+        const double kappa = __dmul_rn(upper > 0.0 ? __ddiv_rn(scale, upper) : 1.0,
+                                       1.0 - 0x1p-50);
+        sums[cap + slot] = scale;
+        atomicMax(words + cw_step(nth, s) + 4,
+                  static_cast<unsigned long long>(__double_as_longlong(kappa)));
+      }
     }
   }
+}
+
+// Step s's test and decision (_select.refine_and_patch's loop body), B = 1, on suspect_ranks'
+// grid (its blocks' group ranges and offsets boff). Where the step refines: every suspect
+// (rank r: sampled where step divides it, slot r / step) gets lam' =
+// its lower bound as cert_entries makes it, times theta (native: min(theta_cap, max(1, the
+// sample's largest kappa)), theta_cap = min(THETA_MAX, sqrt(k))), raised to max(S', scale)
+// (native) or S' (strict) where sampled; the exact test at threshold 1 with the factors p, q
+// of the step's count (c - 1) counts its failures and writes the failing flat indices to the
+// patch (the first patch_cap; one atomic per block and group). The last block decides (c in
+// words[W + 5]): no suspect, or none
+// failing: c - 1, and where steps remain and c - 1 is above the smallest, the next step's
+// factors and its skip word cleared; failures at most patch_cap (_select.patch_limit):
+// c - 1 with the patch; else the count stays. A step that does not run sets the next one's
+// skip word.
+template <typename T, bool GEMM>
+__global__ void __launch_bounds__(kThreads)
+    refine_test(const T* __restrict__ F, const float* __restrict__ c32, long long n_p,
+                long long c_pitch, int n, int fexp, int fexp_mixed,
+                const unsigned long long* __restrict__ mixa,
+                const unsigned long long* __restrict__ mixb, double factor, double abs_term,
+                const double* __restrict__ na, double* __restrict__ p,
+                const double* __restrict__ nb, double* __restrict__ q, double cR, double c4,
+                const unsigned char* __restrict__ need0,
+                const unsigned char* __restrict__ need1, long long total,
+                unsigned long long* __restrict__ words, int nth, int s, int steps, int base,
+                long long limit, long long re, const unsigned* __restrict__ boff, int native,
+                double theta_cap, const double* __restrict__ sums, long long cap,
+                long long patch_cap,
+                const double* __restrict__ e, long long la, const double* __restrict__ f,
+                long long lb, const double* __restrict__ tab) {
+  const CertStep st = cert_step(words, nth, s, limit, re);
+  const int W = nth + 2, P = cw_step(nth, s), t = threadIdx.x;
+  const bool more = s + 1 < steps;
+  if (!st.run) {
+    if (more && blockIdx.x == 0 && t == 0) words[cw_step(nth, s + 1) + 3] = 1;
+    return;
+  }
+  __shared__ unsigned tcount[kThreads], wtot[kThreads / 32];
+  __shared__ unsigned long long at_base;
+  __shared__ bool last_block;
+  unsigned long long* const patch = words + cw_step(nth, steps);
+  if (st.work) {
+    double theta = 1.0;
+    if (native) {
+      const double kmax = __longlong_as_double(static_cast<long long>(words[P + 4]));
+      theta = kmax > 1.0 ? kmax : 1.0;
+      theta = theta < theta_cap ? theta : theta_cap;
+    }
+    const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
+    long long glo, ghi;
+    group_range(total, blockIdx.x, gridDim.x, glo, ghi);
+    unsigned long long run = boff[blockIdx.x], tested = 0;  // the group's first rank
+    for (long long g = glo; g < ghi; ++g) {
+      const long long i0 = g * 1024 + 4 * t;
+      const unsigned bits = suspect_bits(need0, need1, total, i0, base + nth);
+      unsigned tot, ftot;
+      unsigned long long r = run + block_prefix(__popc(bits), tcount, wtot, tot);
+      unsigned fail = 0;  // which of the thread's suspects fail
+      for (unsigned b = bits; b; b &= b - 1, ++r) {
+        const int h = __ffs(b) - 1;
+        const long long at = i0 + h, i = at / n, j = at - i * n;
+        double lam = entry_lower(static_cast<double>(F[i * n_p + j]),
+                                 mixa[i] != 0 || mixb[j] != 0, fscale, fscale_mixed, GEMM,
+                                 GEMM ? c32[i * c_pitch + j] : 0.0f, factor, abs_term);
+        const bool sampled = r % st.step == 0;
+        const double S = sampled ? sums[r / st.step] : 0.0;
+        if (native) {
+          lam = __dmul_rn(lam, theta);
+          if (sampled) {
+            const double scale = sums[cap + r / st.step];
+            const double own = S > scale ? S : scale;
+            lam = own > lam ? own : lam;
+          }
+        } else if (sampled) {
+          lam = S > lam ? S : lam;
+        }
+        if (!cert_ok(lam, na[i], p[i], __dmul_rn(c4, p[i]), nb[j], q[j], cR, 1.0))
+          fail |= 1u << h;
+      }
+      run += tot;
+      tested += tot;
+      // the block's failures of this group: their positions in the patch from one atomic
+      unsigned long long pos = block_prefix(__popc(fail), tcount, wtot, ftot);
+      if (t == 0 && ftot) at_base = atomicAdd(words + P + 5, static_cast<unsigned long long>(ftot));
+      __syncthreads();
+      if (fail) pos += at_base;
+      for (unsigned b = fail; b; b &= b - 1, ++pos)
+        if (static_cast<long long>(pos) < patch_cap)
+          patch[pos] = static_cast<unsigned long long>(i0 + __ffs(b) - 1);
+    }
+    if (t == 0 && tested) atomicAdd(words + P + 6, tested);
+  }
+  __threadfence();
+  __syncthreads();
+  if (t == 0) last_block = atomicAdd(words + P + 8, 1ull) == gridDim.x - 1ull;
+  __syncthreads();
+  if (!last_block) return;
+  volatile unsigned long long* const vw = words;
+  const unsigned long long fails = vw[P + 5];
+  // one count off, and on to the next step: no suspect (where the limit allows none), or no
+  // suspect failing
+  const bool next = (st.sus == 0 && limit >= 0) || (st.work && fails == 0);
+  const bool patched = st.work && fails > 0 && fails <= static_cast<unsigned long long>(patch_cap);
+  const int c = static_cast<int>(vw[W + 5]) - (next || patched ? 1 : 0);
+  const bool go = next && more && c > 0;
+  __syncthreads();  // every thread has read the words
+  if (t == 0) {
+    vw[W + 5] = static_cast<unsigned long long>(c);
+    if (patched) vw[W + 6] = 1, vw[W + 7] = fails;
+    if (more) vw[cw_step(nth, s + 1) + 3] = go ? 0ull : 1ull;
+  }
+  if (go) exact_factors(e, la, f, lb, tab, nth, c - 1, t, blockDim.x, p, q);
 }
 
 #ifndef __CUDACC_RTC__
@@ -1087,20 +1437,26 @@ EMU_STATS_INSTANCES(true)
       const T*, const float*, long long, long long, int, int, int, int, int, const double*,     \
       const double*, const double*, const double*, double, double, double, double,              \
       const double*, int, int, const unsigned long long*, const unsigned long long*, int,       \
-      unsigned char*, unsigned long long*);
-#define EMU_REFINE_INSTANCE(T, GEMM, CPLX, In)                                                 \
-  template __global__ void refine_suspects<T, GEMM, CPLX, In>(                                 \
+      unsigned char*, unsigned long long*, const unsigned long long*);
+#define EMU_REFINE_INSTANCE(CPLX, In)                                                          \
+  template __global__ void refine_suspects<CPLX, In>(                                          \
       const In*, const In*, long long, long long, const In*, const In*, long long, long long,  \
-      int, const long long*, const long long*, const long long*, long long, int, const T*,     \
-      const float*, long long, long long, int, int, const unsigned long long*,                 \
-      const unsigned long long*, double, double, const double*, const double*, const double*,  \
-      const double*, double, double, double, double, const double*, int, int,                  \
-      const unsigned long long*, unsigned long long*);
-#define EMU_REFINE_INSTANCES(T, In)                                                            \
-  EMU_REFINE_INSTANCE(T, false, false, In)                                                     \
-  EMU_REFINE_INSTANCE(T, false, true, In)                                                      \
-  EMU_REFINE_INSTANCE(T, true, false, In)                                                      \
-  EMU_REFINE_INSTANCE(T, true, true, In)
+      int, const long long*, const long long*, int, const unsigned char*,                      \
+      const unsigned char*, long long, unsigned long long*, int, int, int, long long,          \
+      long long, const unsigned*, long long, const unsigned*, long long, int, double, double,   \
+      double, double*, long long);
+EMU_REFINE_INSTANCE(false, double)
+EMU_REFINE_INSTANCE(true, double)
+EMU_REFINE_INSTANCE(false, float)
+EMU_REFINE_INSTANCE(true, float)
+#define EMU_TEST_INSTANCE(T, GEMM)                                                             \
+  template __global__ void refine_test<T, GEMM>(                                               \
+      const T*, const float*, long long, long long, int, int, int, const unsigned long long*,  \
+      const unsigned long long*, double, double, const double*, double*, const double*,        \
+      double*, double, double, const unsigned char*, const unsigned char*, long long,          \
+      unsigned long long*, int, int, int, int, long long, long long, const unsigned*, int,     \
+      double, const double*, long long, long long, const double*, long long, const double*,    \
+      long long, const double*);
 #define EMU_STATS_F_INSTANCES(T)                                                               \
   template __global__ void bound_max<T>(const T*, long long, int, int, int, int,               \
                                         const unsigned long long*, const unsigned long long*,  \
@@ -1108,8 +1464,8 @@ EMU_STATS_INSTANCES(true)
                                         long long, unsigned long long*, unsigned long long*);  \
   EMU_CERT_INSTANCE(T, false)                                                                  \
   EMU_CERT_INSTANCE(T, true)                                                                   \
-  EMU_REFINE_INSTANCES(T, double)                                                              \
-  EMU_REFINE_INSTANCES(T, float)
+  EMU_TEST_INSTANCE(T, false)                                                                  \
+  EMU_TEST_INSTANCE(T, true)
 EMU_STATS_F_INSTANCES(int)
 EMU_STATS_F_INSTANCES(long long)
 #endif

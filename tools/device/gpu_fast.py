@@ -30,7 +30,7 @@ from gpu_records import median_ms  # same folder: one CUDA-event timer
 import emulinalg
 from emulinalg import _ozaki2, _select
 from emulinalg._moduli import crt_constants
-from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts
+from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import cupy as be
 
 MODULI, MODE, PHI = 18, "accurate", 1.0
@@ -98,10 +98,13 @@ def run_size(n, repeat, check):
     mu, nu = ozaki2_shifts(cxp, pre, c.L, c.Q_down)
     ops = be._Operands(a, None, b, None, mu, nu)
     kp, n_p = ops.kp, ops.n_p
+    near = rounds_to_nearest(MODULI, n, MODE)
 
     def residues():
-        pa = be._residue_planes(ops.a[0], None, ops.a_strides, n, n, n, kp, ops.mu, n, MODULI)
-        pb = be._residue_planes(ops.b[0], None, ops.b_strides, n, n_p, n, kp, ops.nu, n, MODULI)
+        pa = be._residue_planes(ops.a[0], None, ops.a_strides, n, n, n, kp, ops.mu, n, MODULI, near)
+        pb = be._residue_planes(
+            ops.b[0], None, ops.b_strides, n, n_p, n, kp, ops.nu, n, MODULI, near
+        )
         return pa, pb
 
     rec["residues_ms"] = median_ms(residues, repeat)

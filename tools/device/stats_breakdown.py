@@ -14,6 +14,7 @@ import time
 import cupy as cp
 
 from emulinalg import _select
+from emulinalg._precision import Level
 from emulinalg.backends import cupy as be
 from emulinalg.inputs import phi_matrix
 
@@ -116,7 +117,11 @@ def main():
     p.add_argument("-N", type=int, default=8192)
     p.add_argument("--dtype", default="float64")
     p.add_argument("--phi", type=float, default=1.0)
-    p.add_argument("--bits", type=int, help="default: 53 for float64, 24 for float32")
+    p.add_argument(
+        "--bits",
+        type=int,
+        help="the strict form at these bits (default: the dtype's level, the native form)",
+    )
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument(
         "--profile",
@@ -126,6 +131,8 @@ def main():
     args = p.parse_args()
     N, r = args.N, args.repeat
     bits = args.bits or (24 if args.dtype == "float32" else 53)
+    level = Level(bits, "float32" if bits == 24 else "float64")
+    target = _select.Target(args.bits) if args.bits else _select.target_for(level, N, be)
     a_in = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=1))
     b_in = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=2))
     a, b = a_in.astype(cp.float64), b_in.astype(cp.float64)
@@ -169,8 +176,9 @@ def main():
     rec["int8_tops"] = 2.0 * m * n * k / t / 1e12
     t, pre = timed(lambda: be.ozaki2_prescale(a, None, b, None, "accurate"), r)
     rec["prescale_total"] = t
-    cc = _select.cert_constants(k, bits, False)
-    t, _ = timed(lambda: be._line_terms(pre.lower.pa, B, m, pre[2], cc.scale, cc.l1fac), r)
+    cc = _select.cert_constants(k, target, False)
+    t, _ = timed(lambda: be._line_terms(pre.lower.pa, B, m, pre[2].reshape(B * m), cc.scale,
+                                        cc.l1fac, cc.norm == "l2"), r)  # fmt: skip
     rec["line_terms_A"] = t
     calls = []
     real_gemm = be._bf16_gemm
@@ -180,14 +188,14 @@ def main():
         return real_gemm(*a_)
 
     be._bf16_gemm = counted
-    t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, bits), r)
+    t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, target), r)
     rec["certificate_total"] = t
     rec["bf16_fallback_calls"] = len(calls)
     rec["count"] = res[0]
     rec["beyond"] = 0 if res[1] is None else int(cp.count_nonzero(res[1]))
     saved = _select.REFINE_ENTRIES
     _select.REFINE_ENTRIES = -1
-    t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, bits), r)
+    t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, target), r)
     _select.REFINE_ENTRIES = saved
     be._bf16_gemm = real_gemm
     rec["certificate_no_refine"] = t
@@ -224,7 +232,7 @@ def main():
         def stats_calls():
             for _ in range(r):
                 p_ = be.ozaki2_prescale(a, None, b, None, "accurate", exponents=scan[1])
-                be.ozaki2_certificate(a, None, b, None, p_, bits)
+                be.ozaki2_certificate(a, None, b, None, p_, target)
 
         prof = cProfile.Profile()
         prof.runcall(stats_calls)

@@ -1,0 +1,153 @@
+"""The refit of the most cancelled entries: a few entries recomputed with the most moduli.
+
+The level's certificate bounds each entry's error relative to |A||B| (the componentwise
+measure). An entry whose value cancels (|C_ij| << (|A||B|)_ij) has a large error relative to
+itself, with native and emulated products alike, and the largest elementwise relative error of a
+product comes from its few most cancelled entries: a comparison of two single random errors.
+So after a level's product the ``REFIT_ENTRIES`` entries with the largest ratio of their line
+bound to their computed value (within ``2**REFIT_SPREAD_BITS`` of the largest) are recomputed
+with ``MAX_MODULI`` moduli (``_ozaki2.entries``: one dot product of residues per entry and
+modulus), which leaves their error ~4 bits smaller per extra modulus. The elementwise relative
+error of the product then comes from the next entries, whose values cancel less.
+
+The ratio uses the prescale's bound 2**-(s_i+t_j) sqrt(e_i f_j) >= (|A||B|)_ij, the same on every
+backend, so the entries chosen depend only on the inputs (and the computed values).
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import _ozaki2
+from ._moduli import MAX_MODULI
+from ._scaling import rounds_to_nearest
+from ._xputil import ldexp
+
+REFIT_ENTRIES = 64  # at most this many entries per call (and as many exact zeros)
+REFIT_SPREAD_BITS = 8  # ... and only those within 2**8 of the most cancelled one
+# Products of at most this many multiply-adds (outputs * k) recompute every entry: the maxima
+# the two effective-bits measures compare are then taken over a few entries, single random
+# draws of the native and the emulated errors, and all of them cost less than the statistics.
+REFIT_ALL_WORK = 1 << 20
+
+
+def refits_all(outputs, k):
+    """Whether a product of ``outputs`` entries (all batches) and inner dimension ``k``
+    recomputes every entry (``REFIT_ALL_WORK``)."""
+    return outputs * k <= REFIT_ALL_WORK
+
+
+def cancel_ratio(xp, parts, prescale, exclude=None):
+    """Per entry of the (..., m, n) output the ratio q_ij of its computed magnitude to its line
+    bound 2**-(s_i+t_j) sqrt(e_i f_j) >= (|A||B|)_ij (the modulus for complex: an exact zero
+    part is no cancellation); small q: cancelled. inf where the bound is 0, the value is not
+    finite or ``exclude`` holds. ``parts`` are the result's real (and imaginary) parts,
+    ``prescale`` the lines' ``(s, t, e, f)``: any block of the output with its lines' values
+    gives the same q. The per-line factors 2**s_i / sqrt(e_i) are applied in two halves, so
+    that no product leaves the float64 range for finite operands (q <= 1)."""
+    s, t, e, f = prescale
+
+    def halves(shift, bound):
+        shift = xp.astype(shift, xp.int64)
+        h = shift // 2
+        inv = xp.where(bound > 0, 1.0 / xp.sqrt(xp.astype(bound, xp.float64)), xp.inf)
+        return ldexp(xp, inv, h), ldexp(xp, xp.ones_like(inv), shift - h)
+
+    a1, a2 = (xp.expand_dims(v, axis=-1) for v in halves(s, e))
+    b1, b2 = (xp.expand_dims(v, axis=-2) for v in halves(t, f))
+    q = None
+    for p in parts:  # each part scaled first: the modulus of the scaled parts stays in range
+        v = ((xp.abs(xp.astype(p, xp.float64)) * a1) * b1) * (a2 * b2)
+        q = v if q is None else xp.sqrt(q * q + v * v)
+    q = xp.where(q >= 0, q, xp.inf)  # nan (0 * inf, inf * 0) -> inf
+    return q if exclude is None else xp.where(exclude, xp.inf, q)
+
+
+def note(everything, count):
+    """The plan's note for a refit of ``count`` entries (``everything``: ``refits_all``)."""
+    which = "every entry (a small product)" if everything else "the most cancelled entries"
+    return f"refit: {which} recomputed with {MAX_MODULI} moduli ({count} recomputed in all)"
+
+
+def pick(xp, q, everything=False):
+    """Positions in the 1-D ``q`` (``cancel_ratio``'s, entries in flat order) of the entries
+    to refit, in ascending order: the nonzero entries within 2**REFIT_SPREAD_BITS of the
+    smallest nonzero q, at most REFIT_ENTRIES (the smallest, ties in flat order), and the
+    computed zeros (q = 0) apart, the first REFIT_ENTRIES of them (an exact zero, as in a
+    difference of equal terms, must not take the others' places); with ``everything``
+    (``refits_all``) all entries of finite q. None when there are none."""
+    if everything:
+        idx = xp.nonzero(q < math.inf)[0]
+        return idx if idx.shape[0] else None
+    zero = xp.nonzero(q == 0)[0][:REFIT_ENTRIES]
+    pos = xp.where(q > 0, q, xp.inf)
+    low = float(xp.min(pos)) if q.shape[0] else math.inf
+    idx = None
+    if low < math.inf:
+        idx = xp.nonzero(pos <= low * 2.0**REFIT_SPREAD_BITS)[0]
+        if idx.shape[0] > REFIT_ENTRIES:
+            order = xp.argsort(xp.take(q, idx), stable=True)
+            idx = xp.sort(xp.take(idx, order[:REFIT_ENTRIES]))
+    if zero.shape[0]:
+        idx = zero if idx is None else xp.sort(xp.concat([zero, idx]))
+    return idx
+
+
+def cancelled_entries(xp, parts, prescale, exclude=None, everything=False):
+    """Flat indices (into the (..., m, n) output) of the entries to refit, or None when there
+    are none (``pick`` of ``cancel_ratio``)."""
+    q = xp.reshape(cancel_ratio(xp, parts, prescale, exclude), (-1,))
+    return pick(xp, q, everything)
+
+
+def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, extra=None,
+          cancelled=True):  # fmt: skip
+    """``parts`` (the product's real and imaginary parts, (..., m, n); "dd": (hi, lo) pairs) with
+    the entries of ``cancelled_entries`` recomputed at ``MAX_MODULI`` moduli. ``ar``... are the
+    finite float64 operands (..., m, k), (..., k, n) the product was computed from; ``extra``
+    more flat indices to recompute (the certificate's patch), ``cancelled`` whether to add
+    ``cancelled_entries``. Returns the parts and the number of entries recomputed."""
+    idx = None
+    if cancelled:
+        plain = [p[0] if out_dtype == "dd" else p for p in parts]
+        every = refits_all(math.prod(plain[0].shape), ar.shape[-1])
+        idx = cancelled_entries(xp, plain, prescale, exclude, every)
+    if extra is not None:
+        idx = extra if idx is None else xp.unique_values(xp.concat([extra, idx]))
+    if idx is None:
+        return parts, 0
+    m, k = ar.shape[-2], ar.shape[-1]
+    n = br.shape[-1]
+    bat, i, j = idx // (m * n), (idx // n) % m, idx % n
+    s, t, e, f = (xp.reshape(v, (-1,)) for v in prescale)
+    rows, cols = bat * m + i, bat * n + j  # into the batch-flattened lines
+
+    def lines_a(x):
+        return None if x is None else xp.take(xp.reshape(x, (-1, k)), rows, axis=0)
+
+    def lines_b(x):
+        if x is None:
+            return None
+        xt = xp.reshape(xp.permute_dims(x, tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)),
+                        (-1, k))  # fmt: skip
+        return xp.take(xt, cols, axis=0)
+
+    sub = (xp.take(s, rows), xp.take(t, cols), xp.take(e, rows), xp.take(f, cols))
+    near = rounds_to_nearest(MAX_MODULI, k, mode)
+    vals = _ozaki2.entries(
+        xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), MAX_MODULI, out_dtype, sub, near
+    )
+    out = []
+    for p, v in zip(parts, vals):
+        if out_dtype == "dd":
+            out.append(tuple(_put(xp, x, idx, y) for x, y in zip(p, v)))
+        else:
+            out.append(_put(xp, p, idx, v))
+    return tuple(out), int(idx.shape[0])
+
+
+def _put(xp, x, idx, v):
+    """``x`` with its flat entries ``idx`` replaced by ``v`` (a new array)."""
+    flat = xp.reshape(xp.asarray(x, copy=True), (-1,))
+    flat[idx] = xp.astype(v, flat.dtype)
+    return xp.reshape(flat, x.shape)
