@@ -172,7 +172,7 @@ import numpy as np
 from emulinalg import _engine, _exact, _ozaki2, _refit, _select
 from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg._plan import Plan
-from emulinalg._precision import NATIVE, SCHEMES, OzakiII, level_for_dtype
+from emulinalg._precision import LEVELS, NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
 from emulinalg._scaling import (
     BOUND_MAX,
     _bound_operand,
@@ -190,13 +190,6 @@ name = "dask"
 
 MODE_ENV = "EMULINALG_DASK_MODE"  # "shared" (default; "dd" for cupy chunks) or "dd"
 
-_NATIVE_BITS = {"float64": 53, "float32": 24}
-_REAL = {
-    "float64": "float64",
-    "float32": "float32",
-    "complex128": "float64",
-    "complex64": "float32",
-}
 _ACC = {
     "float64": "float64",
     "float32": "float64",
@@ -294,7 +287,7 @@ def matmul(xp, backend, a, b, request, cfg):
     batch shape (the front end validated and broadcast them).
     """
     dtype_name = _dtype_name(a.dtype)
-    real_name = _REAL[dtype_name]
+    real_name = REAL_DTYPE[dtype_name]
     for x, which in ((a, "x1"), (b, "x2")):
         if any(isinstance(s, float) and math.isnan(s) for s in x.shape):
             raise ValueError(
@@ -341,7 +334,7 @@ def matmul(xp, backend, a, b, request, cfg):
     if (
         cfg.strategy == "performant"
         and not explicit
-        and request.bits <= _NATIVE_BITS[real_name]
+        and request.bits <= LEVELS[real_name]
         and not emulation_faster(
             request, dtype_name, mb, nb, kb, bb, chunk_backend, family, k if shared else None
         )
@@ -468,7 +461,7 @@ def _fmt(chunks):
 
 def _dtype_name(dt):
     name_ = np.dtype(dt).name if not hasattr(dt, "name") else dt.name
-    if name_ not in _REAL:
+    if name_ not in REAL_DTYPE:
         raise TypeError(f"internal: unsupported dtype {dt}")
     return name_
 
@@ -633,7 +626,7 @@ def _shared_graph(a, b, request, arrays=None):
 
     a, b, kchunks = _align(a, b)
     dtype_name = _dtype_name(a.dtype)
-    real_name = _REAL[dtype_name]
+    real_name = REAL_DTYPE[dtype_name]
     cplx = dtype_name.startswith("complex")
     nd = a.ndim
     bt = tuple(range(nd - 2))  # batch indices
@@ -821,7 +814,7 @@ def _shared_graph(a, b, request, arrays=None):
         token="emulinalg-count",
         fixed=fixed,
         bits=bits,
-        native_bits=_NATIVE_BITS[real_name],
+        native_bits=LEVELS[real_name],
     )
 
     # Block indices of the output grid: the count task's per-block flags are looked up by them.
@@ -1613,7 +1606,7 @@ def _crt_out(xp, w, mu, nu, cfg, dtype_name):
             v = xp.astype(W[ell, t], xp.int64)
             _exact.add_multiple(xp, limbs[t], v, c.weight_limbs[ell])
             quotient[t] = quotient[t] + xp.astype(v, xp.float64) * c.weight_ratios[ell]
-    parts = _ozaki2.reconstruct(xp, c, limbs, quotient, mu, nu, _REAL[dtype_name])
+    parts = _ozaki2.reconstruct(xp, c, limbs, quotient, mu, nu, REAL_DTYPE[dtype_name])
     dt = getattr(xp, dtype_name)
     return parts[0] if nparts == 1 else make_complex(xp, parts[0], parts[1], dt)
 

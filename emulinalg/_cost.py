@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 
 from ._moduli import crt_constants
-from ._precision import OzakiI, OzakiII
+from ._precision import REAL_DTYPE, OzakiI, OzakiII
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class CostModel:
     complex_model: CostModel | None = None
 
     def native_seconds(self, dtype, m, n, k, batch=1):
-        rate = self.native_flops.get(dtype) or self.native_flops[_REAL[dtype]]
+        rate = self.native_flops.get(dtype) or self.native_flops[REAL_DTYPE[dtype]]
         return _flops(dtype, m, n, k, batch) / rate
 
     def emulated_seconds(self, scheme, dtype, m, n, k, batch=1):
@@ -86,10 +86,6 @@ class CostModel:
             + 2 * mnk / self.stats_flops
             + self.fixed_seconds
         )
-
-
-_REAL = {"float64": "float64", "float32": "float32", "complex128": "float64",
-         "complex64": "float32"}  # fmt: skip
 
 
 def _flops(dtype, m, n, k, batch):

@@ -13,8 +13,10 @@ from . import _bf16, _cost, _ozaki1, _ozaki2, _refit, _select
 from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ._plan import Plan
 from ._precision import (
+    LEVELS,
     MAX_SLICES,
     NATIVE,
+    REAL_DTYPE,
     SCHEMES,
     BF16x3,
     BF16xN,
@@ -26,14 +28,6 @@ from ._precision import (
 from ._scaling import ozaki2_prescale
 from ._timing import stage
 from ._xputil import make_complex
-
-_NATIVE_BITS = {"float64": 53, "float32": 24}  # significand bits of the native products
-_REAL = {
-    "float64": "float64",
-    "float32": "float32",
-    "complex128": "float64",
-    "complex64": "float32",
-}
 
 
 def _dtype_name(xp, dt):
@@ -116,7 +110,7 @@ def matmul(xp, backend, a, b, request, cfg, dd=False):
 def _matmul(xp, backend, a, b, request, cfg, out):
     """``matmul``; ``out="dd"`` returns a (hi, lo) pair when emulated (a plain array otherwise)."""
     dtype_name = _dtype_name(xp, a.dtype)
-    real_name = _REAL[dtype_name]
+    real_name = REAL_DTYPE[dtype_name]
     if out == "dd" and real_name != "float64":
         raise ValueError("internal: double-double results are for float64/complex128 products")
     m, k = a.shape[-2], a.shape[-1]
@@ -141,9 +135,7 @@ def _matmul(xp, backend, a, b, request, cfg, out):
         plan.notes.append("empty product")
         return xp.matmul(a, b), plan
     explicit = isinstance(request, SCHEMES)
-    performant = (
-        cfg.strategy == "performant" and not explicit and request.bits <= _NATIVE_BITS[real_name]
-    )
+    performant = cfg.strategy == "performant" and not explicit and request.bits <= LEVELS[real_name]
     if performant:
         # Even the fewest moduli/slices the level can need lose to native: skip the statistics.
         family = "ozaki1" if cfg.scheme == "ozaki1" else "ozaki2"
@@ -270,7 +262,7 @@ def _emulate(
             )
         certified = True
         if (
-            request.bits > _NATIVE_BITS[real_name]
+            request.bits > LEVELS[real_name]
             and native_mask is not None
             and bool(xp.any(native_mask))
         ):
@@ -465,7 +457,7 @@ def _exact_at_k1(level, family, real_name):
     """For a real product with k = 1 native is the correctly rounded exact product, which a
     bound cannot match (any nonzero error flips some roundings): take the smallest
     configuration that is exact for every input of that dtype instead."""
-    b = _NATIVE_BITS[real_name]  # significand bits of the inputs
+    b = LEVELS[real_name]  # significand bits of the inputs
     if family == "ozaki1":  # slices holding b bits: z = b//8 + 1; the triangle needs 2z - 1
         return OzakiI(slices=2 * (b // 8 + 1) - 1)
     # Scheme II keeps floor(L - 6) + 6 bits of an entry at k = 1 (e <= 128 * 128 / 4 = 64 * 64)
@@ -501,7 +493,7 @@ def _choose(
         return _exact_at_k1(level, family, real_name), None, None, None
     if _complex_k1(ar, ai, level, family):
         # room for the exact products of two significands (2b bits) and the shifts' margin
-        b2 = 2 * _NATIVE_BITS[real_name] + 8
+        b2 = 2 * LEVELS[real_name] + 8
         n = next((n for n in range(MIN_MODULI, MAX_MODULI) if b2 <= crt_constants(n).L), MAX_MODULI)
         return OzakiII(moduli=n, mode="accurate"), None, None, None
     if family == "ozaki2":

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from ._moduli import MAX_MODULI, MIN_MODULI
 
 MIN_SLICES, MAX_SLICES = 1, 13
-LEVELS = {"float64": 53, "float32": 24}  # significand bits of each named level
+LEVELS = {"float64": 53, "float32": 24}  # significand bits of each named level (and its GEMM)
+# the real dtype of each floating dtype (the precision of its parts)
+REAL_DTYPE = {"float64": "float64", "float32": "float32", "complex128": "float64",
+              "complex64": "float32"}  # fmt: skip
 MAX_BITS = 106  # the widest level an integer request may ask for (double-double)
 MIN_BF16_SLICES, MAX_BF16_SLICES = 1, 8  # BF16xN: 8 signed 8-bit digits hold 64 bits
 

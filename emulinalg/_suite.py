@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._precision import REAL_DTYPE
 from .inputs import phi_matrix, special_cases
 
 __all__ = ["Case", "cases", "markdown_table", "run_case", "run_suite", "summary", "text_table"]
@@ -56,12 +57,6 @@ __all__ = ["Case", "cases", "markdown_table", "run_case", "run_suite", "summary"
 PHIS = (0, 0.5, 1, 2, 4, 8)
 DTYPES = ("float64", "float32", "complex128", "complex64")
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24}
-_REAL = {
-    "float64": "float64",
-    "float32": "float32",
-    "complex128": "float64",
-    "complex64": "float32",
-}
 BACKENDS = ("numpy", "cupy", "amx")
 
 
@@ -125,7 +120,7 @@ class Case:
 
 def _info(dtype):
     """(emax, emin, p): max = 2**emax (1 - 2**-p), smallest normal 2**emin, p significand bits."""
-    fi = np.finfo(_REAL[dtype])
+    fi = np.finfo(REAL_DTYPE[dtype])
     return int(fi.maxexp), int(fi.minexp), int(fi.nmant) + 1
 
 
@@ -396,7 +391,7 @@ def _make(family, dtype, m, k, n, quick, **params):
 
 def _special_params(family, dtype):
     """Per-dtype parameters of the special families (float32 cannot span 2**+-300)."""
-    wide = _REAL[dtype] == "float64"
+    wide = REAL_DTYPE[dtype] == "float64"
     return {
         "row_spread": {"spread": 300 if wide else 48},
         "entry_spread": {"spread": 300 if wide else 48},
@@ -461,7 +456,7 @@ def cases(quick: bool = False) -> list[Case]:
             out.append(_make(family, dtype, 8, 65536, 8, False, **params))
     # a second, harder cancellation ratio (the exact result below native's rounding errors)
     for dtype in DTYPES:
-        ratio = 40 if _REAL[dtype] == "float64" else 16
+        ratio = 40 if REAL_DTYPE[dtype] == "float64" else 16
         out.append(_make("cancellation", dtype, 24, 64, 24, True, ratio=ratio))
         out.append(_make("cancellation", dtype, 16, 4096, 16, False, ratio=ratio))
 
@@ -687,7 +682,7 @@ def run_case(case: Case, xp=np, backend: str = "numpy") -> dict:
     from emulinalg.reference import accuracy, exact_matmul
 
     a_h, b_h = case.operands()
-    real = _REAL[case.dtype]
+    real = REAL_DTYPE[case.dtype]
     u = UNIT_ROUNDOFF[real]
     rec = {
         **_case_fields(case, backend),
