@@ -169,7 +169,7 @@ import os
 
 import numpy as np
 
-from emulinalg import _engine, _exact, _ozaki2, _refit, _select
+from emulinalg import _engine, _ozaki2, _refit, _select
 from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg._plan import Plan
 from emulinalg._precision import LEVELS, NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
@@ -1597,15 +1597,10 @@ def _crt_out(xp, w, mu, nu, cfg, dtype_name):
         return None
     c = crt_constants(n)
     W = w["W"]
-    shape = W.shape[2:]
     nparts = W.shape[1]
-    limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
-    quotient = [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
+    limbs, quotient = _ozaki2.accumulators(xp, c, W.shape[2:], nparts)
     for ell in range(n):
-        for t in range(nparts):
-            v = xp.astype(W[ell, t], xp.int64)
-            _exact.add_multiple(xp, limbs[t], v, c.weight_limbs[ell])
-            quotient[t] = quotient[t] + xp.astype(v, xp.float64) * c.weight_ratios[ell]
+        _ozaki2.accumulate(xp, c, limbs, quotient, ell, [W[ell, t] for t in range(nparts)])
     parts = _ozaki2.reconstruct(xp, c, limbs, quotient, mu, nu, REAL_DTYPE[dtype_name])
     dt = getattr(xp, dtype_name)
     return parts[0] if nparts == 1 else make_complex(xp, parts[0], parts[1], dt)

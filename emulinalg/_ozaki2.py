@@ -97,17 +97,28 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
     if b_planes is None:
         Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2, near)) for x in (br, bi))
     shape = ar.shape[:-1] + (br.shape[-1],)
-    nparts = 1 if ai is None else 2
-    limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
-    quotient = [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
+    limbs, quotient = accumulators(xp, c, shape, 1 if ai is None else 2)
     for ell, m in enumerate(c.moduli):
         rb = residues(xp, Br, Bi, m) if b_planes is None else b_planes[ell]
         W = modular_products(xp, int_matmul, residues(xp, Ar, Ai, m), rb, m)
         with stage("reconstruction"):
-            for p, w in enumerate(W):
-                _exact.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
-                quotient[p] = quotient[p] + w * c.weight_ratios[ell]
+            accumulate(xp, c, limbs, quotient, ell, W)
     return reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype)
+
+
+def accumulators(xp, c, shape, nparts):
+    """The CRT sums of ``nparts`` parts of this shape at zero: per part the exact limbs of
+    X = sum_l W_l w_l (``_exact``) and the float64 estimate of X / P."""
+    limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
+    return limbs, [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
+
+
+def accumulate(xp, c, limbs, quotient, ell, W):
+    """Adds modulus ``ell``'s residue products ``W`` (one symmetric residue array per part,
+    any integer or float64 dtype) into the CRT sums of ``accumulators``."""
+    for p, w in enumerate(W):
+        _exact.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
+        quotient[p] = quotient[p] + xp.astype(w, xp.float64) * c.weight_ratios[ell]
 
 
 @staged("reconstruction")
@@ -138,24 +149,19 @@ def entries(xp, ar, ai, br, bi, moduli, out_dtype, prescale, nearest):
     mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
     Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1, nearest)) for x in (ar, ai))
     Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -1, nearest)) for x in (br, bi))
-    K = ar.shape[0]
-    nparts = 1 if ai is None else 2
-    limbs = [_exact.zeros(xp, (K, 1), c.n_limbs) for _ in range(nparts)]
-    quotient = [xp.zeros((K, 1), dtype=xp.float64) for _ in range(nparts)]
+    limbs, quotient = accumulators(xp, c, (ar.shape[0], 1), 1 if ai is None else 2)
 
     def dot(x, y):  # |residue products| <= 2**14: exact in float64 sums below 2**53
         return xp.expand_dims(xp.sum(x * y, axis=-1), axis=-1)
 
     for ell, m in enumerate(c.moduli):
         ra, rb = residues(xp, Ar, Ai, m), residues(xp, Br, Bi, m)
-        if nparts == 1:
+        if ai is None:
             W = (symmetric_mod(xp, dot(ra[0], rb[0]), m),)
         else:
             t1, t2, t3 = dot(ra[0], rb[0]), dot(ra[1], rb[1]), dot(ra[2], rb[2])
             W = (symmetric_mod(xp, t1 - t2, m), symmetric_mod(xp, t3 - t1 - t2, m))
-        for p, w in enumerate(W):
-            _exact.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
-            quotient[p] = quotient[p] + w * c.weight_ratios[ell]
+        accumulate(xp, c, limbs, quotient, ell, W)
     zero = xp.zeros((1,), dtype=mu.dtype)
     parts = reconstruct(xp, c, limbs, quotient, mu + nu, zero, out_dtype)
     if out_dtype == "dd":
