@@ -173,22 +173,9 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     # Stage timings (off unless recording): emulation work not marked otherwise is scaling.
     with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
-            xp,
-            backend,
-            ar,
-            ai,
-            br,
-            bi,
-            request,
-            cfg.scheme,
-            plan,
-            real_name,
-            dtype_name,
-            out,
-            performant,
-            exponents,
-            hook_ops,
-        )
+            xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name, out,
+            performant, exponents, hook_ops,
+        )  # fmt: skip
     if c is None:
         return backend.native_matmul(a, b), plan
     if nonfinite:
@@ -230,22 +217,9 @@ def _faster(backend, scheme, dtype_name, m, n, k, batch, plan):
 
 
 def _emulate(
-    xp,
-    backend,
-    ar,
-    ai,
-    br,
-    bi,
-    request,
-    family,
-    plan,
-    real_name,
-    dtype_name,
-    out,
-    performant,
-    exponents=None,
-    hook_ops=None,
-):
+    xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
+    exponents=None, hook_ops=None,
+):  # fmt: skip
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
     the native product (None when there are none). ``exponents``: the backend's ``line_scan``

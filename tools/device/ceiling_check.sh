@@ -7,15 +7,7 @@ OUT=${OUT:-/tmp/ceiling-out}
 mkdir -p "$OUT"
 ROOT=$PWD
 t0=$SECONDS
-if [ -d /tmp/emul_g/emulinalg ] && [ -n "${REUSE:-}" ]; then
-    echo "build: reusing /tmp/emul_g"
-else
-    CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install --no-build-isolation \
-        --no-deps --target /tmp/emul_g . -C cmake.define.EMULINALG_CUDA_GEMM=ON \
-        -C build-dir=/tmp/emul_g-build >"$OUT/build.log" 2>&1
-    echo "build rc=$? $((SECONDS - t0)) s"
-fi
-export PYTHONPATH=/tmp/emul_g:$PYTHONPATH
+source "$ROOT/tools/device/build_fused.sh"
 if [ -z "${SKIP_TESTS:-}" ]; then
     (cd /tmp && timeout "${TEST_S:-240}" python3 -m pytest -q -x -p no:cacheprovider \
         "$ROOT/tests/test_gpu.py" "$ROOT/tests/test_fused_gpu.py" -m gpu) >"$OUT/tests.log" 2>&1

@@ -11,15 +11,7 @@ mkdir -p "$OUT"
 ROOT=$PWD
 t0=$SECONDS
 has() { [[ ",$PARTS," == *",$1,"* ]]; }
-if [ -n "${REUSE:-}" ] && [ -d /tmp/emul_g/emulinalg ]; then
-    echo "build: reusing /tmp/emul_g"
-else
-    CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install --no-build-isolation \
-        --no-deps --target /tmp/emul_g . -C cmake.define.EMULINALG_CUDA_GEMM=ON \
-        -C build-dir=/tmp/emul_g-build >"$OUT/build.log" 2>&1
-    echo "build rc=$? $((SECONDS - t0)) s"
-fi
-export PYTHONPATH=/tmp/emul_g:$PYTHONPATH
+source "$ROOT/tools/device/build_fused.sh"
 if has tests; then
     (cd /tmp && timeout "${TEST_S:-330}" python3 -m pytest -q -p no:cacheprovider \
         "$ROOT/tests/test_gpu.py" "$ROOT/tests/test_fused_gpu.py" -m gpu) >"$OUT/tests_gpu.log" 2>&1
