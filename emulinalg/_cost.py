@@ -138,25 +138,27 @@ _BUILTIN = {
     ),
     "amx": CostModel(
         # 16-core AMX host (numpy arrays default to the amx backend there): Scheme II's stages
-        # in C++, one mod-reducing INT8 tile GEMM per modulus (12.3 Top/s real, 9.7 for 3M);
-        # native is numpy's OpenBLAS (torch's MKL is faster still). Fitted with
-        # split_complex=True: the levels stay native there up to N ~ 16384.
+        # in C++, one mod-reducing INT8 tile GEMM per modulus; the levels' refinement, refit
+        # and cancel ratios in generic numpy code over the whole output (the slow per-entry and
+        # statistics rates). native is numpy's OpenBLAS (torch's MKL is faster still). Fitted
+        # with split_complex=True; the complex records are those of 2026-11-30 (the strict
+        # level, not re-measured): the levels stay native there.
         native_flops={
-            "float64": 6.01e11,
-            "float32": 1.17e12,
+            "float64": 5.61e11,
+            "float32": 1.15e12,
             "complex128": 5.12e11,
             "complex64": 1.10e12,
         },
-        int_gemm_ops=1.23e13,
-        entry_seconds=1.18e-10,
-        stats_flops=2.38e12,
-        source="docs/benchmarks/xeon-amx-16c/levels_2026-11-30.jsonl",
+        int_gemm_ops=1.04e13,
+        entry_seconds=1.71e-9,
+        stats_flops=1.86e11,
+        source="docs/benchmarks/xeon-amx-16c/levels_2026-12-01.jsonl",
         complex_model=CostModel(
             native_flops={"complex128": 5.12e11, "complex64": 1.10e12},
             int_gemm_ops=9.72e12,
             entry_seconds=2.22e-10,
             stats_flops=7.75e11,
-            source="docs/benchmarks/xeon-amx-16c/levels_2026-11-30.jsonl (complex records)",
+            source="docs/benchmarks/xeon-amx-16c/levels_2026-12-01.jsonl (complex records)",
         ),
     ),
 }

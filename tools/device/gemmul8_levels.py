@@ -1,0 +1,99 @@
+"""The dtype levels beside cuBLAS and GEMMul8 in one run (issue #22's rows) on cupy arrays:
+per row cuBLAS before, the default level (strategy "eager"), GEMMul8's accurate mode at the
+level's count and one below, cuBLAS after; effective bits of each against the exact product of
+the first ``--ref-rows`` rows and ``--ref-cols`` columns (computed on the host while the GPU
+times). One JSON line per row. GEMMul8 is a measuring stick, loaded from ``--g8``
+(``.device/peers/build.sh``); never a dependency of the project.
+
+    PYTHONPATH=.device/peers:$PYTHONPATH python3 gemmul8_levels.py --out levels_g8.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import functools
+import json
+import re
+
+import cupy as cp
+import gemmul8  # .device/peers (the measuring stick)
+from gpu_records import timed  # same folder: one CUDA-event timer
+
+import emulinalg
+from emulinalg.inputs import phi_matrix
+from emulinalg.reference import accuracy, exact_matmul
+
+ROWS = [("float64", 16384, 0.5), ("float64", 16384, 1.0), ("float64", 16384, 2.0),
+        ("float32", 16384, 0.5), ("float32", 16384, 1.0), ("complex128", 8192, 1.0)]  # fmt: skip
+G8_MAX = {"float64": 20, "float32": 13, "complex128": 20}
+
+
+def _inputs(dt, n, phi):
+    return phi_matrix((n, n), phi, dt, seed=1), phi_matrix((n, n), phi, dt, seed=2)
+
+
+def _reference(dt, n, phi, rows, cols):
+    a, b = _inputs(dt, n, phi)
+    return exact_matmul(a[:rows], b[:, :cols])
+
+
+def _bits(c, a, b, ref, rows, cols):
+    acc = accuracy(cp.asnumpy(c[:rows, :cols]), a[:rows], b[:, :cols], ref)
+    return round(acc["bits_maxrel"], 2), round(acc["bits_cw"], 2)
+
+
+def _row(g8, dt, n, phi, ref, args):
+    ha, hb = _inputs(dt, n, phi)
+    a, b = cp.asarray(ha), cp.asarray(hb)
+    rec = {"dtype": dt, "n": n, "phi": phi, "repeat": args.repeat}
+    bits = functools.partial(_bits, a=ha, b=hb, ref=ref, rows=args.ref_rows, cols=args.ref_cols)
+    native = functools.partial(cp.matmul, a, b)
+    rec["native_bits"] = bits(native())
+    rec["native_before_s"] = timed(native, repeat=args.repeat)
+    with emulinalg.config(strategy="eager"):
+        level = functools.partial(emulinalg.matmul, a, b)
+        rec["level_bits"] = bits(level())
+        rec["plan"] = str(emulinalg.last_plan())
+        rec["level_s"] = timed(level, repeat=args.repeat)
+    count = int(re.search(r"moduli=(\d+)", rec["plan"]).group(1))
+    for mod in (count, count - 1):
+        if 2 <= mod <= G8_MAX[dt]:
+            run = functools.partial(g8.matmul, a, b, mod, False)
+            rec[f"g8_{mod}_bits"] = bits(run()[0])
+            rec[f"g8_{mod}_s"] = timed(run, repeat=args.repeat)
+    rec["native_after_s"] = timed(native, repeat=args.repeat)
+    nat = 0.5 * (rec["native_before_s"] + rec["native_after_s"])
+    rec["level_speedup"] = round(nat / rec["level_s"], 3)
+    for mod in (count, count - 1):
+        if f"g8_{mod}_s" in rec:
+            rec[f"g8_{mod}_speedup"] = round(nat / rec[f"g8_{mod}_s"], 3)
+    rec["date"] = datetime.date.today().isoformat()
+    return rec
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=None)
+    p.add_argument("--g8", default="/tmp/g8/libg8drv.so")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--ref-rows", type=int, default=16)
+    p.add_argument("--ref-cols", type=int, default=256)
+    p.add_argument("--workers", type=int, default=6)
+    args = p.parse_args()
+    # the host's references start before anything touches the GPU (forked workers)
+    with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
+        refs = [pool.submit(_reference, *row, args.ref_rows, args.ref_cols) for row in ROWS]
+        g8 = gemmul8.load(args.g8)
+        for row, ref in zip(ROWS, refs):
+            rec = _row(g8, *row, ref.result(), args)
+            print(json.dumps(rec), flush=True)
+            if args.out:
+                with open(args.out, "a") as fh:
+                    fh.write(json.dumps(rec) + "\n")
+            cp.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main()
