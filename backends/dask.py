@@ -86,7 +86,9 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
    in. The output blocks wait for that one task; for the named levels it waits for every
    output block's pick, so every output block's emulated values are held until it is done
    (a number of bits: the patch alone, known from the decision).
-5. Native patch: entries beyond the certificate, or in rows/columns with NaN/Inf, take dask's
+5. Native patch: entries beyond the certificate (for a level above the dtype's, where the
+   maximum count runs: those beyond the dtype's own level's certificate, computed beside it
+   from the same lower bounds), or in rows/columns with NaN/Inf, take dask's
    blocked native product (block products in the chunks' dtype, plain sums over K-blocks),
    computed only for the output blocks that have such entries: the count task's flags tell
    the residue tasks to keep the raw chunk alongside the planes and the product tasks to add
@@ -639,6 +641,11 @@ def _shared_graph(a, b, request, arrays=None):
     outputs = math.prod(a.shape[:-1]) * b.shape[-1]
     target = _select.target_for(request, k, _chunk_backend(a), outputs) if certify else None
     norm = _select.cert_constants(k, target, cplx).norm if certify else None
+    # above the dtype's level: the dtype level's certificate too (``_engine._choose``)
+    above = certify and bits > LEVELS[real_name]
+    own = None
+    if above:
+        own = _select.target_for(level_for_dtype(real_name), k, _chunk_backend(a), outputs)
     f64 = np.float64
 
     def meta(ndim, dtype):
@@ -705,7 +712,7 @@ def _shared_graph(a, b, request, arrays=None):
         # per line [sum of Ā, nonzero parts(, norm partial(, entries with both parts nonzero))]
         nt = (4 if cplx else 3) if certify else 2
 
-        def line_terms(x, xi, lines, li, axis):
+        def line_terms(x, xi, lines, li, axis, norm=norm):
             return da.blockwise(
                 _line_terms,
                 xi + (p,),
@@ -729,6 +736,11 @@ def _shared_graph(a, b, request, arrays=None):
             bbar = per_chunk(_bound_chunk, b, bi, bmb, cols, np.int8, axis=-2, cplx=cplx)
             aterms = line_terms(a, ai, amb, rows, axis=-1)  # (..., m, nt): exact but the norm's
             bterms = line_terms(b, bi, bmb, cols, axis=-2)  # (..., n, nt)
+            own_terms = (aterms, bterms)
+            own_norm = _select.cert_constants(k, own, cplx).norm if above else norm
+            if own_norm != norm:
+                own_terms = (line_terms(a, ai, amb, rows, axis=-1, norm=own_norm),
+                             line_terms(b, bi, bmb, cols, axis=-2, norm=own_norm))  # fmt: skip
         else:
             asq = per_chunk(_sq_chunk, a, ai, amb, rows, f64, True, axis=-1, cplx=cplx)
             bsq = per_chunk(_sq_chunk, b, bi, bmb, cols, f64, True, axis=-2, cplx=cplx)
@@ -766,7 +778,7 @@ def _shared_graph(a, b, request, arrays=None):
                      concatenate=True, meta=np.empty((0,) * len(cols), bool)),
         cols,
     ]  # fmt: skip
-    need = None
+    need = own_need = None
     if certify:
         cert_kw = {"dtype": np.int64, "concatenate": True, "meta": meta(nd, np.int64), "k": k,
                    "cplx": cplx, "target": target}  # fmt: skip
@@ -800,6 +812,14 @@ def _shared_graph(a, b, request, arrays=None):
                             *terms, token="emulinalg-certificate-fallback", q=q,
                             **cert_kw)  # fmt: skip
         count_args += [summarize(need, "emulinalg-cert-summary-final"), out + (p,)]
+        if above:  # the entries the dtype's level takes natively (the same lower bounds)
+            oterms = terms[:6] + [own_terms[0], rows + (p,), own_terms[1], cols + (p,)]
+            okw = dict(cert_kw, target=own)
+            own_need = da.blockwise(_cert_block, out, *oterms, token="emulinalg-own-cert", **okw)
+            own_need = da.blockwise(_cert_fallback_block, out, own_need, out, fallback, (), lower,
+                                    out, *oterms, token="emulinalg-own-cert-fallback", q=q,
+                                    **okw)  # fmt: skip
+            count_args += [summarize(own_need, "emulinalg-own-cert-summary"), out + (p,)]
     if arrays is not None:
         arrays.update(e=e, f=f, need=need)
         if certify:
@@ -868,7 +888,10 @@ def _shared_graph(a, b, request, arrays=None):
         )
         wsum = k_sum(prods, _wsum, "emulinalg-wsum")
     # 4./5. One CRT per output block, and the native patch.
-    patch = [amb, rows + (p,), bmb, cols + (p,), need, out if certify else None, cfg, ()]
+    # the native entries: above the dtype's level, those its own level does not certify (a
+    # subset of the requested level's beyond entries, none where those are none)
+    patch = [amb, rows + (p,), bmb, cols + (p,), own_need if above else need,
+             out if certify else None, cfg, ()]  # fmt: skip
     fin_kw = {"dtype": dtype_name, "concatenate": True, "meta": meta(nd, dtype_name),
               "align_arrays": False, "dtype_name": dtype_name}  # fmt: skip
     # the engine refits the most cancelled entries of a product of the native form
@@ -1180,7 +1203,7 @@ def _any_bad(lines):
     return np.full((1,) * (lines.ndim - 1), bool(xp.any(lines[..., 1] > 0)))
 
 
-def _count_task(abad, bbad, summary=None, *, fixed, bits, native_bits):
+def _count_task(abad, bbad, summary=None, own=None, *, fixed, bits, native_bits):
     """The one count task: ``{"count": n (0: none, every entry native), "mask": whether the
     certificate's beyond entries are native, "need": per output block, whether any entry is
     taken from the native product, "certified": whether the count is the certificate's (its
@@ -1188,7 +1211,7 @@ def _count_task(abad, bbad, summary=None, *, fixed, bits, native_bits):
     refinement's steps (``_refine_task`` clears it where the engine's loop stops), "patch":
     None (the refinement's patch, ``_refine_task``)}`` -- the decisions of
     ``_select.certify_moduli`` (before its exact step) and ``_engine._emulate`` on the whole
-    matrices."""
+    matrices; ``own`` the summary of the dtype's own level (levels above it)."""
     abad = np.asarray(abad, dtype=bool)  # (batch blocks..., I)
     bbad = np.asarray(bbad, dtype=bool)  # (batch blocks..., J)
     lines = abad[..., :, None] | bbad[..., None, :]
@@ -1202,8 +1225,12 @@ def _count_task(abad, bbad, summary=None, *, fixed, bits, native_bits):
     summary = np.asarray(summary)  # (batch blocks..., I, J, 3)
     any_beyond = summary[..., 1] > 0
     if bits > native_bits and bool(any_beyond.any()):
-        # Beyond the native precision native is the worse choice: the most accurate count.
-        return decision(MAX_MODULI, False, lines)
+        # Beyond the native precision native is the worse choice: the most accurate count,
+        # with native entries only where the dtype's own level takes them.
+        own = np.asarray(own)
+        if bool((own[..., 2] > 0).all()):
+            return decision(0, True, np.ones_like(lines))
+        return decision(MAX_MODULI, True, lines | (own[..., 1] > 0))
     if bool((summary[..., 2] > 0).all()):  # nothing certifiable: the native product
         return decision(0, True, np.ones_like(lines))
     return decision(int(summary[..., 0].max()), True, lines | any_beyond, True)

@@ -16,7 +16,7 @@ import array_api_compat
 
 from . import _engine
 from ._config import get_config
-from ._plan import Plan, last_plan, record
+from ._plan import Plan, clear, last_plan, record
 from ._precision import parse
 
 _KINDS = ("bool", "integral", "real floating", "complex floating")
@@ -136,12 +136,18 @@ def _broadcast_shapes(s1, s2):
     return out
 
 
+# numpy's limit on array dimensions in some of the functions the products use (numpy 1.x's
+# NPY_MAXDIMS); ``numpy.vecdot`` itself takes operands of 32 dimensions.
+MAX_DIMS = 32
+
+
 def _explainable(fn):
     """Adds ``explain=False`` to a product: ``explain=True`` returns ``(result, plan)``, the plan
     being what :func:`emulinalg.last_plan` reports for this call."""
 
     @functools.wraps(fn)
     def product(x1, x2, /, *, explain=False, **kwargs):
+        clear()  # a call that raises leaves no plan behind, not the previous call's
         out = fn(x1, x2, **kwargs)
         return (out, last_plan()) if explain else out
 
@@ -403,5 +409,7 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None):
     b = xp.broadcast_to(xp.astype(b, dt), batch + (k,))
     if xp.isdtype(dt, "complex floating"):
         a = xp.conj(a)
+    if len(batch) > MAX_DIMS - 2:  # the (..., 1, k) @ (..., k, 1) products need two more axes
+        a, b = xp.reshape(a, (-1, k)), xp.reshape(b, (-1, k))
     c = _gemm(xp, xp.expand_dims(a, axis=-2), xp.expand_dims(b, axis=-1), request, "vecdot")
-    return c[..., 0, 0]
+    return xp.reshape(c[..., 0, 0], batch)

@@ -145,6 +145,10 @@ def _matmul(xp, backend, a, b, request, cfg, out):
         if not _faster(backend, guess, dtype_name, m, n, k, batch, plan):
             return backend.native_matmul(a, b), plan
 
+    # The output's memory first, as the native product takes it: an output that cannot be
+    # allocated raises MemoryError before the operands are scanned (a broadcast view is cheap
+    # to make and slow to read).
+    xp.empty(a.shape[:-2] + (m, n), dtype=a.dtype)
     ar, ai = _parts(xp, a, backend)
     br, bi = _parts(xp, b, backend)  # the front end gave both operands the result dtype
     hook_ops = _hook_operands(xp, backend, a, b, (ar, ai, br, bi), real_name)
@@ -231,23 +235,25 @@ def _emulate(
     else:
         family = "ozaki1" if family == "ozaki1" else "ozaki2"
         with stage("statistics"):
-            scheme, prescale, native_mask, patch = _choose(
+            scheme, prescale, native_mask, patch, own_mask = _choose(
                 xp, backend, ar, ai, br, bi, request, family, real_name, exponents, hook_ops
             )
         certified = True
-        if (
-            request.bits > LEVELS[real_name]
-            and native_mask is not None
-            and bool(xp.any(native_mask))
-        ):
+        beyond_note = ""
+        if own_mask is not None:
             # Beyond the native precision the native product is the worse choice for the
-            # entries no configuration certifies: take the most accurate configuration instead.
+            # entries no configuration certifies: take the most accurate configuration, but
+            # never below the dtype's own level: what that level takes natively, so does this.
             scheme = OzakiII(moduli=MAX_MODULI) if family == "ozaki2" else OzakiI(slices=MAX_SLICES)
+            own = level_for_dtype(real_name)
             plan.fallback = (
                 f"precision: {request} is not certified on every entry; used the most accurate "
                 f"configuration, {scheme}"
             )
-            native_mask, certified, patch = None, False, None
+            beyond_note = f" (the {own} level certifies none of them)"
+            native_mask, certified, patch = own_mask, False, None
+            if bool(xp.all(native_mask)):
+                scheme = None
         if scheme is None:
             plan.fallback = (
                 f"precision: no {family} configuration certifies {request} on these inputs"
@@ -269,7 +275,8 @@ def _emulate(
             return None, None  # the statistics asked for more than native's time allows
         count = 0 if native_mask is None else int(xp.count_nonzero(native_mask))
         if count:
-            plan.fallback = f"precision: {count} entries beyond {scheme} computed natively"
+            done = plan.fallback + "; " if plan.fallback else "precision: "
+            plan.fallback = f"{done}{count} entries beyond {scheme} computed natively{beyond_note}"
         else:
             native_mask = None
     parts = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents)
@@ -462,33 +469,47 @@ def _choose(
     xp, backend, ar, ai, br, bi, level: Level, family, real_name, exponents=None, hook_ops=None
 ):
     """Smallest scheme of the family certifying the level on every entry it can; the entries it
-    cannot are returned as a mask for the native product (None scheme: none at all)."""
+    cannot are returned as a mask for the native product (None scheme: none at all). For a
+    level above the dtype's with such entries, also the mask of the entries the dtype's own
+    level cannot certify (None otherwise): ``(scheme, prescale, beyond, patch, own_beyond)``."""
     if _exact_k1(ar, ai, level):
-        return _exact_at_k1(level, family, real_name), None, None, None
+        return _exact_at_k1(level, family, real_name), None, None, None, None
     if _complex_k1(ar, ai, level, family):
         # room for the exact products of two significands (2b bits) and the shifts' margin
         b2 = 2 * LEVELS[real_name] + 8
         n = next((n for n in range(MIN_MODULI, MAX_MODULI) if b2 <= crt_constants(n).L), MAX_MODULI)
-        return OzakiII(moduli=n, mode="accurate"), None, None, None
+        return OzakiII(moduli=n, mode="accurate"), None, None, None, None
+    k, outputs = ar.shape[-1], _outputs(ar, br)
+    above = level.bits > LEVELS[real_name]
+    own = _select.target_for(level_for_dtype(real_name), k, backend, outputs) if above else None
+    own_beyond = None
     if family == "ozaki2":
         hook_ops = hook_ops or (ar, ai, br, bi)
         prescale = _backend_prescale(backend, *hook_ops, "accurate", exponents)
         if prescale is None:
             prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
-        target = _select.target_for(level, ar.shape[-1], backend, _outputs(ar, br))
+        target = _select.target_for(level, k, backend, outputs)
         count, beyond, patch = _select.ozaki2_moduli_needed(
             xp, backend, ar, ai, br, bi, prescale, target, hook_ops
         )
+        if above and beyond is not None and bool(xp.any(beyond)):
+            own_beyond = _select.ozaki2_moduli_needed(
+                xp, backend, ar, ai, br, bi, prescale, own, hook_ops
+            )[1]
+            own_beyond = xp.zeros(beyond.shape, dtype=xp.bool) if own_beyond is None else own_beyond
         if hasattr(prescale, "lower"):
             prescale.lower = None  # the bound GEMM's sums (m x n): not needed by the product
         scheme = None if count is None else OzakiII(moduli=count, mode="accurate")
     else:
         prescale = None
-        target = _select.target_for(level, ar.shape[-1], backend, _outputs(ar, br))
+        target = _select.target_for(level, k, backend, outputs)
         count, beyond = _select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target)
+        if above and beyond is not None and bool(xp.any(beyond)):
+            own_beyond = _select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, own)[1]
+            own_beyond = xp.zeros(beyond.shape, dtype=xp.bool) if own_beyond is None else own_beyond
         patch = None
         scheme = None if count is None else OzakiI(slices=count)
-    return scheme, prescale, beyond, patch
+    return scheme, prescale, beyond, patch, own_beyond
 
 
 def _k_block(backend, scheme, k):

@@ -77,6 +77,11 @@ def record(plan):
     return plan
 
 
+def clear():
+    """Forget the last plan of this context (a product about to run)."""
+    _LAST.set(None)
+
+
 def last_plan():
     """How the last product in this thread / asyncio task was computed.
 
@@ -84,8 +89,8 @@ def last_plan():
     -------
     Plan or None
         The plan of the last ``matmul``/``tensordot``/``vecdot`` call made in this context
-        (None before the first): backend, target precision, scheme and its counts, k-blocking,
-        and any native fallback with its reason.
+        (None before the first, and after a call that raised): backend, target precision,
+        scheme and its counts, k-blocking, and any native fallback with its reason.
     """
     return _LAST.get()
 

@@ -113,18 +113,24 @@ def target_for(level, k, backend=None, outputs=None):
     return Target(level.bits, "strict")
 
 
+# What the final rounding to the output dtype adds to every certified entry: u |c_ij|, and where
+# c_ij is subnormal up to half the smallest subnormal (2**-1075 float64, 2**-150 float32) instead.
+FINAL_ROUNDING = "then the rounding to the output dtype: + u |c| + half its smallest subnormal"
+
+
 def guarantee_note(target, family="ozaki2"):
     """The plan's line saying what the certificate guarantees per entry (before the final
-    rounding, which adds u |c_ij|)."""
+    rounding, ``FINAL_ROUNDING``, which the line states too)."""
     b, w = target.bits, target.weight
     if target.guarantee == "strict":
-        return f"certified |err| <= {TAU:g} * 2^-{b} |A||B| per entry"
+        return f"certified |err| <= {TAU:g} * 2^-{b} |A||B| per entry, {FINAL_ROUNDING}"
     if family == "ozaki1":
-        return f"certified |err| <= {w:.3g} * 2^-{b} |A||B| per entry"
+        return f"certified |err| <= {w:.3g} * 2^-{b} |A||B| per entry, {FINAL_ROUNDING}"
     return (
         f"certified per entry: |err| <= k * {w:.3g} * 2^-{b} |A||B| always, and <= 6 sigma "
         f"with probability >= 1 - 3.1e-8, sigma <= {w:.3g} * 2^-{b} sqrt(k) |a_i o b_j|_2 "
-        f"(error std <= {NATIVE_STD_RATIO:g}x the native GEMM's; docs/precision.md)"
+        f"(error std <= {NATIVE_STD_RATIO:g}x the native GEMM's; docs/precision.md), "
+        f"{FINAL_ROUNDING}"
     )
 
 

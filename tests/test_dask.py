@@ -34,7 +34,7 @@ from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import dask as dask_backend
 from emulinalg.backends import numpy as numpy_backend
 from emulinalg.inputs import phi_matrix
-from emulinalg.reference import accuracy
+from emulinalg.reference import accuracy, exact_matmul
 
 da = pytest.importorskip("dask.array", reason="dask[array] is not installed")
 distributed = pytest.importorskip("distributed", reason="distributed is not installed")
@@ -944,6 +944,27 @@ def test_other_levels_in_core_bits(sync, precision, dtype):
     a, b = da.from_array(A, chunks=(17, 26)), da.from_array(B, chunks=(26, 11))
     out = _eager(emulinalg.matmul, a, b, precision=precision).compute()
     _assert_in_core_bits(out, A, B, precision=precision)
+
+
+@pytest.mark.parametrize("precision", [54, 80])
+def test_levels_above_the_dtypes_take_native_where_the_dtypes_level_does(sync, precision):
+    """Rows spanning 2**+-300 (issue #26): no count certifies 54+ bits everywhere; the graph
+    takes the most accurate count and, as the engine, the native product exactly on the
+    entries the float64 level does not certify (dask's blocked native product there), so both
+    measures stay at those of dask's own product."""
+    rng = np.random.default_rng(5)
+    A = rng.uniform(-1, 1, (40, 75)) * 2.0 ** rng.integers(-300, 300, (40, 75))
+    B = rng.uniform(-1, 1, (75, 30)) * 2.0 ** rng.integers(-300, 300, (75, 30))
+    a, b = da.from_array(A, chunks=(17, 26)), da.from_array(B, chunks=(26, 11))
+    out = _eager(emulinalg.matmul, a, b, precision=precision).compute()
+    beyond64 = _engine_certificate(A, B, "float64")[1]
+    assert beyond64 is not None and beyond64.any()
+    plan = _assert_in_core_bits(out, A, B, precision=precision, native=beyond64)
+    assert plan.scheme == f"OzakiII(moduli={MAX_MODULI}, mode=accurate)"
+    assert plan.native_entries == int(beyond64.sum())
+    ref = exact_matmul(A, B)  # native here: dask's own product on the same chunks
+    got, nat = accuracy(out, A, B, ref), accuracy((a @ b).compute(), A, B, ref)
+    assert got["bits_maxrel"] >= nat["bits_maxrel"] and got["bits_cw"] >= nat["bits_cw"]
 
 
 def test_batched_k1_and_fast_mode(sync):

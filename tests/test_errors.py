@@ -129,3 +129,45 @@ def test_unsupported_dtypes(bad, op):
         fn(bad, good)
     with pytest.raises(ERRORS, match=r"(?i)dtype"):
         fn(good, bad)
+
+
+# ----------------------------------------------------------------------------------------------
+# odd inputs (issue #26, class 4)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "fn"), products(), ids=[p[0] for p in products()])
+def test_last_plan_is_none_after_a_call_that_raised(name, fn):
+    emulinalg.matmul(np.ones((3, 4)), np.ones((4, 2)))
+    assert emulinalg.last_plan() is not None
+    with pytest.raises(ERRORS):
+        fn(np.ones((3, 4)), np.ones((5, 2)))
+    assert emulinalg.last_plan() is None
+
+
+@pytest.mark.parametrize("strategy", ["eager", "performant"])
+def test_an_output_too_large_to_allocate_raises_memoryerror_before_the_scan(strategy):
+    """A broadcast view of 2**46 entries costs nothing to make; its product's output (512 TiB,
+    beyond a 47-bit address space) cannot be allocated: numpy raises MemoryError at once, and
+    so must the emulation, before it reads the operands for NaN/Inf."""
+    big = np.broadcast_to(np.ones((1, 1)), (1 << 23, 1 << 23))
+    with pytest.raises(MemoryError):
+        np.matmul(big, big)
+    with emulinalg.config(strategy=strategy), pytest.raises(MemoryError):
+        emulinalg.matmul(big, big)
+
+
+@pytest.mark.parametrize("precision", [None, 60, emulinalg.OzakiII(moduli=8)])
+def test_vecdot_of_32_dimensional_operands_is_exact_on_integers(precision):
+    """numpy.vecdot takes 32-D operands; the emulation's (..., 1, k) @ (..., k, 1) products
+    would need 33 dimensions. Small integers: every product and sum is exact, natively and
+    emulated, so the result must equal the exact integer sums."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-8, 9, size=(2,) + (1,) * 29 + (3, 5)).astype(np.float64)
+    y = rng.integers(-8, 9, size=(1,) * 30 + (3, 5)).astype(np.float64)
+    exact = (x.astype(np.int64) * y.astype(np.int64)).sum(axis=-1)
+    with emulinalg.config(strategy="eager"):
+        c = emulinalg.vecdot(x, y, precision=precision)
+    assert c.shape == np.vecdot(x, y).shape == (2,) + (1,) * 29 + (3,)
+    assert np.array_equal(c, exact.astype(np.float64))
+    assert emulinalg.last_plan().scheme != "native"
