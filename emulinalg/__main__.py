@@ -125,6 +125,13 @@ def demo(args) -> int:
 
         return scf_demo.main(args)
     if getattr(args, "workload", "matmul") == "dask":
+        try:
+            import dask.array  # noqa: F401
+            import distributed  # noqa: F401
+        except ImportError as exc:
+            print(f"demo dask needs dask[array] and distributed ({exc}): "
+                  "pip install 'emulinalg[dask]'", file=sys.stderr)  # fmt: skip
+            return 2
         from emulinalg.examples import out_of_core
 
         return out_of_core.demo_main(args)

@@ -7,17 +7,21 @@ are exact natively and never emulated.
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import operator
 import sys
+from typing import Literal, TypeVar, overload
 
 import array_api_compat
 
 from . import _engine
 from ._config import get_config
 from ._plan import Plan, clear, last_plan, record
-from ._precision import parse
+from ._precision import BF16x3, BF16xN, OzakiI, OzakiII, parse
+
+# An array of the caller's library (numpy, cupy, dask, ...): the products return the same type.
+Array = TypeVar("Array")
+# What ``precision=`` takes (``_precision.parse`` validates it).
+Precision = None | str | int | OzakiI | OzakiII | BF16x3 | BF16xN
 
 _KINDS = ("bool", "integral", "real floating", "complex floating")
 _EMULATED = ("float32", "float64", "complex64", "complex128")  # float16: at the float32 level
@@ -141,28 +145,25 @@ def _broadcast_shapes(s1, s2):
 MAX_DIMS = 32
 
 
-def _explainable(fn):
-    """Adds ``explain=False`` to a product: ``explain=True`` returns ``(result, plan)``, the plan
-    being what :func:`emulinalg.last_plan` reports for this call."""
-
-    @functools.wraps(fn)
-    def product(x1, x2, /, *, explain=False, **kwargs):
-        clear()  # a call that raises leaves no plan behind, not the previous call's
-        out = fn(x1, x2, **kwargs)
-        return (out, last_plan()) if explain else out
-
-    sig = inspect.signature(fn)
-    extra = inspect.Parameter("explain", inspect.Parameter.KEYWORD_ONLY, default=False)
-    product.__signature__ = sig.replace(parameters=[*sig.parameters.values(), extra])
-    return product
+def _explained(out, explain):
+    """``explain=True``: ``(result, plan)``, the plan being what :func:`emulinalg.last_plan`
+    reports for this call."""
+    return (out, last_plan()) if explain else out
 
 
 def _floating(xp, dt):
     return xp.isdtype(dt, ("real floating", "complex floating"))
 
 
-@_explainable
-def matmul(x1, x2, /, *, precision=None):
+@overload
+def matmul(
+    x1: Array, x2: Array, /, *, precision: Precision = ..., explain: Literal[False] = ...
+) -> Array: ...
+@overload
+def matmul(
+    x1: Array, x2: Array, /, *, precision: Precision = ..., explain: Literal[True]
+) -> tuple[Array, Plan]: ...
+def matmul(x1, x2, /, *, precision=None, explain=False):
     """Matrix product with Array API ``matmul`` semantics, emulated at ``precision``.
 
     Parameters
@@ -201,6 +202,11 @@ def matmul(x1, x2, /, *, precision=None):
     Uchino, Imamura, arXiv:2504.08009; Uchino et al., SC-W 2025. ``emulinalg.last_plan()``
     reports the scheme, counts and any native fallback.
     """
+    clear()  # a call that raises leaves no plan behind, not the previous call's
+    return _explained(_matmul(x1, x2, precision), explain)
+
+
+def _matmul(x1, x2, precision):
     x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "matmul")
     request = _precision(precision)
@@ -248,8 +254,17 @@ def _normalize_axes(seq, ndim, which):
     return out
 
 
-@_explainable
-def tensordot(x1, x2, /, *, axes=2, precision=None):
+@overload
+def tensordot(
+    x1: Array, x2: Array, /, *, axes: int | tuple = ..., precision: Precision = ...,
+    explain: Literal[False] = ...,
+) -> Array: ...
+@overload
+def tensordot(
+    x1: Array, x2: Array, /, *, axes: int | tuple = ..., precision: Precision = ...,
+    explain: Literal[True],
+) -> tuple[Array, Plan]: ...
+def tensordot(x1, x2, /, *, axes=2, precision=None, explain=False):
     """Tensor contraction with Array API ``tensordot`` semantics, emulated at ``precision``.
 
     Parameters
@@ -282,6 +297,11 @@ def tensordot(x1, x2, /, *, axes=2, precision=None):
     The contraction is reshaped into one GEMM and computed like :func:`matmul` (Ozaki Scheme I
     or II; see there for the papers).
     """
+    clear()  # a call that raises leaves no plan behind, not the previous call's
+    return _explained(_tensordot(x1, x2, axes, precision), explain)
+
+
+def _tensordot(x1, x2, axes, precision):
     x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "tensordot")
     request = _precision(precision)
@@ -338,8 +358,17 @@ def _prod(it):
     return p
 
 
-@_explainable
-def vecdot(x1, x2, /, *, axis=-1, precision=None):
+@overload
+def vecdot(
+    x1: Array, x2: Array, /, *, axis: int = ..., precision: Precision = ...,
+    explain: Literal[False] = ...,
+) -> Array: ...
+@overload
+def vecdot(
+    x1: Array, x2: Array, /, *, axis: int = ..., precision: Precision = ...,
+    explain: Literal[True],
+) -> tuple[Array, Plan]: ...
+def vecdot(x1, x2, /, *, axis=-1, precision=None, explain=False):
     """Vector dot product over ``axis`` with Array API ``vecdot`` semantics (x1 is conjugated).
 
     Parameters
@@ -371,6 +400,11 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None):
     Computed as a batch of 1 x k by k x 1 GEMMs, like :func:`matmul` (Ozaki Scheme I or II;
     see there for the papers).
     """
+    clear()  # a call that raises leaves no plan behind, not the previous call's
+    return _explained(_vecdot(x1, x2, axis, precision), explain)
+
+
+def _vecdot(x1, x2, axis, precision):
     x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "vecdot")
     request = _precision(precision)

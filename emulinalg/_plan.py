@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -65,12 +66,17 @@ class Plan:
 
 
 _LAST = contextvars.ContextVar("emulinalg_last_plan", default=None)
+# Every plan is also logged here at DEBUG level: logging.getLogger("emulinalg").setLevel(DEBUG)
+# (with a handler) shows each product's decisions without last_plan().
+_LOG = logging.getLogger("emulinalg")
 _FALLBACKS = collections.Counter()
 _LOCK = threading.Lock()
 
 
 def record(plan):
     _LAST.set(plan)
+    if _LOG.isEnabledFor(logging.DEBUG):  # the plan's text only when someone listens
+        _LOG.debug("%s", plan)
     if plan.fallback:
         with _LOCK:
             _FALLBACKS[plan.fallback.split(":")[0]] += 1

@@ -1,0 +1,57 @@
+"""What a newcomer meets first (issue #28's rough edges): plans in the ``emulinalg`` logger,
+type information shipped with the package, and a one-line hint for a missing extra."""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import sys
+import typing
+
+import numpy as np
+import pytest
+
+import emulinalg
+from emulinalg import __main__ as cli
+
+
+def test_every_plan_is_logged_at_debug_level(caplog):
+    a, b = np.arange(12.0).reshape(3, 4), np.ones((4, 2))
+    with caplog.at_level(logging.DEBUG, logger="emulinalg"), emulinalg.config(strategy="eager"):
+        c = emulinalg.matmul(a, b, precision="float64")
+    assert np.array_equal(c, a @ b)  # small integers: exact either way
+    logged = [r.getMessage() for r in caplog.records if r.name == "emulinalg"]
+    assert logged == [str(emulinalg.last_plan())]
+    assert "scheme=OzakiII(" in logged[0]
+
+
+def test_no_log_records_unless_asked(caplog):
+    with caplog.at_level(logging.INFO, logger="emulinalg"):
+        emulinalg.matmul(np.ones((2, 2)), np.ones((2, 2)))
+    assert not [r for r in caplog.records if r.name == "emulinalg"]
+
+
+def test_the_package_ships_its_type_information():
+    assert (pathlib.Path(emulinalg.__file__).parent / "py.typed").is_file()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="typing.get_overloads is 3.11+")
+@pytest.mark.parametrize("name", ["matmul", "tensordot", "vecdot"])
+def test_products_are_typed_for_both_explain_forms(name):
+    fn = getattr(emulinalg, name)
+    forms = typing.get_overloads(fn)
+    assert len(forms) == 2
+    returns = {f.__annotations__["explain"]: f.__annotations__["return"] for f in forms}
+    assert returns == {"Literal[False]": "Array", "Literal[True]": "tuple[Array, Plan]"}
+    b = np.ones((2, 3)) if name == "vecdot" else np.ones((3, 2))
+    kw = {"axes": 1} if name == "tensordot" else {}
+    out, plan = fn(np.ones((2, 3)), b, explain=True, **kw)
+    assert plan is emulinalg.last_plan() and out.shape[0] == 2
+
+
+def test_demo_dask_without_the_extra_says_which_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    rc = cli.main(["demo", "dask"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and "pip install 'emulinalg[dask]'" in err
