@@ -397,6 +397,12 @@ def _graph(a, b, request, cfg, native):
     i, kk, j, p = nd - 2, nd - 1, nd, nd + 1
     acc = dtype_name if native else _ACC[dtype_name]
     out_ind = batch_ind + (i, kk, j) + (() if native else (p,))
+    rows, cols = batch_ind + (i,), batch_ind + (j,)
+    scale = []  # emulated float64 partials: the lines' maxima, for the overflow shifts
+    if not native and acc in ("float64", "complex128"):
+        amax, bmax = (da.where(da.isfinite(x), x, 0).max(axis=ax)
+                      for x, ax in ((da.abs(a), -1), (da.abs(b), -2)))  # fmt: skip
+        scale = [amax, rows, bmax, cols]
     blocks = da.blockwise(
         _native_block if native else _emulated_block,
         out_ind,
@@ -404,6 +410,7 @@ def _graph(a, b, request, cfg, native):
         batch_ind + (i, kk),
         b,
         batch_ind + (kk, j),
+        *scale,
         adjust_chunks={kk: 1},
         new_axes={} if native else {p: 2},
         concatenate=False,
@@ -430,11 +437,14 @@ def _graph(a, b, request, cfg, native):
     if native:
         c = summed
     else:
-        c = da.map_blocks(
+        c = da.blockwise(
             _round,
+            batch_ind + (i, j),
             summed,
+            batch_ind + (i, j, p),
+            *scale,
+            concatenate=True,
             dtype=dtype_name,
-            drop_axis=summed.ndim - 1,
             meta=meta_from_array(a._meta, ndim=nd, dtype=dtype_name),
             dtype_name=dtype_name,
         )
@@ -493,9 +503,24 @@ def _chunk_quiet(xp, backend):
     return backend.quiet() if backend is not None else contextlib.nullcontext()
 
 
-def _emulated_block(a, b, request, cfg):
+# Lines whose largest magnitude is above 2**OVERFLOW_EXP enter the dd graph's block products
+# scaled down to it by a power of two (the same for every K-block, undone after the sum): a
+# K-block's partial of such lines can overflow where the whole sum does not (1e308 - 1e308).
+# Below it nothing is scaled; partial sums stay below 2**(2 OVERFLOW_EXP + 2) k.
+OVERFLOW_EXP = 480
+
+
+def _overflow_shift(xp, mx):
+    """Per line, the power of two ``_emulated_block`` scales it down by: 0 up to
+    2**OVERFLOW_EXP, else the line maximum's exponent above it (int64)."""
+    e = xp.astype(xp.ceil(xp.log2(xp.where(mx > 0, mx, 1.0))), xp.int64)
+    return xp.where(e > OVERFLOW_EXP, e - OVERFLOW_EXP, 0)
+
+
+def _emulated_block(a, b, amax=None, bmax=None, *, request, cfg):
     """``(hi, lo)`` of one emulated block product, stacked on a trailing axis, with a size-1
-    axis for the K-block: shape (..., m_i, 1, n_j, 2)."""
+    axis for the K-block: shape (..., m_i, 1, n_j, 2); with the lines' maxima ``amax`` (...,
+    m_i), ``bmax`` (..., n_j), the product of the lines scaled by ``_overflow_shift``."""
     import array_api_compat
 
     from . import for_namespace
@@ -506,6 +531,9 @@ def _emulated_block(a, b, request, cfg):
     acc = _ACC[name_]
     if acc != name_:  # float32 blocks run in float64: no partial is rounded to float32
         a, b = xp.astype(a, getattr(xp, acc)), xp.astype(b, getattr(xp, acc))
+    if amax is not None:  # powers of two: exact (an entry 2**-1074 below its line's max aside)
+        a = _scaled(xp, a, -xp.expand_dims(_overflow_shift(xp, amax), axis=-1))
+        b = _scaled(xp, b, -xp.expand_dims(_overflow_shift(xp, bmax), axis=-2))
     with _chunk_quiet(xp, backend):
         (hi, lo), _ = _engine.matmul(xp, backend, a, b, request, cfg, dd=True)
     pair = xp.stack([hi, lo], axis=-1)
@@ -587,15 +615,27 @@ def _dd_sum(parts, axis=None, keepdims=False):
     return _squeeze(out, axis, keepdims)
 
 
-def _round(x, dtype_name):
-    """``hi + lo`` rounded once to the result dtype."""
+def _round(x, amax=None, bmax=None, *, dtype_name):
+    """``hi + lo`` rounded once to the result dtype (and scaled back by the lines'
+    ``_overflow_shift``: a power of two >= 1, exact up to overflow, which is the result's)."""
     import array_api_compat
 
     xp = array_api_compat.array_namespace(x)
     with np.errstate(over="ignore", invalid="ignore"):
         s = x[..., 0] + x[..., 1]
         s = xp.where(xp.isfinite(s), s, x[..., 0])  # inf + nan from a non-finite entry
+        if amax is not None:
+            shift = (xp.expand_dims(_overflow_shift(xp, amax), axis=-1)
+                     + xp.expand_dims(_overflow_shift(xp, bmax), axis=-2))  # fmt: skip
+            s = _scaled(xp, s, shift)
         return xp.astype(s, getattr(xp, dtype_name))
+
+
+def _scaled(xp, x, shift):
+    """``x * 2**shift`` per entry (real or complex; ``shift`` int64, broadcasting)."""
+    if xp.isdtype(x.dtype, "complex floating"):
+        return make_complex(xp, ldexp(xp, xp.real(x), shift), ldexp(xp, xp.imag(x), shift), x.dtype)
+    return ldexp(xp, x, shift)
 
 
 # --------------------------------------------------------------------------------------------

@@ -967,6 +967,37 @@ def test_levels_above_the_dtypes_take_native_where_the_dtypes_level_does(sync, p
     assert got["bits_maxrel"] >= nat["bits_maxrel"] and got["bits_cw"] >= nat["bits_cw"]
 
 
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize(
+    "precision", [emulinalg.BF16xN(), emulinalg.OzakiI(slices=7), None], ids=str
+)
+def test_dd_graph_partials_that_overflow_do_not_make_nan(sync, monkeypatch, precision, dtype):
+    """Issue #26: K-blocks of +-1e308 entries whose partial sums overflow where the whole sum
+    does not (a block sums to +4e308, the next to -4e308). The dd graph (Scheme I, BF16xN,
+    Scheme II with EMULINALG_DASK_MODE=dd) gives the in-core product's finite values; where the
+    exact sum itself overflows, inf as in core."""
+    monkeypatch.setenv("EMULINALG_DASK_MODE", "dd")
+    rng = np.random.default_rng(2)
+    A = np.empty((6, 8), dtype)
+    A[:, :4], A[:, 4:] = 1e308, -1e308
+    A[:, 0] = rng.uniform(1.0, 1.7, 6) * 1e308
+    A[5, 4:] = 1e308  # the whole sum overflows: +inf
+    if dtype == "complex128":
+        A = A + 1j * A[:, ::-1]
+    B = np.ones((8, 5), dtype)
+    a, b = da.from_array(A, chunks=(3, 4)), da.from_array(B, chunks=(4, 5))
+    out = _eager(emulinalg.matmul, a, b, precision=precision).compute()
+    want = _eager(emulinalg.matmul, A, B, precision=precision)
+    assert not np.isnan(out).any()
+    assert np.all(np.isinf(want[5]) == np.isinf(out[5]))
+    assert np.array_equal(out[:5], want[:5])
+    from fractions import Fraction  # B is ones: the exact real parts are the row sums
+
+    exact = np.array([float(sum(Fraction(float(x)) for x in row)) for row in A[:5].real])
+    bound = (np.abs(A[:5].real) * 2.0**-10).sum(axis=1) * 2.0**-20  # 2**-30 |A||B|: BF16xN's
+    assert np.all(np.abs(out[:5, 0].real - exact) <= bound)
+
+
 def test_batched_k1_and_fast_mode(sync):
     X = phi_matrix((3, 16, 40), 1.0, "float64", seed=3)
     Y = phi_matrix((3, 40, 8), 1.0, "float64", seed=4)
