@@ -480,35 +480,35 @@ def _choose(
         n = next((n for n in range(MIN_MODULI, MAX_MODULI) if b2 <= crt_constants(n).L), MAX_MODULI)
         return OzakiII(moduli=n, mode="accurate"), None, None, None, None
     k, outputs = ar.shape[-1], _outputs(ar, br)
-    above = level.bits > LEVELS[real_name]
-    own = _select.target_for(level_for_dtype(real_name), k, backend, outputs) if above else None
-    own_beyond = None
+    prescale = None
     if family == "ozaki2":
         hook_ops = hook_ops or (ar, ai, br, bi)
         prescale = _backend_prescale(backend, *hook_ops, "accurate", exponents)
         if prescale is None:
             prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
-        target = _select.target_for(level, k, backend, outputs)
-        count, beyond, patch = _select.ozaki2_moduli_needed(
-            xp, backend, ar, ai, br, bi, prescale, target, hook_ops
-        )
-        if above and beyond is not None and bool(xp.any(beyond)):
-            own_beyond = _select.ozaki2_moduli_needed(
-                xp, backend, ar, ai, br, bi, prescale, own, hook_ops
-            )[1]
-            own_beyond = xp.zeros(beyond.shape, dtype=xp.bool) if own_beyond is None else own_beyond
-        if hasattr(prescale, "lower"):
-            prescale.lower = None  # the bound GEMM's sums (m x n): not needed by the product
-        scheme = None if count is None else OzakiII(moduli=count, mode="accurate")
+
+    def certify(lev):  # (count, beyond, patch) of the family's certificate for a level
+        target = _select.target_for(lev, k, backend, outputs)
+        if family == "ozaki2":
+            return _select.ozaki2_moduli_needed(
+                xp, backend, ar, ai, br, bi, prescale, target, hook_ops
+            )
+        return (*_select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target), None)
+
+    count, beyond, patch = certify(level)
+    own_beyond = None
+    if level.bits > LEVELS[real_name] and beyond is not None and bool(xp.any(beyond)):
+        own_beyond = certify(level_for_dtype(real_name))[1]
+        if own_beyond is None:
+            own_beyond = xp.zeros(beyond.shape, dtype=xp.bool)
+    if hasattr(prescale, "lower"):
+        prescale.lower = None  # the bound GEMM's sums (m x n): not needed by the product
+    if count is None:
+        scheme = None
+    elif family == "ozaki2":
+        scheme = OzakiII(moduli=count, mode="accurate")
     else:
-        prescale = None
-        target = _select.target_for(level, k, backend, outputs)
-        count, beyond = _select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target)
-        if above and beyond is not None and bool(xp.any(beyond)):
-            own_beyond = _select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, own)[1]
-            own_beyond = xp.zeros(beyond.shape, dtype=xp.bool) if own_beyond is None else own_beyond
-        patch = None
-        scheme = None if count is None else OzakiI(slices=count)
+        scheme = OzakiI(slices=count)
     return scheme, prescale, beyond, patch, own_beyond
 
 

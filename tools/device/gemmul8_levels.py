@@ -14,12 +14,11 @@ import argparse
 import concurrent.futures
 import datetime
 import functools
-import json
 import re
 
 import cupy as cp
 import gemmul8  # .device/peers (the measuring stick)
-from gpu_records import timed  # same folder: one CUDA-event timer
+from gpu_records import emit, timed  # same folder: one CUDA-event timer
 
 import emulinalg
 from emulinalg.inputs import phi_matrix
@@ -87,12 +86,7 @@ def main():
         refs = [pool.submit(_reference, *row, args.ref_rows, args.ref_cols) for row in ROWS]
         g8 = gemmul8.load(args.g8)
         for row, ref in zip(ROWS, refs):
-            rec = _row(g8, *row, ref.result(), args)
-            print(json.dumps(rec), flush=True)
-            if args.out:
-                with open(args.out, "a") as fh:
-                    fh.write(json.dumps(rec) + "\n")
-            cp.get_default_memory_pool().free_all_blocks()
+            emit(_row(g8, *row, ref.result(), args), args.out)
 
 
 if __name__ == "__main__":

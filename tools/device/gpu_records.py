@@ -22,6 +22,16 @@ from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy
 
 
+def emit(rec, out=None):
+    """Print one record as a JSON line (and append it to ``out``), then give the row's device
+    memory back to the pool's host."""
+    print(json.dumps(rec), flush=True)
+    if out:
+        with open(out, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+    cp.get_default_memory_pool().free_all_blocks()
+
+
 def timed(fn, *args, repeat=5, warmup=1):
     """Median seconds of ``repeat`` CUDA-event-timed calls after ``warmup`` untimed ones."""
     for _ in range(warmup):

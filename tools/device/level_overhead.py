@@ -12,14 +12,13 @@ import argparse
 import cProfile
 import functools
 import io
-import json
 import pstats
 import re
 import sys
 
 import array_api_compat.cupy as xpc
 import cupy as cp
-from gpu_records import timed  # same folder: one CUDA-event timer
+from gpu_records import emit, timed  # same folder: one CUDA-event timer
 
 import emulinalg
 from emulinalg import _engine, _refit
@@ -78,12 +77,7 @@ def main():
     p.add_argument("--profile", action="store_true", help="cProfile one level call per row")
     args = p.parse_args()
     for dt, n, phi in ROWS:
-        rec = _row(dt, n, phi, args.repeat, args.profile)
-        print(json.dumps(rec), flush=True)
-        if args.out:
-            with open(args.out, "a") as fh:
-                fh.write(json.dumps(rec) + "\n")
-        cp.get_default_memory_pool().free_all_blocks()
+        emit(_row(dt, n, phi, args.repeat, args.profile), args.out)
 
 
 if __name__ == "__main__":
