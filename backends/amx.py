@@ -288,7 +288,7 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
     the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound GEMM on the INT8
     tiles: a ``Prescale`` with the same ``(s, t, e, f)`` (values and dtypes), real or complex, and
     ``lower`` = F (int32 (m, n), the generic code's values). The operand passes also take the
-    sums for the certificate's normalized norms (``.l1``: the l1 sums and the sums of squares,
+    sums for the certificate's normalized norms (``line_sums``: the l1 sums and the sums of squares,
     float64 ((m,), (n,)) each), so ``ozaki2_certificate`` reads the operands only when F leaves
     entries beyond. None declines (fast mode, batches, what ``_host_ok`` refuses)."""
     from emulinalg._scaling import Prescale
@@ -304,9 +304,8 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
     F = amx.gemm_s8s8s32(abar, bbar, emulate=EMULATE)
     del abar, bbar
     e, f = amx.ozaki2_bound_max(F, ra, nza, cb, nzb, ai is not None)
-    pre = Prescale(s, t, e, f, lower=F, mixed=None if ai is None else (ma, mb))
-    pre.l1 = ((la, lb), (qa, qb))  # read by ozaki2_certificate only
-    return pre
+    mixed = None if ai is None else (ma, mb)
+    return Prescale(s, t, e, f, lower=F, mixed=mixed, line_sums=((la, lb), (qa, qb)))
 
 
 def ozaki2_certificate(ar, ai, br, bi, prescale, target):
@@ -327,7 +326,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
 
     amx = _module()
     lower = getattr(prescale, "lower", None)
-    sums = getattr(prescale, "l1", None)
+    sums = getattr(prescale, "line_sums", None)
     if lower is None or sums is None or not _host_ok(amx, ar, ai, br, bi):
         return None
     k = ar.shape[-1]

@@ -24,7 +24,7 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
    per-chunk sums of squares.
    The certificate of a level (``_select.certify_moduli``) is evaluated on operands normalized
    by the GLOBAL line exponents, with the Target of the whole matrices
-   (``_select.target_for(level, k, chunk backend)``: a number of bits takes the strict l1 form,
+   (``_planner.target_for(level, k, chunk backend)``: a number of bits takes the strict l1 form,
    a named level the native l2 form, whose weight models the chunks' backend's native GEMM
    over the whole k) and ``_select.cert_constants(k, target, complex)``. The line-terms task also
    gives each chunk's partial of the norm the form asks for (``cc.norm``: the l1 sums of
@@ -171,10 +171,10 @@ import os
 
 import numpy as np
 
-from emulinalg import _engine, _ozaki2, _refit, _select
+from emulinalg import _engine, _ozaki2, _planner, _refit, _select
 from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg._plan import Plan
-from emulinalg._precision import LEVELS, NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
+from emulinalg._precision import NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
 from emulinalg._scaling import (
     BOUND_MAX,
     _bound_operand,
@@ -213,29 +213,6 @@ def native_matmul(a, b):
 def quiet():
     """Nothing is computed while a graph is built; the block tasks silence their own warnings."""
     return np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore")
-
-
-def emulation_faster(request, dtype, m, n, k, batch=1, chunk_backend="numpy", family="ozaki2",
-                     cert_k=None):  # fmt: skip
-    """Whether block products of these sizes are predicted to emulate faster than native on
-    the chunks' backend (``emulinalg._cost``, with the fewest moduli/slices the level can need:
-    the scheme itself is chosen from the chunk data at compute time). False without a model.
-
-    ``chunk_backend``: the chunks' backend module (or its name: the native form's weight is then
-    ``_select``'s default); ``cert_k``: the inner dimension the certificate sees (the whole k in
-    the shared graph; None: ``k``, a block product's). The guess takes the native form's weight
-    as ``_engine._matmul`` does (``_select.target_for``)."""
-    try:
-        from emulinalg import _cost
-    except ImportError:  # pragma: no cover - an engine without a cost model: native is safe
-        return False
-    backend = None if isinstance(chunk_backend, str) else chunk_backend
-    ck = k if cert_k is None else cert_k
-    target = _select.target_for(request, ck, backend)
-    weight = target.weight if target.guarantee == "native" else None
-    guess = _cost.likely_count(family, request.bits, ck, weight)
-    backend_name = getattr(backend, "name", chunk_backend)
-    return bool(_cost.emulation_faster(backend_name, guess, dtype, m, n, k, batch))
 
 
 def coerce_operands(x1, x2):
@@ -329,25 +306,20 @@ def matmul(xp, backend, a, b, request, cfg):
     explicit = isinstance(request, SCHEMES)
     mb, kb, nb = max(a.chunks[-2]), max(a.chunks[-1]), max(b.chunks[-1])
     bb = math.prod(max(c) for c in a.chunks[:-2]) if a.ndim > 2 else 1
-    family = "ozaki1" if cfg.scheme == "ozaki1" else "ozaki2"
+    family = _planner.family(cfg.scheme)
     shared = (isinstance(request, OzakiII) or (not explicit and family == "ozaki2")) and (
         _mode(chunk_backend) == "shared"
     )
-    if (
-        cfg.strategy == "performant"
-        and not explicit
-        and request.bits <= LEVELS[real_name]
-        and not emulation_faster(
-            request, dtype_name, mb, nb, kb, bb, chunk_backend, family, k if shared else None
-        )
-    ):
-        return native(
-            f"performant: native is faster than emulation on the {chunk_backend.name} backend "
-            "of the chunks at this precision (strategy='eager' emulates anyway)"
-        )
+    if _planner.performant(cfg.strategy, request, real_name):
+        ok, why = _planner.likely_faster(
+            chunk_backend, chunk_backend.name, request, family, dtype_name, mb, nb, kb, bb,
+            cert_k=k if shared else None,
+        )  # fmt: skip
+        if not ok:
+            return native(f"{why}; the chunks' block products")
     if explicit:
         what = str(request)
-        plan.gemms = _engine._gemm_count(request, complex_=dtype_name.startswith("complex"))
+        plan.gemms = _planner.gemm_count(request, complex_=dtype_name.startswith("complex"))
     elif shared:
         what = f"{request} level, Scheme II moduli chosen at compute time for the whole matrices"
     else:
@@ -647,14 +619,15 @@ _BLOCKS = {"emulinalg": "blocks"}
 
 
 def _shared_config(request, k, cplx, real_name):
-    """``(fixed, mode, bits)``: the count of moduli when the graph knows it (explicit
-    ``OzakiII``, or the engine's exact configuration at k = 1), the scaling mode, and the
-    level's bits when the count comes from the certificate."""
+    """``(fixed, mode)``: the count of moduli when the graph knows it (explicit ``OzakiII``, or
+    a level's configuration without a certificate, ``_planner.fixed_scheme``; None: the
+    certificate's) and the scaling mode."""
     if isinstance(request, OzakiII):
-        return request.moduli, request.mode, None
-    if k == 1 and not cplx and request.name in ("float64", "float32"):
-        return _engine._exact_at_k1(request, "ozaki2", real_name).moduli, "accurate", None
-    return None, "accurate", request.bits
+        return request.moduli, request.mode
+    fixed = _planner.fixed_scheme(request, "ozaki2", k, cplx, real_name)
+    if fixed is not None:
+        return fixed.scheme.moduli, "accurate"
+    return None, "accurate"
 
 
 def _shared_graph(a, b, request, arrays=None):
@@ -675,17 +648,17 @@ def _shared_graph(a, b, request, arrays=None):
     i, kk, j, p = nd - 2, nd - 1, nd, nd + 1
     k, q = a.shape[-1], len(kchunks)
     split_every = dask.config.get("split_every", None) or 4
-    fixed, mode, bits = _shared_config(request, k, cplx, real_name)
+    fixed, mode = _shared_config(request, k, cplx, real_name)
     certify = fixed is None
     # the engine's Target: its weight models the chunks' backend's native GEMM over the whole k
     outputs = math.prod(a.shape[:-1]) * b.shape[-1]
-    target = _select.target_for(request, k, _chunk_backend(a), outputs) if certify else None
+    target = _planner.target_for(request, k, _chunk_backend(a), outputs) if certify else None
     norm = _select.cert_constants(k, target, cplx).norm if certify else None
     # above the dtype's level: the dtype level's certificate too (``_engine._choose``)
-    above = certify and bits > LEVELS[real_name]
+    above = certify and _planner.above_dtype(request, real_name)
     own = None
     if above:
-        own = _select.target_for(level_for_dtype(real_name), k, _chunk_backend(a), outputs)
+        own = _planner.target_for(level_for_dtype(real_name), k, _chunk_backend(a), outputs)
     f64 = np.float64
 
     def meta(ndim, dtype):
@@ -873,8 +846,8 @@ def _shared_graph(a, b, request, arrays=None):
         meta=np.empty((), object),
         token="emulinalg-count",
         fixed=fixed,
-        bits=bits,
-        native_bits=LEVELS[real_name],
+        level=request,
+        real_name=real_name,
     )
 
     # Block indices of the output grid: the count task's per-block flags are looked up by them.
@@ -935,8 +908,8 @@ def _shared_graph(a, b, request, arrays=None):
     fin_kw = {"dtype": dtype_name, "concatenate": True, "meta": meta(nd, dtype_name),
               "align_arrays": False, "dtype_name": dtype_name}  # fmt: skip
     # the engine refits the most cancelled entries of a product of the native form
-    # (``_engine._refits``) and the certificate's patch (2-D products, ``refine_and_patch``)
-    cancelled = certify and target.guarantee == "native" and k > 1
+    # (``_planner.refits``) and the certificate's patch (2-D products, ``refine_and_patch``)
+    cancelled = certify and _planner.refit_form(request, k)
     refit = cancelled or (certify and nd == 2)
     if not refit:
         c = da.blockwise(_crt_block, out, wsum, out, mu, rows, nu, cols, *patch, *ix(*out),
@@ -1243,15 +1216,15 @@ def _any_bad(lines):
     return np.full((1,) * (lines.ndim - 1), bool(xp.any(lines[..., 1] > 0)))
 
 
-def _count_task(abad, bbad, summary=None, own=None, *, fixed, bits, native_bits):
+def _count_task(abad, bbad, summary=None, own=None, *, fixed, level, real_name):
     """The one count task: ``{"count": n (0: none, every entry native), "mask": whether the
     certificate's beyond entries are native, "need": per output block, whether any entry is
     taken from the native product, "certified": whether the count is the certificate's (its
     exact step and refinement may then take moduli off), "refining": the same, for the
     refinement's steps (``_refine_task`` clears it where the engine's loop stops), "patch":
-    None (the refinement's patch, ``_refine_task``)}`` -- the decisions of
-    ``_select.certify_moduli`` (before its exact step) and ``_engine._emulate`` on the whole
-    matrices; ``own`` the summary of the dtype's own level (levels above it)."""
+    None (the refinement's patch, ``_refine_task``)}`` -- ``_planner.settle`` on the whole
+    matrices' certificate (before its exact step); ``own`` the summary of the dtype's own level
+    (levels above it)."""
     abad = np.asarray(abad, dtype=bool)  # (batch blocks..., I)
     bbad = np.asarray(bbad, dtype=bool)  # (batch blocks..., J)
     lines = abad[..., :, None] | bbad[..., None, :]
@@ -1264,16 +1237,20 @@ def _count_task(abad, bbad, summary=None, own=None, *, fixed, bits, native_bits)
         return decision(int(fixed), False, lines)
     summary = np.asarray(summary)  # (batch blocks..., I, J, 3)
     any_beyond = summary[..., 1] > 0
-    if bits > native_bits and bool(any_beyond.any()):
-        # Beyond the native precision native is the worse choice: the most accurate count,
-        # with native entries only where the dtype's own level takes them.
+    all_beyond = bool((summary[..., 2] > 0).all())
+    own_all = False
+    if _planner.needs_own_level(level, real_name, any_beyond.any()):
         own = np.asarray(own)
-        if bool((own[..., 2] > 0).all()):
-            return decision(0, True, np.ones_like(lines))
-        return decision(MAX_MODULI, True, lines | (own[..., 1] > 0))
-    if bool((summary[..., 2] > 0).all()):  # nothing certifiable: the native product
+        own_all = bool((own[..., 2] > 0).all())
+    count = None if all_beyond else int(summary[..., 0].max())
+    settled = _planner.settle(
+        level, "ozaki2", real_name, count, all_beyond, bool(any_beyond.any()), own_all
+    )
+    if settled.count is None:  # nothing certifiable: the native product
         return decision(0, True, np.ones_like(lines))
-    return decision(int(summary[..., 0].max()), True, lines | any_beyond, True)
+    if settled.native == "own":
+        return decision(settled.count, True, lines | (own[..., 1] > 0))
+    return decision(settled.count, True, lines | any_beyond, True)
 
 
 def _exact_runs(cfg):
@@ -1713,8 +1690,8 @@ def _crt_emulated(w, mu, nu, cfg, *, dtype_name):
 
 def _refit_runs(cfg):
     """Whether the in-core engine refits a level's most cancelled entries at this decision
-    (``_engine._refits``: Scheme II below the most moduli; the form is checked at build)."""
-    return 0 < cfg["count"] < MAX_MODULI
+    (``_planner.refit_count``; the form is checked at build, ``_planner.refit_form``)."""
+    return _planner.refit_count(cfg["count"])
 
 
 def _host(x):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from ._precision import BF16x3
 from ._scaling import magnitude
+from ._stages import stages
 from ._timing import stage
 from ._xputil import frexp_exponent, ldexp
 
@@ -125,7 +126,7 @@ def product(xp, backend, ar, ai, br, bi, scheme, out_dtype):
     result, bit-identical for BF16xN); it returns None to decline.
     """
     dt = "float32" if out_dtype == "float32" else "float64"
-    hook = getattr(backend, "bf16_product", None)
+    hook = None if backend is None else stages(backend).bf16_product
     res = None if hook is None else hook(ar, ai, br, bi, scheme, dt)
     if res is None:
         res = _generic(xp, ar, ai, br, bi, scheme, dt)

@@ -8,13 +8,12 @@ or complex dtype of the same library.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-from . import _bf16, _cost, _ozaki1, _ozaki2, _refit, _select
-from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from . import _bf16, _ozaki1, _ozaki2, _planner, _refit, _select
+from ._moduli import MAX_MODULI
 from ._plan import Plan
 from ._precision import (
-    LEVELS,
-    MAX_SLICES,
     NATIVE,
     REAL_DTYPE,
     SCHEMES,
@@ -26,6 +25,7 @@ from ._precision import (
     level_for_dtype,
 )
 from ._scaling import ozaki2_prescale
+from ._stages import stages
 from ._timing import stage
 from ._xputil import make_complex
 
@@ -40,8 +40,8 @@ def _dtype_name(xp, dt):
 def _parts(xp, x, backend=None):
     """float64 real and imaginary parts (None when real); float64 operands are used as they are
     (nothing writes into them: a copy would cost a pass over each and its memory). A backend may
-    convert in its own way (``backend.as_float64``, e.g. multithreaded)."""
-    conv = getattr(backend, "as_float64", None)
+    convert in its own way (its ``as_float64`` stage, e.g. multithreaded)."""
+    conv = None if backend is None else stages(backend).as_float64
     if conv is None:
 
         def conv(v):
@@ -64,7 +64,7 @@ def _hook_operands(xp, backend, a, b, parts, real_name):
     backend with ``narrow_statistics``, the inputs' own float32 parts (views): the hooks then
     read half the bytes and give the results of the float64 parts (every float32 is a
     float64)."""
-    if real_name != "float32" or not getattr(backend, "narrow_statistics", False):
+    if real_name != "float32" or not stages(backend).narrow_statistics:
         return parts
     return _split(xp, a) + _split(xp, b)
 
@@ -73,7 +73,7 @@ def _all_finite(xp, backend, re, im):
     """True when every entry is finite: the backend's own check (``backend.all_finite``, e.g.
     multithreaded) or one sum per part: NaN and Inf entries make the sum non-finite; a sum that
     overflows (finite entries) only sends the caller to the per-line check."""
-    check = getattr(backend, "all_finite", None)
+    check = stages(backend).all_finite
     if check is not None:
         return check(re) and (im is None or check(im))
     ok = bool(xp.isfinite(xp.sum(re)))
@@ -123,9 +123,10 @@ def _matmul(xp, backend, a, b, request, cfg, out):
         precision=str(request),
         shape=(batch, m, n, k),
     )
-    note = getattr(backend, "plan_note", None)
-    if note is not None and note():
-        plan.notes.append(note())
+    backend = None if backend is None else stages(backend)
+    note = backend.plan_note() if backend else ""
+    if note:
+        plan.notes.append(note)
     if request == NATIVE:
         return backend_native(xp, backend, a, b), plan
     if backend is None:
@@ -134,15 +135,14 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     if batch * m * n * k == 0:
         plan.notes.append("empty product")
         return xp.matmul(a, b), plan
-    explicit = isinstance(request, SCHEMES)
-    performant = cfg.strategy == "performant" and not explicit and request.bits <= LEVELS[real_name]
+    performant = _planner.performant(cfg.strategy, request, real_name)
     if performant:
         # Even the fewest moduli/slices the level can need lose to native: skip the statistics.
-        family = "ozaki1" if cfg.scheme == "ozaki1" else "ozaki2"
-        target = _select.target_for(request, k, backend, batch * m * n)
-        weight = target.weight if target.guarantee == "native" else None
-        guess = _cost.likely_count(family, request.bits, k, weight)
-        if not _faster(backend, guess, dtype_name, m, n, k, batch, plan):
+        ok, why = _planner.likely_faster(
+            backend, backend.name, request, _planner.family(cfg.scheme), dtype_name, m, n, k,
+            batch, outputs=batch * m * n,
+        )  # fmt: skip
+        if not _record_verdict(plan, ok, why):
             return backend.native_matmul(a, b), plan
 
     # The output's memory first, as the native product takes it: an output that cannot be
@@ -154,7 +154,7 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     hook_ops = _hook_operands(xp, backend, a, b, (ar, ai, br, bi), real_name)
     # A backend may fuse the NaN/Inf check with the statistics' first pass (``line_scan``:
     # ``(finite, exponents)`` or None), the line exponents then go to its prescale.
-    scan = getattr(backend, "line_scan", None)
+    scan = backend.line_scan
     # a level's Scheme II statistics follow: the backend may prepare them during the scan
     prepare = not isinstance(request, SCHEMES) and cfg.scheme != "ozaki1"
     with backend.quiet():
@@ -199,25 +199,14 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     return c, plan
 
 
-def _faster(backend, scheme, dtype_name, m, n, k, batch, plan):
-    """The cost model's verdict; a slower prediction is recorded as the plan's fallback."""
-    model = _cost.get_cost_model(backend.name)
-    if model is not None:
-        t_emu = model.emulated_seconds(scheme, dtype_name, m, n, k, batch)
-        t_nat = model.native_seconds(dtype_name, m, n, k, batch)
-        if t_emu < t_nat:
-            plan.notes.append(
-                f"performant: {scheme} predicted {t_emu:.3g} s < native {t_nat:.3g} s"
-            )
-            return True
-        why = f"{scheme} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source})"
+def _record_verdict(plan, faster, why):
+    """The plan records the cost model's verdict: a note when emulation is faster, else the
+    fallback reason."""
+    if faster:
+        plan.notes.append(why)
     else:
-        why = "no cost model"
-    plan.fallback = (
-        f"performant: native is faster than emulation on the {backend.name} backend at this "
-        f"precision: {why} (strategy='eager' emulates anyway)"
-    )
-    return False
+        plan.fallback = why
+    return faster
 
 
 def _emulate(
@@ -233,45 +222,34 @@ def _emulate(
     if isinstance(request, SCHEMES):
         scheme = request
     else:
-        family = "ozaki1" if family == "ozaki1" else "ozaki2"
+        family = _planner.family(family)
         with stage("statistics"):
-            scheme, prescale, native_mask, patch, own_mask = _choose(
+            choice = _choose(
                 xp, backend, ar, ai, br, bi, request, family, real_name, exponents, hook_ops
             )
-        certified = True
+        scheme, prescale, native_mask, patch = choice[:4]
         beyond_note = ""
-        if own_mask is not None:
-            # Beyond the native precision the native product is the worse choice for the
-            # entries no configuration certifies: take the most accurate configuration, but
-            # never below the dtype's own level: what that level takes natively, so does this.
-            scheme = OzakiII(moduli=MAX_MODULI) if family == "ozaki2" else OzakiI(slices=MAX_SLICES)
-            own = level_for_dtype(real_name)
+        if choice.own:
             plan.fallback = (
                 f"precision: {request} is not certified on every entry; used the most accurate "
                 f"configuration, {scheme}"
             )
-            beyond_note = f" (the {own} level certifies none of them)"
-            native_mask, certified, patch = own_mask, False, None
-            if bool(xp.all(native_mask)):
-                scheme = None
+            beyond_note = f" (the {level_for_dtype(real_name)} level certifies none of them)"
         if scheme is None:
             plan.fallback = (
                 f"precision: no {family} configuration certifies {request} on these inputs"
             )
             plan.native_entries = math.prod(plan.shape[:3])
             return None, None
-        if _exact_k1(ar, ai, request) and certified:
-            plan.notes.append("k=1: exact product, rounded once")
-        elif _complex_k1(ar, ai, request, family) and certified:
-            plan.notes.append(
-                "k=1, complex: not certified (the most moduli; a part whose two products cancel "
-                "can lose the bits its smaller operand part dropped in the line scaling)"
-            )
-        elif certified:
-            target = _select.target_for(request, ar.shape[-1], backend, _outputs(ar, br))
+        if choice.note:
+            plan.notes.append(choice.note)
+        elif choice.certified:
+            target = _planner.target_for(request, ar.shape[-1], backend, _outputs(ar, br))
             plan.notes.append(_select.guarantee_note(target, family))
         m, n, k = ar.shape[-2], br.shape[-1], ar.shape[-1]
-        if performant and not _faster(backend, scheme, dtype_name, m, n, k, plan.shape[0], plan):
+        if performant and not _record_verdict(
+            plan, *_planner.faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0])
+        ):
             return None, None  # the statistics asked for more than native's time allows
         count = 0 if native_mask is None else int(xp.count_nonzero(native_mask))
         if count:
@@ -280,12 +258,12 @@ def _emulate(
         else:
             native_mask = None
     parts = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents)
-    cancelled = _refits(request, scheme, prescale, ar)
+    cancelled = _planner.refits(request, scheme, ar.shape[-1], prescale is not None)
     if cancelled or patch is not None:
         parts = _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask,
                                patch, cancelled, plan)  # fmt: skip
     plan.scheme = str(scheme)
-    plan.gemms = _gemm_count(scheme, complex_=ai is not None)
+    plan.gemms = _planner.gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
     dt = getattr(xp, dtype_name)
     if out == "dd":  # parts: (re_hi, re_lo[, im_hi, im_lo])
@@ -302,19 +280,6 @@ def _emulate(
 def _outputs(ar, br):
     """The number of output entries of a (batched) product of these operands."""
     return math.prod(ar.shape[:-1]) * br.shape[-1]
-
-
-def _refits(request, scheme, prescale, ar):
-    """Whether a product refits its most cancelled entries (``_refit``): the dtype's own level
-    (the native guarantee), Scheme II below the maximum count, k > 1."""
-    return (
-        isinstance(request, Level)
-        and _select.target_for(request, ar.shape[-1]).guarantee == "native"
-        and isinstance(scheme, OzakiII)
-        and scheme.moduli < MAX_MODULI
-        and prescale is not None
-        and ar.shape[-1] > 1
-    )
 
 
 def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask, patch,
@@ -343,14 +308,6 @@ def _real_of(parts):
     return "float32" if parts[0].dtype.itemsize == 4 else "float64"
 
 
-def _gemm_count(scheme, complex_):
-    if isinstance(scheme, (BF16x3, BF16xN)):  # BF16 products, 4M
-        return scheme.gemms * (4 if complex_ else 1)
-    if isinstance(scheme, OzakiII):  # 3M per modulus, plus the accurate-mode bound GEMM
-        return scheme.moduli * (3 if complex_ else 1) + (scheme.mode == "accurate")
-    return scheme.gemms * (4 if complex_ else 1)  # 4M per slice pair
-
-
 def _library_name(xp):
     return getattr(xp, "__name__", "unknown").split(".")[-1]
 
@@ -366,7 +323,7 @@ BLOCK_ENTRIES = 1 << 22
 def _backend_prescale(backend, ar, ai, br, bi, mode, exponents=None):
     """The backend's ``ozaki2_prescale`` hook (same contract as ``_scaling.ozaki2_prescale``;
     None: absent or declined). A backend with ``line_scan`` takes its ``exponents``."""
-    hook = getattr(backend, "ozaki2_prescale", None)
+    hook = stages(backend).ozaki2_prescale
     if hook is None:
         return None
     if exponents is None:
@@ -385,8 +342,9 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
         res = _bf16.product(xp, backend, ar, ai, br, bi, scheme, out_dtype)
         return tuple(x for part in res for x in part) if out_dtype == "dd" else res
+    backend = stages(backend)
     imm = backend.int_matmul
-    fused = getattr(backend, "ozaki2_product", None)
+    fused = backend.ozaki2_product
     if isinstance(scheme, OzakiII) and prescale is None:
         prescale = _backend_prescale(backend, ar, ai, br, bi, scheme.mode, exponents)
         if prescale is None:
@@ -397,7 +355,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
         if res is not None:
             return tuple(x for part in res for x in part) if out_dtype == "dd" else res
     m = ar.shape[-2]
-    budget = getattr(backend, "block_entries", BLOCK_ENTRIES)
+    budget = backend.block_entries or BLOCK_ENTRIES
     rows = max(1, budget // max(1, math.prod(ar.shape[:-2]) * br.shape[-1]))
     b_planes = None
     if isinstance(scheme, OzakiII) and rows < m:  # B's residues once for all row blocks
@@ -434,52 +392,33 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     return tuple(xp.concat([b[p] for b in blocks], axis=-2) for p in range(len(blocks[0])))
 
 
-def _exact_at_k1(level, family, real_name):
-    """For a real product with k = 1 native is the correctly rounded exact product, which a
-    bound cannot match (any nonzero error flips some roundings): take the smallest
-    configuration that is exact for every input of that dtype instead."""
-    b = LEVELS[real_name]  # significand bits of the inputs
-    if family == "ozaki1":  # slices holding b bits: z = b//8 + 1; the triangle needs 2z - 1
-        return OzakiI(slices=2 * (b // 8 + 1) - 1)
-    # Scheme II keeps floor(L - 6) + 6 bits of an entry at k = 1 (e <= 128 * 128 / 4 = 64 * 64)
-    n = next(
-        n for n in range(MIN_MODULI, MAX_MODULI + 1) if math.floor(crt_constants(n).L - 6) + 6 >= b
-    )
-    return OzakiII(moduli=n, mode="accurate")
+class _Choice(NamedTuple):
+    """``_choose``'s result: the scheme (None: every entry native), the accurate prescale (None
+    for a fixed configuration or Scheme I), the mask of entries taken from the native product
+    (None: none), the certificate's patch (flat indices or None), whether the count is
+    certified, the plan's note of a fixed configuration, and whether the native entries are
+    the dtype's own level's (a level above it, ``_planner.settle``)."""
 
-
-def _exact_k1(ar, ai, level):
-    """Whether ``_choose`` takes ``_exact_at_k1``'s configuration (no certificate)."""
-    return ar.shape[-1] == 1 and ai is None and level.name in ("float64", "float32")
-
-
-def _complex_k1(ar, ai, level, family):
-    """Complex products with k = 1 at a named level take the moduli that would hold the exact
-    products of two significands (the most for float64) and are not certified: the native
-    product is two products and a sum, which a bound of the parts' error relative to |a||b|
-    cannot track where Re and Im cancel, and the line scaling keeps an entry's smaller part to
-    the bits its larger part leaves (a = 1 + 2**-60 i loses its imaginary part)."""
-    return (
-        ar.shape[-1] == 1 and ai is not None and level.name in ("float64", "float32")
-        and family == "ozaki2"
-    )  # fmt: skip
+    scheme: object
+    prescale: object
+    native: object
+    patch: object
+    certified: bool
+    note: str
+    own: bool
 
 
 def _choose(
     xp, backend, ar, ai, br, bi, level: Level, family, real_name, exponents=None, hook_ops=None
 ):
-    """Smallest scheme of the family certifying the level on every entry it can; the entries it
-    cannot are returned as a mask for the native product (None scheme: none at all). For a
-    level above the dtype's with such entries, also the mask of the entries the dtype's own
-    level cannot certify (None otherwise): ``(scheme, prescale, beyond, patch, own_beyond)``."""
-    if _exact_k1(ar, ai, level):
-        return _exact_at_k1(level, family, real_name), None, None, None, None
-    if _complex_k1(ar, ai, level, family):
-        # room for the exact products of two significands (2b bits) and the shifts' margin
-        b2 = 2 * LEVELS[real_name] + 8
-        n = next((n for n in range(MIN_MODULI, MAX_MODULI) if b2 <= crt_constants(n).L), MAX_MODULI)
-        return OzakiII(moduli=n, mode="accurate"), None, None, None, None
+    """The level's configuration on these operands: a fixed one (``_planner.fixed_scheme``) or
+    the certificate's (the smallest count of the family certifying the level on every entry it
+    can, settled by ``_planner.settle``)."""
+    backend = stages(backend)
     k, outputs = ar.shape[-1], _outputs(ar, br)
+    fixed = _planner.fixed_scheme(level, family, k, ai is not None, real_name)
+    if fixed is not None:
+        return _Choice(fixed.scheme, None, None, None, False, fixed.note, False)
     prescale = None
     if family == "ozaki2":
         hook_ops = hook_ops or (ar, ai, br, bi)
@@ -488,7 +427,7 @@ def _choose(
             prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
 
     def certify(lev):  # (count, beyond, patch) of the family's certificate for a level
-        target = _select.target_for(lev, k, backend, outputs)
+        target = _planner.target_for(lev, k, backend, outputs)
         if family == "ozaki2":
             return _select.ozaki2_moduli_needed(
                 xp, backend, ar, ai, br, bi, prescale, target, hook_ops
@@ -496,24 +435,30 @@ def _choose(
         return (*_select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target), None)
 
     count, beyond, patch = certify(level)
+    any_beyond = beyond is not None and bool(xp.any(beyond))
     own_beyond = None
-    if level.bits > LEVELS[real_name] and beyond is not None and bool(xp.any(beyond)):
+    if _planner.needs_own_level(level, real_name, any_beyond):
         own_beyond = certify(level_for_dtype(real_name))[1]
         if own_beyond is None:
             own_beyond = xp.zeros(beyond.shape, dtype=xp.bool)
-    if hasattr(prescale, "lower"):
-        prescale.lower = None  # the bound GEMM's sums (m x n): not needed by the product
-    if count is None:
-        scheme = None
-    elif family == "ozaki2":
-        scheme = OzakiII(moduli=count, mode="accurate")
-    else:
-        scheme = OzakiI(slices=count)
-    return scheme, prescale, beyond, patch, own_beyond
+    if prescale is not None:
+        prescale.release()  # the bound GEMM's sums (m x n): not needed by the product
+    own_all = own_beyond is not None and bool(xp.all(own_beyond))
+    settled = _planner.settle(level, family, real_name, count, count is None, any_beyond, own_all)
+    scheme = None
+    if settled.count is not None:
+        scheme = (
+            OzakiII(moduli=settled.count, mode="accurate")
+            if family == "ozaki2"
+            else OzakiI(slices=settled.count)
+        )
+    native = {"level": beyond, "own": own_beyond, "all": None}[settled.native]
+    patch = patch if settled.certified else None
+    return _Choice(scheme, prescale, native, patch, settled.certified, "", settled.native == "own")
 
 
 def _k_block(backend, scheme, k):
-    kb = getattr(backend, "k_block", None)
+    kb = backend.k_block
     if isinstance(scheme, (BF16x3, BF16xN)):  # BF16xN's FP32 sums: 1024 of K at a time
         return _bf16.WIDEN_K if isinstance(scheme, BF16xN) and k > _bf16.WIDEN_K else None
     if kb is None:

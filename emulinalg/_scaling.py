@@ -107,14 +107,20 @@ class Prescale(tuple):
     """``(s, t, e, f)`` of ``ozaki2_prescale``; ``lower`` keeps the accurate mode's bound GEMM
     ``F = Ā B̄`` (..., m, n) for the certificate's lower bound of |A||B| (``_select``), None in
     fast mode, and ``mixed`` the complex operands' ``mixed_lines`` of A and B (None: real, or
-    not known). A backend's prescale hook may keep its own object in ``lower`` (its certificate
-    hook reads it)."""
+    not known). A backend's prescale stage may keep its own object in ``lower`` (its
+    certificate stage reads it) and the line sums of the certificate's norms in ``line_sums``
+    (``((l1 of A, l1 of B), (squares of A, squares of B))`` of the normalized lines, or None).
+    ``release()`` drops ``lower`` once the certificate is done (the product does not need it)."""
 
-    def __new__(cls, s, t, e, f, lower=None, mixed=None):
+    def __new__(cls, s, t, e, f, lower=None, mixed=None, line_sums=None):
         self = super().__new__(cls, (s, t, e, f))
         self.lower = lower
         self.mixed = mixed
+        self.line_sums = line_sums
         return self
+
+    def release(self):
+        self.lower = None
 
 
 def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):

@@ -72,8 +72,9 @@ import math
 from typing import NamedTuple
 
 from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
-from ._precision import LEVELS, MAX_SLICES, MIN_SLICES
+from ._precision import MAX_SLICES, MIN_SLICES
 from ._scaling import _half_log_shift, magnitude, max_exponent, rounds_to_nearest
+from ._stages import NATIVE_ERROR_RMS, stages
 from ._xputil import ldexp
 
 TAU = 0.25  # the strict certificate's share of 2**-bits
@@ -97,22 +98,6 @@ class Target(NamedTuple):
     weight: float = 1.0
 
 
-# Below this inner dimension the named levels take the strict certificate: the native product
-# of a few terms is within a rounding or two of the exact one, closer than a statistical bound
-# can follow, and such products cost little whatever the count.
-NATIVE_MIN_K = 64
-
-
-def target_for(level, k, backend=None, outputs=None):
-    """The certificate's ``Target`` for a ``_precision.Level``: the named levels ("float64",
-    "float32": as accurate as the native GEMM of that precision) take the native form with the
-    backend's ``native_weight`` from k = NATIVE_MIN_K on; a number of bits (and a named level at
-    smaller k) takes the strict certificate."""
-    if level.name in LEVELS and k >= NATIVE_MIN_K:
-        return Target(level.bits, "native", native_weight(backend, k, outputs))
-    return Target(level.bits, "strict")
-
-
 # What the final rounding to the output dtype adds to every certified entry: u |c_ij|, and where
 # c_ij is subnormal up to half the smallest subnormal (2**-1075 float64, 2**-150 float32) instead.
 FINAL_ROUNDING = "then the rounding to the output dtype: + u |c| + half its smallest subnormal"
@@ -134,11 +119,6 @@ def guarantee_note(target, family="ozaki2"):
     )
 
 
-# The native GEMM's rounding error per entry, as a root mean square relative to
-# u sqrt(k) ||a_i o b_j||_2: one chain of FMAs over k gives about 1/sqrt(12); a GEMM that adds
-# chains of kb and then their sums, sqrt(kb / k) of that. A backend names its own
-# (``native_error_rms``, ``native_chain_k``); these defaults are the single chain.
-NATIVE_ERROR_RMS = 0.29
 
 
 def native_error(backend, k, outputs=None):
@@ -147,8 +127,10 @@ def native_error(backend, k, outputs=None):
     partial sums), from the backend's ``native_error_rms`` and ``native_chain_k`` (a number, or
     a function of k and the number of output entries ``outputs``, None when not known: a GEMM
     library may split k where the output is too small to fill the device)."""
-    rms = getattr(backend, "native_error_rms", NATIVE_ERROR_RMS)
-    kb = getattr(backend, "native_chain_k", None)
+    if backend is None:
+        return NATIVE_ERROR_RMS
+    st = stages(backend)
+    rms, kb = st.native_error_rms, st.native_chain_k
     if callable(kb):
         kb = kb(k, outputs)
     if kb is None or k <= kb:
@@ -248,7 +230,7 @@ def magnitude_lower(xp, backend, xa, xb):
     cc = cert_constants(k)
     if k > _LOWER_K_MAX:
         return backend.native_matmul(xa, xb) * cc.native_factor
-    hook = getattr(backend, "magnitude_lower_matmul", None)
+    hook = stages(backend).magnitude_lower_matmul
     if hook is not None:  # e.g. one bfloat16 tensor-core GEMM, already a lower bound
         s = xp.astype(hook(xa, xb), xp.float64)
     else:
@@ -319,7 +301,7 @@ def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, target, hook_ops
     arguments and result; it returns None to decline), given ``hook_ops`` in place of ``(ar,
     ai, br, bi)`` when not None (the same values, float32 for a backend with
     ``narrow_statistics``)."""
-    hook = getattr(backend, "ozaki2_certificate", None)
+    hook = stages(backend).ozaki2_certificate
     res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, target)
     if res is not None:
         return tuple(res) + (None,) * (3 - len(res))

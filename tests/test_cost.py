@@ -95,14 +95,14 @@ def test_likely_count_is_at_most_the_certificates_count():
     """The guess (which lets the performant check skip the statistics) never exceeds the count
     the certificate takes on flat data, where it needs the fewest moduli, and is at most one
     below it (phi = 0 matrices; both guarantees)."""
-    from emulinalg import _select
+    from emulinalg import _planner
     from emulinalg._precision import Level
     from emulinalg.backends import numpy as backend
 
     for dt, bits, k in (("float64", 53, 64), ("float64", 53, 2048), ("float32", 24, 512)):
         a, b = phi_matrix((32, k), 0.0, dt, seed=1), phi_matrix((k, 32), 0.0, dt, seed=2)
         for level in (Level(bits, dt), Level(bits, f"{bits} bits")):
-            target = _select.target_for(level, k, backend)
+            target = _planner.target_for(level, k, backend)
             weight = target.weight if target.guarantee == "native" else None
             guess = _cost.likely_count("ozaki2", bits, k, weight).moduli
             with emulinalg.config(strategy="eager"):

@@ -27,7 +27,7 @@ from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern
 
 import emulinalg
 import emulinalg.backends
-from emulinalg import _engine, _ozaki2, _refit, _select
+from emulinalg import _engine, _ozaki2, _planner, _refit, _select
 from emulinalg._moduli import MAX_MODULI, crt_constants
 from emulinalg._precision import level_for_dtype, parse
 from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
@@ -264,7 +264,7 @@ def test_performant_and_native(sync, rng):
 @pytest.mark.parametrize("precision", [None, 40])
 def test_performant_guess_like_in_core(monkeypatch, precision):
     """The performant check guesses the count as the engine does (``_cost.likely_count`` with
-    the native form's weight of ``_select.target_for``, none for a number of bits): for the
+    the native form's weight of ``_planner.target_for``, none for a number of bits): for the
     whole k in the shared graph, for the block products' k in the double-double graph."""
     from emulinalg import _cost
 
@@ -286,8 +286,8 @@ def test_performant_guess_like_in_core(monkeypatch, precision):
     else:  # the numpy backend's (chains of 256) differ at k = 600 and 200
         backend = emulinalg.backends.for_namespace(np)
         level = _level(A)
-        assert weights == {"shared": _select.target_for(level, 600, backend).weight,
-                           "dd": _select.target_for(level, 200, backend).weight}  # fmt: skip
+        assert weights == {"shared": _planner.target_for(level, 600, backend).weight,
+                           "dd": _planner.target_for(level, 200, backend).weight}  # fmt: skip
 
 
 def test_nonfinite_like_native(sync):
@@ -335,7 +335,7 @@ def _level(A, precision=None):
 def _target(A, precision=None):
     """The in-core engine's ``Target`` for numpy operands like ``A`` (its rho from the numpy
     chunks' backend and the whole k)."""
-    return _select.target_for(
+    return _planner.target_for(
         _level(A, precision), A.shape[-1], emulinalg.backends.for_namespace(np)
     )
 
@@ -856,7 +856,7 @@ def test_refit_like_in_core(sync, monkeypatch, dtype, shape, chunks, entries):
         which = "every entry" if entries == "all" else "the most cancelled"
         assert f"refit: {which}" in str(emulinalg.last_plan())
         with monkeypatch.context() as mp:  # the values the engine refits (NaN/Inf count as 0)
-            mp.setattr(_engine, "_refits", lambda *args: False)
+            mp.setattr(_planner, "refits", lambda *args: False)
             plain = emulinalg.matmul(np.where(np.isnan(A), 0, A), B)
     assert not _bits_equal(want, plain)[~bad].all()  # the refit changes bits here
     *bc, mc, kc, nc = chunks

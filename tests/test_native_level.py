@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import OzakiII, _refit, _scaling, _select
+from emulinalg import OzakiII, _planner, _refit, _scaling, _select
 from emulinalg._moduli import crt_constants
 from emulinalg._precision import Level
 from emulinalg.backends import numpy as npb
@@ -256,7 +256,7 @@ def test_bounds_of_subnormal_results_hold_with_the_absolute_term(dtype, precisio
     c, plan = _level(a, b, precision)
     assert "half its smallest subnormal" in str(plan)
     name = dtype if precision is None else f"{precision} bits"
-    level = _select.target_for(Level(precision or bits, name), k, npb)
+    level = _planner.target_for(Level(precision or bits, name), k, npb)
     assert level.guarantee == ("native" if precision is None else "strict")
     if level.guarantee == "native":
         fac = Fraction(k) * Fraction(level.weight)
@@ -276,11 +276,11 @@ def test_bounds_of_subnormal_results_hold_with_the_absolute_term(dtype, precisio
 
 def test_target_names_the_backend_native_model():
     lvl = Level(53, "float64")
-    t = _select.target_for(lvl, 4096, npb)
+    t = _planner.target_for(lvl, 4096, npb)
     assert t.guarantee == "native"
     # OpenBLAS adds chains of 256: the emulation must be sqrt(4096 / 256) = 4x finer than at k=256
-    assert t.weight == pytest.approx(_select.target_for(lvl, 256, npb).weight / 4)
-    assert _select.target_for(Level(53, "53 bits"), 4096, npb).guarantee == "strict"
+    assert t.weight == pytest.approx(_planner.target_for(lvl, 256, npb).weight / 4)
+    assert _planner.target_for(Level(53, "53 bits"), 4096, npb).guarantee == "strict"
 
 
 # ----------------------------------------------------------------------------------------------

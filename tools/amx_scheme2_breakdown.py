@@ -50,7 +50,7 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="append JSON lines here (else stdout)")
     args = parser.parse_args(argv)
 
-    from emulinalg import _amx, _select
+    from emulinalg import _amx, _planner
     from emulinalg._moduli import crt_constants
     from emulinalg._precision import Level
     from emulinalg._scaling import ozaki2_shifts
@@ -91,7 +91,7 @@ def main(argv=None):
     t, _ = timed(lambda: _amx.ozaki2_bound_max(F, ra[2], ra[3], rb[2], rb[3], False), rep)
     record("bound_max", t)
     pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
-    target = _select.target_for(Level(53, "float64"), a.shape[-1], amx)
+    target = _planner.target_for(Level(53, "float64"), a.shape[-1], amx)
     t, cert = timed(lambda: amx.ozaki2_certificate(a, None, b, None, pre, target), rep)
     record("certificate", t, count=None if cert[0] is None else int(cert[0]))
     t, pre = timed(lambda: amx.ozaki2_prescale(a, None, b, None, "accurate"), rep)

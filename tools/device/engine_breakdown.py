@@ -13,15 +13,15 @@ import argparse
 import json
 
 import emulinalg
-from emulinalg import _engine, _scaling
+from emulinalg import _engine, _planner, _scaling
 from emulinalg._timing import best_of, staged
 from emulinalg.inputs import phi_matrix
 
 WRAP = {
     (_engine, "_parts"): "x:parts",
     (_engine, "_finite_lines"): "x:finite_lines",
-    (_engine, "_faster"): "x:cost_model",
-    (_engine, "_gemm_count"): "x:plan",
+    (_planner, "faster"): "x:cost_model",
+    (_planner, "gemm_count"): "x:plan",
     (_scaling, "ozaki2_shifts"): "x:shifts",
 }
 

@@ -21,7 +21,7 @@ import cupy as cp
 from gpu_records import emit, timed  # same folder: one CUDA-event timer
 
 import emulinalg
-from emulinalg import _engine, _refit
+from emulinalg import _planner, _refit
 from emulinalg.inputs import phi_matrix
 
 ROWS = [("float64", 16384, 1.0), ("float32", 16384, 1.0), ("complex128", 8192, 1.0)]
@@ -40,13 +40,13 @@ def _row(dt, n, phi, repeat, profile):
         plan = emulinalg.last_plan()
         rec["plan"] = str(plan)
         rec["level_s"] = timed(level, repeat=repeat, warmup=0)
-        saved = _engine._refits
-        _engine._refits = lambda *args: False
+        saved = _planner.refits
+        _planner.refits = lambda *args: False
         try:
             level()
             rec["level_no_refit_s"] = timed(level, repeat=repeat, warmup=0)
         finally:
-            _engine._refits = saved
+            _planner.refits = saved
         moduli = int(re.search(r"moduli=(\d+)", plan.scheme).group(1))
         scheme = functools.partial(emulinalg.matmul, a, b, precision=emulinalg.OzakiII(moduli))
         scheme()

@@ -13,7 +13,7 @@ import time
 
 import cupy as cp
 
-from emulinalg import _select
+from emulinalg import _planner, _select
 from emulinalg._precision import Level
 from emulinalg.backends import cupy as be
 from emulinalg.inputs import phi_matrix
@@ -132,7 +132,7 @@ def main():
     N, r = args.N, args.repeat
     bits = args.bits or (24 if args.dtype == "float32" else 53)
     level = Level(bits, "float32" if bits == 24 else "float64")
-    target = _select.Target(args.bits) if args.bits else _select.target_for(level, N, be)
+    target = _select.Target(args.bits) if args.bits else _planner.target_for(level, N, be)
     a_in = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=1))
     b_in = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=2))
     a, b = a_in.astype(cp.float64), b_in.astype(cp.float64)

@@ -1,0 +1,226 @@
+"""Every decision of a product, in one place: the in-core engine (``_engine``) and the dask
+graph (``backends/dask.py``) ask the same functions.
+
+- ``family``: which scheme family a level runs (the config's ``scheme``).
+- ``target_for``: the level's certificate form (strict l1 or the native form, ``_select``).
+- ``likely_faster`` / ``faster``: the performant verdict, from the backend's cost model
+  (``_cost``): before the statistics with the fewest moduli/slices the level can need (so a
+  product native wins anyway skips them), then with the count the certificate chose.
+- ``fixed_scheme``: the configurations a level takes without a certificate (k = 1).
+- ``needs_own_level`` / ``settle``: what the certificate's count and beyond-entries become:
+  the level's count with its beyond entries native, or, above the dtype's own precision, the
+  most accurate configuration with native entries only where the dtype's level takes them.
+- ``refit_form`` / ``refit_count`` / ``refits``: whether a product refits its most cancelled
+  entries (``_refit``).
+- ``gemm_count``: the low-precision GEMMs a scheme runs (for the plan).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from . import _cost
+from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from ._precision import (
+    LEVELS,
+    MAX_SLICES,
+    BF16x3,
+    BF16xN,
+    Level,
+    OzakiI,
+    OzakiII,
+)
+from ._select import Target, native_weight
+
+# Below this inner dimension the named levels take the strict certificate: the native product
+# of a few terms is within a rounding or two of the exact one, closer than a statistical bound
+# can follow, and such products cost little whatever the count.
+NATIVE_MIN_K = 64
+
+
+def family(scheme_setting):
+    """The family a level runs: ``"ozaki1"`` where the config asks for Scheme I, else
+    ``"ozaki2"``."""
+    return "ozaki1" if scheme_setting == "ozaki1" else "ozaki2"
+
+
+def target_for(level, k, backend=None, outputs=None):
+    """The certificate's ``_select.Target`` for a ``_precision.Level``: the named levels
+    ("float64", "float32": as accurate as the native GEMM of that precision) take the native
+    form with the backend's ``native_weight`` from k = NATIVE_MIN_K on; a number of bits (and a
+    named level at smaller k) takes the strict certificate."""
+    if level.name in LEVELS and k >= NATIVE_MIN_K:
+        return Target(level.bits, "native", native_weight(backend, k, outputs))
+    return Target(level.bits, "strict")
+
+
+def performant(strategy, request, real_name):
+    """Whether the cost model decides between emulation and native: ``strategy="performant"``,
+    a level (an explicit scheme always runs) no finer than the dtype's own."""
+    return (
+        strategy == "performant"
+        and isinstance(request, Level)
+        and request.bits <= LEVELS[real_name]
+    )
+
+
+def likely_faster(
+    backend, backend_name, level, fam, dtype_name, m, n, k, batch=1, cert_k=None, outputs=None
+):
+    """``(faster, why)`` before any statistics: whether the fewest moduli/slices ``level`` can
+    need (``_cost.likely_count``, with the native form's weight as ``target_for`` gives it) are
+    predicted faster than native for a product (..., m, k) x (..., k, n). ``cert_k``: the inner
+    dimension the certificate sees (None: ``k``; the dask graph certifies over the whole k and
+    multiplies blocks of it). ``backend``: the module whose native error the weight models
+    (None: the default), ``outputs`` the product's output entries (``_select.native_error``)."""
+    ck = k if cert_k is None else cert_k
+    target = target_for(level, ck, backend, outputs)
+    weight = target.weight if target.guarantee == "native" else None
+    guess = _cost.likely_count(fam, level.bits, ck, weight)
+    return faster(backend_name, guess, dtype_name, m, n, k, batch)
+
+
+def faster(backend_name, scheme, dtype_name, m, n, k, batch=1):
+    """``(faster, why)``: the cost model's verdict on ``scheme`` against the native product,
+    with the line the plan records (a note when faster, the fallback reason otherwise)."""
+    model = _cost.get_cost_model(backend_name)
+    if model is None:
+        return False, (
+            f"performant: native is faster than emulation on the {backend_name} backend at this "
+            "precision: no cost model (strategy='eager' emulates anyway)"
+        )
+    t_emu = model.emulated_seconds(scheme, dtype_name, m, n, k, batch)
+    t_nat = model.native_seconds(dtype_name, m, n, k, batch)
+    if t_emu < t_nat:
+        return True, f"performant: {scheme} predicted {t_emu:.3g} s < native {t_nat:.3g} s"
+    return False, (
+        f"performant: native is faster than emulation on the {backend_name} backend at this "
+        f"precision: {scheme} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source}) "
+        "(strategy='eager' emulates anyway)"
+    )
+
+
+class Fixed(NamedTuple):
+    """A configuration taken without a certificate, and what the plan says of it."""
+
+    scheme: OzakiI | OzakiII
+    note: str
+
+
+def exact_at_k1(level, fam, real_name):
+    """For a real product with k = 1 native is the correctly rounded exact product, which a
+    bound cannot match (any nonzero error flips some roundings): the smallest configuration
+    that is exact for every input of that dtype."""
+    b = LEVELS[real_name]  # significand bits of the inputs
+    if fam == "ozaki1":  # slices holding b bits: z = b//8 + 1; the triangle needs 2z - 1
+        return OzakiI(slices=2 * (b // 8 + 1) - 1)
+    # Scheme II keeps floor(L - 6) + 6 bits of an entry at k = 1 (e <= 128 * 128 / 4 = 64 * 64)
+    n = next(
+        n for n in range(MIN_MODULI, MAX_MODULI + 1) if math.floor(crt_constants(n).L - 6) + 6 >= b
+    )
+    return OzakiII(moduli=n, mode="accurate")
+
+
+def fixed_scheme(level, fam, k, complex_, real_name):
+    """The configuration a level takes at k = 1 without a certificate (None: certify):
+
+    - real products at a named level: ``exact_at_k1`` (exact, rounded once);
+    - complex products at a named level (Scheme II): the moduli that would hold the exact
+      products of two significands (the most for float64), not certified: the native product
+      is two products and a sum, which a bound of the parts' error relative to |a||b| cannot
+      track where Re and Im cancel, and the line scaling keeps an entry's smaller part to the
+      bits its larger part leaves (a = 1 + 2**-60 i loses its imaginary part)."""
+    if k != 1 or level.name not in ("float64", "float32"):
+        return None
+    if not complex_:
+        return Fixed(exact_at_k1(level, fam, real_name), "k=1: exact product, rounded once")
+    if fam != "ozaki2":
+        return None
+    b2 = 2 * LEVELS[real_name] + 8  # the exact products of two significands, and the margin
+    n = next((n for n in range(MIN_MODULI, MAX_MODULI) if b2 <= crt_constants(n).L), MAX_MODULI)
+    return Fixed(
+        OzakiII(moduli=n, mode="accurate"),
+        "k=1, complex: not certified (the most moduli; a part whose two products cancel can "
+        "lose the bits its smaller operand part dropped in the line scaling)",
+    )
+
+
+def most_accurate(fam):
+    """The family's most accurate configuration."""
+    return OzakiII(moduli=MAX_MODULI) if fam == "ozaki2" else OzakiI(slices=MAX_SLICES)
+
+
+def above_dtype(level, real_name):
+    """Whether ``level`` asks for more bits than the dtype's own level."""
+    return level.bits > LEVELS[real_name]
+
+
+def needs_own_level(level, real_name, any_beyond):
+    """Whether the dtype's own level must be certified too: a level above the dtype's whose
+    certificate leaves entries beyond every count (``settle`` then decides from both)."""
+    return above_dtype(level, real_name) and bool(any_beyond)
+
+
+class Settled(NamedTuple):
+    """What runs after the certificate: ``count`` moduli/slices (None: nothing is emulated,
+    every entry native), ``native`` the entries taken from the native product ("level": the
+    level's beyond entries, "own": the dtype level's beyond entries, "all"), ``certified``
+    whether the count is the certificate's (its exact step and refinement may lower it, and
+    the plan states its guarantee)."""
+
+    count: int | None
+    native: str
+    certified: bool
+
+
+def settle(level, fam, real_name, count, all_beyond, any_beyond, own_all_beyond=False):
+    """The decision on a certificate's result: ``count`` the smallest count certifying every
+    certifiable entry (None when ``all_beyond``), ``any_beyond`` / ``all_beyond`` whether some /
+    every entry is beyond every count, ``own_all_beyond`` the same of the dtype's own level
+    (asked only where ``needs_own_level``).
+
+    Beyond the native precision the native product is the worse choice for the entries no
+    configuration certifies: the most accurate configuration runs, and the entries the dtype's
+    own level would take natively are taken natively here too (never below that level)."""
+    if needs_own_level(level, real_name, any_beyond):
+        if own_all_beyond:
+            return Settled(None, "all", False)
+        mx = most_accurate(fam)
+        return Settled(mx.moduli if fam == "ozaki2" else mx.slices, "own", False)
+    if all_beyond:
+        return Settled(None, "all", False)
+    return Settled(count, "level", True)
+
+
+def refit_form(request, k):
+    """Whether products of ``request`` at inner dimension ``k`` refit their most cancelled
+    entries (``_refit``) when their count allows (``refit_count``): the dtype's own level (the
+    native guarantee), k > 1."""
+    return isinstance(request, Level) and target_for(request, k).guarantee == "native" and k > 1
+
+
+def refit_count(moduli):
+    """Whether a Scheme II product of ``moduli`` refits (below the maximum count; 0: none)."""
+    return 0 < moduli < MAX_MODULI
+
+
+def refits(request, scheme, k, prescaled):
+    """Whether a product refits its most cancelled entries: ``refit_form`` and ``refit_count``
+    for a Scheme II product with the accurate prescale's statistics at hand (``prescaled``)."""
+    return (
+        refit_form(request, k)
+        and isinstance(scheme, OzakiII)
+        and refit_count(scheme.moduli)
+        and prescaled
+    )
+
+
+def gemm_count(scheme, complex_):
+    """The low-precision GEMMs ``scheme`` runs: BF16 products and Scheme I slice pairs 4M for
+    complex, Scheme II 3M per modulus plus the accurate mode's bound GEMM."""
+    if isinstance(scheme, (BF16x3, BF16xN)):
+        return scheme.gemms * (4 if complex_ else 1)
+    if isinstance(scheme, OzakiII):
+        return scheme.moduli * (3 if complex_ else 1) + (scheme.mode == "accurate")
+    return scheme.gemms * (4 if complex_ else 1)

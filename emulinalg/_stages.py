@@ -1,0 +1,143 @@
+"""The stage protocol: what a backend provides, resolved once into the stages the engine calls.
+
+A backend moves data and runs kernels; it decides nothing (the decisions are ``_planner``'s,
+the algorithm is ``emulinalg``'s). It is a module (or any object) with the members of
+``Backend``; each optional stage it does not provide runs as the Array API reference
+implementation of that stage. ``stages(backend)`` resolves the set of a backend (a few
+attribute reads, once per product); the engine, the certificate and the BF16
+schedule call only the resolved ``Stages``.
+
+Optional stages (a backend's kernel for a step of the algorithm; each may return None for
+inputs its kernels do not take, and the reference then runs):
+
+==========================  ================================================================
+member                      stage (reference implementation)
+==========================  ================================================================
+``as_float64(x)``           float64 copy of a part (``xp.astype``)
+``all_finite(x)``           the NaN/Inf check of a part (one sum per part)
+``line_scan(ar, ai, br,``   that check fused with the line exponents of the prescale:
+``bi, prepare)``            ``(finite, exponents)``; its prescale then takes ``exponents=``
+                            (reference: none, the check alone)
+``ozaki2_prescale(ar, ai,`` scaling statistics, same contract as ``_scaling.ozaki2_prescale``
+``br, bi, mode[,``
+``exponents])``
+``ozaki2_certificate(ar,``  the moduli count per entry and the count, same contract as
+``ai, br, bi, prescale,``   ``_select.certify_moduli``: ``(count, beyond[, patch])``
+``target)``
+``magnitude_lower_matmul``  a lower bound of a product of line-normalized magnitudes
+``(xa, xb)``                (float32 GEMM with its rounding removed, ``_select``)
+``ozaki2_product(ar, ai,``  a whole Scheme II product (residues, modular products, CRT), same
+``br, bi, moduli, mode,``   result as ``_ozaki2.product`` bit for bit
+``out_dtype, prescale)``
+``bf16_product(ar, ai,``    the BF16 schedule's product (``_bf16``)
+``br, bi, scheme, dt)``
+``k_block(k, bound)``       the K-block of its integer GEMMs, for the plan (none)
+==========================  ================================================================
+
+Declared facts: ``block_entries`` (output entries per row block of the generic Scheme II
+loop; None: ``_engine.BLOCK_ENTRIES``), ``narrow_statistics`` (its statistics stages take
+float32 parts as they are), ``native_error_rms`` / ``native_chain_k`` (its native GEMM's
+measured rounding error, ``_select.native_error``), ``dask_mode`` (the dask graph its chunks
+default to), and ``plan_note()`` (a line for every plan, e.g. why another backend is not
+running).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+# The native GEMM's rounding error per entry, as a root mean square relative to
+# u sqrt(k) ||a_i o b_j||_2 (``_select.native_error``): one chain of FMAs over k gives about
+# 1/sqrt(12); a GEMM that adds chains of kb and then their sums, sqrt(kb / k) of that. A backend
+# declares its own (``native_error_rms``, ``native_chain_k``); this default is the single chain.
+NATIVE_ERROR_RMS = 0.29
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The required members of a backend (the optional stages: module docstring)."""
+
+    name: str
+
+    def int_matmul(self, a: Any, b: Any, term_bound: int) -> Any:
+        """The exact integer GEMM of integer-valued arrays (..., m, k) @ (..., k, n) whose
+        products are at most ``term_bound`` in magnitude: the exact sums (float64 holding
+        integers)."""
+
+    def native_matmul(self, a: Any, b: Any) -> Any:
+        """The library's own product (fallbacks and references)."""
+
+    def quiet(self) -> contextlib.AbstractContextManager:
+        """A context silencing the expected floating-point warnings."""
+
+
+_OPTIONAL = (
+    "as_float64",
+    "all_finite",
+    "line_scan",
+    "ozaki2_prescale",
+    "ozaki2_certificate",
+    "magnitude_lower_matmul",
+    "ozaki2_product",
+    "bf16_product",
+    "k_block",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stages:
+    """A backend's stages, each its kernel or None (the reference runs), and its declared
+    facts. Built by ``stages``; the engine and the algorithm read nothing else of a backend."""
+
+    backend: Any
+    name: str
+    int_matmul: Callable
+    native_matmul: Callable
+    quiet: Callable
+    as_float64: Callable | None = None
+    all_finite: Callable | None = None
+    line_scan: Callable | None = None
+    ozaki2_prescale: Callable | None = None
+    ozaki2_certificate: Callable | None = None
+    magnitude_lower_matmul: Callable | None = None
+    ozaki2_product: Callable | None = None
+    bf16_product: Callable | None = None
+    k_block: Callable | None = None
+    block_entries: int | None = None
+    narrow_statistics: bool = False
+    native_error_rms: float = NATIVE_ERROR_RMS
+    native_chain_k: Any = None
+    dask_mode: str = "shared"
+    plan_note: Callable[[], str] = lambda: ""
+
+
+_FACTS = ("block_entries", "narrow_statistics", "native_error_rms", "native_chain_k",
+          "dask_mode", "plan_note")  # fmt: skip
+
+
+def stages(backend) -> Stages:
+    """The resolved ``Stages`` of a backend module (or object; a ``Stages`` is returned as it
+    is). A required member that is missing raises TypeError when called (a partial backend
+    serves the steps that do not call it, e.g. a test of one stage)."""
+    if isinstance(backend, Stages):
+        return backend
+    declared = vars(backend) if hasattr(backend, "__dict__") else {}
+    fields = {m: declared[m] for m in _OPTIONAL + _FACTS if m in declared}
+    return Stages(
+        backend=backend,
+        name=getattr(backend, "name", type(backend).__name__),
+        int_matmul=getattr(backend, "int_matmul", None) or _missing(backend, "int_matmul"),
+        native_matmul=getattr(backend, "native_matmul", None) or _missing(backend, "native_matmul"),
+        quiet=getattr(backend, "quiet", contextlib.nullcontext),
+        **fields,
+    )
+
+
+def _missing(backend, member):
+    def call(*args, **kwargs):
+        raise TypeError(f"backend {backend!r} lacks the required {member}")
+
+    return call
