@@ -171,22 +171,3 @@ def recording(sync: Callable[[], object] | None = None) -> Iterator[Recorder]:
         yield rec
     finally:
         _RECORDER.reset(token)
-
-
-def best_of(fn: Callable[[], object], repeat: int = 1, sync: Callable[[], object] | None = None):
-    """``(seconds, stages)`` of the fastest of ``repeat`` recorded calls of ``fn`` (after one
-    untimed call): wall time with ``sync`` after the call, and the exclusive seconds per stage
-    of that call (device-synchronised at every boundary when ``sync`` is given)."""
-    sync = sync or (lambda: None)
-    fn()
-    sync()
-    best = None
-    for _ in range(max(1, repeat)):
-        with recording(sync=sync) as rec:
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            t = time.perf_counter() - t0
-        if best is None or t < best[0]:
-            best = (t, dict(rec.seconds))
-    return best

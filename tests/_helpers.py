@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulinalg._suite import nonfinite_codes
+from emulinalg.harness.suite import nonfinite_codes
 
 # Tolerances relative to |A||B| for comparing values with numpy's own product. numpy's error is
 # at most about k*u*|A||B| and the emulated one no larger, so these only catch real mistakes.

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import _bench, _timing
-from emulinalg.__main__ import main as cli
+from emulinalg import _timing
+from emulinalg.harness import bench as _bench
+from emulinalg.harness.cli import main as cli
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
 
@@ -273,7 +274,7 @@ def test_load_records_reports_the_bad_line(tmp_path):
 
 def test_plot_writes_three_panels(records, tmp_path):
     pytest.importorskip("matplotlib")  # the [test] extra installs it
-    from emulinalg import _plots
+    from emulinalg.harness import plots as _plots
 
     one = _plots.plot(records, str(tmp_path / "all.png"))
     w, h = png_size(one[0])
@@ -289,7 +290,7 @@ def test_plot_writes_three_panels(records, tmp_path):
 def test_plots_derive_native_points_from_native_keys(records):
     """Records with only the native_* figures (as the record format requires) still show native."""
     pytest.importorskip("matplotlib")
-    from emulinalg import _plots
+    from emulinalg.harness import plots as _plots
 
     emulated = [r for r in records if r["method"] != "native"]
     derived = [r for r in _plots._usable(emulated) if r["method"] == "native"]
@@ -469,7 +470,7 @@ def test_reference_columns_grade_a_subset_of_entries():
 
 
 def test_demo_rejects_a_precision_filter_matching_no_row(capsys):
-    from emulinalg.__main__ import main
+    from emulinalg.harness.cli import main
 
     assert main(["demo", "--size", "8", "--precision", "fp64"]) == 2
     err = capsys.readouterr().err
@@ -477,7 +478,7 @@ def test_demo_rejects_a_precision_filter_matching_no_row(capsys):
 
 
 def test_best_of_keeps_the_fastest_recorded_call():
-    """_timing.best_of: one untimed call, then the fastest of `repeat` recorded calls with its
+    """best_of: one untimed call, then the fastest of `repeat` recorded calls with its
     stage seconds (here a product: every stage of the emulation appears)."""
     import time
 
@@ -489,7 +490,7 @@ def test_best_of_keeps_the_fastest_recorded_call():
         with emulinalg.config(strategy="eager"):
             return emulinalg.matmul(a, a.T)
 
-    t, stages = _timing.best_of(fn, repeat=3)
+    t, stages = _bench.best_of(fn, repeat=3)
     assert len(calls) == 4  # warm-up + 3
     assert {"statistics", "slicing", "products", "reconstruction"} <= set(stages)
     assert 0 < sum(stages.values()) <= t * 1.5

@@ -1,4 +1,4 @@
-"""The graded accuracy suite (issue #6, ``emulinalg._suite``) on the numpy backend.
+"""The graded accuracy suite (issue #6, ``emulinalg.harness.suite``) on the numpy backend.
 
 Each case of the suite is its own test id, twice:
 
@@ -24,8 +24,8 @@ import json
 import numpy as np
 import pytest
 
-from emulinalg import _suite
-from emulinalg.__main__ import main
+from emulinalg.harness import suite as _suite
+from emulinalg.harness.cli import main
 
 QUICK = _suite.cases(quick=True)
 FULL_ONLY = [c for c in _suite.cases() if not c.quick]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import __main__ as cli
+from emulinalg.harness import cli
 
 
 def test_every_plan_is_logged_at_debug_level(caplog):

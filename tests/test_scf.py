@@ -150,7 +150,7 @@ def test_summarize_schemes():
 
 
 def test_cli_parses_demo_forms():
-    from emulinalg.__main__ import build_parser
+    from emulinalg.harness.cli import build_parser
 
     parser = build_parser()
     args = parser.parse_args(["demo", "--size", "8"])
@@ -160,7 +160,7 @@ def test_cli_parses_demo_forms():
 
 
 def test_cli_demo_scf_json(capsys, native, pyscf_energy):
-    from emulinalg.__main__ import main
+    from emulinalg.harness.cli import main
 
     rc = main(["demo", "scf", "--json", "--molecule", "water", "--precision", "OzakiI(slices=7"])
     assert rc == 0

@@ -42,7 +42,7 @@ def main(argv=None):
     os.environ["EMULINALG_AMX"] = "1"
     import emulinalg
     from emulinalg import _amx
-    from emulinalg._bench import parse_method
+    from emulinalg.harness.bench import parse_method
     from emulinalg.inputs import phi_matrix
 
     n = args.n

@@ -20,8 +20,8 @@ import sys
 import numpy as np
 
 import emulinalg
-from emulinalg._bench import cpu_description
-from emulinalg._demo import _timed
+from emulinalg.harness.demo import _timed
+from emulinalg.harness.machine import cpu_description
 from emulinalg.inputs import phi_matrix
 
 

@@ -20,7 +20,7 @@ import sys
 import time
 
 import emulinalg
-from emulinalg._timing import best_of
+from emulinalg.harness.bench import best_of
 from emulinalg.inputs import phi_matrix
 
 

@@ -87,7 +87,7 @@ def _parse_molecules(specs):
 
 
 def _selected(run, filters):
-    from emulinalg._demo import _keep
+    from emulinalg.harness.demo import _keep
 
     chosen = []
     for row in rows():
@@ -271,7 +271,7 @@ def format_table(records):
 
 
 def main(args):
-    """Entry point of ``python -m emulinalg demo scf`` (``args`` from ``emulinalg.__main__``)."""
+    """Entry point of ``python -m emulinalg demo scf`` (``args`` from the command line)."""
 
     def progress(msg):
         if not args.json and not args.quiet:

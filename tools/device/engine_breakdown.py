@@ -14,7 +14,8 @@ import json
 
 import emulinalg
 from emulinalg import _engine, _planner, _scaling
-from emulinalg._timing import best_of, staged
+from emulinalg._timing import staged
+from emulinalg.harness.bench import best_of
 from emulinalg.inputs import phi_matrix
 
 WRAP = {

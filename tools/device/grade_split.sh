@@ -19,18 +19,18 @@ wait
 echo "workers done $((SECONDS - t0)) s"
 python3 - "$OUT" "$BACKEND" "${QUICK:-}" <<'PY'
 import json, pathlib, sys
-from emulinalg import _suite
+from emulinalg.harness import suite
 out, backend = pathlib.Path(sys.argv[1]), sys.argv[2]
 recs = {}
 for f in sorted(out.glob(f"grade_{backend}_*.jsonl")):
     for line in f.read_text().splitlines():
         r = json.loads(line)
         recs[r["case"]] = r
-order = [c.name for c in _suite.cases(quick=bool(sys.argv[3]))]
+order = [c.name for c in suite.cases(quick=bool(sys.argv[3]))]
 merged = [recs[n] for n in order if n in recs]
 (out / f"graded_suite_{backend}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in merged))
-(out / f"graded_suite_{backend}.md").write_text(_suite.markdown_table(merged))
-print(f"{len(merged)} of {len(order)} cases;", _suite.summary(merged))
+(out / f"graded_suite_{backend}.md").write_text(suite.markdown_table(merged))
+print(f"{len(merged)} of {len(order)} cases;", suite.summary(merged))
 missing = [n for n in order if n not in recs]
 print("not run:", missing[:20], "..." if len(missing) > 20 else "")
 PY

@@ -279,7 +279,7 @@ def format_table(records: list[dict]) -> str:
 
 
 def main(args) -> int:
-    """Entry point of the ``demo`` subcommand (``args`` from ``emulinalg.__main__``)."""
+    """Entry point of the ``demo`` subcommand (``args`` from :mod:`.cli`)."""
     import emulinalg
 
     def progress(msg: str) -> None:

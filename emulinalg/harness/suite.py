@@ -39,18 +39,18 @@ precision BLAS); docs/precision.md of this project (the contract the verdict che
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import math
-import os
 import time
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from ._precision import REAL_DTYPE
-from .inputs import phi_matrix, special_cases
+from emulinalg._precision import REAL_DTYPE
+from emulinalg.inputs import phi_matrix, special_cases
+
+from .machine import backend_env, blas, cpu_description
 
 __all__ = ["Case", "cases", "markdown_table", "run_case", "run_suite", "summary", "text_table"]
 
@@ -492,21 +492,6 @@ def _to_host(xp, x):
     return get(x) if get is not None else np.asarray(x)
 
 
-@contextlib.contextmanager
-def _backend_env(backend):
-    """Select the backend the numpy namespace dispatches to: "amx" asks for the AMX backend,
-    anything else keeps numpy arrays on the numpy backend (AMX is the default where usable)."""
-    old = os.environ.get("EMULINALG_AMX")
-    try:
-        os.environ["EMULINALG_AMX"] = "1" if backend == "amx" else "0"
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("EMULINALG_AMX", None)
-        else:
-            os.environ["EMULINALG_AMX"] = old
-
-
 def backend_missing(backend: str) -> str | None:
     """Why ``backend`` cannot run here (None when it can)."""
     if backend not in BACKENDS:
@@ -592,7 +577,7 @@ def _grade_underflow(c, a, b, ref, k, real, scaled):
 def _scaled_exact(a, b):
     """``(hi, lo, sigma)``: the exact product times ``2**-sigma``, sigma_ij = s_i + t_j from the
     row maxima of |A| and column maxima of |B| (the reference's own per-entry scaling)."""
-    from .reference import _exact_components
+    from emulinalg.reference import _exact_components
 
     sigma = _line_exponents(a, 1)[:, None] + _line_exponents(b, 0)[None, :]
     his, los = _exact_components(a, b, extra_exp=-sigma)
@@ -695,7 +680,7 @@ def run_case(case: Case, xp=np, backend: str = "numpy") -> dict:
         "reference": "exact",
     }
     t0 = time.perf_counter()
-    with _backend_env(backend):
+    with backend_env(backend):
         a, b = xp.asarray(a_h), xp.asarray(b_h)
         with np.errstate(all="ignore"):
             with emulinalg.config(strategy="eager"):
@@ -765,10 +750,7 @@ def _device(xp, backend):
         return (
             name.decode() if isinstance(name, bytes) else str(name)
         ), f"cupy.matmul (cupy {cupy.__version__}, cuBLAS)"
-    from .__main__ import _blas
-    from ._bench import cpu_description
-
-    return cpu_description(), f"numpy.matmul (numpy {np.__version__}, BLAS: {_blas()})"
+    return cpu_description(), f"numpy.matmul (numpy {np.__version__}, BLAS: {blas()})"
 
 
 def run_suite(
@@ -808,7 +790,7 @@ def run_suite(
     why = backend_missing(backend)
     if why:
         raise RuntimeError(why)
-    from . import __version__
+    from emulinalg import __version__
 
     device, native = _device(xp, backend)
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -16,7 +16,7 @@ them to the device, and measures in one run, on the same inputs:
 Times are medians of ``--repeat`` runs after ``--warmup`` runs (the stage-recording run comes
 after them; native gets at least 10 runs), timed with device events on cupy. Each measurement
 is one JSON object in the format of docs/performance.md, written as it is made (``--out``).
-``--plot`` draws the records (``emulinalg._plots``); ``--records`` re-plots saved ones.
+``--plot`` draws the records (:mod:`.plots`); ``--records`` re-plots saved ones.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import importlib
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -38,6 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from emulinalg._timing import STAGES, recording
+
+from .machine import backend_env, blas, cpu_description
 
 # --------------------------------------------------------------------------------------------
 # What is measured
@@ -206,24 +209,9 @@ def _wall(fn):
     return out, time.perf_counter() - t0
 
 
-def cpu_description() -> str:
-    """CPU model and logical CPU count, e.g. ``"Intel(R) Xeon(R) ... (16 CPUs)"``."""
-    model = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            names = (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name"))
-            model = next(names, "")
-    except OSError:
-        pass
-    return f"{model or platform.processor() or platform.machine()} ({os.cpu_count()} CPUs)"
-
-
 def _numpy_device(chunks):
-    from .__main__ import _blas
-    from ._suite import _backend_env
-
     def run(fn):  # the numpy backend, also on CPUs where numpy arrays default to AMX
-        with _backend_env("numpy"):
+        with backend_env("numpy"):
             return _wall(fn)
 
     return Device(
@@ -234,7 +222,7 @@ def _numpy_device(chunks):
         run,
         None,
         cpu_description(),
-        f"numpy.matmul (numpy {np.__version__}, BLAS: {_blas()})",
+        f"numpy.matmul (numpy {np.__version__}, BLAS: {blas()})",
     )
 
 
@@ -294,10 +282,9 @@ def _dask_device(chunks):
 def _amx_device(chunks):
     """numpy arrays on the AMX backend (``EMULINALG_AMX=1`` while a product runs, as
     ``python -m emulinalg grade --backend amx`` does); the native figures stay numpy's."""
-    from ._suite import _backend_env
 
     def run(fn):
-        with _backend_env("amx"):
+        with backend_env("amx"):
             return _wall(fn)
 
     d = _numpy_device(chunks)
@@ -383,6 +370,25 @@ def measure(dev: Device, fn, repeat: int, warmup: int, budget: float):
     return out, statistics.median(times), len(times)
 
 
+def best_of(fn: Callable[[], object], repeat: int = 1, sync: Callable[[], object] | None = None):
+    """``(seconds, stages)`` of the fastest of ``repeat`` recorded calls of ``fn`` (after one
+    untimed call): wall time with ``sync`` after the call, and the exclusive seconds per stage
+    of that call (device-synchronised at every boundary when ``sync`` is given)."""
+    sync = sync or (lambda: None)
+    fn()
+    sync()
+    best = None
+    for _ in range(max(1, repeat)):
+        with recording(sync=sync) as rec:
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            t = time.perf_counter() - t0
+        if best is None or t < best[0]:
+            best = (t, dict(rec.seconds))
+    return best
+
+
 def _finite(x: float | None) -> float | None:
     # JSON has no inf/nan: null means "exact" for bits (error 0) and "unknown" elsewhere.
     return None if x is None or not math.isfinite(x) else float(x)
@@ -412,8 +418,6 @@ def _first(x):
 
 
 def _stage_times(rec, seconds: float) -> dict[str, float]:
-    from ._timing import STAGES
-
     out = {name: float(rec.seconds.get(name, 0.0)) for name in STAGES}
     out.update({k: float(v) for k, v in rec.seconds.items() if k not in out})
     out["other"] = max(0.0, seconds - sum(out.values()))
@@ -581,7 +585,6 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
     """Native and every method on one group's inputs (see :func:`run`)."""
     import emulinalg
     from emulinalg import reference
-    from emulinalg._timing import recording
 
     batch, m, n, k = group.dims
     a_h, b_h = operands(group.dims, group.phi, group.dtype, settings.seed)
@@ -922,7 +925,7 @@ def _floats(text: str) -> list[float]:
 
 
 def _flat(values) -> list | None:
-    """Append-actions give lists of lists (or, after ``__main__``, flat lists)."""
+    """Append-actions give lists of lists (or, after :func:`.cli.main`, flat lists)."""
     if not values:
         return None
     out = []
@@ -1165,7 +1168,7 @@ def command_line(s: Settings) -> str:
 
 
 def main(args) -> int:
-    """Entry point of the ``bench`` subcommand (``args`` from ``emulinalg.__main__``)."""
+    """Entry point of the ``bench`` subcommand (``args`` from :mod:`.cli`)."""
     if args.records:
         try:
             records = load_records(args.records)
@@ -1200,14 +1203,14 @@ def main(args) -> int:
         print(table(records, markdown=args.markdown))
     if args.plot:
         try:
-            from . import _plots
+            from . import plots
         except ImportError as exc:
             print(
                 f"bench: --plot needs matplotlib ({exc}); pip install 'emulinalg[bench]'",
                 file=sys.stderr,
             )
             return 1
-        paths = _plots.plot(records, args.plot)
+        paths = plots.plot(records, args.plot)
         print("bench: plots written to " + ", ".join(paths), file=sys.stderr)
     failed = [r for r in records if "error" in r]
     if failed:

@@ -1,0 +1,138 @@
+"""Command line: ``python -m emulinalg {bench,demo,grade,info}`` (also the ``emulinalg`` script).
+
+The options of every subcommand and the dispatch to its body: ``demo`` (:mod:`.demo`, or the
+examples' ``scf`` and ``dask`` workloads), ``info`` (:mod:`.machine`), ``bench``
+(:mod:`.bench_cli`) and ``grade`` (:mod:`.suite`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import bench, machine, suite
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _words(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _extend(values: list[list]) -> list | None:
+    flat = [x for group in values or [] for x in group]
+    return flat or None
+
+
+def demo(args) -> int:
+    if getattr(args, "workload", "matmul") == "scf":
+        from emulinalg.examples import scf_demo
+
+        return scf_demo.main(args)
+    if getattr(args, "workload", "matmul") == "dask":
+        try:
+            import dask.array  # noqa: F401
+            import distributed  # noqa: F401
+        except ImportError as exc:
+            print(f"demo dask needs dask[array] and distributed ({exc}): "
+                  "pip install 'emulinalg[dask]'", file=sys.stderr)  # fmt: skip
+            return 2
+        from emulinalg.examples import out_of_core
+
+        return out_of_core.demo_main(args)
+    from . import demo as matmul_demo
+
+    return matmul_demo.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m emulinalg",
+        description="emulinalg: FP64/FP32 matrix products on low-precision matrix engines "
+        "(Ozaki schemes).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{bench,demo,grade,info}")
+
+    p = sub.add_parser(
+        "demo",
+        help="emulated vs native products on built-in inputs: accuracy and time",
+        description="Compare native and emulated matmul on square phi-matrices: effective bits "
+        "against the exact product, and time relative to native.",
+    )
+    p.add_argument(
+        "workload",
+        nargs="?",
+        choices=("matmul", "scf", "dask"),
+        default="matmul",
+        help="matmul (default): phi-matrices against the exact product; scf: density-fitted "
+        "Hartree-Fock energies against native (needs PySCF: pip install 'emulinalg[scf]'); "
+        "dask: an out-of-core product on a LocalCluster (emulinalg.examples.out_of_core)",
+    )
+    p.add_argument(
+        "--molecule",
+        type=_words,
+        action="append",
+        metavar="NAME[/BASIS][,...]",
+        help="scf only: water, benzene or a PySCF atom string, optional basis "
+        "(default water/cc-pvdz,benzene/cc-pvdz)",
+    )
+    p.add_argument("--size", "-N", type=int, default=512, help="matrix size N (default 512)")
+    p.add_argument(
+        "--phi",
+        type=_floats,
+        action="append",
+        metavar="X[,X...]",
+        help="exponent spread phi of the inputs; repeatable or comma list (default 1)",
+    )
+    p.add_argument(
+        "--precision",
+        type=_words,
+        action="append",
+        metavar="P[,P...]",
+        help="only these emulated rows, e.g. float64, float32, OzakiII, OzakiI "
+        "(prefix match; native rows are always shown)",
+    )
+    p.add_argument(
+        "--dtype",
+        type=_words,
+        action="append",
+        metavar="D[,D...]",
+        help="input dtypes: float64, float32, complex128, complex64 (default float64,float32)",
+    )
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per row, median (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the inputs (default 0)")
+    p.add_argument(
+        "--strategy",
+        choices=("eager", "performant"),
+        default="eager",
+        help="eager (default) always emulates; performant lets emulinalg choose native "
+        "where that is faster at the asked accuracy",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON list of records")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=demo)
+
+    p = sub.add_parser("info", help="versions, BLAS and CPU features")
+    p.set_defaults(func=machine.info)
+
+    bench.add_parser(sub)
+    suite.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    for name in ("phi", "precision", "dtype"):
+        if hasattr(args, name):
+            setattr(args, name, _extend(getattr(args, name)))
+    if getattr(args, "dtype", None):
+        bad = set(args.dtype) - {"float64", "float32", "complex128", "complex64"}
+        if bad:
+            parser.error(f"unknown dtype(s): {', '.join(sorted(bad))}")
+    return args.func(args)
