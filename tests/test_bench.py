@@ -17,8 +17,9 @@ import pytest
 
 import emulinalg
 from emulinalg import _timing
-from emulinalg.harness import bench as _bench
+from emulinalg.harness import bench, bench_cli, devices
 from emulinalg.harness.cli import main as cli
+from emulinalg.harness.records import bits_table, load_records, table
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
 
@@ -148,7 +149,7 @@ def test_native_products_record_no_stage():
     ],
 )  # fmt: skip
 def test_parse_method(text, label, precision, family):
-    m = _bench.parse_method(text)
+    m = bench.parse_method(text)
     assert (m.label, m.precision, m.family) == (label, precision, family)
 
 
@@ -159,11 +160,11 @@ def test_parse_method(text, label, precision, family):
 )  # fmt: skip
 def test_parse_method_rejects(text):
     with pytest.raises(ValueError, match=r"method|family"):
-        _bench.parse_method(text)
+        bench.parse_method(text)
 
 
 def test_split_top_keeps_scheme_parameters_together():
-    assert _bench._split_top("float64, OzakiII(moduli=14, mode=fast),OzakiI(7)") == [
+    assert bench_cli._split_top("float64, OzakiII(moduli=14, mode=fast),OzakiI(7)") == [
         "float64",
         "OzakiII(moduli=14, mode=fast)",
         "OzakiI(7)",
@@ -171,10 +172,10 @@ def test_split_top_keeps_scheme_parameters_together():
 
 
 def test_reference_rows_are_evenly_strided():
-    rows = range(1000)[_bench._ref_rows(1000, 32)]
+    rows = range(1000)[bench._ref_rows(1000, 32)]
     assert len(rows) == 32 and rows[0] == 0 and rows[-1] == 31 * 31
-    assert list(range(20)[_bench._ref_rows(20, 32)]) == list(range(20))
-    assert list(range(20)[_bench._ref_rows(20, 0)]) == list(range(20))
+    assert list(range(20)[bench._ref_rows(20, 32)]) == list(range(20))
+    assert list(range(20)[bench._ref_rows(20, 0)]) == list(range(20))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,17 +185,17 @@ def test_reference_rows_are_evenly_strided():
 
 @pytest.fixture(scope="module")
 def records():
-    settings = _bench.Settings(
+    settings = bench.Settings(
         sizes=[48],
         shapes=["square", "batched"],
         dtypes=["float64", "complex64"],
         phis=[1.0],
-        methods=[_bench.parse_method(t) for t in ("float64", "OzakiII(moduli=14, mode=fast)")],
+        methods=[bench.parse_method(t) for t in ("float64", "OzakiII(moduli=14, mode=fast)")],
         repeat=2,
         ref_rows=16,
         command="test",
     )
-    return _bench.run(settings, notify=pytest.fail)
+    return bench.run(settings, notify=pytest.fail)
 
 
 def test_records_have_the_design_format(records):
@@ -226,7 +227,7 @@ def test_record_figures_recompute(records):
 def test_record_bits_match_an_independent_grading(records):
     """Rebuild the inputs from the seed, multiply, grade the same rows of the first batch entry."""
     for r in records:
-        batch, m, n, k = _bench.SHAPES[r["shape"]](r["size"])
+        batch, m, n, k = bench.SHAPES[r["shape"]](r["size"])
         assert (batch, m, n, k) == (r["batch"], r["m"], r["n"], r["k"])
         shape_a = (m, k) if batch == 1 else (batch, m, k)
         shape_b = (k, n) if batch == 1 else (batch, k, n)
@@ -235,7 +236,7 @@ def test_record_bits_match_an_independent_grading(records):
         if r["precision"] == "native":
             c = a @ b
         else:
-            precision = _bench.parse_method(r["method"]).precision
+            precision = bench.parse_method(r["method"]).precision
             with emulinalg.config(strategy="eager"):
                 c = emulinalg.matmul(a, b, precision=precision)
         a0, b0, c0 = (x[0] if batch > 1 else x for x in (a, b, c))
@@ -255,7 +256,7 @@ def test_level_records_are_at_least_as_accurate_as_native(records):
 
 
 def test_table_lists_every_record(records):
-    text = _bench.table(records, markdown=True).splitlines()
+    text = table(records, markdown=True).splitlines()
     assert len(text) == 2 + len(records)
     assert text[0].startswith("| backend |") and "OzakiII(moduli=14, mode=fast)" in text[-1]
 
@@ -264,7 +265,7 @@ def test_load_records_reports_the_bad_line(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text('{"a": 1}\n\nnot json\n')
     with pytest.raises(ValueError, match=r"r\.jsonl:3"):
-        _bench.load_records([str(path)])
+        load_records([str(path)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,7 +331,7 @@ def test_cli_quick_writes_records_and_plot(tmp_path, capsys):
 
 
 def test_cli_skips_a_missing_backend(capsys):
-    if _bench.missing("cupy") is None:
+    if devices.missing("cupy") is None:
         pytest.skip("cupy is usable here")
     assert cli(["bench", "--backend", "cupy", "--sizes", "16", "-q"]) == 1
     err = capsys.readouterr().err
@@ -359,14 +360,14 @@ def test_amx_family_runs_products_on_the_amx_backend(monkeypatch):
 
     monkeypatch.setattr(amx, "usable", lambda: True)
     monkeypatch.setattr(amx, "EMULATE", True)
-    method = _bench.parse_method("OzakiII(moduli=14, mode=accurate)")
+    method = bench.parse_method("OzakiII(moduli=14, mode=accurate)")
 
     def run(family):
-        settings = _bench.Settings(
+        settings = bench.Settings(
             backends=[family], sizes=[32], shapes=["square"], dtypes=["float64"], phis=[1.0],
             methods=[method], repeat=1, ref_rows=8, command="test",
         )  # fmt: skip
-        return {r["method"]: r for r in _bench.run(settings, notify=pytest.fail)}
+        return {r["method"]: r for r in bench.run(settings, notify=pytest.fail)}
 
     got, want = run("amx"), run("numpy")
     rec = got["OzakiII(moduli=14, mode=accurate)"]
@@ -391,27 +392,27 @@ def test_timing_is_median_of_runs():
         def run(self, fn):
             return fn(), next(self.times)
 
-    out, t, runs = _bench.measure(Dev(), lambda: "x", repeat=3, warmup=1, budget=math.inf)
+    out, t, runs = bench.measure(Dev(), lambda: "x", repeat=3, warmup=1, budget=math.inf)
     assert (out, t, runs) == ("x", 2.0, 3)
     # the budget stops the repeats after the run that exhausts it
-    out, t, runs = _bench.measure(Dev(), lambda: "x", repeat=3, warmup=1, budget=2.5)
+    out, t, runs = bench.measure(Dev(), lambda: "x", repeat=3, warmup=1, budget=2.5)
     assert (t, runs) == (3.0, 1)
 
 
 def test_reference_workers_give_the_same_records(records):
     """References computed in a worker process (rebuilt from the seed) grade identically."""
-    settings = _bench.Settings(
+    settings = bench.Settings(
         sizes=[48],
         shapes=["batched"],
         dtypes=["complex64"],
         phis=[1.0],
-        methods=[_bench.parse_method("OzakiII(moduli=14, mode=fast)")],
+        methods=[bench.parse_method("OzakiII(moduli=14, mode=fast)")],
         repeat=1,
         ref_rows=16,
         stages=False,
         ref_workers=1,
     )
-    again = _bench.run(settings, notify=pytest.fail)
+    again = bench.run(settings, notify=pytest.fail)
     methods = {"native", "OzakiII(moduli=14, mode=fast)"}
     before = [
         r
@@ -436,7 +437,7 @@ def test_bits_table_pivots_by_phi():
          "scheme": "OzakiII(moduli=19, mode=accurate)", "native_entries": 3},
         {**base, "method": "OzakiI(slices=7)", "phi": 1.0, "error": "boom"},
     ]  # fmt: skip
-    assert _bench.bits_table(recs).splitlines() == [
+    assert bits_table(recs).splitlines() == [
         "**numpy, square 8×8×8, float64 (bits maxrel / componentwise)**",
         "",
         "| method | φ=0 | φ=1 | scheme |",
@@ -449,13 +450,13 @@ def test_bits_table_pivots_by_phi():
 
 def test_reference_columns_grade_a_subset_of_entries():
     """--ref-cols: the exact reference of sampled rows x sampled columns (large N on GPUs)."""
-    settings = _bench.Settings(
+    settings = bench.Settings(
         sizes=[40], shapes=["square"], dtypes=["float64"], phis=[2.0],
-        methods=[_bench.parse_method("OzakiII(moduli=9, mode=accurate)")],
+        methods=[bench.parse_method("OzakiII(moduli=9, mode=accurate)")],
         repeat=1, ref_rows=8, ref_cols=5, stages=False,
     )  # fmt: skip
-    recs = _bench.run(settings, notify=pytest.fail)
-    assert [r["ref_cols"] for r in recs] == [5, 5] and "--ref-cols 5" in _bench.command_line(
+    recs = bench.run(settings, notify=pytest.fail)
+    assert [r["ref_cols"] for r in recs] == [5, 5] and "--ref-cols 5" in bench_cli.command_line(
         settings
     )
     a = phi_matrix((40, 40), 2.0, seed=0)
@@ -490,7 +491,7 @@ def test_best_of_keeps_the_fastest_recorded_call():
         with emulinalg.config(strategy="eager"):
             return emulinalg.matmul(a, a.T)
 
-    t, stages = _bench.best_of(fn, repeat=3)
+    t, stages = bench.best_of(fn, repeat=3)
     assert len(calls) == 4  # warm-up + 3
     assert {"statistics", "slicing", "products", "reconstruction"} <= set(stages)
     assert 0 < sum(stages.values()) <= t * 1.5

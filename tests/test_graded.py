@@ -24,12 +24,12 @@ import json
 import numpy as np
 import pytest
 
-from emulinalg.harness import suite as _suite
+from emulinalg.harness import catalogue, suite
 from emulinalg.harness.cli import main
 
-QUICK = _suite.cases(quick=True)
-FULL_ONLY = [c for c in _suite.cases() if not c.quick]
-BY_NAME = {c.name: c for c in _suite.cases()}
+QUICK = catalogue.cases(quick=True)
+FULL_ONLY = [c for c in catalogue.cases() if not c.quick]
+BY_NAME = {c.name: c for c in catalogue.cases()}
 
 # case name -> the finding (reason of a strict xfail); empty when the engine meets the contract
 KNOWN_VERDICT_FAILURES: dict[str, str] = {}
@@ -48,7 +48,7 @@ def _params(cases, known, slow=False):
 
 @functools.cache
 def record(name):
-    return _suite.run_case(BY_NAME[name], np, "numpy")
+    return suite.run_case(BY_NAME[name], np, "numpy")
 
 
 def _info(rec):
@@ -128,15 +128,15 @@ def test_grade_full(name):
 
 
 def test_cases_cover_the_issue():
-    full = _suite.cases()
-    quick = _suite.cases(quick=True)
+    full = catalogue.cases()
+    quick = catalogue.cases(quick=True)
     assert {c.name for c in quick} <= {c.name for c in full}
     assert len({c.name for c in full}) == len(full)
     phis = {(c.dtype, c.phi) for c in full if c.family == "phi"}
-    for dtype in _suite.DTYPES:
-        assert {p for d, p in phis if d == dtype} == set(map(float, _suite.PHIS))
+    for dtype in catalogue.DTYPES:
+        assert {p for d, p in phis if d == dtype} == set(map(float, catalogue.PHIS))
         fams = {c.family for c in full if c.dtype == dtype}
-        want = set(_suite.GENERATORS) - (set() if "complex" in dtype else _suite.COMPLEX_ONLY)
+        want = set(catalogue.GENERATORS) - (set() if "complex" in dtype else catalogue.COMPLEX_ONLY)
         assert want <= fams, (dtype, want - fams)
     ks = {c.k for c in full}
     assert min(ks) == 1 and max(ks) == 65536
@@ -198,7 +198,7 @@ def test_cli_writes_records_and_table(tmp_path, capsys):
 
 
 def test_unavailable_backend_is_refused():
-    assert _suite.backend_missing("tpu")
-    if _suite.backend_missing("amx"):
+    assert suite.backend_missing("tpu")
+    if suite.backend_missing("amx"):
         with pytest.raises(RuntimeError, match="AMX"):
-            _suite.run_suite(np, "amx", quick=True)
+            suite.run_suite(np, "amx", quick=True)

@@ -5,6 +5,8 @@ Nothing in the library imports this package; it imports the library like any use
 - :mod:`.cli`: ``python -m emulinalg {bench,demo,grade,info}``, options and dispatch.
 - :mod:`.machine`: the CPU, numpy's BLAS and the backend numpy arrays take (``info``).
 - :mod:`.demo`: ``demo``, emulated against native products on built-in inputs.
-- :mod:`.bench`: ``bench``, the measuring loop; :mod:`.plots`, its figures.
-- :mod:`.suite`: ``grade``, the graded accuracy suite.
+- ``bench``: :mod:`.bench_cli` (options, the command), :mod:`.bench` (the measuring loop),
+  :mod:`.devices` (the array families), :mod:`.records` (reading records, tables),
+  :mod:`.plots` (figures).
+- ``grade``: :mod:`.catalogue` (the graded suite's cases), :mod:`.suite` (grading them).
 """

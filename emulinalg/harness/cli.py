@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, machine, suite
+from . import bench_cli, machine, suite
 
 
 def _floats(text: str) -> list[float]:
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions, BLAS and CPU features")
     p.set_defaults(func=machine.info)
 
-    bench.add_parser(sub)
+    bench_cli.add_parser(sub)
     suite.add_parser(sub)
     return parser
 

@@ -30,9 +30,9 @@ echo "32768 K-blocks done $((SECONDS - t0)) s"
 if [ -n "${AMX_REST:-}" ]; then
     cases=$(python3 - "$REPO" <<'PY'
 import json, sys
-from emulinalg.harness import suite
+from emulinalg.harness import catalogue
 done = {json.loads(l)["case"] for l in open(sys.argv[1] + "/docs/benchmarks/xeon-amx-16c/graded_suite.jsonl")}
-print(" ".join(f"--case {c.name}" for c in suite.cases() if c.name not in done))
+print(" ".join(f"--case {c.name}" for c in catalogue.cases() if c.name not in done))
 PY
 )
     timeout "${AMX_S:-280}" python3 -m emulinalg grade --backend amx --out "$OUT/amx_rest.jsonl" \

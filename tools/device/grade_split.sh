@@ -19,14 +19,14 @@ wait
 echo "workers done $((SECONDS - t0)) s"
 python3 - "$OUT" "$BACKEND" "${QUICK:-}" <<'PY'
 import json, pathlib, sys
-from emulinalg.harness import suite
+from emulinalg.harness import catalogue, suite
 out, backend = pathlib.Path(sys.argv[1]), sys.argv[2]
 recs = {}
 for f in sorted(out.glob(f"grade_{backend}_*.jsonl")):
     for line in f.read_text().splitlines():
         r = json.loads(line)
         recs[r["case"]] = r
-order = [c.name for c in suite.cases(quick=bool(sys.argv[3]))]
+order = [c.name for c in catalogue.cases(quick=bool(sys.argv[3]))]
 merged = [recs[n] for n in order if n in recs]
 (out / f"graded_suite_{backend}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in merged))
 (out / f"graded_suite_{backend}.md").write_text(suite.markdown_table(merged))

@@ -1,0 +1,151 @@
+"""The array families ``python -m emulinalg bench`` measures on (numpy, cupy, dask, and numpy
+arrays on the AMX backend): moving host inputs there and back, timing a call, naming the device
+and its native product, and saying why a family cannot run here."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .machine import backend_env, blas, cpu_description
+
+INSTALL_HINT = {
+    "numpy": "pip install numpy",
+    "cupy": "pip install 'emulinalg[cuda]' on a machine with an NVIDIA GPU",
+    "dask": "pip install 'emulinalg[dask]'",
+    "amx": "a CPU with Intel AMX (AMX-TILE/INT8/BF16) and emulinalg built with a C++ compiler",
+}
+FAMILIES = tuple(INSTALL_HINT)
+
+
+@dataclass
+class Device:
+    """One array family as the harness sees it.
+
+    ``put``/``get`` move host numpy arrays there and back (``get`` of a finished result);
+    ``run(fn) -> (result, seconds)`` calls ``fn`` once with the result complete when the clock
+    stops (device events on cupy; lazy dask graphs are computed inside); ``sync`` makes host
+    clocks see device work (stage timings).
+    """
+
+    family: str
+    xp: Any
+    put: Callable[[np.ndarray], Any]
+    get: Callable[[Any], np.ndarray]
+    run: Callable[[Callable[[], Any]], tuple[Any, float]]
+    sync: Callable[[], object] | None
+    description: str
+    native: str
+
+
+def _wall(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def _numpy_device(chunks):
+    def run(fn):  # the numpy backend, also on CPUs where numpy arrays default to AMX
+        with backend_env("numpy"):
+            return _wall(fn)
+
+    return Device(
+        "numpy",
+        np,
+        np.asarray,
+        np.asarray,
+        run,
+        None,
+        cpu_description(),
+        f"numpy.matmul (numpy {np.__version__}, BLAS: {blas()})",
+    )
+
+
+def _cupy_device(chunks):
+    import cupy
+
+    def run(fn):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        out = fn()
+        end.record()
+        end.synchronize()
+        return out, cupy.cuda.get_elapsed_time(start, end) / 1e3
+
+    def sync():
+        cupy.cuda.get_current_stream().synchronize()
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    v = cupy.cuda.runtime.runtimeGetVersion()
+    return Device(
+        "cupy",
+        cupy,
+        cupy.asarray,
+        cupy.asnumpy,
+        run,
+        sync,
+        f"{name} (CUDA runtime {v // 1000}.{v % 1000 // 10})",
+        f"cupy.matmul (cupy {cupy.__version__}, cuBLAS)",
+    )
+
+
+def _dask_device(chunks):
+    import dask
+    import dask.array as da
+
+    def put(x):
+        # Two blocks along every axis unless told otherwise, so the products really are graphs.
+        return da.from_array(x, chunks=tuple(min(s, chunks or max(1, s // 2)) for s in x.shape))
+
+    def run(fn):
+        return _wall(lambda: np.asarray(fn().compute()))
+
+    return Device(
+        "dask",
+        da,
+        put,
+        np.asarray,
+        run,
+        None,
+        f"{cpu_description()}, dask {dask.__version__} (default scheduler)",
+        f"dask.array.matmul (dask {dask.__version__})",
+    )
+
+
+def _amx_device(chunks):
+    """numpy arrays on the AMX backend (``EMULINALG_AMX=1`` while a product runs, as
+    ``python -m emulinalg grade --backend amx`` does); the native figures stay numpy's."""
+
+    def run(fn):
+        with backend_env("amx"):
+            return _wall(fn)
+
+    d = _numpy_device(chunks)
+    d.family, d.run = "amx", run
+    return d
+
+
+DEVICES = {"numpy": _numpy_device, "cupy": _cupy_device, "dask": _dask_device, "amx": _amx_device}
+
+
+def missing(family: str) -> str | None:
+    """Why the array family cannot run here, or None when it can."""
+    if family == "amx":
+        from emulinalg.backends import amx
+
+        return None if amx.usable() else f"AMX is not usable here: {amx.reason()}"
+    module = "dask.array" if family == "dask" else family
+    try:
+        mod = importlib.import_module(module)
+        if family == "cupy" and mod.cuda.runtime.getDeviceCount() < 1:
+            return "cupy found no CUDA device"
+    except Exception as exc:  # ImportError, or cupy without a driver
+        return f"{module} is not usable here ({type(exc).__name__}: {exc}); {INSTALL_HINT[family]}"
+    return None
