@@ -1,6 +1,7 @@
 // Blocking of the tile GEMM: the tuning knobs (run-time settable, for sweeps on the AMX host),
 // their defaults, and the plan one call resolves them to. research/accuracy-and-cost.md §6.2 has
-// the bandwidth figures the defaults are reasoned from; tools/amx_gemm_sweep.py measures them.
+// the bandwidth figures the defaults are reasoned from; docs/benchmarks/tools/amx_gemm_sweep.py
+// measures them.
 //
 // Register block (fixed by the ISA): 2 x 2 C tiles (32 x 32 outputs) from 2 A and 2 B tiles per
 // K step, 4 tile loads per 4 dot products. One operand of the block must come from L1, else

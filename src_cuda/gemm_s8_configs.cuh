@@ -11,8 +11,8 @@
 //   2: ping-pong 128x128, cluster 1x2 -- each consumer warpgroup owns a whole tile and its
 //      epilogue overlaps the other's mainloop; 32 KiB per stage.
 //
-// Which is fastest for the moduli-batched shapes is measured (tools/device/fused_bench.py);
-// backends/cuda/fused.py holds the default.
+// Which is fastest for the moduli-batched shapes is measured
+// (docs/benchmarks/tools/fused_bench.py); backends/cuda/fused.py holds the default.
 #pragma once
 
 #include "cute/tensor.hpp"

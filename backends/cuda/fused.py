@@ -36,7 +36,7 @@ _ALIGN = 16  # TMA: 16-byte strides and rows of the int8 output
 _MAX_GRID_Y = 65535
 
 # Tile configuration of emulinalg._cuda (src_cuda/gemm_s8_configs.cuh) and scheduler knobs;
-# tools/device/fused_bench.py measures them all.
+# docs/benchmarks/tools/fused_bench.py measures them all.
 config = 0
 swizzle = 1
 raster = 0  # 0: heuristic, 1: along M, 2: along N

@@ -50,13 +50,14 @@ def timed(fn, *args, repeat=5, warmup=1):
 
 @contextlib.contextmanager
 def records(path, script, argv, summary, **common):
-    """``emit(rec)`` for the kernel-level scripts: ``rec`` plus the device, date, command and
-    ``common`` as one JSON line in ``path``, and ``summary(rec)`` printed."""
+    """``emit(rec)`` for the kernel-level scripts: ``rec`` plus the device, date, command
+    (``script``: the script's path from the repository root) and ``common`` as one JSON line in
+    ``path``, and ``summary(rec)`` printed."""
     common = {
         "backend": "cupy", **common,
         "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "date": datetime.date.today().isoformat(),
-        "command": f"python3 tools/device/{script} " + " ".join(argv or sys.argv[1:]),
+        "command": f"python3 {script} " + " ".join(argv or sys.argv[1:]),
     }  # fmt: skip
     with open(path, "w") as f:
 

@@ -36,7 +36,7 @@ bench() {  # name, then bench options
     echo "bench $name rc=$? $((SECONDS - t0)) s"
 }
 if has plans; then
-    (cd /tmp && timeout 200 python3 "$ROOT/tools/device/default_plans.py" \
+    (cd /tmp && timeout 200 python3 "$ROOT/docs/benchmarks/tools/default_plans.py" \
         --out "$OUT/default_plans.jsonl") >"$OUT/default_plans.log" 2>&1
     echo "default plans rc=$? $((SECONDS - t0)) s"
 fi
@@ -46,7 +46,7 @@ if has bench; then
     bench c128 --sizes 8192 --dtype complex128 --phi 1 --precision float64 --strategy eager
 fi
 if has overhead; then
-    (cd /tmp && timeout 240 python3 "$ROOT/tools/device/level_overhead.py" \
+    (cd /tmp && timeout 240 python3 "$ROOT/docs/benchmarks/tools/level_overhead.py" \
         --out "$OUT/level_overhead.jsonl" ${PROFILE:+--profile}) >"$OUT/level_overhead.log" 2>&1
     echo "level overhead rc=$? $((SECONDS - t0)) s"
     tail -n 4 "$OUT/level_overhead.log"

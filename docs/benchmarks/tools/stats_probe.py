@@ -3,7 +3,7 @@ kernel_times, with ozaki2_stats.cu patched (probes that drop parts of a kernel's
 results are not valid, only their times), and the host's time between the NaN/Inf check's
 read-back and the first statistics launch.
 
-    python tools/device/stats_probe.py -N 8192 --dtype float32
+    python docs/benchmarks/tools/stats_probe.py -N 8192 --dtype float32
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ else
 fi
 export PYTHONPATH=/tmp/emul:$PYTHONPATH
 if [ -n "${AMX_PEAK:-}" ] && g++ -O2 -fopenmp -mamx-tile -mamx-int8 -mamx-bf16 \
-    tools/device/amx_peak.cpp -o /tmp/amx_peak; then
+    docs/benchmarks/tools/amx_peak.cpp -o /tmp/amx_peak; then
     /tmp/amx_peak 1 2 4 8 16 | tee "$OUT/amx_peak.jsonl"
 fi
 if [ -z "${SKIP_TESTS:-}" ]; then
@@ -28,9 +28,9 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     echo "tests $((SECONDS - t0)) s"
 fi
 if [ -z "${SKIP_PERF:-}" ]; then
-    timeout 150 python3 tools/device/gpu_fast.py ${FAST_ARGS:-} --out "$OUT/gpu_fast.jsonl" 2>&1 \
+    timeout 150 python3 docs/benchmarks/tools/gpu_fast.py ${FAST_ARGS:-} --out "$OUT/gpu_fast.jsonl" 2>&1 \
         | tee "$OUT/gpu_fast.log"
-    timeout 120 python3 tools/overhead.py --backend cupy -N 8192 --repeat 3 \
+    timeout 120 python3 docs/benchmarks/tools/overhead.py --backend cupy -N 8192 --repeat 3 \
         --out "$OUT/overhead.jsonl" 2>&1 | tee "$OUT/overhead.log"
 fi
 echo "total $((SECONDS - t0)) s"

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The statistics' cost on the GPU (issue #6), this tree against another source tree in the same
 # run. From the repository root on the GPU machine, after `source .device/setup.sh`:
-#     OLD=build/old_src STAGE=build bash tools/device/stats_gpu.sh      (builds both)
-#     STAGE=measure bash tools/device/stats_gpu.sh                       (overhead, bench)
+#     OLD=build/old_src STAGE=build bash docs/benchmarks/tools/stats_gpu.sh      (builds both)
+#     STAGE=measure bash docs/benchmarks/tools/stats_gpu.sh                       (overhead, bench)
 #     STAGE=overhead | breakdown | tests (TEST_K: a -k expression)
 # Installs go to build/emul_new and build/emul_old (kept between calls on a warm machine).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
 OUT=${OUT:-/tmp/stats-out}
 mkdir -p "$OUT"
 ROOT=$PWD
 failed=0
-# shellcheck source=tools/device/step.sh
-source tools/device/step.sh
+# shellcheck source=docs/benchmarks/tools/step.sh
+source docs/benchmarks/tools/step.sh
 install() {  # install SRC TARGET
     rm -rf "$2"
     (cd "$1" && CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation \
@@ -20,7 +20,7 @@ install() {  # install SRC TARGET
         -C build-dir="$2-build")
 }
 overhead() {  # overhead TARGET LABEL
-    (cd /tmp && PYTHONPATH="$1:$PYTHONPATH" python3 "$ROOT/tools/overhead.py" --backend cupy \
+    (cd /tmp && PYTHONPATH="$1:$PYTHONPATH" python3 "$ROOT/docs/benchmarks/tools/overhead.py" --backend cupy \
         -N 8192 --repeat 5 --phi "${PHI:-1}" --out "$OUT/overhead_$2.jsonl")
 }
 bench() {  # bench TARGET LABEL DTYPE
@@ -60,7 +60,7 @@ overhead)  # the statistics' share only (no bench)
 breakdown)  # kernel by kernel, float64 and float32 operands
     for dt in ${BD_DTYPES:-float64}; do
         step breakdown_$dt 200 bash -c "cd /tmp && PYTHONPATH=$ROOT/build/emul_new:\$PYTHONPATH \
-            python3 $ROOT/tools/device/stats_breakdown.py -N 8192 --dtype $dt \
+            python3 $ROOT/docs/benchmarks/tools/stats_breakdown.py -N 8192 --dtype $dt \
             | tee -a $OUT/breakdown.jsonl"
     done
     ;;

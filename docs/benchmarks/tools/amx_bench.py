@@ -12,7 +12,7 @@ Top/s) of
 
 and writes one JSON object per line. The AMX int8 result is checked against an exact product
 on a block of rows (``"check"``). INT8 and BF16 rows also carry ``pct_ceiling``: the percentage
-of the host's register ceiling (``--peak``, JSON lines of ``tools/device/amx_peak.cpp``; by
+of the host's register ceiling (``--peak``, JSON lines of ``docs/benchmarks/tools/amx_peak.cpp``; by
 default the 2026-11-30 figures of the 16-core host). ``"blocking"`` is the tile GEMM's
 blocking spec (``EMULINALG_AMX_BLOCKING``). Each measurement is the median of repeated runs
 after one warm-up run, repeated while they fit ``--budget`` seconds; sizes whose predicted
@@ -20,7 +20,8 @@ time (from the previous size, times (N/N_prev)^3) exceeds ``--max-run`` seconds 
 and reported as such, so the whole run stays within a few minutes even with one thread.
 
 Usage (from the repository root, with emulinalg installed):
-    OPENBLAS_NUM_THREADS=16 python3 tools/amx_bench.py --threads 16 --sizes 1024,2048,4096,8192
+    OPENBLAS_NUM_THREADS=16 python3 docs/benchmarks/tools/amx_bench.py --threads 16 \\
+        --sizes 1024,2048,4096,8192
 """
 
 from __future__ import annotations

@@ -10,18 +10,18 @@ descent are measured for INT8 and BF16 (``gemm_bf16bf16f32``).
 Every measurement is one JSON line (``"bench": "amx_sweep"``): the spec string (the value for
 ``EMULINALG_AMX_BLOCKING`` / ``set_blocking``), median seconds of the timed runs, Top/s and the
 percentage of the register ceiling (back-to-back TDPBSSD / TDPBF16PS on resident tiles, from
-``--peak``: a JSON-lines file written by ``tools/device/amx_peak.cpp``; per-thread value times
-threads for thread counts it lacks). ``"same"`` says that the result equals the defaults'
+``--peak``: a JSON-lines file written by ``docs/benchmarks/tools/amx_peak.cpp``; per-thread value
+times threads for thread counts it lacks). ``"same"`` says that the result equals the defaults'
 result bit for bit (INT8 is exact under any blocking; BF16 sums each entry's K tiles in the same
 order under any blocking, so it must be bit-identical too). The last lines (``"phase": "best"``)
 name the fastest spec per (op, threads, N).
 
 Usage (from the repository root, emulinalg installed, on the AMX machine):
-    python3 tools/amx_gemm_sweep.py --descent 1:4096,16:8192 --threads 1,16 --sizes 4096,8192 \\
-        --peak amx_peak.jsonl --budget 150 --out sweep.jsonl
+    python3 docs/benchmarks/tools/amx_gemm_sweep.py --descent 1:4096,16:8192 --threads 1,16 \\
+        --sizes 4096,8192 --peak amx_peak.jsonl --budget 150 --out sweep.jsonl
     # verification only (no descent), e.g. under other OpenMP settings, of a sweep's winners:
-    OMP_PROC_BIND=close OMP_PLACES=cores python3 tools/amx_gemm_sweep.py --descent "" \\
-        --threads 16 --sizes 8192 --best-from sweep.jsonl --out sweep-bind.jsonl
+    OMP_PROC_BIND=close OMP_PLACES=cores python3 docs/benchmarks/tools/amx_gemm_sweep.py \\
+        --descent "" --threads 16 --sizes 8192 --best-from sweep.jsonl --out sweep-bind.jsonl
 ``--emulate`` runs everything on the scalar tile model (tiny sizes only: a dry run of the tool).
 """
 

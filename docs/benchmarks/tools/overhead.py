@@ -6,8 +6,8 @@ One emulated product per dtype at the default level (strategy="eager"), stage ti
 ``statistics`` stage (line exponents and norms, the accurate-mode bound GEMM, the certificate's
 lower-bound GEMM and its min-reduction) in the end-to-end time.
 
-    python tools/overhead.py --backend numpy -N 2048 --out overhead.jsonl
-    python tools/overhead.py --backend cupy -N 8192 --out overhead.jsonl
+    python docs/benchmarks/tools/overhead.py --backend numpy -N 2048 --out overhead.jsonl
+    python docs/benchmarks/tools/overhead.py --backend cupy -N 8192 --out overhead.jsonl
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--out")
     args = p.parse_args(argv)
-    command = "python tools/overhead.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python docs/benchmarks/tools/overhead.py " + " ".join(
+        shlex.quote(a) for a in (argv or sys.argv[1:])
+    )
     if args.backend == "cupy":
         import cupy as xp
 

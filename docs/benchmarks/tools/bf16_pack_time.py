@@ -1,7 +1,7 @@
 """bf16_pack alone (the BF16 schedules' slicing, issue #9): median of 5 calls after one more, N x N
 float64 operands, 6 slices 'fixed' (BF16xN), each call's panels released before the next.
 
-    PYTHONPATH=<site> python tools/device/bf16_pack_time.py LABEL N
+    PYTHONPATH=<site> python docs/benchmarks/tools/bf16_pack_time.py LABEL N
 """
 
 import statistics

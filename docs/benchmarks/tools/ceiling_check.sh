@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build with the fused kernels, the gpu tests, the INT8 ceiling
-# (tools/device/gpu_ceiling.py) and the float64 level at N = 16384 end to end. From the repo
+# (docs/benchmarks/tools/gpu_ceiling.py) and the float64 level at N = 16384 end to end. From the repo
 # root after `source .device/setup.sh`; logs under $OUT. SKIP_TESTS=1 / SKIP_BENCH=1 skip parts.
 set -uo pipefail
 OUT=${OUT:-/tmp/ceiling-out}
@@ -13,7 +13,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
         "$ROOT/tests/test_gpu.py" "$ROOT/tests/test_fused_gpu.py" -m gpu) >"$OUT/tests.log" 2>&1
     echo "tests rc=$? $((SECONDS - t0)) s: $(tail -n 1 "$OUT/tests.log")"
 fi
-(cd tools/device && timeout 200 python3 gpu_ceiling.py --out "$OUT/ceiling.jsonl" \
+(cd docs/benchmarks/tools && timeout 200 python3 gpu_ceiling.py --out "$OUT/ceiling.jsonl" \
     --sizes "${SIZES:-8192,16384}" --repeat "${REPEAT:-10}") 2>&1 | tee "$OUT/ceiling.log"
 echo "ceiling $((SECONDS - t0)) s"
 if [ -z "${SKIP_BENCH:-}" ]; then

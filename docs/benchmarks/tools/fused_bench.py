@@ -15,7 +15,7 @@ Times are medians of --repeat runs (CUDA events) after two warm-up runs; Top/s =
 moduli / time. Checks, exact: fused_s32 == cuBLAS, fused_mod == symmetric(cuBLAS mod m_l) on
 the full matrices (plane by plane), crt_s8 == crt_s32 bitwise, and the two e2e paths bitwise.
 
-    python3 tools/device/fused_bench.py --out OUT.jsonl [--sizes 4096,8192,16384]
+    python3 docs/benchmarks/tools/fused_bench.py --out OUT.jsonl [--sizes 4096,8192,16384]
         [--repeat 10] [--configs 0,1,2] [--swizzles 1,8] [--no-e2e]
 
 Writes one JSON object per measurement to --out and prints a summary line for each.
@@ -26,10 +26,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "device"))  # gpu_records
 
 import array_api_compat.cupy as cxp
 import cupy as cp
-from gpu_records import median_ms, records  # same folder: one CUDA-event timer, the records
+from gpu_records import median_ms, records  # tools/device: one CUDA-event timer, the records
 
 from emulinalg._moduli import MODULI as ALL_MODULI
 from emulinalg.backends import cupy as be
@@ -188,7 +191,8 @@ def main(argv=None):
     infos = fused.configs()
     configs = [int(c) for c in args.configs.split(",")] if args.configs else list(range(len(infos)))
     swizzles = [int(s) for s in args.swizzles.split(",")]
-    with records(args.out, "fused_bench.py", argv, summary, moduli=NMOD) as emit:
+    script = "docs/benchmarks/tools/fused_bench.py"
+    with records(args.out, script, argv, summary, moduli=NMOD) as emit:
         for info in infos:
             emit({"N": 0, "variant": "config", **info, "tile": list(info["tile"]),
                   "cluster": list(info["cluster"])})  # fmt: skip

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # On the AMX host (the GPU machine's CPU), numpy arrays on their default backend (amx): build
-# the AMX module, the default plans beside numpy.matmul (tools/amx_default_plans.py), the demo,
+# the AMX module, the default plans beside numpy.matmul (docs/benchmarks/tools/amx_default_plans.py), the demo,
 # the whole test suite but the GPU tests (one pytest per file), then the benchmark records of the
 # levels and the BF16 schedules beside numpy and torch. From the repository root after
 # `source .device/setup.sh`; logs under $OUT.
-#     STEPS="build plans demo tests" bash tools/device/amx_default_check.sh
-#     STEPS="build bench complex" BENCH_SIZES=2048,4096,8192 bash tools/device/amx_default_check.sh
+#     STEPS="build plans demo tests" bash docs/benchmarks/tools/amx_default_check.sh
+#     STEPS="build bench complex" BENCH_SIZES=2048,4096,8192 bash docs/benchmarks/tools/amx_default_check.sh
 # (build is skipped when an install from an earlier call on a warm machine is there.)
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
 OUT=${OUT:-/tmp/amx-default-out}
 mkdir -p "$OUT"
 SITE=/tmp/emulinalg-site
@@ -16,8 +16,8 @@ ROOT=$PWD
 THREADS=$(( $(nproc) < 16 ? $(nproc) : 16 ))
 STEPS=${STEPS:-build plans demo tests}
 failed=0
-# shellcheck source=tools/device/step.sh
-source tools/device/step.sh
+# shellcheck source=docs/benchmarks/tools/step.sh
+source docs/benchmarks/tools/step.sh
 
 build() {
     [ -d "$SITE/emulinalg" ] && { echo "reusing $SITE"; return 0; }
@@ -26,7 +26,7 @@ build() {
 }
 plans() {
     (cd /tmp && OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS python3 \
-        "$ROOT/tools/amx_default_plans.py" --sizes "${PLAN_SIZES:-2048,4096,8192}" \
+        "$ROOT/docs/benchmarks/tools/amx_default_plans.py" --sizes "${PLAN_SIZES:-2048,4096,8192}" \
         --dtype "${PLAN_DTYPES:-float64,float32,complex128,complex64}" \
         --out "$OUT/default_plans.jsonl")
 }

@@ -14,7 +14,7 @@ Per N (square), each figure the median of --repeat CUDA-event timings after two 
   if its INT8 GEMMs ran at the best rate measured here and everything else took no time,
   ``t_native / (gemms * 2 N^3 / rate)``, and the same at the 1,979 Top/s peak.
 
-    python3 tools/device/gpu_ceiling.py --out OUT.jsonl [--sizes 8192,16384] [--repeat 10]
+    python3 docs/benchmarks/tools/gpu_ceiling.py --out OUT.jsonl [--sizes 8192,16384] [--repeat 10]
         [--counts float64:0.5=17,float64:1=18,...]  (default: DEFAULT_COUNTS)
 
 The counts are the moduli the default levels' certificates chose at N = 16384 (the benchmark
@@ -25,7 +25,11 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "device"))  # gpu_records
 
 import cupy as cp
 from fused_bench import NMOD, residue_planes  # same folder
@@ -176,7 +180,7 @@ def main(argv=None):
     counts = parse_counts(args.counts)
     sampler = Sampler()
     try:
-        with records(args.out, "gpu_ceiling.py", argv, summary) as emit:
+        with records(args.out, "docs/benchmarks/tools/gpu_ceiling.py", argv, summary) as emit:
             for n in (int(s) for s in args.sizes.split(",")):
                 run_size(n, args.repeat, counts, sampler, emit)
     finally:

@@ -15,10 +15,13 @@ import io
 import pstats
 import re
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "device"))  # gpu_records
 
 import array_api_compat.cupy as xpc
 import cupy as cp
-from gpu_records import emit, timed  # same folder: one CUDA-event timer
+from gpu_records import emit, timed  # tools/device: one CUDA-event timer
 
 import emulinalg
 from emulinalg import _planner, _refit

@@ -11,8 +11,8 @@ outputs as the backend does and into reused ones). One JSON line per piece (``"b
 "amx_scheme2_breakdown"``) with seconds and, for the GEMMs, Top/s (2 N^3 per GEMM).
 
 Usage (from the repository root, emulinalg installed with its AMX module, on the AMX machine):
-    python3 tools/amx_scheme2_breakdown.py -N 8192 --specs "kc=32" "mc=512,nc=1024" \\
-        --out breakdown.jsonl
+    python3 docs/benchmarks/tools/amx_scheme2_breakdown.py -N 8192 \\
+        --specs "kc=32" "mc=512,nc=1024" --out breakdown.jsonl
 ``--emulate`` runs the GEMMs on the scalar tile model (small N only: a dry run of the tool).
 """
 

@@ -4,7 +4,7 @@ Wraps engine helpers in extra stages (``_timing.staged``) and times one product 
 default level (strategy="eager") with device synchronisation at every stage boundary; prints
 the exclusive seconds per stage and the untimed rest.
 
-    python tools/device/engine_breakdown.py -N 8192 --dtype float64,float32
+    python docs/benchmarks/tools/engine_breakdown.py -N 8192 --dtype float64,float32
 """
 
 from __future__ import annotations

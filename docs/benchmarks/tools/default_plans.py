@@ -10,10 +10,14 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "device"))  # gpu_records
 
 import cupy as cp
-from gpu_records import timed  # same folder: one CUDA-event timer
+from gpu_records import timed  # tools/device: one CUDA-event timer
 
 import emulinalg
 from emulinalg.inputs import phi_matrix

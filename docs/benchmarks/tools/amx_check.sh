@@ -2,18 +2,18 @@
 # Build emulinalg with its AMX kernels on the AMX machine, check them, and measure them.
 #
 # Run from the repository root, after `source .device/setup.sh`:
-#     bash tools/device/amx_check.sh
+#     bash docs/benchmarks/tools/amx_check.sh
 # Everything is logged under "$OUT" (default /tmp/amx-check-out): env.log, build.log (+ the
 # per-file compile times of ninja_log.txt), objdump.log, peak.log + amx_peak.jsonl (the register
-# ceiling, tools/device/amx_peak.cpp), info.log, tests.log, sweep.log + amx_sweep.jsonl (the
-# blocking sweep, tools/amx_gemm_sweep.py; its winners once more with threads bound to cores:
+# ceiling, docs/benchmarks/tools/amx_peak.cpp), info.log, tests.log, sweep.log + amx_sweep.jsonl (the
+# blocking sweep, docs/benchmarks/tools/amx_gemm_sweep.py; its winners once more with threads bound to cores:
 # sweep-bind.log + amx_sweep_bind.jsonl), amx_bench.jsonl (+ bench-t1.log, bench-tN.log: the standard benchmark with
 # the default blocking, torch and numpy beside) and summary.txt (rc and seconds per step).
 # Takes about 6 minutes (at most ~10 if every step runs into its time limit); AMX_SWEEP_BUDGET
 # (seconds, default 120) sets the sweep's share.
 set -uo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
 OUT=${OUT:-/tmp/amx-check-out}
 mkdir -p "$OUT"
 SITE=/tmp/emulinalg-site    # the package installed by this script (--target: no system install)
@@ -22,8 +22,8 @@ THREADS=$(( $(nproc) < 16 ? $(nproc) : 16 ))
 AMX_SWEEP_BUDGET=${AMX_SWEEP_BUDGET:-120}
 failed=0
 
-# shellcheck source=tools/device/step.sh
-source tools/device/step.sh
+# shellcheck source=docs/benchmarks/tools/step.sh
+source docs/benchmarks/tools/step.sh
 
 env_info() {
     uname -a
@@ -61,7 +61,7 @@ objdump_evidence() {
 # The register ceiling: back-to-back tile dot products on resident tiles, 1 and $THREADS threads.
 peak() {
     set -o pipefail
-    g++ -O2 -fopenmp -mamx-tile -mamx-int8 -mamx-bf16 tools/device/amx_peak.cpp -o /tmp/amx_peak &&
+    g++ -O2 -fopenmp -mamx-tile -mamx-int8 -mamx-bf16 docs/benchmarks/tools/amx_peak.cpp -o /tmp/amx_peak &&
         /tmp/amx_peak 1 "$THREADS" | tee "$OUT/amx_peak.jsonl"
 }
 
@@ -73,14 +73,14 @@ info() {
 # Greedy descent over the blocking knobs at (1 thread, N = 4096) and ($THREADS, 8192), then the
 # defaults and both winners for INT8 and BF16 at N = 4096/8192 on 1 and $THREADS threads.
 sweep() {
-    OMP_NUM_THREADS=$THREADS python3 tools/amx_gemm_sweep.py \
+    OMP_NUM_THREADS=$THREADS python3 docs/benchmarks/tools/amx_gemm_sweep.py \
         --descent "1:4096,$THREADS:8192" --threads "1,$THREADS" --sizes 4096,8192 \
         --peak "$OUT/amx_peak.jsonl" --budget "$AMX_SWEEP_BUDGET" --out "$OUT/amx_sweep.jsonl"
 }
 
 # The winners (and the defaults) again with OpenMP threads bound to cores.
 sweep_bind() {
-    OMP_NUM_THREADS=$THREADS OMP_PROC_BIND=close OMP_PLACES=cores python3 tools/amx_gemm_sweep.py \
+    OMP_NUM_THREADS=$THREADS OMP_PROC_BIND=close OMP_PLACES=cores python3 docs/benchmarks/tools/amx_gemm_sweep.py \
         --descent "" --threads "$THREADS" --sizes 8192 --ops s8s8s32,bf16bf16f32 \
         --best-from "$OUT/amx_sweep.jsonl" --peak "$OUT/amx_peak.jsonl" --budget 40 \
         --out "$OUT/amx_sweep_bind.jsonl"
@@ -89,7 +89,7 @@ sweep_bind() {
 bench() {
     local t=$1 maxrun=$2
     OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t MKL_NUM_THREADS=$t \
-        python3 tools/amx_bench.py --threads "$t" --sizes 2048,4096,8192 \
+        python3 docs/benchmarks/tools/amx_bench.py --threads "$t" --sizes 2048,4096,8192 \
         --budget 1 --max-run "$maxrun" --peak "$OUT/amx_peak.jsonl" --out "$OUT/amx_bench.jsonl"
 }
 

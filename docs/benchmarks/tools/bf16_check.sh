@@ -4,13 +4,13 @@
 # the amx backend beside numpy (OpenBLAS) and torch (MKL/oneDNN) on the same inputs.
 #
 # Run from the repository root, after `source .device/setup.sh`:
-#     BENCH_SIZES=2048,4096,8192 bash tools/device/bf16_check.sh
+#     BENCH_SIZES=2048,4096,8192 bash docs/benchmarks/tools/bf16_check.sh
 # Logs and records under "$OUT": build.log, tests.log, bench-*.log, bf16_*.jsonl, summary.txt.
 # Knobs: BENCH_SIZES (default 2048,4096), BENCH_F64 / BENCH_F32 (methods, comma-separated; ""
 # skips that dtype), BENCH_REPEAT (default 3), SKIP_TESTS=1, BENCH_PHI (default 1).
 set -uo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
 OUT=${OUT:-/tmp/bf16-check-out}
 mkdir -p "$OUT"
 SITE=/tmp/emulinalg-site
@@ -22,8 +22,8 @@ BENCH_REPEAT=${BENCH_REPEAT:-3}
 BENCH_PHI=${BENCH_PHI:-1}
 failed=0
 
-# shellcheck source=tools/device/step.sh
-source tools/device/step.sh
+# shellcheck source=docs/benchmarks/tools/step.sh
+source docs/benchmarks/tools/step.sh
 
 build() {
     [ -n "${SKIP_BUILD:-}" ] && [ -d "$SITE/emulinalg" ] && return 0

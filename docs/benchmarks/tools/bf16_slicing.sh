@@ -11,13 +11,13 @@
 #     DGEMM (the "native" record) and torch's (torch_seconds) on the same inputs.
 # OLD_SRC empty or unset: the new build alone. Run from the repository root after
 # `source .device/setup.sh`, e.g. with the new tree carried in .amxnew:
-#     OLD_SRC=$PWD NEW_SRC=$PWD/.amxnew bash .amxnew/tools/device/bf16_slicing.sh
+#     OLD_SRC=$PWD NEW_SRC=$PWD/.amxnew bash .amxnew/docs/benchmarks/tools/bf16_slicing.sh
 # Writes 8 files under $OUT: build-old.log, build-new.log, tests.log, pack.log, bench.log,
 # bench_old.jsonl, bench_new.jsonl, summary.txt (the table). Knobs: BENCH_SIZES (default 8192),
 # ROUNDS (default 2), BENCH_REPEAT (default 3), SKIP_TESTS=1.
 set -uo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
 ROOT=$PWD
 OUT=${OUT:-/tmp/bf16-slicing-out}
 mkdir -p "$OUT"
@@ -34,7 +34,7 @@ build() { # build SRC SITE LOG
 }
 pack() { # pack SITE LABEL N
     (cd /tmp && PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" \
-        python3 "$ROOT/tools/device/bf16_pack_time.py" "$2" "$3") 2>&1 | tee -a "$OUT/pack.log"
+        python3 "$ROOT/docs/benchmarks/tools/bf16_pack_time.py" "$2" "$3") 2>&1 | tee -a "$OUT/pack.log"
 }
 bench() { # bench SITE LABEL
     (cd /tmp && PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" python3 -m emulinalg bench \

@@ -6,7 +6,7 @@ On an AMX CPU numpy arrays take the amx backend; the float64/float32 levels run 
 where the backend's cost model predicts them faster than native, otherwise the plan says
 native and why (issue #9's "Done when").
 
-    python tools/amx_default_plans.py --sizes 2048,4096,8192 --out plans.jsonl
+    python docs/benchmarks/tools/amx_default_plans.py --sizes 2048,4096,8192 --out plans.jsonl
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out")
     args = p.parse_args(argv)
-    command = "python tools/amx_default_plans.py " + " ".join(
+    command = "python docs/benchmarks/tools/amx_default_plans.py " + " ".join(
         shlex.quote(a) for a in (argv or sys.argv[1:])
     )
     out = open(args.out, "a") if args.out else None  # noqa: SIM115

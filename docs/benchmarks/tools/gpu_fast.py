@@ -11,7 +11,8 @@ warm-up runs. At the smallest size the product is also compared bit for bit with
 ``_ozaki2.product`` on the device, and the hooks' prescale and (count, beyond) with the generic
 ones.
 
-    python3 tools/device/gpu_fast.py --out OUT.jsonl [--big] [--sizes 4096,8192] [--repeat 10]
+    python3 docs/benchmarks/tools/gpu_fast.py --out OUT.jsonl [--big] [--sizes 4096,8192] \\
+        [--repeat 10]
 
 Writes one JSON object per size to --out (and prints a summary line).
 """
@@ -22,10 +23,13 @@ import argparse
 import datetime
 import json
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "device"))  # gpu_records
 
 import array_api_compat.cupy as cxp
 import cupy as cp
-from gpu_records import median_ms  # same folder: one CUDA-event timer
+from gpu_records import median_ms  # tools/device: one CUDA-event timer
 
 import emulinalg
 from emulinalg import _ozaki2, _select
@@ -74,7 +78,7 @@ def statistics(a, b, repeat, check):
     rec["certificate_ms"] = median_ms(
         lambda: be.ozaki2_certificate(a, None, b, None, pre, BITS), repeat
     )
-    # the kernels one by one: tools/device/stats_breakdown.py
+    # the kernels one by one: docs/benchmarks/tools/stats_breakdown.py
     if check:
         got, want = hooks(), generic()
         rec["prescale_equal_generic"] = all(
@@ -157,7 +161,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")] + ([16384] if args.big else [])
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    command = "python3 tools/device/gpu_fast.py " + " ".join(argv or sys.argv[1:])
+    command = "python3 docs/benchmarks/tools/gpu_fast.py " + " ".join(argv or sys.argv[1:])
     with open(args.out, "w") as f:
         for i, n in enumerate(sizes):
             rec = run_size(n, args.repeat, check=(i == 0))

@@ -7,7 +7,8 @@ untimed run first). One JSON object per line on stdout and in --out. The blockin
 changes a result (tests/test_bf16.py); this only measures speed.
 
 Usage (AMX host, emulinalg installed, EMULINALG_AMX=1 set by the script):
-    OMP_NUM_THREADS=16 python3 tools/amx_bf16_sweep.py --n 8192 --specs default,kc=32,nest=0
+    OMP_NUM_THREADS=16 python3 docs/benchmarks/tools/amx_bf16_sweep.py --n 8192 \\
+        --specs default,kc=32,nest=0
 """
 
 from __future__ import annotations

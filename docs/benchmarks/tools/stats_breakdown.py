@@ -1,7 +1,7 @@
 """Kernel-by-kernel times of the Scheme II statistics on the GPU (backends/cupy.py's
 ozaki2_prescale and ozaki2_certificate), device-synchronised, median of repeats.
 
-    python tools/device/stats_breakdown.py -N 8192 [--dtype float64] [--repeat 7]
+    python docs/benchmarks/tools/stats_breakdown.py -N 8192 [--dtype float64] [--repeat 7]
 """
 
 from __future__ import annotations

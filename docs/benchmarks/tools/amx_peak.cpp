@@ -3,7 +3,7 @@
 // blocking. Four independent accumulators (tiles 4..7) from two A and two B tiles, the same
 // dependence pattern as a 2x2 register block.
 //
-//   g++ -O2 -fopenmp -mamx-tile -mamx-int8 -mamx-bf16 tools/device/amx_peak.cpp -o amx_peak
+//   g++ -O2 -fopenmp -mamx-tile -mamx-int8 -mamx-bf16 docs/benchmarks/tools/amx_peak.cpp -o amx_peak
 //   ./amx_peak 1 2 4 8 16      # thread counts; prints one JSON line each
 #include <immintrin.h>
 #include <omp.h>
