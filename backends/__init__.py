@@ -27,7 +27,7 @@ Whether emulation beats native here (``strategy="performant"``) is decided by th
 
 from __future__ import annotations
 
-import os
+from emulinalg import get_config
 
 
 def for_namespace(xp):
@@ -57,4 +57,4 @@ def for_namespace(xp):
 def amx_wanted():
     """Whether numpy products may take the amx backend: ``EMULINALG_AMX`` unset (or "1") means
     yes where AMX is usable, "0" keeps them on the numpy backend."""
-    return os.environ.get("EMULINALG_AMX", "1") != "0"
+    return get_config().amx != "0"

@@ -27,14 +27,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 
 import array_api_compat
 import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
-from emulinalg import _select
+from emulinalg import _select, get_config
 from emulinalg._moduli import crt_constants
 from emulinalg._scaling import Prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg._timing import stage
@@ -177,7 +176,7 @@ def kernels_enabled() -> bool:
     """Whether ``ozaki2_product``/``magnitude_lower_matmul``/``ozaki2_prescale``/
     ``ozaki2_certificate`` use the CUDA kernels
     (``EMULINALG_CUPY_KERNELS=0`` turns them off, e.g. to compare with the generic path)."""
-    return os.environ.get("EMULINALG_CUPY_KERNELS", "1") != "0"
+    return get_config().cupy_kernels
 
 
 def _ceil(x, a):

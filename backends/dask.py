@@ -167,11 +167,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 
 import numpy as np
 
-from emulinalg import _engine, _ozaki2, _planner, _refit, _select
+from emulinalg import _engine, _ozaki2, _planner, _refit, _select, get_config
 from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg._plan import Plan
 from emulinalg._precision import NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
@@ -253,7 +252,7 @@ def _mode(chunk_backend=None):
     backend keeps the shared graph: its integer GEMMs run on the tiles there, and the results
     stay bit-identical to the in-core product."""
     default = getattr(chunk_backend, "dask_mode", "shared")
-    mode = os.environ.get(MODE_ENV, "").strip().lower() or default
+    mode = get_config().dask_mode or default
     if mode not in ("shared", "dd"):
         raise ValueError(f"{MODE_ENV}={mode!r}: expected 'shared' or 'dd'")
     return mode

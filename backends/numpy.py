@@ -8,9 +8,10 @@ oracle the GPU and AMX kernels are tested against, not a fast path.
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
+
+from emulinalg import get_config
 
 name = "numpy"
 
@@ -23,7 +24,7 @@ def plan_note():
     """Why the amx backend is not running this product, for the plan: said on CPUs with AMX
     (where it is off or not usable) and when ``EMULINALG_AMX=1`` asked for it on a CPU without;
     "" on CPUs without AMX."""
-    setting = os.environ.get("EMULINALG_AMX")
+    setting = get_config().amx
     if setting == "0":  # CPUID only: no tile-state request from a process that turned AMX off
         return "amx backend off (EMULINALG_AMX=0)" if _cpu_has_amx() else ""
     has_amx, usable, why = _amx_state()

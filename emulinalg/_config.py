@@ -1,10 +1,39 @@
-"""Scoped defaults (``emulinalg.config``), safe across threads and asyncio tasks (contextvars)."""
+"""Scoped defaults (``emulinalg.config``), safe across threads and asyncio tasks (contextvars),
+and the environment variables, read here and nowhere else in the package.
+
+The environment gives the defaults of the :class:`Config` fields below; ``config()`` blocks
+override ``precision``, ``strategy`` and ``scheme`` on top of them. The variables are read
+whenever the config is asked for (:func:`get_config`, at least once per product), so a variable
+set before a call counts for it, also inside a ``config()`` block and in worker threads (dask's
+scheduler), which start from these defaults.
+
+``EMULINALG_AMX`` (field ``amx``)
+    Unset (the default) or "1": numpy arrays take the amx backend where AMX is usable; "0"
+    keeps them on the numpy backend and asks CPUID only (no tile-state request); "1" also has
+    the plan say why where AMX is asked for but not usable. The value as set, None when unset.
+``EMULINALG_CUPY_KERNELS`` (field ``cupy_kernels``)
+    "0" turns the cupy backend's CUDA kernels off (the generic Array API path runs, e.g. to
+    compare with it); anything else, or unset, keeps them.
+``EMULINALG_FUSED`` (field ``fused``)
+    "0" turns the fused CUTLASS INT8 GEMMs of ``emulinalg._cuda`` off (cuBLAS runs them).
+``EMULINALG_DASK_MODE`` (field ``dask_mode``)
+    The graph of Scheme II products on dask arrays: "shared" or "dd" (double-double); unset or
+    blank, the chunks' backend chooses ("dd" for cupy chunks, "shared" otherwise). Lower-cased;
+    the dask backend rejects other values when it builds a graph.
+
+Two more are read by the compiled AMX module itself (``emulinalg._amx``, process-wide, before
+any Python code could pass them on): ``EMULINALG_AMX_BLOCKING``, the tile GEMM's blocking at
+import (the spec ``emulinalg._amx.set_blocking`` takes), and ``EMULINALG_AMX_CACHE_MB``, the
+packed-panel cache's limit in MiB (src_amx/README.md).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from dataclasses import dataclass, replace
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ._precision import parse
 
@@ -17,9 +46,25 @@ class Config:
     precision: object = None
     strategy: str = "performant"
     scheme: str = "auto"
+    # from the environment (from_environ; the module notes say what each variable means)
+    amx: str | None = None
+    cupy_kernels: bool = True
+    fused: bool = True
+    dask_mode: str | None = None
 
 
-_CONFIG = contextvars.ContextVar("emulinalg_config", default=Config())  # noqa: B039 (frozen)
+def from_environ(environ: Mapping[str, str] = os.environ) -> dict:
+    """The :class:`Config` fields the environment variables set (the module notes)."""
+    return {
+        "amx": environ.get("EMULINALG_AMX"),
+        "cupy_kernels": environ.get("EMULINALG_CUPY_KERNELS", "1") != "0",
+        "fused": environ.get("EMULINALG_FUSED", "1") != "0",
+        "dask_mode": environ.get("EMULINALG_DASK_MODE", "").strip().lower() or None,
+    }
+
+
+# What config() blocks set in this thread / task, as (field, value) pairs over the defaults.
+_CONFIG = contextvars.ContextVar("emulinalg_config", default=())
 
 
 def get_config():
@@ -29,9 +74,12 @@ def get_config():
     -------
     Config
         Frozen dataclass with ``precision`` (None or any value ``precision=`` accepts),
-        ``strategy`` ("performant" or "eager") and ``scheme`` ("auto", "ozaki1", "ozaki2").
+        ``strategy`` ("performant" or "eager") and ``scheme`` ("auto", "ozaki1", "ozaki2"),
+        and the fields the ``EMULINALG_*`` environment variables set, read now (``amx``,
+        ``cupy_kernels``, ``fused``, ``dask_mode``; the module ``emulinalg._config`` says what
+        each variable means).
     """
-    return _CONFIG.get()
+    return Config(**from_environ(), **dict(_CONFIG.get()))
 
 
 _UNSET = object()
@@ -59,8 +107,7 @@ def config(*, precision=_UNSET, strategy=_UNSET, scheme=_UNSET):
         For unknown values. Settings are per thread / asyncio task (``contextvars``); nested
         blocks override only what they set.
     """
-    cur = _CONFIG.get()
-    changes = {}
+    changes = dict(_CONFIG.get())
     if precision is not _UNSET:
         parse(precision)
         changes["precision"] = precision
@@ -72,8 +119,8 @@ def config(*, precision=_UNSET, strategy=_UNSET, scheme=_UNSET):
         if scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
         changes["scheme"] = scheme
-    token = _CONFIG.set(replace(cur, **changes))
+    token = _CONFIG.set(tuple(changes.items()))
     try:
-        yield _CONFIG.get()
+        yield get_config()
     finally:
         _CONFIG.reset(token)

@@ -209,6 +209,58 @@ def test_asyncio_tasks_see_their_own_config(eager):
     assert r3 == ["OzakiI(slices=4)"] * 10
 
 
+# ----------------------------------------------------------------------------------------------
+# config: the environment
+# ----------------------------------------------------------------------------------------------
+
+
+def test_environment_variables_give_the_config_defaults():
+    from emulinalg._config import from_environ
+
+    unset = {"amx": None, "cupy_kernels": True, "fused": True, "dask_mode": None}
+    assert from_environ({}) == unset
+    off = {"EMULINALG_AMX": "0", "EMULINALG_CUPY_KERNELS": "0", "EMULINALG_FUSED": "0"}
+    assert from_environ({**off, "EMULINALG_DASK_MODE": " DD "}) == {
+        "amx": "0", "cupy_kernels": False, "fused": False, "dask_mode": "dd",
+    }  # fmt: skip
+    on = {"EMULINALG_AMX": "1", "EMULINALG_CUPY_KERNELS": "1", "EMULINALG_FUSED": ""}
+    assert from_environ({**on, "EMULINALG_DASK_MODE": " "}) == {**unset, "amx": "1"}
+
+
+def test_environment_is_read_when_the_config_is_asked_for(monkeypatch):
+    """A variable set after import counts for the next call: inside a ``config()`` block too,
+    and in a new thread (which starts from the environment's defaults, not from the block)."""
+    monkeypatch.delenv("EMULINALG_DASK_MODE", raising=False)
+    assert emulinalg.get_config().dask_mode is None
+    with emulinalg.config(strategy="eager"):
+        monkeypatch.setenv("EMULINALG_DASK_MODE", "shared")
+        cfg = emulinalg.get_config()
+        assert (cfg.strategy, cfg.dask_mode) == ("eager", "shared")
+        seen = {}
+        t = threading.Thread(target=lambda: seen.setdefault("cfg", emulinalg.get_config()))
+        t.start()
+        t.join()
+        assert (seen["cfg"].strategy, seen["cfg"].dask_mode) == ("performant", "shared")
+    monkeypatch.setenv("EMULINALG_AMX", "0")
+    assert emulinalg.get_config().amx == "0"
+    assert emulinalg.backends.for_namespace(np).name == "numpy"
+
+
+def test_only_the_config_reads_the_environment():
+    """The library's modules read ``emulinalg.get_config()``, not ``os.environ``."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [p for p in (root / "emulinalg").rglob("*.py") if "harness" not in p.parts]
+    files += list((root / "backends").rglob("*.py")) if (root / "backends").is_dir() else []
+    readers = [
+        str(p.relative_to(root))
+        for p in files
+        if p.name != "_config.py" and any(w in p.read_text() for w in ("os.environ", "getenv"))
+    ]
+    assert readers == []
+
+
 def test_last_plan_is_per_thread(eager):
     emulinalg.matmul(A, B, precision=OzakiII(moduli=13))
     other = {}

@@ -21,12 +21,12 @@ fused path off.
 
 from __future__ import annotations
 
-import os
 import re
 from functools import cache
 
 import numpy as np
 
+from emulinalg import get_config
 from emulinalg._moduli import MODULI
 
 from . import OUT_KIND, crt_table_arrays, crt_words, source
@@ -59,7 +59,7 @@ def available() -> bool:
     """Whether the fused kernels can run: ``emulinalg._cuda`` was built (CUDA, CUTLASS headers at
     build time), cupy imports, the current device has compute capability 9.0 (the module holds
     sm_90a code only) and ``EMULINALG_FUSED`` is not "0"."""
-    if os.environ.get("EMULINALG_FUSED", "1") == "0" or _module() is None:
+    if not get_config().fused or _module() is None:
         return False
     try:
         import cupy as cp

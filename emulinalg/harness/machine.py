@@ -125,9 +125,10 @@ def info(args) -> int:
         print(f"                  no:  {', '.join(off) or '-'}")
         amx = feats.get("amx_int8") and feats.get("amx_tile") and feats.get("os_xtiledata")
         print(f"  AMX (CPU, OS)   {'yes' if amx else 'no'}")
+    from emulinalg import get_config
     from emulinalg.backends import for_namespace
 
-    setting = os.environ.get("EMULINALG_AMX")
+    setting = get_config().amx
     where = for_namespace(np).name
     print(f"numpy arrays      {where} backend (EMULINALG_AMX={setting or 'unset'})")
     if setting != "0":
