@@ -41,16 +41,22 @@ def _dask_operands(x1, x2):
 
 
 def _namespace(x1, x2, op):
-    for x in (x1, x2):
+    return _namespace_of((x1, x2), op)
+
+
+def _namespace_of(arrays, op):
+    """The namespace of ``arrays`` (one or more), after checking they are arrays of one library
+    with a supported dtype; errors name ``op``."""
+    for x in arrays:
         if not array_api_compat.is_array_api_obj(x):
             raise TypeError(f"{op}: operands must be arrays, got {type(x).__name__}")
         if type(x).__module__.startswith("numpy.ma"):  # the mask would be silently dropped
             raise TypeError(f"{op}: masked arrays are not supported; pass x.filled(...)")
     try:
-        xp = array_api_compat.array_namespace(x1, x2)
+        xp = array_api_compat.array_namespace(*arrays)
     except TypeError as e:
         raise TypeError(f"{op}: operands come from different array libraries ({e})") from None
-    for x in (x1, x2):
+    for x in arrays:
         try:
             ok = xp.isdtype(x.dtype, _KINDS)
         except (TypeError, ValueError):
@@ -104,13 +110,13 @@ def _gemm(xp, a, b, request, op):
         return xp.astype(c, dt)
 
 
-def _native(xp, op, result, request):
+def _native(xp, op, result, request, why="integer/bool inputs: exact natively"):
     result = xp.asarray(result)  # a 0-D array, not a numpy scalar, as for the floating path
     record(
         Plan(
             backend=getattr(xp, "__name__", "?").split(".")[-1],
             precision=str(request or "native"),
-            notes=[op, "integer/bool inputs: exact natively"],
+            notes=[op, why],
         )
     )
     return result

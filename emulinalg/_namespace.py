@@ -7,10 +7,13 @@ import types
 
 import array_api_compat
 
-from . import _api
+from . import _api, _einsum
 from ._precision import parse
 
 PRODUCTS = ("matmul", "tensordot", "vecdot")
+# Contractions outside the Array API that numpy, cupy and dask have: emulated where the library
+# has them, so code written with them does not silently run natively.
+CONTRACTIONS = ("einsum", "dot")
 
 
 def _bind(fn, precision):
@@ -18,15 +21,16 @@ def _bind(fn, precision):
         return fn
 
     @functools.wraps(fn)
-    def bound(x1, x2, /, *, precision=precision, **kw):
-        return fn(x1, x2, precision=precision, **kw)
+    def bound(*args, precision=precision, **kw):
+        return fn(*args, precision=precision, **kw)
 
     return bound
 
 
 class EmulatedNamespace(types.ModuleType):
     """An Array API namespace: everything from array_api_compat's namespace for the library,
-    with ``matmul``, ``tensordot``, ``vecdot`` (and ``linalg``'s) emulated."""
+    with ``matmul``, ``tensordot``, ``vecdot`` (and ``linalg``'s) emulated, and ``einsum`` and
+    ``dot`` where the library has them."""
 
     def __init__(self, base, precision=None):
         super().__init__(f"emulinalg[{base.__name__}]")
@@ -34,6 +38,9 @@ class EmulatedNamespace(types.ModuleType):
         self.precision = precision
         for name in PRODUCTS:
             setattr(self, name, _bind(getattr(_api, name), precision))
+        for name in CONTRACTIONS:
+            if hasattr(base, name):
+                setattr(self, name, _bind(getattr(_einsum, name), precision))
         linalg = types.SimpleNamespace(
             **{n: getattr(base.linalg, n) for n in dir(base.linalg) if not n.startswith("_")}
         )
@@ -64,7 +71,9 @@ def namespace(*arrays, precision=None):
     -------
     EmulatedNamespace
         array_api_compat's namespace for that library with ``matmul``, ``tensordot``, ``vecdot``
-        and ``linalg.matmul/tensordot/vecdot`` replaced.
+        and ``linalg.matmul/tensordot/vecdot`` replaced, and, where the library has them (numpy,
+        cupy, dask), ``einsum`` and ``dot`` (:func:`emulinalg._einsum.einsum`,
+        :func:`emulinalg._einsum.dot`: pairwise products through the same engine).
 
     Raises
     ------

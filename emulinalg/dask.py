@@ -1,22 +1,24 @@
 """``emulinalg.dask``: an Array API namespace for dask arrays with emulated products.
 
 ``import emulinalg.dask as xp`` gives array_api_compat's dask namespace in which ``matmul``,
-``tensordot``, ``vecdot`` and ``linalg.matmul/tensordot/vecdot`` are emulinalg's: they build a
-lazy graph of emulated block products on the chunks' own backend (numpy chunks on the CPU, cupy
-chunks on the GPU) whose K-block partials are added in double-double (see docs/dask.md and
-``emulinalg.backends.dask``). A numpy or cupy operand beside a dask array is wrapped with
-``dask.array.asarray``, as ``dask.array.matmul`` does.
+``tensordot``, ``vecdot``, ``einsum``, ``dot`` and ``linalg.matmul/tensordot/vecdot`` are
+emulinalg's: they build a lazy graph of emulated block products on the chunks' own backend
+(numpy chunks on the CPU, cupy chunks on the GPU) whose K-block partials are added in
+double-double (see docs/dask.md and ``emulinalg.backends.dask``). A numpy or cupy operand beside
+a dask array is wrapped with ``dask.array.asarray``, as ``dask.array.matmul`` does.
 """
 
 from array_api_compat.dask import array as _base
 from array_api_compat.dask.array import *  # noqa: F403
 
-from . import _api
+from . import _api, _einsum
 from ._namespace import EmulatedNamespace as _EmulatedNamespace
 
 matmul = _api.matmul
 tensordot = _api.tensordot
 vecdot = _api.vecdot
+einsum = _einsum.einsum
+dot = _einsum.dot
 linalg = _EmulatedNamespace(_base).linalg
 
 __array_api_version__ = _base.__array_api_version__
