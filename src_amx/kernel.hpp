@@ -16,7 +16,8 @@
 //
 // Exactness (INT8): TDPBSSD accumulates in int32 modulo 2^32, so C is exact when every partial
 // sum stays in int32. For int8 inputs |a b| <= 128 * 128 = 2^14, so k <= kMaxKS8 = 2^17 - 1
-// guarantees |C| <= (2^17 - 1) 2^14 < 2^31; callers block K beyond that (backends/amx.py).
+// guarantees |C| <= (2^17 - 1) 2^14 < 2^31; callers block K beyond that
+// (emulinalg/backends/amx.py).
 // BF16: every C entry accumulates its K tiles in ascending order from zero (blocking.hpp), so
 // the result is independent of the blocking and threads, and equal to the tile model's.
 //

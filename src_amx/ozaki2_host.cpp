@@ -21,7 +21,7 @@
 inline void __syncthreads() {}  // declared for the kernels' text; no kernel with one runs here
 
 #define __CUDACC_RTC__  // the sources' explicit kernel instantiations are for nvcc only
-#include "../backends/cuda/ozaki2_crt_s8.cu"     // includes ozaki2_crt.cu, ozaki2_common.cuh
+#include "../emulinalg/backends/cuda/ozaki2_crt_s8.cu"     // includes ozaki2_crt.cu, ozaki2_common.cuh
 #undef __CUDACC_RTC__
 
 #include <pybind11/numpy.h>

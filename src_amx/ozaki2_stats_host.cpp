@@ -28,7 +28,7 @@ inline unsigned long long __shfl_down_sync(unsigned, unsigned long long v, int) 
 inline double __shfl_down_sync(unsigned, double v, int) { return v; }
 
 #define __CUDACC_RTC__  // the source's explicit kernel instantiations are for nvcc only
-#include "../backends/cuda/ozaki2_stats.cu"
+#include "../emulinalg/backends/cuda/ozaki2_stats.cu"
 #undef __CUDACC_RTC__
 
 #include <pybind11/numpy.h>

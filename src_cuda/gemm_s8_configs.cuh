@@ -12,7 +12,7 @@
 //      epilogue overlaps the other's mainloop; 32 KiB per stage.
 //
 // Which is fastest for the moduli-batched shapes is measured
-// (docs/benchmarks/tools/fused_bench.py); backends/cuda/fused.py holds the default.
+// (docs/benchmarks/tools/fused_bench.py); emulinalg/backends/cuda/fused.py holds the default.
 #pragma once
 
 #include "cute/tensor.hpp"

@@ -1,5 +1,5 @@
-"""A CPU stand-in for the few cupy pieces ``backends/cupy.py``'s Scheme II path uses, so its
-host code (shapes, strides, pointers, chunks, cuBLAS arguments, output mapping) runs here.
+"""A CPU stand-in for the few cupy pieces ``emulinalg/backends/cupy.py``'s Scheme II path uses,
+so its host code (shapes, strides, pointers, chunks, cuBLAS arguments, output mapping) runs here.
 
 Device memory is host memory: arrays are numpy arrays whose ``.data.ptr`` is their address.
 ``cublas.gemmStridedBatchedEx`` does the column-major strided-batched GEMM from raw pointers.
@@ -72,7 +72,7 @@ def _strided_any(arg, dtype, shape, strides):
 # ----------------------------------------------------------------------------------------------
 
 
-_THREADS_1D = 256  # backends/cupy.py's _THREADS
+_THREADS_1D = 256  # emulinalg/backends/cupy.py's _THREADS
 
 
 class _Kernel:
@@ -601,7 +601,7 @@ def make_module(native=False):
 
 
 def load_backend(native=False):
-    """``backends/cupy.py`` imported against the stand-in (under a private module name)."""
+    """``emulinalg/backends/cupy.py`` imported against the stand-in (under a private name)."""
     import importlib.util
     from pathlib import Path
 

@@ -1,5 +1,5 @@
 """The fused Scheme II INT8 GEMM (``emulinalg._cuda``, ``src_cuda/``) and its CRT pass
-(``backends/cuda/ozaki2_crt_s8.cu``) through ``backends/cuda/fused.py``.
+(``backends/cuda/ozaki2_crt_s8.cu``) through ``emulinalg/backends/cuda/fused.py``.
 
 On the CPU (always): the epilogue's mod-reduce arithmetic (``src_cuda/sym_mod.cuh``, compiled
 with g++) against Python's symmetric mod on edge and random int32 values for every modulus, and
@@ -84,7 +84,7 @@ _CRT_S8_PARAMS = (
 @pytest.fixture(scope="module")
 def fake_native():
     """The fake_cupy stand-in with kernels compiled from their CUDA sources (g++), and the same
-    stand-in with the numpy model: backends/cupy.py's INT32 ``_crt`` is the reference."""
+    stand-in with the numpy model: emulinalg/backends/cupy.py's INT32 ``_crt`` is the reference."""
     if shutil.which("g++") is None:
         pytest.skip("no g++ to compile the CUDA sources for the CPU")
     import fake_cupy
@@ -284,7 +284,7 @@ def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out
     import array_api_compat.cupy as cxp
 
     pre = ozaki2_prescale(cxp, cb.int_matmul, a, None, b, None, "accurate")
-    # backends/cupy.py uses the fused GEMM + INT8 CRT where it applies: compare with the
+    # emulinalg/backends/cupy.py uses the fused GEMM + INT8 CRT where it applies: compare with the
     # cuBLAS INT32 path (fused switched off) and check the fused path really ran.
     calls = []
     mod_products = fused.int8_mod_products

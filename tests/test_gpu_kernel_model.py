@@ -3,9 +3,9 @@
 ``gpu_kernel_model`` mirrors ``backends/cuda/ozaki2_residues.cu`` and ``ozaki2_crt.cu`` operation
 for operation; here it must reproduce the generic ``emulinalg._ozaki2.product`` bit for bit (and
 the exact double-double rounding for "dd"), so the algorithm of the GPU path is tested without a
-GPU. ``fake_cupy`` then runs ``backends/cupy.py``'s host code on the CPU, with the kernels either
-the model or the CUDA sources themselves compiled as host C++ (g++), against the same generic
-path. ``tests/test_gpu.py`` compares the real kernels with the generic path on the GPU.
+GPU. ``fake_cupy`` then runs ``emulinalg/backends/cupy.py``'s host code on the CPU, with the
+kernels either the model or the CUDA sources themselves compiled as host C++ (g++), against the
+same generic path. ``tests/test_gpu.py`` compares the real kernels with the generic path on the GPU.
 """
 
 from __future__ import annotations
@@ -412,14 +412,14 @@ def test_rounding_ties_boundaries_and_dd():
 
 
 # ----------------------------------------------------------------------------------------------
-# backends/cupy.py's host code, driven on the CPU through a stand-in for cupy
+# emulinalg/backends/cupy.py's host code, driven on the CPU through a stand-in for cupy
 # ----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module", params=["model", "native"])
 def cpu_backend(request):
-    """backends/cupy.py on a CPU stand-in for cupy whose kernels are the numpy model, or the CUDA
-    sources themselves compiled as host C++ (needs g++ with C++20)."""
+    """emulinalg/backends/cupy.py on a CPU stand-in for cupy whose kernels are the numpy model,
+    or the CUDA sources themselves compiled as host C++ (needs g++ with C++20)."""
     import shutil
 
     import fake_cupy
@@ -832,7 +832,7 @@ WIDE_STAT_CASES = [(((), 70, 6, 260), 1), (((2,), 37, 5, 259), 1)]
 
 
 def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None):
-    """backends/cupy.py's prescale and certificate hooks (on the CPU stand-in) against the
+    """emulinalg/backends/cupy.py's prescale and certificate hooks (on the CPU stand-in) against the
     generic code, which uses the same bf16 lower-bound hook: bit for bit, per ``Target``."""
     to_dev = to_dev or cp.asarray
     want_pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")

@@ -1,4 +1,4 @@
-"""Kernel-by-kernel times of the Scheme II statistics on the GPU (backends/cupy.py's
+"""Kernel-by-kernel times of the Scheme II statistics on the GPU (emulinalg/backends/cupy.py's
 ozaki2_prescale and ozaki2_certificate), device-synchronised, median of repeats.
 
     python docs/benchmarks/tools/stats_breakdown.py -N 8192 [--dtype float64] [--repeat 7]
@@ -155,7 +155,7 @@ def main():
     rec["bound_operand_A"] = t
     t, rb_ = timed(lambda: be._bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb), r)
     rec["bound_operand_B"] = t
-    # bound_operand's grid (backends/cupy.py: _BOUND_WARPS): every warp the device holds
+    # bound_operand's grid (emulinalg/backends/cupy.py: _BOUND_WARPS): every warp the device holds
     # (resident), fewer, and more (then not all shares run side by side)
     resident = be._resident_blocks(f"bound_operand<{be._in_type(a)}, false>", 32)
     rec["bound_operand_resident_warps"] = resident
@@ -211,8 +211,8 @@ def main():
     t, _ = timed(lambda: be._bf16_gemm(a16, b16), r)
     rec["bf16_gemm"] = t
     rec["kernels"] = kernel_times(a_in, b_in, r)
-    # F's passes at other grids (backends/cupy.py: _BOUND_MAX_ROWS, _CERT_BLOCKS), inside a
-    # real matmul
+    # F's passes at other grids (emulinalg/backends/cupy.py: _BOUND_MAX_ROWS, _CERT_BLOCKS),
+    # inside a real matmul
     grids = {}
     saved_grid = be._BOUND_MAX_ROWS, be._CERT_BLOCKS
     try:

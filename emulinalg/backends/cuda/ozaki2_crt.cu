@@ -18,7 +18,7 @@
 // is output row r0 + i of batch b. mu is (B, m_full), nu is (B, n), the outputs (B, m_full, n).
 #include "ozaki2_common.cuh"
 
-// Filled by the backend for this module's number of moduli (backends/cuda/__init__.py:
+// Filled by the backend for this module's number of moduli (emulinalg/backends/cuda/__init__.py:
 // crt_tables): weight digits [l][i], P's digits, float64 weight / P.
 __constant__ int emu_wdig[20 * 6];
 __constant__ int emu_pdig[6];
