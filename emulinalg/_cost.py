@@ -119,8 +119,8 @@ _BUILTIN = {
         source="docs/benchmarks/ci-cpu/square.jsonl",
     ),
     "cupy": CostModel(
-        # H200, CUDA kernels of backends/cuda (one-pass residues and CRT, statistics hooks) with
-        # the fused CUTLASS INT8 GEMM of src_cuda/ (cuBLAS INT8 where it is not built), and the
+        # H200, CUDA kernels of src_cuda/ (one-pass residues and CRT, statistics hooks) with
+        # the fused CUTLASS INT8 GEMM, also there (cuBLAS INT8 where it is not built), and the
         # levels' refit of their most cancelled entries in generic code (the per-entry cost).
         # Fitted with split_complex=True (3M's own rates).
         native_flops={"float64": 5.54e13, "float32": 5.37e13, "complex128": 5.28e13},

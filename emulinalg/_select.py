@@ -147,7 +147,7 @@ def native_weight(backend, k, outputs=None):
 
 class CertConstants(NamedTuple):
     """The scalars of the certificate, written once: the generic code below, the backends'
-    certificate kernels (``cert_need`` in backends/cuda/ozaki2_stats.cu and its CPU build) and the
+    certificate kernels (``cert_need`` in src_cuda/ozaki2_stats.cu and its CPU build) and the
     dask graph take them from ``cert_constants``."""
 
     factor: float  # removes a float32/bf16 GEMM's rounding from the lower bound: 1 - (k+2) 2**-22

@@ -1,4 +1,4 @@
-// Lets the CUDA sources of backends/cuda/ compile as host C++: CUDA keywords become plain C++
+// Lets the CUDA sources of src_cuda/ compile as host C++: CUDA keywords become plain C++
 // and the intrinsics they use get exact host equivalents. src_amx/ozaki2_host.cpp runs their
 // per-entry arithmetic (residues, CRT) on the CPU with it; tests/cuda_host_shim.h adds a grid
 // launcher so the CPU tests can run whole kernels. Build with -ffp-contract=off: the kernels'

@@ -1,5 +1,5 @@
 // Scheme II's residue, product and CRT stages on the CPU. The CRT compiles the cupy
-// backend's CUDA C++ (backends/cuda/ozaki2_crt.cu, ozaki2_crt_s8.cu) as host C++ (cuda_host.hpp)
+// backend's CUDA C++ (src_cuda/ozaki2_crt.cu, ozaki2_crt_s8.cu) as host C++ (cuda_host.hpp)
 // with OpenMP over rows; the residues have their own vectorized float64 form of the same
 // integers (below). The outputs are bit-identical to emulinalg._ozaki2's numpy code
 // (tests/test_amx.py checks it). Real products, and complex ones by 3M (three planes per
@@ -21,7 +21,7 @@
 inline void __syncthreads() {}  // declared for the kernels' text; no kernel with one runs here
 
 #define __CUDACC_RTC__  // the sources' explicit kernel instantiations are for nvcc only
-#include "../emulinalg/backends/cuda/ozaki2_crt_s8.cu"     // includes ozaki2_crt.cu, ozaki2_common.cuh
+#include "ozaki2_crt_s8.cu"  // src_cuda/ (include path): with ozaki2_crt.cu, ozaki2_common.cuh
 #undef __CUDACC_RTC__
 
 #include <pybind11/numpy.h>

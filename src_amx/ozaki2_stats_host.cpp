@@ -1,6 +1,6 @@
 // The statistics that choose a level's number of moduli (the accurate-mode prescale and the
 // per-entry certificate) on the CPU, from the CUDA sources of the cupy backend's kernels
-// (backends/cuda/ozaki2_stats.cu: exponent_of, scale2, floor_small, bound_upper, entry_lower,
+// (src_cuda/ozaki2_stats.cu: exponent_of, scale2, floor_small, bound_upper, entry_lower,
 // cert_need): the per-entry arithmetic is written once. Real or complex operands (magnitudes
 // max(|re|, |im|), bounds floor(|re| 2**(s+1)) + floor(|im| 2**(s+1)), norms of |re| + |im|);
 // OpenMP loops walk whichever axis is contiguous.
@@ -28,7 +28,7 @@ inline unsigned long long __shfl_down_sync(unsigned, unsigned long long v, int) 
 inline double __shfl_down_sync(unsigned, double v, int) { return v; }
 
 #define __CUDACC_RTC__  // the source's explicit kernel instantiations are for nvcc only
-#include "../emulinalg/backends/cuda/ozaki2_stats.cu"
+#include "ozaki2_stats.cu"  // src_cuda/ (include path)
 #undef __CUDACC_RTC__
 
 #include <pybind11/numpy.h>

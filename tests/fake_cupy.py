@@ -382,7 +382,7 @@ def _ndarray_factory(shape, dtype=float, memptr=None, **kw):
 # native mode: the .cu sources compiled for the CPU
 # ----------------------------------------------------------------------------------------------
 
-_PARAMS = {  # the kernels' parameter lists, as in backends/cuda/*.cu
+_PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "ozaki2_residues": "const double* re, const double* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, const int* shift, "
     "long long shift_sb, unsigned* planes",

@@ -1,4 +1,4 @@
-"""numpy model of the cupy backend's Scheme II kernels (``backends/cuda/*.cu``), step for step.
+"""numpy model of the cupy backend's Scheme II kernels (``src_cuda/*.cu``), step for step.
 
 Each function does, per entry, the integer and float operations that the CUDA kernel does, in
 the same order and with the same word widths (uint64/int64 numpy arrays standing for the

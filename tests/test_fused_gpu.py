@@ -1,5 +1,5 @@
 """The fused Scheme II INT8 GEMM (``emulinalg._cuda``, ``src_cuda/``) and its CRT pass
-(``backends/cuda/ozaki2_crt_s8.cu``) through ``emulinalg/backends/cuda/fused.py``.
+(``src_cuda/ozaki2_crt_s8.cu``) through ``emulinalg/backends/cuda/fused.py``.
 
 On the CPU (always): the epilogue's mod-reduce arithmetic (``src_cuda/sym_mod.cuh``, compiled
 with g++) against Python's symmetric mod on edge and random int32 values for every modulus, and
@@ -16,14 +16,12 @@ import ctypes
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from emulinalg._moduli import MODULI
-
-ROOT = Path(__file__).resolve().parents[1]
+from emulinalg.backends.cuda import source_dir
 
 
 def _sym(x, m):
@@ -54,7 +52,7 @@ extern "C" void run(const int* x, long n, int m, int* out) {
   const float rcp = emu::rcp_rn(static_cast<float>(m));
   for (long i = 0; i < n; ++i) out[i] = emu::sym_mod(x[i], m, rcp);
 }
-""", flags=("-I", str(ROOT / "src_cuda")))  # fmt: skip
+""", flags=("-I", str(source_dir())))  # fmt: skip
     lib.run.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_void_p]
     rng = np.random.default_rng(7)
     i32 = np.iinfo(np.int32)

@@ -193,7 +193,7 @@ def test_namespace_and_plan():
 
 
 # ----------------------------------------------------------------------------------------------
-# Scheme II kernels (backends/cuda/) against the generic path
+# Scheme II kernels (src_cuda/) against the generic path
 # ----------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,6 @@
 """CPU checks of the cupy backend's Scheme II kernels through their numpy model.
 
-``gpu_kernel_model`` mirrors ``backends/cuda/ozaki2_residues.cu`` and ``ozaki2_crt.cu`` operation
+``gpu_kernel_model`` mirrors ``src_cuda/ozaki2_residues.cu`` and ``ozaki2_crt.cu`` operation
 for operation; here it must reproduce the generic ``emulinalg._ozaki2.product`` bit for bit (and
 the exact double-double rounding for "dd"), so the algorithm of the GPU path is tested without a
 GPU. ``fake_cupy`` then runs ``emulinalg/backends/cupy.py``'s host code on the CPU, with the

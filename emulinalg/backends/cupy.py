@@ -3,14 +3,14 @@
 ``int_matmul`` turns the integer-valued operands into int8 and calls ``cublasGemmEx`` (INT8
 inputs, INT32 accumulation, ``CUBLAS_COMPUTE_32I``) through cupy's handle and current stream.
 
-``ozaki2_product`` runs a whole Scheme II product in the CUDA kernels of ``backends/cuda/``
+``ozaki2_product`` runs a whole Scheme II product in the CUDA kernels of ``src_cuda/``
 (compiled at first use with NVRTC): one pass from float64 to the int8 residues of every modulus
 in the GEMM's layout, one strided-batched INT8 GEMM per K-block over all moduli (and batch, and
 3M products), one pass from the INT32 products to the correctly rounded result. It computes the
 same integers and the same exact reconstruction as ``emulinalg._ozaki2.product``, so the result
 is bit-identical to the numpy reference. ``magnitude_lower_matmul`` is the certificate's lower
 bound of |A||B| as one bfloat16 tensor-core GEMM. The statistics that choose the number of
-moduli run in the kernels of ``backends/cuda/ozaki2_stats.cu`` too: ``ozaki2_prescale`` (the
+moduli run in the kernels of ``src_cuda/ozaki2_stats.cu`` too: ``ozaki2_prescale`` (the
 accurate-mode prescale: one INT8 GEMM of the bound operands, same values as
 ``emulinalg._scaling.ozaki2_prescale``) and ``ozaki2_certificate`` (the count and mask of
 ``emulinalg._select.ozaki2_moduli_needed``: fused passes over the bound GEMM's sums for the
@@ -143,7 +143,7 @@ def quiet():
 
 
 # ----------------------------------------------------------------------------------------------
-# Scheme II in CUDA kernels (backends/cuda/): residues -> batched INT8 GEMMs -> CRT
+# Scheme II in CUDA kernels (src_cuda/): residues -> batched INT8 GEMMs -> CRT
 # ----------------------------------------------------------------------------------------------
 
 _R_16BF, _R_32F = 14, 0  # cudaDataType CUDA_R_16BF, CUDA_R_32F
@@ -185,7 +185,7 @@ def _ceil(x, a):
 
 
 def _kernel(file, expr, tables=None):
-    """The kernel ``expr`` of ``backends/cuda/<file>``, compiled by NVRTC at first use (cupy
+    """The kernel ``expr`` of ``src_cuda/<file>``, compiled by NVRTC at first use (cupy
     caches the binary on disk), its ``__constant__`` tables filled from ``tables()`` (a dict
     name -> numpy array) once per module and device."""
     key = (cp.cuda.Device().id, file, expr)
@@ -448,7 +448,7 @@ def _bf16_lower(x3, rows_pad, cols_pad):
 
 
 # ----------------------------------------------------------------------------------------------
-# Scheme II statistics in CUDA kernels (backends/cuda/ozaki2_stats.cu)
+# Scheme II statistics in CUDA kernels (src_cuda/ozaki2_stats.cu)
 # ----------------------------------------------------------------------------------------------
 
 # Columns per block of the line passes that reduce along k (a multiple of the 32-column tile):

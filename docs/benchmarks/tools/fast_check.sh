@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU fast path (backends/cuda kernels: residues, CRT, statistics hooks) + statistics overhead +
+# GPU fast path (src_cuda/ kernels: residues, CRT, statistics hooks) + statistics overhead +
 # AMX register ceiling, one call. Run from the repository root after `source .device/setup.sh`;
 # logs under $OUT. SKIP_TESTS=1 skips tests/test_gpu.py, SKIP_PERF=1 the timings; PYTEST_K
 # selects tests (e.g. PYTEST_K=statistics), FAST_ARGS goes to gpu_fast.py.

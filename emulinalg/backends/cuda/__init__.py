@@ -1,9 +1,10 @@
-"""CUDA C++ sources of the cupy backend's Scheme II kernels, and their host-side tables.
+"""The cupy backend's Scheme II kernels: their CUDA C++ sources and host-side tables.
 
-The ``.cu`` files here are compiled at run time with NVRTC (``cupy.RawModule``) and also build
-standalone with ``nvcc -arch=sm_90a`` (the explicit instantiations under ``#ifndef
-__CUDACC_RTC__`` exist for that check). This module needs no cupy: the tables and the source
-text are plain Python, so the CPU tests (``tests/test_gpu_kernel_model.py``) check them too.
+The ``.cu`` files of ``src_cuda/`` (:func:`source_dir`) are compiled at run time with NVRTC
+(``cupy.RawModule``) and also build standalone with ``nvcc -arch=sm_90a`` (the explicit
+instantiations under ``#ifndef __CUDACC_RTC__`` exist for that check). This module needs no
+cupy: the tables and the source text are plain Python, so the CPU tests
+(``tests/test_gpu_kernel_model.py``) check them too.
 
 Stages (named as in ``emulinalg._ozaki2``):
 
@@ -29,7 +30,6 @@ import numpy as np
 
 from emulinalg._moduli import MODULI, crt_constants
 
-_HERE = Path(__file__).resolve().parent
 _INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"\s*$', re.MULTILINE)
 
 WORD_BITS = 32  # word width of the CRT kernel's exact accumulator (balanced digits, int64 sums)
@@ -38,14 +38,26 @@ RESIDUE_WORD_BITS = 16  # the residue kernel reduces |X| < 2**96 as six 16-bit w
 
 
 @cache
+def source_dir() -> Path:
+    """The folder of the CUDA sources: ``emulinalg/src_cuda/`` in an installed wheel (pyproject's
+    ``wheel.packages`` puts the repository's ``src_cuda/`` there), ``src_cuda/`` beside the
+    package in a source checkout."""
+    package = Path(__file__).resolve().parents[2]  # emulinalg/
+    installed = package / "src_cuda"
+    return installed if installed.is_dir() else package.parent / "src_cuda"
+
+
+@cache
 def source(name: str) -> str:
-    """Text of ``name`` (a ``.cu`` file here) with its local ``#include "x.cuh"`` lines inlined.
+    """Text of ``name`` (a ``.cu`` file of :func:`source_dir`) with its local ``#include "x.cuh"``
+    lines inlined.
 
     Inlining keeps the whole program in the text NVRTC compiles, so cupy's compile cache (keyed
     by the source text) can never pair an edited header with a stale binary.
     """
-    text = (_HERE / name).read_text()
-    return _INCLUDE.sub(lambda m: (_HERE / m.group(1)).read_text(), text)
+    folder = source_dir()
+    text = (folder / name).read_text()
+    return _INCLUDE.sub(lambda m: (folder / m.group(1)).read_text(), text)
 
 
 def _balanced_digits(x: int, nw: int) -> tuple[int, ...]:
@@ -104,6 +116,6 @@ def crt_table_arrays(n: int) -> dict:
 
 def header_moduli() -> tuple[int, ...]:
     """The moduli table compiled into ``ozaki2_common.cuh`` (tests check it equals MODULI)."""
-    text = (_HERE / "ozaki2_common.cuh").read_text()
+    text = (source_dir() / "ozaki2_common.cuh").read_text()
     body = re.search(r"kModuli\[\w+\]\s*=\s*\{([^}]*)\}", text).group(1)
     return tuple(int(v) for v in body.replace("\n", " ").split(",") if v.strip())

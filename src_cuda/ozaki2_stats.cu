@@ -1,6 +1,6 @@
 // Scheme II statistics: the accurate-mode prescale and the certificate that picks the number of
-// moduli (emulinalg/backends/cupy.py: ozaki2_prescale, ozaki2_certificate), same values and decisions as
-// emulinalg._scaling.ozaki2_prescale and emulinalg._select.ozaki2_moduli_needed.
+// moduli (emulinalg/backends/cupy.py: ozaki2_prescale, ozaki2_certificate), same values and
+// decisions as emulinalg._scaling.ozaki2_prescale and emulinalg._select.ozaki2_moduli_needed.
 //
 // Operands are logical (B, R, C) float64 arrays with element strides (sb, sr, sc), as in
 // ozaki2_residues.cu: rows are the lines that carry a shift (rows of A, columns of B), C is the
