@@ -20,8 +20,10 @@
 
 inline void __syncthreads() {}  // declared for the kernels' text; no kernel with one runs here
 
+// From src_cuda/ (include path), with ozaki2_crt.cu, ozaki2_common.cuh and ozaki2_tables.h
+// (kModuli, kCrtWords, kDigitStride, ...: generated from the Python tables).
 #define __CUDACC_RTC__  // the sources' explicit kernel instantiations are for nvcc only
-#include "ozaki2_crt_s8.cu"  // src_cuda/ (include path): with ozaki2_crt.cu, ozaki2_common.cuh
+#include "ozaki2_crt_s8.cu"
 #undef __CUDACC_RTC__
 
 #include <pybind11/numpy.h>
@@ -44,14 +46,6 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 namespace py = pybind11;
 
 namespace {
-
-constexpr int kMaxModuli = 20;
-// Words of the exact CRT accumulator per count of moduli (backends/cuda: crt_words; the tables
-// are padded to six digits with zeros, so fewer words give the same integer): checked against
-// the Python function by tests/test_amx.py through crt_words() below.
-// (Counts 0 and 1 are refused at run time; 1 word keeps their template instances valid.)
-constexpr int kCrtWords[kMaxModuli + 1] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3,
-                                           3, 3, 4, 4, 4, 4, 5, 5, 5, 5};
 
 // The residues, vectorized: the CUDA kernel's word arithmetic (element_words, residue_of) runs
 // one entry per thread; here the same integers are reached with exact float64 operations that
@@ -482,7 +476,6 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
 // acc[i][t] = sum_l w[l][t] wdig[l][i] (int64) and qf[t] = (..(w[0][t] ratio[0]) + ..) +
 // w[l][t] ratio[l] in modulus order, as ozaki2_crt_s8's accumulate_s8 for each entry (the same
 // operations, vectorized across entries; no contraction in this file).
-constexpr int kMaxWords = 5;
 __attribute__((target_clones("avx512f", "avx2", "default"))) void crt_sums(
     const signed char (*__restrict__ w)[kRun], int nmod, int nw,
     long long (*__restrict__ acc)[kRun], double* __restrict__ qf) {
@@ -511,7 +504,7 @@ inline i64 pick(bool c, i64 x, i64 y) {
 inline i64 clamp64(i64 x, i64 lo, i64 hi) { return std::min(std::max(x, lo), hi); }
 
 // finish()'s carry() lane by lane: words 0..nw-2 into [0, 2**32), the carries upwards.
-__attribute__((always_inline)) inline void carry_run(i64 (&a)[kMaxWords][kRun], int nw) {
+__attribute__((always_inline)) inline void carry_run(i64 (&a)[kMaxCrtWords][kRun], int nw) {
   for (int i = 0; i + 1 < nw; ++i)
     for (int t = 0; t < kRun; ++t) {
       a[i + 1][t] += a[i][t] >> 32;
@@ -530,7 +523,7 @@ __attribute__((always_inline)) inline void carry_run(i64 (&a)[kMaxWords][kRun], 
 // 64-bit values: computed in the same loop, GCC narrows them to 32 bits and then cannot
 // vectorize the 64-bit shifts. Always inlined: compiled once per target of crt_finish_run.
 template <int MANT, int EMIN, int EMAX>
-__attribute__((always_inline)) inline bool round_run(i64 (&a)[kMaxWords][kRun], int nw,
+__attribute__((always_inline)) inline bool round_run(i64 (&a)[kMaxCrtWords][kRun], int nw,
                                                      const i64* off, int len, u64* out_bits) {
   u64 neg[kRun];
   for (int t = 0; t < kRun; ++t) neg[t] = 0ull - static_cast<u64>(a[nw - 1][t] < 0);
@@ -598,7 +591,7 @@ __attribute__((always_inline)) inline bool round_run(i64 (&a)[kMaxWords][kRun], 
 __attribute__((target_clones("avx512f", "avx2", "default"))) bool crt_finish_run(
     const i64 (*__restrict__ acc)[kRun], const double* __restrict__ qf, int nw,
     const i64* __restrict__ off, int kind, int len, void* out) {
-  i64 a[kMaxWords][kRun];
+  i64 a[kMaxCrtWords][kRun];
   i64 qi[kRun];
   for (int t = 0; t < kRun; ++t)  // RNE as __double2int_rn (|qf| <= 2560)
     qi[t] = static_cast<i64>(emu_host::rne(qf[t]));
@@ -629,11 +622,11 @@ template <int NMOD, int NP>
 void crt_impl(const signed char* res, long long plane, int m, int n, const int* mu, const int* nu,
               int kind, void* hi, void* lo, void* hi_im, void* lo_im) {
   constexpr int NW = kCrtWords[NMOD];
-  static_assert(NW <= kMaxWords, "kMaxWords");
+  static_assert(NW <= kMaxCrtWords, "kMaxCrtWords");
 #pragma omp parallel for schedule(static)
   for (int row = 0; row < m; ++row) {
     alignas(64) signed char w[NMOD][kRun];
-    alignas(64) long long acc[kMaxWords][kRun];
+    alignas(64) long long acc[kMaxCrtWords][kRun];
     alignas(64) double qf[kRun];
     for (int p = 0; p < NP; ++p) {
       void* out_hi = p == 0 ? hi : hi_im;

@@ -20,13 +20,12 @@
 
 // Filled by the backend for this module's number of moduli (emulinalg/backends/cuda/__init__.py:
 // crt_tables): weight digits [l][i], P's digits, float64 weight / P.
-__constant__ int emu_wdig[20 * 6];
-__constant__ int emu_pdig[6];
-__constant__ double emu_ratio[20];
+__constant__ int emu_wdig[kMaxModuli * kDigitStride];
+__constant__ int emu_pdig[kDigitStride];
+__constant__ double emu_ratio[kMaxModuli];
 
 namespace {
 
-constexpr int kDigitStride = 6;
 enum OutKind { kFloat64 = 0, kFloat32 = 1, kDoubleDouble = 2 };
 
 // a + b * c for int32 b, c: one mad.wide.s32 (IMAD.WIDE). Written out because the compiler

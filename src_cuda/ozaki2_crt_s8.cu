@@ -12,7 +12,7 @@
 // output row r0 + i of batch b. mu is (B, m_full), nu is (B, n), the outputs (B, m_full, n).
 //
 // Built together with ozaki2_crt.cu (its helpers and __constant__ tables): the include below is
-// inlined by emulinalg/backends/cuda/fused.py for NVRTC and resolved by nvcc for the standalone
+// inlined for NVRTC (emulinalg.backends.cuda.source) and resolved by nvcc for the standalone
 // check.
 #include "ozaki2_crt.cu"
 

@@ -48,6 +48,9 @@
 //
 // x * 2**p is computed as a multiplication by an exact power of two: one correctly rounded
 // operation, the same as ldexp (numpy's and CUDA's), also for subnormal results.
+//
+// kBoundMax (_scaling.BOUND_MAX) is in the generated constants:
+#include "ozaki2_tables.h"
 
 namespace {
 
@@ -143,7 +146,6 @@ __device__ __forceinline__ double scale2(double x, int p) {
 // floor(v) for 0 <= v < 128 (truncation = floor for v >= 0).
 __device__ __forceinline__ int floor_small(double v) { return static_cast<int>(v); }
 
-constexpr long long kBoundMax = 127;  // _scaling.BOUND_MAX
 constexpr int kStage = 256;  // rows whose line terms F's passes stage in shared memory
 
 // _scaling.bound_upper for one entry, F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,

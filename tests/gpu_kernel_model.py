@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulinalg._moduli import crt_constants
-from emulinalg._scaling import ozaki2_shifts, rounds_to_nearest
+from emulinalg._scaling import BOUND_MAX, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends.cuda import MAX_WORDS, crt_tables
 
 U64 = np.uint64
@@ -436,9 +436,6 @@ def scale2(x, p):
 
 def floor_small(v):
     return np.trunc(v).astype(np.int64)
-
-
-BOUND_MAX = 127
 
 
 def bound_upper(F, ra, nza, cb, nzb, c):

@@ -1365,8 +1365,9 @@ def test_host_crt_rounds_known_integers_exactly(moduli, rng):
 
 
 def test_host_crt_word_counts_match_the_tables():
-    """The CRT accumulator sizes compiled into src_amx/ozaki2_host.cpp equal backends/cuda's
-    crt_words (the digit tables are built from it)."""
+    """The CRT accumulator sizes compiled into emulinalg._amx (kCrtWords of
+    src_cuda/ozaki2_tables.h, generated from crt_words) equal crt_words, from which the digit
+    tables are built: the module was built from the current header."""
     from emulinalg import _amx
     from emulinalg.backends.cuda import crt_words
 

@@ -135,9 +135,9 @@ def test_crt_s8_equals_int32_crt(fake_native, monkeypatch, n, cplx, out_dtype):
 
 
 def test_crt_s8_source_inlines_the_int32_crt():
-    from emulinalg.backends.cuda import fused
+    from emulinalg.backends.cuda import source
 
-    text = fused.crt_s8_source()
+    text = source("ozaki2_crt_s8.cu")
     assert "#include" not in text
     assert "ozaki2_crt_s8(" in text and "__constant__ int emu_wdig" in text
 

@@ -21,7 +21,6 @@ fused path off.
 
 from __future__ import annotations
 
-import re
 from functools import cache
 
 import numpy as np
@@ -166,23 +165,15 @@ def configs() -> list:
 # CRT from INT8 residues (ozaki2_crt_s8.cu, NVRTC)
 # ----------------------------------------------------------------------------------------------
 
-_CRT_INCLUDE = re.compile(r'^#include "ozaki2_crt\.cu"\s*$', re.MULTILINE)
-
-
-@cache
-def crt_s8_source() -> str:
-    """``ozaki2_crt_s8.cu`` with ``ozaki2_crt.cu`` (and its headers) inlined: one program text
-    for NVRTC, so cupy's cache (keyed by the text) never pairs an edited part with a stale
-    binary."""
-    return _CRT_INCLUDE.sub(lambda _: source("ozaki2_crt.cu"), source("ozaki2_crt_s8.cu"))
-
 
 def _crt_kernel(cp, n, parts):
     expr = f"ozaki2_crt_s8<{n}, {crt_words(n)}, {parts}>"
     key = (id(cp), cp.cuda.Device().id, expr)  # id(cp): the CPU tests' stand-in keeps its own
     fn = _kernels.get(key)
     if fn is None:
-        mod = cp.RawModule(code=crt_s8_source(), options=("--std=c++17",), name_expressions=(expr,))
+        # one program text: source() inlines ozaki2_crt.cu and the headers
+        code = source("ozaki2_crt_s8.cu")
+        mod = cp.RawModule(code=code, options=("--std=c++17",), name_expressions=(expr,))
         for sym, arr in crt_table_arrays(n).items():
             cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
         # The copies are queued on the current stream; kernels may run on any other one.
