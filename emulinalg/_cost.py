@@ -24,8 +24,8 @@ import math
 import threading
 from dataclasses import dataclass
 
-from ._moduli import crt_constants
 from ._precision import REAL_DTYPE, OzakiI, OzakiII
+from .algorithm.moduli import crt_constants
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import _bf16, _ozaki1, _ozaki2, _planner, _refit, _select
-from ._moduli import MAX_MODULI
+from . import _ozaki1, _ozaki2, _planner, _select
 from ._plan import Plan
 from ._precision import (
     NATIVE,
@@ -24,10 +23,12 @@ from ._precision import (
     OzakiII,
     level_for_dtype,
 )
-from ._scaling import ozaki2_prescale
 from ._stages import stages
 from ._timing import stage
-from ._xputil import make_complex
+from .algorithm import bf16, refit
+from .algorithm.moduli import MAX_MODULI
+from .algorithm.scaling import ozaki2_prescale
+from .algorithm.xputil import make_complex
 
 
 def _dtype_name(xp, dt):
@@ -284,12 +285,12 @@ def _outputs(ar, br):
 
 def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask, patch,
                    cancelled, plan):  # fmt: skip
-    """``parts`` with entries recomputed with MAX_MODULI moduli (``_refit``): the certificate's
+    """``parts`` with entries recomputed with MAX_MODULI moduli (``refit.refit``): the certificate's
     ``patch`` and (``cancelled``) the most cancelled entries, those taken from the native product
     excluded; the plan says how many."""
     dd = out == "dd"
     grouped = [tuple(parts[i : i + 2]) for i in range(0, len(parts), 2)] if dd else list(parts)
-    grouped, count = _refit.refit(
+    grouped, count = refit.refit(
         xp, ar, ai, br, bi, grouped, tuple(prescale), scheme.mode, out or _real_of(parts),
         exclude=native_mask, extra=patch, cancelled=cancelled,
     )  # fmt: skip
@@ -299,8 +300,8 @@ def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask
             f"{MAX_MODULI} moduli"
         )
     if count and cancelled:
-        small = _refit.refits_all(math.prod(parts[0].shape), ar.shape[-1])
-        plan.notes.append(_refit.note(small, count))
+        small = refit.refits_all(math.prod(parts[0].shape), ar.shape[-1])
+        plan.notes.append(refit.note(small, count))
     return tuple(x for g in grouped for x in g) if dd else tuple(grouped)
 
 
@@ -321,7 +322,7 @@ BLOCK_ENTRIES = 1 << 22
 
 
 def _backend_prescale(backend, ar, ai, br, bi, mode, exponents=None):
-    """The backend's ``ozaki2_prescale`` hook (same contract as ``_scaling.ozaki2_prescale``;
+    """The backend's ``ozaki2_prescale`` hook (same contract as ``scaling.ozaki2_prescale``;
     None: absent or declined). A backend with ``line_scan`` takes its ``exponents``."""
     hook = stages(backend).ozaki2_prescale
     if hook is None:
@@ -340,7 +341,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     (``backend.ozaki2_product``, same contract and bit-identical output as
     ``_ozaki2.product``, on the whole operands; it returns None to decline)."""
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
-        res = _bf16.product(xp, backend, ar, ai, br, bi, scheme, out_dtype)
+        res = bf16.product(xp, backend, ar, ai, br, bi, scheme, out_dtype)
         return tuple(x for part in res for x in part) if out_dtype == "dd" else res
     backend = stages(backend)
     imm = backend.int_matmul
@@ -460,7 +461,7 @@ def _choose(
 def _k_block(backend, scheme, k):
     kb = backend.k_block
     if isinstance(scheme, (BF16x3, BF16xN)):  # BF16xN's FP32 sums: 1024 of K at a time
-        return _bf16.WIDEN_K if isinstance(scheme, BF16xN) and k > _bf16.WIDEN_K else None
+        return bf16.WIDEN_K if isinstance(scheme, BF16xN) and k > bf16.WIDEN_K else None
     if kb is None:
         return None
     if isinstance(scheme, OzakiII):

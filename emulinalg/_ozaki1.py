@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 
-from . import _exact
-from ._moduli import LIMB_BITS
-from ._scaling import ozaki1_shifts, scale_to_integers
 from ._timing import stage, staged
-from ._xputil import ldexp
+from .algorithm import rounding
+from .algorithm.moduli import LIMB_BITS
+from .algorithm.scaling import ozaki1_shifts, scale_to_integers
+from .algorithm.xputil import ldexp
 
 SLICE_BITS = 8
 SLICE_PRODUCT_BOUND = 255 * 255  # unsigned x unsigned dominates signed slices (128 * 255)
@@ -76,11 +76,11 @@ def product(xp, int_matmul, ar, ai, br, bi, p, out_dtype):
     bits = SLICE_BITS * (p - 1) + 18 + math.ceil(math.log2(2 * p * max(k, 1)))
     n_limbs = bits // LIMB_BITS + 2
     nparts = 1 if ai is None else 2
-    limbs = [_exact.zeros(xp, shape, n_limbs) for _ in range(nparts)]
+    limbs = [rounding.zeros(xp, shape, n_limbs) for _ in range(nparts)]
     for s in range(p):
         for lp, c in zip(limbs, significance_products(xp, int_matmul, SAr, SAi, SBr, SBi, s)):
             with stage("reconstruction"):
-                _exact.add_shifted(xp, lp, c, SLICE_BITS * (p - 1 - s))
+                rounding.add_shifted(xp, lp, c, SLICE_BITS * (p - 1 - s))
     with stage("reconstruction"):
         shift = SLICE_BITS * (p - 1)
-        return tuple(_exact.unscale(xp, lp, mu, nu, out_dtype, shift) for lp in limbs)
+        return tuple(rounding.unscale(xp, lp, mu, nu, out_dtype, shift) for lp in limbs)

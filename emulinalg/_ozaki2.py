@@ -1,6 +1,6 @@
 """Ozaki Scheme II: residues modulo INT8-sized moduli, one integer GEMM per modulus, CRT.
 
-Pipeline (named after the steps): scaling (``_scaling.ozaki2_shifts``) -> residues
+Pipeline (named after the steps): scaling (``scaling.ozaki2_shifts``) -> residues
 (``residues``) -> modular products (``modular_products``) -> CRT accumulation and unscaling
 (``reconstruct``). Complex inputs use 3M: T1 = Ar Br, T2 = Ai Bi, T3 = (Ar+Ai)(Br+Bi) per
 modulus, Re = T1 - T2, Im = T3 - T1 - T2, exact in modular arithmetic, so 3 GEMMs per modulus.
@@ -12,11 +12,11 @@ SC-W 2025 (GEMMul8); Uchino et al., arXiv:2512.08321 (complex, 3M).
 
 from __future__ import annotations
 
-from . import _exact
-from ._moduli import crt_constants
-from ._scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest, scale_to_integers
 from ._timing import stage, staged
-from ._xputil import floor_mod, ldexp
+from .algorithm import rounding
+from .algorithm.moduli import crt_constants
+from .algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest, scale_to_integers
+from .algorithm.xputil import floor_mod, ldexp
 
 RESIDUE_PRODUCT_BOUND = 128 * 128  # |r_a * r_b| for residues in [-128, 127]
 
@@ -82,10 +82,10 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
 
     ``ai``/``bi`` are None for real operands (both or neither). Inputs are finite float64;
     returns a tuple of real and (for complex) imaginary parts of dtype ``out_dtype``
-    ("float64"/"float32"; "dd": each part a (hi, lo) float64 pair, ``_exact.unscale_dd``),
+    ("float64"/"float32"; "dd": each part a (hi, lo) float64 pair, ``rounding.unscale_dd``),
     each the correctly rounded value of the reconstructed integer product times
-    2**-(mu_i + nu_j), the scaled operands rounded as ``_scaling.rounds_to_nearest`` says.
-    ``prescale`` reuses ``_scaling.ozaki2_prescale``'s result, ``b_planes``
+    2**-(mu_i + nu_j), the scaled operands rounded as ``scaling.rounds_to_nearest`` says.
+    ``prescale`` reuses ``scaling.ozaki2_prescale``'s result, ``b_planes``
     ``b_residue_planes``' (same prescale and moduli).
     """
     c = crt_constants(moduli)
@@ -108,8 +108,8 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
 
 def accumulators(xp, c, shape, nparts):
     """The CRT sums of ``nparts`` parts of this shape at zero: per part the exact limbs of
-    X = sum_l W_l w_l (``_exact``) and the float64 estimate of X / P."""
-    limbs = [_exact.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
+    X = sum_l W_l w_l (``algorithm.rounding``) and the float64 estimate of X / P."""
+    limbs = [rounding.zeros(xp, shape, c.n_limbs) for _ in range(nparts)]
     return limbs, [xp.zeros(shape, dtype=xp.float64) for _ in range(nparts)]
 
 
@@ -117,7 +117,7 @@ def accumulate(xp, c, limbs, quotient, ell, W):
     """Adds modulus ``ell``'s residue products ``W`` (one symmetric residue array per part,
     any integer or float64 dtype) into the CRT sums of ``accumulators``."""
     for p, w in enumerate(W):
-        _exact.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
+        rounding.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
         quotient[p] = quotient[p] + xp.astype(w, xp.float64) * c.weight_ratios[ell]
 
 
@@ -126,14 +126,14 @@ def reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype):
     """Symmetric CRT representative, unscaled by 2**-(mu_i+nu_j) and rounded once.
 
     X = sum_l W_l w_l is exact in the limbs; X/P is within n*128*2**-53 of the float sum of
-    W_l (w_l/P), and the scaling keeps |X mod P| below 0.391 P (``_scaling.rounds_to_nearest``;
+    W_l (w_l/P), and the scaling keeps |X mod P| below 0.391 P (``scaling.rounds_to_nearest``;
     P/4 where the operands are truncated), so rounding that sum gives the exact quotient and
     X - qP the exact product.
     """
     out = []
     for lp, qf in zip(limbs, quotient):
-        _exact.add_multiple(xp, lp, -xp.astype(xp.round(qf), xp.int64), c.P_limbs)
-        out.append(_exact.unscale(xp, lp, mu, nu, out_dtype))
+        rounding.add_multiple(xp, lp, -xp.astype(xp.round(qf), xp.int64), c.P_limbs)
+        out.append(rounding.unscale(xp, lp, mu, nu, out_dtype))
     return tuple(out)
 
 

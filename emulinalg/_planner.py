@@ -11,7 +11,7 @@ graph (``emulinalg/backends/dask.py``) ask the same functions.
   the level's count with its beyond entries native, or, above the dtype's own precision, the
   most accurate configuration with native entries only where the dtype's level takes them.
 - ``refit_form`` / ``refit_count`` / ``refits``: whether a product refits its most cancelled
-  entries (``_refit``).
+  entries (``algorithm.refit``).
 - ``gemm_count``: the low-precision GEMMs a scheme runs (for the plan).
 """
 
@@ -21,7 +21,6 @@ import math
 from typing import NamedTuple
 
 from . import _cost
-from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ._precision import (
     LEVELS,
     MAX_SLICES,
@@ -32,6 +31,7 @@ from ._precision import (
     OzakiII,
 )
 from ._select import Target, native_weight
+from .algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
 
 # Below this inner dimension the named levels take the strict certificate: the native product
 # of a few terms is within a rounding or two of the exact one, closer than a statistical bound
@@ -195,8 +195,8 @@ def settle(level, fam, real_name, count, all_beyond, any_beyond, own_all_beyond=
 
 def refit_form(request, k):
     """Whether products of ``request`` at inner dimension ``k`` refit their most cancelled
-    entries (``_refit``) when their count allows (``refit_count``): the dtype's own level (the
-    native guarantee), k > 1."""
+    entries (``algorithm.refit``) when their count allows (``refit_count``): the dtype's own
+    level (the native guarantee), k > 1."""
     return isinstance(request, Level) and target_for(request, k).guarantee == "native" and k > 1
 
 

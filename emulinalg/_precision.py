@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-from ._moduli import MAX_MODULI, MIN_MODULI
+from .algorithm.moduli import MAX_MODULI, MIN_MODULI
 
 MIN_SLICES, MAX_SLICES = 1, 13
 LEVELS = {"float64": 53, "float32": 24}  # significand bits of each named level (and its GEMM)

@@ -2,7 +2,7 @@
 
 Scheme II (Uchino, Ozaki, Imamura, arXiv:2602.02549, Lemma 2 form, with rounding to nearest):
 A' = round(2**mu A) is off by ``delta`` with |delta| <= 1/2 per entry (1 where the operands are
-truncated, ``_scaling.rounds_to_nearest``), so per entry of the product
+truncated, ``scaling.rounds_to_nearest``), so per entry of the product
 
     2**(mu_i+nu_j) |C_emulated - C|_ij = |sum_h X_h|,  |X_h| <= r_h = d |b_hj|' + d |a_ih|' + c d**2
 
@@ -60,9 +60,9 @@ REFINE_STEPS) while the entries that fail it (the suspects) pass with better inf
 dot products of magnitudes (all of them, at most REFINE_ENTRIES, for the strict form; an even
 sample of REFINE_ENTRIES giving theta for the native form). When at most ``patch_limit(m, n)``
 still fail, the count drops all the same and those entries are recomputed with MAX_MODULI
-moduli after the product (``_refit``). Entries no count up to the maximum certifies (or with a
-zero lower bound but a nonzero upper bound) are taken from the native product, and the plan
-says how many. Only 2-D products are refined and patched (batched ones stop after the exact
+moduli after the product (``algorithm.refit``). Entries no count up to the maximum certifies
+(or with a zero lower bound but a nonzero upper bound) are taken from the native product, and
+the plan says how many. Only 2-D products are refined and patched (batched ones stop after the exact
 shifts).
 """
 
@@ -71,11 +71,11 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ._moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ._precision import MAX_SLICES, MIN_SLICES
-from ._scaling import _half_log_shift, magnitude, max_exponent, rounds_to_nearest
 from ._stages import NATIVE_ERROR_RMS, stages
-from ._xputil import ldexp
+from .algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from .algorithm.scaling import half_log_shift, magnitude, max_exponent, rounds_to_nearest
+from .algorithm.xputil import ldexp
 
 TAU = 0.25  # the strict certificate's share of 2**-bits
 # 2**-L_n for n = MIN_MODULI .. MAX_MODULI (decreasing): the certificate's per-count thresholds
@@ -270,7 +270,7 @@ def bound_lower_exponents(complex_):
 
 def bound_lower(xp, F, complex_, mixed=None):
     """Lower bound of the line-normalized |A||B| from the accurate-mode bound GEMM F = Ā B̄
-    (``_scaling.ozaki2_prescale``): Ā <= 64 |a| (real) per normalized entry, so F 2**-12 <=
+    (``scaling.ozaki2_prescale``): Ā <= 64 |a| (real) per normalized entry, so F 2**-12 <=
     |A||B|. Complex: Ā <= 32 (|Re a| + |Im a|), which is 32 |a| where a part is zero and at most
     32 sqrt(2) |a| otherwise, so F 2**-10 where row i of A and column j of B have no entry with
     both parts nonzero (``mixed`` = ``Prescale.mixed``, the counts per line), else F 2**-11
@@ -392,14 +392,14 @@ def _need_of(xp, cc, R, alpha, beta, na, nb):
 
 
 def exact_line_factors(xp, cc, count, e, scale):
-    """The exact 2**-(mu_i + ea_i) / 2 per line for ``count`` moduli (``_scaling.ozaki2_shifts``
+    """The exact 2**-(mu_i + ea_i) / 2 per line for ``count`` moduli (``scaling.ozaki2_shifts``
     less the line-normalization; ``e`` the prescale's line bounds), in the place of the
     bisection's y alpha_i: the test at threshold 1 is then the test of the exact shifts, and a
     truncating count (threshold 2 y) doubles it. A count the form cannot use gives EXCLUDED; a
     zero line bound 0 (the line and its products are zero, as is its alpha)."""
     c = crt_constants(count)
     e = xp.astype(e, xp.float64)
-    t = _half_log_shift(xp, c.L, c.Q_down, e)
+    t = half_log_shift(xp, c.L, c.Q_down, e)
     rel = cc.thresholds[count - MIN_MODULI] / THRESHOLDS[count - MIN_MODULI]
     x = ldexp(xp, xp.full(t.shape, 0.5 * scale * min(rel, EXCLUDED), dtype=xp.float64), -t)
     return xp.where(e > 0, x, 0.0)
@@ -422,7 +422,7 @@ def refine_moduli(xp, backend, ar, ai, br, bi, prescale, target, count, suspects
     )[0]
 
 
-# Entries one count lower cannot certify are recomputed with MAX_MODULI moduli (``_refit``)
+# Entries one count lower cannot certify are recomputed with MAX_MODULI moduli (``algorithm.refit``)
 # when at most this many, and at most 1/PATCH_SHARE of the output: one dot product of residues
 # of length k per entry and modulus.
 PATCH_ENTRIES = 256
@@ -456,8 +456,8 @@ def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspe
     GEMM's largest ones come from its entries of largest kappa; so the suspects are tested
     against theta (|A||B|)_ij, theta the largest kappa found on a sample of REFINE_ENTRIES of
     them (a lower bound of the product's largest, capped at THETA_MAX: the elementwise relative
-    measure compares single entries, ``_refit``), and the sampled ones against their own kappa
-    where larger. One dot product of length k per sampled suspect (the cupy backend runs the
+    measure compares single entries, ``algorithm.refit``), and the sampled ones against their own
+    kappa where larger. One dot product of length k per sampled suspect (the cupy backend runs the
     same steps in its kernels).
 
     Patch: when the suspects that still fail are at most ``patch_limit(m, n)``, the count

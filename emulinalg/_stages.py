@@ -18,7 +18,7 @@ member                      stage (reference implementation)
 ``line_scan(ar, ai, br,``   that check fused with the line exponents of the prescale:
 ``bi, prepare)``            ``(finite, exponents)``; its prescale then takes ``exponents=``
                             (reference: none, the check alone)
-``ozaki2_prescale(ar, ai,`` scaling statistics, same contract as ``_scaling.ozaki2_prescale``
+``ozaki2_prescale(ar, ai,`` scaling statistics, same contract as ``scaling.ozaki2_prescale``
 ``br, bi, mode[,``
 ``exponents])``
 ``ozaki2_certificate(ar,``  the moduli count per entry and the count, same contract as
@@ -29,7 +29,7 @@ member                      stage (reference implementation)
 ``ozaki2_product(ar, ai,``  a whole Scheme II product (residues, modular products, CRT), same
 ``br, bi, moduli, mode,``   result as ``_ozaki2.product`` bit for bit
 ``out_dtype, prescale)``
-``bf16_product(ar, ai,``    the BF16 schedule's product (``_bf16``)
+``bf16_product(ar, ai,``    the BF16 schedule's product (``algorithm.bf16``)
 ``br, bi, scheme, dt)``
 ``k_block(k, bound)``       the K-block of its integer GEMMs, for the plan (none)
 ==========================  ================================================================

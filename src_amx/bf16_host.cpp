@@ -2,8 +2,8 @@
 // gemm_bf16_slice_tiles): splitting float64 operands into BF16 slices per line (into row-major
 // planes for the tests, or straight into tile panels), the final power-of-two unscaling, and
 // two engine helpers (all_finite, to_float64). Same arithmetic, value for value, as
-// emulinalg/_bf16.py (tests check bit equality); no AMX instruction, OpenMP over lines; the split
-// loop is compiled for AVX-512F, AVX2 and the baseline (target_clones), with the same bits.
+// emulinalg/algorithm/bf16.py (tests check bit equality); no AMX instruction, OpenMP over lines;
+// the split loop is compiled for AVX-512F, AVX2 and the baseline (target_clones), with the same bits.
 //
 //   fixed ("BF16xN", Ozaki-style): line exponent v (max |x| < 2**v), r = x 2**-v, and slice s
 //     = RNE(r 2**(8s+7)) 2**-(8s+7), r -= slice: signed 8-bit digits |d| <= 128 on a grid fixed
@@ -507,7 +507,7 @@ struct Bf16Panels {
   bool fixed = true, cplx = false;
 };
 
-// emulinalg._bf16's split of 2-D float64 parts, written straight into tile panels.
+// emulinalg.algorithm.bf16's split of 2-D float64 parts, written straight into tile panels.
 std::shared_ptr<Bf16Panels> pack(const py::array_t<double>& ar, const py::array_t<double>& br,
                                  int slices, const std::string& kind, const py::object& ai,
                                  const py::object& bi, const py::object& stream_arg) {
@@ -635,8 +635,8 @@ bool all_finite(const py::array_t<double>& x) {
 void register_bf16_host(py::module_& m) {
   m.def("bf16_split", &split, py::arg("re"), py::arg("slices"), py::arg("lines_are_rows"),
         py::arg("kind"), py::arg("im") = py::none(),
-        "BF16 slices of a float64 matrix (emulinalg._bf16.split): returns (planes, im_planes "
-        "or None, exponents); planes (slices, rows, cols) uint16 bf16 bit patterns, exponents "
+        "BF16 slices of a float64 matrix (emulinalg.algorithm.bf16.split): returns (planes, "
+        "im_planes or None, exponents); planes (slices, rows, cols) uint16 bf16 bit patterns, exponents "
         "int32 per line (rows if lines_are_rows else columns). kind: 'fixed' (signed 8-bit "
         "digits on a per-line grid) or 'float' (RNE residual split).");
   m.def("bf16_unscale", &unscale, py::arg("c"), py::arg("er"), py::arg("ec"),
@@ -663,7 +663,7 @@ void register_bf16_host(py::module_& m) {
   m.def("bf16_pack", &pack, py::arg("ar"), py::arg("br"), py::arg("slices"), py::arg("kind"),
         py::arg("ai") = py::none(), py::arg("bi") = py::none(), py::kw_only(),
         py::arg("stream") = py::none(),
-        "emulinalg._bf16's split of 2-D float64 parts straight into tile panels: A stack "
+        "emulinalg.algorithm.bf16's split of 2-D float64 parts straight into tile panels: A stack "
         "[Ar, Ai], B stack [Br, Bi, -Bi] (slices each); .ea/.eb are the line exponents. The "
         "panels come from the panel cache (cache_info). stream: write them with non-temporal "
         "stores (None: from 64 MiB of panels on; the same bits either way).");

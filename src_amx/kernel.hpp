@@ -26,9 +26,9 @@
 // (i, j). Fused: every pair's A_i B_j goes into the same FP32 tiles, per K tile in the list's
 // order (= one GEMM over the pairs' slices interleaved along K, tile by tile). Widened: each
 // pair's FP32 partial sum over kWidenTiles K tiles is stored and added to an FP64 C, in the
-// order (K chunk, pair); with the fixed-point slices of emulinalg._bf16 each such FP32 sum is
-// exact (at most 1024 products of at most 2**14 units), so the FP64 result is blocking- and
-// thread-independent and equals the generic float64 code's.
+// order (K chunk, pair); with the fixed-point slices of emulinalg.algorithm.bf16 each such FP32
+// sum is exact (at most 1024 products of at most 2**14 units), so the FP64 result is blocking-
+// and thread-independent and equals the generic float64 code's.
 #pragma once
 
 #include <algorithm>

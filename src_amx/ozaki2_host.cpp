@@ -7,8 +7,9 @@
 // residues).
 //
 //   residues: float64 lines x (shift per line) -> int8 symmetric residues of x 2**shift rounded
-//             to nearest (ties to even) or toward zero, as emulinalg._scaling.scale_to_integers,
-//             for moduli 0..n-1, planes (n, rows, cols) in any output layout
+//             to nearest (ties to even) or toward zero, as
+//             emulinalg.algorithm.scaling.scale_to_integers, for moduli 0..n-1, planes
+//             (n, rows, cols) in any output layout
 //   pack, multiply: the residues straight into the tile GEMM's int8 panels; one GEMM per
 //             modulus, reduced mod m_l into int8 residues in its epilogue (kernel.hpp)
 //   crt:      int8 residues (n, m, n) -> exact CRT integer -> correctly rounded float64 /
@@ -799,8 +800,8 @@ void register_ozaki2_host(py::module_& m) {
   m.def("ozaki2_residues", &residues, py::arg("x"), py::arg("shift"), py::arg("moduli"),
         py::arg("lines_are_rows") = true, py::kw_only(), py::arg("nearest") = false,
         "int8 symmetric residues of X = x * 2**shift (shift per line) rounded to nearest, ties "
-        "to even (nearest), or toward zero, as emulinalg._scaling.scale_to_integers, for the "
-        "first `moduli` moduli: (moduli, R, C) when lines_are_rows, else (moduli, C, R). Exact "
+        "to even (nearest), or toward zero, as emulinalg.algorithm.scaling.scale_to_integers, "
+        "for the first `moduli` moduli: (moduli, R, C) when lines_are_rows, else (moduli, C, R). Exact "
         "for |X| < 2**96 (Scheme II's scaling keeps it at most 2**82).");
   m.def("ozaki2_crt", &crt, py::arg("res"), py::arg("mu"), py::arg("nu"), py::arg("kind"),
         py::arg("wdig"), py::arg("pdig"), py::arg("ratio"), py::arg("hi"),
@@ -839,8 +840,8 @@ void register_ozaki2_host(py::module_& m) {
         "Scheme II residues of A (m, k) with row shifts mu and of B (k, n) with column shifts nu "
         "for the first `moduli` moduli, written straight into the int8 tile panels of the GEMMs "
         "(with ai, bi: the 3M sets re, im, re + im). The scaled operands are rounded to nearest, "
-        "ties to even (nearest: emulinalg._scaling.rounds_to_nearest), or toward zero. Panels "
-        "come from the panel cache. stream: write them with non-temporal stores (None: from 64 "
+        "ties to even (nearest: emulinalg.algorithm.scaling.rounds_to_nearest), or toward zero. "
+        "Panels come from the panel cache. stream: write them with non-temporal stores (None: from 64 "
         "MiB of panels on; same bytes).");
   m.def("ozaki2_multiply", &multiply, py::arg("panels"), py::arg("l"), py::arg("re"),
         py::arg("im") = py::none(), py::kw_only(), py::arg("emulate") = false,

@@ -11,7 +11,7 @@
 //   cert_entries   the certificate per entry from F (and that GEMM's sums on the second pass);
 //                  with one threshold and the exact line factors, the exact step's test
 //
-// Same values as emulinalg._scaling.ozaki2_prescale (exactly) and the same decisions as
+// Same values as emulinalg.algorithm.scaling.ozaki2_prescale (exactly) and the same decisions as
 // emulinalg._select.ozaki2_moduli_needed (its float32 lower bound; the norms' sums are taken in
 // another order, upper bounds both) -- tests/test_amx.py.
 #include "cuda_host.hpp"

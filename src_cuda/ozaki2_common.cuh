@@ -3,7 +3,7 @@
 // The moduli are compile-time constants so that `x % m` becomes a multiply-high sequence
 // instead of a division: the kernels walk them by template recursion (step<L + 1>), never with a
 // runtime index (and without lambdas, which NVRTC would compile as host code); kModuli is in
-// ozaki2_tables.h, generated from emulinalg._moduli.MODULI. No host headers: the same text
+// ozaki2_tables.h, generated from emulinalg.algorithm.moduli.MODULI. No host headers: the same text
 // compiles with NVRTC (cupy.RawModule) and with nvcc.
 #pragma once
 

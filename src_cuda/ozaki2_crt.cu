@@ -1,14 +1,14 @@
 // Scheme II reconstruction: INT32 modular products -> exact CRT integer -> correctly rounded
 // float, one thread per output entry, reading each product once.
 //
-// Same arithmetic as emulinalg._ozaki2.product/reconstruct and _exact.unscale, so the output is
+// Same arithmetic as emulinalg._ozaki2.product/reconstruct and rounding.unscale, so the output is
 // bit-identical to the numpy reference:
 //   W_l = symmetric(T_l mod m_l)             (3M: Re = T1 - T2, Im = T3 - T1 - T2, mod m_l)
 //   X   = sum_l W_l * weight_l               exact, in NW int64 accumulators of 32-bit digits
 //   q   = rint(sum_l W_l * ratio_l)          float64, in order, no FMA (as numpy does)
 //   Y   = X - q P                            exact; |Y| <= P/4 makes q the exact quotient
 //   out = RNE(Y * 2**-(mu_i + nu_j))         float64 or float32, gradual underflow, inf beyond
-// and for "dd" also lo = RNE(exact - hi), 0 where hi is inf (zeros signed as _exact.unscale_dd).
+// and for "dd" also lo = RNE(exact - hi), 0 where hi is inf (zeros signed as rounding.unscale_dd).
 //
 // The weights and P are balanced int32 digits (|d| < 2**31), so each term W_l * d is one
 // mul.wide.s32 and the int64 sums stay below 2**45: no carries until the end.
@@ -162,7 +162,7 @@ __device__ __forceinline__ void finish(long long (&acc)[NW], double qf, int off,
   static_cast<double*>(out_hi)[idx] =
       __longlong_as_double(static_cast<long long>(r.bits | (neg ? 1ull << 63 : 0ull)));
   if (kind != kDoubleDouble) return;
-  // lo = RN(R * 2**off) for R = V - keep * 2**s, signed like _exact.unscale_dd: +0 where no bit
+  // lo = RN(R * 2**off) for R = V - keep * 2**s, signed like rounding.unscale_dd: +0 where no bit
   // was dropped (s < 0) or hi is inf; otherwise sign(Y) * sign(R), so R = 0 of a negative Y
   // gives -0.
   double lo = 0.0;

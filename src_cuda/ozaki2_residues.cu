@@ -3,16 +3,16 @@
 //
 // The operand is a logical (B, R, C) array with element strides (sb, sr, sc): rows are the lines
 // that carry a shift (rows of A, columns of B) and C is the contraction axis k. Entry x of row r
-// becomes the integer X = x * 2**shift[r] rounded to nearest, ties to even (NEAR), or toward
-// zero, as emulinalg._scaling.scale_to_integers (rounds_to_nearest picks NEAR; exactly: no float
-// rounding is involved), and its residues X mod m_l in [-(m/2), (m-1)/2] go to planes (P, NMOD,
-// B, Rpad, Cp) of int8, row-major with Cp (a multiple of 16) as the leading dimension: A's
-// planes are A' itself, B's are B'^T, which is cuBLAS's "TN" INT8 GEMM. Rows >= R and columns
-// >= C are written as zeros, so the planes need no memset. Complex operands (CPLX) get P = 3
-// plane sets: re, im and re + im (mod m) for the 3M products.
+// becomes the integer X = x * 2**shift[r] rounded to nearest, ties to even (NEAR), or toward zero,
+// as emulinalg.algorithm.scaling.scale_to_integers (rounds_to_nearest picks NEAR; exactly: no float
+// rounding is involved), and its residues X mod m_l in [-(m/2), (m-1)/2] go to planes (P, NMOD, B,
+// Rpad, Cp) of int8, row-major with Cp (a multiple of 16) as the leading dimension: A's planes are
+// A' itself, B's are B'^T, which is cuBLAS's "TN" INT8 GEMM. Rows >= R and columns >= C are written
+// as zeros, so the planes need no memset. Complex operands (CPLX) get P = 3 plane sets: re, im and
+// re + im (mod m) for the 3M products.
 //
 // Exactness: |X| <= 2**82 (the scaling keeps max|x| * 2**(shift - s) < 2**6 and shift - s <=
-// floor(L) <= 76, see _scaling.ozaki2_shifts), so X fits six 16-bit words w_i, and
+// floor(L) <= 76, see scaling.ozaki2_shifts), so X fits six 16-bit words w_i, and
 // X mod m = (sum_i w_i * (2**(16 i) mod m)) mod m with the sum below 2**27: one 32-bit
 // reduction per modulus.
 //

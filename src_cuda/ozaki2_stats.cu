@@ -1,6 +1,6 @@
 // Scheme II statistics: the accurate-mode prescale and the certificate that picks the number of
 // moduli (emulinalg/backends/cupy.py: ozaki2_prescale, ozaki2_certificate), same values and
-// decisions as emulinalg._scaling.ozaki2_prescale and emulinalg._select.ozaki2_moduli_needed.
+// decisions as emulinalg.algorithm.scaling.ozaki2_prescale and emulinalg._select.ozaki2_moduli_needed.
 //
 // Operands are logical (B, R, C) float64 arrays with element strides (sb, sr, sc), as in
 // ozaki2_residues.cu: rows are the lines that carry a shift (rows of A, columns of B), C is the
@@ -18,7 +18,7 @@
 //                      partials); one warp per block, streaming its tiles through shared
 //                      memory by cp.async, a line per lane
 //   bound_max          per line of the bound GEMM F = Ā B̄ the max over the other axis of
-//                      U = bound_upper(F, line terms) (atomicMax; _scaling.bound_upper)
+//                      U = bound_upper(F, line terms) (atomicMax; scaling.bound_upper)
 //   cert_operand       bfloat16 bits of max(|re|, |im|) 2**-e truncated toward zero, line-major
 //                      (B, Rpad, Cp) or k-major (B, Cp, Rpad), as bf16_lower.cu; and per chunk
 //                      of columns the sequential sum of |re| 2**-e + |im| 2**-e (the l1 norm)
@@ -49,7 +49,7 @@
 // x * 2**p is computed as a multiplication by an exact power of two: one correctly rounded
 // operation, the same as ldexp (numpy's and CUDA's), also for subnormal results.
 //
-// kBoundMax (_scaling.BOUND_MAX) is in the generated constants:
+// kBoundMax (scaling.BOUND_MAX) is in the generated constants:
 #include "ozaki2_tables.h"
 
 namespace {
@@ -148,7 +148,7 @@ __device__ __forceinline__ int floor_small(double v) { return static_cast<int>(v
 
 constexpr int kStage = 256;  // rows whose line terms F's passes stage in shared memory
 
-// _scaling.bound_upper for one entry, F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,
+// scaling.bound_upper for one entry, F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,
 // nzb) (exact integers, c = 1 real, 2 complex), from its line terms: the row's c ra, 127 nza,
 // c nza and the column's c cb, 127 nzb, c nzb (c > 0: c min(nza, nzb) = min(c nza, c nzb)), in
 // the integer type U: long long, or unsigned where every term and U are below 2**32.
@@ -994,7 +994,7 @@ __device__ __forceinline__ bool cert_step1(const unsigned long long* w, int nth,
   return w[nth + 1] > 0 && (last || w[nth] == 0);
 }
 
-// _scaling._half_log_shift of one line bound v (zero counts as 1): the largest t with
+// scaling.half_log_shift of one line bound v (zero counts as 1): the largest t with
 // v 4**t <= Q_down. v in [2**ev, 2**(ev+1)) and Q_down in [2**eq, 2**(eq+1)) put t at
 // floor((eq - ev) / 2) or one below, and one exact comparison decides (no log2: the result is
 // the generic one whatever its estimate).

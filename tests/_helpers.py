@@ -125,8 +125,8 @@ def tie_operands(shape, cplx, moduli, mode, seed, scale_a=0, scale_b=0):
     are n + 1/2 for even and odd n of either sign, beside such ties, exactly 1/2, below 1/2 or
     the smallest subnormal. Smaller magnitudes keep the prescale's bounds valid, so the
     products with it stay exact (pass it to both sides)."""
-    from emulinalg._moduli import crt_constants
-    from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts
+    from emulinalg.algorithm.moduli import crt_constants
+    from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts
     from emulinalg.backends import numpy as npb
 
     rng = np.random.default_rng(seed)

@@ -25,7 +25,7 @@ import gpu_kernel_model as model
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from emulinalg._moduli import MODULI
+from emulinalg.algorithm.moduli import MODULI
 
 
 class _Ptr:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulinalg._moduli import crt_constants
-from emulinalg._scaling import BOUND_MAX, ozaki2_shifts, rounds_to_nearest
+from emulinalg.algorithm.moduli import crt_constants
+from emulinalg.algorithm.scaling import BOUND_MAX, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends.cuda import MAX_WORDS, crt_tables
 
 U64 = np.uint64
@@ -294,7 +294,7 @@ def finish(neg, v, off, out_dtype):
     if out_dtype != "dd":
         return hi
     # lo = RN(exact - hi): the integer remainder R = V - keep * 2**s, rounded at the same offset
-    # and signed like _exact.unscale_dd: +0 where hi is exact by construction (s < 0) or inf;
+    # and signed like rounding.unscale_dd: +0 where hi is exact by construction (s < 0) or inf;
     # otherwise the sign of Y times that of R, so a zero remainder of a negative Y gives -0.
     exact = (s < 0) | inf
     ss = np.maximum(s, 0)
@@ -610,7 +610,7 @@ def suspect_dot(A, B, i, j, ea_i, eb_j):
 
 
 def half_log_shift(q_down, v):
-    """cert_exact_factors' _scaling._half_log_shift: the exponents put the largest t with
+    """cert_exact_factors' scaling.half_log_shift: the exponents put the largest t with
     v 4**t <= q_down at floor((eq - ev) / 2) or one below; one exact comparison decides."""
     v = np.where(np.asarray(v, dtype=np.float64) > 0, v, 1.0)
     t = (exponent_of(q_down) - exponent_of(v)) // 2
@@ -796,7 +796,7 @@ class Bound:
 
 def ozaki2_prescale(ar, ai, br, bi, k_block=K_BLOCK):
     """The model of ``backends.cupy.ozaki2_prescale(..., "accurate")`` on numpy arrays."""
-    from emulinalg._scaling import Prescale
+    from emulinalg.algorithm.scaling import Prescale
 
     _, m, k, n, a, b = _logical(ar, ai, br, bi)
     kp, n_p = _ceil(k, KP_ALIGN), _ceil(n, NP_ALIGN)
@@ -846,7 +846,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     import math
 
     from emulinalg import _select
-    from emulinalg._moduli import MAX_MODULI, MIN_MODULI
+    from emulinalg.algorithm.moduli import MAX_MODULI, MIN_MODULI
 
     B, m, k, n, a, b = _logical(ar, ai, br, bi)
     cplx = ai is not None

@@ -563,7 +563,7 @@ def _assert_product_equal(ar, ai, br, bi, moduli, out_dtype):
     import array_api_compat.numpy as xp
 
     from emulinalg import _ozaki2
-    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
 
@@ -620,13 +620,13 @@ def test_level_products_use_the_host_pipeline(backend, monkeypatch):
 
 
 def _assert_statistics_equal(ar, ai, br, bi, target):
-    """amx.ozaki2_prescale == _scaling.ozaki2_prescale (values and dtypes), and
+    """amx.ozaki2_prescale == scaling.ozaki2_prescale (values and dtypes), and
     amx.ozaki2_certificate's (count, beyond) == _select.ozaki2_moduli_needed's for ``target``
     (a ``_select.Target``, or a number of bits: the strict form, then the native one)."""
     import array_api_compat.numpy as xp
 
     from emulinalg import _select
-    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
 
@@ -652,7 +652,7 @@ def _assert_statistics_equal(ar, ai, br, bi, target):
 @pytest.mark.parametrize("case", ["phi", "wide", "huge", "phi4"])
 @pytest.mark.parametrize("bits", [24, 53, 70])
 def test_host_statistics_equal_the_generic_ones(case, bits, monkeypatch, rng):
-    """amx.ozaki2_prescale equals _scaling.ozaki2_prescale exactly, and amx.ozaki2_certificate
+    """amx.ozaki2_prescale equals scaling.ozaki2_prescale exactly, and amx.ozaki2_certificate
     gives _select.ozaki2_moduli_needed's count and mask (same float32 lower bound), strided
     views included."""
 
@@ -670,7 +670,7 @@ def test_host_statistics_equal_the_generic_ones(case, bits, monkeypatch, rng):
 def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
     import array_api_compat.numpy as xp
 
-    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
 
@@ -719,7 +719,7 @@ def _generic_steps(ar, ai, br, bi, target):
     import array_api_compat.numpy as xp
 
     from emulinalg import _select
-    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.backends import numpy as npb
 
     pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
@@ -869,11 +869,11 @@ def test_host_certificate_without_fallback_reads_no_operand(monkeypatch):
 
 
 def test_host_bound_max_equals_bound_upper(rng):
-    """ozaki2_bound_max: the row and column maxima of _scaling.bound_upper over F, / 4, exactly
+    """ozaki2_bound_max: the row and column maxima of scaling.bound_upper over F, / 4, exactly
     (single rows and columns included: the per-thread column maxima are merged)."""
     import array_api_compat.numpy as xp
 
-    from emulinalg import _scaling
+    from emulinalg.algorithm import scaling
 
     for m, n in ((1, 1), (1, 300), (300, 1), (257, 131)):
         F = rng.integers(0, 2**30, (m, n)).astype(np.int32)
@@ -882,7 +882,7 @@ def test_host_bound_max_equals_bound_upper(rng):
         nza[0] = 0  # a zero line
         for cplx in (False, True):
             e, f = _amx.ozaki2_bound_max(F, ra, nza, cb, nzb, cplx)
-            U = _scaling.bound_upper(
+            U = scaling.bound_upper(
                 xp, F.astype(np.float64), *(v.astype(np.float64) for v in (ra, nza, cb, nzb)), cplx
             )
             assert e.dtype == f.dtype == np.float64
@@ -891,12 +891,12 @@ def test_host_bound_max_equals_bound_upper(rng):
 
 
 def test_host_bound_operand_line_terms(rng):
-    """ozaki2_bound_operand's operand, sums and nonzero counts equal _scaling._bound_operand's;
+    """ozaki2_bound_operand's operand, sums and nonzero counts equal scaling.bound_operand's;
     its l1 and sq are the column-order sums of the normalized x = |re| + |im| and of x**2
     (_select._line_norm's, before its factor and root, summed in another order)."""
     import array_api_compat.numpy as xp
 
-    from emulinalg import _scaling
+    from emulinalg.algorithm import scaling
 
     a = rng.standard_normal((13, 70)) * np.exp2(rng.integers(-60, 60, (13, 70)))
     ai = rng.standard_normal((13, 70))
@@ -906,14 +906,14 @@ def test_host_bound_operand_line_terms(rng):
     for im in (None, ai):
         cplx = im is not None
         s, bound, sums, nz, l1, mixed, sq = _amx.ozaki2_bound_operand(a, True, im)
-        ea = _scaling.max_exponent(xp, a, im, axis=-1)
+        ea = scaling.max_exponent(xp, a, im, axis=-1)
         assert s.dtype == np.int64 and np.array_equal(s, 5 - int(cplx) - ea)
-        want, wsums, wnz = _scaling._bound_operand(xp, a, im, s, axis=-1)
+        want, wsums, wnz = scaling.bound_operand(xp, a, im, s, axis=-1)
         assert bound.dtype == np.int8 and np.array_equal(bound, want)
         assert sums.dtype == np.int64 and np.array_equal(sums, wsums)
         assert nz.dtype == np.int64 and np.array_equal(nz, wnz)
         if cplx:
-            assert np.array_equal(mixed, _scaling.mixed_lines(xp, a, im, axis=-1))
+            assert np.array_equal(mixed, scaling.mixed_lines(xp, a, im, axis=-1))
         x = np.abs(np.ldexp(a, -ea[:, None]))
         if cplx:
             x = x + np.abs(np.ldexp(im, -ea[:, None]))
@@ -939,7 +939,7 @@ def test_host_crt_from_two_threads_at_once(monkeypatch):
     import array_api_compat.numpy as xp
 
     from emulinalg import _ozaki2
-    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
 
@@ -975,7 +975,7 @@ def test_host_crt_with_fewer_openmp_threads_than_asked(tmp_path):
     code = (
         "import numpy as np, array_api_compat.numpy as xp\n"
         "from emulinalg import _ozaki2\n"
-        "from emulinalg._scaling import ozaki2_prescale\n"
+        "from emulinalg.algorithm.scaling import ozaki2_prescale\n"
         "from emulinalg.backends import amx, numpy as npb\n"
         "from emulinalg.inputs import phi_matrix\n"
         "amx.EMULATE = True\n"
@@ -1069,7 +1069,7 @@ def test_host_panel_products_equal_reduced_exact_products(
     planes (ozaki2_residues, checked against Python integers below) reduced in numpy, under
     every blocking (K in one chunk or several, edge blocks, static and dynamic grids) and 1 or
     3 threads, on the tile model; the scaled operands rounded to nearest or toward zero."""
-    from emulinalg._moduli import MODULI
+    from emulinalg.algorithm.moduli import MODULI
 
     nmod = 5
     a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-30, 30, (m, 1)))
@@ -1209,7 +1209,7 @@ def test_host_residues_equal_python_integers(order, nearest, rng):
     to nearest or toward zero, mod m, in Python integers for all 20 moduli: integers up to
     2**81, subnormals, +-0, shifts beyond 1023 and below -1022, lines whose integers are all 0
     or 1."""
-    from emulinalg._moduli import MODULI
+    from emulinalg.algorithm.moduli import MODULI
 
     R, C = 9, 70
     x = rng.standard_normal((R, C)) * np.exp2(rng.integers(-60, 60, (R, C)))
@@ -1246,7 +1246,7 @@ def test_host_residues_round_crafted_entries(nearest):
     n + 1/2 of both parities and signs, 1/2 -> 0, 3/2 -> 2, below 1/2, subnormals, shifts below
     -1022 and beyond 1023, 1 to 70 bits below the point), one entry per line with its own shift,
     in runs along lines and across lines, against Python's integers."""
-    from emulinalg._moduli import MODULI
+    from emulinalg.algorithm.moduli import MODULI
 
     x, shift = rounding_cases(np.random.default_rng(3))
     y = x * 0.375
@@ -1266,7 +1266,7 @@ def test_host_residues_round_crafted_entries(nearest):
         assert np.array_equal(got3[2, ell], _symmetric(want + want_y, m)), m
 
 
-# (moduli, k, rounds): accurate mode on both sides of _scaling.rounds_to_nearest
+# (moduli, k, rounds): accurate mode on both sides of scaling.rounds_to_nearest
 ROUNDING_SWITCH = [(3, 62, True), (3, 63, False), (2, 80, False), (11, 200, True)]
 
 
@@ -1277,8 +1277,8 @@ def test_host_pipeline_rounds_ties_as_the_generic_product(moduli, k, rounds, cpl
     signs), 1/2, below 1/2 or subnormal, for counts that round and counts that truncate (the
     tile model's GEMMs): _ozaki2.product's bits, real and complex, float64 and double-double."""
     from emulinalg import _ozaki2
-    from emulinalg._moduli import crt_constants
-    from emulinalg._scaling import ozaki2_shifts, rounds_to_nearest
+    from emulinalg.algorithm.moduli import crt_constants
+    from emulinalg.algorithm.scaling import ozaki2_shifts, rounds_to_nearest
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
 
@@ -1325,7 +1325,7 @@ def test_host_crt_rounds_known_integers_exactly(moduli, rng):
     overflow: the vectorized rounding and its fallback to finish() agree with exact rounding."""
     from fractions import Fraction
 
-    from emulinalg._moduli import MODULI, crt_constants
+    from emulinalg.algorithm.moduli import MODULI, crt_constants
     from emulinalg.backends.amx import _crt_arrays
 
     P = crt_constants(moduli).P

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import _bf16
+from emulinalg.algorithm import bf16
 from emulinalg.reference import exact_matmul
 
 try:
@@ -50,7 +50,7 @@ def test_specs_validate_and_print():
             emulinalg.BF16xN(**bad)
     with pytest.raises(TypeError):
         emulinalg.BF16xN(slices=6.0)
-    assert _bf16.pairs(emulinalg.BF16xN(6, 6)) == ((0, 0), (0, 1), (1, 0), (0, 2), (1, 1), (2, 0))
+    assert bf16.pairs(emulinalg.BF16xN(6, 6)) == ((0, 0), (0, 1), (1, 0), (0, 2), (1, 1), (2, 0))
 
 
 # ---- generic code against the exact product --------------------------------------------------
@@ -61,11 +61,11 @@ def _fixed_bound(a, b, spec):
     pairs of entries <= 2**-8t each, scaled), the residuals below s slices, and the float64
     additions of the (chunk, pair) sums; in units of each entry's line scales."""
     s, d, k = spec.slices, spec.diagonals, a.shape[1]
-    ea = _bf16.line_exponents(np, a, None, axis=-1)
-    eb = _bf16.line_exponents(np, b, None, axis=-2)
+    ea = bf16.line_exponents(np, a, None, axis=-1)
+    eb = bf16.line_exponents(np, b, None, axis=-2)
     scale = np.exp2(ea[:, None] + eb[None, :])
     trunc = sum((t + 1) * 2.0 ** (-8 * t) for t in range(d, 2 * s - 1)) + 3 * 2.0 ** (-8 * s)
-    adds = -(-k // _bf16.WIDEN_K) * spec.products * 2.0**-52
+    adds = -(-k // bf16.WIDEN_K) * spec.products * 2.0**-52
     return k * scale * (trunc + adds)
 
 
@@ -98,8 +98,8 @@ def _bf16x3_bound(a, b):
     products flushed below 2**-126 of the line scales and the output's own rounding."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     k = a.shape[1]
-    ea = _bf16.line_exponents(np, a, None, axis=-1)
-    eb = _bf16.line_exponents(np, b, None, axis=-2)
+    ea = bf16.line_exponents(np, a, None, axis=-1)
+    eb = bf16.line_exponents(np, b, None, axis=-2)
     flush = k * 2.0**-126 * np.exp2(ea[:, None] + eb[None, :])
     return (6 * k + 8) * 2.0**-24 * (np.abs(a) @ np.abs(b)) + flush + 2.0**-149
 
@@ -187,13 +187,13 @@ def test_split_equals_the_generic_split(how, rows, rng):
     s = 6 if how == "fixed" else 3
     for re, imag in ((x, None), (view, None), (x, im), (view, im)):
         pr, pi, e = _amx.bf16_split(re, s, rows, how, imag)
-        want_e = _bf16.line_exponents(np, re, imag, axis=axis)
+        want_e = bf16.line_exponents(np, re, imag, axis=axis)
         np.testing.assert_array_equal(e, want_e)
         for got, part in ((pr, re), (pi, imag)):
             if part is None:
                 assert got is None
                 continue
-            want = _bf16.split(np, part, want_e, axis, s, how)
+            want = bf16.split(np, part, want_e, axis, s, how)
             vals = (got.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
             np.testing.assert_array_equal(vals, np.stack(want))
             np.testing.assert_array_equal(np.signbit(vals), np.signbit(np.stack(want)))
@@ -245,8 +245,8 @@ def test_pack_writes_the_tile_layout_of_the_split(how, rng):
         p = _amx.bf16_pack(a, b, s, how, ai, bi, stream=stream)
         pa, pai, ea = _amx.bf16_split(a, s, True, how, ai)
         pb, pbi, eb = _amx.bf16_split(b, s, False, how, bi)
-        np.testing.assert_array_equal(p.ea, _bf16.line_exponents(np, a, ai, axis=-1))
-        np.testing.assert_array_equal(p.eb, _bf16.line_exponents(np, b, bi, axis=-2))
+        np.testing.assert_array_equal(p.ea, bf16.line_exponents(np, a, ai, axis=-1))
+        np.testing.assert_array_equal(p.eb, bf16.line_exponents(np, b, bi, axis=-2))
         np.testing.assert_array_equal(p.ea, ea)
         np.testing.assert_array_equal(p.eb, eb)
         kt = -(-k // 32)
@@ -269,7 +269,7 @@ def test_pack_reuses_cached_panels(rng):
     new memory, the same bits); a larger one replaces them (cached plus in use never exceeds
     the most that was in use at once, also while it runs); clear_cache gives them back."""
     a, b = _wide(rng, (64, 256), 4), _wide(rng, (256, 48), 4)
-    pairs = np.asarray(_bf16.pairs(emulinalg.BF16xN(6, 6)), np.int32)
+    pairs = np.asarray(bf16.pairs(emulinalg.BF16xN(6, 6)), np.int32)
     first = _amx.bf16_multiply(_amx.bf16_pack(a, b, 6, "fixed"), pairs, emulate=True)
     again = _amx.bf16_multiply(_amx.bf16_pack(a, b, 6, "fixed"), pairs, emulate=True)
     np.testing.assert_array_equal(again, first)
@@ -304,7 +304,7 @@ def test_fused_products_equal_one_gemm_on_interleaved_slices(shape, emulate, rng
     m, n, k = shape
     a = _bf16_bits(rng.standard_normal((3, m, k)))
     b = _bf16_bits(rng.standard_normal((3, k, n)))
-    pairs = np.asarray(_bf16.HENRY_PAIRS, np.int32)
+    pairs = np.asarray(bf16.HENRY_PAIRS, np.int32)
     got = _amx.gemm_bf16_slices(a, b, pairs, widen=False, emulate=emulate)
     kt = -(-k // 32) * 32
     ap = np.zeros((3, m, kt), np.uint16)
@@ -325,10 +325,10 @@ def test_widened_products_equal_the_generic_sum(shape, emulate, rng):
     m, n, k = shape
     spec = emulinalg.BF16xN(6, 15)
     a, b = _wide(rng, (m, k), 10), _wide(rng, (k, n), 10)
-    ea, eb = _bf16.line_exponents(np, a, None, -1), _bf16.line_exponents(np, b, None, -2)
-    A, B = _bf16.split(np, a, ea, -1, 6, "fixed"), _bf16.split(np, b, eb, -2, 6, "fixed")
-    plist = _bf16.pairs(spec)
-    want = _bf16._products(np, A, B, plist, "fixed", k)
+    ea, eb = bf16.line_exponents(np, a, None, -1), bf16.line_exponents(np, b, None, -2)
+    A, B = bf16.split(np, a, ea, -1, 6, "fixed"), bf16.split(np, b, eb, -2, 6, "fixed")
+    plist = bf16.pairs(spec)
+    want = bf16.slice_products(np, A, B, plist, "fixed", k)
     got = _amx.gemm_bf16_slices(
         _bf16_bits(np.stack(A)), _bf16_bits(np.stack(B)), np.asarray(plist, np.int32),
         widen=True, emulate=emulate,
@@ -404,7 +404,7 @@ def test_kernel_refuses_bad_arguments():
         _amx.gemm_bf16_slices(a, b, np.zeros((1, 3), np.int32), emulate=True)
     with pytest.raises(ValueError, match="kind"):
         _amx.bf16_split(np.zeros((2, 2)), 3, True, "both")
-    assert _amx.WIDEN_K == _bf16.WIDEN_K
+    assert _amx.WIDEN_K == bf16.WIDEN_K
 
 
 @needs_amx_module

@@ -1,5 +1,5 @@
 """The certificate's bounds of |A||B| from the accurate-mode bound GEMM, against exact references:
-``_scaling.bound_upper`` (the prescale's upper bound) with Python Fractions, and
+``scaling.bound_upper`` (the prescale's upper bound) with Python Fractions, and
 ``_select.bound_lower`` (the certificate's lower bound) with python-flint balls (the complex
 modulus is irrational)."""
 
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import _scaling, _select
+from emulinalg import _select
+from emulinalg.algorithm import scaling
 from emulinalg.backends import numpy as npb
 from emulinalg.reference import exact_matmul
 
@@ -59,7 +60,7 @@ def test_bound_gemm_bounds_are_exact_bounds(kind, seed):
     m, k, n = 6, 23, 5
     ar, ai, br, bi = _operands(rng, m, k, n, kind)
     cplx = ai is not None
-    pre = _scaling.ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    pre = scaling.ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
     s, t, e, f = pre
     (nar, nai, nbr, nbi), _, _ = _select._normalized(xp, ar, ai, br, bi)
     lam = _select.bound_lower(xp, pre.lower, cplx, pre.mixed)

@@ -27,10 +27,11 @@ from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern
 
 import emulinalg
 import emulinalg.backends
-from emulinalg import _engine, _ozaki2, _planner, _refit, _select
-from emulinalg._moduli import MAX_MODULI, crt_constants
+from emulinalg import _engine, _ozaki2, _planner, _select
 from emulinalg._precision import level_for_dtype, parse
-from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
+from emulinalg.algorithm import refit
+from emulinalg.algorithm.moduli import MAX_MODULI, crt_constants
+from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import dask as dask_backend
 from emulinalg.backends import numpy as numpy_backend
 from emulinalg.inputs import phi_matrix
@@ -700,7 +701,7 @@ def _refit_notes(sel, count):
         notes.append(f"patch: {sel['patched']} entries {scheme} does not certify recomputed with "
                      f"{MAX_MODULI} moduli")  # fmt: skip
     if sel is not None and sel["cancelled"]:
-        notes.append(_refit.note(sel["everything"], sel["idx"].shape[0]))
+        notes.append(refit.note(sel["everything"], sel["idx"].shape[0]))
     return notes
 
 
@@ -834,17 +835,17 @@ def test_explicit_ozaki2_in_core_bits(dtype, moduli):
 )
 @pytest.mark.parametrize("entries", [None, 5, "all"])
 def test_refit_like_in_core(sync, monkeypatch, dtype, shape, chunks, entries):
-    """The named levels refit the whole product's most cancelled entries in core (``_refit``):
+    """The named levels refit the whole product's most cancelled entries in core (``refit.refit``):
     the graph picks the same entries (per output block the entries the pick can take there, one
     pick over them), recomputes them with the most moduli and patches them in before the native
     entries: the in-core bits, also with ``REFIT_ENTRIES`` lowered (``entries``), and a NaN row
     and a column beyond nothing but zeros (non-finite lines are refit in core too, then
-    patched). These products are small (``_refit.refits_all``): with ``entries="all"`` every
+    patched). These products are small (``refit.refits_all``): with ``entries="all"`` every
     entry is refit, otherwise ``REFIT_ALL_WORK`` is lowered to 0 so that the pick chooses."""
     if entries != "all":
-        monkeypatch.setattr(_refit, "REFIT_ALL_WORK", 0)
+        monkeypatch.setattr(refit, "REFIT_ALL_WORK", 0)
     if isinstance(entries, int):
-        monkeypatch.setattr(_refit, "REFIT_ENTRIES", entries)
+        monkeypatch.setattr(refit, "REFIT_ENTRIES", entries)
     *batch, m, k, n = shape
     A = phi_matrix((*batch, m, k), 1.0, dtype, seed=91)
     B = phi_matrix((*batch, k, n), 1.0, dtype, seed=92)
@@ -863,7 +864,7 @@ def test_refit_like_in_core(sync, monkeypatch, dtype, shape, chunks, entries):
     a = da.from_array(A, chunks=(*bc, mc, kc))
     b = da.from_array(B, chunks=(*bc, kc, nc))
     c = _eager(emulinalg.matmul, a, b)
-    assert "refit (_refit)" in str(emulinalg.last_plan())
+    assert "refit (refit.refit)" in str(emulinalg.last_plan())
     # the in-core pick, from the unrefit values and the whole matrices' prescale
     ar, ai = _engine._parts(np, A)
     br, bi = _engine._parts(np, B)
@@ -872,8 +873,8 @@ def test_refit_like_in_core(sync, monkeypatch, dtype, shape, chunks, entries):
     parts = (plain,) if ai is None else (plain.real, plain.imag)
     xp = array_api_compat.array_namespace(plain)
     with np.errstate(invalid="ignore", divide="ignore"):  # 0/0 and x/0 ratios, as in core
-        everything = _refit.refits_all(math.prod(batch) * m * n, k)
-        core = _refit.cancelled_entries(xp, parts, tuple(pre), everything=everything)
+        everything = refit.refits_all(math.prod(batch) * m * n, k)
+        core = refit.cancelled_entries(xp, parts, tuple(pre), everything=everything)
     sel = _count_task_result(c, "emulinalg-refit-select")
     assert sorted(sel["idx"].tolist()) == sorted(core.tolist())
     _assert_in_core_bits(c.compute(), A, B, native=bad)
@@ -903,7 +904,7 @@ def _with_ties(A, B, moduli):
 @pytest.mark.parametrize(("moduli", "dtype"), [(4, "float64"), (5, "float64"), (5, "complex128")])
 def test_rounding_switch_at_large_k(sync, monkeypatch, moduli, dtype):
     """At k = 16384 four moduli truncate the scaled operands and five round them to nearest,
-    ties to even (``_scaling.rounds_to_nearest`` of the whole inner dimension: a K-chunk's
+    ties to even (``scaling.rounds_to_nearest`` of the whole inner dimension: a K-chunk's
     would round with four): the graph's residues are the in-core product's, bit for bit, which
     the other choice does not give."""
     k = 16384

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulinalg import _exact, _moduli, _ozaki2
-from emulinalg._moduli import LIMB_BITS, crt_constants
+from emulinalg import _ozaki2
+from emulinalg.algorithm import moduli, rounding
+from emulinalg.algorithm.moduli import LIMB_BITS, crt_constants
 
 FORMATS = {"float64": (53, -1074, 1024), "float32": (24, -149, 128)}
 
@@ -41,11 +42,11 @@ def round_fraction(fr, dtype):
 
 def load(values, n_limbs):
     """Put Python ints into limbs through add_shifted in 50-bit pieces."""
-    limbs = _exact.zeros(xp, (len(values),), n_limbs)
+    limbs = rounding.zeros(xp, (len(values),), n_limbs)
     for s in range(0, n_limbs * LIMB_BITS, 50):
         part = [(abs(v) >> s) & ((1 << 50) - 1) for v in values]
         part = np.array([p if v >= 0 else -p for p, v in zip(part, values)], dtype=np.int64)
-        _exact.add_shifted(xp, limbs, part, s)
+        rounding.add_shifted(xp, limbs, part, s)
     return limbs
 
 
@@ -69,10 +70,10 @@ exponents = st.integers(min_value=-1400, max_value=1100)
 def test_round_to_float_is_correctly_rounded(pairs, dtype):
     values = [v for v, _ in pairs]
     exps = np.array([e for _, e in pairs], dtype=np.int64)
-    negative, mag = _exact.normalize(xp, load(values, 10))
+    negative, mag = rounding.normalize(xp, load(values, 10))
     assert value_of(negative, mag) == values
     with np.errstate(over="ignore"):
-        out = _exact.round_to_float(xp, negative, mag, exps, dtype)
+        out = rounding.round_to_float(xp, negative, mag, exps, dtype)
     assert out.dtype == np.dtype(dtype)
     for v, e, o in zip(values, exps, out):
         assert float(o) == round_fraction(Fraction(v) * Fraction(2) ** int(e), dtype), (v, e)
@@ -88,8 +89,8 @@ def test_unscale_dd_is_hi_plus_correctly_rounded_remainder(pairs):
     mu = -np.array(exps, dtype=np.int64)
     limbs = [x[:, None] for x in load(values, 10)]
     with np.errstate(over="ignore"):
-        hi, lo = _exact.unscale_dd(xp, limbs, mu, np.zeros(1, dtype=np.int64))
-        ref_hi = _exact.unscale(xp, limbs, mu, np.zeros(1, dtype=np.int64), "float64")
+        hi, lo = rounding.unscale_dd(xp, limbs, mu, np.zeros(1, dtype=np.int64))
+        ref_hi = rounding.unscale(xp, limbs, mu, np.zeros(1, dtype=np.int64), "float64")
     assert np.array_equal(hi, ref_hi)  # hi is exactly the float64 result
     for v, e, h, low in zip(values, exps, hi[:, 0], lo[:, 0]):
         exact = Fraction(v) * Fraction(2) ** e
@@ -103,8 +104,8 @@ def test_round_to_float_ties_and_boundaries():
     # ties to even at 53 bits, carry into the next binade, smallest subnormal, half of it
     values = [2**53 + 1, 2**53 + 3, 2**54 - 1, 1, 1, 3, -(2**53 + 1)]
     exps = np.array([0, 0, 0, -1074, -1075, -1076, 10], dtype=np.int64)
-    negative, mag = _exact.normalize(xp, load(values, 4))
-    out = _exact.round_to_float(xp, negative, mag, exps, "float64")
+    negative, mag = rounding.normalize(xp, load(values, 4))
+    out = rounding.round_to_float(xp, negative, mag, exps, "float64")
     expect = [
         round_fraction(Fraction(v) * Fraction(2) ** int(e), "float64") for v, e in zip(values, exps)
     ]
@@ -113,14 +114,14 @@ def test_round_to_float_ties_and_boundaries():
 
 
 def test_moduli_pairwise_coprime_and_int8():
-    assert _moduli.check_pairwise_coprime()
-    assert all(m <= 256 for m in _moduli.MODULI) and len(_moduli.MODULI) == 20
+    assert moduli.check_pairwise_coprime()
+    assert all(m <= 256 for m in moduli.MODULI) and len(moduli.MODULI) == 20
 
 
 @pytest.mark.parametrize("n", range(2, 21))
 def test_crt_constants_exact(n):
     c = crt_constants(n)
-    assert math.prod(_moduli.MODULI[:n]) == c.P
+    assert math.prod(moduli.MODULI[:n]) == c.P
     for w, m in zip(c.weights, c.moduli):
         for m2 in c.moduli:  # w = 1 mod m, 0 mod every other modulus
             assert w % m2 == (1 if m2 == m else 0)
@@ -136,12 +137,12 @@ def test_crt_reconstruction_matches_python_ints(n, data):
     bound = (c.P - 1) // 4
     ys = data.draw(st.lists(st.integers(-bound, bound), min_size=1, max_size=20))
     shape = (len(ys),)
-    limbs = [_exact.zeros(xp, shape, c.n_limbs)]
+    limbs = [rounding.zeros(xp, shape, c.n_limbs)]
     quotient = [xp.zeros(shape, dtype=xp.float64)]
     for ell, m in enumerate(c.moduli):
         w = np.array([((y + m // 2) % m) - m // 2 for y in ys], dtype=np.float64)  # symmetric
         w = np.where(w > (m - 1) // 2, w - m, w)
-        _exact.add_multiple(xp, limbs[0], w.astype(np.int64), c.weight_limbs[ell])
+        rounding.add_multiple(xp, limbs[0], w.astype(np.int64), c.weight_limbs[ell])
         quotient[0] = quotient[0] + w * c.weight_ratios[ell]
     zero = np.zeros(1, dtype=np.int64)
     (out,) = _ozaki2.reconstruct(xp, c, limbs, quotient, zero, zero[:, None][0], "float64")
@@ -153,7 +154,7 @@ def test_residues_of_large_scaled_integers():
     X = np.trunc(np.ldexp(rng.random(200) - 0.5, 84))  # up to 2**83, as with 20 moduli
     X[:3] = [0.0, -(2.0**83) + 2.0**40, 2.0**52 + 1]
     parts = _ozaki2.split(xp, X)
-    for m in _moduli.MODULI:
+    for m in moduli.MODULI:
         (r,) = _ozaki2.residues(xp, parts, None, m)
         expect = []
         for x in X:
@@ -168,11 +169,11 @@ def test_residues_of_large_scaled_integers():
 )
 def test_scheme2_shift_is_exact_floor(n, vs):
     """t = max{t : v 4**t <= (P-1)/4}, decided exactly (the same on every backend)."""
-    from emulinalg._scaling import _half_log_shift
+    from emulinalg.algorithm.scaling import half_log_shift
 
     c = crt_constants(n)
     Q = (c.P - 1) // 4
-    t = _half_log_shift(xp, c.L, c.Q_down, np.array(vs, dtype=np.float64))
+    t = half_log_shift(xp, c.L, c.Q_down, np.array(vs, dtype=np.float64))
     for v, ti in zip(vs, t.tolist()):
         v = max(v, 1)
         lhs = Fraction(v) * Fraction(4) ** ti

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from emulinalg._moduli import MODULI
+from emulinalg.algorithm.moduli import MODULI
 from emulinalg.backends.cuda import source_dir
 
 
@@ -272,7 +272,7 @@ def test_fused_errors(gpu):
 @pytest.mark.parametrize("case", [((), 1, 1, 1), ((), 7, 68, 61), ((2,), 129, 257, 65),
                                   ((), 300, 1000, 200)], ids=str)  # fmt: skip
 def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out_dtype):
-    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.inputs import phi_matrix
 
     cp, _cuda, cb, fused = gpu

@@ -14,8 +14,8 @@ from _helpers import nonfinite_codes
 
 import emulinalg
 from emulinalg import _ozaki2
-from emulinalg._scaling import ozaki2_prescale
 from emulinalg._select import Target
+from emulinalg.algorithm.scaling import ozaki2_prescale
 from emulinalg.backends import numpy as numpy_backend
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
@@ -137,7 +137,7 @@ def test_line_scan(cplx):
     """The engine's NaN/Inf check fused with the statistics' first pass: the line exponents
     are the generic ones (zero lines aside), the prescale given them is the same, and NaN/Inf
     in any part of a line make the operands not finite."""
-    from emulinalg._scaling import max_exponent
+    from emulinalg.algorithm.scaling import max_exponent
 
     rng = np.random.default_rng(3)
     parts = [phi_matrix((40, 300), 1, seed=8), phi_matrix((300, 30), 1, seed=9)]
@@ -291,7 +291,7 @@ def test_ozaki2_kernels_k_blocks(cplx, out_dtype):
 def test_ozaki2_kernels_round_ties(n, k, mode, scale, cplx):
     """Scaled entries that are ties n + 1/2 (both parities and signs), 1/2, below 1/2 and
     subnormal, for counts that round (ties to even) and counts that truncate
-    (``_scaling.rounds_to_nearest``): the kernels give the generic path's bits."""
+    (``scaling.rounds_to_nearest``): the kernels give the generic path's bits."""
     from _helpers import tie_operands
 
     ar, ai, br, bi, pre = tie_operands(((2,), 37, k, 19), cplx, n, mode, seed=k,
@@ -351,7 +351,7 @@ def test_crt_kernel_rounding_on_crafted_integers(out_dtype):
     the rounding that the CPU tests check against exact arithmetic."""
     import gpu_kernel_model as model
 
-    from emulinalg._moduli import crt_constants
+    from emulinalg.algorithm.moduli import crt_constants
     from emulinalg.backends.cuda import crt_words
 
     n = 20

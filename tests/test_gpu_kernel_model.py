@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 from _helpers import certificate_counts, rounding_cases, scaled_integer, tie_operands
 
-from emulinalg import _exact, _ozaki2, _scaling, _select
-from emulinalg._moduli import LIMB_BITS, MODULI, crt_constants
-from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
+from emulinalg import _ozaki2, _select
 from emulinalg._select import Target
+from emulinalg.algorithm import rounding, scaling
+from emulinalg.algorithm.moduli import LIMB_BITS, MODULI, crt_constants
+from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
 from emulinalg.backends import numpy as npb
 from emulinalg.backends.cuda import crt_tables, crt_words, source, source_dir, tables_header
 from emulinalg.inputs import phi_matrix
@@ -67,7 +68,7 @@ def _exact_dd(ar, ai, br, bi, n, pre):
     rounding of the scaled operands) and the reference's correct double-double rounding."""
     c = crt_constants(n)
     mu, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
-    near = _scaling.rounds_to_nearest(n, ar.shape[-1], "accurate")
+    near = scaling.rounds_to_nearest(n, ar.shape[-1], "accurate")
 
     def ints(x, s, axis):
         if x is None:
@@ -213,7 +214,7 @@ def test_host_code_residue_kernel_rounds(cpu_backend, cplx, nearest):
             assert np.array_equal(planes[2, ell, 0, :, 0], _symmetric(want + want_y, m)), m
 
 
-# (moduli, k, mode, rounds): both sides of _scaling.rounds_to_nearest
+# (moduli, k, mode, rounds): both sides of scaling.rounds_to_nearest
 ROUNDING_SWITCH = [
     (3, 62, "accurate", True),
     (3, 63, "accurate", False),
@@ -230,7 +231,7 @@ def test_model_and_host_code_round_ties(cpu_backend, n, k, mode, rounds, cplx):
     1/2 and subnormal, for counts that round and counts that truncate: the model and the host
     code over the kernels (model or CUDA source) equal ``_ozaki2.product`` bit for bit."""
     be, cp = cpu_backend
-    assert _scaling.rounds_to_nearest(n, k, mode) == rounds
+    assert scaling.rounds_to_nearest(n, k, mode) == rounds
     ar, ai, br, bi, pre = tie_operands(((2,), 5, k, 4), cplx, n, mode, seed=n + k)
     c = crt_constants(n)
     mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
@@ -254,7 +255,7 @@ def test_host_code_round_ties_at_large_exponents(cpu_backend, n, scale_a, scale_
     be, cp = cpu_backend
     ar, ai, br, bi, pre = tie_operands(((), 6, 30, 5), True, n, "accurate", seed=4,
                                        scale_a=scale_a, scale_b=scale_b)  # fmt: skip
-    assert _scaling.rounds_to_nearest(n, 30, "accurate")
+    assert scaling.rounds_to_nearest(n, 30, "accurate")
     c = crt_constants(n)
     mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
     v = np.ldexp(ar, mu[:, None])
@@ -413,7 +414,7 @@ def test_rounding_ties_boundaries_and_dd():
              for i in range(8)]  # fmt: skip
     limbs = [np.where(neg[:, None], -x, x).astype(np.int64) for x in limbs]
     with np.errstate(over="ignore"):
-        ghi, glo = _exact.unscale_dd(np, limbs, -off, np.zeros(1, dtype=np.int64))
+        ghi, glo = rounding.unscale_dd(np, limbs, -off, np.zeros(1, dtype=np.int64))
     assert _same(hi, ghi[:, 0]) and _same(lo, glo[:, 0])
     assert _same(f32, np.array([_f32_reference(y, e) for y, e in zip(ys, es)], dtype=np.float32))
 
@@ -763,7 +764,7 @@ def test_model_exact_factors_equal_generic():
     to the shifts' steps, zero (a zero line) and the extremes."""
     import array_api_compat.numpy as xnp
 
-    from emulinalg._moduli import MAX_MODULI, MIN_MODULI
+    from emulinalg.algorithm.moduli import MAX_MODULI, MIN_MODULI
 
     rng = np.random.default_rng(5)
     e = [0.0, 0.25, 0.5, 1.0, 3.75, 2.0**52, 2.0**60]
@@ -812,10 +813,10 @@ def test_model_certificate_line_terms():
     assert np.allclose(na2, want2, rtol=1000 * 2.0**-52, atol=0)
     live = na128 > 0  # (a zero row: 0 both)
     assert (na2[live] < 0.9 * na128[live]).all()  # a different norm, not the l1 one
-    gen, gsum, gnz = _scaling._bound_operand(np, ar, ai, s, axis=-1)
+    gen, gsum, gnz = scaling.bound_operand(np, ar, ai, s, axis=-1)
     assert np.array_equal(planes[..., :1000], gen) and np.array_equal(sums, gsum)
     assert np.array_equal(nz, gnz)
-    assert np.array_equal(mixed, _scaling.mixed_lines(np, ar, ai, axis=-1))
+    assert np.array_equal(mixed, scaling.mixed_lines(np, ar, ai, axis=-1))
 
 
 @pytest.mark.parametrize("k", [1, 2, 31, 64, 1000])

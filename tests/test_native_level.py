@@ -26,9 +26,10 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import OzakiII, _planner, _refit, _scaling, _select
-from emulinalg._moduli import crt_constants
+from emulinalg import OzakiII, _planner, _select
 from emulinalg._precision import Level
+from emulinalg.algorithm import refit, scaling
+from emulinalg.algorithm.moduli import crt_constants
 from emulinalg.backends import numpy as npb
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
@@ -44,8 +45,8 @@ def _numpy_backend(monkeypatch):
 
 def _side(k):
     """M (= N) for inner dimension k: large enough that the level does not recompute every
-    entry (``_refit.refits_all``), which would leave its count untested."""
-    return M if not _refit.refits_all(M * N, k) else 160
+    entry (``refit.refits_all``), which would leave its count untested."""
+    return M if not refit.refits_all(M * N, k) else 160
 
 
 @functools.cache
@@ -82,8 +83,8 @@ def _at_count(a, b, n):
     if n == 20:
         return c
     A, B = a.astype(np.float64), b.astype(np.float64)
-    pre = _scaling.ozaki2_prescale(xp, npb.int_matmul, A, None, B, None, "accurate")
-    (c64,), _ = _refit.refit(xp, A, None, B, None, (c.astype(np.float64),), tuple(pre),
+    pre = scaling.ozaki2_prescale(xp, npb.int_matmul, A, None, B, None, "accurate")
+    (c64,), _ = refit.refit(xp, A, None, B, None, (c.astype(np.float64),), tuple(pre),
                              "accurate", c.dtype.name)  # fmt: skip
     return c64.astype(c.dtype)
 
@@ -185,10 +186,10 @@ def test_k_2_17_keeps_native_bits():
 
 @pytest.mark.parametrize(("moduli", "k", "nearest"), [(15, 4096, True), (3, 4096, False)])
 def test_scaled_operands_round_to_nearest_even_where_the_crt_allows(moduli, k, nearest):
-    assert _scaling.rounds_to_nearest(moduli, k, "accurate") is nearest
-    assert not _scaling.rounds_to_nearest(moduli, k, "fast")
+    assert scaling.rounds_to_nearest(moduli, k, "accurate") is nearest
+    assert not scaling.rounds_to_nearest(moduli, k, "fast")
     x = np.array([[0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49, 2.51, 5e-324, -3.0]])
-    got = _scaling.scale_to_integers(xp, x, np.array([0]), -1, nearest)
+    got = scaling.scale_to_integers(xp, x, np.array([0]), -1, nearest)
     want = [0, 2, 2, 0, -2, -2, 0, 3, 0, -3] if nearest else [0, 1, 2, 0, -1, -2, 0, 2, 0, -3]
     assert got.tolist() == [want]
 
@@ -196,9 +197,9 @@ def test_scaled_operands_round_to_nearest_even_where_the_crt_allows(moduli, k, n
 def _sigma(a, b, n):
     """Per entry the native form's sigma at n moduli (the library's shifts, exact norms of the
     scaled operands) and 2**(mu_i + nu_j)."""
-    pre = _scaling.ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
+    pre = scaling.ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
     c = crt_constants(n)
-    mu, nu = _scaling.ozaki2_shifts(xp, pre, c.L, c.Q_down)
+    mu, nu = scaling.ozaki2_shifts(xp, pre, c.L, c.Q_down)
     ah, bh = np.ldexp(a, mu[:, None]), np.ldexp(b, nu[None, :])
     sig = 0.5 * (np.linalg.norm(bh, axis=0)[None, :] + np.linalg.norm(ah, axis=1)[:, None])
     sig += 0.25 * math.sqrt(a.shape[1])
@@ -296,14 +297,14 @@ def test_refit_recomputes_the_most_cancelled_entries_exactly_enough():
     with emulinalg.config(strategy="eager"):
         plain = emulinalg.matmul(a, b, precision=OzakiII(moduli=_count(plan)))
     changed = np.flatnonzero(c != plain)
-    assert 0 < changed.size <= _refit.REFIT_ENTRIES
+    assert 0 < changed.size <= refit.REFIT_ENTRIES
     err = np.abs((c - ref[0]) - ref[1]).flat[changed]
     err_plain = np.abs((plain - ref[0]) - ref[1]).flat[changed]
     # 20 moduli instead of ~15: some 16 bits more, or the correctly rounded value
     assert np.all(err <= np.maximum(2.0**-12 * err_plain, 2.0**-52 * np.abs(ref[0]).flat[changed]))
     # the entries changed are the most cancelled ones by the prescale's line bound
-    pre = _scaling.ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
-    idx = _refit.cancelled_entries(xp, (plain,), tuple(pre))
+    pre = scaling.ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
+    idx = refit.cancelled_entries(xp, (plain,), tuple(pre))
     assert set(changed) <= set(idx.tolist())
 
 
@@ -311,7 +312,7 @@ def test_small_products_refit_every_entry():
     """Below REFIT_ALL_WORK multiply-adds every finite entry takes MAX_MODULI moduli: the
     result is the 20-moduli product's, entry for entry (and the plan says so)."""
     a, b = _structured("cancelling", 64)
-    assert _refit.refits_all(a.shape[0] * b.shape[1], 64)
+    assert refit.refits_all(a.shape[0] * b.shape[1], 64)
     a[3, 5] = np.inf
     c, plan = _level(a, b)
     assert any("refit: every entry" in note for note in plan.notes), str(plan)

@@ -12,7 +12,7 @@ Each backend module provides the same small surface:
   (``emulinalg._engine._run`` says the contract); ``magnitude_lower_matmul(xa, xb)``: a cheap
   lower bound of a product of magnitudes for the certificate (``emulinalg._select``);
   ``ozaki2_prescale(ar, ai, br, bi, mode)`` and ``ozaki2_certificate(...)``: the statistics in
-  the backend's kernels (same contracts as ``emulinalg._scaling.ozaki2_prescale`` and
+  the backend's kernels (same contracts as ``emulinalg.algorithm.scaling.ozaki2_prescale`` and
   ``emulinalg._select.ozaki2_moduli_needed``; None declines); ``all_finite(x)``: the engine's
   NaN/Inf check; ``line_scan(ar, ai, br, bi)``: that check fused with the prescale's line
   exponents, ``(finite, exponents)`` (the backend's prescale then takes ``exponents=``);

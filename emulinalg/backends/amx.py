@@ -170,9 +170,9 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
         return None
     if not _host_ok(amx, ar, ai, br, bi):
         return None
-    from emulinalg._moduli import crt_constants
-    from emulinalg._scaling import ozaki2_shifts, rounds_to_nearest
     from emulinalg._timing import stage
+    from emulinalg.algorithm.moduli import crt_constants
+    from emulinalg.algorithm.scaling import ozaki2_shifts, rounds_to_nearest
 
     c = crt_constants(moduli)
     mu, nu = ozaki2_shifts(np, prescale, c.L, c.Q_down)
@@ -203,7 +203,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
 
 
 def bf16_product(ar, ai, br, bi, scheme, dt):
-    """``emulinalg._bf16.product``'s backend hook in ``emulinalg._amx``'s C++
+    """``emulinalg.algorithm.bf16.product``'s backend hook in ``emulinalg._amx``'s C++
     (``src_amx/bf16_host.cpp``): the BF16 split written straight into tile panels
     (``bf16_pack``), one slice-product tile GEMM per output part (``bf16_multiply``: BF16x3's six
     products in the same FP32 tiles; BF16xN's pairs widened to float64 per 1024 of K), the
@@ -221,17 +221,17 @@ def bf16_product(ar, ai, br, bi, scheme, dt):
             np.stack([p[q] for p in parts]).reshape(ar.shape[:-2] + parts[0][q].shape)
             for q in range(len(parts[0]))
         )
-    from emulinalg import _bf16
     from emulinalg._timing import stage
+    from emulinalg.algorithm import bf16
 
-    kind = _bf16.kind(scheme)
+    kind = bf16.kind(scheme)
     with stage("slicing"):  # the split written straight into tile panels
         panels = amx.bf16_pack(ar, br, scheme.slices, kind, ai, bi)
     out = []
-    for plist in _bf16.pair_lists(scheme, ai is not None):
+    for plist in bf16.pair_lists(scheme, ai is not None):
         with stage("products"):
             c = amx.bf16_multiply(panels, np.asarray(plist, dtype=np.int32), emulate=EMULATE)
-        with stage("reconstruction"):  # one rounding, as _bf16._generic
+        with stage("reconstruction"):  # one rounding, as bf16.product's generic code
             if kind == "fixed":
                 amx.bf16_unscale(c, panels.ea, panels.eb)
                 c = c if c.dtype == dt else c.astype(dt)
@@ -284,14 +284,15 @@ def _bf16_ok(amx, ar, ai, br, bi):
 
 
 def ozaki2_prescale(ar, ai, br, bi, mode):
-    """``emulinalg._scaling.ozaki2_prescale(numpy, int_matmul, ar, ai, br, bi, "accurate")`` with
-    the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound GEMM on the INT8
-    tiles: a ``Prescale`` with the same ``(s, t, e, f)`` (values and dtypes), real or complex, and
-    ``lower`` = F (int32 (m, n), the generic code's values). The operand passes also take the
-    sums for the certificate's normalized norms (``line_sums``: the l1 sums and the sums of squares,
-    float64 ((m,), (n,)) each), so ``ozaki2_certificate`` reads the operands only when F leaves
-    entries beyond. None declines (fast mode, batches, what ``_host_ok`` refuses)."""
-    from emulinalg._scaling import Prescale
+    """``emulinalg.algorithm.scaling.ozaki2_prescale(numpy, int_matmul, ar, ai, br, bi,
+    "accurate")`` with the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound
+    GEMM on the INT8 tiles: a ``Prescale`` with the same ``(s, t, e, f)`` (values and dtypes),
+    real or complex, and ``lower`` = F (int32 (m, n), the generic code's values). The operand
+    passes also take the sums for the certificate's normalized norms (``line_sums``: the l1 sums
+    and the sums of squares, float64 ((m,), (n,)) each), so ``ozaki2_certificate`` reads the
+    operands only when F leaves entries beyond. None declines (fast mode, batches, what
+    ``_host_ok`` refuses)."""
+    from emulinalg.algorithm.scaling import Prescale
 
     amx = _module()
     if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi):

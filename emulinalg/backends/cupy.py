@@ -12,7 +12,7 @@ is bit-identical to the numpy reference. ``magnitude_lower_matmul`` is the certi
 bound of |A||B| as one bfloat16 tensor-core GEMM. The statistics that choose the number of
 moduli run in the kernels of ``src_cuda/ozaki2_stats.cu`` too: ``ozaki2_prescale`` (the
 accurate-mode prescale: one INT8 GEMM of the bound operands, same values as
-``emulinalg._scaling.ozaki2_prescale``) and ``ozaki2_certificate`` (the count and mask of
+``emulinalg.algorithm.scaling.ozaki2_prescale``) and ``ozaki2_certificate`` (the count and mask of
 ``emulinalg._select.ozaki2_moduli_needed``: fused passes over the bound GEMM's sums for the
 counts and the exact step, the suspect refinement, and the bf16 GEMM where the bound leaves
 entries beyond).
@@ -34,9 +34,9 @@ import numpy as np
 from cupy.cuda import cublas
 
 from emulinalg import _select, get_config
-from emulinalg._moduli import crt_constants
-from emulinalg._scaling import Prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg._timing import stage
+from emulinalg.algorithm.moduli import crt_constants
+from emulinalg.algorithm.scaling import Prescale, ozaki2_shifts, rounds_to_nearest
 
 from . import cuda as _cuda
 from .cuda import fused as _fused
@@ -223,7 +223,7 @@ def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, 
     """int8 planes (P, n, B, rows_pad, kp) of the logical operand (B, rows, k) given by ``re``
     (and ``im``) with element ``strides``, lines scaled by ``shift`` (B lines of ``rows``, batch
     stride ``shift_sb``) and rounded to nearest (``nearest``) or toward zero, as
-    ``_scaling.scale_to_integers``: ``ozaki2_residues.cu``."""
+    ``scaling.scale_to_integers``: ``ozaki2_residues.cu``."""
     B = re.shape[0]
     cplx = im is not None
     planes = cp.empty((3 if cplx else 1, n, B, rows_pad, kp), dtype=cp.int8)
@@ -315,7 +315,7 @@ class _Operands:
 
 
 def _shifts(prescale, c):
-    """``_scaling.ozaki2_shifts`` evaluated by numpy on the host: the vectors are short and the
+    """``scaling.ozaki2_shifts`` evaluated by numpy on the host: the vectors are short and the
     formula is a dozen elementwise steps, each a kernel launch on the device (about 1 ms in all
     at N = 8192, against 0.1 ms here); its exact comparisons make the shifts the same on every
     backend."""
@@ -330,8 +330,8 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     prescale)``.
 
     ``ar``/``br`` are float64 cupy arrays (..., m, k)/(..., k, n), ``ai``/``bi`` the imaginary
-    parts or None, ``prescale`` from ``_scaling.ozaki2_prescale``; ``out_dtype`` is "float64",
-    "float32" or "dd" (each part a (hi, lo) float64 pair, as ``_exact.unscale_dd``). Returns the
+    parts or None, ``prescale`` from ``scaling.ozaki2_prescale``; ``out_dtype`` is "float64",
+    "float32" or "dd" (each part a (hi, lo) float64 pair, as ``rounding.unscale_dd``). Returns the
     tuple of parts, or None to decline (the caller then runs the generic path).
     """
     if not kernels_enabled() or out_dtype not in _cuda.OUT_KIND or prescale is None:
@@ -702,14 +702,14 @@ def _usable(ar, ai, br, bi):
 
 
 def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
-    """``emulinalg._scaling.ozaki2_prescale(cupy, int_matmul, ar, ai, br, bi, mode)`` in the
-    kernels of ``ozaki2_stats.cu``: same ``(s, t, e, f)``, dtypes and values (all exact), or None
-    to decline ("fast" mode is left to the generic code).
+    """``emulinalg.algorithm.scaling.ozaki2_prescale(cupy, int_matmul, ar, ai, br, bi, mode)``
+    in the kernels of ``ozaki2_stats.cu``: same ``(s, t, e, f)``, dtypes and values (all
+    exact), or None to decline ("fast" mode is left to the generic code).
 
     accurate: one pass per operand for the line exponents, one writing the int8 bound operand
     floor(2**(s+1) |x|) in the INT8 GEMM's layout with its line terms (sums, nonzero counts,
     norms' partials), one cuBLAS INT8 GEMM F (INT32 out, exact: terms are <= 127 * 127), and
-    one pass over F for the row and column maxima of U (``_scaling.bound_upper``). ``lower``
+    one pass over F for the row and column maxima of U (``scaling.bound_upper``). ``lower``
     keeps F and the norms' partials for ``ozaki2_certificate``. ``exponents``: ``line_scan``'s
     for these operands (finite), which saves the first pass.
     """

@@ -14,12 +14,12 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
 1. Statistics over the whole matrices, as reductions over chunks. One task per chunk gives its
    lines' max magnitude and whether they hold NaN/Inf (NaN/Inf entries count as 0, as in the
    engine); a max over K-chunks gives each row's (column's) exponent, hence the prescale
-   shifts ``s``, ``t`` of ``_scaling.ozaki2_prescale``. Accurate mode: one task per chunk makes
+   shifts ``s``, ``t`` of ``scaling.ozaki2_prescale``. Accurate mode: one task per chunk makes
    the int8 bound operand ``Ā = floor(2**(s+1) |A|)`` (entries <= 127,
-   ``_scaling._bound_operand``) and one its lines' terms (sum of Ā, count of nonzero parts);
+   ``scaling.bound_operand``) and one its lines' terms (sum of Ā, count of nonzero parts);
    one task per block triple the integer GEMM (``backend.int_matmul(.., 127*127)``) and tree
    sums over K-blocks give the exact ``F = Ā B̄`` and line terms (integers below 2**53 add
-   exactly in any order), then per output block ``U = _scaling.bound_upper`` and
+   exactly in any order), then per output block ``U = scaling.bound_upper`` and
    ``e_i = max_j U_ij / 4``, ``f_j = max_i U_ij / 4``: the engine's values exactly. Fast mode:
    per-chunk sums of squares.
    The certificate of a level (``_select.certify_moduli``) is evaluated on operands normalized
@@ -61,8 +61,8 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
    patch (their flat indices, on the host) for step 4; the last step's decision is the count
    that the later stages use.
 2. Residues once per chunk (``emulinalg-residues``, I·Q + Q·J tasks): the shifts ``mu``, ``nu``
-   (``_scaling.ozaki2_shifts``' formula, from the count), ``scale_to_integers`` (rounded to
-   nearest or truncated as ``_scaling.rounds_to_nearest`` says for the count and the WHOLE
+   (``scaling.ozaki2_shifts``' formula, from the count), ``scale_to_integers`` (rounded to
+   nearest or truncated as ``scaling.rounds_to_nearest`` says for the count and the WHOLE
    inner dimension, as ``_ozaki2.product`` does), ``split`` and ``residues`` for every
    modulus, stored as int8 planes (n per entry, 3n for complex: 3M). dask deduplicates by
    key, so every block product reading a chunk reads the same planes.
@@ -75,9 +75,9 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
    is bit for bit the engine's on the whole matrices with the same count. The certificate's
    patch (2-D products) and, for the named levels (the native form), the whole product's most
    cancelled entries are then recomputed with the most moduli as the engine does
-   (``_refit.refit(..., extra=patch, cancelled=...)``; tasks that return at once where there
+   (``refit.refit(..., extra=patch, cancelled=...)``; tasks that return at once where there
    is nothing to recompute): for the named levels, per output block the entries the whole
-   product's pick can take there (the block's own pick of ``_refit.cancelled_entries``'
+   product's pick can take there (the block's own pick of ``refit.cancelled_entries``'
    ratios: an entry of the whole pick is in it, since fewer than ``REFIT_ENTRIES`` of the
    block's entries come before it); one task (``emulinalg-refit-select``) taking the pick
    among them and the union with the patch; per chunk the entries' rows of A (columns of B),
@@ -170,22 +170,23 @@ import math
 
 import numpy as np
 
-from emulinalg import _engine, _ozaki2, _planner, _refit, _select, get_config
-from emulinalg._moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from emulinalg import _engine, _ozaki2, _planner, _select, get_config
 from emulinalg._plan import Plan
 from emulinalg._precision import NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
-from emulinalg._scaling import (
+from emulinalg.algorithm import refit
+from emulinalg.algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from emulinalg.algorithm.scaling import (
     BOUND_MAX,
-    _bound_operand,
-    _half_log_shift,
+    bound_operand,
     bound_upper,
+    half_log_shift,
     magnitude,
     max_exponent,
     mixed_lines,
     rounds_to_nearest,
     scale_to_integers,
 )
-from emulinalg._xputil import ldexp, make_complex
+from emulinalg.algorithm.xputil import ldexp, make_complex
 
 name = "dask"
 
@@ -909,8 +910,8 @@ def _shared_graph(a, b, request, arrays=None):
     # the engine refits the most cancelled entries of a product of the native form
     # (``_planner.refits``) and the certificate's patch (2-D products, ``refine_and_patch``)
     cancelled = certify and _planner.refit_form(request, k)
-    refit = cancelled or (certify and nd == 2)
-    if not refit:
+    refits = cancelled or (certify and nd == 2)
+    if not refits:
         c = da.blockwise(_crt_block, out, wsum, out, mu, rows, nu, cols, *patch, *ix(*out),
                          token="emulinalg-crt", **fin_kw)  # fmt: skip
     else:
@@ -955,16 +956,16 @@ def _shared_graph(a, b, request, arrays=None):
             f"also where at most {_select.patch_limit(a.shape[-2], b.shape[-1])} still do (the "
             "patch, which ends the steps)"
         )
-    if refit:
+    if refits:
         what = [
             "the certificate's patch" if certify and nd == 2 else None,
             ("every entry (a small product)"
-             if _refit.refits_all(math.prod(a.shape[:-1]) * b.shape[-1], a.shape[-1])
-             else f"the whole product's most cancelled entries (at most {_refit.REFIT_ENTRIES})")
+             if refit.refits_all(math.prod(a.shape[:-1]) * b.shape[-1], a.shape[-1])
+             else f"the whole product's most cancelled entries (at most {refit.REFIT_ENTRIES})")
             if cancelled else None,
         ]  # fmt: skip
         notes.append(
-            f"refit (_refit): {' and '.join(w for w in what if w)} recomputed with "
+            f"refit (refit.refit): {' and '.join(w for w in what if w)} recomputed with "
             f"{MAX_MODULI} moduli in one task, from their lines picked per chunk; the output "
             "blocks wait for it"
         )
@@ -1013,26 +1014,26 @@ def _line_stats(x, axis):
 
 
 def _bound_chunk(x, lines, axis, cplx):
-    """int8 ``Ā = floor(2**(s+1) |x|)`` (entries <= 127, ``_scaling._bound_operand``) with the
+    """int8 ``Ā = floor(2**(s+1) |x|)`` (entries <= 127, ``scaling.bound_operand``) with the
     global prescale shift s = 5 - e - cplx."""
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)
         s = 5 - _line_exponent(xp, lines) - int(cplx)
-        return xp.astype(_bound_operand(xp, re, im, s, axis)[0], xp.int8)
+        return xp.astype(bound_operand(xp, re, im, s, axis)[0], xp.int8)
 
 
 def _line_terms(x, lines, axis, cplx, norm):
     """Partial line terms of one chunk, (..., m, 1, 2 to 4) for A, (..., 1, n, .) for B: the
-    sum of Ā and the count of nonzero parts (``_scaling._bound_operand``'s, exact integers, so
+    sum of Ā and the count of nonzero parts (``scaling.bound_operand``'s, exact integers, so
     their K-sums are the whole lines'), and with ``norm`` ("l1" or "l2", the certificate's)
     the partial sum of ``_select._line_norm`` on the normalized line (of |Re| + |Im|, or of
-    its squares; finished by ``_line_norms``) and, complex, ``_scaling.mixed_lines``."""
+    its squares; finished by ``_line_norms``) and, complex, ``scaling.mixed_lines``."""
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)
         s = 5 - _line_exponent(xp, lines) - int(cplx)
-        _, sums, nz = _bound_operand(xp, re, im, s, axis)
+        _, sums, nz = bound_operand(xp, re, im, s, axis)
         terms = [sums, nz]
         if norm is not None:
             if im is not None:  # entries with both parts nonzero: _select.bound_lower
@@ -1092,7 +1093,7 @@ def _bound_block(xa, xb):
 
 
 def _upper_block(F, aterms, bterms, cplx):
-    """U = ``_scaling.bound_upper`` of one output block from the K-summed F and line terms
+    """U = ``scaling.bound_upper`` of one output block from the K-summed F and line terms
     (exact integers: the engine's U, so max U / 4 gives its e and f)."""
     xp, _ = _xp_backend(F)
     return bound_upper(xp, F, aterms[..., 0], aterms[..., 1], bterms[..., 0], bterms[..., 1], cplx)
@@ -1489,7 +1490,7 @@ def _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, *, k, q
 
 def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, k, cplx, mode,
                  real_name, cancelled):  # fmt: skip
-    """The CRT and the refit (``_refit``; the tasks below ``_crt_block``) of the certificate's
+    """The CRT and the refit (``refit.refit``; the tasks below ``_crt_block``) of the certificate's
     patch and, with ``cancelled`` (the engine's ``_refits`` but for the count), the most
     cancelled entries, then the native patch: the product as a dask array. Without
     ``cancelled`` the pick needs no output block: it waits for the decision alone."""
@@ -1516,7 +1517,7 @@ def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, k, cpl
                         meta=obj(nd), token="emulinalg-crt", dtype_name=fin_kw["dtype_name"],
                         **kw)  # fmt: skip
     cands = []
-    every = _refit.refits_all(math.prod(shape), a.shape[-1])  # small: every entry
+    every = refit.refits_all(math.prod(shape), a.shape[-1])  # small: every entry
     if cancelled:
         cands = [da.blockwise(_refit_candidates, out, emul, out, amb, rows + (p,), bmb,
                               cols + (p,), e, rows, f, cols, need, out, cfg, (), *ix(*out),
@@ -1543,13 +1544,13 @@ def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, k, cpl
 
 
 def _shift_task(lines, bound, cfg, cplx):
-    """mu (or nu) of ``_scaling.ozaki2_shifts``: s + the largest t with bound * 4**t <= Q."""
+    """mu (or nu) of ``scaling.ozaki2_shifts``: s + the largest t with bound * 4**t <= Q."""
     xp, _ = _xp_backend(lines)
     s = 5 - _line_exponent(xp, lines) - int(cplx)
     if not cfg["count"]:
         return s
     c = crt_constants(cfg["count"])
-    return s + _half_log_shift(xp, c.L, c.Q_down, bound)
+    return s + half_log_shift(xp, c.L, c.Q_down, bound)
 
 
 def _block_index(ix):
@@ -1561,7 +1562,7 @@ def _residues_chunk(x, shift, cfg, *ix, axis, cplx, k, mode):
     residues of the scaled chunk for every modulus (shared by every block product that reads
     the chunk), and the chunk itself when a block product of its row (column) block needs the
     native product. The scaled chunk is rounded as ``_ozaki2.product`` rounds the whole
-    operand (``_scaling.rounds_to_nearest`` of the whole inner dimension ``k``)."""
+    operand (``scaling.rounds_to_nearest`` of the whole inner dimension ``k``)."""
     xp, backend = _xp_backend(x)
     where = _block_index(ix)
     need = cfg["need"][where] if axis == -1 else cfg["need"][where[:-1] + (slice(None), where[-1])]
@@ -1670,7 +1671,7 @@ def _crt_block(w, mu, nu, amb, bmb, need, cfg, *ix, dtype_name):
         return _native_patch(xp, out, w["nat"], amb, bmb, need, cfg, _block_index(ix))
 
 
-# The refit (``_refit``) of the certificate's patch and of the most cancelled entries (the
+# The refit (``refit.refit``) of the certificate's patch and of the most cancelled entries (the
 # native form's levels): the CRT per output block keeps its emulated values, per output block
 # the entries the whole product's pick can take there, one task picking them and adding the
 # patch, per chunk the picked entries' rows of A (columns of B), one task recomputing the
@@ -1699,13 +1700,13 @@ def _host(x):
 
 
 def _cancel_ratio(xp, parts, s, t, e, f, exclude):
-    """``_refit.cancel_ratio`` of one output block from its lines' prescale values."""
-    return _refit.cancel_ratio(xp, parts, (s, t, e, f), exclude)
+    """``refit.cancel_ratio`` of one output block from its lines' prescale values."""
+    return refit.cancel_ratio(xp, parts, (s, t, e, f), exclude)
 
 
 def _pick_cancelled(xp, ratio, everything):
-    """``_refit.pick`` among entries in ascending order of their flat index."""
-    return _refit.pick(xp, ratio, everything)
+    """``refit.pick`` among entries in ascending order of their flat index."""
+    return refit.pick(xp, ratio, everything)
 
 
 def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape, every):
@@ -1734,7 +1735,7 @@ def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape,
 
 
 def _refit_select(cfg, *cands, m, n, every, cancelled):
-    """The entries to recompute, as ``_refit.refit`` takes them: the decision's patch and
+    """The entries to recompute, as ``refit.refit`` takes them: the decision's patch and
     (``cancelled``) the whole product's pick (``_pick_cancelled`` of the blocks' candidates in
     ascending order of their flat index), their union sorted where both are there:
     ``{"idx": flat indices, "rows", "cols": their lines' indices in the batch-flattened rows

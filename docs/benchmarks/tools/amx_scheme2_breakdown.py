@@ -51,9 +51,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from emulinalg import _amx, _planner
-    from emulinalg._moduli import crt_constants
     from emulinalg._precision import Level
-    from emulinalg._scaling import ozaki2_shifts
+    from emulinalg.algorithm.moduli import crt_constants
+    from emulinalg.algorithm.scaling import ozaki2_shifts
     from emulinalg.backends import amx
     from emulinalg.inputs import phi_matrix
 

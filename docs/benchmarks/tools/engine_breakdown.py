@@ -13,8 +13,9 @@ import argparse
 import json
 
 import emulinalg
-from emulinalg import _engine, _planner, _scaling
+from emulinalg import _engine, _planner
 from emulinalg._timing import staged
+from emulinalg.algorithm import scaling
 from emulinalg.harness.bench import best_of
 from emulinalg.inputs import phi_matrix
 
@@ -23,7 +24,7 @@ WRAP = {
     (_engine, "_finite_lines"): "x:finite_lines",
     (_planner, "faster"): "x:cost_model",
     (_planner, "gemm_count"): "x:plan",
-    (_scaling, "ozaki2_shifts"): "x:shifts",
+    (scaling, "ozaki2_shifts"): "x:shifts",
 }
 
 
@@ -41,7 +42,7 @@ def main(argv=None):
         setattr(mod, name, staged(label)(getattr(mod, name)))
     import emulinalg.backends.cupy as cb  # its product hook imported ozaki2_shifts by name
 
-    cb.ozaki2_shifts = _scaling.ozaki2_shifts
+    cb.ozaki2_shifts = scaling.ozaki2_shifts
     sync = cp.cuda.get_current_stream().synchronize
     out = open(args.out, "a") if args.out else None  # noqa: SIM115
     for dt in args.dtype.split(","):

@@ -34,7 +34,7 @@ import array_api_compat.cupy as cxp
 import cupy as cp
 from gpu_records import median_ms, records  # tools/device: one CUDA-event timer, the records
 
-from emulinalg._moduli import MODULI as ALL_MODULI
+from emulinalg.algorithm.moduli import MODULI as ALL_MODULI
 from emulinalg.backends import cupy as be
 from emulinalg.backends.cuda import fused
 
@@ -124,7 +124,7 @@ def run_size(n, repeat, configs, swizzles, e2e, emit):
     cp.get_default_memory_pool().free_all_blocks()
     if not e2e:
         return
-    from emulinalg._scaling import ozaki2_prescale
+    from emulinalg.algorithm.scaling import ozaki2_prescale
 
     rng = cp.random.default_rng(3)
     a = (rng.random((n, n)) - 0.5) * cp.exp(rng.standard_normal((n, n)))

@@ -33,8 +33,8 @@ from gpu_records import median_ms  # tools/device: one CUDA-event timer
 
 import emulinalg
 from emulinalg import _ozaki2, _select
-from emulinalg._moduli import crt_constants
-from emulinalg._scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
+from emulinalg.algorithm.moduli import crt_constants
+from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import cupy as be
 
 MODULI, MODE, PHI = 18, "accurate", 1.0

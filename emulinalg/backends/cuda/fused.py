@@ -26,7 +26,7 @@ from functools import cache
 import numpy as np
 
 from emulinalg import get_config
-from emulinalg._moduli import MODULI
+from emulinalg.algorithm.moduli import MODULI
 
 from . import OUT_KIND, crt_table_arrays, crt_words, source
 
@@ -102,7 +102,7 @@ def int8_mod_products(pa, pb, moduli):
     """INT8 residues of the products of the A planes (P, n, B, m, kp) and the B planes
     (P, n, B, n_p, kp) of ``emulinalg/backends/cupy.py``'s ``_residue_planes``: planes
     (P, n, B, m, ldc) whose entry (0, l, b, i, j), j < n_p, is symmetric((A B^T)[i, j] mod
-    MODULI[l]) in [-(m_l // 2), (m_l - 1) // 2] (``_moduli.symmetric_mod``); ldc is n_p rounded
+    MODULI[l]) in [-(m_l // 2), (m_l - 1) // 2] (``moduli.symmetric_mod``); ldc is n_p rounded
     up to 16 (TMA rows), columns n_p.. are not written.
 
     One fused GEMM launch over all n * B matrices on the current stream. ``moduli`` is the count

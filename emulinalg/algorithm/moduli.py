@@ -20,7 +20,7 @@ MODULI = (256, 255, 253, 251, 247, 241, 239, 233, 229, 227,
 MAX_MODULI = len(MODULI)
 MIN_MODULI = 2
 
-LIMB_BITS = 24  # limb width of the exact integer accumulators (see _exact.py)
+LIMB_BITS = 24  # limb width of the exact integer accumulators (see rounding.py)
 
 
 @dataclass(frozen=True)

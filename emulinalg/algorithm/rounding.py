@@ -12,8 +12,8 @@ All functions take the array namespace ``xp`` and operate elementwise on same-sh
 
 from __future__ import annotations
 
-from ._moduli import LIMB_BITS
-from ._xputil import frexp_exponent, ldexp, to_float32
+from .moduli import LIMB_BITS
+from .xputil import frexp_exponent, ldexp, to_float32
 
 _MASK = (1 << LIMB_BITS) - 1
 

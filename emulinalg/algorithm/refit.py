@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 
-from . import _ozaki2
-from ._moduli import MAX_MODULI
-from ._scaling import rounds_to_nearest
-from ._xputil import ldexp
+from .. import _ozaki2
+from .moduli import MAX_MODULI
+from .scaling import rounds_to_nearest
+from .xputil import ldexp
 
 REFIT_ENTRIES = 64  # at most this many entries per call (and as many exact zeros)
 REFIT_SPREAD_BITS = 8  # ... and only those within 2**8 of the most cancelled one

@@ -14,8 +14,8 @@ GEMMul8's, whose shift depends on the scale of the input (research/accuracy-and-
 
 from __future__ import annotations
 
-from ._moduli import crt_constants
-from ._xputil import frexp_exponent, ldexp
+from .moduli import crt_constants
+from .xputil import frexp_exponent, ldexp
 
 
 def magnitude(xp, re, im):
@@ -37,7 +37,7 @@ def _expand(xp, v, axis):
 BOUND_MAX = 127  # largest entry of the accurate-mode bound operand (it fits INT8)
 
 
-def _bound_operand(xp, re, im, shift, axis):
+def bound_operand(xp, re, im, shift, axis):
     """Accurate mode's int8 operand and its line terms: ``floor(2**(s+1) |re|) (+ floor(2**(s+1)
     |im|))`` per entry (<= 127 when s = 5 - e - is_complex), with per line the sum of the
     entries and the count of nonzero parts (each entry's floor + its nonzero parts bounds
@@ -89,7 +89,7 @@ def _sqnorm_bound(xp, re, im, shift, axis):
     return xp.sum(x * x, axis=axis) * (1.0 + (k + 4) * 2.0**-52)
 
 
-def _half_log_shift(xp, L, Q_down, v):
+def half_log_shift(xp, L, Q_down, v):
     """The largest integer t with ``v * 4**t <= Q`` (Q = (P-1)/4, so t = floor(L - log2(v)/2))
     for positive bounds ``v`` (zeros are treated as 1).
 
@@ -144,8 +144,8 @@ def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
     s = 5 - max_exponent(xp, ar, ai, axis=-1) - int(cplx)
     t = 5 - max_exponent(xp, br, bi, axis=-2) - int(cplx)
     if mode == "accurate":
-        abar, ra, nza = _bound_operand(xp, ar, ai, s, axis=-1)
-        bbar, cb, nzb = _bound_operand(xp, br, bi, t, axis=-2)
+        abar, ra, nza = bound_operand(xp, ar, ai, s, axis=-1)
+        bbar, cb, nzb = bound_operand(xp, br, bi, t, axis=-2)
         F = int_matmul(abar, bbar, BOUND_MAX * BOUND_MAX)
         U = bound_upper(xp, F, ra, nza, cb, nzb, cplx)
         e = xp.max(U, axis=-1) * 0.25
@@ -166,7 +166,7 @@ def ozaki2_shifts(xp, prescale, L, Q_down):
     mu_i = s_i + floor(L - log2(e_i)/2), and likewise nu_j, since 2**(s_i+t_j)(|A||B|)_ij <=
     sqrt(e_i f_j)."""
     s, t, e, f = prescale
-    return s + _half_log_shift(xp, L, Q_down, e), t + _half_log_shift(xp, L, Q_down, f)
+    return s + half_log_shift(xp, L, Q_down, e), t + half_log_shift(xp, L, Q_down, f)
 
 
 def ozaki1_shifts(xp, ar, ai, br, bi, slices):

@@ -25,11 +25,11 @@ arXiv:2609.04663, Algorithms 1 and 2; Henry, Tang, Heinecke, ARITH 2019 (bf16x3)
 
 from __future__ import annotations
 
-from ._precision import BF16x3
-from ._scaling import magnitude
-from ._stages import stages
-from ._timing import stage
-from ._xputil import frexp_exponent, ldexp
+from .._precision import BF16x3
+from .._stages import stages
+from .._timing import stage
+from .scaling import magnitude
+from .xputil import frexp_exponent, ldexp
 
 SLICE_BITS = 8
 WIDEN_K = 1024  # K per exact FP32 partial sum of BF16xN: 1024 * 2**14 = 2**24 units
@@ -91,7 +91,7 @@ def split(xp, x, e, axis, slices, how):
     return out
 
 
-def _products(xp, A, B, plist, how, k):
+def slice_products(xp, A, B, plist, how, k):
     """sum over ``plist`` of A[i] @ B[j]: widened (fixed) or float64 then float32 (float)."""
     if how == "float":
         c = None
@@ -148,7 +148,7 @@ def _generic(xp, ar, ai, br, bi, scheme, dt):
     out = []
     for plist in pair_lists(scheme, ai is not None):
         with stage("products"):
-            c = _products(xp, A, B, plist, how, ar.shape[-1])
+            c = slice_products(xp, A, B, plist, how, ar.shape[-1])
         with stage("reconstruction"):  # one rounding: fixed sums are float64, float ones FP32
             e = xp.expand_dims(ea, axis=-1) + xp.expand_dims(eb, axis=-2)
             if how == "fixed":

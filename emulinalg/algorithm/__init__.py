@@ -1,0 +1,14 @@
+"""The algorithm: Ozaki Schemes I and II in Array API code, one module per step.
+
+Every function takes the array namespace ``xp`` first; these modules are the reference that
+every backend's kernels reproduce bit for bit. The steps of a product, in order:
+
+- ``scaling``: power-of-two shifts of rows of A and columns of B, Scheme II's prescale (line
+  bounds, the accurate mode's bound GEMM), the scaled integers.
+- ``moduli``: Scheme II's moduli and exact CRT constants (the one source of the kernels'
+  generated header ``src_cuda/ozaki2_tables.h``).
+- ``rounding``: exact integers in limbs and their one correctly rounded conversion to float.
+- ``refit``: the most cancelled entries recomputed with the most moduli.
+- ``bf16``: the BF16 slice schedules (BF16x3, BF16xN).
+- ``xputil``: the few operations beyond the Array API standard.
+"""
