@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import _ozaki1, _ozaki2, _planner, _select
+from . import _planner, _select
 from ._plan import Plan
 from ._precision import (
     NATIVE,
@@ -25,7 +25,7 @@ from ._precision import (
 )
 from ._stages import stages
 from ._timing import stage
-from .algorithm import bf16, refit
+from .algorithm import bf16, products, refit, residues, slices
 from .algorithm.moduli import MAX_MODULI
 from .algorithm.scaling import ozaki2_prescale
 from .algorithm.xputil import make_complex
@@ -339,7 +339,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     Returns the parts (real[, imaginary]); with ``out_dtype="dd"`` each part is flattened into
     its (hi, lo) pair. A backend may run a whole Scheme II product in its own kernels
     (``backend.ozaki2_product``, same contract and bit-identical output as
-    ``_ozaki2.product``, on the whole operands; it returns None to decline)."""
+    ``products.product``, on the whole operands; it returns None to decline)."""
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
         res = bf16.product(xp, backend, ar, ai, br, bi, scheme, out_dtype)
         return tuple(x for part in res for x in part) if out_dtype == "dd" else res
@@ -360,7 +360,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     rows = max(1, budget // max(1, math.prod(ar.shape[:-2]) * br.shape[-1]))
     b_planes = None
     if isinstance(scheme, OzakiII) and rows < m:  # B's residues once for all row blocks
-        b_planes = _ozaki2.b_residue_planes(xp, br, bi, prescale, scheme.moduli, scheme.mode)
+        b_planes = residues.b_residue_planes(xp, br, bi, prescale, scheme.moduli, scheme.mode)
     blocks = []
     for r0 in range(0, m, rows):
         sl = slice(r0, min(m, r0 + rows))
@@ -370,7 +370,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
             s, t, e, f = prescale
             pre = (s[..., sl], t, e[..., sl], f)
             blocks.append(
-                _ozaki2.product(
+                products.product(
                     xp,
                     imm,
                     a_r,
@@ -385,7 +385,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
                 )
             )
         else:
-            blocks.append(_ozaki1.product(xp, imm, a_r, a_i, br, bi, scheme.slices, out_dtype))
+            blocks.append(slices.product(xp, imm, a_r, a_i, br, bi, scheme.slices, out_dtype))
     if out_dtype == "dd":
         blocks = [tuple(x for part in blk for x in part) for blk in blocks]
     if len(blocks) == 1:
@@ -465,5 +465,5 @@ def _k_block(backend, scheme, k):
     if kb is None:
         return None
     if isinstance(scheme, OzakiII):
-        return kb(k, _ozaki2.RESIDUE_PRODUCT_BOUND)
-    return kb(k * scheme.slices * 2, _ozaki1.SLICE_PRODUCT_BOUND)
+        return kb(k, products.RESIDUE_PRODUCT_BOUND)
+    return kb(k * scheme.slices * 2, slices.SLICE_PRODUCT_BOUND)

@@ -27,7 +27,7 @@ member                      stage (reference implementation)
 ``magnitude_lower_matmul``  a lower bound of a product of line-normalized magnitudes
 ``(xa, xb)``                (float32 GEMM with its rounding removed, ``_select``)
 ``ozaki2_product(ar, ai,``  a whole Scheme II product (residues, modular products, CRT), same
-``br, bi, moduli, mode,``   result as ``_ozaki2.product`` bit for bit
+``br, bi, moduli, mode,``   result as ``products.product`` bit for bit
 ``out_dtype, prescale)``
 ``bf16_product(ar, ai,``    the BF16 schedule's product (``algorithm.bf16``)
 ``br, bi, scheme, dt)``

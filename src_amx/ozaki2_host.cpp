@@ -1,8 +1,8 @@
 // Scheme II's residue, product and CRT stages on the CPU. The CRT compiles the cupy
 // backend's CUDA C++ (src_cuda/ozaki2_crt.cu, ozaki2_crt_s8.cu) as host C++ (cuda_host.hpp)
 // with OpenMP over rows; the residues have their own vectorized float64 form of the same
-// integers (below). The outputs are bit-identical to emulinalg._ozaki2's numpy code
-// (tests/test_amx.py checks it). Real products, and complex ones by 3M (three planes per
+// integers (below). The outputs are bit-identical to emulinalg.algorithm's numpy code
+// (products.product; tests/test_amx.py checks it). Real products, and complex ones by 3M (three planes per
 // operand: re, im, re + im; three GEMMs per modulus combined into the real and imaginary
 // residues).
 //
@@ -52,7 +52,7 @@ namespace {
 // one entry per thread; here the same integers are reached with exact float64 operations that
 // the compiler vectorizes (compiled for AVX-512F, AVX2 and the baseline; every operation is
 // exact, so all paths give the same residues, which tests/test_amx.py checks against Python
-// integers and against emulinalg._ozaki2):
+// integers and against emulinalg.algorithm.residues):
 //   v  = |x| 2**shift                 as (|x| f1) f2, both powers of two: exact wherever v is
 //                                     normal (below, v < 1/2 however it rounds: X = 0)
 //   X  = h2 2**56 + h1 2**28 + h0     h2 = floor(v 2**-56) < 2**26, r1 = v - h2 2**56,
@@ -808,7 +808,7 @@ void register_ozaki2_host(py::module_& m) {
         py::arg("lo") = py::none(), py::arg("hi_im") = py::none(), py::arg("lo_im") = py::none(),
         "Scheme II reconstruction from int8 residues (moduli, m, n), or (2, moduli, m, n) for the "
         "real and imaginary parts (then hi_im, lo_im): kind 0 float64, 1 float32, 2 "
-        "double-double (hi, lo); bit-identical to emulinalg._ozaki2.reconstruct.");
+        "double-double (hi, lo); bit-identical to emulinalg.algorithm.crt.reconstruct.");
   m.def(
       "crt_words", [](int n) { return n >= 2 && n <= kMaxModuli ? kCrtWords[n] : 0; },
       py::arg("n"), "Words of the CRT accumulator compiled for n moduli (0 outside 2..20).");

@@ -1,8 +1,8 @@
 // Scheme II reconstruction: INT32 modular products -> exact CRT integer -> correctly rounded
 // float, one thread per output entry, reading each product once.
 //
-// Same arithmetic as emulinalg._ozaki2.product/reconstruct and rounding.unscale, so the output is
-// bit-identical to the numpy reference:
+// Same arithmetic as emulinalg.algorithm's products.product, crt.reconstruct and
+// rounding.unscale, so the output is bit-identical to the numpy reference:
 //   W_l = symmetric(T_l mod m_l)             (3M: Re = T1 - T2, Im = T3 - T1 - T2, mod m_l)
 //   X   = sum_l W_l * weight_l               exact, in NW int64 accumulators of 32-bit digits
 //   q   = rint(sum_l W_l * ratio_l)          float64, in order, no FMA (as numpy does)

@@ -558,11 +558,11 @@ def _pipeline_inputs(case, rng):
 
 
 def _assert_product_equal(ar, ai, br, bi, moduli, out_dtype):
-    """amx.ozaki2_product == _ozaki2.product (numpy) byte for byte, part by part (dtype
+    """amx.ozaki2_product == products.product (numpy) byte for byte, part by part (dtype
     included), on the generic prescale; returns the hook's parts."""
     import array_api_compat.numpy as xp
 
-    from emulinalg import _ozaki2
+    from emulinalg.algorithm import products
     from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
@@ -570,7 +570,7 @@ def _assert_product_equal(ar, ai, br, bi, moduli, out_dtype):
     pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
     got = amx.ozaki2_product(ar, ai, br, bi, moduli, "accurate", out_dtype, pre)
     with np.errstate(over="ignore"):  # float32 results beyond range round to inf, as native
-        want = _ozaki2.product(
+        want = products.product(
             xp, npb.int_matmul, ar, ai, br, bi, moduli, "accurate", out_dtype, pre
         )
     assert got is not None and len(got) == len(want)
@@ -585,7 +585,7 @@ def _assert_product_equal(ar, ai, br, bi, moduli, out_dtype):
 @pytest.mark.parametrize("moduli", [2, 9, 17, 20])
 def test_host_pipeline_equals_the_generic_product(case, out_dtype, moduli, monkeypatch, rng):
     """amx.ozaki2_product (C++ residues and CRT, tile-model INT8 GEMMs) against
-    emulinalg._ozaki2.product on numpy, bit for bit, views included."""
+    emulinalg.algorithm.products.product on numpy, bit for bit, views included."""
     from emulinalg.backends import amx
 
     monkeypatch.setattr(amx, "EMULATE", True)
@@ -938,7 +938,7 @@ def test_host_crt_from_two_threads_at_once(monkeypatch):
 
     import array_api_compat.numpy as xp
 
-    from emulinalg import _ozaki2
+    from emulinalg.algorithm import products
     from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
@@ -947,7 +947,7 @@ def test_host_crt_from_two_threads_at_once(monkeypatch):
     a = phi_matrix((400, 3), 1.0, "float64", seed=71)
     b = phi_matrix((3, 400), 1.0, "float64", seed=72)
     pre = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
-    want = _ozaki2.product(xp, npb.int_matmul, a, None, b, None, 20, "accurate", "float64", pre)
+    want = products.product(xp, npb.int_matmul, a, None, b, None, 20, "accurate", "float64", pre)
     results, errors = [], []
 
     def work():
@@ -974,7 +974,7 @@ def test_host_crt_with_fewer_openmp_threads_than_asked(tmp_path):
 
     code = (
         "import numpy as np, array_api_compat.numpy as xp\n"
-        "from emulinalg import _ozaki2\n"
+        "from emulinalg.algorithm import products\n"
         "from emulinalg.algorithm.scaling import ozaki2_prescale\n"
         "from emulinalg.backends import amx, numpy as npb\n"
         "from emulinalg.inputs import phi_matrix\n"
@@ -983,7 +983,7 @@ def test_host_crt_with_fewer_openmp_threads_than_asked(tmp_path):
         "b = phi_matrix((50, 9), 1.0, 'float64', seed=2)\n"
         "pre = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, 'accurate')\n"
         "imm = npb.int_matmul\n"
-        "w = _ozaki2.product(xp, imm, a, None, b, None, 14, 'accurate', 'float64', pre)\n"
+        "w = products.product(xp, imm, a, None, b, None, 14, 'accurate', 'float64', pre)\n"
         "g = amx.ozaki2_product(a, None, b, None, 14, 'accurate', 'float64', pre)\n"
         "print(int(np.sum(g[0] != w[0])))\n"
     )
@@ -1022,7 +1022,7 @@ def test_host_pipeline_complex_3m_equals_the_generic_product(
     case, out_dtype, moduli, monkeypatch, rng
 ):
     """Complex products in the C++ stages (3M residue planes, T1/T2/T3 -> Re/Im per modulus, a
-    two-part CRT) against emulinalg._ozaki2.product, bit for bit, views included."""
+    two-part CRT) against emulinalg.algorithm.products.product, bit for bit, views included."""
     from emulinalg.backends import amx
 
     monkeypatch.setattr(amx, "EMULATE", True)
@@ -1275,8 +1275,8 @@ ROUNDING_SWITCH = [(3, 62, True), (3, 63, False), (2, 80, False), (11, 200, True
 def test_host_pipeline_rounds_ties_as_the_generic_product(moduli, k, rounds, cplx, monkeypatch):
     """amx.ozaki2_product on operands whose scaled entries are ties n + 1/2 (both parities and
     signs), 1/2, below 1/2 or subnormal, for counts that round and counts that truncate (the
-    tile model's GEMMs): _ozaki2.product's bits, real and complex, float64 and double-double."""
-    from emulinalg import _ozaki2
+    tile model's GEMMs): products.product's bits, real and complex, float64 and double-double."""
+    from emulinalg.algorithm import products
     from emulinalg.algorithm.moduli import crt_constants
     from emulinalg.algorithm.scaling import ozaki2_shifts, rounds_to_nearest
     from emulinalg.backends import amx
@@ -1292,7 +1292,7 @@ def test_host_pipeline_rounds_ties_as_the_generic_product(moduli, k, rounds, cpl
     for out_dtype in ("float64", "dd"):
         got = amx.ozaki2_product(ar, ai, br, bi, moduli, "accurate", out_dtype, pre)
         with npb.quiet():
-            want = _ozaki2.product(
+            want = products.product(
                 np, npb.int_matmul, ar, ai, br, bi, moduli, "accurate", out_dtype, pre
             )
         assert got is not None and len(got) == len(want)

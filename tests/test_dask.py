@@ -27,9 +27,9 @@ from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern
 
 import emulinalg
 import emulinalg.backends
-from emulinalg import _engine, _ozaki2, _planner, _select
+from emulinalg import _engine, _planner, _select
 from emulinalg._precision import level_for_dtype, parse
-from emulinalg.algorithm import refit
+from emulinalg.algorithm import products, refit
 from emulinalg.algorithm.moduli import MAX_MODULI, crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import dask as dask_backend
@@ -918,7 +918,7 @@ def test_rounding_switch_at_large_k(sync, monkeypatch, moduli, dtype):
     _assert_in_core_bits(out, A, B, precision=scheme)
     with monkeypatch.context() as mp:
         mp.setattr(
-            _ozaki2, "rounds_to_nearest", lambda n, k, mode: not rounds_to_nearest(n, k, mode)
+            products, "rounds_to_nearest", lambda n, k, mode: not rounds_to_nearest(n, k, mode)
         )
         other = _eager(emulinalg.matmul, A, B, precision=scheme)
     assert not _bits_equal(out, other).all()

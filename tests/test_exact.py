@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulinalg import _ozaki2
-from emulinalg.algorithm import moduli, rounding
+from emulinalg.algorithm import crt, moduli, residues, rounding
 from emulinalg.algorithm.moduli import LIMB_BITS, crt_constants
 
 FORMATS = {"float64": (53, -1074, 1024), "float32": (24, -149, 128)}
@@ -145,7 +144,7 @@ def test_crt_reconstruction_matches_python_ints(n, data):
         rounding.add_multiple(xp, limbs[0], w.astype(np.int64), c.weight_limbs[ell])
         quotient[0] = quotient[0] + w * c.weight_ratios[ell]
     zero = np.zeros(1, dtype=np.int64)
-    (out,) = _ozaki2.reconstruct(xp, c, limbs, quotient, zero, zero[:, None][0], "float64")
+    (out,) = crt.reconstruct(xp, c, limbs, quotient, zero, zero[:, None][0], "float64")
     assert out.reshape(-1).tolist() == [float(Fraction(y)) for y in ys]
 
 
@@ -153,9 +152,9 @@ def test_residues_of_large_scaled_integers():
     rng = np.random.default_rng(0)
     X = np.trunc(np.ldexp(rng.random(200) - 0.5, 84))  # up to 2**83, as with 20 moduli
     X[:3] = [0.0, -(2.0**83) + 2.0**40, 2.0**52 + 1]
-    parts = _ozaki2.split(xp, X)
+    parts = residues.split(xp, X)
     for m in moduli.MODULI:
-        (r,) = _ozaki2.residues(xp, parts, None, m)
+        (r,) = residues.residues(xp, parts, None, m)
         expect = []
         for x in X:
             v = int(x) % m
@@ -194,9 +193,9 @@ def test_row_blocks_reuse_b_residues_and_change_no_bit(dtype, monkeypatch):
     a = phi_matrix((37, 40), 1.0, dtype, seed=3)
     b = phi_matrix((40, 23), 1.0, dtype, seed=4)
     calls = []
-    real = _ozaki2.b_residue_planes
+    real = residues.b_residue_planes
     monkeypatch.setattr(
-        _ozaki2, "b_residue_planes", lambda *args: calls.append(1) or real(*args)
+        residues, "b_residue_planes", lambda *args: calls.append(1) or real(*args)
     )
     for precision in (None, emulinalg.OzakiII(moduli=20)):
         with emulinalg.config(strategy="eager"):

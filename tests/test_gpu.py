@@ -2,8 +2,8 @@
 
 Runs only where cupy sees a CUDA GPU (marked ``gpu``); skipped with the reason elsewhere.
 The Scheme II kernels (``ozaki2_product``) are compared bit for bit with the generic
-``emulinalg._ozaki2.product`` run by numpy on the same inputs and the same prescale; their
-arithmetic is also checked on the CPU through a numpy model (``test_gpu_kernel_model.py``).
+``emulinalg.algorithm.products.product`` run by numpy on the same inputs and the same prescale;
+their arithmetic is also checked on the CPU through a numpy model (``test_gpu_kernel_model.py``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from _helpers import nonfinite_codes
 
 import emulinalg
-from emulinalg import _ozaki2
 from emulinalg._select import Target
+from emulinalg.algorithm import products
 from emulinalg.algorithm.scaling import ozaki2_prescale
 from emulinalg.backends import numpy as numpy_backend
 from emulinalg.inputs import phi_matrix
@@ -227,7 +227,7 @@ def _hook_vs_generic(ar, ai, br, bi, n, mode, out_dtype, to_gpu=cp.asarray):
     """The kernels and the numpy generic path on the same inputs and prescale, bit for bit."""
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, mode)
     with numpy_backend.quiet():
-        want = _ozaki2.product(
+        want = products.product(
             np, numpy_backend.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre
         )
     g = [None if x is None else to_gpu(x) for x in (ar, ai, br, bi)]
@@ -298,7 +298,7 @@ def test_ozaki2_kernels_round_ties(n, k, mode, scale, cplx):
                                        scale_a=scale, scale_b=-scale // 2)  # fmt: skip
     for out_dtype in ("float64", "dd"):
         with numpy_backend.quiet():
-            want = _ozaki2.product(
+            want = products.product(
                 np, numpy_backend.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre
             )
         g = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
@@ -325,7 +325,7 @@ def test_ozaki2_kernels_views_and_chunks(monkeypatch):
     _hook_vs_generic(ar[::-1], None, br, None, 12, "fast", "dd", to_gpu=lambda x: cp.asarray(x))
     rev = cp.asarray(ar)[::-1]  # negative row stride on the device
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar[::-1], None, br, None, "fast")
-    want = _ozaki2.product(np, numpy_backend.int_matmul, ar[::-1], None, br, None, 12, "fast",
+    want = products.product(np, numpy_backend.int_matmul, ar[::-1], None, br, None, 12, "fast",
                            "float64", pre)  # fmt: skip
     got = cupy_backend.ozaki2_product(
         rev, None, cp.asarray(br), None, 12, "fast", "float64", tuple(cp.asarray(x) for x in pre)
@@ -335,7 +335,7 @@ def test_ozaki2_kernels_views_and_chunks(monkeypatch):
     a3 = _operands(((4,), 6, 40, 9), 1, False, seed=8)[0]
     b3 = np.broadcast_to(br, (4,) + br.shape)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, a3, None, b3, None, "accurate")
-    want = _ozaki2.product(np, numpy_backend.int_matmul, a3, None, b3, None, 14, "accurate",
+    want = products.product(np, numpy_backend.int_matmul, a3, None, b3, None, 14, "accurate",
                            "float64", pre)  # fmt: skip
     gb = cp.broadcast_to(cp.asarray(br), b3.shape)
     got = cupy_backend.ozaki2_product(

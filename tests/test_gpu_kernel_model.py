@@ -1,11 +1,11 @@
 """CPU checks of the cupy backend's Scheme II kernels through their numpy model.
 
-``gpu_kernel_model`` mirrors ``src_cuda/ozaki2_residues.cu`` and ``ozaki2_crt.cu`` operation
-for operation; here it must reproduce the generic ``emulinalg._ozaki2.product`` bit for bit (and
-the exact double-double rounding for "dd"), so the algorithm of the GPU path is tested without a
-GPU. ``fake_cupy`` then runs ``emulinalg/backends/cupy.py``'s host code on the CPU, with the
-kernels either the model or the CUDA sources themselves compiled as host C++ (g++), against the
-same generic path. ``tests/test_gpu.py`` compares the real kernels with the generic path on the GPU.
+``gpu_kernel_model`` mirrors ``src_cuda/ozaki2_residues.cu`` and ``ozaki2_crt.cu`` operation for
+operation; here it must reproduce the generic ``emulinalg.algorithm.products.product`` bit for bit
+(and the exact double-double rounding for "dd"), so the algorithm of the GPU path is tested without
+a GPU. ``fake_cupy`` then runs ``emulinalg/backends/cupy.py``'s host code on the CPU, with the
+kernels either the model or the CUDA sources themselves compiled as host C++ (g++), against the same
+generic path. ``tests/test_gpu.py`` compares the real kernels with the generic path on the GPU.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from _helpers import certificate_counts, rounding_cases, scaled_integer, tie_operands
 
-from emulinalg import _ozaki2, _select
+from emulinalg import _select
 from emulinalg._select import Target
-from emulinalg.algorithm import rounding, scaling
+from emulinalg.algorithm import products, residues, rounding, scaling
 from emulinalg.algorithm.moduli import LIMB_BITS, MODULI, crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
 from emulinalg.backends import numpy as npb
@@ -60,7 +60,7 @@ def _operands(shape, phi, cplx, seed, scale_a=0, scale_b=0):
 def _generic(ar, ai, br, bi, n, mode, out_dtype):
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, mode)
     with npb.quiet():
-        return pre, _ozaki2.product(np, npb.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre)
+        return pre, products.product(np, npb.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre)
 
 
 def _exact_dd(ar, ai, br, bi, n, pre):
@@ -130,11 +130,11 @@ def test_residue_planes_equal_generic_residues(n, cplx, nearest):
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     c = crt_constants(n)
     mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
-    X = [_ozaki2.split(np, scale_to_integers(np, x, mu, -1, nearest)) for x in (ar, ai)]
+    X = [residues.split(np, scale_to_integers(np, x, mu, -1, nearest)) for x in (ar, ai)]
     planes = model.residue_planes(ar, ai, mu, c.moduli, 5, 48, nearest)
     assert not planes[..., 37:].any()
     for ell, m in enumerate(c.moduli):
-        want = _ozaki2.residues(np, X[0], X[1], m)
+        want = residues.residues(np, X[0], X[1], m)
         for p, w in enumerate(want):
             assert np.array_equal(planes[p, ell, :, :, :37], w.astype(np.int8))
 
@@ -229,7 +229,7 @@ ROUNDING_SWITCH = [
 def test_model_and_host_code_round_ties(cpu_backend, n, k, mode, rounds, cplx):
     """Operands whose scaled entries are ties n + 1/2 (both parities, both signs), 1/2, below
     1/2 and subnormal, for counts that round and counts that truncate: the model and the host
-    code over the kernels (model or CUDA source) equal ``_ozaki2.product`` bit for bit."""
+    code over the kernels (model or CUDA source) equal ``products.product`` bit for bit."""
     be, cp = cpu_backend
     assert scaling.rounds_to_nearest(n, k, mode) == rounds
     ar, ai, br, bi, pre = tie_operands(((2,), 5, k, 4), cplx, n, mode, seed=n + k)
@@ -239,7 +239,7 @@ def test_model_and_host_code_round_ties(cpu_backend, n, k, mode, rounds, cplx):
     assert (near != trunc).sum() > ar.size // 5  # the two roundings differ on these operands
     for out_dtype in ("float64", "dd"):
         with npb.quiet():
-            want = _ozaki2.product(np, npb.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre)
+            want = products.product(np, npb.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre)
         got_model = model.ozaki2_product(ar, ai, br, bi, n, mode, out_dtype, pre, k_block=16)
         dev = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
         got = be.ozaki2_product(*dev, n, mode, out_dtype, tuple(cp.asarray(x) for x in pre))
@@ -261,7 +261,7 @@ def test_host_code_round_ties_at_large_exponents(cpu_backend, n, scale_a, scale_
     v = np.ldexp(ar, mu[:, None])
     assert (np.abs(v - np.trunc(v)) == 0.5).sum() > 10
     with npb.quiet():
-        want = _ozaki2.product(np, npb.int_matmul, ar, ai, br, bi, n, "accurate", "dd", pre)
+        want = products.product(np, npb.int_matmul, ar, ai, br, bi, n, "accurate", "dd", pre)
     got = be.ozaki2_product(*(cp.asarray(x) for x in (ar, ai, br, bi)), n, "accurate", "dd",
                             tuple(cp.asarray(x) for x in pre))  # fmt: skip
     for (h, l_), (wh, wl) in zip(got, want):

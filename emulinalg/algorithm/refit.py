@@ -6,7 +6,7 @@ itself, with native and emulated products alike, and the largest elementwise rel
 product comes from its few most cancelled entries: a comparison of two single random errors.
 So after a level's product the ``REFIT_ENTRIES`` entries with the largest ratio of their line
 bound to their computed value (within ``2**REFIT_SPREAD_BITS`` of the largest) are recomputed
-with ``MAX_MODULI`` moduli (``_ozaki2.entries``: one dot product of residues per entry and
+with ``MAX_MODULI`` moduli (``products.entries``: one dot product of residues per entry and
 modulus), which leaves their error ~4 bits smaller per extra modulus. The elementwise relative
 error of the product then comes from the next entries, whose values cancel less.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from .. import _ozaki2
+from . import products
 from .moduli import MAX_MODULI
 from .scaling import rounds_to_nearest
 from .xputil import ldexp
@@ -134,7 +134,7 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
 
     sub = (xp.take(s, rows), xp.take(t, cols), xp.take(e, rows), xp.take(f, cols))
     near = rounds_to_nearest(MAX_MODULI, k, mode)
-    vals = _ozaki2.entries(
+    vals = products.entries(
         xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), MAX_MODULI, out_dtype, sub, near
     )
     out = []

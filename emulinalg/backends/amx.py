@@ -74,7 +74,7 @@ def k_block(k, term_bound):
 
 
 def _fits_int8(x):
-    if x.dtype == np.int8:  # residue planes made once (``_ozaki2.b_residue_planes``)
+    if x.dtype == np.int8:  # residue planes made once (``residues.b_residue_planes``)
         return x.size > 0
     return x.size > 0 and float(x.min()) >= -128 and float(x.max()) <= 127
 
@@ -162,8 +162,8 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     into the int8 tile panels (``ozaki2_pack``), one tile GEMM per modulus reduced to int8
     residues in its epilogue (``ozaki2_multiply``; 3M for complex: T1, T2, T3 -> Re, Im), the
     CRT (the CUDA sources' arithmetic compiled for the CPU): same contract and bit-identical
-    output as ``emulinalg._ozaki2.product(numpy, int_matmul, ...)``. 2-D operands with k <=
-    ``MAX_K``; returns None to decline (batches, longer K: generic path)."""
+    output as ``emulinalg.algorithm.products.product(numpy, int_matmul, ...)``. 2-D operands
+    with k <= ``MAX_K``; returns None to decline (batches, longer K: generic path)."""
     amx = _module()
     cplx = ai is not None
     if out_dtype not in OUT_KIND or prescale is None:

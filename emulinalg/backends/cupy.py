@@ -7,9 +7,9 @@ inputs, INT32 accumulation, ``CUBLAS_COMPUTE_32I``) through cupy's handle and cu
 (compiled at first use with NVRTC): one pass from float64 to the int8 residues of every modulus
 in the GEMM's layout, one strided-batched INT8 GEMM per K-block over all moduli (and batch, and
 3M products), one pass from the INT32 products to the correctly rounded result. It computes the
-same integers and the same exact reconstruction as ``emulinalg._ozaki2.product``, so the result
-is bit-identical to the numpy reference. ``magnitude_lower_matmul`` is the certificate's lower
-bound of |A||B| as one bfloat16 tensor-core GEMM. The statistics that choose the number of
+same integers and the same exact reconstruction as ``emulinalg.algorithm.products.product``, so the
+result is bit-identical to the numpy reference. ``magnitude_lower_matmul`` is the certificate's
+lower bound of |A||B| as one bfloat16 tensor-core GEMM. The statistics that choose the number of
 moduli run in the kernels of ``src_cuda/ozaki2_stats.cu`` too: ``ozaki2_prescale`` (the
 accurate-mode prescale: one INT8 GEMM of the bound operands, same values as
 ``emulinalg.algorithm.scaling.ozaki2_prescale``) and ``ozaki2_certificate`` (the count and mask of
@@ -326,8 +326,8 @@ def _shifts(prescale, c):
 
 def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     """Scheme II product in the CUDA kernels: same contract and bit-identical output as
-    ``emulinalg._ozaki2.product(cupy, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype,
-    prescale)``.
+    ``emulinalg.algorithm.products.product(cupy, int_matmul, ar, ai, br, bi, moduli, mode,
+    out_dtype, prescale)``.
 
     ``ar``/``br`` are float64 cupy arrays (..., m, k)/(..., k, n), ``ai``/``bi`` the imaginary
     parts or None, ``prescale`` from ``scaling.ozaki2_prescale``; ``out_dtype`` is "float64",

@@ -63,15 +63,15 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
 2. Residues once per chunk (``emulinalg-residues``, I·Q + Q·J tasks): the shifts ``mu``, ``nu``
    (``scaling.ozaki2_shifts``' formula, from the count), ``scale_to_integers`` (rounded to
    nearest or truncated as ``scaling.rounds_to_nearest`` says for the count and the WHOLE
-   inner dimension, as ``_ozaki2.product`` does), ``split`` and ``residues`` for every
+   inner dimension, as ``products.product`` does), ``split`` and ``residues`` for every
    modulus, stored as int8 planes (n per entry, 3n for complex: 3M). dask deduplicates by
    key, so every block product reading a chunk reads the same planes.
-3. Block products (``emulinalg-products``, I·Q·J tasks): ``_ozaki2.modular_products`` per
+3. Block products (``emulinalg-products``, I·Q·J tasks): ``products.modular_products`` per
    modulus, kept as int8 residues, and a tree reduction over K-blocks (``split_every``) adding
    them modulo each ``m_l``: the sums are congruent to the whole products, so their symmetric
    residues are the engine's ``W_l`` exactly.
 4. One CRT per output block (I·J tasks): the engine's exact limb accumulation and
-   ``_ozaki2.reconstruct`` (rounded once to the result dtype, float32 included): the result
+   ``crt.reconstruct`` (rounded once to the result dtype, float32 included): the result
    is bit for bit the engine's on the whole matrices with the same count. The certificate's
    patch (2-D products) and, for the named levels (the native form), the whole product's most
    cancelled entries are then recomputed with the most moduli as the engine does
@@ -81,7 +81,7 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
    ratios: an entry of the whole pick is in it, since fewer than ``REFIT_ENTRIES`` of the
    block's entries come before it); one task (``emulinalg-refit-select``) taking the pick
    among them and the union with the patch; per chunk the entries' rows of A (columns of B),
-   one task (``emulinalg-refit``) recomputing them (``_ozaki2.entries`` on their whole
+   one task (``emulinalg-refit``) recomputing them (``products.entries`` on their whole
    lines), and per output block (``emulinalg-final``) the emulated values with them patched
    in. The output blocks wait for that one task; for the named levels it waits for every
    output block's pick, so every output block's emulated values are held until it is done
@@ -170,10 +170,10 @@ import math
 
 import numpy as np
 
-from emulinalg import _engine, _ozaki2, _planner, _select, get_config
+from emulinalg import _engine, _planner, _select, get_config
 from emulinalg._plan import Plan
 from emulinalg._precision import NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
-from emulinalg.algorithm import refit
+from emulinalg.algorithm import crt, products, refit, residues
 from emulinalg.algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg.algorithm.scaling import (
     BOUND_MAX,
@@ -1561,7 +1561,7 @@ def _residues_chunk(x, shift, cfg, *ix, axis, cplx, k, mode):
     """``{"planes": int8 (n, 1 or 3, ..., rows, cols), "raw": the chunk or None}``: the
     residues of the scaled chunk for every modulus (shared by every block product that reads
     the chunk), and the chunk itself when a block product of its row (column) block needs the
-    native product. The scaled chunk is rounded as ``_ozaki2.product`` rounds the whole
+    native product. The scaled chunk is rounded as ``products.product`` rounds the whole
     operand (``scaling.rounds_to_nearest`` of the whole inner dimension ``k``)."""
     xp, backend = _xp_backend(x)
     where = _block_index(ix)
@@ -1572,10 +1572,10 @@ def _residues_chunk(x, shift, cfg, *ix, axis, cplx, k, mode):
         with _chunk_quiet(xp, backend):
             re, im, _ = _finite_parts(xp, x)
             near = rounds_to_nearest(n, k, mode)
-            Xr = _ozaki2.split(xp, scale_to_integers(xp, re, shift, axis, near))
-            Xi = _ozaki2.split(xp, scale_to_integers(xp, im, shift, axis, near))
+            Xr = residues.split(xp, scale_to_integers(xp, re, shift, axis, near))
+            Xi = residues.split(xp, scale_to_integers(xp, im, shift, axis, near))
             out["planes"] = xp.stack([
-                xp.stack([xp.astype(r, xp.int8) for r in _ozaki2.residues(xp, Xr, Xi, m)])
+                xp.stack([xp.astype(r, xp.int8) for r in residues.residues(xp, Xr, Xi, m)])
                 for m in crt_constants(n).moduli
             ])  # fmt: skip
     return out
@@ -1596,7 +1596,7 @@ def _product_block(ra, rb, cfg, *ix):
             for ell, m in enumerate(crt_constants(n).moduli):
                 planes_a = tuple(_gemm_operand(xp, backend, pa[ell, t]) for t in range(pa.shape[1]))
                 planes_b = tuple(_gemm_operand(xp, backend, pb[ell, t]) for t in range(pb.shape[1]))
-                w = _ozaki2.modular_products(xp, backend.int_matmul, planes_a, planes_b, m)
+                w = products.modular_products(xp, backend.int_matmul, planes_a, planes_b, m)
                 W.append(xp.stack([xp.astype(v, xp.int8) for v in w]))
             out["W"] = xp.stack(W)
         if need:
@@ -1634,7 +1634,7 @@ def _wsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
 
 def _crt_out(xp, w, mu, nu, cfg, dtype_name):
     """The emulated values of one output block (None when nothing is emulated): the exact CRT
-    of its K-summed residues (the engine's limb accumulation and ``_ozaki2.reconstruct``),
+    of its K-summed residues (the engine's limb accumulation and ``crt.reconstruct``),
     unscaled and rounded once to the result dtype."""
     n = cfg["count"]
     if not n:
@@ -1642,10 +1642,10 @@ def _crt_out(xp, w, mu, nu, cfg, dtype_name):
     c = crt_constants(n)
     W = w["W"]
     nparts = W.shape[1]
-    limbs, quotient = _ozaki2.accumulators(xp, c, W.shape[2:], nparts)
+    limbs, quotient = crt.accumulators(xp, c, W.shape[2:], nparts)
     for ell in range(n):
-        _ozaki2.accumulate(xp, c, limbs, quotient, ell, [W[ell, t] for t in range(nparts)])
-    parts = _ozaki2.reconstruct(xp, c, limbs, quotient, mu, nu, REAL_DTYPE[dtype_name])
+        crt.accumulate(xp, c, limbs, quotient, ell, [W[ell, t] for t in range(nparts)])
+    parts = crt.reconstruct(xp, c, limbs, quotient, mu, nu, REAL_DTYPE[dtype_name])
     dt = getattr(xp, dtype_name)
     return parts[0] if nparts == 1 else make_complex(xp, parts[0], parts[1], dt)
 
@@ -1675,7 +1675,7 @@ def _crt_block(w, mu, nu, amb, bmb, need, cfg, *ix, dtype_name):
 # native form's levels): the CRT per output block keeps its emulated values, per output block
 # the entries the whole product's pick can take there, one task picking them and adding the
 # patch, per chunk the picked entries' rows of A (columns of B), one task recomputing the
-# entries with MAX_MODULI moduli (``_ozaki2.entries`` on their whole lines), and per output
+# entries with MAX_MODULI moduli (``products.entries`` on their whole lines), and per output
 # block the values with those entries and the native ones patched in. The tasks return at once
 # where the refit does not run (None).
 
@@ -1810,7 +1810,7 @@ def _whole_lines(xp, pieces):
 
 def _refit_entries(pa, pb, sel, *, k, mode, real_name):
     """``{"idx", "parts"}``: the picked entries recomputed with MAX_MODULI moduli as in core
-    (``_ozaki2.entries`` on their whole lines, with the prescale of those lines); None
+    (``products.entries`` on their whole lines, with the prescale of those lines); None
     without refit."""
     if sel is None:
         return None
@@ -1827,7 +1827,7 @@ def _refit_entries(pa, pb, sel, *, k, mode, real_name):
 
         sub = (pick(s, pr), pick(t, pc), pick(e, pr), pick(f, pc))
         near = rounds_to_nearest(MAX_MODULI, k, mode)
-        parts = _ozaki2.entries(xp, pick(ar, pr), pick(ai, pr), pick(br, pc), pick(bi, pc),
+        parts = products.entries(xp, pick(ar, pr), pick(ai, pr), pick(br, pc), pick(bi, pc),
                                 MAX_MODULI, real_name, sub, near)  # fmt: skip
     return {"idx": sel["idx"], "parts": parts}
 

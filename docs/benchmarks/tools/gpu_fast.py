@@ -8,7 +8,7 @@ float64 level (issue #6): the backend's prescale and certificate hooks (``statis
 kernel by kernel: ``stats_breakdown.py``) beside the generic code on the device
 (``statistics_generic_ms``). Each time is the median of --repeat runs (CUDA events) after two
 warm-up runs. At the smallest size the product is also compared bit for bit with the generic
-``_ozaki2.product`` on the device, and the hooks' prescale and (count, beyond) with the generic
+``products.product`` on the device, and the hooks' prescale and (count, beyond) with the generic
 ones.
 
     python3 docs/benchmarks/tools/gpu_fast.py --out OUT.jsonl [--big] [--sizes 4096,8192] \\
@@ -32,7 +32,8 @@ import cupy as cp
 from gpu_records import median_ms  # tools/device: one CUDA-event timer
 
 import emulinalg
-from emulinalg import _ozaki2, _select
+from emulinalg import _select
+from emulinalg.algorithm import products
 from emulinalg.algorithm.moduli import crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import cupy as be
@@ -133,11 +134,11 @@ def run_size(n, repeat, check):
             lambda: emulinalg.matmul(a, b, precision=scheme), max(3, repeat // 3)
         )
     plane = MODULI * (n * kp + n_p * kp)  # int8 residues of A and B
-    products = 4 * MODULI * n * n_p  # INT32
+    int32_out = 4 * MODULI * n * n_p  # the INT32 products
     rec["bytes_moved"] = {
         "residues": 8 * 2 * n * n + plane,
-        "gemms": plane + products,  # each plane read at least once
-        "crt": products + 8 * n * n,
+        "gemms": plane + int32_out,  # each plane read at least once
+        "crt": int32_out + 8 * n * n,
     }
     rec["bytes_moved"]["total"] = sum(rec["bytes_moved"].values())
     rec["speedup_vs_dgemm"] = rec["dgemm_ms"] / rec["total_ms"]
@@ -145,7 +146,7 @@ def run_size(n, repeat, check):
     rec["native_tflops"] = 2.0 * n**3 / (rec["dgemm_ms"] * 1e-3) / 1e12
     if check:
         got = hook()[0]
-        want = _ozaki2.product(cxp, be.int_matmul, a, None, b, None, MODULI, MODE, "float64", pre)
+        want = products.product(cxp, be.int_matmul, a, None, b, None, MODULI, MODE, "float64", pre)
         rec["bitwise_equal_generic"] = bool(
             cp.array_equal(got.view(cp.uint64), want[0].view(cp.uint64))
         )

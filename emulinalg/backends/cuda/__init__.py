@@ -6,7 +6,7 @@ instantiations under ``#ifndef __CUDACC_RTC__`` exist for that check). This modu
 cupy: the tables and the source text are plain Python, so the CPU tests
 (``tests/test_gpu_kernel_model.py``) check them too.
 
-Stages (named as in ``emulinalg._ozaki2``):
+Stages (named as in ``emulinalg.algorithm.products``):
 
 - ``ozaki2_residues.cu``: float64 operand -> int8 residues for every modulus, in the INT8 GEMM's
   layout (planes of (rows, kp) with kp a multiple of 16), one pass;

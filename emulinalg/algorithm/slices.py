@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 
-from ._timing import stage, staged
-from .algorithm import rounding
-from .algorithm.moduli import LIMB_BITS
-from .algorithm.scaling import ozaki1_shifts, scale_to_integers
-from .algorithm.xputil import ldexp
+from .._timing import stage, staged
+from . import rounding
+from .moduli import LIMB_BITS
+from .scaling import ozaki1_shifts, scale_to_integers
+from .xputil import ldexp
 
 SLICE_BITS = 8
 SLICE_PRODUCT_BOUND = 255 * 255  # unsigned x unsigned dominates signed slices (128 * 255)
@@ -64,7 +64,7 @@ def significance_products(xp, int_matmul, SAr, SAi, SBr, SBi, s):
 
 
 def product(xp, int_matmul, ar, ai, br, bi, p, out_dtype):
-    """Scheme I product with p slices per operand; same conventions as ``_ozaki2.product``."""
+    """Scheme I product with p slices per operand; same conventions as ``products.product``."""
     mu, nu = ozaki1_shifts(xp, ar, ai, br, bi, p)
     SAr = slices(xp, scale_to_integers(xp, ar, mu, -1), p)
     SAi = slices(xp, scale_to_integers(xp, ai, mu, -1), p)

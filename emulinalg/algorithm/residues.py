@@ -1,0 +1,61 @@
+"""Scheme II residues: the scaled integers reduced modulo each modulus, in the symmetric range.
+
+A scaled operand X = round(2**mu A) (``scaling.scale_to_integers``; |X| < 2**83) is first split
+exactly into two float64 parts below 2**53, X = hi 2**32 + lo, whose residues combine into X mod
+m without any rounding; the residues lie in [-(m//2), (m-1)//2], which fits INT8 for every
+modulus (``moduli.MODULI``). Complex operands get the 3M planes (re, im, re + im).
+
+References: Ozaki, Uchino, Imamura, arXiv:2504.08009 (Scheme II); Uchino et al., SC-W 2025
+(GEMMul8); Uchino et al., arXiv:2512.08321 (complex, 3M).
+"""
+
+from __future__ import annotations
+
+from .._timing import staged
+from .moduli import crt_constants
+from .scaling import ozaki2_shifts, rounds_to_nearest, scale_to_integers
+from .xputil import floor_mod, ldexp
+
+SPLIT_BITS = 32  # scaled integers reach ~2**83: split them into two exact parts below 2**53
+
+
+def symmetric_mod(xp, x, m):
+    """Residue of integer-valued floats ``x`` (|x| < 2**53) modulo ``m``, in [-(m//2), (m-1)//2]."""
+    r = floor_mod(xp, x, float(m))
+    return xp.where(r > (m - 1) // 2, r - m, r)
+
+
+def split(xp, X):
+    """X = hi * 2**SPLIT_BITS + lo exactly, with lo in [0, 2**32) and |hi| < 2**53 (or None)."""
+    if X is None:
+        return None
+    hi = xp.floor(ldexp(xp, X, -SPLIT_BITS))
+    return hi, X - ldexp(xp, hi, SPLIT_BITS)
+
+
+def _residue(xp, parts, m):
+    hi, lo = parts
+    r = floor_mod(xp, hi, float(m)) * float(pow(2, SPLIT_BITS, m)) + floor_mod(xp, lo, float(m))
+    return symmetric_mod(xp, r, m)
+
+
+@staged("slicing")
+def residues(xp, Xr, Xi, m):
+    """Residue planes of a scaled integer operand (given ``split``): (re, im, re+im) for 3M,
+    or (re,)."""
+    rr = _residue(xp, Xr, m)
+    if Xi is None:
+        return (rr,)
+    ri = _residue(xp, Xi, m)
+    return rr, ri, symmetric_mod(xp, rr + ri, m)
+
+
+def b_residue_planes(xp, br, bi, prescale, moduli, mode="accurate"):
+    """B's residue planes for every modulus, as int8 (``residues`` of the scaled B): made once
+    and passed to ``products.product`` for each row block of A (``b_planes``) instead of once
+    per block. n planes per entry of B (3n for complex)."""
+    c = crt_constants(moduli)
+    _, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
+    near = rounds_to_nearest(moduli, br.shape[-2], mode)
+    Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2, near)) for x in (br, bi))
+    return [tuple(xp.astype(r, xp.int8) for r in residues(xp, Br, Bi, m)) for m in c.moduli]
