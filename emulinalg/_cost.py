@@ -94,7 +94,7 @@ def _flops(dtype, m, n, k, batch):
 
 def likely_count(family, bits, k, weight=None):
     """The fewest moduli/slices a level of ``bits`` can need at inner dimension ``k`` (from the
-    certificate with equal magnitudes). ``weight``: the native form's ``_select.Target.weight``
+    certificate with equal magnitudes). ``weight``: the native form's ``certificate.Target.weight``
     (its l2 terms put L_n about bits - log2(weight) + 1.5 on flat data; 1 less here, so as not to
     overestimate); None: the strict form (the rounding error must sit ~log2(k)/2 + 3 bits below
     the level). Used to skip the statistics when even that count loses to native."""

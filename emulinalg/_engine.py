@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import _planner, _select
+from . import _planner
 from ._plan import Plan
 from ._precision import (
     NATIVE,
@@ -25,7 +25,7 @@ from ._precision import (
 )
 from ._stages import stages
 from ._timing import stage
-from .algorithm import bf16, products, refit, residues, slices
+from .algorithm import bf16, certificate, products, refit, residues, slices
 from .algorithm.moduli import MAX_MODULI
 from .algorithm.scaling import ozaki2_prescale
 from .algorithm.xputil import make_complex
@@ -246,7 +246,7 @@ def _emulate(
             plan.notes.append(choice.note)
         elif choice.certified:
             target = _planner.target_for(request, ar.shape[-1], backend, _outputs(ar, br))
-            plan.notes.append(_select.guarantee_note(target, family))
+            plan.notes.append(certificate.guarantee_note(target, family))
         m, n, k = ar.shape[-2], br.shape[-1], ar.shape[-1]
         if performant and not _record_verdict(
             plan, *_planner.faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0])
@@ -430,10 +430,10 @@ def _choose(
     def certify(lev):  # (count, beyond, patch) of the family's certificate for a level
         target = _planner.target_for(lev, k, backend, outputs)
         if family == "ozaki2":
-            return _select.ozaki2_moduli_needed(
+            return certificate.ozaki2_moduli_needed(
                 xp, backend, ar, ai, br, bi, prescale, target, hook_ops
             )
-        return (*_select.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target), None)
+        return (*certificate.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target), None)
 
     count, beyond, patch = certify(level)
     any_beyond = beyond is not None and bool(xp.any(beyond))

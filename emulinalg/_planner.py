@@ -2,7 +2,8 @@
 graph (``emulinalg/backends/dask.py``) ask the same functions.
 
 - ``family``: which scheme family a level runs (the config's ``scheme``).
-- ``target_for``: the level's certificate form (strict l1 or the native form, ``_select``).
+- ``target_for``: the level's certificate form (strict l1 or the native form,
+  ``algorithm.certificate``).
 - ``likely_faster`` / ``faster``: the performant verdict, from the backend's cost model
   (``_cost``): before the statistics with the fewest moduli/slices the level can need (so a
   product native wins anyway skips them), then with the count the certificate chose.
@@ -30,7 +31,7 @@ from ._precision import (
     OzakiI,
     OzakiII,
 )
-from ._select import Target, native_weight
+from .algorithm.certificate import Target, native_weight
 from .algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
 
 # Below this inner dimension the named levels take the strict certificate: the native product
@@ -46,7 +47,7 @@ def family(scheme_setting):
 
 
 def target_for(level, k, backend=None, outputs=None):
-    """The certificate's ``_select.Target`` for a ``_precision.Level``: the named levels
+    """The certificate's ``certificate.Target`` for a ``_precision.Level``: the named levels
     ("float64", "float32": as accurate as the native GEMM of that precision) take the native
     form with the backend's ``native_weight`` from k = NATIVE_MIN_K on; a number of bits (and a
     named level at smaller k) takes the strict certificate."""
@@ -73,7 +74,7 @@ def likely_faster(
     predicted faster than native for a product (..., m, k) x (..., k, n). ``cert_k``: the inner
     dimension the certificate sees (None: ``k``; the dask graph certifies over the whole k and
     multiplies blocks of it). ``backend``: the module whose native error the weight models
-    (None: the default), ``outputs`` the product's output entries (``_select.native_error``)."""
+    (None: the default), ``outputs`` the product's output entries (``certificate.native_error``)."""
     ck = k if cert_k is None else cert_k
     target = target_for(level, ck, backend, outputs)
     weight = target.weight if target.guarantee == "native" else None

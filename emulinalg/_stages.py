@@ -22,10 +22,10 @@ member                      stage (reference implementation)
 ``br, bi, mode[,``
 ``exponents])``
 ``ozaki2_certificate(ar,``  the moduli count per entry and the count, same contract as
-``ai, br, bi, prescale,``   ``_select.certify_moduli``: ``(count, beyond[, patch])``
+``ai, br, bi, prescale,``   ``certificate.certify_moduli``: ``(count, beyond[, patch])``
 ``target)``
 ``magnitude_lower_matmul``  a lower bound of a product of line-normalized magnitudes
-``(xa, xb)``                (float32 GEMM with its rounding removed, ``_select``)
+``(xa, xb)``                (float32 GEMM, rounding removed: ``certificate``)
 ``ozaki2_product(ar, ai,``  a whole Scheme II product (residues, modular products, CRT), same
 ``br, bi, moduli, mode,``   result as ``products.product`` bit for bit
 ``out_dtype, prescale)``
@@ -37,7 +37,7 @@ member                      stage (reference implementation)
 Declared facts: ``block_entries`` (output entries per row block of the generic Scheme II
 loop; None: ``_engine.BLOCK_ENTRIES``), ``narrow_statistics`` (its statistics stages take
 float32 parts as they are), ``native_error_rms`` / ``native_chain_k`` (its native GEMM's
-measured rounding error, ``_select.native_error``), ``dask_mode`` (the dask graph its chunks
+measured rounding error, ``certificate.native_error``), ``dask_mode`` (the dask graph its chunks
 default to), and ``plan_note()`` (a line for every plan, e.g. why another backend is not
 running).
 """
@@ -50,7 +50,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 # The native GEMM's rounding error per entry, as a root mean square relative to
-# u sqrt(k) ||a_i o b_j||_2 (``_select.native_error``): one chain of FMAs over k gives about
+# u sqrt(k) ||a_i o b_j||_2 (``certificate.native_error``): one chain of FMAs over k gives about
 # 1/sqrt(12); a GEMM that adds chains of kb and then their sums, sqrt(kb / k) of that. A backend
 # declares its own (``native_error_rms``, ``native_chain_k``); this default is the single chain.
 NATIVE_ERROR_RMS = 0.29

@@ -12,8 +12,8 @@
 //                  with one threshold and the exact line factors, the exact step's test
 //
 // Same values as emulinalg.algorithm.scaling.ozaki2_prescale (exactly) and the same decisions as
-// emulinalg._select.ozaki2_moduli_needed (its float32 lower bound; the norms' sums are taken in
-// another order, upper bounds both) -- tests/test_amx.py.
+// emulinalg.algorithm.certificate.ozaki2_moduli_needed (its float32 lower bound; the norms' sums
+// are taken in another order, upper bounds both) -- tests/test_amx.py.
 #include "cuda_host.hpp"
 #include "host_loops.hpp"
 
@@ -247,7 +247,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void cert_run(
 }
 
 // (need, count, at_count, beyond): the certificate per entry (cert_need) from the lower bound
-// F 2**-fexp (2**-fexp_mixed where mixa[i] or mixb[j] is nonzero: _select.bound_lower) of the
+// F 2**-fexp (2**-fexp_mixed where mixa[i] or mixb[j] is nonzero: certificate.bound_lower) of the
 // bound GEMM's int32 sums F (m, n), or the larger of that and the float32
 // GEMM sums c's (gemm_lower): need (m, n) uint8 = MIN_MODULI (base) + the index of the first
 // threshold in thr that certifies it (base + len(thr): none); count: the largest need below

@@ -1,6 +1,7 @@
 // Scheme II statistics: the accurate-mode prescale and the certificate that picks the number of
 // moduli (emulinalg/backends/cupy.py: ozaki2_prescale, ozaki2_certificate), same values and
-// decisions as emulinalg.algorithm.scaling.ozaki2_prescale and emulinalg._select.ozaki2_moduli_needed.
+// decisions as emulinalg.algorithm.scaling.ozaki2_prescale and
+// emulinalg.algorithm.certificate.ozaki2_moduli_needed.
 //
 // Operands are logical (B, R, C) float64 arrays with element strides (sb, sr, sc), as in
 // ozaki2_residues.cu: rows are the lines that carry a shift (rows of A, columns of B), C is the
@@ -23,21 +24,21 @@
 //                      (B, Rpad, Cp) or k-major (B, Cp, Rpad), as bf16_lower.cu; and per chunk
 //                      of columns the sequential sum of |re| 2**-e + |im| 2**-e (the l1 norm)
 //   cert_line_terms    per line: the l1 upper bound sum * (1 + (k+2) 2**-52) or the l2 one
-//                      sqrt(sum of squares * (1 + (k+2) 2**-52)) (1 + 2**-52) (_select's
+//                      sqrt(sum of squares * (1 + (k+2) 2**-52)) (1 + 2**-52) (the certificate's
 //                      _line_norm), alpha = 2**(cplx-5) sqrt(e) from the prescale's line bound
 //   cert_entries       per output entry: the lower bound lam of |A||B| from the bound GEMM F
 //                      (F 2**-12, 2**-11 complex) or, on the second pass, the larger of that
 //                      and the bf16 GEMM's FP32 sums' bound; the smallest count of moduli the
-//                      certificate accepts (float64, in _select's operation order, no FMA),
+//                      certificate accepts (float64, in the certificate's operation order, no FMA),
 //                      and a histogram of those counts. Launched again with the threshold 1
 //                      and the exact line factors in place of alpha, beta, it is the exact
-//                      step's test (_select.exact_passes), its histogram counting failures
-//   cert_exact_factors _select.exact_line_factors of every line for the count the histograms
+//                      step's test (certificate.exact_passes), its histogram counting failures
+//   cert_exact_factors certificate.exact_line_factors of every line for the count the histograms
 //                      ask for (one count below the largest, or two after a successful exact
 //                      step), and whether the exact-step pass that uses them runs
 //   collect_suspects   the flat indices of the suspects: the entries not beyond that fail the
 //                      exact test one count below the certificate's count
-//   refine_suspects    the suspect refinement (_select.refine_moduli): the suspects' float64
+//   refine_suspects    the suspect refinement (refinement.refine_moduli): the suspects' float64
 //                      sums of normalized magnitude products (and of their squares: the
 //                      native form), one warp per entry, and the exact test one count lower,
 //                      failures counted
@@ -678,7 +679,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // One thread per line of (B, R), partial (2, B, nchunks, R) (bound_operand's): s = the sum of
 // the chunks' l1 partials, in order, and norm = s * l1fac; l2: s the sum of the squares'
-// partials and norm = sqrt(s * l1fac) * (1 + 2**-52) (_select._line_norm: upper bounds, the
+// partials and norm = sqrt(s * l1fac) * (1 + 2**-52) (certificate.line_norm: upper bounds, the
 // root rounded up). alpha = scale * sqrt(e).
 extern "C" __global__ void __launch_bounds__(kThreads)
     cert_line_terms(const double* __restrict__ partial, int nchunks, int B, int R, double l1fac,
@@ -698,7 +699,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// _select.magnitude_lower with the bf16 hook: max(float64(c) * factor - abs_term, 0).
+// certificate.magnitude_lower with the bf16 hook: max(float64(c) * factor - abs_term, 0).
 __device__ __forceinline__ double gemm_lower(float c, double factor, double abs_term) {
   const double lam = __dsub_rn(__dmul_rn(static_cast<double>(c), factor), abs_term);
   return lam > 0.0 ? lam : 0.0;
@@ -706,7 +707,7 @@ __device__ __forceinline__ double gemm_lower(float c, double factor, double abs_
 
 // An entry's lower bound lam of the line-normalized |A||B|: the bound GEMM's sum F times fs =
 // 2**-fexp, or 2**-fexp_mixed where its row or column has an entry with both parts nonzero
-// (_select.bound_lower; exact), and with the bf16 GEMM's FP32 sum c (gemm: the second pass) the
+// (certificate.bound_lower; exact), and with the bf16 GEMM's FP32 sum c (gemm: the second pass) the
 // larger of that and gemm_lower(c). cert_entries, refine_suspects and the CPU's
 // host_cert_entries all take it from here.
 __device__ __forceinline__ double entry_lower(double F, bool mixed, double fscale,
@@ -719,11 +720,11 @@ __device__ __forceinline__ double entry_lower(double F, bool mixed, double fscal
 }
 
 // The certificate's test of one entry, its terms computed once: the count with threshold t (of
-// _select.cert_constants' thresholds) certifies it iff t (2 G + t Q) <= R (_select._passes,
+// certificate.cert_constants' thresholds) certifies it iff t (2 G + t Q) <= R (certificate.passes,
 // float64 in that operation order, no FMA), from its lower bound lam of the normalized |A||B|;
 // qa = c4 alpha_i. Each rounded operation is monotone in t, so the test is too: it passes below
 // some threshold and fails above (t > 0). With t = 1 and the exact line factors in place of
-// alpha, beta it is _select.exact_passes' test. Also run on the CPU
+// alpha, beta it is certificate.exact_passes' test. Also run on the CPU
 // (src_amx/ozaki2_stats_host.cpp).
 struct CertTest {
   double R, G2, Q;
@@ -780,7 +781,7 @@ __device__ __forceinline__ void cert_columns(long long b, int jb, int n,
 // of (B, m) and columns j < n; thread x takes columns j0 + 4x .. j0 + 4x + 3 (16-byte loads).
 // F: the bound GEMM's sums (B, m, n_p), int32 or int64; c32 (GEMM pass only): the bf16 GEMM's
 // FP32 sums (B, m, c_pitch); n_p and c_pitch multiples of 4, both 16-byte aligned. lam = F
-// 2**-fexp (2**-fexp_mixed where mixa[row] or mixb[column] is nonzero: _select.bound_lower), or
+// 2**-fexp (2**-fexp_mixed where mixa[row] or mixb[column] is nonzero: certificate.bound_lower), or
 // max(that, gemm_lower(c32)). na/alpha (B, m), nb/beta (B, n). thr: the nth thresholds (at
 // most 32). Writes need (B, m, n): base + cert_need (base + nth: beyond every count) for the
 // beyond entries and those needing the largest count; the others may get a larger count than
@@ -986,7 +987,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)
 //   step(steps) ..      the patch's flat indices (in any order)
 __device__ __forceinline__ int cw_step(int nth, int s) { return nth + 10 + 9 * s; }
 
-// The exact step's decision (_select.certify_moduli): its pass tests count index top - 1 where
+// The exact step's decision (certificate.certify_moduli): its pass tests count index top - 1 where
 // there is one below top and this pass is the last (last = 0: a pass with beyond entries is
 // followed by another; without beyond entries it is the last); it takes the count off where
 // only the beyond entries fail it (they always do).
@@ -1006,7 +1007,7 @@ __device__ __forceinline__ int half_log_shift(double q_down, double v) {
   return t;
 }
 
-// _select.exact_line_factors of count index c, f0 2**-half_log_shift(Q_down, e), of A's lines
+// certificate.exact_line_factors of count index c, f0 2**-half_log_shift(Q_down, e), of A's lines
 // (e, la of them) to p and B's (f, lb) to q, lines first, first + stride, ...; tab holds
 // Q_down per count index, then f0 (0.5 scale min(rel, EXCLUDED)); 0 for a zero line bound.
 __device__ __forceinline__ void exact_factors(const double* __restrict__ e, long long la,
@@ -1029,7 +1030,7 @@ __device__ __forceinline__ void exact_factors(const double* __restrict__ e, long
 // One thread per line. mode 0 (after the counts' pass): the exact step's factors (count index
 // top - 1) where it runs, and its pass's skip word. mode 1 (after that pass): c (the count index
 // after the exact step) and, where the refinement runs (refine: a 2-D product, steps > 0 of
-// _select.REFINE_STEPS, c above the smallest, the last pass), the factors of c - 1 and step 0's
+// refinement.REFINE_STEPS, c above the smallest, the last pass), the factors of c - 1 and step 0's
 // skip word (the first thread writes the words).
 extern "C" __global__ void __launch_bounds__(kThreads)
     cert_exact_factors(const double* __restrict__ e, long long la, const double* __restrict__ f,
@@ -1055,12 +1056,12 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   if (go) exact_factors(e, la, f, lb, tab, nth, c - 1, first, stride, p, q);
 }
 
-// A refinement step's suspects (_select.refine_and_patch's suspects(count)): the entries not
+// A refinement step's suspects (refinement.refine_and_patch's suspects(count)): the entries not
 // beyond every count (need0, the counts: not base + nth) that fail the step's exact pass
 // (need1 = 1), `sus` of them (its failures less the beyond entries). The step refines them
-// where it runs and 1 <= sus <= limit (_select.SUSPECTS_MAX for the native form, else
-// _select.REFINE_ENTRIES); the sample is every step-th suspect in flat order, step =
-// ceil(sus / re) (re = _select.REFINE_ENTRIES: _select.refine_sample).
+// where it runs and 1 <= sus <= limit (refinement.SUSPECTS_MAX for the native form, else
+// refinement.REFINE_ENTRIES); the sample is every step-th suspect in flat order, step =
+// ceil(sus / re) (re = refinement.REFINE_ENTRIES: refinement.refine_sample).
 struct CertStep {
   unsigned long long sus, step;
   bool run, work;
@@ -1222,12 +1223,12 @@ __device__ __forceinline__ long long suspect_at(const unsigned char* __restrict_
   return found[w];
 }
 
-// Step s's sample (_select.refine_moduli's suspect_sums), where it refines: one warp per sample
+// Step s's sample (refinement.refine_moduli's suspect_sums), where it refines: one warp per sample
 // slot j < ceil(sus / step), the suspect of rank j step (suspect_at); entry (i, j) of the
 // m x n output (B = 1):
 //   S = float64 sum over k of x_h = |a_ih| 2**-ea_i |b_hj| 2**-eb_j (|x| = max(|re|, |im|),
 //   ea_i = 5 - cplx - shift_a[i]), and (native) S2 = the sum of x_h**2; lane l sums terms l,
-//   l + 32, ... in order, then the lanes are added by shuffles. Then (_select.refine_failures)
+//   l + 32, ... in order, then the lanes are added by shuffles. Then (refinement.refine_failures)
 //   S' = max(S native_factor - tiny, 0) to sums[j] and, native, S2' likewise, scale =
 //   sqrt(S2' k) (1 - 2**-52) to sums[cap + j] and kappa = scale / (S' l1fac + tiny) (1 where
 //   that is 0) (1 - 2**-50), the step's largest kept in its word (as bits: kappa >= 0). Every
@@ -1302,7 +1303,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Step s's test and decision (_select.refine_and_patch's loop body), B = 1, on suspect_ranks'
+// Step s's test and decision (refinement.refine_and_patch's loop body), B = 1, on suspect_ranks'
 // grid (its blocks' group ranges and offsets boff). Where the step refines: every suspect
 // (rank r: sampled where step divides it, slot r / step) gets lam' =
 // its lower bound as cert_entries makes it, times theta (native: min(theta_cap, max(1, the
@@ -1312,7 +1313,7 @@ __global__ void __launch_bounds__(kThreads)
 // patch (the first patch_cap; one atomic per block and group). The last block decides (c in
 // words[W + 5]): no suspect, or none
 // failing: c - 1, and where steps remain and c - 1 is above the smallest, the next step's
-// factors and its skip word cleared; failures at most patch_cap (_select.patch_limit):
+// factors and its skip word cleared; failures at most patch_cap (refinement.patch_limit):
 // c - 1 with the patch; else the count stays. A step that does not run sets the next one's
 // skip word.
 template <typename T, bool GEMM>

@@ -159,15 +159,16 @@ def tie_operands(shape, cplx, moduli, mode, seed, scale_a=0, scale_b=0):
 
 
 def certificate_counts(xp, backend, ar, ai, br, bi, prescale, target):
-    """The generic certificate (``_select.ozaki2_moduli_needed``) on these operands with this
+    """The generic certificate (``certificate.ozaki2_moduli_needed``) on these operands with this
     backend's lower bounds: ``(count, patch, count without the refinement)`` (REFINE_STEPS 0)."""
-    from emulinalg import _select
+    from emulinalg.algorithm import certificate, refinement
 
-    count, _, patch = _select.ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, target)
-    steps = _select.REFINE_STEPS
+    needed = certificate.ozaki2_moduli_needed
+    count, _, patch = needed(xp, backend, ar, ai, br, bi, prescale, target)
+    steps = refinement.REFINE_STEPS
     try:
-        _select.REFINE_STEPS = 0
-        unrefined = _select.ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, target)[0]
+        refinement.REFINE_STEPS = 0
+        unrefined = needed(xp, backend, ar, ai, br, bi, prescale, target)[0]
     finally:
-        _select.REFINE_STEPS = steps
+        refinement.REFINE_STEPS = steps
     return count, patch, unrefined

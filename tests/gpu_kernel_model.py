@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulinalg.algorithm.moduli import crt_constants
+from emulinalg.algorithm.moduli import MIN_MODULI, crt_constants
 from emulinalg.algorithm.scaling import BOUND_MAX, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends.cuda import MAX_WORDS, crt_tables
 
@@ -552,7 +552,7 @@ def _fscale(fexp, shape):
 
 
 def _cert_entries(F, c32, n, fexp, na, alpha, nb, beta, factor, abs_term, cR, c4, thr, base):
-    """(need (B, m, n) uint8, hist): _select.ozaki2_needed's float64 operations, as cert_entries
+    """(need (B, m, n) uint8, hist): certificate.ozaki2_needed's float64 operations, as cert_entries
     does them, on lam = F 2**-fexp (F (B, m, n_p) the bound GEMM) or, with the bf16 GEMM's FP32
     sums c32 (B, m, pitch), the larger of that and their bound; hist as the kernel leaves it
     (the largest certified index at [nth + 1], its entries at that index, beyond at [nth])."""
@@ -625,14 +625,14 @@ def exact_factors(e, q_down, f0):
 
 def exact_table(cc):
     """cert_exact_factors' table as emulinalg/backends/cupy.py makes it: per count Q_down, and
-    f0, the value of _select.exact_line_factors for a line bound of Q_down (shift 0)."""
+    f0, the value of certificate.exact_line_factors for a line bound of Q_down (shift 0)."""
     import array_api_compat.numpy as xnp
 
-    from emulinalg import _select
+    from emulinalg.algorithm import certificate
 
-    counts = range(_select.MIN_MODULI, _select.MIN_MODULI + len(cc.thresholds))
+    counts = range(MIN_MODULI, MIN_MODULI + len(cc.thresholds))
     q_down = [crt_constants(c).Q_down for c in counts]
-    f0 = [float(_select.exact_line_factors(xnp, cc, c, np.array([q]), cc.scale)[0])
+    f0 = [float(certificate.exact_line_factors(xnp, cc, c, np.array([q]), cc.scale)[0])
           for c, q in zip(counts, q_down)]  # fmt: skip
     return q_down, f0
 
@@ -845,12 +845,12 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     certificate's words as they leave them."""
     import math
 
-    from emulinalg import _select
+    from emulinalg.algorithm import certificate, refinement
     from emulinalg.algorithm.moduli import MAX_MODULI, MIN_MODULI
 
     B, m, k, n, a, b = _logical(ar, ai, br, bi)
     cplx = ai is not None
-    cc = _select.cert_constants(k, target, cplx)
+    cc = certificate.cert_constants(k, target, cplx)
     s, t, e, f = (np.asarray(x) for x in prescale)
     e, f = e.reshape(-1), f.reshape(-1)
     low = prescale.lower
@@ -861,13 +861,13 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     nth = th.size
     W = nth + 2
     q_down, f0 = exact_table(cc)
-    fexp = (10, 11, low.ma, low.mb) if cplx else 12  # _select.bound_lower
+    fexp = (10, 11, low.ma, low.mb) if cplx else 12  # certificate.bound_lower
     consts = (cc.factor, cc.abs_term, cc.cR, cc.c4)
-    steps = _select.REFINE_STEPS if ar.ndim == 2 and br.ndim == 2 else 0
-    limit = _select.SUSPECTS_MAX if l2 else _select.REFINE_ENTRIES
-    re = _select.REFINE_ENTRIES
-    patch_cap = max(_select.patch_limit(m, n), 0)
-    theta_cap = min(_select.THETA_MAX, math.sqrt(k))
+    steps = refinement.REFINE_STEPS if ar.ndim == 2 and br.ndim == 2 else 0
+    limit = refinement.SUSPECTS_MAX if l2 else refinement.REFINE_ENTRIES
+    re = refinement.REFINE_ENTRIES
+    patch_cap = max(refinement.patch_limit(m, n), 0)
+    theta_cap = min(refinement.THETA_MAX, math.sqrt(k))
 
     def entries(c32, last):
         w = np.zeros(cw_step(nth, steps) + patch_cap, dtype=np.uint64)

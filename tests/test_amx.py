@@ -17,7 +17,7 @@ from _helpers import certificate_counts, rounding_cases, scaled_integer, tie_ope
 
 import emulinalg
 from emulinalg import OzakiII
-from emulinalg._select import Target
+from emulinalg.algorithm.certificate import Target
 from emulinalg.inputs import phi_matrix
 
 try:
@@ -621,11 +621,11 @@ def test_level_products_use_the_host_pipeline(backend, monkeypatch):
 
 def _assert_statistics_equal(ar, ai, br, bi, target):
     """amx.ozaki2_prescale == scaling.ozaki2_prescale (values and dtypes), and
-    amx.ozaki2_certificate's (count, beyond) == _select.ozaki2_moduli_needed's for ``target``
-    (a ``_select.Target``, or a number of bits: the strict form, then the native one)."""
+    amx.ozaki2_certificate's (count, beyond) == certificate.ozaki2_moduli_needed's for ``target``
+    (a ``certificate.Target``, or a number of bits: the strict form, then the native one)."""
     import array_api_compat.numpy as xp
 
-    from emulinalg import _select
+    from emulinalg.algorithm import certificate
     from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
@@ -637,10 +637,10 @@ def _assert_statistics_equal(ar, ai, br, bi, target):
         assert got.dtype == want.dtype and np.array_equal(got, want)
     assert pre.lower.dtype == np.int32 and np.array_equal(pre.lower, want_pre.lower)  # F
     targets = (target,)
-    if not isinstance(target, _select.Target):
-        targets = (_select.Target(target), _select.Target(target, "native"))
+    if not isinstance(target, certificate.Target):
+        targets = (certificate.Target(target), certificate.Target(target, "native"))
     for t in targets:
-        want = _select.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, t)
+        want = certificate.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, t)
         got = amx.ozaki2_certificate(ar, ai, br, bi, pre, t)
         assert got is not None and got[0] == want[0], (t, got[0], want[0])
         assert np.array_equal(got[1], want[1])
@@ -653,7 +653,7 @@ def _assert_statistics_equal(ar, ai, br, bi, target):
 @pytest.mark.parametrize("bits", [24, 53, 70])
 def test_host_statistics_equal_the_generic_ones(case, bits, monkeypatch, rng):
     """amx.ozaki2_prescale equals scaling.ozaki2_prescale exactly, and amx.ozaki2_certificate
-    gives _select.ozaki2_moduli_needed's count and mask (same float32 lower bound), strided
+    gives certificate.ozaki2_moduli_needed's count and mask (same float32 lower bound), strided
     views included."""
 
     from emulinalg.backends import amx
@@ -718,18 +718,18 @@ def _generic_steps(ar, ai, br, bi, target):
     exact step took a count off the bisection's)."""
     import array_api_compat.numpy as xp
 
-    from emulinalg import _select
+    from emulinalg.algorithm import certificate
     from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.backends import numpy as npb
 
     pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
     count, patch, unrefined = certificate_counts(xp, npb, ar, ai, br, bi, pre, target)
-    cc = _select.cert_constants(ar.shape[-1], target, ai is not None)
-    _, na, nb = _select._normalized(xp, ar, ai, br, bi, cc.norm)
-    R = cc.cR * _select.bound_lower(xp, pre.lower, ai is not None, pre.mixed)
-    need = _select.ozaki2_needed(xp, cc, R, na, nb, pre[2], pre[3])
-    top = int(need[need != _select.BEYOND].max())
-    step = bool(_select.exact_passes(xp, cc, top - 1, R, na, nb, pre[2], pre[3]).all())
+    cc = certificate.cert_constants(ar.shape[-1], target, ai is not None)
+    _, na, nb = certificate.normalized(xp, ar, ai, br, bi, cc.norm)
+    R = cc.cR * certificate.bound_lower(xp, pre.lower, ai is not None, pre.mixed)
+    need = certificate.ozaki2_needed(xp, cc, R, na, nb, pre[2], pre[3])
+    top = int(need[need != certificate.BEYOND].max())
+    step = bool(certificate.exact_passes(xp, cc, top - 1, R, na, nb, pre[2], pre[3]).all())
     return count, patch, unrefined, step
 
 
@@ -748,11 +748,11 @@ _REFINE_CASES = [
 
 @pytest.mark.parametrize("cplx,target,want", _REFINE_CASES, ids=str)
 def test_host_certificate_refinement(cplx, target, want, monkeypatch):
-    """phi = 1 inputs where the suspect refinement (_select.refine_and_patch, on the entries that
+    """phi = 1 inputs where the suspect refinement (refinement.refine_and_patch, on the entries that
     fail the C++ exact pass one count lower) takes counts off the bound GEMM's bound alone:
     amx.ozaki2_certificate gives the generic count, mask and patch, also without the
     refinement (no step), with too many suspects (none refined) and with one step only."""
-    from emulinalg import _select
+    from emulinalg.algorithm import refinement
     from emulinalg.backends import amx
 
     monkeypatch.setattr(amx, "EMULATE", True)
@@ -772,7 +772,7 @@ def test_host_certificate_refinement(cplx, target, want, monkeypatch):
     limit = "SUSPECTS_MAX" if target.guarantee == "native" else "REFINE_ENTRIES"
     for name, value in (("REFINE_STEPS", 0), (limit, 0), ("REFINE_STEPS", 1)):
         with monkeypatch.context() as mp:
-            mp.setattr(_select, name, value)
+            mp.setattr(refinement, name, value)
             _assert_statistics_equal(*ops, target)
 
 
@@ -799,10 +799,10 @@ def test_host_certificate_exact_step(cplx, monkeypatch):
 def test_host_certificate_gemm_fallback(case, bits, guarantee, monkeypatch, rng):
     """Inputs where the bound GEMM F alone leaves entries beyond every count (checked on the
     generic code): amx.ozaki2_certificate runs the float32 GEMM once (the fallback) and its
-    count and mask equal _select.ozaki2_moduli_needed's."""
+    count and mask equal certificate.ozaki2_moduli_needed's."""
     import array_api_compat.numpy as xp
 
-    from emulinalg import _select
+    from emulinalg.algorithm import certificate
     from emulinalg.backends import amx
 
     monkeypatch.setattr(amx, "EMULATE", True)
@@ -819,13 +819,13 @@ def test_host_certificate_gemm_fallback(case, bits, guarantee, monkeypatch, rng)
     target = Target(bits, guarantee)
     pre, (_, beyond, _) = _assert_statistics_equal(ar, ai, br, bi, target)
     assert len(calls) == 1
-    # the fallback was needed: the F bound alone (as _select's first pass) leaves more beyond
+    # the fallback was needed: the F bound alone (the certificate's first pass) leaves more beyond
     cplx = ai is not None
     k = ar.shape[-1]
-    cc = _select.cert_constants(k, target, cplx)
-    _, na, nb = _select._normalized(xp, ar, ai, br, bi, cc.norm)
-    R = cc.cR * _select.bound_lower(xp, pre.lower, cplx, pre.mixed)
-    beyond_f = _select.ozaki2_needed(xp, cc, R, na, nb, pre[2], pre[3]) == _select.BEYOND
+    cc = certificate.cert_constants(k, target, cplx)
+    _, na, nb = certificate.normalized(xp, ar, ai, br, bi, cc.norm)
+    R = cc.cR * certificate.bound_lower(xp, pre.lower, cplx, pre.mixed)
+    beyond_f = certificate.ozaki2_needed(xp, cc, R, na, nb, pre[2], pre[3]) == certificate.BEYOND
     assert beyond_f.any() and beyond_f.sum() > beyond.sum()
     assert not (beyond & ~beyond_f).any()
 
@@ -834,7 +834,8 @@ def test_host_certificate_gemm_fallback(case, bits, guarantee, monkeypatch, rng)
 @pytest.mark.parametrize("bits", [24, 53])
 def test_host_certificate_runs_of_64_columns(case, bits, monkeypatch, rng):
     """n = 150 columns: cert_entries' vectorized runs of 64 (on F alone, and with the float32
-    GEMM's sums for the spanning inputs) and its scalar tail give _select's count and mask."""
+    GEMM's sums for the spanning inputs) and its scalar tail give the certificate's count and
+    mask."""
     from emulinalg.backends import amx
 
     monkeypatch.setattr(amx, "EMULATE", True)
@@ -893,7 +894,7 @@ def test_host_bound_max_equals_bound_upper(rng):
 def test_host_bound_operand_line_terms(rng):
     """ozaki2_bound_operand's operand, sums and nonzero counts equal scaling.bound_operand's;
     its l1 and sq are the column-order sums of the normalized x = |re| + |im| and of x**2
-    (_select._line_norm's, before its factor and root, summed in another order)."""
+    (certificate.line_norm's, before its factor and root, summed in another order)."""
     import array_api_compat.numpy as xp
 
     from emulinalg.algorithm import scaling
@@ -1044,7 +1045,7 @@ def test_host_pipeline_complex_3m_equals_the_generic_product(
 def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch, rng):
     """The C++ statistics on complex operands (max(|re|, |im|) exponents and magnitudes,
     floor(|re|) + floor(|im|) bounds, |re| + |im| norms): prescale identical, certificate
-    decisions equal to _select.ozaki2_moduli_needed's."""
+    decisions equal to certificate.ozaki2_moduli_needed's."""
     from emulinalg.backends import amx
 
     monkeypatch.setattr(amx, "EMULATE", True)

@@ -1,6 +1,6 @@
 """The certificate's bounds of |A||B| from the accurate-mode bound GEMM, against exact references:
 ``scaling.bound_upper`` (the prescale's upper bound) with Python Fractions, and
-``_select.bound_lower`` (the certificate's lower bound) with python-flint balls (the complex
+``certificate.bound_lower`` (the certificate's lower bound) with python-flint balls (the complex
 modulus is irrational)."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import _select
-from emulinalg.algorithm import scaling
+from emulinalg.algorithm import certificate, scaling
 from emulinalg.backends import numpy as npb
 from emulinalg.reference import exact_matmul
 
@@ -62,9 +61,9 @@ def test_bound_gemm_bounds_are_exact_bounds(kind, seed):
     cplx = ai is not None
     pre = scaling.ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
     s, t, e, f = pre
-    (nar, nai, nbr, nbi), _, _ = _select._normalized(xp, ar, ai, br, bi)
-    lam = _select.bound_lower(xp, pre.lower, cplx, pre.mixed)
-    loose = _select.bound_lower(xp, pre.lower, cplx)  # without the mixed counts
+    (nar, nai, nbr, nbi), _, _ = certificate.normalized(xp, ar, ai, br, bi)
+    lam = certificate.bound_lower(xp, pre.lower, cplx, pre.mixed)
+    loose = certificate.bound_lower(xp, pre.lower, cplx)  # without the mixed counts
     for i in range(m):
         for j in range(n):
             # upper: 2**(s_i + t_j) sum (|Re a| + |Im a|)(|Re b| + |Im b|) <= U / 4 <= e_i, f_j

@@ -27,9 +27,9 @@ from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern
 
 import emulinalg
 import emulinalg.backends
-from emulinalg import _engine, _planner, _select
+from emulinalg import _engine, _planner
 from emulinalg._precision import level_for_dtype, parse
-from emulinalg.algorithm import products, refit
+from emulinalg.algorithm import certificate, products, refinement, refit
 from emulinalg.algorithm.moduli import MAX_MODULI, crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import dask as dask_backend
@@ -349,20 +349,20 @@ def _engine_certificate(A, B, precision=None):
     br, bi = _engine._zero_nonfinite(np, br, bi)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
     target = _target(A, precision)
-    return _select.ozaki2_moduli_needed(np, numpy_backend, ar, ai, br, bi, pre, target)
+    return certificate.ozaki2_moduli_needed(np, numpy_backend, ar, ai, br, bi, pre, target)
 
 
 def _f_only_beyond(A, B, precision=None):
     """The engine's first pass: the entries the bound GEMM's lower bound alone leaves beyond
-    every count (``_select.bound_lower``), on the whole matrices."""
+    every count (``certificate.bound_lower``), on the whole matrices."""
     ar, ai = _engine._parts(np, A)
     br, bi = _engine._parts(np, B)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
     k, cplx = ar.shape[-1], ai is not None
-    cc = _select.cert_constants(k, _target(A, precision), cplx)
-    _, na, nb = _select._normalized(np, ar, ai, br, bi, cc.norm)
-    R = cc.cR * _select.bound_lower(np, pre.lower, cplx)
-    return _select.ozaki2_needed(np, cc, R, na, nb, pre[2], pre[3]) == _select.BEYOND
+    cc = certificate.cert_constants(k, _target(A, precision), cplx)
+    _, na, nb = certificate.normalized(np, ar, ai, br, bi, cc.norm)
+    R = cc.cR * certificate.bound_lower(np, pre.lower, cplx)
+    return certificate.ozaki2_needed(np, cc, R, na, nb, pre[2], pre[3]) == certificate.BEYOND
 
 
 def _bits_equal(x, y):
@@ -432,7 +432,7 @@ def _count_task_result(c, name=None):
 
     dsk = dict(c.__dask_graph__())
     names = {_key_name(k) for k in dsk}
-    steps = [f"emulinalg-refine-{t}" for t in range(_select.REFINE_STEPS, 0, -1)]
+    steps = [f"emulinalg-refine-{t}" for t in range(refinement.REFINE_STEPS, 0, -1)]
     last = [x for x in (*steps, "emulinalg-exact", "emulinalg-count") if x in names]
     name = name or last[0]
     (key,) = [k for k in dsk if _key_name(k) == name]
@@ -512,10 +512,10 @@ def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype, preci
     norm = arrays["norm"]
     assert norm == ("l2" if precision is None else "l1")
     na, nb = dask_backend._line_norms(np, at, bt, A.shape[-1], norm)
-    _, na_core, nb_core = _select._normalized(np, ar, ai, br, bi, norm)
+    _, na_core, nb_core = certificate.normalized(np, ar, ai, br, bi, norm)
     np.testing.assert_allclose(na, na_core, rtol=1e-14)
     np.testing.assert_allclose(nb, nb_core, rtol=1e-14)
-    assert np.array_equal(need == _select.BEYOND, beyond)
+    assert np.array_equal(need == certificate.BEYOND, beyond)
     cfg = _count_task_result(c)
     assert cfg["count"] == count
     flags = np.add.reduceat(np.add.reduceat(beyond, [0, 31, 62], 0), [0, 25, 50], 1) > 0
@@ -554,7 +554,7 @@ def _even_inputs(m, k, n, seed):
     ],
 )
 def test_exact_step_like_in_core(sync, k, precision, batch, chunks):
-    """Where ``_select.certify_moduli``'s exact step takes one modulus off the bisection's
+    """Where ``certificate.certify_moduli``'s exact step takes one modulus off the bisection's
     count in core (no certifiable entry fails one fewer with the exact shifts), the graph does
     too (one task per output block, one decision): the same count and bits. (The refinement
     that follows tests one modulus fewer again, and keeps the count.)"""
@@ -599,7 +599,7 @@ def _refine_inputs(case):
     ],
 )
 def test_refinement_like_in_core(sync, monkeypatch, case, chunks, q, split_every):
-    """Where ``_select.refine_and_patch``'s first step takes one modulus fewer in core and its
+    """Where ``refinement.refine_and_patch``'s first step takes one modulus fewer in core and its
     second keeps the count (too many suspects fail, no patch), the graph does too (per step, per
     output block its suspects: the entries failing one fewer with the exact shifts; one
     selection task taking the engine's sample of them, the sampled suspects' lines per chunk,
@@ -612,21 +612,21 @@ def test_refinement_like_in_core(sync, monkeypatch, case, chunks, q, split_every
     native = precision is None
     seen = []  # per refine_failures call: (sums of squares given, suspects, sampled)
     sums = []  # and the sampled suspects' sums S
-    orig = _select.refine_failures
+    orig = refinement.refine_failures
 
     def failures(xp, k, target, cplx, count, lam, S, *rest):
         seen.append((len(rest) > 4 and rest[4] is not None, int(lam.shape[0]), int(S.shape[0])))
         sums.append(np.asarray(S))
         return orig(xp, k, target, cplx, count, lam, S, *rest)
 
-    monkeypatch.setattr(_select, "refine_failures", failures)
+    monkeypatch.setattr(refinement, "refine_failures", failures)
     count, plan = _in_core_count(A, B, precision)
     in_core = list(seen)  # per step of the engine's loop
     assert len(in_core) == 2  # one modulus off, then the suspects of the next stay
     assert all(x[0] == native and x[1] == x[2] for x in in_core)
     with monkeypatch.context() as mp:
-        mp.setattr(_select, "REFINE_ENTRIES", -1)
-        mp.setattr(_select, "SUSPECTS_MAX", -1)
+        mp.setattr(refinement, "REFINE_ENTRIES", -1)
+        mp.setattr(refinement, "SUSPECTS_MAX", -1)
         unrefined, _ = _in_core_count(A, B, precision)
     assert count == unrefined - 1 and not plan.native_entries
     calls = collections.Counter()
@@ -646,13 +646,13 @@ def test_refinement_like_in_core(sync, monkeypatch, case, chunks, q, split_every
     calls.clear()
     seen.clear()
     out = c.compute()
-    steps = _select.REFINE_STEPS
+    steps = refinement.REFINE_STEPS
     assert calls == {"refine ran": 2 * q, "refine skipped": (steps - 2) * q}
     assert seen == in_core
     _assert_in_core_bits(out, A, B, precision=precision)
     # The suspects' limit below these suspects: no refinement, in core or in the graph.
     with monkeypatch.context() as mp:
-        mp.setattr(_select, "SUSPECTS_MAX" if native else "REFINE_ENTRIES", 4)
+        mp.setattr(refinement, "SUSPECTS_MAX" if native else "REFINE_ENTRIES", 4)
         assert _in_core_count(A, B, precision)[0] == unrefined
         assert _count_task_result(c)["count"] == unrefined
         calls.clear()
@@ -662,7 +662,7 @@ def test_refinement_like_in_core(sync, monkeypatch, case, chunks, q, split_every
         return
     # The native form samples REFINE_ENTRIES of its suspects, in flat order.
     with monkeypatch.context() as mp:
-        mp.setattr(_select, "REFINE_ENTRIES", 4)
+        mp.setattr(refinement, "REFINE_ENTRIES", 4)
         seen.clear()
         sums.clear()
         assert _in_core_count(A, B, precision)[0] == count
@@ -728,7 +728,7 @@ def _patch_inputs(case):
 
 @pytest.mark.parametrize("case", list(_PATCH))
 def test_patch_like_in_core(sync, monkeypatch, case):
-    """Where ``_select.refine_and_patch`` takes one modulus fewer in core although a few
+    """Where ``refinement.refine_and_patch`` takes one modulus fewer in core although a few
     suspects still fail it (at most ``patch_limit(m, n)``: the patch), the graph does too
     (``emulinalg-refine``): the same count and patch (flat indices), recomputed with MAX_MODULI
     moduli together with the refit's most cancelled entries (the named levels) or alone (a
@@ -738,7 +738,7 @@ def test_patch_like_in_core(sync, monkeypatch, case):
     count one higher."""
     A, B, precision, chunks = _patch_inputs(case)
     count, beyond, patch = _engine_certificate(A, B, precision)
-    assert patch is not None and 0 < patch.shape[0] <= _select.patch_limit(64, 64)
+    assert patch is not None and 0 < patch.shape[0] <= refinement.patch_limit(64, 64)
     assert beyond.any() == (case == "native-entries")
     got, plan = _in_core_count(A, B, precision)
     assert got == count and plan.native_entries == beyond.sum()
@@ -763,7 +763,7 @@ def test_patch_like_in_core(sync, monkeypatch, case):
 
     assert _bits_equal(at(out), at(full)).all() and not _bits_equal(at(out), at(plain)).all()
     with monkeypatch.context() as mp:
-        mp.setattr(_select, "PATCH_ENTRIES", 0)
+        mp.setattr(refinement, "PATCH_ENTRIES", 0)
         got, plan = _in_core_count(A, B, precision)
         assert got == count + 1 and not any(x.startswith("patch:") for x in plan.notes)
         cfg = _count_task_result(c)
@@ -775,11 +775,11 @@ def test_patch_like_in_core(sync, monkeypatch, case):
 
 @pytest.mark.parametrize("steps", [1, 2, None])
 def test_refine_steps_like_in_core(sync, monkeypatch, steps):
-    """``_select.refine_and_patch`` loops (``REFINE_STEPS``): here its first step takes one
+    """``refinement.refine_and_patch`` loops (``REFINE_STEPS``): here its first step takes one
     modulus off and its second one more with a patch; the graph (one set of tasks per step)
     follows the loop with every number of steps: the same count, patch and bits."""
     if steps is not None:
-        monkeypatch.setattr(_select, "REFINE_STEPS", steps)
+        monkeypatch.setattr(refinement, "REFINE_STEPS", steps)
     A = phi_matrix((64, 200), 2.0, "float64", seed=3)
     B = phi_matrix((200, 48), 2.0, "float64", seed=4)
     count, beyond, patch = _engine_certificate(A, B)
@@ -790,7 +790,7 @@ def test_refine_steps_like_in_core(sync, monkeypatch, steps):
     c = _eager(emulinalg.matmul, a, b)
     names = {_key_name(k) for k in dict(c.__dask_graph__())}
     assert {x for x in names if x.startswith("emulinalg-suspects")} == {
-        f"emulinalg-suspects-{t}" for t in range(1, _select.REFINE_STEPS + 1)
+        f"emulinalg-suspects-{t}" for t in range(1, refinement.REFINE_STEPS + 1)
     }
     assert _count_task_result(c, "emulinalg-exact")["count"] == count + 1 + (steps != 1)
     cfg = _count_task_result(c)
@@ -1114,7 +1114,7 @@ def test_preprocessing_is_shared(sync, monkeypatch):
     # step sums on each of the 4 K-blocks and takes one modulus off, its second sums again
     # and keeps the count, the later steps' tasks skip.
     assert not _f_only_beyond(A, B).any()
-    steps = _select.REFINE_STEPS
+    steps = refinement.REFINE_STEPS
     assert calls == {
         "_line_stats": per_chunk, "_bound_chunk": per_chunk, "_line_terms": per_chunk,
         "_normmag_chunk": per_chunk, "_residues_chunk": per_chunk, "_bound_block": 24,

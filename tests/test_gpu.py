@@ -13,8 +13,8 @@ import pytest
 from _helpers import nonfinite_codes
 
 import emulinalg
-from emulinalg._select import Target
 from emulinalg.algorithm import products
+from emulinalg.algorithm.certificate import Target
 from emulinalg.algorithm.scaling import ozaki2_prescale
 from emulinalg.backends import numpy as numpy_backend
 from emulinalg.inputs import phi_matrix
@@ -508,7 +508,7 @@ def _same_certificate(res, want):
 def _stats_vs_generic(ar, ai, br, bi, bits=TARGETS, to_gpu=cp.asarray):
     """The hooks equal the generic code run on the device (prescale also numpy's), bit for bit:
     (s, t, e, f) and, per ``Target`` in ``bits``, (count, beyond, patch)."""
-    from emulinalg import _select
+    from emulinalg.algorithm import certificate
 
     xp = _cxp()
     g = [None if x is None else to_gpu(x) for x in (ar, ai, br, bi)]
@@ -522,7 +522,7 @@ def _stats_vs_generic(ar, ai, br, bi, bits=TARGETS, to_gpu=cp.asarray):
         assert _bits_equal(cp.asnumpy(got), ref)
     generic = _generic_cert_backend()
     for b in bits:
-        want = _select.ozaki2_moduli_needed(xp, generic, *g, want_pre, b)
+        want = certificate.ozaki2_moduli_needed(xp, generic, *g, want_pre, b)
         _same_certificate(cupy_backend.ozaki2_certificate(*g, pre, b), want)
 
 
@@ -587,26 +587,26 @@ def test_statistics_kernels_refinement(cplx, monkeypatch):
     sampled squares and theta, the patch) on the device, against the generic code on phi = 1
     products of several seeds, also with one step, none, too many suspects and a sample of 7
     (the native form); some of them refine and some patch."""
-    from emulinalg import _select
+    from emulinalg.algorithm import certificate, refinement
 
     xp = _cxp()
     generic = _generic_cert_backend()
     seen = set()
     for seed in range(12):
-        # no zero line: its entries fail every exact test (_select.exact_line_factors)
+        # no zero line: its entries fail every exact test (certificate.exact_line_factors)
         ar, ai, br, bi = _operands(((), 40, 500, 30), 1, cplx, seed=seed, zero_lines=False)
         g = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
         want_pre = ozaki2_prescale(xp, cupy_backend.int_matmul, *g, "accurate")
         pre = cupy_backend.ozaki2_prescale(*g, "accurate")
         for target in (Target(24), Target(53), Target(24, "native"), Target(53, "native")):
-            want = _select.ozaki2_moduli_needed(xp, generic, *g, want_pre, target)
+            want = certificate.ozaki2_moduli_needed(xp, generic, *g, want_pre, target)
             _same_certificate(cupy_backend.ozaki2_certificate(*g, pre, target), want)
             limit = "SUSPECTS_MAX" if target.guarantee == "native" else "REFINE_ENTRIES"
             for name, value in (("REFINE_STEPS", 0), ("REFINE_STEPS", 1), (limit, 0),
                                 ("REFINE_ENTRIES", 7)):  # fmt: skip
                 with monkeypatch.context() as mp:
-                    mp.setattr(_select, name, value)
-                    other = _select.ozaki2_moduli_needed(xp, generic, *g, want_pre, target)
+                    mp.setattr(refinement, name, value)
+                    other = certificate.ozaki2_moduli_needed(xp, generic, *g, want_pre, target)
                     _same_certificate(cupy_backend.ozaki2_certificate(*g, pre, target), other)
                     if name == "REFINE_STEPS" and value == 0 and other[0] > want[0]:
                         seen.add("refines")

@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 from _helpers import certificate_counts, rounding_cases, scaled_integer, tie_operands
 
-from emulinalg import _select
-from emulinalg._select import Target
-from emulinalg.algorithm import products, residues, rounding, scaling
+from emulinalg.algorithm import certificate, products, refinement, residues, rounding, scaling
+from emulinalg.algorithm.certificate import Target
 from emulinalg.algorithm.moduli import LIMB_BITS, MODULI, crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
 from emulinalg.backends import numpy as npb
@@ -600,7 +599,7 @@ def test_model_prescale_equals_generic(case, cplx):
     _same_prescale(model.ozaki2_prescale(ar, ai, br, bi, k_block=16), want)
 
 
-# both guarantees; the native form's rho below 1 (a blocked native GEMM, _select.native_rho)
+# both guarantees; the native form's rho below 1 (a blocked native GEMM, certificate.native_error)
 TARGETS = [Target(24), Target(53), Target(80), Target(24, "native"), Target(53, "native", 0.5)]
 
 
@@ -612,7 +611,7 @@ def test_model_certificate_equals_generic(case, cplx, target):
     ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=17 + target.bits)
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     be = _generic_cert_backend(model.magnitude_lower_matmul)
-    want = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
+    want = certificate.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
     mpre = model.ozaki2_prescale(ar, ai, br, bi, k_block=16)
     got = model.ozaki2_certificate(ar, ai, br, bi, mpre, target, chunk=32)
     _same_certificate(got, want)
@@ -629,13 +628,13 @@ def test_model_certificate_gemm_fallback():
     mpre = model.ozaki2_prescale(ar, None, br, None)
     be = _generic_cert_backend(model.magnitude_lower_matmul)
     for target in (Target(53), Target(53, "native")):
-        cc = _select.cert_constants(40, target)
-        _, na, nb = _select._normalized(np, ar, None, br, None, cc.norm)
-        lam = _select.bound_lower(np, pre.lower, False)
-        need_f = _select.ozaki2_needed(np, cc, cc.cR * lam, na, nb, pre[2], pre[3])
-        beyond_f = need_f == _select.BEYOND
+        cc = certificate.cert_constants(40, target)
+        _, na, nb = certificate.normalized(np, ar, None, br, None, cc.norm)
+        lam = certificate.bound_lower(np, pre.lower, False)
+        need_f = certificate.ozaki2_needed(np, cc, cc.cR * lam, na, nb, pre[2], pre[3])
+        beyond_f = need_f == certificate.BEYOND
         assert beyond_f.any()
-        want = _select.ozaki2_moduli_needed(np, be, ar, None, br, None, pre, target)
+        want = certificate.ozaki2_moduli_needed(np, be, ar, None, br, None, pre, target)
         assert want[1].sum() < beyond_f.sum()
         _same_certificate(model.ozaki2_certificate(ar, None, br, None, mpre, target), want)
 
@@ -652,16 +651,16 @@ def _phi_case(cplx, seed, shape=(40, 500, 30), batch=()):
 
 
 def _exact_step_drops(ar, ai, br, bi, target):
-    """Whether _select's exact step takes a count off the bisection's on these operands (F's
+    """Whether the certificate's exact step takes a count off the bisection's on these operands (F's
     lower bound only: the cases have no entry beyond)."""
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
-    cc = _select.cert_constants(ar.shape[-1], target, ai is not None)
-    _, na, nb = _select._normalized(np, ar, ai, br, bi, cc.norm)
-    R = cc.cR * _select.bound_lower(np, pre.lower, ai is not None, pre.mixed)
-    need = _select.ozaki2_needed(np, cc, R, na, nb, pre[2], pre[3])
-    assert not (need == _select.BEYOND).any()
+    cc = certificate.cert_constants(ar.shape[-1], target, ai is not None)
+    _, na, nb = certificate.normalized(np, ar, ai, br, bi, cc.norm)
+    R = cc.cR * certificate.bound_lower(np, pre.lower, ai is not None, pre.mixed)
+    need = certificate.ozaki2_needed(np, cc, R, na, nb, pre[2], pre[3])
+    assert not (need == certificate.BEYOND).any()
     top = int(need.max())
-    return bool(_select.exact_passes(np, cc, top - 1, R, na, nb, pre[2], pre[3]).all())
+    return bool(certificate.exact_passes(np, cc, top - 1, R, na, nb, pre[2], pre[3]).all())
 
 
 def _generic_counts(ar, ai, br, bi, target):
@@ -722,10 +721,10 @@ def test_refinement_lowers_the_count_and_is_certified(cplx, target, shape, want,
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     be = _generic_cert_backend(model.magnitude_lower_matmul)
     mpre = model.ozaki2_prescale(ar, ai, br, bi)
-    for steps in (0, 1, _select.REFINE_STEPS):
+    for steps in (0, 1, refinement.REFINE_STEPS):
         with monkeypatch.context() as mp:
-            mp.setattr(_select, "REFINE_STEPS", steps)
-            want_ = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
+            mp.setattr(refinement, "REFINE_STEPS", steps)
+            want_ = certificate.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
             _same_certificate(model.ozaki2_certificate(ar, ai, br, bi, mpre, target), want_)
         if steps == 0:
             count_f = want_[0]
@@ -734,12 +733,12 @@ def test_refinement_lowers_the_count_and_is_certified(cplx, target, shape, want,
     if target.guarantee == "native":
         return
     k = ar.shape[-1]
-    cc = _select.cert_constants(k, target, cplx)
-    parts, na, nb = _select._normalized(np, ar, ai, br, bi, cc.norm)
+    cc = certificate.cert_constants(k, target, cplx)
+    parts, na, nb = certificate.normalized(np, ar, ai, br, bi, cc.norm)
     mag = np.abs(parts[0] + 1j * parts[1]) if cplx else np.abs(parts[0])
     magb = np.abs(parts[2] + 1j * parts[3]) if cplx else np.abs(parts[2])
     R = cc.cR * (mag @ magb) * (1 - 2.0**-40)
-    ok = _select.exact_passes(np, cc, count, R, na, nb, pre[2], pre[3]).reshape(-1)
+    ok = certificate.exact_passes(np, cc, count, R, na, nb, pre[2], pre[3]).reshape(-1)
     if patch is not None:
         ok[patch] = True
     assert ok.all()
@@ -750,9 +749,9 @@ def test_refinement_skipped_when_too_many_suspects(monkeypatch):
     ar, ai, br, bi = _refined_case(True, target, (40, 500, 30), "refines")
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     be = _generic_cert_backend(model.magnitude_lower_matmul)
-    full = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)[0]
-    monkeypatch.setattr(_select, "REFINE_ENTRIES", 0)  # no suspect fits
-    skipped = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)[0]
+    full = certificate.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)[0]
+    monkeypatch.setattr(refinement, "REFINE_ENTRIES", 0)  # no suspect fits
+    skipped = certificate.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)[0]
     assert skipped > full
     mpre = model.ozaki2_prescale(ar, ai, br, bi)
     assert model.ozaki2_certificate(ar, ai, br, bi, mpre, target)[0] == skipped
@@ -760,7 +759,7 @@ def test_refinement_skipped_when_too_many_suspects(monkeypatch):
 
 def test_model_exact_factors_equal_generic():
     """cert_exact_factors' shifts (from the exponents, one exact comparison) and factors equal
-    _select.exact_line_factors for every count and both guarantees, on line bounds at and next
+    certificate.exact_line_factors for every count and both guarantees, on line bounds at and next
     to the shifts' steps, zero (a zero line) and the extremes."""
     import array_api_compat.numpy as xnp
 
@@ -779,26 +778,26 @@ def test_model_exact_factors_equal_generic():
     for k, target, cplx in ((10, Target(53), False), (4000, Target(53), True),
                             (10**6, Target(24), False), (4000, Target(53, "native"), True),
                             (10**6, Target(24, "native"), False)):  # fmt: skip
-        cc = _select.cert_constants(k, target, cplx)
+        cc = certificate.cert_constants(k, target, cplx)
         q_down, f0 = model.exact_table(cc)
         for i, n in enumerate(range(MIN_MODULI, MAX_MODULI + 1)):
-            want = _select.exact_line_factors(xnp, cc, n, e, cc.scale)
+            want = certificate.exact_line_factors(xnp, cc, n, e, cc.scale)
             assert _same(model.exact_factors(e, q_down[i], f0[i]), want), (k, target, n)
 
 
 def test_model_certificate_line_terms():
-    """The l1 and l2 norms: the generic ones (_select._line_norm) up to the order of the sums
+    """The l1 and l2 norms: the generic ones (certificate.line_norm) up to the order of the sums
     (both are upper bounds); the bf16 operands: those of the generic lower-bound hook."""
     ar, ai, br, bi = _stat_operands(((2,), 9, 1000, 7), 1, True, seed=3)
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     a = ar, ai
     s = pre[0]
-    l1fac = _select.cert_constants(1000).l1fac
+    l1fac = certificate.cert_constants(1000).l1fac
     out, part = model.cert_operand(*a, s, 9, 1000, False, chunk=64)
     na, _ = model.cert_line_terms(part[None], l1fac, pre[2], 2.0**-4)  # its l1 sums only
     ea = np.expand_dims(5 - 1 - s, -1)
     arn, ain = np.ldexp(ar, -ea), np.ldexp(ai, -ea)
-    want = _select._line_norm(np, arn, ain, -1, "l1")
+    want = certificate.line_norm(np, arn, ain, -1, "l1")
     assert np.allclose(na, want, rtol=1000 * 2.0**-52, atol=0)
     mag = np.maximum(np.abs(arn), np.abs(ain))
     assert np.array_equal(out, model.bf16_rz(mag))
@@ -808,7 +807,7 @@ def test_model_certificate_line_terms():
     assert np.array_equal(s2, s) and part128.shape == (2, 2, 8, 9)
     na128, _ = model.cert_line_terms(part128, l1fac, pre[2], 2.0**-4)
     assert np.allclose(na128, want, rtol=1000 * 2.0**-52, atol=0)
-    want2 = _select._line_norm(np, arn, ain, -1, "l2")
+    want2 = certificate.line_norm(np, arn, ain, -1, "l2")
     na2, _ = model.cert_line_terms(part128, l1fac, pre[2], 2.0**-4, l2=True)
     assert np.allclose(na2, want2, rtol=1000 * 2.0**-52, atol=0)
     live = na128 > 0  # (a zero row: 0 both)
@@ -828,7 +827,7 @@ def test_model_certificate_k_and_overflowing_bits(k):
     be = _generic_cert_backend(model.magnitude_lower_matmul)
     for bits in (10, 53, 120, 200):
         for target in (Target(bits), Target(bits, "native")):
-            want = _select.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
+            want = certificate.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
             _same_certificate(model.ozaki2_certificate(ar, ai, br, bi, mpre, target), want)
 
 
@@ -851,7 +850,7 @@ def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None):
     assert be.ozaki2_prescale(*g, "fast") is None  # left to the generic code
     generic = _generic_cert_backend(be.magnitude_lower_matmul)
     for b in targets:
-        want = _select.ozaki2_moduli_needed(np, generic, ar, ai, br, bi, want_pre, b)
+        want = certificate.ozaki2_moduli_needed(np, generic, ar, ai, br, bi, want_pre, b)
         _same_certificate(be.ozaki2_certificate(*g, pre, b), want)
 
 
@@ -907,7 +906,7 @@ def test_host_code_statistics_refinement(cpu_backend, cplx, target, shape, want,
     for name, value in (("REFINE_STEPS", 0), ("REFINE_STEPS", 1), (limit, 0),
                         ("REFINE_ENTRIES", 7)):  # fmt: skip
         with monkeypatch.context() as mp:
-            mp.setattr(_select, name, value)
+            mp.setattr(refinement, name, value)
             _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
 
 
@@ -948,7 +947,7 @@ def test_host_code_statistics_refinement_second_pass(cpu_backend, monkeypatch):
     dev = [cp.asarray(x) for x in (ar, ai, br, bi)]
     pre = be.ozaki2_prescale(*dev, "accurate")
     count = be.ozaki2_certificate(*dev, pre, target)[0]
-    monkeypatch.setattr(_select, "REFINE_STEPS", 0)
+    monkeypatch.setattr(refinement, "REFINE_STEPS", 0)
     assert be.ozaki2_certificate(*dev, pre, target)[0] > count
 
 
@@ -966,8 +965,8 @@ def test_host_code_statistics_complex_one_part(cpu_backend, which):
     (ai if which == "real-part" else ar)[2] = rng.standard_normal(40)  # row 2: both parts
     _stat_vs_generic(be, cp, ar, ai, br, bi, (Target(24), Target(53, "native")))
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
-    lam = _select.bound_lower(np, pre.lower, True, pre.mixed)
-    loose = _select.bound_lower(np, pre.lower, True)
+    lam = certificate.bound_lower(np, pre.lower, True, pre.mixed)
+    loose = certificate.bound_lower(np, pre.lower, True)
     assert np.array_equal(lam[2], loose[2]) and np.array_equal(lam[3:], 2.0 * loose[3:])
 
 
@@ -1240,7 +1239,7 @@ def test_host_code_statistics_float32(cpu_backend, cplx, second_pass):
     try:
         be._bf16_gemm = be_gemm
         for target in (Target(24), Target(53), Target(24, "native"), Target(53, "native")):
-            want = _select.ozaki2_moduli_needed(np, generic, *wide, want_pre, target)
+            want = certificate.ozaki2_moduli_needed(np, generic, *wide, want_pre, target)
             _same_certificate(be.ozaki2_certificate(*dev, pre, target), want)
     finally:
         be._bf16_gemm = real

@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import OzakiII, _planner, _select
+from emulinalg import OzakiII, _planner
 from emulinalg._precision import Level
-from emulinalg.algorithm import refit, scaling
+from emulinalg.algorithm import certificate, refit, scaling
 from emulinalg.algorithm.moduli import crt_constants
 from emulinalg.backends import numpy as npb
 from emulinalg.inputs import phi_matrix
@@ -231,7 +231,7 @@ def test_deterministic_bound_holds_where_the_model_does_not(kind):
     a, b = _structured(kind, 2048)
     ref = exact_matmul(a, b)
     c, plan = _level(a, b)
-    weight = _select.native_weight(npb, a.shape[1])
+    weight = certificate.native_weight(npb, a.shape[1])
     lam = np.abs(a) @ np.abs(b)
     err = np.abs((c - ref[0]) - ref[1])
     assert np.all(err <= a.shape[1] * weight * 2.0**-53 * lam + 2.0**-53 * np.abs(ref[0]))
@@ -262,7 +262,7 @@ def test_bounds_of_subnormal_results_hold_with_the_absolute_term(dtype, precisio
     if level.guarantee == "native":
         fac = Fraction(k) * Fraction(level.weight)
     else:
-        fac = Fraction(_select.TAU)
+        fac = Fraction(certificate.TAU)
     u, needed = Fraction(2) ** -bits, False
     for i in range(a.shape[0]):
         for j in range(b.shape[1]):

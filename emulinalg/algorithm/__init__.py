@@ -5,6 +5,10 @@ every backend's kernels reproduce bit for bit. The steps of a product, in order:
 
 - ``scaling``: power-of-two shifts of rows of A and columns of B, Scheme II's prescale (line
   bounds, the accurate mode's bound GEMM), the scaled integers.
+- ``certificate``: the number of slices or moduli a precision level needs, per entry: the
+  error forms (strict l1, native l2) and their constants, the lower bounds of |A||B|, the
+  count per entry by bisection and the exact step; Scheme I's slice count.
+- ``refinement``: the suspect refinement and the patch, which take further counts off.
 - ``slices``: Scheme I: INT8 slices, the products of equal significance, the shift-reduce.
 - ``moduli``: Scheme II's moduli and exact CRT constants (the one source of the kernels'
   generated header ``src_cuda/ozaki2_tables.h``).

@@ -54,7 +54,7 @@ def bound_operand(xp, re, im, shift, axis):
 def mixed_lines(xp, re, im, axis):
     """Per line the number of entries with both parts nonzero (complex operands; None for real):
     where a row of A and a column of B have none, |Re| + |Im| is the modulus in every term, and
-    the bound GEMM's lower bound gains a factor 2 (``_select.bound_lower``)."""
+    the bound GEMM's lower bound gains a factor 2 (``certificate.bound_lower``)."""
     if im is None:
         return None
     return xp.sum(xp.astype((re != 0) & (im != 0), xp.int64), axis=axis)
@@ -105,7 +105,7 @@ def half_log_shift(xp, L, Q_down, v):
 
 class Prescale(tuple):
     """``(s, t, e, f)`` of ``ozaki2_prescale``; ``lower`` keeps the accurate mode's bound GEMM
-    ``F = Ā B̄`` (..., m, n) for the certificate's lower bound of |A||B| (``_select``), None in
+    ``F = Ā B̄`` (..., m, n) for the certificate's lower bound of |A||B| (``certificate``), None in
     fast mode, and ``mixed`` the complex operands' ``mixed_lines`` of A and B (None: real, or
     not known). A backend's prescale stage may keep its own object in ``lower`` (its
     certificate stage reads it) and the line sums of the certificate's norms in ``line_sums``
@@ -135,7 +135,7 @@ def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
     f_j = max_i U_ij / 4 (GEMMul8's accurate mode bounds with ceil(2**s|A|) instead: per entry
     (floor(2v) + 1) / 2 <= ceil(v) unless 2v is an integer, so e, f are mostly tighter, but the
     cross terms of ``bound_upper`` make U > 0 where structural zeros made the ceil product 0),
-    and F/4096 (F/1024 or F/2048 complex, ``_select.bound_lower``) is also a lower bound of the
+    and F/4096 (F/1024 or F/2048 complex, ``certificate.bound_lower``) is also a lower bound of the
     line-normalized |A||B|, which the certificate uses: ``Prescale.lower`` = F, with the
     complex operands' ``mixed_lines`` in ``Prescale.mixed``). fast: Cauchy-Schwarz,
     e_i = ||2**s_i |a_i| ||_2**2 (no GEMM).
@@ -199,7 +199,7 @@ def rounds_to_nearest(moduli, k, mode):
 
     Rounding to nearest halves the worst-case error of each scaled entry (|delta| <= 1/2) and
     makes it symmetric about zero whatever the signs of the data, which the level's
-    probabilistic bound (``_select``) assumes; but it can raise an entry's magnitude by 1/2.
+    probabilistic bound (``certificate``) assumes; but it can raise an entry's magnitude by 1/2.
     With accurate-mode shifts at least two bits above the pre-shift (mu_i - s_i >= 2 and
     nu_j - t_j >= 2, i.e. 16 e <= Q for every possible line bound e), each |a'| is at most
     2**(mu-s) (Ā + 1.25 z) / 2, so |A'B'| <= 1.25**2 (P - 1) / 4 < 0.391 P: the symmetric CRT

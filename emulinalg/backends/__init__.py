@@ -10,11 +10,11 @@ Each backend module provides the same small surface:
 - ``quiet()``: a context manager silencing expected floating-point warnings.
 - optional ``ozaki2_product(...)``: a whole Scheme II product in the backend's own kernels
   (``emulinalg._engine._run`` says the contract); ``magnitude_lower_matmul(xa, xb)``: a cheap
-  lower bound of a product of magnitudes for the certificate (``emulinalg._select``);
+  lower bound of a product of magnitudes for the certificate (``emulinalg.algorithm.certificate``);
   ``ozaki2_prescale(ar, ai, br, bi, mode)`` and ``ozaki2_certificate(...)``: the statistics in
   the backend's kernels (same contracts as ``emulinalg.algorithm.scaling.ozaki2_prescale`` and
-  ``emulinalg._select.ozaki2_moduli_needed``; None declines); ``all_finite(x)``: the engine's
-  NaN/Inf check; ``line_scan(ar, ai, br, bi)``: that check fused with the prescale's line
+  ``emulinalg.algorithm.certificate.ozaki2_moduli_needed``; None declines); ``all_finite(x)``: the
+  engine's NaN/Inf check; ``line_scan(ar, ai, br, bi)``: that check fused with the prescale's line
   exponents, ``(finite, exponents)`` (the backend's prescale then takes ``exponents=``);
   ``narrow_statistics = True``: those three hooks also take float32 operands (float32 and
   complex64 inputs, read as they are: half the bytes of their float64 copies), with the results

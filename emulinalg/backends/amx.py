@@ -310,20 +310,21 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
 
 
 def ozaki2_certificate(ar, ai, br, bi, prescale, target):
-    """``emulinalg._select.ozaki2_moduli_needed(numpy, backend, ...)`` with the per-entry
-    certificate in C++: ``(count, beyond, patch)``, or None to decline (a prescale not made by
-    ``ozaki2_prescale``, what ``_host_ok`` refuses).
+    """``emulinalg.algorithm.certificate.ozaki2_moduli_needed(numpy, backend, ...)`` with the
+    per-entry certificate in C++: ``(count, beyond, patch)``, or None to decline (a prescale not
+    made by ``ozaki2_prescale``, what ``_host_ok`` refuses).
 
     The first pass takes the lower bound of |A||B| from the prescale's bound GEMM F
-    (``_select.bound_lower``) and its line norms (``target``'s form: l1, or l2 from the sums of
+    (``certificate.bound_lower``) and its line norms (``target``'s form: l1, or l2 from the sums of
     squares). Only when it leaves entries beyond every count: the float32 magnitudes of the
     line-normalized operands (``ozaki2_cert_operand``), their GEMM in numpy's BLAS, as
-    ``_select.magnitude_lower``, and a second pass with the larger bound per entry. Then the
-    exact step (``_select.exact_passes``: the same C++ pass at threshold 1 with the exact line
-    factors, its failures counted) and ``_select.refine_and_patch`` (numpy) on the entries that
+    ``certificate.magnitude_lower``, and a second pass with the larger bound per entry. Then the
+    exact step (``certificate.exact_passes``: the same C++ pass at threshold 1 with the exact line
+    factors, its failures counted) and ``refinement.refine_and_patch`` (numpy) on the entries that
     fail that test one count below each count it tries. The same decisions as the generic code
     except where a test is decided within a few ulps (the norms' sums run in another order)."""
-    from emulinalg import _select
+    from emulinalg.algorithm import certificate, refinement
+    from emulinalg.algorithm.moduli import MIN_MODULI
 
     amx = _module()
     lower = getattr(prescale, "lower", None)
@@ -332,14 +333,14 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
         return None
     k = ar.shape[-1]
     cplx = ai is not None
-    cc = _select.cert_constants(k, target, cplx)
-    if k > _select._LOWER_K_MAX or cc.factor <= 0:  # never with k <= MAX_K; as _select
+    cc = certificate.cert_constants(k, target, cplx)
+    if k > certificate.LOWER_K_MAX or cc.factor <= 0:  # never with k <= MAX_K; as certificate
         return None
     s, t, e, f = prescale
     na, nb = _line_norms(sums, cc)
     alpha = cc.scale * np.sqrt(np.asarray(e, dtype=np.float64))
     beta = cc.scale * np.sqrt(np.asarray(f, dtype=np.float64))
-    fexp, fexp_mixed = _select.bound_lower_exponents(cplx)
+    fexp, fexp_mixed = certificate.bound_lower_exponents(cplx)
     mixed = getattr(prescale, "mixed", None)
     if mixed is None:  # real; or complex without the counts: 2**-fexp_mixed everywhere
         ma, mb = np.full(len(na), int(cplx), np.int64), np.full(len(nb), int(cplx), np.int64)
@@ -352,17 +353,18 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
                                        np.array(thr), base, ma, mb, fexp_mixed, c)  # fmt: skip
 
     c32 = None
-    need, count, _, n_out = entries(alpha, beta, cc.thresholds, _select.MIN_MODULI, None)
+    need, count, _, n_out = entries(alpha, beta, cc.thresholds, MIN_MODULI, None)
     if n_out:
-        # line exponents from the prescale's shifts (s = 5 - cplx - e): _select's normalisation
+        # line exponents from the prescale's shifts (s = 5 - cplx - e): the certificate's
+        # normalisation
         ea = np.ascontiguousarray(5 - int(cplx) - s, dtype=np.int64)
         eb = np.ascontiguousarray(5 - int(cplx) - t, dtype=np.int64)
         a32 = amx.ozaki2_cert_operand(ar, ea, True, ai)[0]
         b32 = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T)[0]
         c32 = np.ascontiguousarray(native_matmul(a32, b32))
         del a32, b32
-        need, count, _, n_out = entries(alpha, beta, cc.thresholds, _select.MIN_MODULI, c32)
-    beyond = need == _select.BEYOND
+        need, count, _, n_out = entries(alpha, beta, cc.thresholds, MIN_MODULI, c32)
+    beyond = need == certificate.BEYOND
     if n_out == need.size:
         return None, beyond, None
     import array_api_compat.numpy as xp
@@ -371,30 +373,30 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
 
     def failing(c):  # the exact test of c moduli: (per entry whether it fails, failures)
         if c not in exact:
-            p = _select.exact_line_factors(xp, cc, c, e, cc.scale)
-            q = _select.exact_line_factors(xp, cc, c, f, cc.scale)
+            p = certificate.exact_line_factors(xp, cc, c, e, cc.scale)
+            q = certificate.exact_line_factors(xp, cc, c, f, cc.scale)
             codes, _, _, fails = entries(p, q, (1.0,), 0, c32)
             exact[c] = codes == 1, fails
         return exact[c]
 
     # the beyond entries always fail the exact test: only they fail it where no other does
-    if count > _select.MIN_MODULI and failing(count - 1)[1] == n_out:
+    if count > MIN_MODULI and failing(count - 1)[1] == n_out:
         count -= 1
     n = need.shape[1]
     native = target.guarantee == "native"
 
-    def suspects(count):  # the refinement's entries and their terms, as _select's
+    def suspects(count):  # the refinement's entries and their terms, as the certificate's
         idx = np.flatnonzero(failing(count - 1)[0] & ~beyond)
-        if idx.size > (_select.SUSPECTS_MAX if native else _select.REFINE_ENTRIES):
+        if idx.size > (refinement.SUSPECTS_MAX if native else refinement.REFINE_ENTRIES):
             return None
         mixed = (ma[idx // n] > 0) | (mb[idx % n] > 0)
         lam = lower.reshape(-1)[idx] * np.where(mixed, 2.0**-fexp_mixed, 2.0**-fexp)  # exact
-        if c32 is not None:  # _select.magnitude_lower's operations
+        if c32 is not None:  # certificate.magnitude_lower's operations
             g = c32.reshape(-1)[idx].astype(np.float64) * cc.factor
             lam = np.maximum(lam, np.maximum(g - cc.abs_term, 0.0))
         return idx, lam, na[idx // n], nb[idx % n]
 
-    count, patch = _select.refine_and_patch(
+    count, patch = refinement.refine_and_patch(
         xp, _numpy_backend, ar, ai, br, bi, prescale, target, count, suspects
     )
     return count, beyond, patch
@@ -402,7 +404,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
 
 def _line_norms(sums, cc):
     """The line norms na (m,), nb (n,) of ``cc.norm`` from ``ozaki2_prescale``'s sums ``((l1 of
-    A, l1 of B), (squares of A, squares of B))``: upper bounds as ``_select._line_norm``."""
+    A, l1 of B), (squares of A, squares of B))``: upper bounds as ``certificate.line_norm``."""
     if cc.norm == "l1":
         return tuple(x * cc.l1fac for x in sums[0])
     return tuple(np.sqrt(x * cc.l1fac) * (1.0 + 2.0**-52) for x in sums[1])
@@ -415,6 +417,6 @@ def _tiles(amx, a, b):
 
 
 # The native product numpy users get here is numpy's OpenBLAS: its error model, as the numpy
-# backend's (``emulinalg._select.native_error``).
+# backend's (``emulinalg.algorithm.certificate.native_error``).
 native_error_rms = _numpy_backend.native_error_rms
 native_chain_k = _numpy_backend.native_chain_k

@@ -22,42 +22,42 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
    exactly in any order), then per output block ``U = scaling.bound_upper`` and
    ``e_i = max_j U_ij / 4``, ``f_j = max_i U_ij / 4``: the engine's values exactly. Fast mode:
    per-chunk sums of squares.
-   The certificate of a level (``_select.certify_moduli``) is evaluated on operands normalized
+   The certificate of a level (``certificate.certify_moduli``) is evaluated on operands normalized
    by the GLOBAL line exponents, with the Target of the whole matrices
    (``_planner.target_for(level, k, chunk backend)``: a number of bits takes the strict l1 form,
    a named level the native l2 form, whose weight models the chunks' backend's native GEMM
-   over the whole k) and ``_select.cert_constants(k, target, complex)``. The line-terms task also
-   gives each chunk's partial of the norm the form asks for (``cc.norm``: the l1 sums of
-   |Re| + |Im|, or their sums of squares); the K-sums are finished as ``_select._line_norm``
+   over the whole k) and ``certificate.cert_constants(k, target, complex)``. The line-terms task
+   also gives each chunk's partial of the norm the form asks for (``cc.norm``: the l1 sums of
+   |Re| + |Im|, or their sums of squares); the K-sums are finished as ``certificate.line_norm``
    does (``l1fac`` covers any summation order of non-negative terms). First pass:
-   ``_select.bound_lower`` of F (exact) and ``_select.ozaki2_needed`` (the count each entry
+   ``certificate.bound_lower`` of F (exact) and ``certificate.ozaki2_needed`` (the count each entry
    needs) per output block, its ``(largest need, any beyond, all beyond)``, and one task
    (``emulinalg-fallback``) whether any entry of the whole product is beyond. Second pass, only
    if so (the graph is built before any data is seen, so its tasks always exist and return
    None otherwise, without work): per chunk the normalized magnitudes (truncated to float32,
-   as ``_select.magnitude_lower`` does), per block triple ``_select.magnitude_lower`` (a lower
-   bound of ``|A_k||B_k|``), summed over K-blocks in float64 and multiplied by
+   as ``certificate.magnitude_lower`` does), per block triple ``certificate.magnitude_lower`` (a
+   lower bound of ``|A_k||B_k|``), summed over K-blocks in float64 and multiplied by
    ``1 - q 2**-52`` (still a lower bound of ``|A||B|``), and the needs again with the larger
    of the two lower bounds per entry. Then per output block its summary and ONE task
-   (``emulinalg-count``) the count of moduli, exactly as ``_select.certify_moduli`` (before
+   (``emulinalg-count``) the count of moduli, exactly as ``certificate.certify_moduli`` (before
    its exact step) and ``_engine._emulate`` decide it, plus a flag per output block: whether
    any of its entries is taken from the native product. The exact step follows (tasks that
    always exist and return at once when it does not run): per output block how many
    certifiable entries fail one modulus fewer with the exact shifts
-   (``_select.exact_passes``), and one task (``emulinalg-exact``) taking one modulus off
-   where none does. 2-D products then take ``_select.refine_and_patch``'s steps (its loop, up
+   (``certificate.exact_passes``), and one task (``emulinalg-exact``) taking one modulus off
+   where none does. 2-D products then take ``refinement.refine_and_patch``'s steps (its loop, up
    to ``REFINE_STEPS``: one set of tasks per step, each returning at once where the loop has
    stopped), each one modulus fewer: per output block its suspects (the certifiable entries
    failing one fewer than the count with the exact shifts, with their lower bound and terms,
    ``emulinalg-suspects-<step>``), one task applying the engine's limit to the whole product's
    suspects (``REFINE_ENTRIES``; the native form's ``SUSPECTS_MAX``) and taking its sample of
-   them in flat order (``_select.refine_sample``), per chunk the sampled suspects' rows
+   them in flat order (``refinement.refine_sample``), per chunk the sampled suspects' rows
    (columns) as normalized float64 magnitudes, per K-block each sampled suspect's sum of
-   magnitude products and, for the native form, of their squares (``_select.suspect_sums``'
+   magnitude products and, for the native form, of their squares (``refinement.suspect_sums``'
    operations), summed over K-blocks (non-negative terms: ``refine_failures``' factor covers
    any order), and one task (``emulinalg-refine-<step>``) deciding the count from the suspects
-   that still fail (``_select.refine_failures``): one fewer where none does (the next step then
-   runs), and also where at most ``_select.patch_limit(m, n)`` do, which it then names as the
+   that still fail (``refinement.refine_failures``): one fewer where none does (the next step then
+   runs), and also where at most ``refinement.patch_limit(m, n)`` do, which it then names as the
    patch (their flat indices, on the host) for step 4; the last step's decision is the count
    that the later stages use.
 2. Residues once per chunk (``emulinalg-residues``, I·Q + Q·J tasks): the shifts ``mu``, ``nu``
@@ -133,7 +133,7 @@ Split the contraction index into the K-blocks ``K_1, ..., K_q``: ``C = sum_k A_k
 exactly (the K-blocks partition the terms of every dot product). For a level of ``b`` bits the
 engine certifies each emulated block entry: ``|C^_k - C_k| <= eps_k * (|A_k||B_k|)`` with
 ``eps_k = tau * 2^-b`` (a number of bits: the strict form) or the native form's
-deterministic factor for inner dimension ``|K_k|`` (a named level, ``_select.guarantee_note``:
+deterministic factor for inner dimension ``|K_k|`` (a named level, ``certificate.guarantee_note``:
 it does not decrease with the inner dimension, so no block's factor exceeds the whole
 product's, ``eps``), where
 ``C^_k`` is the block's exact emulated value, of which ``hi_k + lo_k`` is the double-double
@@ -170,10 +170,10 @@ import math
 
 import numpy as np
 
-from emulinalg import _engine, _planner, _select, get_config
+from emulinalg import _engine, _planner, get_config
 from emulinalg._plan import Plan
 from emulinalg._precision import NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
-from emulinalg.algorithm import crt, products, refit, residues
+from emulinalg.algorithm import certificate, crt, products, refinement, refit, residues
 from emulinalg.algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg.algorithm.scaling import (
     BOUND_MAX,
@@ -653,7 +653,7 @@ def _shared_graph(a, b, request, arrays=None):
     # the engine's Target: its weight models the chunks' backend's native GEMM over the whole k
     outputs = math.prod(a.shape[:-1]) * b.shape[-1]
     target = _planner.target_for(request, k, _chunk_backend(a), outputs) if certify else None
-    norm = _select.cert_constants(k, target, cplx).norm if certify else None
+    norm = certificate.cert_constants(k, target, cplx).norm if certify else None
     # above the dtype's level: the dtype level's certificate too (``_engine._choose``)
     above = certify and _planner.above_dtype(request, real_name)
     own = None
@@ -750,7 +750,7 @@ def _shared_graph(a, b, request, arrays=None):
             aterms = line_terms(a, ai, amb, rows, axis=-1)  # (..., m, nt): exact but the norm's
             bterms = line_terms(b, bi, bmb, cols, axis=-2)  # (..., n, nt)
             own_terms = (aterms, bterms)
-            own_norm = _select.cert_constants(k, own, cplx).norm if above else norm
+            own_norm = certificate.cert_constants(k, own, cplx).norm if above else norm
             if own_norm != norm:
                 own_terms = (line_terms(a, ai, amb, rows, axis=-1, norm=own_norm),
                              line_terms(b, bi, bmb, cols, axis=-2, norm=own_norm))  # fmt: skip
@@ -802,7 +802,7 @@ def _shared_graph(a, b, request, arrays=None):
                                 new_axes={p: 3}, dtype=f64, concatenate=True,
                                 meta=np.empty((0,) * (nd + 1)), token=token)  # fmt: skip
 
-        # First the lower bound from F alone (no GEMM), as _select.ozaki2_moduli_needed.
+        # First the lower bound from F alone (no GEMM), as certificate.ozaki2_moduli_needed.
         need1 = da.blockwise(_cert_block, out, *terms, token="emulinalg-certificate", **cert_kw)
         fallback = da.blockwise(
             _fallback_task, (), summarize(need1, "emulinalg-cert-summary"), out + (p,),
@@ -859,7 +859,7 @@ def _shared_graph(a, b, request, arrays=None):
     def ix(*axes):
         return [x for d in axes for x in (index[d], (d,))]
 
-    if certify:  # _select.certify_moduli's exact step, then (2-D only) its refinement
+    if certify:  # certificate.certify_moduli's exact step, then (2-D only) its refinement
         cert = (need, lower, fallback, terms)
         cfg = _exact_graph(cfg, *cert, out, k=k, q=q, cplx=cplx, target=target)
         if nd == 2:
@@ -945,15 +945,15 @@ def _shared_graph(a, b, request, arrays=None):
         notes.append(f"statistics: {nbatch * ni * q * nj} block tasks ({what})")
     if certify:
         notes.append(
-            f"exact step (_select.exact_passes): {nbatch * ni * nj} block tasks testing one "
+            f"exact step (certificate.exact_passes): {nbatch * ni * nj} block tasks testing one "
             "modulus fewer with the exact shifts"
         )
     if certify and nd == 2:
         notes.append(
-            f"refinement (_select.refine_and_patch): up to {_select.REFINE_STEPS} steps, one "
+            f"refinement (refinement.refine_and_patch): up to {refinement.REFINE_STEPS} steps, one "
             f"modulus each, of {q} task{'s' if q != 1 else ''} of the suspects' dot products, "
             "working only when a few entries hold back one modulus fewer; one modulus fewer "
-            f"also where at most {_select.patch_limit(a.shape[-2], b.shape[-1])} still do (the "
+            f"also where at most {refinement.patch_limit(a.shape[-2], b.shape[-1])} still do (the "
             "patch, which ends the steps)"
         )
     if refits:
@@ -1027,7 +1027,7 @@ def _line_terms(x, lines, axis, cplx, norm):
     """Partial line terms of one chunk, (..., m, 1, 2 to 4) for A, (..., 1, n, .) for B: the
     sum of Ā and the count of nonzero parts (``scaling.bound_operand``'s, exact integers, so
     their K-sums are the whole lines'), and with ``norm`` ("l1" or "l2", the certificate's)
-    the partial sum of ``_select._line_norm`` on the normalized line (of |Re| + |Im|, or of
+    the partial sum of ``certificate.line_norm`` on the normalized line (of |Re| + |Im|, or of
     its squares; finished by ``_line_norms``) and, complex, ``scaling.mixed_lines``."""
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
@@ -1036,7 +1036,7 @@ def _line_terms(x, lines, axis, cplx, norm):
         _, sums, nz = bound_operand(xp, re, im, s, axis)
         terms = [sums, nz]
         if norm is not None:
-            if im is not None:  # entries with both parts nonzero: _select.bound_lower
+            if im is not None:  # entries with both parts nonzero: certificate.bound_lower
                 mixed = xp.astype(mixed_lines(xp, re, im, axis), sums.dtype)
             re, im = _normalized(xp, re, im, lines, axis)
             v = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
@@ -1066,7 +1066,7 @@ def _normalized(xp, re, im, lines, axis):
 
 def _normmag_chunk(x, lines, fallback, axis):
     """Magnitudes normalized by the global line exponents, truncated to float32 (what
-    ``_select.magnitude_lower`` multiplies): 4 bytes per entry; None when the bound GEMM's
+    ``certificate.magnitude_lower`` multiplies): 4 bytes per entry; None when the bound GEMM's
     certificate left no entry beyond (``fallback`` False)."""
     if not fallback:
         return None
@@ -1074,7 +1074,7 @@ def _normmag_chunk(x, lines, fallback, axis):
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)
         re, im = _normalized(xp, re, im, lines, axis)
-        return _select._down_to_float32(xp, magnitude(xp, re, im))
+        return certificate.down_to_float32(xp, magnitude(xp, re, im))
 
 
 def _gemm_operand(xp, backend, x):
@@ -1100,13 +1100,13 @@ def _upper_block(F, aterms, bterms, cplx):
 
 
 def _lower_block(ma, mb):
-    """``{"lam": _select.magnitude_lower of one block triple's normalized magnitudes (a lower
+    """``{"lam": certificate.magnitude_lower of one block triple's normalized magnitudes (a lower
     bound of |A_k||B_k|), (..., m, n)}``, the K axis implied; lam None when not needed."""
     if ma is None:
         return {"lam": None}
     xp, backend = _xp_backend(ma)
     with _chunk_quiet(xp, backend):
-        lam = _select.magnitude_lower(
+        lam = certificate.magnitude_lower(
             xp, backend, xp.astype(ma, xp.float64), xp.astype(mb, xp.float64)
         )
     return {"lam": lam}
@@ -1128,10 +1128,10 @@ def _lsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
 
 
 def _line_norms(xp, aterms, bterms, k, norm):
-    """na (..., m, 1), nb (..., 1, n): ``_select._line_norm``'s bounds finished from the
+    """na (..., m, 1), nb (..., 1, n): ``certificate.line_norm``'s bounds finished from the
     K-summed partials (of non-negative terms: any order of the sums has the error bound that
     ``l1fac`` covers)."""
-    fac = _select.cert_constants(k).l1fac
+    fac = certificate.cert_constants(k).l1fac
 
     def finish(v):
         return v * fac if norm == "l1" else xp.sqrt(v * fac) * (1.0 + 2.0**-52)
@@ -1143,9 +1143,9 @@ def _line_norms(xp, aterms, bterms, k, norm):
 def _lam(xp, F, fallback, low, q, cplx, aterms, bterms):
     """The lower bound of the normalized |A||B| of one output block: F's bound (with the lines'
     mixed counts for complex), and with the second pass (``fallback``) the larger of it and the
-    K-summed magnitude lower bound ``low`` (``_select.certify_moduli``'s lam)."""
+    K-summed magnitude lower bound ``low`` (``certificate.certify_moduli``'s lam)."""
     mixed = (aterms[..., 3], bterms[..., 3]) if cplx else None
-    lam = _select.bound_lower(xp, F, cplx, mixed)
+    lam = certificate.bound_lower(xp, F, cplx, mixed)
     if not fallback:
         return lam
     gl = low["lam"]
@@ -1156,24 +1156,24 @@ def _lam(xp, F, fallback, low, q, cplx, aterms, bterms):
 
 def _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target):
     """The certificate's terms of one output block: ``(cc, lam, na, nb)``, the constants of
-    ``_select.cert_constants`` for the whole k, the lower bound of the normalized |A||B|
+    ``certificate.cert_constants`` for the whole k, the lower bound of the normalized |A||B|
     (``_lam``) and the whole lines' norms in the form the target asks."""
-    cc = _select.cert_constants(k, target, cplx)
+    cc = certificate.cert_constants(k, target, cplx)
     lam = _lam(xp, F, fallback, low, q, cplx, aterms, bterms)
     na, nb = _line_norms(xp, aterms, bterms, k, cc.norm)
     return cc, lam, na, nb
 
 
 def _certified_need(xp, F, fallback, low, q, e, f, aterms, bterms, k, cplx, target):
-    """The count each entry of one output block needs (``_select.ozaki2_needed``) from its
+    """The count each entry of one output block needs (``certificate.ozaki2_needed``) from its
     lower bound of the normalized |A||B| and the whole-matrix terms of its rows and columns."""
     cc, lam, na, nb = _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target)
-    return _select.ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
+    return certificate.ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
 
 
 def _cert_block(F, e, f, aterms, bterms, k, cplx, target):
     """The needed count per entry of one output block with the bound GEMM's lower bound alone
-    (``_select.bound_lower``: exact, the engine's first pass)."""
+    (``certificate.bound_lower``: exact, the engine's first pass)."""
     xp, backend = _xp_backend(F)
     with _chunk_quiet(xp, backend):
         return _certified_need(xp, F, False, None, 1, e, f, aterms, bterms, k, cplx, target)
@@ -1188,7 +1188,7 @@ def _fallback_task(summary):
 def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cplx, target):
     """The final needed counts of one output block: the first pass's where no entry of the
     whole product was beyond, else with lam = max(F's bound, the K-summed magnitude lower
-    bound) per entry (``_select.ozaki2_moduli_needed``'s second pass)."""
+    bound) per entry (``certificate.ozaki2_moduli_needed``'s second pass)."""
     if not fallback:
         return need
     xp, backend = _xp_backend(F)
@@ -1197,7 +1197,7 @@ def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cpl
 
 
 def _beyond(xp, need):
-    return need == _select.BEYOND
+    return need == certificate.BEYOND
 
 
 def _cert_summary(need):
@@ -1254,20 +1254,20 @@ def _count_task(abad, bbad, summary=None, own=None, *, fixed, level, real_name):
 
 
 def _exact_runs(cfg):
-    """Whether ``_select.certify_moduli`` tests one modulus fewer at this decision."""
+    """Whether ``certificate.certify_moduli`` tests one modulus fewer at this decision."""
     return cfg["certified"] and cfg["count"] > MIN_MODULI
 
 
 def _refine_runs(cfg):
-    """Whether ``_select.refine_and_patch``'s loop takes a step at this decision."""
+    """Whether ``refinement.refine_and_patch``'s loop takes a step at this decision."""
     return cfg["refining"] and cfg["count"] > MIN_MODULI
 
 
 def _exact_fails(xp, need, count, low, fallback, F, e, f, aterms, bterms, k, q, cplx, target):
     """``(fail, lam, na, nb)`` of one output block: the certifiable entries that ``count``
-    moduli do not certify with the exact shifts (``_select.exact_passes``), and the terms."""
+    moduli do not certify with the exact shifts (``certificate.exact_passes``), and the terms."""
     cc, lam, na, nb = _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target)
-    ok = _select.exact_passes(xp, cc, count, cc.cR * lam, na, nb, e, f)
+    ok = certificate.exact_passes(xp, cc, count, cc.cR * lam, na, nb, e, f)
     return ~ok & ~_beyond(xp, need), lam, na, nb
 
 
@@ -1309,7 +1309,7 @@ def _exact_graph(cfg, need, lower, fallback, terms, out, *, k, q, cplx, target):
                         meta=np.empty((), object), token="emulinalg-exact")  # fmt: skip
 
 
-# The suspect refinement (``_select.refine_and_patch``) over blocks, 2-D products only: after
+# The suspect refinement (``refinement.refine_and_patch``) over blocks, 2-D products only: after
 # the exact step, per step of the engine's loop (``REFINE_STEPS``, one set of tasks each), the
 # entries that fail one modulus fewer (per output block), one task applying the suspects' limit
 # to the whole product and taking its sample, the sampled suspects' rows of A and columns of B
@@ -1320,14 +1320,14 @@ def _exact_graph(cfg, need, lower, fallback, terms, out, *, k, q, cplx, target):
 
 
 def _suspects_limit(target):
-    """The most suspects ``_select.certify_moduli`` refines (the native form samples them)."""
-    return _select.SUSPECTS_MAX if target.guarantee == "native" else _select.REFINE_ENTRIES
+    """The most suspects ``certificate.certify_moduli`` refines (the native form samples them)."""
+    return refinement.SUSPECTS_MAX if target.guarantee == "native" else refinement.REFINE_ENTRIES
 
 
 def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q, cplx, target,
                     row0, col0):  # fmt: skip
     """The entries of one output block that fail the count - 1 with the exact shifts
-    (``_select.certify_moduli``'s suspects): ``{"n": how many, "rows", "cols": their global
+    (``certificate.certify_moduli``'s suspects): ``{"n": how many, "rows", "cols": their global
     indices, "terms": [lam, na, nb, e, f] per entry}`` (only "n" when there are too many for
     the whole product anyway); None when the refinement does not run at this decision."""
     if not _refine_runs(cfg):
@@ -1348,7 +1348,7 @@ def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q
 
 
 def _refine_select(sus, *, n, target):
-    """The whole product's suspects in flat order and the sample ``_select.refine_sample``
+    """The whole product's suspects in flat order and the sample ``refinement.refine_sample``
     takes of them, or None where there are too many (``_suspects_limit``) or the refinement
     does not run: ``{"n": how many, "idx": their flat indices, "terms": [lam, na, nb, e, f] per
     suspect, "pick": the sample's positions, "rows", "cols": the sample's distinct rows and
@@ -1366,7 +1366,7 @@ def _refine_select(sus, *, n, target):
     flat = rows * n + cols
     order = xp.argsort(flat)  # the engine's flat order: the sample and the patch depend on it
     terms = xp.take(xp.concat([x["terms"] for x in parts], axis=1), order, axis=1)
-    pick = _select.refine_sample(xp, int(rows.shape[0]))
+    pick = refinement.refine_sample(xp, int(rows.shape[0]))
     rows, cols = xp.take(xp.take(rows, order), pick), xp.take(xp.take(cols, order), pick)
     ur, uc = xp.sort(xp.unique_values(rows)), xp.sort(xp.unique_values(cols))
     return {"n": int(order.shape[0]), "idx": xp.take(flat, order), "terms": terms,
@@ -1376,7 +1376,7 @@ def _refine_select(sus, *, n, target):
 
 def _refine_lines(x, lines, sel, *ix, axis, starts):
     """The suspects' rows of one A chunk (``axis`` -1) or columns of one B chunk (-2): their
-    magnitudes normalized by the global line exponents, in float64 (``_select.suspect_sums``'
+    magnitudes normalized by the global line exponents, in float64 (``refinement.suspect_sums``'
     operands, restricted to the chunk); None without refinement."""
     if sel is None or not sel["n"]:
         return None
@@ -1393,7 +1393,7 @@ def _refine_lines(x, lines, sel, *ix, axis, starts):
 
 def _refine_sums(pa, pb, sel, *, squares):
     """``{"S", "S2"}`` of one K-block: per suspect the sum of its normalized magnitude products
-    over the block and (``squares``) of their squares, ``_select.suspect_sums``' operations
+    over the block and (``squares``) of their squares, ``refinement.suspect_sums``' operations
     (the pieces of every row and column block concatenated in order); None without
     refinement. Non-negative terms: the K-blocks' sums added in any order keep its bounds."""
     pa, pb = _flatten(pa), _flatten(pb)
@@ -1414,10 +1414,10 @@ def _refine_sums(pa, pb, sel, *, squares):
 
 
 def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
-    """The decision after one step of ``_select.refine_and_patch``'s loop on the (m, n)
+    """The decision after one step of ``refinement.refine_and_patch``'s loop on the (m, n)
     product: one modulus fewer where no suspect fails it with its larger lower bound
-    (``_select.refine_failures``), and the loop goes on; one fewer where at most
-    ``_select.patch_limit(m, n)`` do, with ``"patch"`` their flat indices (ascending, on the
+    (``refinement.refine_failures``), and the loop goes on; one fewer where at most
+    ``refinement.patch_limit(m, n)`` do, with ``"patch"`` their flat indices (ascending, on the
     host) for the refit's tasks, and the loop stops; else the same count, and it stops."""
     if not _refine_runs(cfg):
         return cfg
@@ -1428,12 +1428,12 @@ def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
     xp, backend = _xp_backend(sums["S"])
     with _chunk_quiet(xp, backend):
         lam, na, nb, e, f = (sel["terms"][t] for t in range(5))
-        fail = _select.refine_failures(xp, k, target, cplx, cfg["count"], lam, sums["S"], e, f,
+        fail = refinement.refine_failures(xp, k, target, cplx, cfg["count"], lam, sums["S"], e, f,
                                        na, nb, sums["S2"], sel["pick"])  # fmt: skip
         failing = int(xp.count_nonzero(fail))
         if failing == 0:
             return dict(cfg, count=cfg["count"] - 1)
-        if failing <= _select.patch_limit(m, n):
+        if failing <= refinement.patch_limit(m, n):
             patch = _host(xp.take(sel["idx"], xp.nonzero(fail)[0]))
             return dict(cfg, count=cfg["count"] - 1, refining=False, patch=patch)
     return dict(cfg, refining=False)
@@ -1442,7 +1442,7 @@ def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
 def _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, *, k, q, cplx, target,
                   split_every):  # fmt: skip
     """The tasks of the suspect refinement of a 2-D product (above), one set per step of
-    ``_select.refine_and_patch``'s loop (named with the step, 1 to ``REFINE_STEPS``, e.g.
+    ``refinement.refine_and_patch``'s loop (named with the step, 1 to ``REFINE_STEPS``, e.g.
     ``emulinalg-refine-1``): the decision ``cfg`` of the exact step, refined, as a 0-d object
     array."""
     import dask
@@ -1458,7 +1458,7 @@ def _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, *, k, q
         return tuple(int(v) for v in np.cumsum((0,) + tuple(chunks)))
 
     kw = {"dtype": object, "align_arrays": False}  # the index arrays' chunks are block counts
-    for step in range(1, _select.REFINE_STEPS + 1):
+    for step in range(1, refinement.REFINE_STEPS + 1):
         sus = da.blockwise(_suspects_block, out, need, out, cfg, (), lower, out, fallback, (),
                            *terms, *ix(i, j), concatenate=True, meta=obj(2),
                            token=f"emulinalg-suspects-{step}", k=k, q=q, cplx=cplx,

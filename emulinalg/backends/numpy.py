@@ -95,7 +95,7 @@ def native_matmul(a, b):
 
 # OpenBLAS's GEMM kernels add the products of a K-block in one FMA chain and the blocks' sums
 # into C, so beyond one block their rounding errors shrink like sqrt(block / k); the dtype's
-# level asks as much of the emulation (``emulinalg._select.native_error``; the figures are
-# measured: docs/precision.md).
+# level asks as much of the emulation (``emulinalg.algorithm.certificate.native_error``; the
+# figures are measured: docs/precision.md).
 native_error_rms = 0.29
 native_chain_k = 256

@@ -32,8 +32,7 @@ import cupy as cp
 from gpu_records import median_ms  # tools/device: one CUDA-event timer
 
 import emulinalg
-from emulinalg import _select
-from emulinalg.algorithm import products
+from emulinalg.algorithm import certificate, products
 from emulinalg.algorithm.moduli import crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import cupy as be
@@ -69,7 +68,7 @@ def statistics(a, b, repeat, check):
 
     def generic():
         pre = ozaki2_prescale(cxp, be.int_matmul, a, None, b, None, MODE)
-        return pre, _select.ozaki2_moduli_needed(cxp, _generic_backend(), a, None, b, None, pre,
+        return pre, certificate.ozaki2_moduli_needed(cxp, _generic_backend(), a, None, b, None, pre,
                                                  BITS)  # fmt: skip
 
     rec["statistics_ms"] = median_ms(hooks, repeat)

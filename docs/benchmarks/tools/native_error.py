@@ -1,7 +1,7 @@
 """The native GEMM's rounding-error model on this machine's cupy (cuBLAS) or numpy (BLAS).
 
-For the certificate's native form (emulinalg/_select.py ``native_error``): per entry the
-error of the native product relative to u sqrt(k) ||a_i o b_j||_2, as its root mean square over
+For the certificate's native form (emulinalg/algorithm/certificate.py ``native_error``): per entry
+the error of the native product relative to u sqrt(k) ||a_i o b_j||_2, as its root mean square over
 the graded entries, for k from 256 up, on square-ish products large enough that cuBLAS runs its
 usual kernels (no split-K): (N x k) @ (k x N), rows x cols graded against the exact product.
 A backend's ``native_error_rms`` is the rms at small k and ``native_chain_k`` the k beyond

@@ -13,8 +13,9 @@ import time
 
 import cupy as cp
 
-from emulinalg import _planner, _select
+from emulinalg import _planner
 from emulinalg._precision import Level
+from emulinalg.algorithm import certificate, refinement
 from emulinalg.backends import cupy as be
 from emulinalg.inputs import phi_matrix
 
@@ -132,7 +133,7 @@ def main():
     N, r = args.N, args.repeat
     bits = args.bits or (24 if args.dtype == "float32" else 53)
     level = Level(bits, "float32" if bits == 24 else "float64")
-    target = _select.Target(args.bits) if args.bits else _planner.target_for(level, N, be)
+    target = certificate.Target(args.bits) if args.bits else _planner.target_for(level, N, be)
     a_in = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=1))
     b_in = cp.asarray(phi_matrix((N, N), args.phi, args.dtype, seed=2))
     a, b = a_in.astype(cp.float64), b_in.astype(cp.float64)
@@ -176,7 +177,7 @@ def main():
     rec["int8_tops"] = 2.0 * m * n * k / t / 1e12
     t, pre = timed(lambda: be.ozaki2_prescale(a, None, b, None, "accurate"), r)
     rec["prescale_total"] = t
-    cc = _select.cert_constants(k, target, False)
+    cc = certificate.cert_constants(k, target, False)
     t, _ = timed(lambda: be._line_terms(pre.lower.pa, B, m, pre[2].reshape(B * m), cc.scale,
                                         cc.l1fac, cc.norm == "l2"), r)  # fmt: skip
     rec["line_terms_A"] = t
@@ -193,10 +194,10 @@ def main():
     rec["bf16_fallback_calls"] = len(calls)
     rec["count"] = res[0]
     rec["beyond"] = 0 if res[1] is None else int(cp.count_nonzero(res[1]))
-    saved = _select.REFINE_ENTRIES
-    _select.REFINE_ENTRIES = -1
+    saved = refinement.REFINE_ENTRIES
+    refinement.REFINE_ENTRIES = -1
     t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, target), r)
-    _select.REFINE_ENTRIES = saved
+    refinement.REFINE_ENTRIES = saved
     be._bf16_gemm = real_gemm
     rec["certificate_no_refine"] = t
     rec["count_no_refine"] = res[0]

@@ -15,10 +15,10 @@ Stages (named as in ``emulinalg.algorithm.products``):
 - ``bf16_lower.cu``: float64 -> bfloat16 truncated toward zero (certificate lower bounds);
 - ``ozaki2_stats.cu``: the statistics that choose the number of moduli, as
   ``emulinalg.algorithm.scaling.ozaki2_prescale`` ("accurate") and
-  ``emulinalg._select.ozaki2_moduli_needed`` compute them: line exponents, the int8 bound
-  operand of the prescale GEMM with the line norms' sums, the certificate's bf16 operands, its
-  passes over the bound (and bf16) GEMM's sums (counts, the exact step) and the suspect
-  refinement's steps.
+  ``emulinalg.algorithm.certificate.ozaki2_moduli_needed`` compute them: line exponents, the int8
+  bound operand of the prescale GEMM with the line norms' sums, the certificate's bf16 operands,
+  its passes over the bound (and bf16) GEMM's sums (counts, the exact step) and the suspect
+  refinement's steps (``emulinalg.algorithm.refinement``).
 
 Their constants (moduli, CRT word counts, table sizes) are in ``ozaki2_tables.h``, generated
 from the Python tables by :func:`tables_header`.

@@ -1,4 +1,4 @@
-"""Choosing slices / moduli for a precision level, with a per-entry certificate.
+"""The certificate: the number of slices / moduli a precision level needs, per entry.
 
 Scheme II (Uchino, Ozaki, Imamura, arXiv:2602.02549, Lemma 2 form, with rounding to nearest):
 A' = round(2**mu A) is off by ``delta`` with |delta| <= 1/2 per entry (1 where the operands are
@@ -55,15 +55,10 @@ sqrt(e_i) from the N-independent prescale), so both forms read y (2 G + y Q) <= 
 constants from ``cert_constants``): a comparison per count, no square root or division; the
 left side grows with y, so the smallest such count is found by bisection (``ozaki2_needed``).
 Then one count lower is tested with the exact shifts (``exact_passes``: the floor in mu_i
-costs up to a bit), and ``refine_and_patch`` takes off one count at a time (at most
-REFINE_STEPS) while the entries that fail it (the suspects) pass with better information: their
-dot products of magnitudes (all of them, at most REFINE_ENTRIES, for the strict form; an even
-sample of REFINE_ENTRIES giving theta for the native form). When at most ``patch_limit(m, n)``
-still fail, the count drops all the same and those entries are recomputed with MAX_MODULI
-moduli after the product (``algorithm.refit``). Entries no count up to the maximum certifies
-(or with a zero lower bound but a nonzero upper bound) are taken from the native product, and
-the plan says how many. Only 2-D products are refined and patched (batched ones stop after the exact
-shifts).
+costs up to a bit), and the suspect refinement and patch (``refinement.refine_and_patch``) take
+off further counts where only a few entries stand in the way. Entries no count up to the maximum
+certifies (or with a zero lower bound but a nonzero upper bound) are taken from the native
+product, and the plan says how many.
 """
 
 from __future__ import annotations
@@ -71,11 +66,11 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ._precision import MAX_SLICES, MIN_SLICES
-from ._stages import NATIVE_ERROR_RMS, stages
-from .algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
-from .algorithm.scaling import half_log_shift, magnitude, max_exponent, rounds_to_nearest
-from .algorithm.xputil import ldexp
+from .._precision import MAX_SLICES, MIN_SLICES
+from .._stages import NATIVE_ERROR_RMS, stages
+from .moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from .scaling import half_log_shift, magnitude, max_exponent, rounds_to_nearest
+from .xputil import ldexp
 
 TAU = 0.25  # the strict certificate's share of 2**-bits
 # 2**-L_n for n = MIN_MODULI .. MAX_MODULI (decreasing): the certificate's per-count thresholds
@@ -119,8 +114,6 @@ def guarantee_note(target, family="ozaki2"):
     )
 
 
-
-
 def native_error(backend, k, outputs=None):
     """The native GEMM's rounding-error rms at inner dimension ``k`` relative to
     u sqrt(k) ||a_i o b_j||_2 (Higham & Mary's model: independent rounding errors of the
@@ -151,7 +144,7 @@ class CertConstants(NamedTuple):
     dask graph take them from ``cert_constants``."""
 
     factor: float  # removes a float32/bf16 GEMM's rounding from the lower bound: 1 - (k+2) 2**-22
-    native_factor: float  # the same for a float64 GEMM (k beyond _LOWER_K_MAX): 1 - (k+2) 2**-52
+    native_factor: float  # the same for a float64 GEMM (k beyond LOWER_K_MAX): 1 - (k+2) 2**-52
     native_abs_term: float  # the refinement's float64 sums, subnormal range: (2k+2) 2**-1074
     abs_term: float  # the subnormal range of that GEMM: (k+2) 2**-149
     l1fac: float  # makes float64 l1 sums (and sums of squares) upper bounds: 1 + (k+2) 2**-52
@@ -201,7 +194,7 @@ def cert_constants(k, target=None, complex_=False) -> CertConstants:
     )
 
 
-def _line_norm(xp, re, im, axis, norm):
+def line_norm(xp, re, im, axis, norm):
     """Upper bound of each line's l1 or l2 norm of |Re| + |Im| (float64 sums; every operation
     rounds up by at most a factor the l1fac covers, and the l2 root is rounded up)."""
     x = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
@@ -214,13 +207,13 @@ def _line_norm(xp, re, im, axis, norm):
     return xp.sqrt(xp.sum(x * x, axis=axis) * fac) * (1.0 + 2.0**-52)
 
 
-def _down_to_float32(xp, x):
+def down_to_float32(xp, x):
     """float32 values <= x (x >= 0): the cast rounds to nearest, so step down where it rose."""
     f = xp.astype(x, xp.float32)
     return xp.where(xp.astype(f, xp.float64) > x, xp.nextafter(f, xp.zeros_like(f)), f)
 
 
-_LOWER_K_MAX = 1 << 20  # beyond this the float32 rounding factor is no longer tight
+LOWER_K_MAX = 1 << 20  # beyond this the float32 rounding factor is no longer tight
 
 
 def magnitude_lower(xp, backend, xa, xb):
@@ -228,20 +221,20 @@ def magnitude_lower(xp, backend, xa, xb):
     (line-normalized magnitudes), at a fraction of a native GEMM's cost."""
     k = xa.shape[-1]
     cc = cert_constants(k)
-    if k > _LOWER_K_MAX:
+    if k > LOWER_K_MAX:
         return backend.native_matmul(xa, xb) * cc.native_factor
     hook = stages(backend).magnitude_lower_matmul
     if hook is not None:  # e.g. one bfloat16 tensor-core GEMM, already a lower bound
         s = xp.astype(hook(xa, xb), xp.float64)
     else:
         s = xp.astype(
-            backend.native_matmul(_down_to_float32(xp, xa), _down_to_float32(xp, xb)), xp.float64
+            backend.native_matmul(down_to_float32(xp, xa), down_to_float32(xp, xb)), xp.float64
         )
         s = s * cc.factor
     return xp.maximum(s - cc.abs_term, 0.0)
 
 
-def _normalized(xp, ar, ai, br, bi, norm="l1"):
+def normalized(xp, ar, ai, br, bi, norm="l1"):
     """Both sides of the certificate are homogeneous in each row's and column's scale, so they
     are evaluated on operands normalized by 2**-floor(log2 max) per line: no overflow, and
     underflow only lowers the lower bound (the safe side). Returns the normalized parts and
@@ -251,8 +244,8 @@ def _normalized(xp, ar, ai, br, bi, norm="l1"):
     ar, br = ldexp(xp, ar, -ea), ldexp(xp, br, -eb)
     ai = None if ai is None else ldexp(xp, ai, -ea)
     bi = None if bi is None else ldexp(xp, bi, -eb)
-    na = xp.expand_dims(_line_norm(xp, ar, ai, -1, norm), axis=-1)  # (..., m, 1)
-    nb = xp.expand_dims(_line_norm(xp, br, bi, -2, norm), axis=-2)  # (..., 1, n)
+    na = xp.expand_dims(line_norm(xp, ar, ai, -1, norm), axis=-1)  # (..., m, 1)
+    nb = xp.expand_dims(line_norm(xp, br, bi, -2, norm), axis=-2)  # (..., 1, n)
     return (ar, ai, br, bi), na, nb
 
 
@@ -314,11 +307,13 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
     """``ozaki2_moduli_needed`` in Array API code, with ``lower`` the bound GEMM F (..., m, n)
     (or None: the GEMM lower bound alone); a backend's certificate hook may call it for the
     cases its kernels do not take."""
+    from . import refinement  # the step after the count (it builds on this module)
+
     _, _, e, f = prescale
     cplx = ai is not None
     k = ar.shape[-1]
     cc = cert_constants(k, target, cplx)
-    parts, na, nb = _normalized(xp, ar, ai, br, bi, cc.norm)
+    parts, na, nb = normalized(xp, ar, ai, br, bi, cc.norm)
     lam = None
     if lower is not None:
         lam = bound_lower(xp, lower, cplx, getattr(prescale, "mixed", None))
@@ -339,7 +334,8 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
     def suspects(count):
         fail = ~exact_passes(xp, cc, count - 1, cc.cR * lam, na, nb, e, f) & ~beyond
         mask = xp.reshape(fail, (-1,))
-        limit = SUSPECTS_MAX if target.guarantee == "native" else REFINE_ENTRIES
+        native = target.guarantee == "native"
+        limit = refinement.SUSPECTS_MAX if native else refinement.REFINE_ENTRIES
         if int(xp.count_nonzero(mask)) > limit:
             return None
         idx = xp.nonzero(mask)[0]
@@ -348,21 +344,12 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
         return idx, flat, xp.take(xp.reshape(na, (-1,)), idx // n), \
             xp.take(xp.reshape(nb, (-1,)), idx % n)  # fmt: skip
 
-    count, patch = refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count,
-                                    suspects)  # fmt: skip
+    count, patch = refinement.refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target,
+                                               count, suspects)  # fmt: skip
     return count, beyond, patch
 
 
-# The suspect refinement (``refine_moduli``) runs when at most this many entries stand in the
-# way of one modulus fewer: its dot products then cost a small fraction of one INT8 GEMM. The
-# native form takes up to SUSPECTS_MAX suspects, of which it samples REFINE_ENTRIES.
-REFINE_ENTRIES = 4096
-SUSPECTS_MAX = 1 << 24
-# The native form's per-product relaxation: at most this factor on |A||B| (``refine_moduli``).
-THETA_MAX = 16.0
-
-
-def _passes(xp, cc, t, R, alpha, beta, na, nb):
+def passes(xp, cc, t, R, alpha, beta, na, nb):
     """The certificate's test t (2 G + t Q) <= R, G = alpha nb + beta na, Q = c4 alpha beta
     (broadcast terms); the kernels do these operations in this order."""
     G2 = 2.0 * (alpha * nb + beta * na)
@@ -372,7 +359,7 @@ def _passes(xp, cc, t, R, alpha, beta, na, nb):
 
 def _need_of(xp, cc, R, alpha, beta, na, nb):
     """The smallest count n of moduli certifying each entry (``BEYOND`` where none does): the
-    smallest n passing ``_passes`` at cc.thresholds[n], by bisection over the counts (the left
+    smallest n passing ``passes`` at cc.thresholds[n], by bisection over the counts (the left
     side grows with the threshold, and so does its floating-point value: every operation is
     monotonic; the thresholds do not increase with n)."""
     th = cc.thresholds
@@ -389,6 +376,21 @@ def _need_of(xp, cc, R, alpha, beta, na, nb):
         hi = xp.where(ok, mid, hi)
         lo = xp.where(ok, lo, mid + 1)
     return hi + MIN_MODULI  # index len(thresholds) -> BEYOND
+
+
+def ozaki2_needed(xp, cc, R, na, nb, e, f):
+    """The smallest number of moduli certifying each entry (int64, ``BEYOND`` where no count up to
+    the maximum does) from the certificate's terms, with ``cc`` = ``cert_constants`` of the
+    whole inner dimension and the target.
+
+    ``R = cc.cR lam`` (..., m, n), ``na`` (..., m, 1) and ``nb`` (..., 1, n) are the
+    line-normalized norms of ``normalized``, ``e`` (..., m) and ``f`` (..., n) the
+    prescale's bounds: any rows/columns of the output (the dask layer's output blocks, with
+    terms summed over K-blocks) give the same entries as the whole product from the same terms."""
+    # alpha_i = 2**-s_i sqrt(e_i) with s_i = 5 - ea_i - cplx, normalized by 2**ea_i
+    alpha = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(e, xp.float64)), axis=-1)
+    beta = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(f, xp.float64)), axis=-2)
+    return _need_of(xp, cc, R, alpha, beta, na, nb)
 
 
 def exact_line_factors(xp, cc, count, e, scale):
@@ -411,183 +413,13 @@ def exact_passes(xp, cc, count, R, na, nb, e, f):
     bisection's or one less (consecutive L_n differ by more than 3.7, the bound is at most 2x)."""
     p = xp.expand_dims(exact_line_factors(xp, cc, count, e, cc.scale), axis=-1)
     q = xp.expand_dims(exact_line_factors(xp, cc, count, f, cc.scale), axis=-2)
-    return _passes(xp, cc, 1.0, R, p, q, na, nb)
-
-
-def refine_moduli(xp, backend, ar, ai, br, bi, prescale, target, count, suspects):
-    """``refine_and_patch``'s count without the patch (the count when patching is not
-    available)."""
-    return refine_and_patch(
-        xp, backend, ar, ai, br, bi, prescale, target, count, suspects, patching=False
-    )[0]
-
-
-# Entries one count lower cannot certify are recomputed with MAX_MODULI moduli (``algorithm.refit``)
-# when at most this many, and at most 1/PATCH_SHARE of the output: one dot product of residues
-# of length k per entry and modulus.
-PATCH_ENTRIES = 256
-PATCH_SHARE = 64
-REFINE_STEPS = 4  # counts the refinement may take off, one at a time
-
-
-def patch_limit(m, n):
-    """How many entries of an (m, n) product (per batch) ``refine_and_patch`` may patch."""
-    return min(PATCH_ENTRIES, (m * n) // PATCH_SHARE)
-
-
-def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspects,
-                     patching=True):  # fmt: skip
-    """``(count, patch)``: the count after the suspect refinement (one count at a time, while
-    every suspect passes, at most REFINE_STEPS), and the flat indices of the entries the level
-    recomputes with MAX_MODULI moduli (None: none): whether the entries that fail
-    ``count - 1`` (``suspects(count)``: their flat indices in the (m, n) output, their lower
-    bound of |A||B| so far and their line norms na, nb; None when there are too many) pass it
-    with more information than the cheap bounds. Only 2-D products.
-
-    Strict form: at most REFINE_ENTRIES suspects, each with its dot product of magnitudes
-    summed in float64 (line-normalized; the rounding removed by ``1 - (k+2) 2**-52`` and an
-    absolute ``(2k+2) 2**-1074``: all terms are >= 0, so this holds for any order of the sums):
-    the bound GEMM's fixed-point lower bound is loose for entries whose terms are far below
-    their lines' maxima.
-
-    Native form: its target is the native GEMM's error at the entry, whose scale
-    sqrt(k) ||a_i o b_j||_2 = kappa_ij (|A||B|)_ij the cheap test bounds by kappa >= 1. The
-    componentwise measure compares the largest errors over the whole product, and the native
-    GEMM's largest ones come from its entries of largest kappa; so the suspects are tested
-    against theta (|A||B|)_ij, theta the largest kappa found on a sample of REFINE_ENTRIES of
-    them (a lower bound of the product's largest, capped at THETA_MAX: the elementwise relative
-    measure compares single entries, ``algorithm.refit``), and the sampled ones against their own
-    kappa where larger. One dot product of length k per sampled suspect (the cupy backend runs the
-    same steps in its kernels).
-
-    Patch: when the suspects that still fail are at most ``patch_limit(m, n)``, the count
-    drops by one all the same and those entries are recomputed with MAX_MODULI moduli after the
-    product (they passed ``count``, so the maximum certifies them): a few dot products instead
-    of one INT8 GEMM per modulus over the whole output."""
-    if count is None or ar.ndim != 2 or br.ndim != 2:
-        return count, None
-    m, k = ar.shape
-    n = br.shape[-1]
-    _, _, e, f = prescale
-    cplx = ai is not None
-    native = target.guarantee == "native"
-    for _ in range(REFINE_STEPS):
-        if count <= MIN_MODULI:
-            break
-        sus = suspects(count)
-        if sus is None:
-            break
-        idx, lam, na, nb = sus
-        total = idx.shape[0]
-        if total == 0:
-            count -= 1
-            continue
-        if not native and total > REFINE_ENTRIES:
-            break
-        pick = refine_sample(xp, total)
-        sidx = xp.take(idx, pick)
-        S, S2 = suspect_sums(xp, ar, ai, br, bi, sidx // n, sidx % n, native)
-        e_r, f_c = xp.take(e, idx // n), xp.take(f, idx % n)
-        fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2, pick)
-        failing = int(xp.count_nonzero(fail))
-        if failing == 0:
-            count -= 1
-            continue
-        if patching and failing <= patch_limit(m, n):
-            return count - 1, xp.take(idx, xp.nonzero(fail)[0])
-        break
-    return count, None
-
-
-def refine_sample(xp, total):
-    """Positions (into the suspects, in flat order) of the ones ``refine_moduli`` sums: all
-    when at most REFINE_ENTRIES, else every ceil(total / REFINE_ENTRIES)-th (an even sample,
-    the same on every backend)."""
-    step = -(-total // REFINE_ENTRIES)
-    return xp.arange(0, total, step)
-
-
-def refine_certifies(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None):
-    """Whether every suspect passes ``count - 1``: ``refine_failures`` finds none."""
-    fail = refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2, pick)
-    return not bool(xp.any(fail))
-
-
-def refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None):
-    """Per suspect, whether it fails ``count - 1`` (``refine_and_patch``'s test): 1-D arrays
-    over the suspects of their lower bound ``lam`` so far, the prescale's e_i, f_j and line
-    norms; ``S`` (and for the native form ``S2``) the float64 sums of the line-normalized
-    magnitude products (and of their squares) of the sampled suspects at positions ``pick``
-    (None: all), in any order; their rounding is removed by ``1 - (k+2) 2**-52`` and
-    ``(2k+2) 2**-1074`` (all terms are >= 0). Then the exact-shift test at count - 1
-    (``exact_passes``)."""
-    cc = cert_constants(k, target, complex_)
-    if pick is None:
-        pick = xp.arange(lam.shape[0])
-    S = xp.maximum(S * cc.native_factor - cc.native_abs_term, 0.0)
-    if target.guarantee == "native":
-        S2 = xp.maximum(S2 * cc.native_factor - cc.native_abs_term, 0.0)
-        scale = xp.sqrt(S2 * k) * (1.0 - 2.0**-52)  # <= sqrt(k) ||a_i o b_j||_2
-        upper = S * (1.0 + (k + 2) * 2.0**-52) + cc.native_abs_term  # >= (|A||B|)_ij
-        kappa = xp.where(upper > 0, scale / upper, 1.0) * (1.0 - 2.0**-50)
-        # sqrt(k) at most: the deterministic bound k weight 2**-bits |A||B| holds throughout
-        theta = min(THETA_MAX, math.sqrt(k), max(1.0, float(xp.max(kappa))))
-        own = xp.maximum(xp.take(lam, pick) * theta, xp.maximum(S, scale))
-        lam = _scatter(xp, lam * theta, pick, own)
-    else:
-        lam = _scatter(xp, lam, pick, xp.maximum(xp.take(lam, pick), S))
-    p = exact_line_factors(xp, cc, count - 1, e, cc.scale)
-    q = exact_line_factors(xp, cc, count - 1, f, cc.scale)
-    return ~_passes(xp, cc, 1.0, cc.cR * lam, p, q, na, nb)
-
-
-def _scatter(xp, x, at, v):
-    """``x`` (1-D) with ``x[at] = v`` (a new array)."""
-    out = xp.asarray(x, copy=True)
-    out[at] = v
-    return out
-
-
-def suspect_sums(xp, ar, ai, br, bi, rows, cols, squares):
-    """Per suspect (row ``rows[t]`` of A, column ``cols[t]`` of B) the float64 sums of the
-    line-normalized magnitude products and (``squares``) of their squares, in chunks of
-    suspects that keep the products' memory near 2**22 entries."""
-    k = ar.shape[-1]
-    step = max(1, (1 << 22) // max(k, 1))
-    S, S2 = [], []
-    for t0 in range(0, rows.shape[0], step):
-        r, c = rows[t0 : t0 + step], cols[t0 : t0 + step]
-        a_r, b_r = xp.take(ar, r, axis=0), xp.permute_dims(xp.take(br, c, axis=1), (1, 0))
-        a_i = None if ai is None else xp.take(ai, r, axis=0)
-        b_i = None if bi is None else xp.permute_dims(xp.take(bi, c, axis=1), (1, 0))
-        ea = xp.expand_dims(max_exponent(xp, a_r, a_i, axis=-1), axis=-1)
-        eb = xp.expand_dims(max_exponent(xp, b_r, b_i, axis=-1), axis=-1)
-        x = ldexp(xp, magnitude(xp, a_r, a_i), -ea) * ldexp(xp, magnitude(xp, b_r, b_i), -eb)
-        S.append(xp.sum(x, axis=-1))
-        if squares:
-            S2.append(xp.sum(x * x, axis=-1))
-    return xp.concat(S), (xp.concat(S2) if squares else None)
-
-
-def ozaki2_needed(xp, cc, R, na, nb, e, f):
-    """The smallest number of moduli certifying each entry (int64, ``BEYOND`` where no count up to
-    the maximum does) from the certificate's terms, with ``cc`` = ``cert_constants`` of the
-    whole inner dimension and the target.
-
-    ``R = cc.cR lam`` (..., m, n), ``na`` (..., m, 1) and ``nb`` (..., 1, n) are the
-    line-normalized norms of ``_normalized``, ``e`` (..., m) and ``f`` (..., n) the
-    prescale's bounds: any rows/columns of the output (the dask layer's output blocks, with
-    terms summed over K-blocks) give the same entries as the whole product from the same terms."""
-    # alpha_i = 2**-s_i sqrt(e_i) with s_i = 5 - ea_i - cplx, normalized by 2**ea_i
-    alpha = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(e, xp.float64)), axis=-1)
-    beta = cc.scale * xp.expand_dims(xp.sqrt(xp.astype(f, xp.float64)), axis=-2)
-    return _need_of(xp, cc, R, alpha, beta, na, nb)
+    return passes(xp, cc, 1.0, R, p, q, na, nb)
 
 
 def ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target):
     """``(count, beyond)`` as ``ozaki2_moduli_needed``, for Scheme I slices (truncated operands,
     the l1 worst case; a native-form target asks its weight w 2**-bits instead of TAU 2**-bits)."""
-    parts, na, nb = _normalized(xp, ar, ai, br, bi)
+    parts, na, nb = normalized(xp, ar, ai, br, bi)
     k = ar.shape[-1]
     share = target.weight if target.guarantee == "native" else TAU
     R = share * 2.0**-target.bits * _gemm_lower(xp, backend, parts)

@@ -1,0 +1,186 @@
+"""The suspect refinement and the patch: counts taken off after the certificate's count.
+
+The certificate (``certificate.certify_moduli``) finds the smallest count of moduli that its
+cheap bounds certify on every entry, then tests one count lower with the exact shifts
+(``certificate.exact_passes``). The entries that fail that test, the suspects, often pass with
+better information: ``refine_and_patch`` takes off one count at a time (at most REFINE_STEPS)
+while every suspect passes with its dot products of magnitudes (all of them, at most
+REFINE_ENTRIES, for the strict form; an even sample of REFINE_ENTRIES giving theta for the
+native form). When at most ``patch_limit(m, n)`` still fail, the count drops all the same and
+those entries are recomputed with MAX_MODULI moduli after the product (``refit``). Only 2-D
+products are refined and patched (batched ones stop after the exact shifts).
+
+References: Uchino, Ozaki, Imamura, arXiv:2602.02549 (the error bound of Scheme II, Lemma 2);
+Higham & Mary, SIAM J. Sci. Comput. 2019 (the model of rounding errors of the native form).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .certificate import cert_constants, exact_line_factors, passes
+from .moduli import MIN_MODULI
+from .scaling import magnitude, max_exponent
+from .xputil import ldexp
+
+# The suspect refinement (``refine_moduli``) runs when at most this many entries stand in the
+# way of one modulus fewer: its dot products then cost a small fraction of one INT8 GEMM. The
+# native form takes up to SUSPECTS_MAX suspects, of which it samples REFINE_ENTRIES.
+REFINE_ENTRIES = 4096
+SUSPECTS_MAX = 1 << 24
+# The native form's per-product relaxation: at most this factor on |A||B| (``refine_moduli``).
+THETA_MAX = 16.0
+
+# Entries one count lower cannot certify are recomputed with MAX_MODULI moduli (``refit``) when
+# at most this many, and at most 1/PATCH_SHARE of the output: one dot product of residues
+# of length k per entry and modulus.
+PATCH_ENTRIES = 256
+PATCH_SHARE = 64
+REFINE_STEPS = 4  # counts the refinement may take off, one at a time
+
+
+def patch_limit(m, n):
+    """How many entries of an (m, n) product (per batch) ``refine_and_patch`` may patch."""
+    return min(PATCH_ENTRIES, (m * n) // PATCH_SHARE)
+
+
+def refine_moduli(xp, backend, ar, ai, br, bi, prescale, target, count, suspects):
+    """``refine_and_patch``'s count without the patch (the count when patching is not
+    available)."""
+    return refine_and_patch(
+        xp, backend, ar, ai, br, bi, prescale, target, count, suspects, patching=False
+    )[0]
+
+
+def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspects,
+                     patching=True):  # fmt: skip
+    """``(count, patch)``: the count after the suspect refinement (one count at a time, while
+    every suspect passes, at most REFINE_STEPS), and the flat indices of the entries the level
+    recomputes with MAX_MODULI moduli (None: none): whether the entries that fail
+    ``count - 1`` (``suspects(count)``: their flat indices in the (m, n) output, their lower
+    bound of |A||B| so far and their line norms na, nb; None when there are too many) pass it
+    with more information than the cheap bounds. Only 2-D products.
+
+    Strict form: at most REFINE_ENTRIES suspects, each with its dot product of magnitudes
+    summed in float64 (line-normalized; the rounding removed by ``1 - (k+2) 2**-52`` and an
+    absolute ``(2k+2) 2**-1074``: all terms are >= 0, so this holds for any order of the sums):
+    the bound GEMM's fixed-point lower bound is loose for entries whose terms are far below
+    their lines' maxima.
+
+    Native form: its target is the native GEMM's error at the entry, whose scale
+    sqrt(k) ||a_i o b_j||_2 = kappa_ij (|A||B|)_ij the cheap test bounds by kappa >= 1. The
+    componentwise measure compares the largest errors over the whole product, and the native
+    GEMM's largest ones come from its entries of largest kappa; so the suspects are tested
+    against theta (|A||B|)_ij, theta the largest kappa found on a sample of REFINE_ENTRIES of
+    them (a lower bound of the product's largest, capped at THETA_MAX: the elementwise relative
+    measure compares single entries, ``algorithm.refit``), and the sampled ones against their own
+    kappa where larger. One dot product of length k per sampled suspect (the cupy backend runs the
+    same steps in its kernels).
+
+    Patch: when the suspects that still fail are at most ``patch_limit(m, n)``, the count
+    drops by one all the same and those entries are recomputed with MAX_MODULI moduli after the
+    product (they passed ``count``, so the maximum certifies them): a few dot products instead
+    of one INT8 GEMM per modulus over the whole output."""
+    if count is None or ar.ndim != 2 or br.ndim != 2:
+        return count, None
+    m, k = ar.shape
+    n = br.shape[-1]
+    _, _, e, f = prescale
+    cplx = ai is not None
+    native = target.guarantee == "native"
+    for _ in range(REFINE_STEPS):
+        if count <= MIN_MODULI:
+            break
+        sus = suspects(count)
+        if sus is None:
+            break
+        idx, lam, na, nb = sus
+        total = idx.shape[0]
+        if total == 0:
+            count -= 1
+            continue
+        if not native and total > REFINE_ENTRIES:
+            break
+        pick = refine_sample(xp, total)
+        sidx = xp.take(idx, pick)
+        S, S2 = suspect_sums(xp, ar, ai, br, bi, sidx // n, sidx % n, native)
+        e_r, f_c = xp.take(e, idx // n), xp.take(f, idx % n)
+        fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2, pick)
+        failing = int(xp.count_nonzero(fail))
+        if failing == 0:
+            count -= 1
+            continue
+        if patching and failing <= patch_limit(m, n):
+            return count - 1, xp.take(idx, xp.nonzero(fail)[0])
+        break
+    return count, None
+
+
+def refine_sample(xp, total):
+    """Positions (into the suspects, in flat order) of the ones ``refine_moduli`` sums: all
+    when at most REFINE_ENTRIES, else every ceil(total / REFINE_ENTRIES)-th (an even sample,
+    the same on every backend)."""
+    step = -(-total // REFINE_ENTRIES)
+    return xp.arange(0, total, step)
+
+
+def refine_certifies(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None):
+    """Whether every suspect passes ``count - 1``: ``refine_failures`` finds none."""
+    fail = refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2, pick)
+    return not bool(xp.any(fail))
+
+
+def refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None):
+    """Per suspect, whether it fails ``count - 1`` (``refine_and_patch``'s test): 1-D arrays
+    over the suspects of their lower bound ``lam`` so far, the prescale's e_i, f_j and line
+    norms; ``S`` (and for the native form ``S2``) the float64 sums of the line-normalized
+    magnitude products (and of their squares) of the sampled suspects at positions ``pick``
+    (None: all), in any order; their rounding is removed by ``1 - (k+2) 2**-52`` and
+    ``(2k+2) 2**-1074`` (all terms are >= 0). Then the exact-shift test at count - 1
+    (``certificate.exact_passes``)."""
+    cc = cert_constants(k, target, complex_)
+    if pick is None:
+        pick = xp.arange(lam.shape[0])
+    S = xp.maximum(S * cc.native_factor - cc.native_abs_term, 0.0)
+    if target.guarantee == "native":
+        S2 = xp.maximum(S2 * cc.native_factor - cc.native_abs_term, 0.0)
+        scale = xp.sqrt(S2 * k) * (1.0 - 2.0**-52)  # <= sqrt(k) ||a_i o b_j||_2
+        upper = S * (1.0 + (k + 2) * 2.0**-52) + cc.native_abs_term  # >= (|A||B|)_ij
+        kappa = xp.where(upper > 0, scale / upper, 1.0) * (1.0 - 2.0**-50)
+        # sqrt(k) at most: the deterministic bound k weight 2**-bits |A||B| holds throughout
+        theta = min(THETA_MAX, math.sqrt(k), max(1.0, float(xp.max(kappa))))
+        own = xp.maximum(xp.take(lam, pick) * theta, xp.maximum(S, scale))
+        lam = _scatter(xp, lam * theta, pick, own)
+    else:
+        lam = _scatter(xp, lam, pick, xp.maximum(xp.take(lam, pick), S))
+    p = exact_line_factors(xp, cc, count - 1, e, cc.scale)
+    q = exact_line_factors(xp, cc, count - 1, f, cc.scale)
+    return ~passes(xp, cc, 1.0, cc.cR * lam, p, q, na, nb)
+
+
+def _scatter(xp, x, at, v):
+    """``x`` (1-D) with ``x[at] = v`` (a new array)."""
+    out = xp.asarray(x, copy=True)
+    out[at] = v
+    return out
+
+
+def suspect_sums(xp, ar, ai, br, bi, rows, cols, squares):
+    """Per suspect (row ``rows[t]`` of A, column ``cols[t]`` of B) the float64 sums of the
+    line-normalized magnitude products and (``squares``) of their squares, in chunks of
+    suspects that keep the products' memory near 2**22 entries."""
+    k = ar.shape[-1]
+    step = max(1, (1 << 22) // max(k, 1))
+    S, S2 = [], []
+    for t0 in range(0, rows.shape[0], step):
+        r, c = rows[t0 : t0 + step], cols[t0 : t0 + step]
+        a_r, b_r = xp.take(ar, r, axis=0), xp.permute_dims(xp.take(br, c, axis=1), (1, 0))
+        a_i = None if ai is None else xp.take(ai, r, axis=0)
+        b_i = None if bi is None else xp.permute_dims(xp.take(bi, c, axis=1), (1, 0))
+        ea = xp.expand_dims(max_exponent(xp, a_r, a_i, axis=-1), axis=-1)
+        eb = xp.expand_dims(max_exponent(xp, b_r, b_i, axis=-1), axis=-1)
+        x = ldexp(xp, magnitude(xp, a_r, a_i), -ea) * ldexp(xp, magnitude(xp, b_r, b_i), -eb)
+        S.append(xp.sum(x, axis=-1))
+        if squares:
+            S2.append(xp.sum(x * x, axis=-1))
+    return xp.concat(S), (xp.concat(S2) if squares else None)
