@@ -25,7 +25,7 @@ from ._precision import (
 )
 from ._stages import stages
 from ._timing import stage
-from .algorithm import bf16, certificate, products, refit, residues, slices
+from .algorithm import bf16, certificate, operands, products, refit, residues, slices
 from .algorithm.moduli import MAX_MODULI
 from .algorithm.scaling import ozaki2_prescale
 from .algorithm.xputil import make_complex
@@ -38,27 +38,6 @@ def _dtype_name(xp, dt):
     raise TypeError(f"internal: unsupported dtype {dt}")
 
 
-def _parts(xp, x, backend=None):
-    """float64 real and imaginary parts (None when real); float64 operands are used as they are
-    (nothing writes into them: a copy would cost a pass over each and its memory). A backend may
-    convert in its own way (its ``as_float64`` stage, e.g. multithreaded)."""
-    conv = None if backend is None else stages(backend).as_float64
-    if conv is None:
-
-        def conv(v):
-            return xp.astype(v, xp.float64, copy=False)
-
-    re, im = _split(xp, x)
-    return conv(re), None if im is None else conv(im)
-
-
-def _split(xp, x):
-    """Real and imaginary parts as they are (None when real)."""
-    if xp.isdtype(x.dtype, "complex floating"):
-        return xp.real(x), xp.imag(x)
-    return x, None
-
-
 def _hook_operands(xp, backend, a, b, parts, real_name):
     """The operands for the backend's statistics hooks (``line_scan``, ``ozaki2_prescale``,
     ``ozaki2_certificate``): ``parts`` (float64), or, for float32 and complex64 inputs on a
@@ -67,29 +46,7 @@ def _hook_operands(xp, backend, a, b, parts, real_name):
     float64)."""
     if real_name != "float32" or not stages(backend).narrow_statistics:
         return parts
-    return _split(xp, a) + _split(xp, b)
-
-
-def _all_finite(xp, backend, re, im):
-    """True when every entry is finite: the backend's own check (``backend.all_finite``, e.g.
-    multithreaded) or one sum per part: NaN and Inf entries make the sum non-finite; a sum that
-    overflows (finite entries) only sends the caller to the per-line check."""
-    check = stages(backend).all_finite
-    if check is not None:
-        return check(re) and (im is None or check(im))
-    ok = bool(xp.isfinite(xp.sum(re)))
-    return ok and (im is None or bool(xp.isfinite(xp.sum(im))))
-
-
-def _finite_lines(xp, re, im, axis):
-    ok = xp.isfinite(re) if im is None else xp.isfinite(re) & xp.isfinite(im)
-    return xp.all(ok, axis=axis)
-
-
-def _zero_nonfinite(xp, re, im):
-    ok = xp.isfinite(re) if im is None else xp.isfinite(re) & xp.isfinite(im)
-    re = xp.where(ok, re, 0.0)
-    return re, (None if im is None else xp.where(ok, im, 0.0))
+    return operands.real_imag(xp, a) + operands.real_imag(xp, b)
 
 
 def matmul(xp, backend, a, b, request, cfg, dd=False):
@@ -150,8 +107,8 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     # allocated raises MemoryError before the operands are scanned (a broadcast view is cheap
     # to make and slow to read).
     xp.empty(a.shape[:-2] + (m, n), dtype=a.dtype)
-    ar, ai = _parts(xp, a, backend)
-    br, bi = _parts(xp, b, backend)  # the front end gave both operands the result dtype
+    ar, ai = operands.parts(xp, a, backend)
+    br, bi = operands.parts(xp, b, backend)  # the front end gave both operands the result dtype
     hook_ops = _hook_operands(xp, backend, a, b, (ar, ai, br, bi), real_name)
     # A backend may fuse the NaN/Inf check with the statistics' first pass (``line_scan``:
     # ``(finite, exponents)`` or None), the line exponents then go to its prescale.
@@ -163,16 +120,17 @@ def _matmul(xp, backend, a, b, request, cfg, out):
         if scanned is not None:
             nonfinite = not scanned[0]
         else:
-            nonfinite = not (_all_finite(xp, backend, ar, ai) and _all_finite(xp, backend, br, bi))
+            finite = operands.all_finite(xp, backend, ar, ai)
+            nonfinite = not (finite and operands.all_finite(xp, backend, br, bi))
     exponents = None if scanned is None or nonfinite else scanned[1]
     del scanned  # unused exponents (non-finite inputs) free what the scan prepared
     if nonfinite:
-        rows_ok = _finite_lines(xp, ar, ai, axis=-1)
-        cols_ok = _finite_lines(xp, br, bi, axis=-2)
+        rows_ok = operands.finite_lines(xp, ar, ai, axis=-1)
+        cols_ok = operands.finite_lines(xp, br, bi, axis=-2)
         nonfinite = not (bool(xp.all(rows_ok)) and bool(xp.all(cols_ok)))
     if nonfinite:
-        ar, ai = _zero_nonfinite(xp, ar, ai)
-        br, bi = _zero_nonfinite(xp, br, bi)
+        ar, ai = operands.zero_nonfinite(xp, ar, ai)
+        br, bi = operands.zero_nonfinite(xp, br, bi)
         hook_ops = (ar, ai, br, bi)
 
     # Stage timings (off unless recording): emulation work not marked otherwise is scaling.

@@ -27,9 +27,9 @@ from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern
 
 import emulinalg
 import emulinalg.backends
-from emulinalg import _engine, _planner
+from emulinalg import _planner
 from emulinalg._precision import level_for_dtype, parse
-from emulinalg.algorithm import certificate, products, refinement, refit
+from emulinalg.algorithm import certificate, operands, products, refinement, refit
 from emulinalg.algorithm.moduli import MAX_MODULI, crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import dask as dask_backend
@@ -343,10 +343,10 @@ def _target(A, precision=None):
 
 def _engine_certificate(A, B, precision=None):
     """``(count, beyond, patch)`` of the in-core engine's certificate on the whole matrices."""
-    ar, ai = _engine._parts(np, A)
-    br, bi = _engine._parts(np, B)
-    ar, ai = _engine._zero_nonfinite(np, ar, ai)
-    br, bi = _engine._zero_nonfinite(np, br, bi)
+    ar, ai = operands.parts(np, A)
+    br, bi = operands.parts(np, B)
+    ar, ai = operands.zero_nonfinite(np, ar, ai)
+    br, bi = operands.zero_nonfinite(np, br, bi)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
     target = _target(A, precision)
     return certificate.ozaki2_moduli_needed(np, numpy_backend, ar, ai, br, bi, pre, target)
@@ -355,8 +355,8 @@ def _engine_certificate(A, B, precision=None):
 def _f_only_beyond(A, B, precision=None):
     """The engine's first pass: the entries the bound GEMM's lower bound alone leaves beyond
     every count (``certificate.bound_lower``), on the whole matrices."""
-    ar, ai = _engine._parts(np, A)
-    br, bi = _engine._parts(np, B)
+    ar, ai = operands.parts(np, A)
+    br, bi = operands.parts(np, B)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
     k, cplx = ar.shape[-1], ai is not None
     cc = certificate.cert_constants(k, _target(A, precision), cplx)
@@ -505,8 +505,8 @@ def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype, preci
     b = da.from_array(B, chunks=(41, 25))
     c = _eager(emulinalg.matmul, a, b, precision=precision)
     e, f, need, at, bt = dask.compute(*(arrays[x] for x in ("e", "f", "need", "aterms", "bterms")))
-    ar, ai = _engine._parts(np, A)
-    br, bi = _engine._parts(np, B)
+    ar, ai = operands.parts(np, A)
+    br, bi = operands.parts(np, B)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
     assert _bits_equal(e, pre[2]).all() and _bits_equal(f, pre[3]).all()
     norm = arrays["norm"]
@@ -866,9 +866,9 @@ def test_refit_like_in_core(sync, monkeypatch, dtype, shape, chunks, entries):
     c = _eager(emulinalg.matmul, a, b)
     assert "refit (refit.refit)" in str(emulinalg.last_plan())
     # the in-core pick, from the unrefit values and the whole matrices' prescale
-    ar, ai = _engine._parts(np, A)
-    br, bi = _engine._parts(np, B)
-    ar, ai = _engine._zero_nonfinite(np, ar, ai)
+    ar, ai = operands.parts(np, A)
+    br, bi = operands.parts(np, B)
+    ar, ai = operands.zero_nonfinite(np, ar, ai)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
     parts = (plain,) if ai is None else (plain.real, plain.imag)
     xp = array_api_compat.array_namespace(plain)
@@ -886,8 +886,8 @@ def _with_ties(A, B, moduli):
     whole product unchanged."""
 
     def shifts(A):
-        ar, ai = _engine._parts(np, A)
-        br, bi = _engine._parts(np, B)
+        ar, ai = operands.parts(np, A)
+        br, bi = operands.parts(np, B)
         pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
         c = crt_constants(moduli)
         return ozaki2_shifts(np, pre, c.L, c.Q_down)[0]

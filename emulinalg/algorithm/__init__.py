@@ -3,6 +3,7 @@
 Every function takes the array namespace ``xp`` first; these modules are the reference that
 every backend's kernels reproduce bit for bit. The steps of a product, in order:
 
+- ``operands``: the float64 real and imaginary parts the schemes take, and the non-finite entries.
 - ``scaling``: power-of-two shifts of rows of A and columns of B, Scheme II's prescale (line
   bounds, the accurate mode's bound GEMM), the scaled integers.
 - ``certificate``: the number of slices or moduli a precision level needs, per entry: the

@@ -9,7 +9,7 @@ Each backend module provides the same small surface:
 - ``native_matmul(a, b)``: the library's own product, for fallbacks and references.
 - ``quiet()``: a context manager silencing expected floating-point warnings.
 - optional ``ozaki2_product(...)``: a whole Scheme II product in the backend's own kernels
-  (``emulinalg._engine._run`` says the contract); ``magnitude_lower_matmul(xa, xb)``: a cheap
+  (``emulinalg._stages`` says the contract); ``magnitude_lower_matmul(xa, xb)``: a cheap
   lower bound of a product of magnitudes for the certificate (``emulinalg.algorithm.certificate``);
   ``ozaki2_prescale(ar, ai, br, bi, mode)`` and ``ozaki2_certificate(...)``: the statistics in
   the backend's kernels (same contracts as ``emulinalg.algorithm.scaling.ozaki2_prescale`` and

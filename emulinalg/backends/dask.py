@@ -40,7 +40,7 @@ chunks of A and ``Q x J`` of B (batch blocks multiply every count):
    ``1 - q 2**-52`` (still a lower bound of ``|A||B|``), and the needs again with the larger
    of the two lower bounds per entry. Then per output block its summary and ONE task
    (``emulinalg-count``) the count of moduli, exactly as ``certificate.certify_moduli`` (before
-   its exact step) and ``_engine._emulate`` decide it, plus a flag per output block: whether
+   its exact step) and the in-core engine decide it, plus a flag per output block: whether
    any of its entries is taken from the native product. The exact step follows (tasks that
    always exist and return at once when it does not run): per output block how many
    certifiable entries fail one modulus fewer with the exact shifts
@@ -170,10 +170,24 @@ import math
 
 import numpy as np
 
-from emulinalg import _engine, _planner, get_config
+from emulinalg import get_config
+from emulinalg._engine import matmul as engine_matmul
 from emulinalg._plan import Plan
+from emulinalg._planner import (
+    above_dtype,
+    family,
+    fixed_scheme,
+    gemm_count,
+    likely_faster,
+    needs_own_level,
+    performant,
+    refit_count,
+    refit_form,
+    settle,
+    target_for,
+)
 from emulinalg._precision import NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
-from emulinalg.algorithm import certificate, crt, products, refinement, refit, residues
+from emulinalg.algorithm import certificate, crt, operands, products, refinement, refit, residues
 from emulinalg.algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from emulinalg.algorithm.scaling import (
     BOUND_MAX,
@@ -306,24 +320,24 @@ def matmul(xp, backend, a, b, request, cfg):
     explicit = isinstance(request, SCHEMES)
     mb, kb, nb = max(a.chunks[-2]), max(a.chunks[-1]), max(b.chunks[-1])
     bb = math.prod(max(c) for c in a.chunks[:-2]) if a.ndim > 2 else 1
-    family = _planner.family(cfg.scheme)
-    shared = (isinstance(request, OzakiII) or (not explicit and family == "ozaki2")) and (
+    scheme_family = family(cfg.scheme)
+    shared = (isinstance(request, OzakiII) or (not explicit and scheme_family == "ozaki2")) and (
         _mode(chunk_backend) == "shared"
     )
-    if _planner.performant(cfg.strategy, request, real_name):
-        ok, why = _planner.likely_faster(
-            chunk_backend, chunk_backend.name, request, family, dtype_name, mb, nb, kb, bb,
+    if performant(cfg.strategy, request, real_name):
+        ok, why = likely_faster(
+            chunk_backend, chunk_backend.name, request, scheme_family, dtype_name, mb, nb, kb, bb,
             cert_k=k if shared else None,
         )  # fmt: skip
         if not ok:
             return native(f"{why}; the chunks' block products")
     if explicit:
         what = str(request)
-        plan.gemms = _planner.gemm_count(request, complex_=dtype_name.startswith("complex"))
+        plan.gemms = gemm_count(request, complex_=dtype_name.startswith("complex"))
     elif shared:
         what = f"{request} level, Scheme II moduli chosen at compute time for the whole matrices"
     else:
-        fam = "Scheme I" if family == "ozaki1" else "Scheme II"
+        fam = "Scheme I" if scheme_family == "ozaki1" else "Scheme II"
         what = f"{request} level, {fam} configuration chosen per block at compute time"
     plan.scheme = f"blocked: [{chunk_backend.name}] {what}"
     if shared:
@@ -507,7 +521,7 @@ def _emulated_block(a, b, amax=None, bmax=None, *, request, cfg):
         a = _scaled(xp, a, -xp.expand_dims(_overflow_shift(xp, amax), axis=-1))
         b = _scaled(xp, b, -xp.expand_dims(_overflow_shift(xp, bmax), axis=-2))
     with _chunk_quiet(xp, backend):
-        (hi, lo), _ = _engine.matmul(xp, backend, a, b, request, cfg, dd=True)
+        (hi, lo), _ = engine_matmul(xp, backend, a, b, request, cfg, dd=True)
     pair = xp.stack([hi, lo], axis=-1)
     return xp.expand_dims(pair, axis=-3)
 
@@ -624,7 +638,7 @@ def _shared_config(request, k, cplx, real_name):
     certificate's) and the scaling mode."""
     if isinstance(request, OzakiII):
         return request.moduli, request.mode
-    fixed = _planner.fixed_scheme(request, "ozaki2", k, cplx, real_name)
+    fixed = fixed_scheme(request, "ozaki2", k, cplx, real_name)
     if fixed is not None:
         return fixed.scheme.moduli, "accurate"
     return None, "accurate"
@@ -652,13 +666,13 @@ def _shared_graph(a, b, request, arrays=None):
     certify = fixed is None
     # the engine's Target: its weight models the chunks' backend's native GEMM over the whole k
     outputs = math.prod(a.shape[:-1]) * b.shape[-1]
-    target = _planner.target_for(request, k, _chunk_backend(a), outputs) if certify else None
+    target = target_for(request, k, _chunk_backend(a), outputs) if certify else None
     norm = certificate.cert_constants(k, target, cplx).norm if certify else None
-    # above the dtype's level: the dtype level's certificate too (``_engine._choose``)
-    above = certify and _planner.above_dtype(request, real_name)
+    # above the dtype's level: the dtype level's certificate too (as the in-core engine)
+    above = certify and above_dtype(request, real_name)
     own = None
     if above:
-        own = _planner.target_for(level_for_dtype(real_name), k, _chunk_backend(a), outputs)
+        own = target_for(level_for_dtype(real_name), k, _chunk_backend(a), outputs)
     f64 = np.float64
 
     def meta(ndim, dtype):
@@ -909,7 +923,7 @@ def _shared_graph(a, b, request, arrays=None):
               "align_arrays": False, "dtype_name": dtype_name}  # fmt: skip
     # the engine refits the most cancelled entries of a product of the native form
     # (``_planner.refits``) and the certificate's patch (2-D products, ``refine_and_patch``)
-    cancelled = certify and _planner.refit_form(request, k)
+    cancelled = certify and refit_form(request, k)
     refits = cancelled or (certify and nd == 2)
     if not refits:
         c = da.blockwise(_crt_block, out, wsum, out, mu, rows, nu, cols, *patch, *ix(*out),
@@ -989,10 +1003,10 @@ def _xp_backend(x):
 def _finite_parts(xp, x):
     """float64 real/imaginary parts with NaN/Inf entries zeroed (as the engine computes its
     statistics and products), and the elementwise finiteness."""
-    re, im = _engine._parts(xp, x)
+    re, im = operands.parts(xp, x)
     ok = xp.isfinite(re) if im is None else xp.isfinite(re) & xp.isfinite(im)
     if not bool(xp.all(ok)):
-        re, im = _engine._zero_nonfinite(xp, re, im)
+        re, im = operands.zero_nonfinite(xp, re, im)
     return re, im, ok
 
 
@@ -1239,11 +1253,11 @@ def _count_task(abad, bbad, summary=None, own=None, *, fixed, level, real_name):
     any_beyond = summary[..., 1] > 0
     all_beyond = bool((summary[..., 2] > 0).all())
     own_all = False
-    if _planner.needs_own_level(level, real_name, any_beyond.any()):
+    if needs_own_level(level, real_name, any_beyond.any()):
         own = np.asarray(own)
         own_all = bool((own[..., 2] > 0).all())
     count = None if all_beyond else int(summary[..., 0].max())
-    settled = _planner.settle(
+    settled = settle(
         level, "ozaki2", real_name, count, all_beyond, bool(any_beyond.any()), own_all
     )
     if settled.count is None:  # nothing certifiable: the native product
@@ -1691,7 +1705,7 @@ def _crt_emulated(w, mu, nu, cfg, *, dtype_name):
 def _refit_runs(cfg):
     """Whether the in-core engine refits a level's most cancelled entries at this decision
     (``_planner.refit_count``; the form is checked at build, ``_planner.refit_form``)."""
-    return _planner.refit_count(cfg["count"])
+    return refit_count(cfg["count"])
 
 
 def _host(x):
@@ -1832,17 +1846,17 @@ def _refit_entries(pa, pb, sel, *, k, mode, real_name):
     return {"idx": sel["idx"], "parts": parts}
 
 
-def _final_block(emul, amb, bmb, need, cfg, refit, *ix, dtype_name, starts, shape):
+def _final_block(emul, amb, bmb, need, cfg, refitted, *ix, dtype_name, starts, shape):
     """One output block: its emulated values with the refit entries (``_refit_entries``) and
     then the native ones patched in, as the engine orders them."""
     out, nat = emul["out"], emul["nat"]
     xp, backend = _xp_backend(out if out is not None else nat)
     where = _block_index(ix)
     with _chunk_quiet(xp, backend):
-        if refit is not None and out is not None:
-            coords = np.unravel_index(refit["idx"], shape)
+        if refitted is not None and out is not None:
+            coords = np.unravel_index(refitted["idx"], shape)
             lo = [starts[d][b] for d, b in enumerate(where)]
-            inside = np.ones(refit["idx"].shape, bool)
+            inside = np.ones(refitted["idx"].shape, bool)
             for c, a, size in zip(coords, lo, out.shape):
                 inside &= (c >= a) & (c < a + size)
             if inside.any():
@@ -1850,7 +1864,7 @@ def _final_block(emul, amb, bmb, need, cfg, refit, *ix, dtype_name, starts, shap
                     tuple(c[inside] - a for c, a in zip(coords, lo)), out.shape
                 )
                 hit = xp.asarray(np.nonzero(inside)[0])
-                vals = [xp.take(v, hit) for v in refit["parts"]]
+                vals = [xp.take(v, hit) for v in refitted["parts"]]
                 dt = getattr(xp, dtype_name)
                 v = vals[0] if len(vals) == 1 else make_complex(xp, vals[0], vals[1], dt)
                 flat = xp.reshape(xp.asarray(out, copy=True), (-1,))

@@ -13,15 +13,15 @@ import argparse
 import json
 
 import emulinalg
-from emulinalg import _engine, _planner
+from emulinalg import _planner
 from emulinalg._timing import staged
-from emulinalg.algorithm import scaling
+from emulinalg.algorithm import operands, scaling
 from emulinalg.harness.bench import best_of
 from emulinalg.inputs import phi_matrix
 
 WRAP = {
-    (_engine, "_parts"): "x:parts",
-    (_engine, "_finite_lines"): "x:finite_lines",
+    (operands, "parts"): "x:parts",
+    (operands, "finite_lines"): "x:finite_lines",
     (_planner, "faster"): "x:cost_model",
     (_planner, "gemm_count"): "x:plan",
     (scaling, "ozaki2_shifts"): "x:shifts",

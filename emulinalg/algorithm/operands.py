@@ -1,0 +1,56 @@
+"""The operands as the schemes take them: float64 real and imaginary parts, non-finite entries.
+
+The schemes work on finite float64 parts (imaginary None for real operands). NaN and Inf
+entries are found first (one sum per part, or the backend's own check); the rows of A and
+columns of B that hold them are computed natively, and the emulation runs on the parts with
+those entries set to zero, so the other entries keep their values.
+"""
+
+from __future__ import annotations
+
+from .._stages import stages
+
+
+def real_imag(xp, x):
+    """Real and imaginary parts as they are (None when real)."""
+    if xp.isdtype(x.dtype, "complex floating"):
+        return xp.real(x), xp.imag(x)
+    return x, None
+
+
+def parts(xp, x, backend=None):
+    """float64 real and imaginary parts (None when real); float64 operands are used as they are
+    (nothing writes into them: a copy would cost a pass over each and its memory). A backend may
+    convert in its own way (its ``as_float64`` stage, e.g. multithreaded)."""
+    conv = None if backend is None else stages(backend).as_float64
+    if conv is None:
+
+        def conv(v):
+            return xp.astype(v, xp.float64, copy=False)
+
+    re, im = real_imag(xp, x)
+    return conv(re), None if im is None else conv(im)
+
+
+def all_finite(xp, backend, re, im):
+    """True when every entry is finite: the backend's own check (``backend.all_finite``, e.g.
+    multithreaded) or one sum per part: NaN and Inf entries make the sum non-finite; a sum that
+    overflows (finite entries) only sends the caller to the per-line check."""
+    check = stages(backend).all_finite
+    if check is not None:
+        return check(re) and (im is None or check(im))
+    ok = bool(xp.isfinite(xp.sum(re)))
+    return ok and (im is None or bool(xp.isfinite(xp.sum(im))))
+
+
+def finite_lines(xp, re, im, axis):
+    """Per line along ``axis``, whether every entry is finite (both parts)."""
+    ok = xp.isfinite(re) if im is None else xp.isfinite(re) & xp.isfinite(im)
+    return xp.all(ok, axis=axis)
+
+
+def zero_nonfinite(xp, re, im):
+    """The parts with every entry that is not finite (either part) set to zero in both."""
+    ok = xp.isfinite(re) if im is None else xp.isfinite(re) & xp.isfinite(im)
+    re = xp.where(ok, re, 0.0)
+    return re, (None if im is None else xp.where(ok, im, 0.0))
