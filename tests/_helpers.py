@@ -1,6 +1,8 @@
-"""Helpers shared by the tests (comparison against numpy, non-finite patterns)."""
+"""Helpers shared by the tests (comparison against numpy, non-finite patterns, the demos)."""
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
@@ -172,3 +174,33 @@ def certificate_counts(xp, backend, ar, ai, br, bi, prescale, target):
     finally:
         refinement.REFINE_STEPS = steps
     return count, patch, unrefined
+
+
+def assert_quiet_demo(argv, recwarn, caplog, capfd, main=None):
+    """Run ``python -m emulinalg demo ...`` (or another command line's ``main``) in process:
+    exit status 0, no warning raised (``warnings``), none logged at WARNING or above
+    (``logging``: distributed's loggers do not propagate to the root, so the handler is on them
+    too), and none in the output of any process that shares stderr (a LocalCluster's workers
+    log there). Returns stdout and the lines of stderr (the progress lines)."""
+    if main is None:
+        from emulinalg.harness.cli import main
+
+    loggers = [logging.getLogger(name) for name in ("distributed", "dask", "emulinalg")]
+    for logger in loggers:
+        logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING):
+            rc = main(argv)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(caplog.handler)
+    out, err = capfd.readouterr()
+    assert rc == 0, err[-3000:]
+    warned = [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in recwarn]
+    assert not warned, warned
+    logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not logged, logged
+    noisy = ("warn", "pausing worker", "sending large graph", "traceback")
+    printed = [line for line in (out + err).splitlines() if any(w in line.lower() for w in noisy)]
+    assert not printed, printed
+    return out, err.splitlines()

@@ -23,7 +23,7 @@ import textwrap
 import array_api_compat
 import numpy as np
 import pytest
-from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern
+from _helpers import RTOL, assert_close_to, assert_quiet_demo, assert_same_nonfinite_pattern
 
 import emulinalg
 import emulinalg.backends
@@ -1156,6 +1156,53 @@ def test_out_of_core_example_small(client):
     assert "4 K-blocks" in res["plan"] and res["nonfinite_mismatch"] == 0
     assert res["bits_maxrel"] >= res["native_bits_maxrel"]
     assert res["bits_cw"] >= res["native_bits_cw"]
+
+
+def test_out_of_core_example_defaults_and_the_out_of_core_preset():
+    """By default a product of seconds with the workers' memory left to dask; --out-of-core
+    operands larger than two workers of 300 MiB; explicit values win over either."""
+    from emulinalg.examples import out_of_core
+
+    parser = out_of_core.build_parser()
+
+    def settings(*argv):
+        args = parser.parse_args(list(argv))
+        out_of_core._check(parser, args)
+        return args.shape, args.chunks, args.memory_limit
+
+    assert settings() == ("256,8192,64", "128,2048,64", "auto")
+    assert settings("--out-of-core") == ("1024,81920,64", "512,2048,64", "300MiB")
+    assert settings("--out-of-core", "--shape", "64,512,32", "--memory-limit", "1GiB") == (
+        "64,512,32",
+        "512,2048,64",
+        "1GiB",
+    )
+
+
+def test_out_of_core_example_on_a_cluster_reports_without_warnings(
+    recwarn, caplog, capfd, monkeypatch
+):
+    """The example's own LocalCluster, small: a line per step and, with a short interval, the
+    tasks done while it computes; no warning in the process, its log or the workers' output
+    (no memory pause, no large graph: the operands are made on the workers)."""
+    from emulinalg.examples import out_of_core
+
+    monkeypatch.setattr(out_of_core, "REPORT_SECONDS", 0.2)
+    argv = ["--shape", "64,1024,32", "--chunks", "32,256,32", "--rows", "4"]
+    out, lines = assert_quiet_demo(argv, recwarn, caplog, capfd, main=out_of_core.main)
+    assert lines[0] == "starting a LocalCluster of 2 workers ..."
+    assert "(dask's share of this machine's memory)" in lines[1]
+    assert lines[2].startswith("computing: ") and " tasks " in lines[2]
+    assert lines[-1].startswith("computed in ") and "grading 4 x 32 sampled entries" in lines[-1]
+    assert any(line.endswith("tasks done") for line in lines[3:-1])
+    assert "sampled entries against the exact product" in out
+
+
+@pytest.mark.slow
+def test_demo_dask_default_without_warnings(recwarn, caplog, capfd):
+    out, lines = assert_quiet_demo(["demo", "dask"], recwarn, caplog, capfd)
+    assert "A: 256 x 8192, B: 8192 x 64 float64, 20 MiB of operands" in lines[1]
+    assert "4 K-blocks" in out and "sampled entries against the exact product" in out
 
 
 def _cupy():

@@ -1,5 +1,7 @@
 """What a newcomer meets first (issue #28's rough edges): plans in the ``emulinalg`` logger,
-type information shipped with the package, and a one-line hint for a missing extra."""
+type information shipped with the package, a one-line hint for a missing extra, and the matmul
+demo's progress lines without warnings (``demo scf``: tests/test_scf.py; ``demo dask``:
+tests/test_dask.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import typing
 
 import numpy as np
 import pytest
+from _helpers import assert_quiet_demo
 
 import emulinalg
 from emulinalg.harness import cli
@@ -55,3 +58,32 @@ def test_demo_dask_without_the_extra_says_which_to_install(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert err.count("\n") == 1 and "pip install 'emulinalg[dask]'" in err
+
+
+# --------------------------------------------------------------------------------------------
+# The demos: a line per step on stderr, and no warning from the libraries they drive (each
+# demo's default run in full is marked slow; the quick variants run the same code smaller).
+# --------------------------------------------------------------------------------------------
+
+
+def test_matmul_demo_reports_each_row_without_warnings(recwarn, caplog, capfd):
+    _, lines = assert_quiet_demo(["demo", "--size", "48", "--repeat", "1"], recwarn, caplog, capfd)
+    # the exact reference and every emulated row announce themselves: 2 dtypes x (1 + 6 / 4)
+    assert len(lines) == 1 + 6 + 1 + 4
+    assert lines[0].startswith("float64 phi=1 N=48: exact reference")
+
+
+def test_matmul_demo_rows_stop_timing_after_their_budget():
+    from emulinalg.harness import demo
+
+    calls = []
+    assert demo._timed(lambda: calls.append(1) or "x", 3)[0] == "x" and len(calls) == 3
+    calls.clear()
+    demo._timed(lambda: calls.append(1), 3, budget=0.0)  # at least one run, then stop
+    assert len(calls) == 1
+
+
+@pytest.mark.slow
+def test_matmul_demo_default_without_warnings(recwarn, caplog, capfd):
+    _, lines = assert_quiet_demo(["demo"], recwarn, caplog, capfd)
+    assert len(lines) == 12

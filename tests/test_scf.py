@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+from _helpers import assert_quiet_demo
 
 import emulinalg
 import emulinalg.backends
@@ -157,6 +158,71 @@ def test_cli_parses_demo_forms():
     assert args.workload == "matmul" and args.size == 8  # the matmul demo is unchanged
     args = parser.parse_args(["demo", "scf", "--json", "--molecule", "water/cc-pvtz"])
     assert args.workload == "scf" and args.json and args.molecule == [["water/cc-pvtz"]]
+    args = parser.parse_args(["demo", "scf", "--molecule", "benzene", "--basis", "sto-3g"])
+    assert args.molecule == [["benzene"]] and args.basis == "sto-3g"
+
+
+def test_demo_defaults_are_sized_for_a_newcomer():
+    """Water in cc-pVDZ by default (benzene on request), and three rows: native, the default
+    level and an explicit scheme (no certificate, no native entries); 'all' runs every row."""
+    assert scf_demo._parse_molecules(None) == [("water", "cc-pvdz")]
+    assert scf_demo._parse_molecules(["benzene", "water/cc-pvtz"], "sto-3g") == [
+        ("benzene", "sto-3g"),
+        ("water", "cc-pvtz"),
+    ]
+    shown = scf_demo._selected(None)
+    assert [(r.label, r.default) for r in shown] == [
+        ("native", False),
+        ("float64", True),
+        ("OzakiII(moduli=14, mode=accurate)", False),
+    ]
+    assert scf_demo._selected(["all"]) == scf_demo.rows()
+    assert [r.label for r in scf_demo._selected(["float32"])] == ["native", "float32"]
+    assert scf_demo.unknown_filters(["all", "OzakiI", "fp64"]) == ["fp64"]
+
+
+def test_demo_rejects_a_precision_filter_matching_no_row(capsys):
+    from emulinalg.harness.cli import main
+
+    assert main(["demo", "scf", "--precision", "fp64"]) == 2
+    err = capsys.readouterr().err
+    assert "fp64 matches no row" in err and "(or all)" in err
+
+
+def test_rhf_calls_back_after_every_fock_build(water, native):
+    seen = []
+    res = run_rhf(water, "native", callback=lambda *a: seen.append(a))
+    assert [it for it, _, _ in seen] == list(range(1, res.iterations + 1))
+    assert seen[-1][1] == res.energy and seen[-1][2] == res.error
+
+
+def test_demo_scf_reports_each_step_without_warnings(recwarn, caplog, capfd):
+    argv = ["demo", "scf", "--precision", "OzakiII(moduli=12"]
+    out, lines = assert_quiet_demo(argv, recwarn, caplog, capfd)
+    assert lines[0] == "water/cc-pvdz: integrals and PySCF's DF-RHF energy ..."
+    starts = [line for line in lines if line.startswith("water/cc-pvdz (nao=24, naux=116): ")]
+    assert [line.split(": ", 1)[1] for line in starts] == [
+        "native ...",
+        "OzakiII(moduli=12, mode=accurate) ...",
+    ]
+    results = [line for line in lines if line.startswith("  E = ")]
+    assert len(results) == 2 and "the reference" in results[0]
+    assert "|E - E_native| = " in results[1] and "0.0% of the products' entries" in results[1]
+    assert "|E-E_native|" in out and "Native entries:" not in out  # none to explain
+
+
+@pytest.mark.slow
+def test_demo_scf_default_without_warnings(recwarn, caplog, capfd):
+    """The default run in full: the level within 1e-9 Eh of native, its native entries
+    counted and explained."""
+    out, lines = assert_quiet_demo(["demo", "scf"], recwarn, caplog, capfd)
+    results = [line for line in lines if line.startswith("  E = ")]
+    assert len(results) == 3
+    level = results[1]
+    assert float(level.split("|E - E_native| = ")[1].split(" Eh")[0]) <= HARTREE_TOL
+    assert float(level.split("x native), ")[1].split("%")[0]) > 0
+    assert "Native entries:" in " ".join(out.split())
+    assert "symmetry zeros" in " ".join(out.split())
 
 
 def test_cli_demo_scf_json(capsys, native, pyscf_energy):

@@ -1,25 +1,27 @@
-"""Out-of-core emulated product on a dask cluster: operands larger than the workers' memory.
+"""Emulated product on a dask cluster, out of core on request: operands made on the workers.
 
 ``python -m emulinalg.examples.out_of_core`` (also ``python -m emulinalg demo dask``) starts a
-``distributed.LocalCluster`` whose workers together get less memory than the operands take,
-builds ``A`` (m x k) and ``B`` (k x n) chunk by chunk from a fixed seed (entries
-``(U(0,1) - 0.5) * exp(phi * N(0,1))``, the field's phi-matrices; every chunk has its own
-random stream, so nothing is ever held whole), multiplies them with ``emulinalg.matmul``
-(a lazy Scheme II graph: statistics over the whole matrices, residues made once per chunk,
-block products added modulo each modulus over K-blocks, one CRT per output block; with
-``EMULINALG_DASK_MODE=dd``, block products added in double-double) and computes, in one pass
-over the graph, the sum of all entries of ``C`` (so every block of the product is computed)
-and the entries of ``C`` in a few sampled rows (and columns, ``--cols``): the only part that
-travels back. Those are graded against the exact product (``emulinalg.reference``), next to the
-native product, and the progress of the computation is shown while it runs.
+``distributed.LocalCluster``, builds ``A`` (m x k) and ``B`` (k x n) chunk by chunk from a fixed
+seed on the workers (entries ``(U(0,1) - 0.5) * exp(phi * N(0,1))``, the field's phi-matrices;
+every chunk has its own random stream, so nothing is ever held whole and no array travels in
+the graph), multiplies them with ``emulinalg.matmul`` (a lazy Scheme II graph: statistics over
+the whole matrices, residues made once per chunk, block products added modulo each modulus
+over K-blocks, one CRT per output block; with ``EMULINALG_DASK_MODE=dd``, block products added
+in double-double) and computes, in one pass over the graph, the sum of all entries of ``C`` (so
+every block of the product is computed) and the entries of ``C`` in a few sampled rows (and
+columns, ``--cols``): the only part that travels back. Those are graded against the exact
+product (``emulinalg.reference``), next to the native product. While the graph computes, a
+progress bar (on a terminal) or a line every few seconds says how many of its tasks are done.
 
-The default shape is a Gram-type product with a long inner dimension, 1024 x 81920 times
-81920 x 64 (A: 640 MiB) on two workers of 300 MiB each; it takes one to two minutes on two cores
-with the numpy reference backend. The count of moduli depends on statistics over the whole
-matrices, so the workers hold the chunks from the statistics pass to the residue pass and spill
-to disk what does not fit (``--memory-limit``). ``--scheduler tcp://...`` runs on an
-existing cluster instead; ``--threads N`` on dask's threaded scheduler (no ``distributed``),
-which is the simple way to use one GPU with cupy chunks (``--cupy``).
+The default shape, a Gram-type product with a long inner dimension, 256 x 8192 times 8192 x 64
+(20 MiB), takes seconds on two workers with dask's share of the machine's memory each.
+``--out-of-core`` makes the operands larger than the workers' memory: 1024 x 81920 times
+81920 x 64 (680 MiB) on two workers of 300 MiB each. The count of moduli depends on statistics
+over the whole matrices, so the workers hold the chunks from the statistics pass to the residue
+pass and spill to disk what does not fit, pausing near their limit (distributed logs that);
+that takes minutes on two cores with the numpy reference backend. ``--scheduler tcp://...``
+runs on an existing cluster instead; ``--threads N`` on dask's threaded scheduler (no
+``distributed``), which is the simple way to use one GPU with cupy chunks (``--cupy``).
 
 The native figures are those of the chunk library's product of the sampled rows (``--native
 rows``, default) or of the whole matrices (``--native whole``: A and B are materialised once, on
@@ -151,9 +153,14 @@ def run(
     incore=False,
     repeat=1,
     warmup=0,
+    report=None,
 ):
     """Build the product, compute it (on ``client``, or with dask's threaded scheduler when
     ``client`` is None) and grade the sampled entries; returns a dict of results.
+
+    ``progress``: a progress bar while the graph computes (for terminals). ``report``: called
+    with a line of text at each step and, on ``client`` without the bar, every
+    ``REPORT_SECONDS`` while the graph computes (how many of its tasks are done).
 
     ``persist``: the operands are computed and held before the timed runs (their generation is
     then not timed). ``incore``: also time one in-core emulated call on the whole operands
@@ -166,16 +173,19 @@ def run(
     import emulinalg
     from emulinalg.reference import accuracy, effective_bits, exact_matmul
 
+    say = report or (lambda msg: None)
     cm, ck, cn = chunks
     a = operand((m, k), (cm, ck), phi, seed, 0, cupy)
     b = operand((k, n), (ck, cn), phi, seed, 1, cupy)
     rsel, csel = _sample(m, rows), _sample(n, cols)
     inc = None
     if incore:  # first, so that its workspace never meets the held chunks
+        say("in-core emulated product of the whole operands (materialised once) ...")
         C, inc_seconds, inc_plan = _incore(client, a, b, precision, max(1, repeat), threads)
         inc = {"c": _host(C[rsel, :][:, csel]), "seconds": inc_seconds, "plan": str(inc_plan)}
         del C
     if persist:
+        say("operands computed and held (persist) ...")
         if client is not None:
             a, b = client.persist([a, b])
         else:
@@ -191,15 +201,27 @@ def run(
     wanted = [c[rsel, :][:, csel], da.sum(c)]
     peaks = {}
     times = []
+    tasks = _task_count(wanted)
     for run_i in range(warmup + max(1, repeat)):
+        what = "warm-up run" if run_i < warmup else "computing"
+        say(
+            f"{what}: {tasks} tasks (the sum of C and the sampled entries) on "
+            + ("the cluster" if client is not None else f"{threads or 'default'} threads")
+            + " ..."
+        )
         t0 = time.perf_counter()
         if client is not None:
+            started = time.time()  # the scheduler's clock for the task stream
+            if report and not progress:
+                client.get_task_stream(count=0)  # starts recording tasks from here on
             futures = client.compute(wanted)
             if progress:
                 from distributed import progress as show
 
                 show(futures)
                 print(file=sys.stderr)
+            elif report:
+                _wait_reporting(client, futures, started, tasks, say)
             c_s, total = (f.result() for f in futures)
             peaks = client.run(_peak_rss)  # the workers' largest resident set so far
         else:
@@ -213,6 +235,7 @@ def run(
     seconds = float(np.median(times))
     c_s, total = _host(c_s), _host(total)
 
+    say(f"computed in {seconds:.1f} s; grading {len(rsel)} x {len(csel)} sampled entries ...")
     # Grade: exact and native on the sampled entries, a group of columns at a time (B is never
     # held whole here); the maxima of the per-group errors are the maxima over all of them.
     (a_rows,) = _gather(client, threads, a[rsel, :])
@@ -286,6 +309,39 @@ def run(
     return res
 
 
+# While the graph computes without a progress bar, a line this often (seconds), four times
+# as far apart after the first minute.
+REPORT_SECONDS = 5.0
+
+
+def _task_count(xs):
+    """Tasks in the optimized graph of the collections ``xs`` (what the scheduler runs)."""
+    import dask
+
+    keys = set()
+    for x in dask.optimize(*xs):
+        keys.update(x.__dask_graph__().keys())
+    return len(keys)
+
+
+def _wait_reporting(client, futures, started, tasks, say):
+    """Wait for ``futures``, saying every ``REPORT_SECONDS`` (later 4 times that) how many
+    tasks the workers have finished since ``started`` (the scheduler's task stream, started
+    before the graph was sent)."""
+    from distributed import TimeoutError as WaitTimeout  # asyncio's (not the builtin on 3.10)
+    from distributed import wait
+
+    t0 = time.perf_counter()
+    while True:
+        try:
+            slow = time.perf_counter() - t0 >= 60
+            wait(futures, timeout=REPORT_SECONDS * (4 if slow else 1))
+            return
+        except WaitTimeout:
+            done = len(client.get_task_stream(start=started))
+            say(f"  {time.perf_counter() - t0:.0f} s: {done} of {tasks} tasks done")
+
+
 def _peak_rss():
     """Peak resident set size of this process in bytes (Linux/macOS; None elsewhere)."""
     try:
@@ -296,19 +352,60 @@ def _peak_rss():
     return peak if sys.platform == "darwin" else peak * 1024
 
 
+# Seconds a LocalCluster's worker process gets to exit when the example closes the cluster.
+CLOSE_TIMEOUT = 30.0
+
+
+def _close_cluster(cluster):
+    """Close a LocalCluster, its workers first with ``CLOSE_TIMEOUT`` to exit: the cluster's
+    own close gives a worker process 4 s and then kills it with a warning, which a loaded
+    machine exceeds."""
+    import asyncio
+
+    async def close_workers(workers):
+        await asyncio.gather(*(w.close(timeout=CLOSE_TIMEOUT) for w in workers))
+
+    try:
+        cluster.sync(close_workers, list(cluster.workers.values()))
+    finally:
+        cluster.close()
+
+
 def _bytes(text):
     from dask.utils import parse_bytes
 
     return parse_bytes(text)
 
 
+# The defaults: a product that takes seconds on 2 cores, the workers' memory left to dask (no
+# spilling); and --out-of-core, operands of 680 MiB on two workers of 300 MiB each.
+_DEFAULT = {"shape": "256,8192,64", "chunks": "128,2048,64", "memory_limit": "auto"}
+_OUT_OF_CORE = {"shape": "1024,81920,64", "chunks": "512,2048,64", "memory_limit": "300MiB"}
+
+
 def build_parser():
     p = argparse.ArgumentParser(
         prog="python -m emulinalg.examples.out_of_core",
-        description="Emulated product of dask operands larger than the workers' memory.",
+        description="Emulated product of dask operands made chunk by chunk on a cluster's "
+        "workers (--out-of-core: larger than the workers' memory).",
     )
-    p.add_argument("--shape", default="1024,81920,64", help="m,k,n (default 1024,81920,64)")
-    p.add_argument("--chunks", default="512,2048,64", help="chunk sizes cm,ck,cn")
+    p.add_argument(
+        "--out-of-core",
+        action="store_true",
+        help="operands larger than the workers' memory: the defaults of --shape, --chunks and "
+        f"--memory-limit become {_OUT_OF_CORE['shape']}, {_OUT_OF_CORE['chunks']} and "
+        f"{_OUT_OF_CORE['memory_limit']} (the workers spill to disk and pause, and distributed "
+        "logs that; minutes on 2 cores)",
+    )
+    p.add_argument(
+        "--shape",
+        help=f"m,k,n (default {_DEFAULT['shape']}; --out-of-core {_OUT_OF_CORE['shape']})",
+    )
+    p.add_argument(
+        "--chunks",
+        help=f"chunk sizes cm,ck,cn (default {_DEFAULT['chunks']}; --out-of-core "
+        f"{_OUT_OF_CORE['chunks']})",
+    )
     p.add_argument("--phi", type=float, default=1.0, help="exponent spread phi (default 1)")
     p.add_argument(
         "--rows", type=int, default=16, help="sampled rows graded exactly (0: all of them)"
@@ -325,7 +422,9 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2, help="LocalCluster workers (default 2)")
     p.add_argument(
-        "--memory-limit", default="300MiB", help="memory per LocalCluster worker (default 300MiB)"
+        "--memory-limit",
+        help="memory per LocalCluster worker, e.g. 2GiB (default auto: dask's share of this "
+        f"machine's memory per worker; --out-of-core {_OUT_OF_CORE['memory_limit']})",
     )
     p.add_argument("--scheduler", help="address of an existing scheduler instead of a cluster")
     p.add_argument(
@@ -363,7 +462,11 @@ def _triple(parser, text, what):
 
 
 def _check(parser, args):
-    """Usage errors before anything starts (a cluster, a long computation)."""
+    """Usage errors before anything starts (a cluster, a long computation); fills in the
+    defaults of --shape, --chunks and --memory-limit (those of --out-of-core with it)."""
+    for name, value in (_OUT_OF_CORE if args.out_of_core else _DEFAULT).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     m, k, n = _triple(parser, args.shape, "--shape")
     chunks = _triple(parser, args.chunks, "--chunks")
     for name in ("threads", "workers", "repeat"):
@@ -398,42 +501,66 @@ def main(argv=None):
     (m, k, n), chunks = _check(parser, args)
     precision = int(args.precision) if args.precision.isdigit() else args.precision
     cluster = client = None
-    if args.quiet or args.json:  # the workers' memory warnings are expected here (spilling)
-        logging.getLogger("distributed").setLevel(logging.ERROR)
-    if args.threads:
-        where = f"dask threaded scheduler, {args.threads} threads"
-    elif args.scheduler:
-        from distributed import Client
 
-        client = Client(args.scheduler)
-        where = f"cluster at {args.scheduler}"
-    else:
-        import dask
-        from distributed import Client, LocalCluster
+    def say(msg):
+        if not (args.quiet or args.json):
+            print(msg, file=sys.stderr, flush=True)
 
-        # Workers spill and pause near their limit; none is killed for reaching it (the
-        # limit is what makes this run out of core).
-        with dask.config.set({"distributed.worker.memory.terminate": False}):
-            cluster = LocalCluster(
-                n_workers=args.workers,
-                threads_per_worker=1,
-                processes=True,
-                memory_limit=args.memory_limit,
-                dashboard_address=None,
-                silence_logs=logging.ERROR if args.quiet or args.json else logging.WARNING,
-            )
-        client = Client(cluster)
-        per = 0 if args.memory_limit == "auto" else _bytes(args.memory_limit)
-        total = f" = {args.workers * per / 2**20:.0f} MiB" if per else " (no fixed limit)"
-        where = f"LocalCluster: {args.workers} workers x {args.memory_limit}{total}"
+    log = logging.getLogger("distributed")
+    log_level = log.level
+    if args.quiet or args.json:  # no memory warnings from spilling (--out-of-core) either
+        log.setLevel(logging.ERROR)
     try:
-        if not args.quiet:
-            operands = 8 * (m * k + k * n)
-            print(
-                f"A: {m} x {k}, B: {k} x {n} float64, {operands / 2**20:.0f} MiB of operands; "
-                f"{where}",
-                file=sys.stderr,
+        operands = f"A: {m} x {k}, B: {k} x {n} float64, {8 * (m * k + k * n) / 2**20:.0f} MiB"
+        if args.threads:
+            where = f"dask threaded scheduler, {args.threads} threads"
+        elif args.scheduler:
+            from distributed import Client
+
+            say(f"connecting to the cluster at {args.scheduler} ...")
+            client = Client(args.scheduler)
+            where = f"cluster at {args.scheduler}"
+        else:
+            import dask
+            from distributed import Client, LocalCluster
+
+            say(f"starting a LocalCluster of {args.workers} workers ...")
+            # Workers spill and pause near their limit; none is killed for reaching it (with
+            # --out-of-core the limit is what makes this run out of core).
+            settings = {"distributed.worker.memory.terminate": False}
+            if args.memory_limit == "auto":
+                # distributed's workers return freed memory to the OS at once
+                # (MALLOC_TRIM_THRESHOLD_=65536), which keeps their memory low near a limit but
+                # makes every large numpy temporary fresh zeroed pages: the numpy backend's
+                # elementwise stages ran 3-4x slower. With dask's own share of memory, no need.
+                settings["distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"] = None
+            with dask.config.set(settings):
+                cluster = LocalCluster(
+                    n_workers=args.workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    memory_limit=args.memory_limit,
+                    # no dashboard, and the scheduler's HTTP server on a free port (not 8787,
+                    # which another cluster may hold: distributed warns then)
+                    dashboard_address=":0",
+                    scheduler_kwargs={"dashboard": False},
+                    silence_logs=logging.ERROR if args.quiet or args.json else logging.WARNING,
+                )
+            client = Client(cluster)
+            limits = [
+                w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()
+            ]
+            per = max(limits, default=0)
+            origin = (
+                " (dask's share of this machine's memory)" if args.memory_limit == "auto" else ""
             )
+            size = f"{per / 2**30:.1f} GiB" if per >= 2**30 else f"{per / 2**20:.0f} MiB"
+            where = (
+                f"LocalCluster: {args.workers} workers x {size}{origin}"
+                if per
+                else f"LocalCluster: {args.workers} workers, no memory limit"
+            )
+        say(f"{operands} of operands; {where}")
         res = run(
             client,
             m=m,
@@ -445,7 +572,8 @@ def main(argv=None):
             cols=args.cols,
             precision=precision,
             seed=args.seed,
-            # a progress bar redrawn into a log file floods it: bars on terminals only
+            # a progress bar redrawn into a log file floods it: bars on terminals only, lines
+            # every few seconds elsewhere
             progress=not (args.quiet or args.json) and sys.stderr.isatty(),
             cupy=args.cupy,
             native=args.native,
@@ -454,13 +582,15 @@ def main(argv=None):
             incore=args.incore,
             repeat=args.repeat,
             warmup=args.warmup,
+            report=None if args.quiet or args.json else say,
         )
         res["workers"] = where
     finally:
         if client is not None:
             client.close()
         if cluster is not None:
-            cluster.close()
+            _close_cluster(cluster)
+        log.setLevel(log_level)
     if args.out:
         with open(args.out, "a") as f:
             f.write(json.dumps(_record(res, argv)) + "\n")
@@ -530,9 +660,10 @@ def _record(res, argv):
 
 
 def demo_main(args):
-    """``python -m emulinalg demo dask``: the defaults above; ``--phi`` (first value),
-    ``--precision`` (first value), ``--seed``, ``--json`` and ``--quiet`` are passed on."""
-    argv = ["--seed", str(args.seed)]
+    """``python -m emulinalg demo dask``: the defaults above; ``--out-of-core``, ``--phi``
+    (first value), ``--precision`` (first value), ``--seed``, ``--json`` and ``--quiet`` are
+    passed on."""
+    argv = ["--seed", str(args.seed)] + ["--out-of-core"] * bool(getattr(args, "out_of_core", 0))
     if args.phi:
         argv += ["--phi", str(args.phi[0])]
     if args.precision:

@@ -211,6 +211,7 @@ def rhf(
     conv_tol_grad=1e-7,
     max_cycle=100,
     diis_space=8,
+    callback=None,
 ):
     """Restricted Hartree–Fock with density fitting; all products emulated at ``precision``.
 
@@ -241,6 +242,10 @@ def rhf(
         Maximum number of Fock builds.
     diis_space : int
         DIIS subspace size (0 disables DIIS).
+    callback : callable, optional
+        Called after each Fock build as ``callback(iteration, energy, error)``: the build's
+        number (from 1), its total energy in Hartree and the largest entry of its
+        orthogonal-basis commutator (e.g. to show progress).
 
     Returns
     -------
@@ -301,6 +306,8 @@ def rhf(
         comm = product("EX", "matmul", fds - mt(fds), x)
         comm = product("orthogonal_error", "matmul", mt(x), comm)
         err = float(xp.max(xp.abs(comm)))
+        if callback is not None:
+            callback(it, energy, err)
         if abs(energy - energy_old) < conv_tol and err < conv_tol_grad:
             return _result(product, energy, True, it, eps, c, dm, err)
         energy_old = energy

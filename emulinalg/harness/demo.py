@@ -87,14 +87,23 @@ def _has_flint() -> bool:
     return True
 
 
-def _timed(fn, repeat: int) -> tuple[Any, float]:
-    """Run ``fn`` ``repeat`` times; return the last result and the median time in seconds."""
+# Without --repeat, a row's timed runs stop once they have taken this many seconds together
+# (after at least one): the default demo stays under a minute on 2 busy cores.
+ROW_SECONDS = 2.0
+DEFAULT_REPEAT = 3
+
+
+def _timed(fn, repeat: int, budget: float = math.inf) -> tuple[Any, float]:
+    """Run ``fn`` ``repeat`` times, or fewer (at least once) once the runs have taken ``budget``
+    seconds; return the last result and the median time in seconds."""
     times = []
     out = None
-    for _ in range(max(1, repeat)):
+    while len(times) < max(1, repeat):
         t0 = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)
+        if sum(times) >= budget:
+            break
     return out, statistics.median(times)
 
 
@@ -109,12 +118,16 @@ def run(
     phis: list[float] | None = None,
     dtypes: list[str] | None = None,
     precisions: list[str] | None = None,
-    repeat: int = 3,
+    repeat: int = DEFAULT_REPEAT,
     seed: int = 0,
     strategy: str = "eager",
     progress=None,
+    budget: float = math.inf,
 ) -> list[dict]:
     """Run the demo and return one record per (dtype, φ, row), native rows included.
+
+    Each row is timed ``repeat`` times (the median), or fewer, at least once, where the runs
+    take ``budget`` seconds together.
 
     The records use the benchmark keys of docs/performance.md (``backend``, ``op``, ``dtype``,
     ``precision``, ``scheme``, ``m``/``n``/``k``, ``phi``, ``seconds``, ``native_seconds``,
@@ -141,7 +154,7 @@ def run(
                 progress(f"{dtype} phi={phi:g} N={size}: exact reference{slow} ...")
             ref = reference.exact_matmul(a, b)
 
-            c_nat, t_nat = _timed(lambda a=a, b=b: a @ b, repeat)
+            c_nat, t_nat = _timed(lambda a=a, b=b: a @ b, repeat, budget)
             acc_nat = reference.accuracy(c_nat, a, b, ref=ref)
             base = {
                 "op": "matmul",
@@ -187,6 +200,7 @@ def run(
                         c, t = _timed(
                             lambda a=a, b=b, p=case.precision: emulinalg.matmul(a, b, precision=p),
                             repeat,
+                            budget,
                         )
                         plan = emulinalg.last_plan()
                     acc = reference.accuracy(np.asarray(c), a, b, ref=ref)
@@ -302,10 +316,11 @@ def main(args) -> int:
         phis=args.phi,
         dtypes=args.dtype,
         precisions=args.precision,
-        repeat=args.repeat,
+        repeat=args.repeat or DEFAULT_REPEAT,
         seed=args.seed,
         strategy=args.strategy,
         progress=progress,
+        budget=math.inf if args.repeat else ROW_SECONDS,
     )
     failed = [r for r in records if "error" in r]
     if args.json:
@@ -315,7 +330,12 @@ def main(args) -> int:
         print(
             f"emulinalg {version} demo: C = A @ B, A and B {args.size}x{args.size} phi-matrices "
             f"(a_ij = (U(0,1)-0.5)*exp(phi*N(0,1))), strategy={args.strategy}, "
-            f"median of {args.repeat} runs"
+            + (
+                f"median of {args.repeat} runs"
+                if args.repeat
+                else f"median of up to {DEFAULT_REPEAT} runs (fewer once a row's take "
+                f"{ROW_SECONDS:g} s)"
+            )
         )
         print("bits = -log2(max error) against the exact product; higher is better")
         print(
