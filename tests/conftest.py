@@ -1,15 +1,30 @@
-"""Shared pytest configuration: markers, hypothesis profiles and fixtures.
+"""Shared pytest configuration: the test tiers, hypothesis profiles and fixtures.
 
-Hypothesis profiles (select with ``HYPOTHESIS_PROFILE=<name>``):
+Tiers: a plain ``python -m pytest -q tests`` runs the fast tier, every module in a few minutes
+on 2 cores: the tests and parametrized cases marked ``slow`` (the graded suite beyond a sample,
+the big cases of parametrized sweeps, the CUDA sources compiled for the CPU, the costlier dask
+graphs and clusters) are deselected, and hypothesis runs fewer examples. ``--run-slow`` runs all
+tiers (``.ci/run`` does); ``-m`` selects within what the tier keeps (``--run-slow -m slow``: the
+long tier alone).
 
-- ``ci`` (default): derandomized, no deadline, few examples, so the whole suite stays well
-  under 15 minutes on a 2-core CI machine.
+Hypothesis profiles (``HYPOTHESIS_PROFILE=<name>`` or ``--hypothesis-profile=<name>`` overrides):
+
+- ``fast`` (default): derandomized, no deadline, 15 examples.
+- ``ci`` (with ``--run-slow``): as ``fast`` with 60 examples.
 - ``dev``: more examples, random seeds, for local bug hunting.
+
+A test whose own ``@settings`` sets ``max_examples`` keeps it in both tiers.
 """
 
 from __future__ import annotations
 
 import os
+
+# One BLAS thread per process (before numpy loads OpenBLAS): the suite's products are small, and
+# OpenBLAS's threads busy-wait where the cores are shared (dask workers, the OpenMP kernels,
+# other jobs); on a loaded 2-core machine that made them up to 10x slower. The variable, where
+# set, wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 import pytest
@@ -23,24 +38,47 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+settings.register_profile("fast", settings.get_profile("ci"), max_examples=15)
 settings.register_profile(
     "dev",
     deadline=None,
     max_examples=200,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--run-slow",
+        action="store_true",
+        help="run all test tiers: also the tests marked slow, hypothesis at the ci profile",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before hypothesis's plugin, which may adjust the profile
 def pytest_configure(config):
+    if os.environ.get("HYPOTHESIS_PROFILE"):
+        settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
+    elif not config.getoption("hypothesis_profile", None):
+        settings.load_profile("ci" if config.getoption("--run-slow") else "fast")
     for line in (
-        "slow: long-running (over ~20 s) accuracy sweeps; still run in CI",
+        "slow: the long tier, deselected unless --run-slow (CI runs it)",
         "gpu: needs a CUDA GPU with cupy (skips where absent)",
         "cuda: needs a CUDA GPU with cupy (skips where absent)",
         "amx: needs an Intel AMX CPU (skips where absent)",
         "dask: needs dask[array] and distributed",
     ):
         config.addinivalue_line("markers", line)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect the long tier unless --run-slow."""
+    if config.getoption("--run-slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 @pytest.fixture

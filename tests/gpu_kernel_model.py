@@ -572,12 +572,13 @@ def _cert_entries(F, c32, n, fexp, na, alpha, nb, beta, factor, abs_term, cR, c4
     nth = thr.size
     lo = np.zeros(R.shape, dtype=np.int64)
     hi = np.full(R.shape, nth, dtype=np.int64)
-    for _ in range(nth.bit_length()):
-        mid = (lo + hi) >> 1
-        t = thr[np.minimum(mid, nth - 1)]
-        ok = (mid < nth) & (t * (G2 + t * Q) <= R)
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid + 1)
+    with np.errstate(over="ignore"):  # an unreachable level's threshold: inf fails the test
+        for _ in range(nth.bit_length()):
+            mid = (lo + hi) >> 1
+            t = thr[np.minimum(mid, nth - 1)]
+            ok = (mid < nth) & (t * (G2 + t * Q) <= R)
+            hi = np.where(ok, mid, hi)
+            lo = np.where(ok, lo, mid + 1)
     hist = np.zeros(nth + 2, dtype=np.uint64)
     certified = hi[hi < nth]
     hist[nth] = (hi == nth).sum()

@@ -26,8 +26,8 @@ from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
 
 PHIS = [0, 0.5, 1, 2, 4]
-KS = [1, 7, 64, 1000, 4096]
-SEEDS = [0, 1]
+KS = [1, 7, 64, 1000, pytest.param(4096, marks=pytest.mark.slow)]
+SEEDS = [0, pytest.param(1, marks=pytest.mark.slow)]
 M = N = 48
 
 
@@ -104,7 +104,7 @@ def test_float32_level_no_worse_than_native(phi, k, precision, scheme, seed):
 
 @pytest.mark.parametrize("scheme", ["auto", "ozaki1"])
 @pytest.mark.parametrize("precision", [None, "float64"])
-@pytest.mark.parametrize("k", [1, 7, 64, 1000])
+@pytest.mark.parametrize("k", [1, 7, 64, pytest.param(1000, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("phi", [0, 1, 4])
 def test_complex128_equal_parts_no_worse_than_native(phi, k, precision, scheme):
     a, b, ref, native = case("complex128", phi, k, equal_parts=True)
@@ -209,7 +209,7 @@ def assert_non_decreasing(counts, accs, ceiling, what):
 
 
 @pytest.mark.parametrize("mode", ["accurate", "fast"])
-@pytest.mark.parametrize("k", [64, 1000])
+@pytest.mark.parametrize("k", [64, pytest.param(1000, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("phi", [0, 1, 4])
 def test_ozaki2_more_moduli_never_hurt(phi, k, mode):
     a, b, ref, native = case("float64", phi, k)
@@ -233,7 +233,7 @@ def test_ozaki2_more_moduli_never_hurt(phi, k, mode):
         assert accs[-1]["bits_maxrel"] >= native["bits_maxrel"]
 
 
-@pytest.mark.parametrize("k", [64, 1000])
+@pytest.mark.parametrize("k", [64, pytest.param(1000, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("phi", [0, 1, 4])
 def test_ozaki1_more_slices_never_hurt(phi, k):
     a, b, ref, native = case("float64", phi, k)

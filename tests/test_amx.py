@@ -162,6 +162,10 @@ TUNINGS = [
     "mc=32,nc=32,kc=5,order=1,stream=1,pack_a=0",
 ]
 TUNING_SHAPES = [(33, 129, 17), (64, 256, 96), (96, 640, 160), (128, 1280, 64)]
+# the larger two in the long tier, for the tests that run many products per shape
+TUNING_SHAPES_TIERED = [
+    s if s[1] <= 256 else pytest.param(*s, marks=pytest.mark.slow) for s in TUNING_SHAPES
+]
 
 
 @pytest.fixture
@@ -182,7 +186,7 @@ def test_s8_model_exact_under_every_blocking(rng, restore_blocking, spec, m, k, 
         np.testing.assert_array_equal(_amx.gemm_s8s8s32(a, b, emulate=True, threads=threads), want)
 
 
-@pytest.mark.parametrize(("m", "k", "n"), TUNING_SHAPES)
+@pytest.mark.parametrize(("m", "k", "n"), TUNING_SHAPES_TIERED)
 def test_bf16_model_bit_identical_under_every_blocking(rng, restore_blocking, m, k, n):
     """Each entry sums its K tiles in ascending order whatever the blocking and threads."""
     a = to_bf16_bits(rng.standard_normal((m, k)))
@@ -1061,7 +1065,7 @@ def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch,
 
 @pytest.mark.parametrize("nearest", [False, True])
 @pytest.mark.parametrize("cplx", [False, True])
-@pytest.mark.parametrize(("m", "k", "n"), TUNING_SHAPES)
+@pytest.mark.parametrize(("m", "k", "n"), TUNING_SHAPES_TIERED)
 def test_host_panel_products_equal_reduced_exact_products(
     rng, restore_blocking, cplx, nearest, m, k, n
 ):

@@ -318,7 +318,14 @@ def test_fused_products_equal_one_gemm_on_interleaved_slices(shape, emulate, rng
 
 @needs_amx_module
 @MODEL_AND_AMX
-@pytest.mark.parametrize("shape", [(33, 40, 2100), (5, 3, 1024), (70, 64, 1025)])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        pytest.param((33, 40, 2100), marks=pytest.mark.slow),
+        (5, 3, 1024),
+        pytest.param((70, 64, 1025), marks=pytest.mark.slow),
+    ],
+)
 def test_widened_products_equal_the_generic_sum(shape, emulate, rng):
     """Fixed-point slices: each (1024-chunk, pair) FP32 sum is exact, so the kernel's float64 C
     equals the generic float64 code bit for bit, for any blocking."""

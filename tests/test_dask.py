@@ -400,8 +400,18 @@ def _assert_in_core_bits(out, A, B, precision=None, native=None):
     return plan
 
 
-@pytest.mark.parametrize("phi", [0.5, 1.0, 4.0])
-@pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
+@pytest.mark.parametrize(
+    "phi",
+    [pytest.param(0.5, marks=pytest.mark.slow), 1.0, pytest.param(4.0, marks=pytest.mark.slow)],
+)
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "float64",
+        pytest.param("float32", marks=pytest.mark.slow),
+        pytest.param("complex128", marks=pytest.mark.slow),
+    ],
+)
 def test_in_core_bits_on_a_cluster(client, dtype, phi):
     A = phi_matrix((160, 256), phi, dtype, seed=11)
     B = phi_matrix((256, 96), phi, dtype, seed=12)
@@ -444,7 +454,10 @@ def _key_name(key):
     return str(name).rsplit("-", 1)[0]
 
 
-@pytest.mark.parametrize("phi", [0.5, 1.0, 4.0])
+@pytest.mark.parametrize(
+    "phi",
+    [pytest.param(0.5, marks=pytest.mark.slow), 1.0, pytest.param(4.0, marks=pytest.mark.slow)],
+)
 @pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
 def test_in_core_bits_threaded(dtype, phi):
     A = phi_matrix((150, 230), phi, dtype, seed=21)
@@ -478,10 +491,10 @@ def _fallback_inputs(kind, dtype):
     ("kind", "dtype", "precision"),
     [
         ("spike", "float64", None),
-        ("spike", "complex128", None),
+        pytest.param("spike", "complex128", None, marks=pytest.mark.slow),
         ("spike", "float64", 40),
-        ("phi4", "float64", None),
-        ("phi4", "float32", None),
+        pytest.param("phi4", "float64", None, marks=pytest.mark.slow),
+        pytest.param("phi4", "float32", None, marks=pytest.mark.slow),
         ("phi4", "complex128", 24),
     ],
 )
@@ -590,10 +603,12 @@ def _refine_inputs(case):
 @pytest.mark.parametrize(
     ("case", "chunks", "q", "split_every"),
     [
-        ("native", (60, 300, 50), 1, 4),  # one block
-        ("native", (30, 150, 25), 2, 4),  # suspects in 2 row blocks and 2 column blocks
-        ("native", (13, 100, 7), 3, 4),
-        ("native", (20, 101, 17), 3, 2),  # K 101 + 101 + 98, a two-level K tree
+        pytest.param("native", (60, 300, 50), 1, 4, marks=pytest.mark.slow),  # one block
+        # suspects in 2 row blocks and 2 column blocks
+        pytest.param("native", (30, 150, 25), 2, 4, marks=pytest.mark.slow),
+        pytest.param("native", (13, 100, 7), 3, 4, marks=pytest.mark.slow),
+        # K 101 + 101 + 98, a two-level K tree
+        pytest.param("native", (20, 101, 17), 3, 2, marks=pytest.mark.slow),
         ("strict", (20, 101, 17), 3, 2),
         ("complex", (13, 170, 7), 3, 4),  # K 170 + 170 + 160
     ],
@@ -726,7 +741,13 @@ def _patch_inputs(case):
     return A, B, precision, chunks
 
 
-@pytest.mark.parametrize("case", list(_PATCH))
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.slow) if c in ("float32", "complex64") else c
+        for c in _PATCH
+    ],
+)
 def test_patch_like_in_core(sync, monkeypatch, case):
     """Where ``refinement.refine_and_patch`` takes one modulus fewer in core although a few
     suspects still fail it (at most ``patch_limit(m, n)``: the patch), the graph does too
@@ -773,7 +794,10 @@ def test_patch_like_in_core(sync, monkeypatch, case):
         _assert_in_core_bits(c.compute(), A, B, precision=precision)
 
 
-@pytest.mark.parametrize("steps", [1, 2, None])
+@pytest.mark.parametrize(
+    "steps",
+    [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), None],
+)
 def test_refine_steps_like_in_core(sync, monkeypatch, steps):
     """``refinement.refine_and_patch`` loops (``REFINE_STEPS``): here its first step takes one
     modulus off and its second one more with a patch; the graph (one set of tasks per step)
@@ -801,6 +825,7 @@ def test_refine_steps_like_in_core(sync, monkeypatch, steps):
     _assert_in_core_bits(c.compute(), A, B)
 
 
+@pytest.mark.slow
 def test_patch_on_a_cluster(client):
     """The patch (host indices in the decision) travels to the workers: the in-core bits."""
     A, B, precision, chunks = _patch_inputs("float32")
@@ -828,12 +853,15 @@ def test_explicit_ozaki2_in_core_bits(dtype, moduli):
 @pytest.mark.parametrize(
     ("dtype", "shape", "chunks"),
     [
-        ("float64", (60, 300, 50), (13, 100, 7)),
+        pytest.param("float64", (60, 300, 50), (13, 100, 7), marks=pytest.mark.slow),
         ("complex128", (40, 200, 30), (15, 80, 11)),
         ("float32", (2, 30, 150, 20), (1, 11, 60, 7)),  # a batch: picked across its products
     ],
 )
-@pytest.mark.parametrize("entries", [None, 5, "all"])
+@pytest.mark.parametrize(
+    "entries",
+    [None, pytest.param(5, marks=pytest.mark.slow), pytest.param("all", marks=pytest.mark.slow)],
+)
 def test_refit_like_in_core(sync, monkeypatch, dtype, shape, chunks, entries):
     """The named levels refit the whole product's most cancelled entries in core (``refit.refit``):
     the graph picks the same entries (per output block the entries the pick can take there, one
@@ -1127,6 +1155,7 @@ def test_preprocessing_is_shared(sync, monkeypatch):
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_explicit_scheme_on_a_cluster(client):
     # Scheme I runs the double-double graph: blocking it over K must not lose accuracy against
     # the same scheme on the whole matrices (each block is scaled on its own, never coarser).
@@ -1149,6 +1178,7 @@ def test_explicit_scheme_on_a_cluster(client):
     assert got["bits_maxrel"] >= nat["bits_maxrel"] and got["bits_cw"] >= nat["bits_cw"]
 
 
+@pytest.mark.slow
 def test_out_of_core_example_small(client):
     from emulinalg.examples import out_of_core
 
@@ -1306,6 +1336,7 @@ _QP_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_query_planning_other_mode():
     mode = not da.array_expr_enabled()
     env = dict(os.environ)

@@ -94,8 +94,10 @@ def fake_native():
 
 
 @pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
-@pytest.mark.parametrize("cplx", [False, True])
-@pytest.mark.parametrize("n", [8, 18, 20])
+@pytest.mark.parametrize("cplx", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "n", [8, pytest.param(18, marks=pytest.mark.slow), pytest.param(20, marks=pytest.mark.slow)]
+)
 def test_crt_s8_equals_int32_crt(fake_native, monkeypatch, n, cplx, out_dtype):
     """Same residues through ozaki2_crt_s8.cu (int8, padded rows) and ozaki2_crt.cu (int32):
     identical bits, rows r0.. of a larger output, several batch entries."""

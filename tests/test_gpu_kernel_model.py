@@ -423,7 +423,7 @@ def test_rounding_ties_boundaries_and_dd():
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["model", "native"])
+@pytest.fixture(scope="module", params=["model", pytest.param("native", marks=pytest.mark.slow)])
 def cpu_backend(request):
     """emulinalg/backends/cupy.py on a CPU stand-in for cupy whose kernels are the numpy model,
     or the CUDA sources themselves compiled as host C++ (needs g++ with C++20)."""
@@ -695,11 +695,11 @@ def _seed_showing(cplx, target, shape, want, batch=()):
 # (cplx, target, shape, want): the refinement takes counts off, strict and native, also after a
 # successful exact step, and with a patch
 REFINE_CASES = [
-    (False, Target(53), (40, 500, 30), "refines"),
-    (True, Target(24), (40, 500, 30), "refines"),
-    (True, Target(24), (40, 500, 30), "after-step"),
-    (False, Target(24, "native"), (40, 500, 30), "refines"),
-    (True, Target(53, "native"), (40, 500, 30), "refines"),
+    pytest.param(False, Target(53), (40, 500, 30), "refines", marks=pytest.mark.slow),
+    pytest.param(True, Target(24), (40, 500, 30), "refines", marks=pytest.mark.slow),
+    pytest.param(True, Target(24), (40, 500, 30), "after-step", marks=pytest.mark.slow),
+    pytest.param(False, Target(24, "native"), (40, 500, 30), "refines", marks=pytest.mark.slow),
+    pytest.param(True, Target(53, "native"), (40, 500, 30), "refines", marks=pytest.mark.slow),
     (True, Target(24, "native"), (30, 200, 20), "after-step"),
     (False, Target(53), (40, 500, 30), "patch"),
     (True, Target(24, "native"), (40, 500, 30), "patch"),
@@ -1198,7 +1198,9 @@ def test_engine_run_uses_the_prescale_hook(cpu_backend, monkeypatch):
 
 
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
-@pytest.mark.parametrize("second_pass", [False, True], ids=["one-pass", "two-pass"])
+@pytest.mark.parametrize(
+    "second_pass", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["one-pass", "two-pass"]
+)
 def test_host_code_statistics_float32(cpu_backend, cplx, second_pass):
     """narrow_statistics: line_scan, the prescale and the certificate given float32 operands
     (complex64: the strided real and imaginary views) equal the generic code on their float64

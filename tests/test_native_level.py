@@ -94,7 +94,15 @@ def _reaches(bits, native):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("k", [64, 1024, 4096, 16384])
+@pytest.mark.parametrize(
+    "k",
+    [
+        64,
+        1024,
+        pytest.param(4096, marks=pytest.mark.slow),
+        pytest.param(16384, marks=pytest.mark.slow),
+    ],
+)
 @pytest.mark.parametrize("phi", [0.5, 1, 2, 4])
 def test_level_count_is_within_one_of_the_fewest_that_match_native(dtype, phi, k):
     a, b, ref, native = _case(dtype, phi, k)

@@ -35,7 +35,7 @@ tests() {  # one pytest per test file, WORKERS at a time (pytest-xdist cannot: o
     # parametrized test ids differ between its workers); a summary line per file
     local f i=0 rc=0
     for f in "$ROOT"/tests/test_*.py; do
-        (cd /tmp && OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 python3 -m pytest -q \
+        (cd /tmp && OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 python3 -m pytest --run-slow -q \
             -p no:cacheprovider -m "not gpu and not cuda" "$f" >"$OUT/t_$(basename "$f" .py).txt" \
             2>&1) &
         i=$((i + 1))

@@ -23,7 +23,7 @@ if has dask-gpu; then
     echo "dask gpu tests rc=$? $((SECONDS - t0)) s: $(tail -n 1 "$OUT/tests_dask_gpu.log")"
 fi
 if has amx-tests; then
-    (cd /tmp && timeout "${AMX_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider \
+    (cd /tmp && timeout "${AMX_TEST_S:-150}" python3 -m pytest --run-slow -q -p no:cacheprovider \
         "$ROOT/tests/test_amx.py") >"$OUT/tests_amx.log" 2>&1
     echo "amx tests rc=$? $((SECONDS - t0)) s: $(tail -n 1 "$OUT/tests_amx.log")"
 fi
