@@ -216,7 +216,14 @@ def _emulate(
             plan.fallback = f"{done}{count} entries beyond {scheme} computed natively{beyond_note}"
         else:
             native_mask = None
-    parts = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents)
+    rows = block_rows(backend, ar, ai, br, out or real_name)
+    if rows < ar.shape[-2] and not isinstance(scheme, (BF16x3, BF16xN)):
+        blocks = -(-ar.shape[-2] // rows)
+        plan.notes.append(
+            f"memory: the product in {blocks} blocks of {rows} rows of A, its working memory "
+            "sized to the inputs and output (docs/limitations.md)"
+        )
+    parts = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents, rows)
     cancelled = _planner.refits(request, scheme, ar.shape[-1], prescale is not None)
     if cancelled or patch is not None:
         parts = _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask,
@@ -275,8 +282,32 @@ def backend_native(xp, backend, a, b):
     return backend.native_matmul(a, b) if backend else xp.matmul(a, b)
 
 
-# Output entries per row block: the exact accumulators hold ~10 int64 limbs per entry.
+# Output entries per row block at most: the exact accumulators hold ~10 int64 limbs per entry.
 BLOCK_ENTRIES = 1 << 22
+# Bytes of working memory per output entry and part in a row block of the generic loop (the CRT
+# limbs and quotient, the modular product and its reduction, the block's split and residue
+# planes of A), and the blocks' share of the product's inputs and output (the peaks this gives:
+# docs/limitations.md, tests/test_memory.py).
+WORK_BYTES_PER_ENTRY = 320
+WORK_SHARE = 1.0
+# Fewer rows per block than this make the GEMMs inefficient: the bound gives way below it.
+MIN_BLOCK_ENTRIES = 1 << 15
+
+
+def block_rows(backend, ar, ai, br, out_dtype):
+    """Rows of A per block of the generic Scheme I/II loop (``_run``): a backend's declared
+    ``block_entries``, or as many rows as keep the block's working memory within ``WORK_SHARE``
+    times the product's inputs and output (their dtype: float32 parts for ``out_dtype``
+    "float32"), between ``MIN_BLOCK_ENTRIES`` and ``BLOCK_ENTRIES`` output entries."""
+    batch, (m, k), n = math.prod(ar.shape[:-2]), ar.shape[-2:], br.shape[-1]
+    nparts = 1 if ai is None else 2
+    budget = stages(backend).block_entries
+    if budget is None:
+        itemsize = 4 if out_dtype == "float32" else 8
+        io = itemsize * nparts * batch * (m * k + k * n + m * n)
+        fit = int(WORK_SHARE * io) // (WORK_BYTES_PER_ENTRY * nparts)
+        budget = min(BLOCK_ENTRIES, max(MIN_BLOCK_ENTRIES, fit))
+    return min(m, max(1, budget // max(1, batch * n)))
 
 
 def _backend_prescale(backend, ar, ai, br, bi, mode, exponents=None):
@@ -290,9 +321,10 @@ def _backend_prescale(backend, ar, ai, br, bi, mode, exponents=None):
     return hook(ar, ai, br, bi, mode, exponents=exponents)
 
 
-def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=None):
-    """The scheme's product, by blocks of rows of A so the exact accumulators stay bounded.
-    Scaling that couples rows (Scheme II's column shifts) is computed once, on the whole A.
+def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=None, rows=None):
+    """The scheme's product, by blocks of ``rows`` rows of A (``block_rows``) so the exact
+    accumulators stay bounded; the blocks are written into the output as they finish. Scaling
+    that couples rows (Scheme II's column shifts) is computed once, on the whole A.
 
     Returns the parts (real[, imaginary]); with ``out_dtype="dd"`` each part is flattened into
     its (hi, lo) pair. A backend may run a whole Scheme II product in its own kernels
@@ -314,12 +346,13 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
         if res is not None:
             return tuple(x for part in res for x in part) if out_dtype == "dd" else res
     m = ar.shape[-2]
-    budget = backend.block_entries or BLOCK_ENTRIES
-    rows = max(1, budget // max(1, math.prod(ar.shape[:-2]) * br.shape[-1]))
+    rows = rows or block_rows(backend, ar, ai, br, out_dtype)
     b_planes = None
     if isinstance(scheme, OzakiII) and rows < m:  # B's residues once for all row blocks
-        b_planes = residues.b_residue_planes(xp, br, bi, prescale, scheme.moduli, scheme.mode)
-    blocks = []
+        b_planes = residues.b_residue_planes(
+            xp, br, bi, prescale, scheme.moduli, scheme.mode, rows * br.shape[-1]
+        )
+    out = None
     for r0 in range(0, m, rows):
         sl = slice(r0, min(m, r0 + rows))
         a_r = ar[..., sl, :]
@@ -327,28 +360,21 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
         if isinstance(scheme, OzakiII):
             s, t, e, f = prescale
             pre = (s[..., sl], t, e[..., sl], f)
-            blocks.append(
-                products.product(
-                    xp,
-                    imm,
-                    a_r,
-                    a_i,
-                    br,
-                    bi,
-                    scheme.moduli,
-                    scheme.mode,
-                    out_dtype,
-                    pre,
-                    b_planes,
-                )
+            blk = products.product(
+                xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre, b_planes
             )
         else:
-            blocks.append(slices.product(xp, imm, a_r, a_i, br, bi, scheme.slices, out_dtype))
-    if out_dtype == "dd":
-        blocks = [tuple(x for part in blk for x in part) for blk in blocks]
-    if len(blocks) == 1:
-        return blocks[0]
-    return tuple(xp.concat([b[p] for b in blocks], axis=-2) for p in range(len(blocks[0])))
+            blk = slices.product(xp, imm, a_r, a_i, br, bi, scheme.slices, out_dtype)
+        if out_dtype == "dd":
+            blk = tuple(x for part in blk for x in part)
+        if rows >= m:
+            return blk
+        if out is None:  # the whole output, filled block by block (no concatenation copy)
+            shape = ar.shape[:-1] + (br.shape[-1],)
+            out = tuple(xp.empty(shape, dtype=x.dtype, device=x.device) for x in blk)
+        for o, x in zip(out, blk):
+            o[..., sl, :] = x
+    return out
 
 
 class _Choice(NamedTuple):

@@ -22,6 +22,10 @@ import sys
 
 import numpy as np
 
+# The checkout this tool lives in, ahead of any installed copy (the compiled kernels still come
+# from the installed one: emulinalg's extend_path)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 SHAPES = [  # (batch, m, k, n); batch () for 2-D
     ((), 48, 200, 40),
     ((), 33, 1, 17),

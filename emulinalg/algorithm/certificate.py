@@ -324,6 +324,7 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
         gl = _gemm_lower(xp, backend, parts)
         lam = gl if lam is None else xp.maximum(lam, gl)
         need = ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
+    parts = None  # the normalized operands' copies: the steps below read the operands
     beyond = need == BEYOND
     if bool(xp.all(beyond)):
         return None, beyond, None
@@ -359,11 +360,36 @@ def passes(xp, cc, t, R, alpha, beta, na, nb):
     return t * (G2 + t * Q) <= R
 
 
+# ``_need_of`` works on blocks of about 1/NEED_BLOCKS of the rows of products of at least
+# NEED_MIN_ENTRIES entries: its work arrays then stay a fraction of the output's size.
+NEED_BLOCKS = 8
+NEED_MIN_ENTRIES = 1 << 16
+
+
 def _need_of(xp, cc, R, alpha, beta, na, nb):
     """The smallest count n of moduli certifying each entry (``BEYOND`` where none does): the
     smallest n passing ``passes`` at cc.thresholds[n], by bisection over the counts (the left
     side grows with the threshold, and so does its floating-point value: every operation is
-    monotonic; the thresholds do not increase with n)."""
+    monotonic; the thresholds do not increase with n). Entry by entry, so blocks of rows give
+    the same counts."""
+    terms = (R, alpha, beta, na, nb)
+    shape = xp.broadcast_arrays(*terms)[0].shape
+    size = math.prod(shape)
+    if len(shape) < 2 or any(x.ndim != len(shape) for x in terms) or size < NEED_MIN_ENTRIES:
+        return _need_block(xp, cc, *terms)
+    m = shape[-2]
+    rows = -(-m // NEED_BLOCKS)
+    out = xp.empty(shape, dtype=xp.int64, device=R.device)
+    for r0 in range(0, m, rows):
+        sl = slice(r0, min(m, r0 + rows))
+        out[..., sl, :] = _need_block(
+            xp, cc, *(x[..., sl, :] if x.shape[-2] == m else x for x in terms)
+        )
+    return out
+
+
+def _need_block(xp, cc, R, alpha, beta, na, nb):
+    """``_need_of`` at once."""
     th = cc.thresholds
     G2 = 2.0 * (alpha * nb + beta * na)
     Q = cc.c4 * alpha * beta

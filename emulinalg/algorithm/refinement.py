@@ -37,6 +37,10 @@ THETA_MAX = 16.0
 PATCH_ENTRIES = 256
 PATCH_SHARE = 64
 REFINE_STEPS = 4  # counts the refinement may take off, one at a time
+# ``refine_failures`` tests the suspects in blocks of about 1/TEST_BLOCKS of them (at least
+# TEST_MIN_ENTRIES): its work arrays then stay a fraction of the suspects' own.
+TEST_BLOCKS = 8
+TEST_MIN_ENTRIES = 1 << 16
 
 
 def patch_limit(m, n):
@@ -150,12 +154,20 @@ def refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=Non
         # sqrt(k) at most: the deterministic bound k weight 2**-bits |A||B| holds throughout
         theta = min(THETA_MAX, math.sqrt(k), max(1.0, float(xp.max(kappa))))
         own = xp.maximum(xp.take(lam, pick) * theta, xp.maximum(S, scale))
-        lam = _scatter(xp, lam * theta, pick, own)
+        lam = lam * theta
+        lam[pick] = own
     else:
         lam = _scatter(xp, lam, pick, xp.maximum(xp.take(lam, pick), S))
-    p = exact_line_factors(xp, cc, count - 1, e, cc.scale)
-    q = exact_line_factors(xp, cc, count - 1, f, cc.scale)
-    return ~passes(xp, cc, 1.0, cc.cR * lam, p, q, na, nb)
+    # the test entry by entry, in blocks of suspects: its work arrays stay a fraction of theirs
+    total = lam.shape[0]
+    step = max(TEST_MIN_ENTRIES, -(-total // TEST_BLOCKS))
+    fail = []
+    for t0 in range(0, total, step):
+        sl = slice(t0, t0 + step)
+        p = exact_line_factors(xp, cc, count - 1, e[sl], cc.scale)
+        q = exact_line_factors(xp, cc, count - 1, f[sl], cc.scale)
+        fail.append(~passes(xp, cc, 1.0, cc.cR * lam[sl], p, q, na[sl], nb[sl]))
+    return fail[0] if len(fail) == 1 else xp.concat(fail)
 
 
 def _scatter(xp, x, at, v):
@@ -168,9 +180,11 @@ def _scatter(xp, x, at, v):
 def suspect_sums(xp, ar, ai, br, bi, rows, cols, squares):
     """Per suspect (row ``rows[t]`` of A, column ``cols[t]`` of B) the float64 sums of the
     line-normalized magnitude products and (``squares``) of their squares, in chunks of
-    suspects that keep the products' memory near 2**22 entries."""
+    suspects that keep the products' memory near 2**22 entries, and below an eighth of the
+    operands' (each chunk holds several arrays of its size)."""
     k = ar.shape[-1]
-    step = max(1, (1 << 22) // max(k, 1))
+    size = math.prod(ar.shape) + math.prod(br.shape)
+    step = max(1, min(1 << 22, max(1 << 16, size // 8)) // max(k, 1))
     S, S2 = [], []
     for t0 in range(0, rows.shape[0], step):
         r, c = rows[t0 : t0 + step], cols[t0 : t0 + step]

@@ -50,12 +50,35 @@ def residues(xp, Xr, Xi, m):
     return rr, ri, symmetric_mod(xp, rr + ri, m)
 
 
-def b_residue_planes(xp, br, bi, prescale, moduli, mode="accurate"):
+def b_residue_planes(xp, br, bi, prescale, moduli, mode="accurate", entries=None):
     """B's residue planes for every modulus, as int8 (``residues`` of the scaled B): made once
     and passed to ``products.product`` for each row block of A (``b_planes``) instead of once
-    per block. n planes per entry of B (3n for complex)."""
+    per block. n planes per entry of B (3n for complex). ``entries``: made by blocks of
+    columns of about this many entries of B (None: at once), so the float64 work arrays stay
+    that small; the planes are the same."""
     c = crt_constants(moduli)
     _, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
     near = rounds_to_nearest(moduli, br.shape[-2], mode)
-    Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2, near)) for x in (br, bi))
-    return [tuple(xp.astype(r, xp.int8) for r in residues(xp, Br, Bi, m)) for m in c.moduli]
+    k, n = br.shape[-2:]
+    cols = n if entries is None else min(n, max(1, entries // max(1, k)))
+    planes = None
+    for c0 in range(0, n, cols):
+        sl = slice(c0, min(n, c0 + cols))
+        Br, Bi = (
+            None
+            if x is None
+            else split(xp, scale_to_integers(xp, x[..., sl], nu[..., sl], -2, near))
+            for x in (br, bi)
+        )
+        block = [tuple(xp.astype(r, xp.int8) for r in residues(xp, Br, Bi, m)) for m in c.moduli]
+        if cols >= n:
+            return block
+        if planes is None:
+            planes = [
+                tuple(xp.empty(br.shape, dtype=xp.int8, device=r.device) for r in rs)
+                for rs in block
+            ]
+        for rs_all, rs in zip(planes, block):
+            for r_all, r in zip(rs_all, rs):
+                r_all[..., sl] = r
+    return planes
