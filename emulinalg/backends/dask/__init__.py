@@ -468,7 +468,7 @@ def _chunk_backend(x):
     """The emulinalg backend of a dask array's chunks (from its meta), or None."""
     import array_api_compat
 
-    from . import for_namespace
+    from .. import for_namespace
 
     meta = x._meta
     try:
@@ -509,7 +509,7 @@ def _emulated_block(a, b, amax=None, bmax=None, *, request, cfg):
     m_i), ``bmax`` (..., n_j), the product of the lines scaled by ``_overflow_shift``."""
     import array_api_compat
 
-    from . import for_namespace
+    from .. import for_namespace
 
     xp = array_api_compat.array_namespace(a, b)
     backend = for_namespace(xp)
@@ -994,7 +994,7 @@ def _shared_graph(a, b, request, arrays=None):
 def _xp_backend(x):
     import array_api_compat
 
-    from . import for_namespace
+    from .. import for_namespace
 
     xp = array_api_compat.array_namespace(x)
     return xp, for_namespace(xp)
