@@ -1,5 +1,5 @@
 """Every decision of a product, in one place: the in-core engine (``_engine``) and the dask
-graph (``emulinalg/backends/dask.py``) ask the same functions.
+graph (``emulinalg/backends/dask/``) ask the same functions.
 
 - ``family``: which scheme family a level runs (the config's ``scheme``).
 - ``target_for``: the level's certificate form (strict l1 or the native form,

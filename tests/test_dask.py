@@ -34,6 +34,11 @@ from emulinalg.algorithm.moduli import MAX_MODULI, crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends import dask as dask_backend
 from emulinalg.backends import numpy as numpy_backend
+from emulinalg.backends.dask import certificate as dask_certificate
+from emulinalg.backends.dask import crt as dask_crt
+from emulinalg.backends.dask import refinement as dask_refinement
+from emulinalg.backends.dask import refit as dask_refit
+from emulinalg.backends.dask import statistics as dask_statistics
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
 
@@ -42,6 +47,17 @@ distributed = pytest.importorskip("distributed", reason="distributed is not inst
 import dask  # noqa: E402
 
 pytestmark = pytest.mark.dask
+
+# The modules of the dask layer's tasks: a task is patched where it is defined, since the graph
+# code looks it up there (``dask_backend._shared_graph`` in the package itself).
+_TASK_MODULES = (dask_statistics, dask_certificate, dask_refinement, dask_crt, dask_refit)
+
+
+def _task_module(name):
+    (mod,) = (m for m in _TASK_MODULES if getattr(getattr(m, name, None), "__module__", None)
+              == m.__name__)  # fmt: skip
+    return mod
+
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHUNKS = emulinalg.backends.for_namespace(np).name  # numpy chunks' backend: numpy, amx on AMX
@@ -510,7 +526,7 @@ def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype, preci
     assert count is not None and beyond.sum() < _f_only_beyond(A, B, precision).sum()
     calls = collections.Counter()
     monkeypatch.setattr(
-        dask_backend, "_lower_block", _counting_ran("_lower_block", "lam", "lower", calls)
+        dask_statistics, "_lower_block", _counting_ran("_lower_block", "lam", "lower", calls)
     )
     arrays, orig = {}, dask_backend._shared_graph
     monkeypatch.setattr(dask_backend, "_shared_graph", lambda a, b, r: orig(a, b, r, arrays))
@@ -524,7 +540,7 @@ def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype, preci
     assert _bits_equal(e, pre[2]).all() and _bits_equal(f, pre[3]).all()
     norm = arrays["norm"]
     assert norm == ("l2" if precision is None else "l1")
-    na, nb = dask_backend._line_norms(np, at, bt, A.shape[-1], norm)
+    na, nb = dask_certificate._line_norms(np, at, bt, A.shape[-1], norm)
     _, na_core, nb_core = certificate.normalized(np, ar, ai, br, bi, norm)
     np.testing.assert_allclose(na, na_core, rtol=1e-14)
     np.testing.assert_allclose(nb, nb_core, rtol=1e-14)
@@ -646,7 +662,7 @@ def test_refinement_like_in_core(sync, monkeypatch, case, chunks, q, split_every
     assert count == unrefined - 1 and not plan.native_entries
     calls = collections.Counter()
     monkeypatch.setattr(
-        dask_backend, "_refine_sums", _counting_ran("_refine_sums", "S", "refine", calls)
+        dask_refinement, "_refine_sums", _counting_ran("_refine_sums", "S", "refine", calls)
     )
     a = da.from_array(A, chunks=chunks[:2])
     b = da.from_array(B, chunks=chunks[1:])
@@ -1062,7 +1078,7 @@ def test_nonfinite_and_zero_lines_in_core_bits(sync, dtype):
     B[:, 3] = rng.standard_normal(50) * 2.0**500
     a, b = da.from_array(A, chunks=(11, 17)), da.from_array(B, chunks=(17, 6))
     calls = collections.Counter()
-    orig = dask_backend._product_block
+    orig = dask_crt._product_block
 
     @functools.wraps(orig)
     def product_block(*args, **kwargs):
@@ -1071,7 +1087,7 @@ def test_nonfinite_and_zero_lines_in_core_bits(sync, dtype):
         return res
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(dask_backend, "_product_block", product_block)
+        mp.setattr(dask_crt, "_product_block", product_block)
         c = _eager(emulinalg.matmul, a, b)
     out = c.compute()
     bad_rows = ~np.all(np.isfinite(A), axis=1)
@@ -1095,9 +1111,9 @@ def _counting(fn, calls):
 
 
 def _counting_ran(name, key, label, calls):
-    """``dask_backend.<name>`` counted by whether its result's ``key`` was computed: the
+    """The dask layer's task ``name`` counted by whether its result's ``key`` was computed: the
     magnitude lower bound's GEMM (``_lower_block``) or the refinement's sums (``_refine_sums``)."""
-    orig = getattr(dask_backend, name)
+    orig = getattr(_task_module(name), name)
 
     @functools.wraps(orig)
     def counted(*args, **kwargs):
@@ -1117,12 +1133,13 @@ def test_preprocessing_is_shared(sync, monkeypatch):
         "_suspects_block", "_refine_select", "_refine_lines", "_refine_task",
         "_refit_candidates", "_refit_select", "_refit_lines", "_refit_entries", "_final_block",
     ):  # fmt: skip
-        monkeypatch.setattr(dask_backend, fn, _counting(getattr(dask_backend, fn), calls))
+        mod = _task_module(fn)
+        monkeypatch.setattr(mod, fn, _counting(getattr(mod, fn), calls))
     monkeypatch.setattr(
-        dask_backend, "_lower_block", _counting_ran("_lower_block", "lam", "lower", calls)
+        dask_statistics, "_lower_block", _counting_ran("_lower_block", "lam", "lower", calls)
     )
     monkeypatch.setattr(
-        dask_backend, "_refine_sums", _counting_ran("_refine_sums", "S", "refine", calls)
+        dask_refinement, "_refine_sums", _counting_ran("_refine_sums", "S", "refine", calls)
     )
     A = phi_matrix((90, 200), 1.0, "float64", seed=61)
     B = phi_matrix((200, 50), 1.0, "float64", seed=62)
@@ -1301,7 +1318,7 @@ def test_cupy_chunks_stay_on_the_gpu(dtype, mode, monkeypatch):
 _QP_SCRIPT = textwrap.dedent(
     """
     import functools, numpy as np, dask, dask.array as da, emulinalg
-    from emulinalg.backends import dask as backend
+    from emulinalg.backends.dask import crt as backend
     from emulinalg.inputs import phi_matrix
     from emulinalg.reference import accuracy
     assert da.array_expr_enabled() == {mode}

@@ -1,0 +1,150 @@
+"""What the dask graphs share: the contraction chunks aligned, the chunks' backend and dtype,
+plan notes of the chunking, object chunks (flattened, K-summed) and the per-chunk helpers of
+the shared graph's tasks (finite parts, the global line exponents, integer GEMM operands).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from emulinalg._precision import REAL_DTYPE
+from emulinalg.algorithm import operands
+from emulinalg.algorithm.scaling import (
+    max_exponent,
+)
+
+_CHUNKS = {"emulinalg": "chunks"}  # per-chunk layers: never fused into the block products
+
+_BLOCKS = {"emulinalg": "blocks"}
+
+
+def _align(a, b):
+    """Contraction chunks aligned (K follows the operand with fewer, larger K-blocks), batch
+    chunks of b following a's."""
+    ka, kb = a.chunks[-1], b.chunks[-2]
+    kchunks = ka if len(ka) <= len(kb) else kb
+    if a.chunks[-1] != kchunks:
+        a = a.rechunk(a.chunks[:-1] + (kchunks,))
+    want_b = a.chunks[:-2] + (kchunks, b.chunks[-1])
+    if b.chunks != want_b:
+        b = b.rechunk(want_b)
+    return a, b, kchunks
+
+
+def _fmt(chunks):
+    """``(64, 64, 64, 32)`` -> ``"3x64+32"``: chunk sizes, compactly."""
+    out, prev, count = [], None, 0
+    for c in [*chunks, None]:
+        if c == prev:
+            count += 1
+            continue
+        if prev is not None:
+            out.append(f"{count}x{prev}" if count > 1 else f"{prev}")
+        prev, count = c, 1
+    return "+".join(out)
+
+
+def _dtype_name(dt):
+    name_ = np.dtype(dt).name if not hasattr(dt, "name") else dt.name
+    if name_ not in REAL_DTYPE:
+        raise TypeError(f"internal: unsupported dtype {dt}")
+    return name_
+
+
+def _chunk_backend(x):
+    """The emulinalg backend of a dask array's chunks (from its meta), or None."""
+    import array_api_compat
+
+    from .. import for_namespace
+
+    meta = x._meta
+    try:
+        xp = array_api_compat.array_namespace(meta)
+    except TypeError:
+        return None
+    if array_api_compat.is_dask_namespace(xp):
+        return None
+    return for_namespace(xp)
+
+
+def _chunk_quiet(xp, backend):
+    return backend.quiet() if backend is not None else contextlib.nullcontext()
+
+
+def _xp_backend(x):
+    import array_api_compat
+
+    from .. import for_namespace
+
+    xp = array_api_compat.array_namespace(x)
+    return xp, for_namespace(xp)
+
+
+def _block_index(ix):
+    return tuple(int(v[0]) for v in ix)
+
+
+def _host(x):
+    """A small device array on the host (numpy arrays as they are)."""
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def _identity(x, axis=None, keepdims=None):
+    return x
+
+
+def _flatten(parts):
+    if isinstance(parts, (list, tuple)):
+        out = []
+        for q in parts:
+            out.extend(_flatten(q))
+        return out
+    return [parts]
+
+
+def _squeeze(x, axis, keepdims):
+    if keepdims:
+        return x
+    import array_api_compat
+
+    xp = array_api_compat.array_namespace(x)
+    return xp.squeeze(x, axis=tuple(axis))
+
+
+def _lsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
+    """K-block partials ``{key: float64 array or None}`` added in float64 (the caller's factor
+    covers the rounding: all terms are >= 0); None stays None (nothing was computed)."""
+    parts = [x for x in _flatten(parts) if isinstance(x, dict)]
+    if computing_meta or not parts:  # dask asking for the meta
+        return np.empty((0,) * 2, dtype=object)
+    out = dict(parts[0])
+    for key, v in out.items():
+        if v is not None:
+            for x in parts[1:]:
+                v = v + x[key]
+            out[key] = v
+    return out
+
+
+def _finite_parts(xp, x):
+    """float64 real/imaginary parts with NaN/Inf entries zeroed (as the engine computes its
+    statistics and products), and the elementwise finiteness."""
+    re, im = operands.parts(xp, x)
+    ok = xp.isfinite(re) if im is None else xp.isfinite(re) & xp.isfinite(im)
+    if not bool(xp.all(ok)):
+        re, im = operands.zero_nonfinite(xp, re, im)
+    return re, im, ok
+
+
+def _line_exponent(xp, lines):
+    """floor(log2 max |x|) per line (0 for zero lines) from the lines' [max, bad] stats: the
+    engine's ``max_exponent`` of the whole line (the max over K-chunks is the line's max)."""
+    return max_exponent(xp, xp.expand_dims(lines[..., 0], axis=-1), None, axis=-1)
+
+
+def _gemm_operand(xp, backend, x):
+    """int8 planes as ``backend.int_matmul`` takes them: as they are for cupy (its GEMM reads
+    int8), integer-valued float64 otherwise (the numpy/AMX contract)."""
+    return x if backend.name == "cupy" else xp.astype(x, xp.float64)

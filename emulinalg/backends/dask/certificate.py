@@ -1,0 +1,195 @@
+"""The certificate over blocks: per output block the count each entry needs
+(``certificate.ozaki2_needed`` on the whole matrices' terms), one count task (the planner's
+``settle``), and the exact step (``certificate.exact_passes`` at one modulus fewer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulinalg._planner import (
+    needs_own_level,
+    settle,
+)
+from emulinalg.algorithm import certificate
+from emulinalg.algorithm.moduli import MIN_MODULI
+
+from .blocks import _chunk_quiet, _xp_backend
+
+
+def _line_norms(xp, aterms, bterms, k, norm):
+    """na (..., m, 1), nb (..., 1, n): ``certificate.line_norm``'s bounds finished from the
+    K-summed partials (of non-negative terms: any order of the sums has the error bound that
+    ``l1fac`` covers)."""
+    fac = certificate.cert_constants(k).l1fac
+
+    def finish(v):
+        return v * fac if norm == "l1" else xp.sqrt(v * fac) * (1.0 + 2.0**-52)
+
+    return (xp.expand_dims(finish(aterms[..., 2]), axis=-1),
+            xp.expand_dims(finish(bterms[..., 2]), axis=-2))  # fmt: skip
+
+
+def _lam(xp, F, fallback, low, q, cplx, aterms, bterms):
+    """The lower bound of the normalized |A||B| of one output block: F's bound (with the lines'
+    mixed counts for complex), and with the second pass (``fallback``) the larger of it and the
+    K-summed magnitude lower bound ``low`` (``certificate.certify_moduli``'s lam)."""
+    mixed = (aterms[..., 3], bterms[..., 3]) if cplx else None
+    lam = certificate.bound_lower(xp, F, cplx, mixed)
+    if not fallback:
+        return lam
+    gl = low["lam"]
+    if q > 1:  # q float sums of lower bounds: (q - 1) u relative at most
+        gl = gl * (1.0 - q * 2.0**-52)
+    return xp.maximum(lam, gl)
+
+
+def _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target):
+    """The certificate's terms of one output block: ``(cc, lam, na, nb)``, the constants of
+    ``certificate.cert_constants`` for the whole k, the lower bound of the normalized |A||B|
+    (``_lam``) and the whole lines' norms in the form the target asks."""
+    cc = certificate.cert_constants(k, target, cplx)
+    lam = _lam(xp, F, fallback, low, q, cplx, aterms, bterms)
+    na, nb = _line_norms(xp, aterms, bterms, k, cc.norm)
+    return cc, lam, na, nb
+
+
+def _certified_need(xp, F, fallback, low, q, e, f, aterms, bterms, k, cplx, target):
+    """The count each entry of one output block needs (``certificate.ozaki2_needed``) from its
+    lower bound of the normalized |A||B| and the whole-matrix terms of its rows and columns."""
+    cc, lam, na, nb = _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target)
+    return certificate.ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
+
+
+def _cert_block(F, e, f, aterms, bterms, k, cplx, target):
+    """The needed count per entry of one output block with the bound GEMM's lower bound alone
+    (``certificate.bound_lower``: exact, the engine's first pass)."""
+    xp, backend = _xp_backend(F)
+    with _chunk_quiet(xp, backend):
+        return _certified_need(xp, F, False, None, 1, e, f, aterms, bterms, k, cplx, target)
+
+
+def _fallback_task(summary):
+    """Whether any entry of the whole product is beyond with F's bound alone: the engine's
+    condition for its ``magnitude_lower`` pass."""
+    return bool((np.asarray(summary)[..., 1] > 0).any())
+
+
+def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cplx, target):
+    """The final needed counts of one output block: the first pass's where no entry of the
+    whole product was beyond, else with lam = max(F's bound, the K-summed magnitude lower
+    bound) per entry (``certificate.ozaki2_moduli_needed``'s second pass)."""
+    if not fallback:
+        return need
+    xp, backend = _xp_backend(F)
+    with _chunk_quiet(xp, backend):
+        return _certified_need(xp, F, fallback, low, q, e, f, aterms, bterms, k, cplx, target)
+
+
+def _beyond(xp, need):
+    return need == certificate.BEYOND
+
+
+def _cert_summary(need):
+    """[largest need over certifiable entries (0: none), any beyond, all beyond] of one output
+    block, as a host array of shape (1, ..., 1, 3)."""
+    xp, _ = _xp_backend(need)
+    beyond = _beyond(xp, need)
+    top = int(xp.max(xp.where(beyond, 0, need)))
+    out = np.array([top, float(bool(xp.any(beyond))), float(bool(xp.all(beyond)))])
+    return out.reshape((1,) * need.ndim + (3,))
+
+
+def _any_bad(lines):
+    """Whether a block of lines holds NaN/Inf, as a host array of shape (1, ..., 1)."""
+    xp, _ = _xp_backend(lines)
+    return np.full((1,) * (lines.ndim - 1), bool(xp.any(lines[..., 1] > 0)))
+
+
+def _count_task(abad, bbad, summary=None, own=None, *, fixed, level, real_name):
+    """The one count task: ``{"count": n (0: none, every entry native), "mask": whether the
+    certificate's beyond entries are native, "need": per output block, whether any entry is
+    taken from the native product, "certified": whether the count is the certificate's (its
+    exact step and refinement may then take moduli off), "refining": the same, for the
+    refinement's steps (``_refine_task`` clears it where the engine's loop stops), "patch":
+    None (the refinement's patch, ``_refine_task``)}`` -- ``_planner.settle`` on the whole
+    matrices' certificate (before its exact step); ``own`` the summary of the dtype's own level
+    (levels above it)."""
+    abad = np.asarray(abad, dtype=bool)  # (batch blocks..., I)
+    bbad = np.asarray(bbad, dtype=bool)  # (batch blocks..., J)
+    lines = abad[..., :, None] | bbad[..., None, :]
+
+    def decision(count, mask, need, certified=False):
+        return {"count": count, "mask": mask, "need": need, "certified": certified,
+                "refining": certified, "patch": None}  # fmt: skip
+
+    if fixed is not None:
+        return decision(int(fixed), False, lines)
+    summary = np.asarray(summary)  # (batch blocks..., I, J, 3)
+    any_beyond = summary[..., 1] > 0
+    all_beyond = bool((summary[..., 2] > 0).all())
+    own_all = False
+    if needs_own_level(level, real_name, any_beyond.any()):
+        own = np.asarray(own)
+        own_all = bool((own[..., 2] > 0).all())
+    count = None if all_beyond else int(summary[..., 0].max())
+    settled = settle(
+        level, "ozaki2", real_name, count, all_beyond, bool(any_beyond.any()), own_all
+    )
+    if settled.count is None:  # nothing certifiable: the native product
+        return decision(0, True, np.ones_like(lines))
+    if settled.native == "own":
+        return decision(settled.count, True, lines | (own[..., 1] > 0))
+    return decision(settled.count, True, lines | any_beyond, True)
+
+
+def _exact_runs(cfg):
+    """Whether ``certificate.certify_moduli`` tests one modulus fewer at this decision."""
+    return cfg["certified"] and cfg["count"] > MIN_MODULI
+
+
+def _exact_fails(xp, need, count, low, fallback, F, e, f, aterms, bterms, k, q, cplx, target):
+    """``(fail, lam, na, nb)`` of one output block: the certifiable entries that ``count``
+    moduli do not certify with the exact shifts (``certificate.exact_passes``), and the terms."""
+    cc, lam, na, nb = _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target)
+    ok = certificate.exact_passes(xp, cc, count, cc.cR * lam, na, nb, e, f)
+    return ~ok & ~_beyond(xp, need), lam, na, nb
+
+
+# The exact step over blocks: per output block how many certifiable entries fail one modulus
+# fewer with the exact shifts, and one task taking that count where none does.
+
+
+
+def _exact_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *, k, q, cplx, target):
+    """The number of failures at the count task's count - 1 of one output block, as a host
+    array of shape (1, ..., 1); -1 where the exact step does not run."""
+    n = -1
+    if _exact_runs(cfg):
+        xp, backend = _xp_backend(need)
+        with _chunk_quiet(xp, backend):
+            fail, *_ = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, e, f, aterms,
+                                    bterms, k, q, cplx, target)  # fmt: skip
+            n = int(xp.count_nonzero(fail))
+    return np.full((1,) * need.ndim, n, dtype=np.int64)
+
+
+def _exact_task(cfg, fails):
+    """The count task's decision, one modulus fewer where no output block has a failure."""
+    if _exact_runs(cfg) and not bool((np.asarray(fails) != 0).any()):
+        return dict(cfg, count=cfg["count"] - 1)
+    return cfg
+
+
+def _exact_graph(cfg, need, lower, fallback, terms, out, *, k, q, cplx, target):
+    """The tasks of the exact step: the decision ``cfg`` of the count task, after the step,
+    as a 0-d object array."""
+    import dask.array as da
+
+    fails = da.blockwise(_exact_block, out, need, out, cfg, (), lower, out, fallback, (), *terms,
+                         adjust_chunks={d: 1 for d in out}, dtype=np.int64, concatenate=True,
+                         meta=np.empty((0,) * len(out), np.int64),
+                         token="emulinalg-exact-block", k=k, q=q, cplx=cplx,
+                         target=target)  # fmt: skip
+    return da.blockwise(_exact_task, (), cfg, (), fails, out, dtype=object, concatenate=True,
+                        meta=np.empty((), object), token="emulinalg-exact")  # fmt: skip

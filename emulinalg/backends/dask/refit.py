@@ -1,0 +1,262 @@
+"""The refit over blocks (``refit.refit``): the certificate's patch and the most cancelled
+entries recomputed with the most moduli, patched into the output blocks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from emulinalg._planner import (
+    refit_count,
+)
+from emulinalg.algorithm import products, refit
+from emulinalg.algorithm.moduli import MAX_MODULI
+from emulinalg.algorithm.scaling import (
+    rounds_to_nearest,
+)
+from emulinalg.algorithm.xputil import make_complex
+
+from . import crt as modular
+from .blocks import (
+    _CHUNKS,
+    _block_index,
+    _chunk_quiet,
+    _finite_parts,
+    _flatten,
+    _host,
+    _line_exponent,
+    _xp_backend,
+)
+from .certificate import _beyond
+from .crt import _native_patch
+
+# The refit (``refit.refit``) of the certificate's patch and of the most cancelled entries (the
+# native form's levels): the CRT per output block keeps its emulated values, per output block
+# the entries the whole product's pick can take there, one task picking them and adding the
+# patch, per chunk the picked entries' rows of A (columns of B), one task recomputing the
+# entries with MAX_MODULI moduli (``products.entries`` on their whole lines), and per output
+# block the values with those entries and the native ones patched in. The tasks return at once
+# where the refit does not run (None).
+
+
+def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, k, cplx, mode,
+                 real_name, cancelled):  # fmt: skip
+    """The CRT and the refit (``refit.refit``; the tasks below ``_crt_block``) of the certificate's
+    patch and, with ``cancelled`` (the engine's ``_refits`` but for the count), the most
+    cancelled entries, then the native patch: the product as a dask array. Without
+    ``cancelled`` the pick needs no output block: it waits for the decision alone."""
+    import dask
+    import dask.array as da
+
+    nd = a.ndim
+    bt = tuple(range(nd - 2))
+    i, kk, j, p = nd - 2, nd - 1, nd, nd + 1
+    rows, cols, out = bt + (i,), bt + (j,), bt + (i, j)
+    shape = a.shape[:-1] + (b.shape[-1],)
+    batch = a.shape[:-2]
+
+    def obj(ndim):
+        return np.empty((0,) * ndim, dtype=object)
+
+    def starts(chunks):  # first global index of each block, per axis
+        return tuple(tuple(int(v) for v in np.cumsum((0,) + tuple(c))) for c in chunks)
+
+    out_starts = starts(a.chunks[:-1] + (b.chunks[-1],))
+    kw = {"dtype": object, "concatenate": True, "align_arrays": False}
+    amb, _, bmb, _, need, _, cfg, _ = patch
+    emul = da.blockwise(modular._crt_emulated, out, wsum, out, mu, rows, nu, cols, cfg, (),
+                        meta=obj(nd), token="emulinalg-crt", dtype_name=fin_kw["dtype_name"],
+                        **kw)  # fmt: skip
+    cands = []
+    every = refit.refits_all(math.prod(shape), a.shape[-1])  # small: every entry
+    if cancelled:
+        cands = [da.blockwise(_refit_candidates, out, emul, out, amb, rows + (p,), bmb,
+                              cols + (p,), e, rows, f, cols, need, out, cfg, (), *ix(*out),
+                              meta=obj(nd), token="emulinalg-refit-candidates", cplx=cplx,
+                              starts=out_starts, shape=shape, every=every, **kw), out]  # fmt: skip
+    sel = da.blockwise(_refit_select, (), cfg, (), *cands, dtype=object, concatenate=False,
+                       meta=obj(0), token="emulinalg-refit-select", m=shape[-2], n=shape[-1],
+                       every=every, cancelled=cancelled)  # fmt: skip
+    line_kw = {"cplx": cplx, "batch": batch, "token": "emulinalg-refit-lines", **kw}
+    with dask.annotate(**_CHUNKS):
+        pa = da.blockwise(_refit_lines, bt + (i, kk), a, bt + (i, kk), amb, rows + (p,), e, rows,
+                          sel, (), *ix(*bt, i, kk), meta=obj(nd), axis=-1, size=shape[-2],
+                          starts=starts(a.chunks[:-1] + (kchunks,)), **line_kw)  # fmt: skip
+        pb = da.blockwise(_refit_lines, bt + (kk, j), b, bt + (kk, j), bmb, cols + (p,), f, cols,
+                          sel, (), *ix(*bt, j, kk), meta=obj(nd), axis=-2, size=shape[-1],
+                          starts=starts(b.chunks[:-2] + (b.chunks[-1], kchunks)),
+                          **line_kw)  # fmt: skip
+    vals = da.blockwise(_refit_entries, (), pa, bt + (i, kk), pb, bt + (kk, j), sel, (),
+                        dtype=object, concatenate=False, meta=obj(0),
+                        token="emulinalg-refit", k=k, mode=mode, real_name=real_name)  # fmt: skip
+    return da.blockwise(_final_block, out, emul, out, *patch[:6], cfg, (), vals, (), *ix(*out),
+                        token="emulinalg-final", starts=out_starts, shape=shape,
+                        **fin_kw)  # fmt: skip
+
+
+def _refit_runs(cfg):
+    """Whether the in-core engine refits a level's most cancelled entries at this decision
+    (``_planner.refit_count``; the form is checked at build, ``_planner.refit_form``)."""
+    return refit_count(cfg["count"])
+
+
+def _cancel_ratio(xp, parts, s, t, e, f, exclude):
+    """``refit.cancel_ratio`` of one output block from its lines' prescale values."""
+    return refit.cancel_ratio(xp, parts, (s, t, e, f), exclude)
+
+
+def _pick_cancelled(xp, ratio, everything):
+    """``refit.pick`` among entries in ascending order of their flat index."""
+    return refit.pick(xp, ratio, everything)
+
+
+def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape, every):
+    """The entries of one output block that the whole product's pick can take: the block's own
+    pick (``_pick_cancelled`` of its ratios; an entry of the whole pick in this block is in it,
+    since fewer than REFIT_ENTRIES of the block's entries come before it), as host arrays
+    ``{"ratio", "idx": flat indices into the whole output}``; None without refit."""
+    out = emul["out"]
+    if out is None or not _refit_runs(cfg):
+        return None
+    xp, backend = _xp_backend(out)
+    with _chunk_quiet(xp, backend):
+        parts = (out,) if not cplx else (xp.real(out), xp.imag(out))
+        s = 5 - _line_exponent(xp, amb) - int(cplx)
+        t = 5 - _line_exponent(xp, bmb) - int(cplx)
+        exclude = _beyond(xp, need) if cfg["mask"] else None
+        ratio = xp.reshape(_cancel_ratio(xp, parts, s, t, e, f, exclude), (-1,))
+        local = _pick_cancelled(xp, ratio, every)
+        if local is None:
+            return None
+        ratio, local = _host(xp.take(ratio, local)), _host(local)
+    where = _block_index(ix)
+    coords = np.unravel_index(local, out.shape)
+    glob = tuple(c + starts[d][b] for d, (c, b) in enumerate(zip(coords, where)))
+    return {"ratio": ratio, "idx": np.ravel_multi_index(glob, shape)}
+
+
+def _refit_select(cfg, *cands, m, n, every, cancelled):
+    """The entries to recompute, as ``refit.refit`` takes them: the decision's patch and
+    (``cancelled``) the whole product's pick (``_pick_cancelled`` of the blocks' candidates in
+    ascending order of their flat index), their union sorted where both are there:
+    ``{"idx": flat indices, "rows", "cols": their lines' indices in the batch-flattened rows
+    of A and columns of B, "urows", "ucols": those sorted, once, "patched": how many the patch
+    holds, "cancelled": ``cancelled``, "everything": ``every``}`` (the last three say which
+    plan notes the engine writes), host arrays; None without refit."""
+    idx = None
+    parts = [x for x in _flatten(list(cands)) if x is not None]
+    if parts:
+        idx = np.concatenate([x["idx"] for x in parts])
+        ratio = np.concatenate([x["ratio"] for x in parts])
+        order = np.argsort(idx, kind="stable")
+        pick = _pick_cancelled(_xp_backend(ratio)[0], ratio[order], every)
+        idx = None if pick is None else idx[order][pick]
+    patch = cfg["patch"]
+    if patch is not None:
+        idx = patch if idx is None else np.unique(np.concatenate([patch, idx]))
+    if idx is None:
+        return None
+    bat, i, j = idx // (m * n), (idx // n) % m, idx % n
+    rows, cols = bat * m + i, bat * n + j
+    return {"idx": idx, "rows": rows, "cols": cols, "urows": np.unique(rows),
+            "ucols": np.unique(cols), "patched": 0 if patch is None else int(patch.shape[0]),
+            "cancelled": cancelled, "everything": every}  # fmt: skip
+
+
+def _refit_lines(x, lines, bound, sel, *ix, axis, cplx, starts, batch, size):
+    """The picked entries' rows of one A chunk (``axis`` -1) or columns of one B chunk (-2, as
+    rows): ``{"ids": their indices in the batch-flattened lines (ascending), "group": the
+    chunk's block indices but K's, "k0": its K offset, "re", "im": their finite float64 parts
+    (L, k_c), "s", "e": their prescale shifts and bounds}``; None without refit."""
+    if sel is None:
+        return None
+    xp, backend = _xp_backend(x)
+    where = _block_index(ix)  # batch blocks..., the line block, the K block
+    nb = len(batch)
+    rng = [np.arange(starts[d][where[d]], starts[d][where[d] + 1]) for d in range(nb + 1)]
+    flat_batch = np.ravel_multi_index(np.ix_(*rng[:nb]), batch) if nb else np.zeros((), int)
+    ids = np.reshape(flat_batch[..., None] * size + rng[nb], (-1,))
+    pos = np.nonzero(np.isin(ids, sel["urows" if axis == -1 else "ucols"]))[0]
+    with _chunk_quiet(xp, backend):
+        if axis == -2:  # B's columns as rows
+            x = xp.permute_dims(x, tuple(range(nb)) + (nb + 1, nb))
+        take = xp.asarray(pos)
+        re, im, _ = _finite_parts(xp, xp.take(xp.reshape(x, (-1, x.shape[-1])), take, axis=0))
+        lin = xp.take(xp.reshape(lines, (-1, lines.shape[-1])), take, axis=0)
+        return {"ids": ids[pos], "group": where[:-1], "k0": starts[nb + 1][where[-1]],
+                "re": re, "im": im, "s": 5 - _line_exponent(xp, lin) - int(cplx),
+                "e": xp.take(xp.reshape(bound, (-1,)), take)}  # fmt: skip
+
+
+def _whole_lines(xp, pieces):
+    """The picked lines over the whole K from their chunks' pieces: ``(ids, re, im, s, e)`` in
+    ascending order of the ids."""
+    groups = {}
+    for x in pieces:
+        if x["ids"].shape[0]:
+            groups.setdefault(x["group"], []).append(x)
+    out = []
+    for g in sorted(groups.values(), key=lambda g: int(g[0]["ids"][0])):
+        g = sorted(g, key=lambda x: x["k0"])
+        im = None if g[0]["im"] is None else xp.concat([x["im"] for x in g], axis=-1)
+        out.append((g[0]["ids"], xp.concat([x["re"] for x in g], axis=-1), im, g[0]["s"],
+                    g[0]["e"]))  # fmt: skip
+    ids = np.concatenate([o[0] for o in out])
+    order = np.argsort(ids)  # groups of batch blocks interleave their ids
+    take = xp.asarray(order)
+    cat = [None if out[0][t] is None else xp.take(xp.concat([o[t] for o in out]), take, axis=0)
+           for t in (1, 2, 3, 4)]  # fmt: skip
+    return (ids[order], *cat)
+
+
+def _refit_entries(pa, pb, sel, *, k, mode, real_name):
+    """``{"idx", "parts"}``: the picked entries recomputed with MAX_MODULI moduli as in core
+    (``products.entries`` on their whole lines, with the prescale of those lines); None
+    without refit."""
+    if sel is None:
+        return None
+    pa, pb = _flatten(pa), _flatten(pb)
+    xp, backend = _xp_backend(pa[0]["re"])
+    with _chunk_quiet(xp, backend):
+        rid, ar, ai, s, e = _whole_lines(xp, pa)
+        cid, br, bi, t, f = _whole_lines(xp, pb)
+        pr = xp.asarray(np.searchsorted(rid, sel["rows"]))
+        pc = xp.asarray(np.searchsorted(cid, sel["cols"]))
+
+        def pick(x, p):
+            return None if x is None else xp.take(x, p, axis=0)
+
+        sub = (pick(s, pr), pick(t, pc), pick(e, pr), pick(f, pc))
+        near = rounds_to_nearest(MAX_MODULI, k, mode)
+        parts = products.entries(xp, pick(ar, pr), pick(ai, pr), pick(br, pc), pick(bi, pc),
+                                MAX_MODULI, real_name, sub, near)  # fmt: skip
+    return {"idx": sel["idx"], "parts": parts}
+
+
+def _final_block(emul, amb, bmb, need, cfg, refitted, *ix, dtype_name, starts, shape):
+    """One output block: its emulated values with the refit entries (``_refit_entries``) and
+    then the native ones patched in, as the engine orders them."""
+    out, nat = emul["out"], emul["nat"]
+    xp, backend = _xp_backend(out if out is not None else nat)
+    where = _block_index(ix)
+    with _chunk_quiet(xp, backend):
+        if refitted is not None and out is not None:
+            coords = np.unravel_index(refitted["idx"], shape)
+            lo = [starts[d][b] for d, b in enumerate(where)]
+            inside = np.ones(refitted["idx"].shape, bool)
+            for c, a, size in zip(coords, lo, out.shape):
+                inside &= (c >= a) & (c < a + size)
+            if inside.any():
+                local = np.ravel_multi_index(
+                    tuple(c[inside] - a for c, a in zip(coords, lo)), out.shape
+                )
+                hit = xp.asarray(np.nonzero(inside)[0])
+                vals = [xp.take(v, hit) for v in refitted["parts"]]
+                dt = getattr(xp, dtype_name)
+                v = vals[0] if len(vals) == 1 else make_complex(xp, vals[0], vals[1], dt)
+                flat = xp.reshape(xp.asarray(out, copy=True), (-1,))
+                flat[xp.asarray(local)] = xp.astype(v, flat.dtype)
+                out = xp.reshape(flat, out.shape)
+        return _native_patch(xp, out, nat, amb, bmb, need, cfg, where)
