@@ -199,14 +199,25 @@ def cert_constants(k, target=None, complex_=False) -> CertConstants:
 def line_norm(xp, re, im, axis, norm):
     """Upper bound of each line's l1 or l2 norm of |Re| + |Im| (float64 sums; every operation
     rounds up by at most a factor the l1fac covers, and the l2 root is rounded up)."""
+    return line_norm_of(xp, line_norm_sums(xp, re, im, axis, norm), re.shape[axis], norm)
+
+
+def line_norm_sums(xp, re, im, axis, norm):
+    """``line_norm``'s float64 sums of |Re| + |Im| ("l1") or of their squares ("l2") per line,
+    before ``line_norm_of`` (the dask layer sums them over chunks in between)."""
     x = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
-    k = re.shape[axis]
+    return xp.sum(x if norm == "l1" else x * x, axis=axis)
+
+
+def line_norm_of(xp, sums, k, norm):
+    """``line_norm`` from its sums over lines of length k (non-negative terms: the factor
+    covers any order of the sums)."""
     fac = cert_constants(k).l1fac
     if norm == "l1":
-        return xp.sum(x, axis=axis) * fac
+        return sums * fac
     # squares below 2**-1022 lose at most k 2**-1074 in all, far below a relative 2**-52 of a
     # line whose largest entry is >= 1 (line-normalized operands)
-    return xp.sqrt(xp.sum(x * x, axis=axis) * fac) * (1.0 + 2.0**-52)
+    return xp.sqrt(sums * fac) * (1.0 + 2.0**-52)
 
 
 def down_to_float32(xp, x):
@@ -234,6 +245,13 @@ def magnitude_lower(xp, backend, xa, xb):
         )
         s = s * cc.factor
     return xp.maximum(s - cc.abs_term, 0.0)
+
+
+def summed_lower(s, q):
+    """A lower bound of a sum of ``q`` non-negative lower bounds from their float64 sum ``s`` (in
+    any order: (q - 1) u relative at most), as the dask layer sums ``magnitude_lower`` over
+    K-blocks."""
+    return s * (1.0 - q * 2.0**-52) if q > 1 else s
 
 
 def normalized(xp, ar, ai, br, bi, norm="l1"):
@@ -325,21 +343,18 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
         lam = gl if lam is None else xp.maximum(lam, gl)
         need = ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
     parts = None  # the normalized operands' copies: the steps below read the operands
-    beyond = need == BEYOND
-    if bool(xp.all(beyond)):
+    count, beyond = count_of(xp, need)
+    if count is None:
         return None, beyond, None
-    count = int(xp.max(xp.where(beyond, 0, need)))
     if count > MIN_MODULI and not bool(
-        xp.any(~exact_passes(xp, cc, count - 1, cc.cR * lam, na, nb, e, f) & ~beyond)
+        xp.any(exact_failures(xp, cc, count - 1, cc.cR * lam, na, nb, e, f, beyond))
     ):
         count -= 1  # the bisection's 2 y alpha bound of 2**-mu can cost a count
 
     def suspects(count):
-        fail = ~exact_passes(xp, cc, count - 1, cc.cR * lam, na, nb, e, f) & ~beyond
+        fail = exact_failures(xp, cc, count - 1, cc.cR * lam, na, nb, e, f, beyond)
         mask = xp.reshape(fail, (-1,))
-        native = target.guarantee == "native"
-        limit = refinement.SUSPECTS_MAX if native else refinement.REFINE_ENTRIES
-        if int(xp.count_nonzero(mask)) > limit:
+        if int(xp.count_nonzero(mask)) > refinement.suspects_limit(target):
             return None
         idx = xp.nonzero(mask)[0]
         flat = xp.take(xp.reshape(lam, (-1,)), idx)
@@ -444,6 +459,21 @@ def exact_passes(xp, cc, count, R, na, nb, e, f):
     p = xp.expand_dims(exact_line_factors(xp, cc, count, e, cc.scale), axis=-1)
     q = xp.expand_dims(exact_line_factors(xp, cc, count, f, cc.scale), axis=-2)
     return passes(xp, cc, 1.0, R, p, q, na, nb)
+
+
+def count_of(xp, need):
+    """``(count, beyond)``: the largest need over the certifiable entries (None where no entry
+    is) and the mask of the entries no count certifies."""
+    beyond = need == BEYOND
+    if bool(xp.all(beyond)):
+        return None, beyond
+    return int(xp.max(xp.where(beyond, 0, need))), beyond
+
+
+def exact_failures(xp, cc, count, R, na, nb, e, f, beyond):
+    """Per entry, whether it is certifiable (not ``beyond``) and ``count`` moduli do not certify
+    it with the exact shifts (``exact_passes``): the exact step's test and the suspects."""
+    return ~exact_passes(xp, cc, count, R, na, nb, e, f) & ~beyond
 
 
 def ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target):

@@ -11,7 +11,7 @@ References: Ozaki, Uchino, Imamura, arXiv:2504.08009 (Scheme II); Uchino et al.,
 
 from __future__ import annotations
 
-from .._timing import staged
+from .._timing import stage, staged
 from . import rounding
 
 
@@ -44,3 +44,14 @@ def reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype):
         rounding.add_multiple(xp, lp, -xp.astype(xp.round(qf), xp.int64), c.P_limbs)
         out.append(rounding.unscale(xp, lp, mu, nu, out_dtype))
     return tuple(out)
+
+
+def from_residues(xp, c, W, shape, nparts, mu, nu, out_dtype):
+    """The product from its residue products: ``W`` yields ``accumulate``'s W of every modulus
+    in order (a generator makes one modulus's at a time), added into ``accumulators`` of this
+    shape and ``nparts`` parts, then ``reconstruct``."""
+    limbs, quotient = accumulators(xp, c, shape, nparts)
+    for ell, w in enumerate(W):
+        with stage("reconstruction"):
+            accumulate(xp, c, limbs, quotient, ell, w)
+    return reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype)

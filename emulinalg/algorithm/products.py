@@ -13,8 +13,8 @@ SC-W 2025 (GEMMul8); Uchino et al., arXiv:2512.08321 (complex, 3M).
 
 from __future__ import annotations
 
-from .._timing import stage, staged
-from .crt import accumulate, accumulators, reconstruct
+from .._timing import staged
+from .crt import accumulate, accumulators, from_residues, reconstruct
 from .moduli import crt_constants
 from .residues import residues, split, symmetric_mod
 from .scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest, scale_to_integers
@@ -53,13 +53,13 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
     if b_planes is None:
         Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2, near)) for x in (br, bi))
     shape = ar.shape[:-1] + (br.shape[-1],)
-    limbs, quotient = accumulators(xp, c, shape, 1 if ai is None else 2)
-    for ell, m in enumerate(c.moduli):
-        rb = residues(xp, Br, Bi, m) if b_planes is None else b_planes[ell]
-        W = modular_products(xp, int_matmul, residues(xp, Ar, Ai, m), rb, m)
-        with stage("reconstruction"):
-            accumulate(xp, c, limbs, quotient, ell, W)
-    return reconstruct(xp, c, limbs, quotient, mu, nu, out_dtype)
+
+    def W():  # one modulus's products at a time
+        for ell, m in enumerate(c.moduli):
+            rb = residues(xp, Br, Bi, m) if b_planes is None else b_planes[ell]
+            yield modular_products(xp, int_matmul, residues(xp, Ar, Ai, m), rb, m)
+
+    return from_residues(xp, c, W(), shape, 1 if ai is None else 2, mu, nu, out_dtype)
 
 
 def entries(xp, ar, ai, br, bi, moduli, out_dtype, prescale, nearest):

@@ -48,6 +48,11 @@ def patch_limit(m, n):
     return min(PATCH_ENTRIES, (m * n) // PATCH_SHARE)
 
 
+def suspects_limit(target):
+    """The most suspects the refinement takes (the native form samples them)."""
+    return SUSPECTS_MAX if target.guarantee == "native" else REFINE_ENTRIES
+
+
 def refine_moduli(xp, backend, ar, ai, br, bi, prescale, target, count, suspects):
     """``refine_and_patch``'s count without the patch (the count when patching is not
     available)."""
@@ -110,14 +115,26 @@ def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspe
         S, S2 = suspect_sums(xp, ar, ai, br, bi, sidx // n, sidx % n, native)
         e_r, f_c = xp.take(e, idx // n), xp.take(f, idx % n)
         fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2, pick)
-        failing = int(xp.count_nonzero(fail))
-        if failing == 0:
-            count -= 1
-            continue
-        if patching and failing <= patch_limit(m, n):
-            return count - 1, xp.take(idx, xp.nonzero(fail)[0])
-        break
+        fewer, patch = step_outcome(xp, fail, idx, m, n, patching)
+        if patch is not None:
+            return count - 1, patch
+        if not fewer:
+            break
+        count -= 1
     return count, None
+
+
+def step_outcome(xp, fail, idx, m, n, patching=True):
+    """``(fewer, patch)`` of one step of ``refine_and_patch``'s loop from its suspects'
+    failures ``fail`` (flat indices ``idx``) in an (m, n) product: one count fewer where none
+    fails (the loop goes on), or where at most ``patch_limit(m, n)`` do, which are then the
+    patch (their flat indices; the loop stops); else the same count (it stops)."""
+    failing = int(xp.count_nonzero(fail))
+    if failing == 0:
+        return True, None
+    if patching and failing <= patch_limit(m, n):
+        return True, xp.take(idx, xp.nonzero(fail)[0])
+    return False, None
 
 
 def refine_sample(xp, total):
@@ -182,18 +199,31 @@ def suspect_sums(xp, ar, ai, br, bi, rows, cols, squares):
     line-normalized magnitude products and (``squares``) of their squares, in chunks of
     suspects that keep the products' memory near 2**22 entries, and below an eighth of the
     operands' (each chunk holds several arrays of its size)."""
-    k = ar.shape[-1]
-    size = math.prod(ar.shape) + math.prod(br.shape)
-    step = max(1, min(1 << 22, max(1 << 16, size // 8)) // max(k, 1))
-    S, S2 = [], []
-    for t0 in range(0, rows.shape[0], step):
-        r, c = rows[t0 : t0 + step], cols[t0 : t0 + step]
+
+    def factors(t0, t1):
+        r, c = rows[t0:t1], cols[t0:t1]
         a_r, b_r = xp.take(ar, r, axis=0), xp.permute_dims(xp.take(br, c, axis=1), (1, 0))
         a_i = None if ai is None else xp.take(ai, r, axis=0)
         b_i = None if bi is None else xp.permute_dims(xp.take(bi, c, axis=1), (1, 0))
         ea = xp.expand_dims(max_exponent(xp, a_r, a_i, axis=-1), axis=-1)
         eb = xp.expand_dims(max_exponent(xp, b_r, b_i, axis=-1), axis=-1)
-        x = ldexp(xp, magnitude(xp, a_r, a_i), -ea) * ldexp(xp, magnitude(xp, b_r, b_i), -eb)
+        return ldexp(xp, magnitude(xp, a_r, a_i), -ea), ldexp(xp, magnitude(xp, b_r, b_i), -eb)
+
+    size = math.prod(ar.shape) + math.prod(br.shape)
+    limit = min(1 << 22, max(1 << 16, size // 8))
+    return product_sums(xp, rows.shape[0], ar.shape[-1], factors, squares, limit)
+
+
+def product_sums(xp, count, k, factors, squares, limit=1 << 22):
+    """Per suspect t < ``count`` the float64 sum of the products of its two factors
+    (``factors(t0, t1)``: those of suspects t0 to t1 - 1, (t1 - t0, k) each) and (``squares``)
+    of their squares, in chunks of suspects that keep the products' memory near ``limit``
+    entries (each suspect's sum is its own: any chunks give the same sums)."""
+    step = max(1, limit // max(k, 1))
+    S, S2 = [], []
+    for t0 in range(0, count, step):
+        xa, xb = factors(t0, t0 + step)
+        x = xa * xb
         S.append(xp.sum(x, axis=-1))
         if squares:
             S2.append(xp.sum(x * x, axis=-1))

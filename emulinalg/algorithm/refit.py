@@ -118,9 +118,8 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
         return parts, 0
     m, k = ar.shape[-2], ar.shape[-1]
     n = br.shape[-1]
-    bat, i, j = idx // (m * n), (idx // n) % m, idx % n
     s, t, e, f = (xp.reshape(v, (-1,)) for v in prescale)
-    rows, cols = bat * m + i, bat * n + j  # into the batch-flattened lines
+    rows, cols = entry_lines(idx, m, n)
 
     def lines_a(x):
         return None if x is None else xp.take(xp.reshape(x, (-1, k)), rows, axis=0)
@@ -133,10 +132,7 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
         return xp.take(xt, cols, axis=0)
 
     sub = (xp.take(s, rows), xp.take(t, cols), xp.take(e, rows), xp.take(f, cols))
-    near = rounds_to_nearest(MAX_MODULI, k, mode)
-    vals = products.entries(
-        xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), MAX_MODULI, out_dtype, sub, near
-    )
+    vals = recomputed(xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), sub, mode, out_dtype)
     out = []
     for p, v in zip(parts, vals):
         if out_dtype == "dd":
@@ -144,6 +140,21 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
         else:
             out.append(_put(xp, p, idx, v))
     return tuple(out), int(idx.shape[0])
+
+
+def entry_lines(idx, m, n):
+    """The rows of A and columns of B of the flat output entries ``idx`` of an (..., m, n)
+    product, as indices into the batch-flattened lines."""
+    bat, i, j = idx // (m * n), (idx // n) % m, idx % n
+    return bat * m + i, bat * n + j
+
+
+def recomputed(xp, ar, ai, br, bi, prescale, mode, out_dtype):
+    """Entries recomputed with MAX_MODULI moduli: row t of ``ar`` (+ i ``ai``) times row t of
+    ``br`` (+ i ``bi``), whole lines (K, k), with those lines' ``prescale`` (``products.entries``,
+    rounded as ``rounds_to_nearest`` says for the whole k)."""
+    near = rounds_to_nearest(MAX_MODULI, ar.shape[-1], mode)
+    return products.entries(xp, ar, ai, br, bi, MAX_MODULI, out_dtype, prescale, near)
 
 
 def _put(xp, x, idx, v):

@@ -64,13 +64,8 @@ def b_residue_planes(xp, br, bi, prescale, moduli, mode="accurate", entries=None
     planes = None
     for c0 in range(0, n, cols):
         sl = slice(c0, min(n, c0 + cols))
-        Br, Bi = (
-            None
-            if x is None
-            else split(xp, scale_to_integers(xp, x[..., sl], nu[..., sl], -2, near))
-            for x in (br, bi)
-        )
-        block = [tuple(xp.astype(r, xp.int8) for r in residues(xp, Br, Bi, m)) for m in c.moduli]
+        im = None if bi is None else bi[..., sl]
+        block = int8_planes(xp, br[..., sl], im, nu[..., sl], -2, moduli, near)
         if cols >= n:
             return block
         if planes is None:
@@ -82,3 +77,12 @@ def b_residue_planes(xp, br, bi, prescale, moduli, mode="accurate", entries=None
             for r_all, r in zip(rs_all, rs):
                 r_all[..., sl] = r
     return planes
+
+
+def int8_planes(xp, re, im, shift, axis, moduli, nearest):
+    """The residue planes of an operand scaled by 2**shift along ``axis`` (``scale_to_integers``,
+    rounded as ``nearest`` says) for every one of ``moduli`` moduli, as int8: per modulus a
+    tuple of ``residues``' planes (the dask layer's per chunk, with the whole operand's shifts)."""
+    X = [split(xp, scale_to_integers(xp, x, shift, axis, nearest)) for x in (re, im)]
+    return [tuple(xp.astype(r, xp.int8) for r in residues(xp, *X, m))
+            for m in crt_constants(moduli).moduli]  # fmt: skip

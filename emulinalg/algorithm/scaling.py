@@ -77,16 +77,31 @@ def bound_upper(xp, F, ra, nza, cb, nzb, cplx):
     )
 
 
-def _sqnorm_bound(xp, re, im, shift, axis):
-    """Upper bound of || |re| + |im| ||_2^2 after scaling by 2**shift."""
+def sqnorm_sums(xp, re, im, shift, axis, keepdims=False):
+    """|| |re| + |im| ||_2^2 after scaling by 2**shift, summed in float64 (``sqnorm_factor``
+    of the whole line makes it an upper bound; the dask layer sums it over chunks first)."""
     s = _expand(xp, shift, axis)
     x = ldexp(xp, xp.abs(re), s)
     if im is not None:
         x = x + ldexp(xp, xp.abs(im), s)
-    k = re.shape[axis]
-    # Each add and multiply rounds by at most u; (k + 4) u covers the recursive sum and the
-    # complex add.
-    return xp.sum(x * x, axis=axis) * (1.0 + (k + 4) * 2.0**-52)
+    return xp.sum(x * x, axis=axis, keepdims=keepdims)
+
+
+def sqnorm_factor(k):
+    """Each add and multiply rounds by at most u; (k + 4) u covers the recursive sum of a line
+    of length k and the complex add (any order of the sums of non-negative terms)."""
+    return 1.0 + (k + 4) * 2.0**-52
+
+
+def line_bound(upper_max):
+    """The accurate mode's line bound e_i = max_j U_ij / 4 from the maxima of ``bound_upper``
+    over the line (any array type: the dask layer passes its lazy maxima)."""
+    return upper_max * 0.25
+
+
+def _sqnorm_bound(xp, re, im, shift, axis):
+    """Upper bound of || |re| + |im| ||_2^2 after scaling by 2**shift."""
+    return sqnorm_sums(xp, re, im, shift, axis) * sqnorm_factor(re.shape[axis])
 
 
 def half_log_shift(xp, L, Q_down, v):
@@ -101,6 +116,12 @@ def half_log_shift(xp, L, Q_down, v):
     t = xp.where(ldexp(xp, v, 2 * t) > Q_down, t - 1, t)
     t = xp.where(ldexp(xp, v, 2 * t) > Q_down, t - 1, t)
     return xp.where(ldexp(xp, v, 2 * (t + 1)) <= Q_down, t + 1, t)
+
+
+def prescale_shift(exponent, complex_):
+    """The pre-shift s = 5 - e - is_complex of lines whose largest magnitude has exponent e
+    (``max_exponent``): each line's max below 64 (32 for complex)."""
+    return 5 - exponent - int(complex_)
 
 
 class Prescale(tuple):
@@ -141,15 +162,14 @@ def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
     e_i = ||2**s_i |a_i| ||_2**2 (no GEMM).
     """
     cplx = ai is not None
-    s = 5 - max_exponent(xp, ar, ai, axis=-1) - int(cplx)
-    t = 5 - max_exponent(xp, br, bi, axis=-2) - int(cplx)
+    s = prescale_shift(max_exponent(xp, ar, ai, axis=-1), cplx)
+    t = prescale_shift(max_exponent(xp, br, bi, axis=-2), cplx)
     if mode == "accurate":
         abar, ra, nza = bound_operand(xp, ar, ai, s, axis=-1)
         bbar, cb, nzb = bound_operand(xp, br, bi, t, axis=-2)
         F = int_matmul(abar, bbar, BOUND_MAX * BOUND_MAX)
         U = bound_upper(xp, F, ra, nza, cb, nzb, cplx)
-        e = xp.max(U, axis=-1) * 0.25
-        f = xp.max(U, axis=-2) * 0.25
+        e, f = line_bound(xp.max(U, axis=-1)), line_bound(xp.max(U, axis=-2))
         mixed = None
         if ai is not None:
             mixed = (mixed_lines(xp, ar, ai, axis=-1), mixed_lines(xp, br, bi, axis=-2))
@@ -166,7 +186,12 @@ def ozaki2_shifts(xp, prescale, L, Q_down):
     mu_i = s_i + floor(L - log2(e_i)/2), and likewise nu_j, since 2**(s_i+t_j)(|A||B|)_ij <=
     sqrt(e_i f_j)."""
     s, t, e, f = prescale
-    return s + half_log_shift(xp, L, Q_down, e), t + half_log_shift(xp, L, Q_down, f)
+    return line_shift(xp, s, e, L, Q_down), line_shift(xp, t, f, L, Q_down)
+
+
+def line_shift(xp, s, e, L, Q_down):
+    """One side of ``ozaki2_shifts``: s + the largest t with e * 4**t <= Q, per line."""
+    return s + half_log_shift(xp, L, Q_down, e)
 
 
 def ozaki1_shifts(xp, ar, ai, br, bi, slices):

@@ -1,6 +1,7 @@
 """What the dask graphs share: the contraction chunks aligned, the chunks' backend and dtype,
 plan notes of the chunking, object chunks (flattened, K-summed) and the per-chunk helpers of
-the shared graph's tasks (finite parts, the global line exponents, integer GEMM operands).
+the shared graph's tasks (finite parts, the whole lines' exponents and pre-shifts, integer GEMM
+operands).
 """
 
 from __future__ import annotations
@@ -11,12 +12,9 @@ import numpy as np
 
 from emulinalg._precision import REAL_DTYPE
 from emulinalg.algorithm import operands
-from emulinalg.algorithm.scaling import (
-    max_exponent,
-)
+from emulinalg.algorithm.scaling import max_exponent, prescale_shift
 
 _CHUNKS = {"emulinalg": "chunks"}  # per-chunk layers: never fused into the block products
-
 _BLOCKS = {"emulinalg": "blocks"}
 
 
@@ -142,6 +140,11 @@ def _line_exponent(xp, lines):
     """floor(log2 max |x|) per line (0 for zero lines) from the lines' [max, bad] stats: the
     engine's ``max_exponent`` of the whole line (the max over K-chunks is the line's max)."""
     return max_exponent(xp, xp.expand_dims(lines[..., 0], axis=-1), None, axis=-1)
+
+
+def _prescale_shift(xp, lines, cplx):
+    """The whole lines' pre-shifts (``scaling.prescale_shift``) from their [max, bad] stats."""
+    return prescale_shift(_line_exponent(xp, lines), cplx)
 
 
 def _gemm_operand(xp, backend, x):

@@ -18,16 +18,11 @@ from .blocks import _chunk_quiet, _xp_backend
 
 
 def _line_norms(xp, aterms, bterms, k, norm):
-    """na (..., m, 1), nb (..., 1, n): ``certificate.line_norm``'s bounds finished from the
-    K-summed partials (of non-negative terms: any order of the sums has the error bound that
-    ``l1fac`` covers)."""
-    fac = certificate.cert_constants(k).l1fac
-
-    def finish(v):
-        return v * fac if norm == "l1" else xp.sqrt(v * fac) * (1.0 + 2.0**-52)
-
-    return (xp.expand_dims(finish(aterms[..., 2]), axis=-1),
-            xp.expand_dims(finish(bterms[..., 2]), axis=-2))  # fmt: skip
+    """na (..., m, 1), nb (..., 1, n): ``certificate.line_norm``'s bounds finished
+    (``certificate.line_norm_of``) from the K-summed partials of ``line_norm_sums``."""
+    na = certificate.line_norm_of(xp, aterms[..., 2], k, norm)
+    nb = certificate.line_norm_of(xp, bterms[..., 2], k, norm)
+    return xp.expand_dims(na, axis=-1), xp.expand_dims(nb, axis=-2)
 
 
 def _lam(xp, F, fallback, low, q, cplx, aterms, bterms):
@@ -38,10 +33,7 @@ def _lam(xp, F, fallback, low, q, cplx, aterms, bterms):
     lam = certificate.bound_lower(xp, F, cplx, mixed)
     if not fallback:
         return lam
-    gl = low["lam"]
-    if q > 1:  # q float sums of lower bounds: (q - 1) u relative at most
-        gl = gl * (1.0 - q * 2.0**-52)
-    return xp.maximum(lam, gl)
+    return xp.maximum(lam, certificate.summed_lower(low["lam"], q))
 
 
 def _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target):
@@ -94,9 +86,8 @@ def _cert_summary(need):
     """[largest need over certifiable entries (0: none), any beyond, all beyond] of one output
     block, as a host array of shape (1, ..., 1, 3)."""
     xp, _ = _xp_backend(need)
-    beyond = _beyond(xp, need)
-    top = int(xp.max(xp.where(beyond, 0, need)))
-    out = np.array([top, float(bool(xp.any(beyond))), float(bool(xp.all(beyond)))])
+    top, beyond = certificate.count_of(xp, need)
+    out = np.array([top or 0, float(bool(xp.any(beyond))), float(top is None)])
     return out.reshape((1,) * need.ndim + (3,))
 
 
@@ -150,10 +141,11 @@ def _exact_runs(cfg):
 
 def _exact_fails(xp, need, count, low, fallback, F, e, f, aterms, bterms, k, q, cplx, target):
     """``(fail, lam, na, nb)`` of one output block: the certifiable entries that ``count``
-    moduli do not certify with the exact shifts (``certificate.exact_passes``), and the terms."""
+    moduli do not certify with the exact shifts (``certificate.exact_failures``), and the
+    terms."""
     cc, lam, na, nb = _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target)
-    ok = certificate.exact_passes(xp, cc, count, cc.cR * lam, na, nb, e, f)
-    return ~ok & ~_beyond(xp, need), lam, na, nb
+    fail = certificate.exact_failures(xp, cc, count, cc.cR * lam, na, nb, e, f, _beyond(xp, need))
+    return fail, lam, na, nb
 
 
 # The exact step over blocks: per output block how many certifiable entries fail one modulus

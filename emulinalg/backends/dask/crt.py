@@ -11,7 +11,6 @@ from emulinalg.algorithm import crt, products, residues
 from emulinalg.algorithm.moduli import crt_constants
 from emulinalg.algorithm.scaling import (
     rounds_to_nearest,
-    scale_to_integers,
 )
 from emulinalg.algorithm.xputil import make_complex
 
@@ -34,12 +33,8 @@ def _residues_chunk(x, shift, cfg, *ix, axis, cplx, k, mode):
         with _chunk_quiet(xp, backend):
             re, im, _ = _finite_parts(xp, x)
             near = rounds_to_nearest(n, k, mode)
-            Xr = residues.split(xp, scale_to_integers(xp, re, shift, axis, near))
-            Xi = residues.split(xp, scale_to_integers(xp, im, shift, axis, near))
-            out["planes"] = xp.stack([
-                xp.stack([xp.astype(r, xp.int8) for r in residues.residues(xp, Xr, Xi, m)])
-                for m in crt_constants(n).moduli
-            ])  # fmt: skip
+            planes = residues.int8_planes(xp, re, im, shift, axis, n, near)
+            out["planes"] = xp.stack([xp.stack(p) for p in planes])
     return out
 
 
@@ -77,13 +72,12 @@ def _wsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
         W = parts[0]["W"]
         if W is not None:
             xp, _ = _xp_backend(W)
-            total = xp.astype(W, xp.int32)
+            total = xp.astype(W, xp.float64)  # small integers: exact sums
             for x in parts[1:]:
-                total = total + xp.astype(x["W"], xp.int32)
+                total = total + xp.astype(x["W"], xp.float64)
             mods = crt_constants(W.shape[0]).moduli
-            m = xp.reshape(xp.asarray(mods, dtype=xp.int32), (-1,) + (1,) * (W.ndim - 1))
-            r = xp.remainder(total, m)  # in [0, m)
-            out["W"] = xp.astype(xp.where(r > (m - 1) // 2, r - m, r), xp.int8)
+            out["W"] = xp.stack([xp.astype(residues.symmetric_mod(xp, total[ell], m), xp.int8)
+                                 for ell, m in enumerate(mods)])  # fmt: skip
         if parts[0]["nat"] is not None:
             nat = parts[0]["nat"]
             xp, backend = _xp_backend(nat)
@@ -96,18 +90,16 @@ def _wsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
 
 def _crt_out(xp, w, mu, nu, cfg, dtype_name):
     """The emulated values of one output block (None when nothing is emulated): the exact CRT
-    of its K-summed residues (the engine's limb accumulation and ``crt.reconstruct``),
-    unscaled and rounded once to the result dtype."""
+    of its K-summed residues (``crt.from_residues``, as ``products.product``), unscaled and
+    rounded once to the result dtype."""
     n = cfg["count"]
     if not n:
         return None
-    c = crt_constants(n)
     W = w["W"]
     nparts = W.shape[1]
-    limbs, quotient = crt.accumulators(xp, c, W.shape[2:], nparts)
-    for ell in range(n):
-        crt.accumulate(xp, c, limbs, quotient, ell, [W[ell, t] for t in range(nparts)])
-    parts = crt.reconstruct(xp, c, limbs, quotient, mu, nu, REAL_DTYPE[dtype_name])
+    per_modulus = ([W[ell, t] for t in range(nparts)] for ell in range(n))
+    parts = crt.from_residues(xp, crt_constants(n), per_modulus, W.shape[2:], nparts, mu, nu,
+                              REAL_DTYPE[dtype_name])  # fmt: skip
     dt = getattr(xp, dtype_name)
     return parts[0] if nparts == 1 else make_complex(xp, parts[0], parts[1], dt)
 

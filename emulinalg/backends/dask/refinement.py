@@ -45,11 +45,6 @@ def _refine_runs(cfg):
 # returns at once when its step does not run (None).
 
 
-def _suspects_limit(target):
-    """The most suspects ``certificate.certify_moduli`` refines (the native form samples them)."""
-    return refinement.SUSPECTS_MAX if target.guarantee == "native" else refinement.REFINE_ENTRIES
-
-
 def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q, cplx, target,
                     row0, col0):  # fmt: skip
     """The entries of one output block that fail the count - 1 with the exact shifts
@@ -63,7 +58,7 @@ def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q
         fail, lam, na, nb = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, e, f,
                                          aterms, bterms, k, q, cplx, target)  # fmt: skip
         total = int(xp.count_nonzero(fail))
-        if total > _suspects_limit(target):
+        if total > refinement.suspects_limit(target):
             return {"n": total}
         r, c = xp.nonzero(fail)
         lam = xp.take(xp.reshape(lam, (-1,)), r * need.shape[-1] + c)
@@ -75,13 +70,13 @@ def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q
 
 def _refine_select(sus, *, n, target):
     """The whole product's suspects in flat order and the sample ``refinement.refine_sample``
-    takes of them, or None where there are too many (``_suspects_limit``) or the refinement
-    does not run: ``{"n": how many, "idx": their flat indices, "terms": [lam, na, nb, e, f] per
-    suspect, "pick": the sample's positions, "rows", "cols": the sample's distinct rows and
-    columns (sorted), "ri", "ci": each sampled suspect's position in them}`` (only "n" when it
-    is 0: then one modulus fewer, as ``refine_and_patch`` decides)."""
+    takes of them, or None where there are too many (``refinement.suspects_limit``) or the
+    refinement does not run: ``{"n": how many, "idx": their flat indices, "terms": [lam, na,
+    nb, e, f] per suspect, "pick": the sample's positions, "rows", "cols": the sample's distinct
+    rows and columns (sorted), "ri", "ci": each sampled suspect's position in them}`` (only "n"
+    when it is 0: then one modulus fewer, as ``refine_and_patch`` decides)."""
     parts = [x for x in _flatten(sus) if x is not None]
-    if not parts or sum(x["n"] for x in parts) > _suspects_limit(target):
+    if not parts or sum(x["n"] for x in parts) > refinement.suspects_limit(target):
         return None
     parts = [x for x in parts if x["n"]]
     if not parts:
@@ -129,14 +124,12 @@ def _refine_sums(pa, pb, sel, *, squares):
     with _chunk_quiet(xp, backend):
         xa, xb = xp.concat(pa, axis=0), xp.permute_dims(xp.concat(pb, axis=1), (1, 0))
         ri, ci = sel["ri"], sel["ci"]
-        step = max(1, (1 << 22) // max(xa.shape[-1], 1))  # suspect_sums' memory bound
-        S, S2 = [], []
-        for t0 in range(0, ri.shape[0], step):
-            x = xp.take(xa, ri[t0 : t0 + step], axis=0) * xp.take(xb, ci[t0 : t0 + step], axis=0)
-            S.append(xp.sum(x, axis=-1))
-            if squares:
-                S2.append(xp.sum(x * x, axis=-1))
-        return {"S": xp.concat(S), "S2": xp.concat(S2) if squares else None}
+
+        def factors(t0, t1):
+            return xp.take(xa, ri[t0:t1], axis=0), xp.take(xb, ci[t0:t1], axis=0)
+
+        S, S2 = refinement.product_sums(xp, ri.shape[0], xa.shape[-1], factors, squares)
+        return {"S": S, "S2": S2}
 
 
 def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
@@ -156,12 +149,11 @@ def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
         lam, na, nb, e, f = (sel["terms"][t] for t in range(5))
         fail = refinement.refine_failures(xp, k, target, cplx, cfg["count"], lam, sums["S"], e, f,
                                        na, nb, sums["S2"], sel["pick"])  # fmt: skip
-        failing = int(xp.count_nonzero(fail))
-        if failing == 0:
-            return dict(cfg, count=cfg["count"] - 1)
-        if failing <= refinement.patch_limit(m, n):
-            patch = _host(xp.take(sel["idx"], xp.nonzero(fail)[0]))
-            return dict(cfg, count=cfg["count"] - 1, refining=False, patch=patch)
+        fewer, patch = refinement.step_outcome(xp, fail, sel["idx"], m, n)
+    if patch is not None:
+        return dict(cfg, count=cfg["count"] - 1, refining=False, patch=_host(patch))
+    if fewer:
+        return dict(cfg, count=cfg["count"] - 1)
     return dict(cfg, refining=False)
 
 

@@ -11,11 +11,7 @@ import numpy as np
 from emulinalg._planner import (
     refit_count,
 )
-from emulinalg.algorithm import products, refit
-from emulinalg.algorithm.moduli import MAX_MODULI
-from emulinalg.algorithm.scaling import (
-    rounds_to_nearest,
-)
+from emulinalg.algorithm import refit
 from emulinalg.algorithm.xputil import make_complex
 
 from . import crt as modular
@@ -26,7 +22,7 @@ from .blocks import (
     _finite_parts,
     _flatten,
     _host,
-    _line_exponent,
+    _prescale_shift,
     _xp_backend,
 )
 from .certificate import _beyond
@@ -41,9 +37,9 @@ from .crt import _native_patch
 # where the refit does not run (None).
 
 
-def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, k, cplx, mode,
-                 real_name, cancelled):  # fmt: skip
-    """The CRT and the refit (``refit.refit``; the tasks below ``_crt_block``) of the certificate's
+def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, cplx, mode, real_name,
+                 cancelled):  # fmt: skip
+    """The CRT and the refit (``refit.refit``; the tasks below) of the certificate's
     patch and, with ``cancelled`` (the engine's ``_refits`` but for the count), the most
     cancelled entries, then the native patch: the product as a dask array. Without
     ``cancelled`` the pick needs no output block: it waits for the decision alone."""
@@ -90,7 +86,7 @@ def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, k, cpl
                           **line_kw)  # fmt: skip
     vals = da.blockwise(_refit_entries, (), pa, bt + (i, kk), pb, bt + (kk, j), sel, (),
                         dtype=object, concatenate=False, meta=obj(0),
-                        token="emulinalg-refit", k=k, mode=mode, real_name=real_name)  # fmt: skip
+                        token="emulinalg-refit", mode=mode, real_name=real_name)  # fmt: skip
     return da.blockwise(_final_block, out, emul, out, *patch[:6], cfg, (), vals, (), *ix(*out),
                         token="emulinalg-final", starts=out_starts, shape=shape,
                         **fin_kw)  # fmt: skip
@@ -102,32 +98,21 @@ def _refit_runs(cfg):
     return refit_count(cfg["count"])
 
 
-def _cancel_ratio(xp, parts, s, t, e, f, exclude):
-    """``refit.cancel_ratio`` of one output block from its lines' prescale values."""
-    return refit.cancel_ratio(xp, parts, (s, t, e, f), exclude)
-
-
-def _pick_cancelled(xp, ratio, everything):
-    """``refit.pick`` among entries in ascending order of their flat index."""
-    return refit.pick(xp, ratio, everything)
-
-
 def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape, every):
     """The entries of one output block that the whole product's pick can take: the block's own
-    pick (``_pick_cancelled`` of its ratios; an entry of the whole pick in this block is in it,
-    since fewer than REFIT_ENTRIES of the block's entries come before it), as host arrays
-    ``{"ratio", "idx": flat indices into the whole output}``; None without refit."""
+    pick (``refit.pick`` of its ``refit.cancel_ratio``; an entry of the whole pick in this block
+    is in it, since fewer than REFIT_ENTRIES of the block's entries come before it), as host
+    arrays ``{"ratio", "idx": flat indices into the whole output}``; None without refit."""
     out = emul["out"]
     if out is None or not _refit_runs(cfg):
         return None
     xp, backend = _xp_backend(out)
     with _chunk_quiet(xp, backend):
         parts = (out,) if not cplx else (xp.real(out), xp.imag(out))
-        s = 5 - _line_exponent(xp, amb) - int(cplx)
-        t = 5 - _line_exponent(xp, bmb) - int(cplx)
+        s, t = _prescale_shift(xp, amb, cplx), _prescale_shift(xp, bmb, cplx)
         exclude = _beyond(xp, need) if cfg["mask"] else None
-        ratio = xp.reshape(_cancel_ratio(xp, parts, s, t, e, f, exclude), (-1,))
-        local = _pick_cancelled(xp, ratio, every)
+        ratio = xp.reshape(refit.cancel_ratio(xp, parts, (s, t, e, f), exclude), (-1,))
+        local = refit.pick(xp, ratio, every)
         if local is None:
             return None
         ratio, local = _host(xp.take(ratio, local)), _host(local)
@@ -139,7 +124,7 @@ def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape,
 
 def _refit_select(cfg, *cands, m, n, every, cancelled):
     """The entries to recompute, as ``refit.refit`` takes them: the decision's patch and
-    (``cancelled``) the whole product's pick (``_pick_cancelled`` of the blocks' candidates in
+    (``cancelled``) the whole product's pick (``refit.pick`` of the blocks' candidates in
     ascending order of their flat index), their union sorted where both are there:
     ``{"idx": flat indices, "rows", "cols": their lines' indices in the batch-flattened rows
     of A and columns of B, "urows", "ucols": those sorted, once, "patched": how many the patch
@@ -151,15 +136,14 @@ def _refit_select(cfg, *cands, m, n, every, cancelled):
         idx = np.concatenate([x["idx"] for x in parts])
         ratio = np.concatenate([x["ratio"] for x in parts])
         order = np.argsort(idx, kind="stable")
-        pick = _pick_cancelled(_xp_backend(ratio)[0], ratio[order], every)
+        pick = refit.pick(_xp_backend(ratio)[0], ratio[order], every)
         idx = None if pick is None else idx[order][pick]
     patch = cfg["patch"]
     if patch is not None:
         idx = patch if idx is None else np.unique(np.concatenate([patch, idx]))
     if idx is None:
         return None
-    bat, i, j = idx // (m * n), (idx // n) % m, idx % n
-    rows, cols = bat * m + i, bat * n + j
+    rows, cols = refit.entry_lines(idx, m, n)
     return {"idx": idx, "rows": rows, "cols": cols, "urows": np.unique(rows),
             "ucols": np.unique(cols), "patched": 0 if patch is None else int(patch.shape[0]),
             "cancelled": cancelled, "everything": every}  # fmt: skip
@@ -186,7 +170,7 @@ def _refit_lines(x, lines, bound, sel, *ix, axis, cplx, starts, batch, size):
         re, im, _ = _finite_parts(xp, xp.take(xp.reshape(x, (-1, x.shape[-1])), take, axis=0))
         lin = xp.take(xp.reshape(lines, (-1, lines.shape[-1])), take, axis=0)
         return {"ids": ids[pos], "group": where[:-1], "k0": starts[nb + 1][where[-1]],
-                "re": re, "im": im, "s": 5 - _line_exponent(xp, lin) - int(cplx),
+                "re": re, "im": im, "s": _prescale_shift(xp, lin, cplx),
                 "e": xp.take(xp.reshape(bound, (-1,)), take)}  # fmt: skip
 
 
@@ -211,9 +195,9 @@ def _whole_lines(xp, pieces):
     return (ids[order], *cat)
 
 
-def _refit_entries(pa, pb, sel, *, k, mode, real_name):
+def _refit_entries(pa, pb, sel, *, mode, real_name):
     """``{"idx", "parts"}``: the picked entries recomputed with MAX_MODULI moduli as in core
-    (``products.entries`` on their whole lines, with the prescale of those lines); None
+    (``refit.recomputed`` on their whole lines, with the prescale of those lines); None
     without refit."""
     if sel is None:
         return None
@@ -229,9 +213,8 @@ def _refit_entries(pa, pb, sel, *, k, mode, real_name):
             return None if x is None else xp.take(x, p, axis=0)
 
         sub = (pick(s, pr), pick(t, pc), pick(e, pr), pick(f, pc))
-        near = rounds_to_nearest(MAX_MODULI, k, mode)
-        parts = products.entries(xp, pick(ar, pr), pick(ai, pr), pick(br, pc), pick(bi, pc),
-                                MAX_MODULI, real_name, sub, near)  # fmt: skip
+        parts = refit.recomputed(xp, pick(ar, pr), pick(ai, pr), pick(br, pc), pick(bi, pc),
+                                 sub, mode, real_name)  # fmt: skip
     return {"idx": sel["idx"], "parts": parts}
 
 

@@ -116,6 +116,7 @@ from emulinalg._planner import (
 from emulinalg._precision import REAL_DTYPE, OzakiII, level_for_dtype
 from emulinalg.algorithm import certificate, refinement, refit
 from emulinalg.algorithm.moduli import MAX_MODULI
+from emulinalg.algorithm.scaling import line_bound, sqnorm_factor
 
 from . import certificate as cert
 from . import crt as modular
@@ -188,30 +189,13 @@ def _shared_graph(a, b, request, arrays=None):
 
     # 1. Statistics. Per chunk: [max magnitude, has NaN/Inf] per line; max over K-chunks.
     with dask.annotate(**_CHUNKS):
-        amb = da.blockwise(
-            stats._line_stats,
-            ai + (p,),
-            a,
-            ai,
-            adjust_chunks={kk: 1},
-            new_axes={p: 2},
-            dtype=f64,
-            meta=meta(nd + 1, f64),
-            token="emulinalg-stats",
-            axis=-1,
-        ).max(axis=nd - 1, split_every=split_every)  # (..., m, 2)
-        bmb = da.blockwise(
-            stats._line_stats,
-            bi + (p,),
-            b,
-            bi,
-            adjust_chunks={kk: 1},
-            new_axes={p: 2},
-            dtype=f64,
-            meta=meta(nd + 1, f64),
-            token="emulinalg-stats",
-            axis=-2,
-        ).max(axis=nd - 2, split_every=split_every)  # (..., n, 2)
+        def line_stats(x, xi, axis):  # (..., m, 2) for A (axis -1), (..., n, 2) for B
+            chunk_stats = da.blockwise(stats._line_stats, xi + (p,), x, xi, adjust_chunks={kk: 1},
+                                       new_axes={p: 2}, dtype=f64, meta=meta(nd + 1, f64),
+                                       token="emulinalg-stats", axis=axis)  # fmt: skip
+            return chunk_stats.max(axis=nd - 1 if axis == -1 else nd - 2, split_every=split_every)
+
+        amb, bmb = line_stats(a, ai, -1), line_stats(b, bi, -2)
 
         def per_chunk(fn, x, xi, lines, li, dtype, reduce_k=False, **kw):
             return da.blockwise(
@@ -286,11 +270,11 @@ def _shared_graph(a, b, request, arrays=None):
         U = da.blockwise(stats._upper_block, out, F, out, aterms, rows + (p,), bterms,
                          cols + (p,), dtype=f64, concatenate=True, meta=meta(nd, f64),
                          token="emulinalg-bound-upper", cplx=cplx)  # fmt: skip
-        e = U.max(axis=-1, split_every=split_every) * 0.25
-        f = U.max(axis=-2, split_every=split_every) * 0.25
+        e = line_bound(U.max(axis=-1, split_every=split_every))
+        f = line_bound(U.max(axis=-2, split_every=split_every))
     else:
-        e = asq.sum(axis=nd - 1) * (1.0 + (k + 4) * 2.0**-52)
-        f = bsq.sum(axis=nd - 2) * (1.0 + (k + 4) * 2.0**-52)
+        e = asq.sum(axis=nd - 1) * sqnorm_factor(k)
+        f = bsq.sum(axis=nd - 2) * sqnorm_factor(k)
     count_args = [
         da.blockwise(cert._any_bad, rows, amb, rows + (p,), adjust_chunks=one(*rows), dtype=bool,
                      concatenate=True, meta=np.empty((0,) * len(rows), bool)),
@@ -425,7 +409,7 @@ def _shared_graph(a, b, request, arrays=None):
         c = da.blockwise(modular._crt_block, out, wsum, out, mu, rows, nu, cols, *patch, *ix(*out),
                          token="emulinalg-crt", **fin_kw)  # fmt: skip
     else:
-        c = refitting._refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, k=k,
+        c = refitting._refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw,
                                    cplx=cplx, mode=mode, real_name=real_name,
                                    cancelled=cancelled)  # fmt: skip
 

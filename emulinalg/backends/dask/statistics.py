@@ -13,13 +13,21 @@ from emulinalg.algorithm.scaling import (
     BOUND_MAX,
     bound_operand,
     bound_upper,
-    half_log_shift,
+    line_shift,
     magnitude,
     mixed_lines,
+    sqnorm_sums,
 )
 from emulinalg.algorithm.xputil import ldexp
 
-from .blocks import _chunk_quiet, _finite_parts, _gemm_operand, _line_exponent, _xp_backend
+from .blocks import (
+    _chunk_quiet,
+    _finite_parts,
+    _gemm_operand,
+    _line_exponent,
+    _prescale_shift,
+    _xp_backend,
+)
 
 
 def _line_stats(x, axis):
@@ -35,11 +43,11 @@ def _line_stats(x, axis):
 
 def _bound_chunk(x, lines, axis, cplx):
     """int8 ``Ā = floor(2**(s+1) |x|)`` (entries <= 127, ``scaling.bound_operand``) with the
-    global prescale shift s = 5 - e - cplx."""
+    whole lines' prescale shifts."""
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)
-        s = 5 - _line_exponent(xp, lines) - int(cplx)
+        s = _prescale_shift(xp, lines, cplx)
         return xp.astype(bound_operand(xp, re, im, s, axis)[0], xp.int8)
 
 
@@ -52,31 +60,26 @@ def _line_terms(x, lines, axis, cplx, norm):
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)
-        s = 5 - _line_exponent(xp, lines) - int(cplx)
+        s = _prescale_shift(xp, lines, cplx)
         _, sums, nz = bound_operand(xp, re, im, s, axis)
         terms = [sums, nz]
         if norm is not None:
             if im is not None:  # entries with both parts nonzero: certificate.bound_lower
                 mixed = xp.astype(mixed_lines(xp, re, im, axis), sums.dtype)
             re, im = _normalized(xp, re, im, lines, axis)
-            v = xp.abs(re) if im is None else xp.abs(re) + xp.abs(im)
-            terms.append(xp.sum(v if norm == "l1" else v * v, axis=axis))
+            terms.append(certificate.line_norm_sums(xp, re, im, axis, norm))
             if im is not None:
                 terms.append(mixed)
         return xp.expand_dims(xp.stack(terms, axis=-1), axis=-2 if axis == -1 else -3)
 
 
 def _sq_chunk(x, lines, axis, cplx):
-    """The fast mode's partial sums of squares at the global shift (``_sqnorm_bound`` without
-    its rounding factor, applied to the total)."""
+    """The fast mode's partial sums of squares at the whole lines' shifts
+    (``scaling.sqnorm_sums``; its ``sqnorm_factor`` is applied to the total)."""
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)
-        s = xp.expand_dims(5 - _line_exponent(xp, lines) - int(cplx), axis=axis)
-        v = ldexp(xp, xp.abs(re), s)
-        if im is not None:
-            v = v + ldexp(xp, xp.abs(im), s)
-        return xp.sum(v * v, axis=axis, keepdims=True)
+        return sqnorm_sums(xp, re, im, _prescale_shift(xp, lines, cplx), axis, keepdims=True)
 
 
 def _normalized(xp, re, im, lines, axis):
@@ -127,10 +130,10 @@ def _lower_block(ma, mb):
 
 
 def _shift_task(lines, bound, cfg, cplx):
-    """mu (or nu) of ``scaling.ozaki2_shifts``: s + the largest t with bound * 4**t <= Q."""
+    """mu (or nu) of ``scaling.ozaki2_shifts`` (``scaling.line_shift``) for the count."""
     xp, _ = _xp_backend(lines)
-    s = 5 - _line_exponent(xp, lines) - int(cplx)
+    s = _prescale_shift(xp, lines, cplx)
     if not cfg["count"]:
         return s
     c = crt_constants(cfg["count"])
-    return s + half_log_shift(xp, c.L, c.Q_down, bound)
+    return line_shift(xp, s, bound, c.L, c.Q_down)
