@@ -10,6 +10,8 @@ every backend's kernels reproduce bit for bit. The steps of a product, in order:
   error forms (strict l1, native l2) and their constants, the lower bounds of |A||B|, the
   count per entry by bisection and the exact step; Scheme I's slice count.
 - ``refinement``: the suspect refinement and the patch, which take further counts off.
+- ``certificate_plan``: the certificate's terms, limits and steps as a backend's certificate
+  kernels take them (from ``certificate`` and ``refinement``).
 - ``slices``: Scheme I: INT8 slices, the products of equal significance, the shift-reduce.
 - ``moduli``: Scheme II's moduli and exact CRT constants (the one source of the kernels'
   generated header ``src_cuda/ozaki2_tables.h``).
