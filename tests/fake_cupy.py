@@ -1,4 +1,4 @@
-"""A CPU stand-in for the few cupy pieces ``emulinalg/backends/cupy.py``'s Scheme II path uses,
+"""A CPU stand-in for the few cupy pieces ``emulinalg/backends/cupy/``'s Scheme II path uses,
 so its host code (shapes, strides, pointers, chunks, cuBLAS arguments, output mapping) runs here.
 
 Device memory is host memory: arrays are numpy arrays whose ``.data.ptr`` is their address.
@@ -72,7 +72,7 @@ def _strided_any(arg, dtype, shape, strides):
 # ----------------------------------------------------------------------------------------------
 
 
-_THREADS_1D = 256  # emulinalg/backends/cupy.py's _THREADS
+_THREADS_1D = 256  # emulinalg/backends/cupy/kernels.py's _THREADS
 
 
 class _Kernel:
@@ -601,7 +601,8 @@ def make_module(native=False):
 
 
 def load_backend(native=False):
-    """``emulinalg/backends/cupy.py`` imported against the stand-in (under a private name)."""
+    """The package ``emulinalg/backends/cupy/`` imported against the stand-in (under a private
+    name, with its own modules: the real cupy backend, where imported, is left as it is)."""
     import importlib.util
     from pathlib import Path
 
@@ -611,10 +612,15 @@ def load_backend(native=False):
     saved = {k: sys.modules.get(k) for k in ("cupy", "cupy.cuda", "cupy.cuda.cublas")}
     sys.modules.update({"cupy": cp, "cupy.cuda": cp.cuda, "cupy.cuda.cublas": cp.cuda.cublas})
     try:
-        path = Path(emulinalg.backends.__path__[0]) / "cupy.py"
+        path = Path(emulinalg.backends.__path__[0]) / "cupy"
         name = "emulinalg.backends._cupy_on_cpu" + ("_native" if native else "")
-        spec = importlib.util.spec_from_file_location(name, path)
+        for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+            del sys.modules[key]  # a second load imports its modules afresh
+        spec = importlib.util.spec_from_file_location(
+            name, path / "__init__.py", submodule_search_locations=[str(path)]
+        )
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # its relative imports find the package here
         spec.loader.exec_module(mod)
     finally:
         for k, v in saved.items():

@@ -39,8 +39,8 @@ from emulinalg.algorithm import certificate, refinement
 from emulinalg.algorithm.moduli import MIN_MODULI, crt_constants
 from emulinalg.algorithm.scaling import Prescale, ozaki2_shifts, rounds_to_nearest
 
-from . import cuda as _cuda
-from .cuda import fused as _fused
+from .. import cuda as _cuda
+from ..cuda import fused as _fused
 
 name = "cupy"
 
