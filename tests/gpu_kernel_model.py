@@ -16,7 +16,7 @@ from emulinalg.algorithm.scaling import BOUND_MAX, ozaki2_shifts, rounds_to_near
 from emulinalg.backends.cuda import MAX_WORDS, crt_tables
 
 U64 = np.uint64
-K_BLOCK = 1 << 16  # as emulinalg/backends/cupy.py: |r_a r_b| <= 2**14, so INT32 sums are exact
+K_BLOCK = 1 << 16  # as emulinalg/backends/cupy/gemm.py: |r_a r_b| <= 2**14, so INT32 sums are exact
 KP_ALIGN = 16  # k padding (int8 rows 16-byte aligned for IMMA)
 NP_ALIGN = 4  # n padding (INT32 output rows 16-byte aligned)
 
@@ -403,7 +403,7 @@ def residue_products(ys, moduli):
 
 INT_MIN = -(2**31)
 ALL_ONES = (1 << 64) - 1
-STAT_CHUNK = 512  # as emulinalg/backends/cupy.py's _STAT_CHUNK
+STAT_CHUNK = 512  # as emulinalg/backends/cupy/statistics.py's _STAT_CHUNK
 BF16_ALIGN = 8
 
 
@@ -625,8 +625,9 @@ def exact_factors(e, q_down, f0):
 
 
 def exact_table(cc):
-    """cert_exact_factors' table as emulinalg/backends/cupy.py makes it: per count Q_down, and
-    f0, the value of certificate.exact_line_factors for a line bound of Q_down (shift 0)."""
+    """cert_exact_factors' table as ``emulinalg.algorithm.certificate_plan.count_table`` makes
+    it: per count Q_down, and f0, the value of certificate.exact_line_factors for a line bound
+    of Q_down (shift 0)."""
     import array_api_compat.numpy as xnp
 
     from emulinalg.algorithm import certificate

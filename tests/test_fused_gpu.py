@@ -82,7 +82,8 @@ _CRT_S8_PARAMS = (
 @pytest.fixture(scope="module")
 def fake_native():
     """The fake_cupy stand-in with kernels compiled from their CUDA sources (g++), and the same
-    stand-in with the numpy model: emulinalg/backends/cupy.py's INT32 ``_crt`` is the reference."""
+    stand-in with the numpy model: emulinalg/backends/cupy/products.py's INT32 ``_crt`` is the
+    reference."""
     if shutil.which("g++") is None:
         pytest.skip("no g++ to compile the CUDA sources for the CPU")
     import fake_cupy
@@ -126,8 +127,9 @@ def test_crt_s8_equals_int32_crt(fake_native, monkeypatch, n, cplx, out_dtype):
         return [cp.asarray(np.full((B, m_full, ncols), 0.5, dtype=dt)) for _ in range(nout)]
 
     want, got = outs(), outs()
-    be._crt(cp.asarray(np.ascontiguousarray(prod)), n, cplx, cp.asarray(mu), cp.asarray(nu), r0,
-            want, out_dtype)  # fmt: skip
+    crt = be.products._crt
+    crt(cp.asarray(np.ascontiguousarray(prod)), n, cplx, cp.asarray(mu), cp.asarray(nu), r0,
+        want, out_dtype)  # fmt: skip
     fused.crt_s8(cp.asarray(w), n, cplx, cp.asarray(mu), cp.asarray(nu), r0, got, out_dtype)
     for g, x in zip(got, want):
         g, x = np.asarray(g), np.asarray(x)
@@ -218,7 +220,7 @@ def test_fused_mod_equals_cublas_mod(gpu, shape, config, monkeypatch):
     kp = -(-k // 16) * 16
     pa = _planes(cp, n, B, m, kp, k, seed=1)
     pb = _planes(cp, n, B, n_p, kp, k, seed=2)
-    ref32 = cb._int8_products(pa, pb)
+    ref32 = cb.gemm._int8_products(pa, pb)
     got = fused.int8_mod_products(pa, pb, n)
     assert got is not None and got.dtype == cp.int8 and got.shape[:4] == (1, n, B, m)
     assert got.shape[-1] % 16 == 0 and got.shape[-1] >= n_p
@@ -236,7 +238,7 @@ def test_fused_mod_at_the_k_bound(gpu, monkeypatch, config):
     n, B, m, n_p, k = 4, 1, 64, 48, 1 << 16
     pa = _planes(cp, n, B, m, k, k, seed=3, extreme=True)
     pb = _planes(cp, n, B, n_p, k, k, seed=4, extreme=True)
-    ref32 = cb._int8_products(pa, pb)
+    ref32 = cb.gemm._int8_products(pa, pb)
     got = fused.int8_mod_products(pa, pb, n)
     assert bool(cp.all(got[0, ..., :n_p] == _reference_mod(cp, ref32, n)))
     assert fused.int8_mod_products(pa, pb, n + 1) is None  # count must match the planes
@@ -284,8 +286,8 @@ def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out
     import array_api_compat.cupy as cxp
 
     pre = ozaki2_prescale(cxp, cb.int_matmul, a, None, b, None, "accurate")
-    # emulinalg/backends/cupy.py uses the fused GEMM + INT8 CRT where it applies: compare with the
-    # cuBLAS INT32 path (fused switched off) and check the fused path really ran.
+    # emulinalg/backends/cupy/products.py uses the fused GEMM + INT8 CRT where it applies: compare
+    # with the cuBLAS INT32 path (fused switched off) and check the fused path really ran.
     calls = []
     mod_products = fused.int8_mod_products
     monkeypatch.setattr(

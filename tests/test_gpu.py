@@ -320,7 +320,7 @@ def test_ozaki2_kernels_views_and_chunks(monkeypatch):
                 return cp.asarray(dst).T
         return cp.asarray(x)
 
-    monkeypatch.setattr(cupy_backend, "chunk_bytes", 2000)  # a few rows of A per chunk
+    monkeypatch.setattr(cupy_backend.products, "chunk_bytes", 2000)  # a few rows of A per chunk
     _hook_vs_generic(ar, ai, br, bi, 15, "accurate", "float64", to_gpu=gpu_view)
     _hook_vs_generic(ar[::-1], None, br, None, 12, "fast", "dd", to_gpu=lambda x: cp.asarray(x))
     rev = cp.asarray(ar)[::-1]  # negative row stride on the device
@@ -362,7 +362,7 @@ def test_crt_kernel_rounding_on_crafted_integers(out_dtype):
     nu = cp.zeros((1, 1), dtype=cp.int32)
     dt = cp.float32 if out_dtype == "float32" else cp.float64
     outs = [cp.zeros((1, len(ys), 1), dtype=dt) for _ in range(2 if out_dtype == "dd" else 1)]
-    cupy_backend._crt(prod, n, False, mu, nu, 0, outs, out_dtype)
+    cupy_backend.products._crt(prod, n, False, mu, nu, 0, outs, out_dtype)
     neg, v = model.words_of(ys, crt_words(n))
     with np.errstate(over="ignore"):
         want = model.finish(neg, v, offs, out_dtype)

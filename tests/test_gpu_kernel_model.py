@@ -3,7 +3,7 @@
 ``gpu_kernel_model`` mirrors ``src_cuda/ozaki2_residues.cu`` and ``ozaki2_crt.cu`` operation for
 operation; here it must reproduce the generic ``emulinalg.algorithm.products.product`` bit for bit
 (and the exact double-double rounding for "dd"), so the algorithm of the GPU path is tested without
-a GPU. ``fake_cupy`` then runs ``emulinalg/backends/cupy.py``'s host code on the CPU, with the
+a GPU. ``fake_cupy`` then runs ``emulinalg/backends/cupy/``'s host code on the CPU, with the
 kernels either the model or the CUDA sources themselves compiled as host C++ (g++), against the same
 generic path. ``tests/test_gpu.py`` compares the real kernels with the generic path on the GPU.
 """
@@ -198,7 +198,7 @@ def test_host_code_residue_kernel_rounds(cpu_backend, cplx, nearest):
     x, shift = rounding_cases(np.random.default_rng(2))
     y = x * 0.375 if cplx else None
     N = len(x)
-    planes = be._residue_planes(
+    planes = be.products._residue_planes(
         cp.asarray(x.reshape(1, N, 1)), None if y is None else cp.asarray(y.reshape(1, N, 1)),
         (N, 1, 1), N, N, 1, 16, cp.asarray(shift.astype(np.int32).reshape(1, N)), N, 20, nearest,
     )  # fmt: skip
@@ -419,13 +419,13 @@ def test_rounding_ties_boundaries_and_dd():
 
 
 # ----------------------------------------------------------------------------------------------
-# emulinalg/backends/cupy.py's host code, driven on the CPU through a stand-in for cupy
+# emulinalg/backends/cupy/'s host code, driven on the CPU through a stand-in for cupy
 # ----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module", params=["model", pytest.param("native", marks=pytest.mark.slow)])
 def cpu_backend(request):
-    """emulinalg/backends/cupy.py on a CPU stand-in for cupy whose kernels are the numpy model,
+    """emulinalg/backends/cupy/ on a CPU stand-in for cupy whose kernels are the numpy model,
     or the CUDA sources themselves compiled as host C++ (needs g++ with C++20)."""
     import shutil
 
@@ -434,7 +434,8 @@ def cpu_backend(request):
     if request.param == "native" and shutil.which("g++") is None:
         pytest.skip("no g++ to compile the CUDA sources for the CPU")
     be, cp = fake_cupy.load_backend(native=request.param == "native")
-    be._SAMPLE_BLOCKS = 3  # a block per 256 threads here: few, grid-stride over the slots
+    # a block per 256 threads here: few, grid-stride over the slots
+    be.certificate._SAMPLE_BLOCKS = 3
     return be, cp
 
 
@@ -465,8 +466,8 @@ def test_host_code_drives_the_kernels(cpu_backend, case, cplx, out_dtype):
 def test_host_code_views_chunks_and_k_blocks(cpu_backend, monkeypatch):
     be, cp = cpu_backend
     ar, ai, br, bi = _operands(((), 13, 40, 9), 1, True, seed=3)
-    monkeypatch.setattr(be, "chunk_bytes", 3000)  # one or two rows of A per chunk
-    monkeypatch.setattr(be, "_K_BLOCK", 16)  # three K-blocks
+    monkeypatch.setattr(be.products, "chunk_bytes", 3000)  # one or two rows of A per chunk
+    monkeypatch.setattr(be.gemm, "_K_BLOCK", 16)  # three K-blocks
     tr = {id(x): np.ascontiguousarray(x.T) for x in (ar, ai, br, bi)}
 
     def transposed_view(x):  # same values, rows contiguous in memory
@@ -523,7 +524,7 @@ def test_crt_kernel_rounding_on_crafted_integers(cpu_backend, out_dtype):
         cp.asarray(np.zeros((1, len(ys), 1), dtype=dt))
         for _ in range(2 if out_dtype == "dd" else 1)
     ]
-    be._crt(prod, n, False, mu, nu, 0, outs, out_dtype)
+    be.products._crt(prod, n, False, mu, nu, 0, outs, out_dtype)
     neg, v = model.words_of(ys, crt_tables(n)["nw"])
     with np.errstate(over="ignore"):
         want = model.finish(neg, v, offs, out_dtype)
@@ -839,7 +840,7 @@ WIDE_STAT_CASES = [(((), 70, 6, 260), 1), (((2,), 37, 5, 259), 1)]
 
 
 def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None):
-    """emulinalg/backends/cupy.py's prescale and certificate hooks (on the CPU stand-in) against the
+    """emulinalg/backends/cupy/'s prescale and certificate hooks (on the CPU stand-in) against the
     generic code, which uses the same bf16 lower-bound hook: bit for bit, per ``Target``."""
     to_dev = to_dev or cp.asarray
     want_pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
@@ -875,15 +876,15 @@ def test_host_code_statistics_staged_rows(cpu_backend, monkeypatch):
     16 (the source patched), a block's rows span several stages, one boundary inside a batch
     entry and one between two."""
     be, cp = cpu_backend
-    source = be._cuda.source
+    source = be.kernels._cuda.source
 
     def staged(name):
         code = source(name)
         return code.replace("constexpr int kStage = 256;", "constexpr int kStage = 16;")
 
     assert "constexpr int kStage = 256;" in source("ozaki2_stats.cu")
-    monkeypatch.setattr(be._cuda, "source", staged)
-    monkeypatch.setattr(be, "_modules", {})
+    monkeypatch.setattr(be.kernels._cuda, "source", staged)
+    monkeypatch.setattr(be.kernels, "_modules", {})
     ar, ai, br, bi = _stat_operands(((3,), 13, 9, 10), 1, False, seed=31)
     _stat_vs_generic(be, cp, ar, ai, br, bi, (Target(24), Target(53, "native")))
 
@@ -900,7 +901,7 @@ def test_host_code_statistics_refinement(cpu_backend, cplx, target, shape, want,
     _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
     for speculative in (1, 0):
         with monkeypatch.context() as mp:
-            mp.setattr(be, "_SPECULATIVE_STEPS", speculative)
+            mp.setattr(be.certificate, "_SPECULATIVE_STEPS", speculative)
             _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
     limit = "SUSPECTS_MAX" if target.guarantee == "native" else "REFINE_ENTRIES"
     for name, value in (("REFINE_STEPS", 0), ("REFINE_STEPS", 1), (limit, 0),
@@ -939,8 +940,8 @@ def test_host_code_statistics_refinement_second_pass(cpu_backend, monkeypatch):
     seed, target = _second_pass_refines()
     ar, ai, br, bi = _second_pass_case(seed)
     calls = []
-    real = be._bf16_gemm
-    monkeypatch.setattr(be, "_bf16_gemm", lambda *x: calls.append(1) or real(*x))
+    real = be.gemm._bf16_gemm
+    monkeypatch.setattr(be.certificate, "_bf16_gemm", lambda *x: calls.append(1) or real(*x))
     targets = tuple(dict.fromkeys((Target(24), Target(53, "native"), target)))
     _stat_vs_generic(be, cp, ar, ai, br, bi, targets)
     assert calls  # the second pass ran
@@ -972,8 +973,8 @@ def test_host_code_statistics_complex_one_part(cpu_backend, which):
 
 def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch):
     be, cp = cpu_backend
-    monkeypatch.setattr(be, "_STAT_CHUNK", 32)  # three chunks of columns
-    monkeypatch.setattr(be, "_K_BLOCK", 16)  # five K-blocks of the bound GEMM
+    monkeypatch.setattr(be.statistics, "_STAT_CHUNK", 32)  # three chunks of columns
+    monkeypatch.setattr(be.gemm, "_K_BLOCK", 16)  # five K-blocks of the bound GEMM
     ar, ai, br, bi = _stat_operands(((), 13, 70, 9), 1, True, seed=3)
     tr = {id(x): np.ascontiguousarray(x.T) for x in (ar, ai, br, bi)}
 
@@ -1010,7 +1011,7 @@ def test_host_code_bound_planes_warps(cpu_backend, cplx, dtype, n, warps, monkey
     aligned (entry by entry loads), rows of 36 are; A's rows are 172 entries apart (16-byte
     copies, but for a chunk that k = 170 cuts, float32)."""
     be, cp = cpu_backend
-    monkeypatch.setattr(be, "_BOUND_WARPS", warps)
+    monkeypatch.setattr(be.statistics, "_BOUND_WARPS", warps)
     # float32: the special lines' 2**+-300 would not fit; a zero row, a subnormal, a tiny column
     ops64 = _stat_operands(((2,), 37, 170, n), 1, cplx, seed=5, special=dtype == "float64")
     ar, ai, br, bi = (None if x is None else x.astype(dtype) for x in ops64)
@@ -1024,7 +1025,7 @@ def test_host_code_bound_planes_warps(cpu_backend, cplx, dtype, n, warps, monkey
         buf[..., :170] = x
         return buf[..., :170]
 
-    ops = be._Operands(*(None if x is None else (pitched(x) if i < 2 else cp.asarray(x))
+    ops = be.kernels._Operands(*(None if x is None else (pitched(x) if i < 2 else cp.asarray(x))
                          for i, x in enumerate((ar, ai, br, bi))))  # fmt: skip
     assert ops.a_strides == (37 * 172, 172, 1)
     B, m, k, kp, n_p = ops.B, ops.m, ops.k, ops.kp, ops.n_p
@@ -1034,12 +1035,12 @@ def test_host_code_bound_planes_warps(cpu_backend, cplx, dtype, n, warps, monkey
         (ops.b, ops.b_strides, n, n_p, [None if x is None else np.swapaxes(x, -1, -2)
                                         for x in (br, bi)]),
     )  # fmt: skip
-    assert be._chunk_aligned(*ops.a, ops.a_strides)
-    assert be._chunk_aligned(*ops.b, ops.b_strides) == (n == 36)
+    assert be.statistics._chunk_aligned(*ops.a, ops.a_strides)
+    assert be.statistics._chunk_aligned(*ops.b, ops.b_strides) == (n == 36)
     for dev, strides, R, Rpad, (X, Xi) in sides:
         X, Xi = (None if x is None else x.astype(np.float64) for x in (X, Xi))
         emax = model.line_max_exponent(X, Xi)
-        got = be._bound_planes(*dev, strides, B, R, Rpad, k, kp, cp.asarray(emax))
+        got = be.statistics._bound_planes(*dev, strides, B, R, Rpad, k, kp, cp.asarray(emax))
         want = model.bound_operand(X, Xi, emax, Rpad, kp)
         shift, planes, sums, nz, mixed, partial = (np.asarray(x) for x in got)
         assert _same(shift, want[0]) and _same(planes[0, 0], want[1])
@@ -1056,13 +1057,13 @@ def test_host_code_bound_planes_padded_rows(cpu_backend, R, Rpad, warps, monkeyp
     the padding rows' b R + R + l would equal; a warp walking from one into the other must still
     take them as a new row tile (shifts, line terms, int8 values and partials as the model's)."""
     be, cp = cpu_backend
-    monkeypatch.setattr(be, "_BOUND_WARPS", warps)
+    monkeypatch.setattr(be.statistics, "_BOUND_WARPS", warps)
     B, C, Cp = 3, 40, 48
     X = np.random.default_rng(R + Rpad).standard_normal((B, R, C))
     X[1] *= 2.0**40  # batches of different exponents: a wrong shift shows
     emax = model.line_max_exponent(X, None)
     want = model.bound_operand(X, None, emax, Rpad, Cp)
-    got = be._bound_planes(cp.asarray(X), None, (R * C, C, 1), B, R, Rpad, C, Cp,
+    got = be.statistics._bound_planes(cp.asarray(X), None, (R * C, C, 1), B, R, Rpad, C, Cp,
                            cp.asarray(emax))  # fmt: skip
     shift, planes, sums, nz, mixed, partial = (np.asarray(x) for x in got)
     assert _same(shift, want[0]) and _same(planes[0, 0], want[1])
@@ -1236,15 +1237,15 @@ def test_host_code_statistics_float32(cpu_backend, cplx, second_pass):
     _same_prescale(pre, want_pre)
     generic = _generic_cert_backend(be.magnitude_lower_matmul)
     calls = []
-    real = be._bf16_gemm
+    real = be.gemm._bf16_gemm
     be_gemm = lambda *x: calls.append(1) or real(*x)  # noqa: E731
     try:
-        be._bf16_gemm = be_gemm
+        be.certificate._bf16_gemm = be_gemm
         for target in (Target(24), Target(53), Target(24, "native"), Target(53, "native")):
             want = certificate.ozaki2_moduli_needed(np, generic, *wide, want_pre, target)
             _same_certificate(be.ozaki2_certificate(*dev, pre, target), want)
     finally:
-        be._bf16_gemm = real
+        be.certificate._bf16_gemm = real
     assert bool(calls) == second_pass
 
 
@@ -1291,7 +1292,7 @@ def test_cert_operand_takes_float64_only(cpu_backend):
     not read at the wrong width (the certificate hands it float64 copies)."""
     be, cp = cpu_backend
     a = cp.asarray(np.ones((4, 16), dtype=np.float32))
-    ops = be._Operands(a, None, cp.asarray(np.ones((16, 4))), None)
+    ops = be.kernels._Operands(a, None, cp.asarray(np.ones((16, 4))), None)
     shift = cp.asarray(np.zeros(4, dtype=np.int64))
     with pytest.raises(TypeError, match="float64"):
-        be._cert_operand(*ops.a, ops.a_strides, 1, 4, 4, 16, 16, False, shift)
+        be.statistics._cert_operand(*ops.a, ops.a_strides, 1, 4, 4, 16, 16, False, shift)

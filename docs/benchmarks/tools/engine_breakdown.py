@@ -42,7 +42,7 @@ def main(argv=None):
         setattr(mod, name, staged(label)(getattr(mod, name)))
     import emulinalg.backends.cupy as cb  # its product hook imported ozaki2_shifts by name
 
-    cb.ozaki2_shifts = scaling.ozaki2_shifts
+    cb.products.ozaki2_shifts = scaling.ozaki2_shifts
     sync = cp.cuda.get_current_stream().synchronize
     out = open(args.out, "a") if args.out else None  # noqa: SIM115
     for dt in args.dtype.split(","):

@@ -2,8 +2,8 @@
 
 Per N (square, 18 moduli, int8 residues uniform in each modulus' symmetric range):
 
-- ``cublas_s32``: ``backends.cupy._int8_products`` (one strided-batched cuBLAS INT8 GEMM, INT32
-  out), the current Scheme II path;
+- ``cublas_s32``: ``backends.cupy.gemm._int8_products`` (one strided-batched cuBLAS INT8 GEMM,
+  INT32 out), the current Scheme II path;
 - ``fused_s32`` / ``fused_mod``: the CUTLASS kernel with its identity epilogue (INT32 out) and
   with the mod-reduce epilogue (INT8 residues out), for every tile configuration (--configs)
   and scheduler swizzle (--swizzles); the fastest exact one is used below;
@@ -58,7 +58,7 @@ def sym_mod(x, m):
 
 def wired():
     """backends.cupy's stages with the fused GEMM and the INT8 CRT where they apply."""
-    products, crt = be._int8_products, be._crt
+    products, crt = be.gemm._int8_products, be.products._crt
 
     def int8_products(pa, pb):  # only residue planes reach it inside ozaki2_product
         planes = fused.int8_mod_products(pa, pb, pa.shape[1])
@@ -80,9 +80,9 @@ def run_size(n, repeat, configs, swizzles, e2e, emit):
     def tops(ms):
         return ops / (ms * 1e-3) / 1e12
 
-    ms = median_ms(lambda: be._int8_products(pa, pb), repeat)
+    ms = median_ms(lambda: be.gemm._int8_products(pa, pb), repeat)
     emit({"N": n, "variant": "cublas_s32", "ms": ms, "tops": tops(ms)})
-    ref = be._int8_products(pa, pb)[0, 0]  # (NMOD, 1, n, n_p) int32
+    ref = be.gemm._int8_products(pa, pb)[0, 0]  # (NMOD, 1, n, n_p) int32
     best = {}
     for c, sw in ((c, sw) for c in configs for sw in swizzles):
         fused.config, fused.swizzle = c, sw
@@ -109,7 +109,7 @@ def run_size(n, repeat, configs, swizzles, e2e, emit):
     nu = cp.zeros((1, n), dtype=cp.int32)
     out32 = [cp.empty((1, n, n), dtype=cp.float64)]
     prod = ref[None, None]  # (1, 1, NMOD, 1, n, n_p): one K-block, the real product
-    ms = median_ms(lambda: be._crt(prod, NMOD, False, mu, nu, 0, out32, "float64"), repeat)
+    ms = median_ms(lambda: be.products._crt(prod, NMOD, False, mu, nu, 0, out32, "float64"), repeat)
     emit({"N": n, "variant": "crt_s32", "ms": ms})
     out8 = planes = None
     if best:
@@ -138,13 +138,14 @@ def run_size(n, repeat, configs, swizzles, e2e, emit):
     base = median_ms(product, repeat)
     want = product()
     prods, crt = wired()
-    saved = be._int8_products, be._crt
-    be._int8_products, be._crt = prods, crt
+    # ozaki2_product finds both in backends/cupy/products.py
+    saved = be.products._int8_products, be.products._crt
+    be.products._int8_products, be.products._crt = prods, crt
     try:
         fast = median_ms(product, repeat)
         got = product()
     finally:
-        be._int8_products, be._crt = saved
+        be.products._int8_products, be.products._crt = saved
     equal = bool(cp.array_equal(got.view(cp.uint64), want.view(cp.uint64)))
     emit({"N": n, "variant": "e2e", "config": fused.config, "swizzle": fused.swizzle,
           "dgemm_ms": dgemm,

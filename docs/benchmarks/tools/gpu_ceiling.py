@@ -119,15 +119,15 @@ def run_size(n, repeat, counts, sampler, emit):
         rates[name] = rec["tops"]
         emit({"N": n, "variant": "int8", "kernel": name, "moduli": planes, **extra, **rec})
 
-    int8("cublas_batched_s32", lambda: be._int8_products(pa, pb), NMOD)
+    int8("cublas_batched_s32", lambda: be.gemm._int8_products(pa, pb), NMOD)
     if fused.available():
         cfg = fused.configs()[fused.config]["name"]
         int8("fused_mod_s8", lambda: fused.int8_mod_products(pa, pb, NMOD), NMOD,
              config=cfg, swizzle=fused.swizzle)  # fmt: skip
     one_a, one_b = pa[:, :1], pb[:, :1]
-    int8("cublas_one_s32", lambda: be._int8_products(one_a, one_b), 1, data="residues")
+    int8("cublas_one_s32", lambda: be.gemm._int8_products(one_a, one_b), 1, data="residues")
     za, zb = cp.zeros_like(one_a), cp.zeros_like(one_b)
-    int8("cublas_one_s32_zeros", lambda: be._int8_products(za, zb), 1, data="zeros")
+    int8("cublas_one_s32_zeros", lambda: be.gemm._int8_products(za, zb), 1, data="zeros")
     pa = pb = one_a = one_b = za = zb = None  # freed before the next size
     cp.get_default_memory_pool().free_all_blocks()
 

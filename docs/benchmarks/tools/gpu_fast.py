@@ -100,26 +100,28 @@ def run_size(n, repeat, check):
     pre = be.ozaki2_prescale(a, None, b, None, MODE)
     c = crt_constants(MODULI)
     mu, nu = ozaki2_shifts(cxp, pre, c.L, c.Q_down)
-    ops = be._Operands(a, None, b, None, mu, nu)
+    ops = be.kernels._Operands(a, None, b, None, mu, nu)
     kp, n_p = ops.kp, ops.n_p
     near = rounds_to_nearest(MODULI, n, MODE)
 
     def residues():
-        pa = be._residue_planes(ops.a[0], None, ops.a_strides, n, n, n, kp, ops.mu, n, MODULI, near)
-        pb = be._residue_planes(
+        pa = be.products._residue_planes(
+            ops.a[0], None, ops.a_strides, n, n, n, kp, ops.mu, n, MODULI, near
+        )
+        pb = be.products._residue_planes(
             ops.b[0], None, ops.b_strides, n, n_p, n, kp, ops.nu, n, MODULI, near
         )
         return pa, pb
 
     rec["residues_ms"] = median_ms(residues, repeat)
     pa, pb = residues()
-    rec["gemms_ms"] = median_ms(lambda: be._int8_products(pa, pb), repeat)
+    rec["gemms_ms"] = median_ms(lambda: be.gemm._int8_products(pa, pb), repeat)
     rec["int8_tops"] = 2.0 * n * n_p * kp * MODULI / (rec["gemms_ms"] * 1e-3) / 1e12
-    prod = be._int8_products(pa, pb)
+    prod = be.gemm._int8_products(pa, pb)
     pa = pb = None  # free before the next stage
     out = [cp.empty((1, n, n), dtype=cp.float64)]
     rec["crt_ms"] = median_ms(
-        lambda: be._crt(prod, MODULI, False, ops.mu, ops.nu, 0, out, "float64"), repeat
+        lambda: be.products._crt(prod, MODULI, False, ops.mu, ops.nu, 0, out, "float64"), repeat
     )
     prod = out = None
 

@@ -1,4 +1,4 @@
-"""Kernel-by-kernel times of the Scheme II statistics on the GPU (emulinalg/backends/cupy.py's
+"""Kernel-by-kernel times of the Scheme II statistics on the GPU (emulinalg/backends/cupy/'s
 ozaki2_prescale and ozaki2_certificate), device-synchronised, median of repeats.
 
     python docs/benchmarks/tools/stats_breakdown.py -N 8192 [--dtype float64] [--repeat 7]
@@ -71,12 +71,17 @@ def kernel_times(a, b, repeat):
 
         return run
 
-    real_kernel = be._stats_kernel
-    saved = {n: getattr(be, n) for n in ("_int8_products", "_bf16_gemm")}
+    real_kernel = be.kernels._stats_kernel
+    # the modules that launch them look them up in their own namespaces
+    users = {"_stats_kernel": (be.statistics, be.certificate), "_int8_products": (be.statistics,),
+             "_bf16_gemm": (be.certificate,)}
+    saved = {n: getattr(be.gemm, n) for n in ("_int8_products", "_bf16_gemm")}
     hooks = {n: getattr(be, n) for n in ("ozaki2_prescale", "ozaki2_certificate")}
-    be._stats_kernel = lambda expr: timed_launch(expr.split("<")[0], real_kernel(expr))
+    for mod in users["_stats_kernel"]:
+        mod._stats_kernel = lambda expr: timed_launch(expr.split("<")[0], real_kernel(expr))
     for n, fn in saved.items():
-        setattr(be, n, timed_launch(n.strip("_"), fn))
+        for mod in users[n]:
+            setattr(mod, n, timed_launch(n.strip("_"), fn))
     be.ozaki2_prescale = marked("begin", hooks["ozaki2_prescale"], True)
     be.ozaki2_certificate = marked("end", hooks["ozaki2_certificate"], False)
     runs = []
@@ -106,8 +111,10 @@ def kernel_times(a, b, repeat):
                 per["total_stages"] = sum(rec.seconds.values()) * 1e3
                 runs.append(per)
     finally:
-        be._stats_kernel = real_kernel
-        for n, fn in {**saved, **hooks}.items():
+        for n, fn in {"_stats_kernel": real_kernel, **saved}.items():
+            for mod in users[n]:
+                setattr(mod, n, fn)
+        for n, fn in hooks.items():
             setattr(be, n, fn)
     runs = runs[1:]  # the first: compilation, plans
     return {k: round(statistics.median(r.get(k, 0.0) for r in runs), 4) for k in runs[0]}
@@ -140,7 +147,7 @@ def main():
     if be.narrow_statistics and args.dtype == "float32":  # what the engine hands the hooks
         a, b = a_in, b_in
     rec = {"N": N, "dtype": args.dtype, "phi": args.phi, "bits": bits}
-    ops = be._Operands(a, None, b, None)
+    ops = be.kernels._Operands(a, None, b, None)
     B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
     t, _ = timed(lambda: bool(cp.isfinite(cp.sum(a))) and bool(cp.isfinite(cp.sum(b))), r)
     rec["finite_check_sums"] = t  # the engine's NaN/Inf check without line_scan
@@ -148,47 +155,49 @@ def main():
     rec["line_scan"] = t  # the same check fused with the line exponents
     t, _ = timed(lambda: be.ozaki2_prescale(a, None, b, None, "accurate", exponents=scan[1]), r)
     rec["prescale_after_scan"] = t
-    t, ea = timed(lambda: be._line_max_exponent(*ops.a, ops.a_strides, B, m, k), r)
+    t, ea = timed(lambda: be.statistics._line_max_exponent(*ops.a, ops.a_strides, B, m, k), r)
     rec["line_max_A"] = t
-    t, eb = timed(lambda: be._line_max_exponent(*ops.b, ops.b_strides, B, n, k), r)
+    t, eb = timed(lambda: be.statistics._line_max_exponent(*ops.b, ops.b_strides, B, n, k), r)
     rec["line_max_B"] = t
-    t, ra_ = timed(lambda: be._bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea), r)
+    bound_planes = be.statistics._bound_planes
+    t, ra_ = timed(lambda: bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea), r)
     rec["bound_operand_A"] = t
-    t, rb_ = timed(lambda: be._bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb), r)
+    t, rb_ = timed(lambda: bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb), r)
     rec["bound_operand_B"] = t
-    # bound_operand's grid (emulinalg/backends/cupy.py: _BOUND_WARPS): every warp the device holds
+    # bound_operand's grid (backends/cupy/statistics.py: _BOUND_WARPS): every warp the device holds
     # (resident), fewer, and more (then not all shares run side by side)
-    resident = be._resident_blocks(f"bound_operand<{be._in_type(a)}, false>", 32)
+    resident = be.kernels._resident_blocks(f"bound_operand<{be.kernels._in_type(a)}, false>", 32)
     rec["bound_operand_resident_warps"] = resident
     warps = {}
-    saved_warps = be._BOUND_WARPS
+    saved_warps = be.statistics._BOUND_WARPS
     try:
         for nw in (resident // 2, resident, 2 * resident, 8 * resident):
-            be._BOUND_WARPS = nw
-            ta, _ = timed(lambda: be._bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea), r)
-            tb, _ = timed(lambda: be._bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb),
+            be.statistics._BOUND_WARPS = nw
+            ta, _ = timed(lambda: bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea), r)
+            tb, _ = timed(lambda: bound_planes(*ops.b, ops.b_strides, B, n, n_p, k, kp, eb),
                           r)  # fmt: skip
             warps[nw] = [round(ta * 1e3, 4), round(tb * 1e3, 4)]
     finally:
-        be._BOUND_WARPS = saved_warps
+        be.statistics._BOUND_WARPS = saved_warps
     rec["bound_operand_warps_ms"] = warps
-    t, _ = timed(lambda: be._int8_products(ra_[1], rb_[1]), r)
+    t, _ = timed(lambda: be.gemm._int8_products(ra_[1], rb_[1]), r)
     rec["int8_gemm"] = t
     rec["int8_tops"] = 2.0 * m * n * k / t / 1e12
     t, pre = timed(lambda: be.ozaki2_prescale(a, None, b, None, "accurate"), r)
     rec["prescale_total"] = t
     cc = certificate.cert_constants(k, target, False)
-    t, _ = timed(lambda: be._line_terms(pre.lower.pa, B, m, pre[2].reshape(B * m), cc.scale,
-                                        cc.l1fac, cc.norm == "l2"), r)  # fmt: skip
+    line_terms = be.certificate._line_terms
+    t, _ = timed(lambda: line_terms(pre.lower.pa, B, m, pre[2].reshape(B * m), cc.scale,
+                                    cc.l1fac, cc.norm == "l2"), r)  # fmt: skip
     rec["line_terms_A"] = t
     calls = []
-    real_gemm = be._bf16_gemm
+    real_gemm = be.gemm._bf16_gemm
 
     def counted(*a_):
         calls.append(1)
         return real_gemm(*a_)
 
-    be._bf16_gemm = counted
+    be.certificate._bf16_gemm = counted
     t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, target), r)
     rec["certificate_total"] = t
     rec["bf16_fallback_calls"] = len(calls)
@@ -198,33 +207,32 @@ def main():
     refinement.REFINE_ENTRIES = -1
     t, res = timed(lambda: be.ozaki2_certificate(a, None, b, None, pre, target), r)
     refinement.REFINE_ENTRIES = saved
-    be._bf16_gemm = real_gemm
+    be.certificate._bf16_gemm = real_gemm
     rec["certificate_no_refine"] = t
     rec["count_no_refine"] = res[0]
     # the certificate's bf16 pass reads float64 operands (copies where the inputs are float32)
-    wide = be._Operands(a.astype(cp.float64), None, b.astype(cp.float64), None)
-    a16 = be._cert_operand(*wide.a, wide.a_strides, B, m, m, k, kp, False, pre[0])
-    b16 = be._cert_operand(*wide.b, wide.b_strides, B, n, n_p, k, kp, True, pre[1])
-    t, _ = timed(
-        lambda: be._cert_operand(*wide.a, wide.a_strides, B, m, m, k, kp, False, pre[0]), r
-    )
+    wide = be.kernels._Operands(a.astype(cp.float64), None, b.astype(cp.float64), None)
+    cert_operand = be.statistics._cert_operand
+    a16 = cert_operand(*wide.a, wide.a_strides, B, m, m, k, kp, False, pre[0])
+    b16 = cert_operand(*wide.b, wide.b_strides, B, n, n_p, k, kp, True, pre[1])
+    t, _ = timed(lambda: cert_operand(*wide.a, wide.a_strides, B, m, m, k, kp, False, pre[0]), r)
     rec["bf16_operand_A"] = t
-    t, _ = timed(lambda: be._bf16_gemm(a16, b16), r)
+    t, _ = timed(lambda: be.gemm._bf16_gemm(a16, b16), r)
     rec["bf16_gemm"] = t
     rec["kernels"] = kernel_times(a_in, b_in, r)
-    # F's passes at other grids (emulinalg/backends/cupy.py: _BOUND_MAX_ROWS, _CERT_BLOCKS),
+    # F's passes at other grids (emulinalg/backends/cupy/: _BOUND_MAX_ROWS, _CERT_BLOCKS),
     # inside a real matmul
     grids = {}
-    saved_grid = be._BOUND_MAX_ROWS, be._CERT_BLOCKS
+    saved_grid = be.statistics._BOUND_MAX_ROWS, be.certificate._CERT_BLOCKS
     try:
         for rows, blocks in ((128, 2048), (512, 1024), (1024, 512), (2048, 8192)):
-            be._BOUND_MAX_ROWS, be._CERT_BLOCKS = rows, blocks
+            be.statistics._BOUND_MAX_ROWS, be.certificate._CERT_BLOCKS = rows, blocks
             kt = kernel_times(a_in, b_in, 3)
             grids[f"{rows},{blocks}"] = [
                 kt.get("statistics:bound_max"), kt.get("statistics:cert_entries")
             ]
     finally:
-        be._BOUND_MAX_ROWS, be._CERT_BLOCKS = saved_grid
+        be.statistics._BOUND_MAX_ROWS, be.certificate._CERT_BLOCKS = saved_grid
     rec["f_pass_grid_ms"] = grids  # "bound_max rows, cert blocks": [bound_max, cert_entries]
     if args.profile:  # host time of the statistics' Python (launches, allocations, checks)
         import cProfile

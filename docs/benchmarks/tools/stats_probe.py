@@ -48,7 +48,7 @@ def host_gap(a, b, repeat):
     import emulinalg
 
     stamps = {}
-    real_scan, real_pre, real_kernel = be.line_scan, be.ozaki2_prescale, be._stats_kernel
+    real_scan, real_pre, real_kernel = be.line_scan, be.ozaki2_prescale, be.kernels._stats_kernel
 
     def scan(*args, **kw):
         out = real_scan(*args, **kw)
@@ -69,7 +69,8 @@ def host_gap(a, b, repeat):
 
         return run
 
-    be.line_scan, be.ozaki2_prescale, be._stats_kernel = scan, pre, kernel
+    # bound_operand's launch looks the kernel up in backends/cupy/statistics.py
+    be.line_scan, be.ozaki2_prescale, be.statistics._stats_kernel = scan, pre, kernel
     runs = []
     try:
         with emulinalg.config(strategy="eager"):
@@ -82,7 +83,8 @@ def host_gap(a, b, repeat):
                     (stamps["first_launch"] - stamps["prescale_called"]) * 1e3,
                 ))
     finally:
-        be.line_scan, be.ozaki2_prescale, be._stats_kernel = real_scan, real_pre, real_kernel
+        be.line_scan, be.ozaki2_prescale = real_scan, real_pre
+        be.statistics._stats_kernel = real_kernel
     runs = runs[1:]
     return {
         "engine_ms": round(statistics.median(r[0] for r in runs), 4),
@@ -93,22 +95,24 @@ def host_gap(a, b, repeat):
 def host_steps(a, b, repeat=50):
     """Host microseconds per call of ozaki2_prescale's steps before its first launch (no
     syncs inside; the device is idle while they run in a real product)."""
-    ops = be._Operands(a, None, b, None)
+    ops = be.kernels._Operands(a, None, b, None)
     B, m, k, n, kp = ops.B, ops.m, ops.k, ops.n, ops.kp
-    ea, _ = be._line_exponents(ops)
+    ea, _ = be.statistics._line_exponents(ops)
     small = cp.zeros((64,), dtype=cp.uint64)
     import numpy as np
 
     mem = cp.cuda.alloc_pinned_memory(30 * 8)
     pinned = np.frombuffer(mem, dtype=np.uint64, count=30)
     steps = {
-        "usable": lambda: be._usable(a, None, b, None),
-        "operands": lambda: be._Operands(a, None, b, None),
+        "usable": lambda: be.statistics._usable(a, None, b, None),
+        "operands": lambda: be.kernels._Operands(a, None, b, None),
         "zeros": lambda: cp.zeros((4 * B * (m + n),), dtype=cp.uint64),
         "empty_planes": lambda: cp.empty((1, 1, B, m, kp), dtype=cp.int8),
         "empty_small": lambda: cp.empty((B, m), dtype=cp.int64),
-        "stats_kernel_lookup": lambda: be._stats_kernel("bound_operand<float, false>"),
-        "bound_planes_A": lambda: be._bound_planes(*ops.a, ops.a_strides, B, m, m, k, kp, ea),
+        "stats_kernel_lookup": lambda: be.kernels._stats_kernel("bound_operand<float, false>"),
+        "bound_planes_A": lambda: be.statistics._bound_planes(
+            *ops.a, ops.a_strides, B, m, m, k, kp, ea
+        ),
         "line_scan": lambda: be.line_scan(a, None, b, None),
         # the certificate's read-back of its counts (30 words): pageable, and into pinned memory
         "readback_asnumpy": lambda: cp.asnumpy(small[:30]),
@@ -149,12 +153,12 @@ def main():
                 assert src.count(old) == 1, (name, old)
                 src = src.replace(old, new)
             _cuda.source = lambda f, src=src: src if f == "ozaki2_stats.cu" else real_source(f)
-            be._modules.clear()
+            be.kernels._modules.clear()
             kt = kernel_times(a, b, args.repeat)
             probes[name] = {k.split(":")[1]: kt.get(k) for k in keys}
     finally:
         _cuda.source = real_source
-        be._modules.clear()
+        be.kernels._modules.clear()
     rec["probes_ms"] = probes
     rec["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(json.dumps(rec))

@@ -10,7 +10,7 @@ Stages (named as in ``emulinalg.algorithm.products``):
 
 - ``ozaki2_residues.cu``: float64 operand -> int8 residues for every modulus, in the INT8 GEMM's
   layout (planes of (rows, kp) with kp a multiple of 16), one pass;
-- the INT8 GEMMs are cuBLAS (``emulinalg/backends/cupy.py``);
+- the INT8 GEMMs are cuBLAS (``emulinalg/backends/cupy/gemm.py``);
 - ``ozaki2_crt.cu``: INT32 products -> exact CRT integer -> correctly rounded float;
 - ``bf16_lower.cu``: float64 -> bfloat16 truncated toward zero (certificate lower bounds);
 - ``ozaki2_stats.cu``: the statistics that choose the number of moduli, as

@@ -9,8 +9,8 @@ from those bytes: a quarter of the product traffic, the same integers, so the sa
 - ``int8_mod_products(pa, pb, n)``: the residue planes of the products, or None where the fused
   kernel does not apply (not built, no compute capability 9.0 device, complex 3M planes, K
   beyond 2**16, empty shapes); the caller then keeps the cuBLAS path.
-- ``crt_s8(...)``: the CRT pass over those planes, with ``emulinalg/backends/cupy.py``'s ``_crt``
-  arguments.
+- ``crt_s8(...)``: the CRT pass over those planes, with the arguments of
+  ``emulinalg/backends/cupy/products.py``'s ``_crt``.
 - ``int32_products(pa, pb)``: the same GEMM with an identity epilogue (INT32 out, cuBLAS's
   layout), for benchmarks.
 
@@ -85,7 +85,7 @@ def _moduli_table(cp, n, B):
 
 
 def _planes_ok(cp, pa, pb):
-    # device arrays only (the CPU tests drive emulinalg/backends/cupy.py with numpy stand-ins)
+    # device arrays only (the CPU tests drive emulinalg/backends/cupy/ with numpy stand-ins)
     if not (isinstance(pa, cp.ndarray) and isinstance(pb, cp.ndarray)):
         return False
     if pa.ndim != 5 or pb.ndim != 5 or pa.dtype != cp.int8 or pb.dtype != cp.int8:
@@ -100,7 +100,7 @@ def _planes_ok(cp, pa, pb):
 
 def int8_mod_products(pa, pb, moduli):
     """INT8 residues of the products of the A planes (P, n, B, m, kp) and the B planes
-    (P, n, B, n_p, kp) of ``emulinalg/backends/cupy.py``'s ``_residue_planes``: planes
+    (P, n, B, n_p, kp) of ``emulinalg/backends/cupy/products.py``'s ``_residue_planes``: planes
     (P, n, B, m, ldc) whose entry (0, l, b, i, j), j < n_p, is symmetric((A B^T)[i, j] mod
     MODULI[l]) in [-(m_l // 2), (m_l - 1) // 2] (``moduli.symmetric_mod``); ldc is n_p rounded
     up to 16 (TMA rows), columns n_p.. are not written.
@@ -134,7 +134,7 @@ def int8_mod_products(pa, pb, moduli):
 
 def int32_products(pa, pb):
     """The fused kernel with its identity epilogue: INT32 products (P, n, B, m, n_p), the layout
-    of one K-block of ``emulinalg/backends/cupy.py``'s ``_int8_products`` (all P planes; no K
+    of one K-block of ``emulinalg/backends/cupy/gemm.py``'s ``_int8_products`` (all P planes; no K
     limit other than INT32 wrap-around). None where not available."""
     if not available():
         return None
@@ -186,8 +186,8 @@ def _crt_kernel(cp, n, parts):
 def crt_s8(res, n, cplx, mu32, nu32, r0, outs, out_dtype):
     """Rows r0.. of the outputs from the INT8 residue planes ``res`` (NP, n, B, mc, ldr) of one
     chunk (NP = 2, Re and Im, for complex): ``ozaki2_crt_s8.cu``. Arguments and result as
-    ``emulinalg/backends/cupy.py``'s ``_crt`` (``outs``: the (B, m, n) output arrays, hi[, lo]
-    per part, in part order); bit-identical to it on the same products."""
+    ``emulinalg/backends/cupy/products.py``'s ``_crt`` (``outs``: the (B, m, n) output arrays,
+    hi[, lo] per part, in part order); bit-identical to it on the same products."""
     import cupy as cp
 
     NP, nmod, B, mc, ldr = res.shape

@@ -1,0 +1,138 @@
+"""The cupy backend's Scheme II product in the CUDA kernels of ``src_cuda/``: one pass from
+float64 to the int8 residues of every modulus in the GEMM's layout (``ozaki2_residues.cu``), one
+strided-batched INT8 GEMM per K-block over all moduli (and batch, and 3M products), or the fused
+CUTLASS GEMM with its mod-m epilogue (``backends.cuda.fused``), and one pass from the products
+to the correctly rounded result (``ozaki2_crt.cu``): the same integers and the same exact
+reconstruction as ``emulinalg.algorithm.products.product``, so bit-identical results.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+from emulinalg._timing import stage
+from emulinalg.algorithm.moduli import crt_constants
+from emulinalg.algorithm.scaling import ozaki2_shifts, rounds_to_nearest
+
+from .. import cuda as _cuda
+from ..cuda import fused as _fused
+from . import gemm as _gemm
+from .gemm import _int8_products
+from .kernels import _MAX_GRID_YZ, _THREADS, _i32, _i64, _kernel, _Operands, _tf, kernels_enabled
+
+# Bytes of A residues and INT32 products held at once: larger row blocks are done in chunks of
+# rows (B's residues are made once per call).
+chunk_bytes = 6 << 30
+
+
+def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, nearest):
+    """int8 planes (P, n, B, rows_pad, kp) of the logical operand (B, rows, k) given by ``re``
+    (and ``im``) with element ``strides``, lines scaled by ``shift`` (B lines of ``rows``, batch
+    stride ``shift_sb``) and rounded to nearest (``nearest``) or toward zero, as
+    ``scaling.scale_to_integers``: ``ozaki2_residues.cu``."""
+    B = re.shape[0]
+    cplx = im is not None
+    planes = cp.empty((3 if cplx else 1, n, B, rows_pad, kp), dtype=cp.int8)
+    fn = _kernel("ozaki2_residues.cu", f"ozaki2_residues<{n}, {_tf(cplx)}, {_tf(nearest)}>")
+    sb, sr, sc = strides
+    grid = (-(-kp // 32), min(-(-rows_pad // 32), _MAX_GRID_YZ), min(B, _MAX_GRID_YZ))
+    args = (
+        re, im if cplx else re, _i64(sb), _i64(sr), _i64(sc),
+        _i32(B), _i32(rows), _i32(k), _i32(rows_pad), _i32(kp),
+        _i32(sr == 1 and sc != 1), shift, _i64(shift_sb), planes,
+    )  # fmt: skip
+    fn(grid, (_THREADS,), args)
+    return planes
+
+
+def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype):
+    """Rows r0.. of the outputs from the INT32 products of one chunk: ``ozaki2_crt.cu``.
+    ``outs``: the (B, m, n) output arrays (hi[, lo] per part, in part order)."""
+    nkb, _, _, B, mc, n_p = prod.shape
+    m_full, ncols = outs[0].shape[-2:]
+    nw = _cuda.crt_words(n)
+    fn = _kernel(
+        "ozaki2_crt.cu",
+        f"ozaki2_crt<{n}, {nw}, {'true' if cplx else 'false'}>",
+        tables=lambda: _cuda.crt_table_arrays(n),
+    )
+    o = list(outs) + [outs[0]] * (4 - len(outs))  # unused pointers are never written
+    if out_dtype != "dd" and cplx:
+        o = [outs[0], outs[0], outs[1], outs[1]]
+    rows = B * mc
+    grid = (-(-ncols // 32), min(-(-rows // 8), _MAX_GRID_YZ))
+    args = (
+        prod, _i64(prod[0].size), _i32(nkb), _i64(B * mc * n_p),
+        _i32(B), _i32(mc), _i32(ncols), _i32(n_p), _i32(m_full), _i32(r0),
+        mu32, nu32, _i32(_cuda.OUT_KIND[out_dtype]), *o,
+    )  # fmt: skip
+    fn(grid, (32, 8), args)
+
+
+def _shifts(prescale, c):
+    """``scaling.ozaki2_shifts`` evaluated by numpy on the host: the vectors are short and the
+    formula is a dozen elementwise steps, each a kernel launch on the device (about 1 ms in all
+    at N = 8192, against 0.1 ms here); its exact comparisons make the shifts the same on every
+    backend."""
+    host = tuple(cp.asnumpy(x) for x in prescale)
+    mu, nu = ozaki2_shifts(np, host, c.L, c.Q_down)
+    return cp.asarray(mu), cp.asarray(nu)
+
+
+def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
+    """Scheme II product in the CUDA kernels: same contract and bit-identical output as
+    ``emulinalg.algorithm.products.product(cupy, int_matmul, ar, ai, br, bi, moduli, mode,
+    out_dtype, prescale)``.
+
+    ``ar``/``br`` are float64 cupy arrays (..., m, k)/(..., k, n), ``ai``/``bi`` the imaginary
+    parts or None, ``prescale`` from ``scaling.ozaki2_prescale``; ``out_dtype`` is "float64",
+    "float32" or "dd" (each part a (hi, lo) float64 pair, as ``rounding.unscale_dd``). Returns the
+    tuple of parts, or None to decline (the caller then runs the generic path).
+    """
+    if not kernels_enabled() or out_dtype not in _cuda.OUT_KIND or prescale is None:
+        return None
+    if any(x is not None and x.dtype != cp.float64 for x in (ar, ai, br, bi)):
+        return None
+    c = crt_constants(moduli)
+    mu, nu = _shifts(prescale, c)
+    ops = _Operands(ar, ai, br, bi, mu, nu)
+    B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
+    cplx = ai is not None
+    P = 3 if cplx else 1
+    near = rounds_to_nearest(moduli, k, mode)
+    with stage("slicing"):
+        pb = _residue_planes(
+            ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli, near
+        )
+    dt = cp.float32 if out_dtype == "float32" else cp.float64
+    per_part = 2 if out_dtype == "dd" else 1
+    outs = [cp.empty((B, m, n), dtype=dt) for _ in range((2 if cplx else 1) * per_part)]
+    nkb = -(-kp // _gemm._K_BLOCK)  # the K-blocks of _int8_products
+    # The fused CUTLASS GEMM (src_cuda/) writes INT8 residues: 1 byte per product entry, not 4.
+    fused_ok = not cplx and kp <= _fused.MAX_K and _fused.available()
+    row_bytes = P * moduli * B * (kp + (-(-n_p // 16) * 16 if fused_ok else 4 * nkb * n_p))
+    rows = max(1, min(m, chunk_bytes // row_bytes))
+    for r0 in range(0, m, rows):
+        r1 = min(m, r0 + rows)
+        a_re, a_im = (None if x is None else x[:, r0:r1] for x in ops.a)
+        with stage("slicing"):
+            pa = _residue_planes(
+                a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli, near
+            )
+        with stage("products"):
+            prod = _fused.int8_mod_products(pa, pb, moduli) if fused_ok else None
+            if prod is None:
+                prod = _int8_products(pa, pb)
+        del pa
+        with stage("reconstruction"):
+            if prod.dtype == cp.int8:
+                _fused.crt_s8(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype)
+            else:
+                _crt(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype)
+        del prod
+    shape = ops.batch + (m, n)
+    outs = [x.reshape(shape) for x in outs]
+    if out_dtype == "dd":
+        return tuple((outs[2 * p], outs[2 * p + 1]) for p in range(len(outs) // 2))
+    return tuple(outs)
