@@ -321,10 +321,12 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     ``certificate.magnitude_lower``, and a second pass with the larger bound per entry. Then the
     exact step (``certificate.exact_passes``: the same C++ pass at threshold 1 with the exact line
     factors, its failures counted) and ``refinement.refine_and_patch`` (numpy) on the entries that
-    fail that test one count below each count it tries. The same decisions as the generic code
-    except where a test is decided within a few ulps (the norms' sums run in another order)."""
-    from emulinalg.algorithm import certificate, refinement
-    from emulinalg.algorithm.moduli import MIN_MODULI
+    fail that test one count below each count it tries. Every term, limit and decision comes from
+    ``emulinalg.algorithm.certificate_plan``. The same decisions as the generic code except where a
+    test is decided within a few ulps (the norms' sums run in another order)."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg.algorithm import certificate, certificate_plan, refinement
 
     amx = _module()
     lower = getattr(prescale, "lower", None)
@@ -333,41 +335,38 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
         return None
     k = ar.shape[-1]
     cplx = ai is not None
-    cc = certificate.cert_constants(k, target, cplx)
-    if k > certificate.LOWER_K_MAX or cc.factor <= 0:  # never with k <= MAX_K; as certificate
+    m, n = lower.shape
+    plan = certificate_plan.plan(k, target, cplx, m, n, ar.ndim)
+    cc = plan.constants
+    if not plan.gemm_lower:  # never with k <= MAX_K
         return None
     s, t, e, f = prescale
-    na, nb = _line_norms(sums, cc)
-    alpha = cc.scale * np.sqrt(np.asarray(e, dtype=np.float64))
-    beta = cc.scale * np.sqrt(np.asarray(f, dtype=np.float64))
-    fexp, fexp_mixed = certificate.bound_lower_exponents(cplx)
+    na, nb = (certificate_plan.norms_from_sums(xp, cc, l1, sq) for l1, sq in zip(*sums))
+    alpha, beta = certificate_plan.line_alpha(xp, cc, e), certificate_plan.line_alpha(xp, cc, f)
     mixed = getattr(prescale, "mixed", None)
     if mixed is None:  # real; or complex without the counts: 2**-fexp_mixed everywhere
         ma, mb = np.full(len(na), int(cplx), np.int64), np.full(len(nb), int(cplx), np.int64)
     else:
         ma, mb = (np.ascontiguousarray(x, dtype=np.int64) for x in mixed)
-    lam_terms = (cc.factor, cc.abs_term, cc.cR, cc.c4)
 
     def entries(a_terms, b_terms, thr, base, c):
-        return amx.ozaki2_cert_entries(lower, fexp, na, a_terms, nb, b_terms, *lam_terms,
-                                       np.array(thr), base, ma, mb, fexp_mixed, c)  # fmt: skip
+        return amx.ozaki2_cert_entries(lower, plan.fexp, na, a_terms, nb, b_terms,
+                                       *plan.lower_terms, np.array(thr), base, ma, mb,
+                                       plan.fexp_mixed, c)  # fmt: skip
 
     c32 = None
-    need, count, _, n_out = entries(alpha, beta, cc.thresholds, MIN_MODULI, None)
+    need, count, _, n_out = entries(alpha, beta, cc.thresholds, plan.min_count, None)
     if n_out:
-        # line exponents from the prescale's shifts (s = 5 - cplx - e): the certificate's
-        # normalisation
-        ea = np.ascontiguousarray(5 - int(cplx) - s, dtype=np.int64)
-        eb = np.ascontiguousarray(5 - int(cplx) - t, dtype=np.int64)
+        ea, eb = (np.ascontiguousarray(certificate_plan.line_exponents(xp, x, cplx))
+                  for x in (s, t))  # fmt: skip
         a32 = amx.ozaki2_cert_operand(ar, ea, True, ai)[0]
         b32 = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T)[0]
         c32 = np.ascontiguousarray(native_matmul(a32, b32))
         del a32, b32
-        need, count, _, n_out = entries(alpha, beta, cc.thresholds, MIN_MODULI, c32)
+        need, count, _, n_out = entries(alpha, beta, cc.thresholds, plan.min_count, c32)
     beyond = need == certificate.BEYOND
     if n_out == need.size:
         return None, beyond, None
-    import array_api_compat.numpy as xp
 
     exact = {}
 
@@ -379,35 +378,22 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
             exact[c] = codes == 1, fails
         return exact[c]
 
-    # the beyond entries always fail the exact test: only they fail it where no other does
-    if count > MIN_MODULI and failing(count - 1)[1] == n_out:
-        count -= 1
-    n = need.shape[1]
-    native = target.guarantee == "native"
+    count = certificate_plan.exact_step(count, lambda c: failing(c)[1], n_out)
 
     def suspects(count):  # the refinement's entries and their terms, as the certificate's
         idx = np.flatnonzero(failing(count - 1)[0] & ~beyond)
-        if idx.size > (refinement.SUSPECTS_MAX if native else refinement.REFINE_ENTRIES):
+        if idx.size > plan.suspects_max:
             return None
-        mixed = (ma[idx // n] > 0) | (mb[idx % n] > 0)
-        lam = lower.reshape(-1)[idx] * np.where(mixed, 2.0**-fexp_mixed, 2.0**-fexp)  # exact
-        if c32 is not None:  # certificate.magnitude_lower's operations
-            g = c32.reshape(-1)[idx].astype(np.float64) * cc.factor
-            lam = np.maximum(lam, np.maximum(g - cc.abs_term, 0.0))
+        lam = certificate_plan.bound_lower_at(xp, lower, idx, cplx, (ma, mb))
+        if c32 is not None:
+            g = certificate_plan.magnitude_lower_of_sums(xp, cc, c32.reshape(-1)[idx])
+            lam = np.maximum(lam, g)
         return idx, lam, na[idx // n], nb[idx % n]
 
     count, patch = refinement.refine_and_patch(
         xp, _numpy_backend, ar, ai, br, bi, prescale, target, count, suspects
     )
     return count, beyond, patch
-
-
-def _line_norms(sums, cc):
-    """The line norms na (m,), nb (n,) of ``cc.norm`` from ``ozaki2_prescale``'s sums ``((l1 of
-    A, l1 of B), (squares of A, squares of B))``: upper bounds as ``certificate.line_norm``."""
-    if cc.norm == "l1":
-        return tuple(x * cc.l1fac for x in sums[0])
-    return tuple(np.sqrt(x * cc.l1fac) * (1.0 + 2.0**-52) for x in sums[1])
 
 
 def _tiles(amx, a, b):
