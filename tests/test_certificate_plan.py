@@ -144,6 +144,22 @@ def test_lower_bounds_at_entries_are_the_references(kind):
     assert _same(got, want)
 
 
+@pytest.mark.parametrize("kind", ["real", "complex", "complex-no-counts"])
+def test_mixed_lines_give_bound_lower(kind):
+    """bound_lower_at with mixed_lines' counts: ``bound_lower`` with the prescale's ``mixed``."""
+    rng = np.random.default_rng(7)
+    m, k, n = 8, 20, 9
+    cplx = kind != "real"
+    ar, ai, br, bi = _parts(rng, m, k, n, cplx)
+    pre = scaling.ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    mixed = None if kind == "complex-no-counts" else pre.mixed
+    ma, mb = certificate_plan.mixed_lines(xp, mixed, m, n, cplx)
+    assert ma.shape == (m,) and mb.shape == (n,) and ma.dtype == mb.dtype == np.int64
+    idx = np.arange(m * n)
+    want = certificate.bound_lower(xp, pre.lower, cplx, mixed).reshape(-1)
+    assert _same(certificate_plan.bound_lower_at(xp, pre.lower, idx, cplx, (ma, mb)), want)
+
+
 def test_exact_step():
     asked = []
 

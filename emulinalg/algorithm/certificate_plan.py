@@ -121,6 +121,17 @@ def line_exponents(xp, shift, complex_):
     return xp.astype(5 - int(complex_) - shift, xp.int64)
 
 
+def mixed_lines(xp, mixed, m, n, complex_):
+    """``Prescale.mixed`` as a kernel of ``bound_lower`` takes it: int64 counts (m,), (n,) of
+    each row of A's and column of B's entries with both parts nonzero. Without the counts
+    (None) every line of a complex product counts as mixed (``bound_lower``'s 2**-fexp_mixed
+    everywhere); a real product has none."""
+    if mixed is None:
+        c = int(complex_)
+        return xp.full((m,), c, dtype=xp.int64), xp.full((n,), c, dtype=xp.int64)
+    return tuple(xp.astype(x, xp.int64) for x in mixed)
+
+
 def bound_lower_at(xp, F, idx, complex_, mixed=None):
     """``certificate.bound_lower`` at the flat indices ``idx`` of the (m, n) bound GEMM ``F``
     only: 1-D float64, the values of ``bound_lower(xp, F, complex_, mixed)`` there (exact)."""

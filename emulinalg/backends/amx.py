@@ -343,11 +343,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     s, t, e, f = prescale
     na, nb = (certificate_plan.norms_from_sums(xp, cc, l1, sq) for l1, sq in zip(*sums))
     alpha, beta = certificate_plan.line_alpha(xp, cc, e), certificate_plan.line_alpha(xp, cc, f)
-    mixed = getattr(prescale, "mixed", None)
-    if mixed is None:  # real; or complex without the counts: 2**-fexp_mixed everywhere
-        ma, mb = np.full(len(na), int(cplx), np.int64), np.full(len(nb), int(cplx), np.int64)
-    else:
-        ma, mb = (np.ascontiguousarray(x, dtype=np.int64) for x in mixed)
+    mixed = certificate_plan.mixed_lines(xp, getattr(prescale, "mixed", None), m, n, cplx)
+    ma, mb = (np.ascontiguousarray(x) for x in mixed)
 
     def entries(a_terms, b_terms, thr, base, c):
         return amx.ozaki2_cert_entries(lower, plan.fexp, na, a_terms, nb, b_terms,
