@@ -1,5 +1,5 @@
 // Scheme II statistics: the accurate-mode prescale and the certificate that picks the number of
-// moduli (emulinalg/backends/cupy.py: ozaki2_prescale, ozaki2_certificate), same values and
+// moduli (emulinalg/backends/cupy/: statistics.ozaki2_prescale, certificate.ozaki2_certificate), same values and
 // decisions as emulinalg.algorithm.scaling.ozaki2_prescale and
 // emulinalg.algorithm.certificate.ozaki2_moduli_needed.
 //
@@ -975,7 +975,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)
 }
 
 // The certificate's words (uint64, zeroed by the host; nth thresholds, W = nth + 2), read back
-// once by emulinalg/backends/cupy.py (ozaki2_certificate):
+// once by emulinalg/backends/cupy/certificate.py (ozaki2_certificate):
 //   [0, W)              cert_entries' histogram of the counts (top = [nth + 1], beyond [nth])
 //   W .. W + 2          the exact step's pass at count index top - 1: [passes, failures, 0]
 //   W + 3, W + 4        the skip words of the counts' pass (never set) and of the exact step's

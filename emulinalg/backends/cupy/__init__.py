@@ -70,7 +70,7 @@ def quiet():
 # engine passes float32 and complex64 inputs' parts): the kernels widen each entry exactly.
 narrow_statistics = True
 # dask graphs over cupy chunks: block products in this backend's kernels, K-blocks added in
-# double-double (emulinalg/backends/dask.py; the shared graph's generic steps measured 7x slower
+# double-double (emulinalg/backends/dask/; the shared graph's generic steps measured 7x slower
 # here)
 dask_mode = "dd"
 
