@@ -1,5 +1,6 @@
 // Scheme II statistics: the accurate-mode prescale and the certificate that picks the number of
-// moduli (emulinalg/backends/cupy/: statistics.ozaki2_prescale, certificate.ozaki2_certificate), same values and
+// moduli (emulinalg/backends/cupy/: statistics.ozaki2_prescale, certificate.ozaki2_certificate),
+// same values and
 // decisions as emulinalg.algorithm.scaling.ozaki2_prescale and
 // emulinalg.algorithm.certificate.ozaki2_moduli_needed.
 //
