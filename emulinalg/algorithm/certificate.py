@@ -288,14 +288,23 @@ def bound_lower(xp, F, complex_, mixed=None):
     32 sqrt(2) |a| otherwise, so F 2**-10 where row i of A and column j of B have no entry with
     both parts nonzero (``mixed`` = ``Prescale.mixed``, the counts per line), else F 2**-11
     (everywhere when ``mixed`` is None). Exact."""
+    both = None
+    if complex_ and mixed is not None:
+        ma, mb = mixed
+        both = (xp.expand_dims(ma, axis=-1) > 0) | (xp.expand_dims(mb, axis=-2) > 0)
+    return scaled_lower(xp, F, complex_, both)
+
+
+def scaled_lower(xp, F, complex_, both=None):
+    """``bound_lower``'s scaling of bound GEMM values ``F`` (any shape), given ``both``: whether
+    each value's row and column hold an entry with both parts nonzero (None: every value, as
+    ``mixed=None``; real products ignore it)."""
     F = xp.astype(F, xp.float64)
     fexp, fexp_mixed = bound_lower_exponents(complex_)
     if not complex_:
         return ldexp(xp, F, -fexp)
-    if mixed is None:
+    if both is None:
         return ldexp(xp, F, -fexp_mixed)
-    ma, mb = mixed
-    both = (xp.expand_dims(ma, axis=-1) > 0) | (xp.expand_dims(mb, axis=-2) > 0)
     return xp.where(both, ldexp(xp, F, -fexp_mixed), ldexp(xp, F, -fexp))
 
 

@@ -15,7 +15,7 @@ import functools
 import math
 from typing import NamedTuple
 
-from . import refinement
+from . import certificate, refinement
 from .certificate import (
     LOWER_K_MAX,
     CertConstants,
@@ -24,7 +24,6 @@ from .certificate import (
     exact_line_factors,
 )
 from .moduli import MIN_MODULI, crt_constants
-from .xputil import ldexp
 
 
 class CertificatePlan(NamedTuple):
@@ -136,15 +135,11 @@ def bound_lower_at(xp, F, idx, complex_, mixed=None):
     """``certificate.bound_lower`` at the flat indices ``idx`` of the (m, n) bound GEMM ``F``
     only: 1-D float64, the values of ``bound_lower(xp, F, complex_, mixed)`` there (exact)."""
     n = F.shape[-1]
-    Fi = xp.astype(xp.take(xp.reshape(F, (-1,)), idx), xp.float64)
-    fexp, fexp_mixed = bound_lower_exponents(complex_)
-    if not complex_:
-        return ldexp(xp, Fi, -fexp)
-    if mixed is None:
-        return ldexp(xp, Fi, -fexp_mixed)
-    ma, mb = mixed
-    both = (xp.take(ma, idx // n) > 0) | (xp.take(mb, idx % n) > 0)
-    return xp.where(both, ldexp(xp, Fi, -fexp_mixed), ldexp(xp, Fi, -fexp))
+    both = None
+    if complex_ and mixed is not None:
+        ma, mb = mixed
+        both = (xp.take(ma, idx // n) > 0) | (xp.take(mb, idx % n) > 0)
+    return certificate.scaled_lower(xp, xp.take(xp.reshape(F, (-1,)), idx), complex_, both)
 
 
 def magnitude_lower_of_sums(xp, cc, S):
