@@ -27,6 +27,7 @@ from the Python tables by :func:`tables_header`.
 from __future__ import annotations
 
 import re
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -50,6 +51,11 @@ def source_dir() -> Path:
     package = Path(__file__).resolve().parents[2]  # emulinalg/
     installed = package / "src_cuda"
     return installed if installed.is_dir() else package.parent / "src_cuda"
+
+
+# Held while a kernel is compiled: threads that need the same kernel at once (dask's workers on
+# a cold kernel cache) wait for one NVRTC compile instead of each running its own.
+compile_lock = threading.RLock()
 
 
 @cache

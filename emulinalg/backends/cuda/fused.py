@@ -28,7 +28,7 @@ import numpy as np
 from emulinalg import get_config
 from emulinalg.algorithm.moduli import MODULI
 
-from . import OUT_KIND, crt_table_arrays, crt_words, source
+from . import OUT_KIND, compile_lock, crt_table_arrays, crt_words, source
 
 MAX_K = 1 << 16  # |r_a r_b| <= 2**14: exact INT32 sums, as the cuBLAS path's K-blocks
 _ALIGN = 16  # TMA: 16-byte strides and rows of the int8 output
@@ -170,16 +170,20 @@ def _crt_kernel(cp, n, parts):
     expr = f"ozaki2_crt_s8<{n}, {crt_words(n)}, {parts}>"
     key = (id(cp), cp.cuda.Device().id, expr)  # id(cp): the CPU tests' stand-in keeps its own
     fn = _kernels.get(key)
-    if fn is None:
-        # one program text: source() inlines ozaki2_crt.cu and the headers
-        code = source("ozaki2_crt_s8.cu")
-        mod = cp.RawModule(code=code, options=("--std=c++17",), name_expressions=(expr,))
-        for sym, arr in crt_table_arrays(n).items():
-            cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
-        # The copies are queued on the current stream; kernels may run on any other one.
-        cp.cuda.runtime.deviceSynchronize()
-        fn = mod.get_function(expr)
-        _kernels[key] = fn
+    if fn is not None:
+        return fn
+    with compile_lock:
+        fn = _kernels.get(key)
+        if fn is None:
+            # one program text: source() inlines ozaki2_crt.cu and the headers
+            code = source("ozaki2_crt_s8.cu")
+            mod = cp.RawModule(code=code, options=("--std=c++17",), name_expressions=(expr,))
+            for sym, arr in crt_table_arrays(n).items():
+                cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
+            # The copies are queued on the current stream; kernels may run on any other one.
+            cp.cuda.runtime.deviceSynchronize()
+            fn = mod.get_function(expr)
+            _kernels[key] = fn
     return fn
 
 

@@ -44,20 +44,24 @@ def _kernel(file, expr, tables=None):
     name -> numpy array) once per module and device."""
     key = (cp.cuda.Device().id, file, expr)
     fn = _modules.get(key)
-    if fn is None:
-        plain = "<" not in expr  # extern "C" kernels need no name expression
-        mod = cp.RawModule(
-            code=_cuda.source(file),
-            options=("--std=c++17",),
-            name_expressions=None if plain else (expr,),
-        )
-        if tables is not None:
-            for sym, arr in tables().items():
-                cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
-            # The copies are queued on the current stream; kernels may run on any other one.
-            cp.cuda.runtime.deviceSynchronize()
-        fn = mod.get_function(expr)
-        _modules[key] = fn
+    if fn is not None:
+        return fn
+    with _cuda.compile_lock:
+        fn = _modules.get(key)
+        if fn is None:
+            plain = "<" not in expr  # extern "C" kernels need no name expression
+            mod = cp.RawModule(
+                code=_cuda.source(file),
+                options=("--std=c++17",),
+                name_expressions=None if plain else (expr,),
+            )
+            if tables is not None:
+                for sym, arr in tables().items():
+                    cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
+                # The copies are queued on the current stream; kernels may run on any other one.
+                cp.cuda.runtime.deviceSynchronize()
+            fn = mod.get_function(expr)
+            _modules[key] = fn
     return fn
 
 
@@ -100,16 +104,20 @@ def _stats_kernel(expr):
     """Kernel ``expr`` of ``ozaki2_stats.cu``; one NVRTC module holds all its kernels."""
     dev = cp.cuda.Device().id
     fn = _modules.get((dev, "ozaki2_stats.cu", expr))
-    if fn is None:
-        mod = _modules.get((dev, "ozaki2_stats.cu"))
-        if mod is None:
-            mod = cp.RawModule(
-                code=_cuda.source("ozaki2_stats.cu"),
-                options=("--std=c++17",),
-                name_expressions=_STATS_NAMES,
-            )
-            _modules[(dev, "ozaki2_stats.cu")] = mod
-        fn = _modules[(dev, "ozaki2_stats.cu", expr)] = mod.get_function(expr)
+    if fn is not None:
+        return fn
+    with _cuda.compile_lock:
+        fn = _modules.get((dev, "ozaki2_stats.cu", expr))
+        if fn is None:
+            mod = _modules.get((dev, "ozaki2_stats.cu"))
+            if mod is None:
+                mod = cp.RawModule(
+                    code=_cuda.source("ozaki2_stats.cu"),
+                    options=("--std=c++17",),
+                    name_expressions=_STATS_NAMES,
+                )
+                _modules[(dev, "ozaki2_stats.cu")] = mod
+            fn = _modules[(dev, "ozaki2_stats.cu", expr)] = mod.get_function(expr)
     return fn
 
 
