@@ -53,9 +53,16 @@ def source_dir() -> Path:
     return installed if installed.is_dir() else package.parent / "src_cuda"
 
 
-# Held while a kernel is compiled: threads that need the same kernel at once (dask's workers on
-# a cold kernel cache) wait for one NVRTC compile instead of each running its own.
-compile_lock = threading.RLock()
+_locks: dict = {}
+_locks_guard = threading.Lock()
+
+
+def compile_lock(key):
+    """The lock held while the NVRTC module ``key`` is compiled: threads that need the same
+    module at once (dask's workers on a cold kernel cache) wait for one compile instead of each
+    running its own; different modules still compile side by side."""
+    with _locks_guard:
+        return _locks.setdefault(key, threading.Lock())
 
 
 @cache

@@ -172,7 +172,7 @@ def _crt_kernel(cp, n, parts):
     fn = _kernels.get(key)
     if fn is not None:
         return fn
-    with compile_lock:
+    with compile_lock(key):
         fn = _kernels.get(key)
         if fn is None:
             # one program text: source() inlines ozaki2_crt.cu and the headers

@@ -46,7 +46,7 @@ def _kernel(file, expr, tables=None):
     fn = _modules.get(key)
     if fn is not None:
         return fn
-    with _cuda.compile_lock:
+    with _cuda.compile_lock(key):
         fn = _modules.get(key)
         if fn is None:
             plain = "<" not in expr  # extern "C" kernels need no name expression
@@ -106,7 +106,7 @@ def _stats_kernel(expr):
     fn = _modules.get((dev, "ozaki2_stats.cu", expr))
     if fn is not None:
         return fn
-    with _cuda.compile_lock:
+    with _cuda.compile_lock((dev, "ozaki2_stats.cu")):  # one module holds every kernel
         fn = _modules.get((dev, "ozaki2_stats.cu", expr))
         if fn is None:
             mod = _modules.get((dev, "ozaki2_stats.cu"))
