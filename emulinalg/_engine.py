@@ -216,14 +216,12 @@ def _emulate(
             plan.fallback = f"{done}{count} entries beyond {scheme} computed natively{beyond_note}"
         else:
             native_mask = None
-    rows = block_rows(backend, ar, ai, br, out or real_name)
-    if rows < ar.shape[-2] and not isinstance(scheme, (BF16x3, BF16xN)):
-        blocks = -(-ar.shape[-2] // rows)
+    parts, rows = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents)
+    if rows < ar.shape[-2]:
         plan.notes.append(
-            f"memory: the product in {blocks} blocks of {rows} rows of A, its working memory "
-            "sized to the inputs and output (docs/limitations.md)"
+            f"memory: the product in {-(-ar.shape[-2] // rows)} blocks of {rows} rows of A, its "
+            "working memory sized to the inputs and output (docs/limitations.md)"
         )
-    parts = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents, rows)
     cancelled = _planner.refits(request, scheme, ar.shape[-1], prescale is not None)
     if cancelled or patch is not None:
         parts = _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask,
@@ -321,18 +319,20 @@ def _backend_prescale(backend, ar, ai, br, bi, mode, exponents=None):
     return hook(ar, ai, br, bi, mode, exponents=exponents)
 
 
-def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=None, rows=None):
-    """The scheme's product, by blocks of ``rows`` rows of A (``block_rows``) so the exact
-    accumulators stay bounded; the blocks are written into the output as they finish. Scaling
-    that couples rows (Scheme II's column shifts) is computed once, on the whole A.
+def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=None):
+    """The scheme's product, by blocks of rows of A (``block_rows``) so the exact accumulators
+    stay bounded; the blocks are written into the output as they finish. Scaling that couples
+    rows (Scheme II's column shifts) is computed once, on the whole A.
 
-    Returns the parts (real[, imaginary]); with ``out_dtype="dd"`` each part is flattened into
-    its (hi, lo) pair. A backend may run a whole Scheme II product in its own kernels
-    (``backend.ozaki2_product``, same contract and bit-identical output as
+    Returns ``(parts, rows)``: the parts (real[, imaginary]; with ``out_dtype="dd"`` each part
+    flattened into its (hi, lo) pair) and the rows per block (all of A's rows where the product
+    ran at once or in the backend's own kernels). A backend may run a whole Scheme II product
+    in its own kernels (``backend.ozaki2_product``, same contract and bit-identical output as
     ``products.product``, on the whole operands; it returns None to decline)."""
+    m = ar.shape[-2]
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
         res = bf16.product(xp, backend, ar, ai, br, bi, scheme, out_dtype)
-        return tuple(x for part in res for x in part) if out_dtype == "dd" else res
+        return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m
     backend = stages(backend)
     imm = backend.int_matmul
     fused = backend.ozaki2_product
@@ -344,9 +344,8 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
         # The backend's kernels bound their own memory: B's residues are made once.
         res = fused(ar, ai, br, bi, scheme.moduli, scheme.mode, out_dtype, prescale)
         if res is not None:
-            return tuple(x for part in res for x in part) if out_dtype == "dd" else res
-    m = ar.shape[-2]
-    rows = rows or block_rows(backend, ar, ai, br, out_dtype)
+            return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m
+    rows = block_rows(backend, ar, ai, br, out_dtype)
     b_planes = None
     if isinstance(scheme, OzakiII) and rows < m:  # B's residues once for all row blocks
         b_planes = residues.b_residue_planes(
@@ -368,13 +367,13 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
         if out_dtype == "dd":
             blk = tuple(x for part in blk for x in part)
         if rows >= m:
-            return blk
+            return blk, m
         if out is None:  # the whole output, filled block by block (no concatenation copy)
             shape = ar.shape[:-1] + (br.shape[-1],)
             out = tuple(xp.empty(shape, dtype=x.dtype, device=x.device) for x in blk)
         for o, x in zip(out, blk):
             o[..., sl, :] = x
-    return out
+    return out, rows
 
 
 class _Choice(NamedTuple):

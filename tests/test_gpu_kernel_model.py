@@ -1191,8 +1191,8 @@ def test_engine_run_uses_the_prescale_hook(cpu_backend, monkeypatch):
     for mode in ("accurate", "fast"):
         scheme = OzakiII(moduli=13, mode=mode)
         with npb.quiet():
-            want = _engine._run(np, generic, ar, ai, br, bi, scheme, "float64", None)
-        got = _engine._run(np, be, *g, scheme, "float64", None)
+            want = _engine._run(np, generic, ar, ai, br, bi, scheme, "float64", None)[0]
+        got = _engine._run(np, be, *g, scheme, "float64", None)[0]
         for x, y in zip(got, want):
             assert _same(np.asarray(x), y)
     assert calls == ["accurate", "fast"]
