@@ -145,12 +145,6 @@ def refine_sample(xp, total):
     return xp.arange(0, total, step)
 
 
-def refine_certifies(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None):
-    """Whether every suspect passes ``count - 1``: ``refine_failures`` finds none."""
-    fail = refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2, pick)
-    return not bool(xp.any(fail))
-
-
 def refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None):
     """Per suspect, whether it fails ``count - 1`` (``refine_and_patch``'s test): 1-D arrays
     over the suspects of their lower bound ``lam`` so far, the prescale's e_i, f_j and line
