@@ -343,22 +343,23 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
     k = ar.shape[-1]
     cc = cert_constants(k, target, cplx)
     parts, na, nb = normalized(xp, ar, ai, br, bi, cc.norm)
-    lam = None
-    if lower is not None:
-        lam = bound_lower(xp, lower, cplx, getattr(prescale, "mixed", None))
+    mixed = getattr(prescale, "mixed", None)
+    first = None if lower is None else bound_lower(xp, lower, cplx, mixed)
+
+    def counts(gl):
+        lam = first if gl is None else (gl if first is None else xp.maximum(first, gl))
+        if lam is None:  # no bound GEMM: every entry is beyond what it bounds
+            return None, 1
         need = ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
-    if lam is None or bool(xp.any(need == BEYOND)):
-        gl = _gemm_lower(xp, backend, parts)
-        lam = gl if lam is None else xp.maximum(lam, gl)
-        need = ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
+        return (lam, need), int(xp.count_nonzero(need == BEYOND))
+
+    lam, need = ozaki2_passes(counts, lambda: _gemm_lower(xp, backend, parts))
     parts = None  # the normalized operands' copies: the steps below read the operands
     count, beyond = count_of(xp, need)
     if count is None:
         return None, beyond, None
-    if count > MIN_MODULI and not bool(
-        xp.any(exact_failures(xp, cc, count - 1, cc.cR * lam, na, nb, e, f, beyond))
-    ):
-        count -= 1  # the bisection's 2 y alpha bound of 2**-mu can cost a count
+    count = exact_step(count, lambda c: int(xp.count_nonzero(
+        exact_failures(xp, cc, c, cc.cR * lam, na, nb, e, f, beyond))))  # fmt: skip
 
     def suspects(count):
         fail = exact_failures(xp, cc, count - 1, cc.cR * lam, na, nb, e, f, beyond)
@@ -374,6 +375,21 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
     count, patch = refinement.refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target,
                                                count, suspects)  # fmt: skip
     return count, beyond, patch
+
+
+def ozaki2_passes(counts, magnitude):
+    """The certificate's counting passes in their order (``certify_moduli``'s and every
+    backend's): ``counts(None)``, the count per entry with the bound GEMM's lower bound
+    (``bound_lower``) alone, returns ``(result, beyond)`` (beyond: how many entries no count
+    certifies); only where some are, ``magnitude()`` (the lower bound of ``magnitude_lower``'s
+    GEMM, or None where a backend's kernels cannot take it) and ``counts(bound)`` again with the
+    larger bound per entry. Returns the last pass's result, or None where the second pass was
+    needed and ``magnitude()`` declined (the caller then runs ``certify_moduli``)."""
+    result, beyond = counts(None)
+    if not beyond:
+        return result
+    bound = magnitude()
+    return None if bound is None else counts(bound)[0]
 
 
 def passes(xp, cc, t, R, alpha, beta, na, nb):
@@ -477,6 +493,20 @@ def count_of(xp, need):
     if bool(xp.all(beyond)):
         return None, beyond
     return int(xp.max(xp.where(beyond, 0, need))), beyond
+
+
+def exact_step_runs(count):
+    """Whether the exact step tests ``count - 1`` moduli (a count above the fewest)."""
+    return count > MIN_MODULI
+
+
+def exact_step(count, failures):
+    """The count after the exact step: one lower where no certifiable entry fails the exact
+    shifts' test at ``count - 1`` (``failures(c)``: how many do, asked only where the step runs;
+    ``exact_failures``): the bisection's bound 2**-mu <= 2 y alpha can cost a count."""
+    if exact_step_runs(count) and failures(count - 1) == 0:
+        return count - 1
+    return count
 
 
 def exact_failures(xp, cc, count, R, na, nb, e, f, beyond):

@@ -147,13 +147,3 @@ def magnitude_lower_of_sums(xp, cc, S):
     truncated float32 magnitudes' product, computed by the backend): their rounding removed by
     ``cc.factor`` and ``cc.abs_term``, the same operations."""
     return xp.maximum(xp.astype(S, xp.float64) * cc.factor - cc.abs_term, 0.0)
-
-
-def exact_step(count, failing, beyond):
-    """The count after the exact step (``certificate.certify_moduli``): one count lower where
-    the exact shifts' test at ``count - 1`` fails on the ``beyond`` entries only (they fail every
-    test). ``failing(c)``: how many entries fail the exact test at ``c`` (asked only when a
-    count can come off)."""
-    if count > MIN_MODULI and failing(count - 1) == beyond:
-        return count - 1
-    return count

@@ -17,6 +17,7 @@ Higham & Mary, SIAM J. Sci. Comput. 2019 (the model of rounding errors of the na
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 from .certificate import cert_constants, exact_line_factors, passes
 from .moduli import MIN_MODULI
@@ -97,44 +98,57 @@ def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspe
     _, _, e, f = prescale
     cplx = ai is not None
     native = target.guarantee == "native"
+    step = Step(count, True, None)
     for _ in range(REFINE_STEPS):
-        if count <= MIN_MODULI:
+        if not (step.going and step_runs(step.count)):
             break
+        count = step.count
         sus = suspects(count)
-        if sus is None:
-            break
-        idx, lam, na, nb = sus
-        total = idx.shape[0]
-        if total == 0:
-            count -= 1
-            continue
-        if not native and total > REFINE_ENTRIES:
-            break
-        pick = refine_sample(xp, total)
-        sidx = xp.take(idx, pick)
-        S, S2 = suspect_sums(xp, ar, ai, br, bi, sidx // n, sidx % n, native)
-        e_r, f_c = xp.take(e, idx // n), xp.take(f, idx % n)
-        fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2, pick)
-        fewer, patch = step_outcome(xp, fail, idx, m, n, patching)
-        if patch is not None:
-            return count - 1, patch
-        if not fewer:
-            break
-        count -= 1
-    return count, None
+        if sus is not None and (native or sus[0].shape[0] <= REFINE_ENTRIES):
+            idx, lam, na, nb = sus
+            fail = None
+            if idx.shape[0]:
+                pick = refine_sample(xp, idx.shape[0])
+                sidx = xp.take(idx, pick)
+                S, S2 = suspect_sums(xp, ar, ai, br, bi, sidx // n, sidx % n, native)
+                e_r, f_c = xp.take(e, idx // n), xp.take(f, idx % n)
+                fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2,
+                                       pick)  # fmt: skip
+            step = next_step(xp, count, idx, fail, m, n, patching)
+        else:
+            step = next_step(xp, count, None)
+    return step.count, step.patch
 
 
-def step_outcome(xp, fail, idx, m, n, patching=True):
-    """``(fewer, patch)`` of one step of ``refine_and_patch``'s loop from its suspects'
-    failures ``fail`` (flat indices ``idx``) in an (m, n) product: one count fewer where none
-    fails (the loop goes on), or where at most ``patch_limit(m, n)`` do, which are then the
-    patch (their flat indices; the loop stops); else the same count (it stops)."""
+class Step(NamedTuple):
+    """The state after one step of ``refine_and_patch``'s loop."""
+
+    count: int
+    going: bool  # the loop takes another step (at most REFINE_STEPS)
+    patch: Any  # the flat indices of the entries recomputed (the loop then stops), or None
+
+
+def step_runs(count):
+    """Whether a step of the refinement runs at ``count`` (a count above the fewest)."""
+    return count > MIN_MODULI
+
+
+def next_step(xp, count, idx, fail=None, m=0, n=0, patching=True):
+    """The decision of one step of ``refine_and_patch``'s loop at ``count``, from its suspects'
+    flat indices ``idx`` in the (m, n) product (None: too many, the loop stops) and their
+    failures ``fail`` of ``refine_failures``: one count fewer where none fails (the loop goes
+    on), or where at most ``patch_limit(m, n)`` do, which are then the patch (the loop stops);
+    else the same count (it stops). The engine and the dask layer both decide here."""
+    if idx is None:
+        return Step(count, False, None)
+    if idx.shape[0] == 0:
+        return Step(count - 1, True, None)
     failing = int(xp.count_nonzero(fail))
     if failing == 0:
-        return True, None
+        return Step(count - 1, True, None)
     if patching and failing <= patch_limit(m, n):
-        return True, xp.take(idx, xp.nonzero(fail)[0])
-    return False, None
+        return Step(count - 1, False, xp.take(idx, xp.nonzero(fail)[0]))
+    return Step(count, False, None)
 
 
 def refine_sample(xp, total):

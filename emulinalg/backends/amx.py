@@ -351,16 +351,18 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
                                        *plan.lower_terms, np.array(thr), base, ma, mb,
                                        plan.fexp_mixed, c)  # fmt: skip
 
-    c32 = None
-    need, count, _, n_out = entries(alpha, beta, cc.thresholds, plan.min_count, None)
-    if n_out:
+    def counts(c32):  # certificate.ozaki2_passes' pass: ((c32, need, count, beyond), beyond)
+        need, count, _, n_out = entries(alpha, beta, cc.thresholds, plan.min_count, c32)
+        return (c32, need, count, n_out), n_out
+
+    def magnitude():  # the float32 magnitudes of the line-normalized operands, their GEMM
         ea, eb = (np.ascontiguousarray(certificate_plan.line_exponents(xp, x, cplx))
                   for x in (s, t))  # fmt: skip
         a32 = amx.ozaki2_cert_operand(ar, ea, True, ai)[0]
         b32 = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T)[0]
-        c32 = np.ascontiguousarray(native_matmul(a32, b32))
-        del a32, b32
-        need, count, _, n_out = entries(alpha, beta, cc.thresholds, plan.min_count, c32)
+        return np.ascontiguousarray(native_matmul(a32, b32))
+
+    c32, need, count, n_out = certificate.ozaki2_passes(counts, magnitude)
     beyond = need == certificate.BEYOND
     if n_out == need.size:
         return None, beyond, None
@@ -375,7 +377,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
             exact[c] = codes == 1, fails
         return exact[c]
 
-    count = certificate_plan.exact_step(count, lambda c: failing(c)[1], n_out)
+    count = certificate.exact_step(count, lambda c: failing(c)[1] - n_out)  # beyond: fail all
 
     def suspects(count):  # the refinement's entries and their terms, as the certificate's
         idx = np.flatnonzero(failing(count - 1)[0] & ~beyond)

@@ -197,26 +197,29 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
             got = [int(v) for v in cp.asnumpy(w)]
         return got
 
-    c32 = None
-    w = entries(None)
-    n_out = w[nth]
-    if n_out:  # the rarer passes below read float64 operands
-        ar, ai, br, bi = (None if x is None else x.astype(cp.float64, copy=False)
-                          for x in (ar, ai, br, bi))  # fmt: skip
-    if n_out and not plan.gemm_lower:
-        # beyond the bf16 bound's range: the generic code (its float64 GEMM bound) from F
-        Fv = F[..., :n].reshape(ops.batch + (m, n))
-        xp = array_api_compat.array_namespace(ar)
-        return certificate.certify_moduli(xp, _this(), ar, ai, br, bi, prescale, target, Fv)
-    if n_out:
-        wide = _Operands(ar, ai, br, bi)
-        kp, nb16 = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
-        a16 = _cert_operand(*wide.a, wide.a_strides, B, m, m, k, kp, False, s)
-        b16 = _cert_operand(*wide.b, wide.b_strides, B, n, nb16, k, kp, True, t)
-        c32 = _bf16_gemm(a16, b16)
-        del a16, b16
+    def counts(c32):  # certificate.ozaki2_passes' pass: (the words, entries beyond)
         w = entries(c32)
-        n_out = w[nth]
+        return w, w[nth]
+
+    def wide():  # the rarer passes below read float64 operands
+        return (None if x is None else x.astype(cp.float64, copy=False) for x in (ar, ai, br, bi))
+
+    def magnitude():  # the truncated bf16 magnitudes of the line-normalized operands, their GEMM
+        if not plan.gemm_lower:  # beyond the bf16 bound's range
+            return None
+        w_ops = _Operands(*wide())
+        kp, nb16 = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
+        a16 = _cert_operand(*w_ops.a, w_ops.a_strides, B, m, m, k, kp, False, s)
+        b16 = _cert_operand(*w_ops.b, w_ops.b_strides, B, n, nb16, k, kp, True, t)
+        return _bf16_gemm(a16, b16)
+
+    w = certificate.ozaki2_passes(counts, magnitude)
+    if w is None:  # the generic code (its float64 GEMM bound) from F
+        Fv = F[..., :n].reshape(ops.batch + (m, n))
+        a64, ai64, b64, bi64 = wide()
+        xp = array_api_compat.array_namespace(a64)
+        return certificate.certify_moduli(xp, _this(), a64, ai64, b64, bi64, prescale, target, Fv)
+    n_out = w[nth]
     if n_out == B * m * n:
         return None, (need == certificate.BEYOND).reshape(ops.batch + (m, n)), None
     beyond = (need == certificate.BEYOND).reshape(ops.batch + (m, n)) if n_out else None

@@ -12,7 +12,6 @@ from emulinalg._planner import (
     settle,
 )
 from emulinalg.algorithm import certificate
-from emulinalg.algorithm.moduli import MIN_MODULI
 
 from .blocks import _chunk_quiet, _xp_backend
 
@@ -135,8 +134,9 @@ def _count_task(abad, bbad, summary=None, own=None, *, fixed, level, real_name):
 
 
 def _exact_runs(cfg):
-    """Whether ``certificate.certify_moduli`` tests one modulus fewer at this decision."""
-    return cfg["certified"] and cfg["count"] > MIN_MODULI
+    """Whether the exact step runs at this decision (``certificate.exact_step_runs`` on a
+    count the certificate made)."""
+    return cfg["certified"] and certificate.exact_step_runs(cfg["count"])
 
 
 def _exact_fails(xp, need, count, low, fallback, F, e, f, aterms, bterms, k, q, cplx, target):
@@ -150,7 +150,6 @@ def _exact_fails(xp, need, count, low, fallback, F, e, f, aterms, bterms, k, q, 
 
 # The exact step over blocks: per output block how many certifiable entries fail one modulus
 # fewer with the exact shifts, and one task taking that count where none does.
-
 
 
 def _exact_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *, k, q, cplx, target):
@@ -167,10 +166,11 @@ def _exact_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *, k, q, cpl
 
 
 def _exact_task(cfg, fails):
-    """The count task's decision, one modulus fewer where no output block has a failure."""
-    if _exact_runs(cfg) and not bool((np.asarray(fails) != 0).any()):
-        return dict(cfg, count=cfg["count"] - 1)
-    return cfg
+    """The count task's decision after ``certificate.exact_step`` on the output blocks'
+    failures ``fails`` (each block's count of certifiable failures at count - 1)."""
+    if not _exact_runs(cfg):
+        return cfg
+    return dict(cfg, count=certificate.exact_step(cfg["count"], lambda c: int(np.sum(fails))))
 
 
 def _exact_graph(cfg, need, lower, fallback, terms, out, *, k, q, cplx, target):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 
 from emulinalg.algorithm import refinement
-from emulinalg.algorithm.moduli import MIN_MODULI
 from emulinalg.algorithm.scaling import (
     magnitude,
 )
@@ -32,7 +31,7 @@ from .certificate import _exact_fails
 
 def _refine_runs(cfg):
     """Whether ``refinement.refine_and_patch``'s loop takes a step at this decision."""
-    return cfg["refining"] and cfg["count"] > MIN_MODULI
+    return cfg["refining"] and refinement.step_runs(cfg["count"])
 
 
 # The suspect refinement (``refinement.refine_and_patch``) over blocks, 2-D products only: after
@@ -140,21 +139,20 @@ def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
     host) for the refit's tasks, and the loop stops; else the same count, and it stops."""
     if not _refine_runs(cfg):
         return cfg
+    count = cfg["count"]
     if sel is None:  # too many suspects
-        return dict(cfg, refining=False)
-    if not sel["n"]:
-        return dict(cfg, count=cfg["count"] - 1)
-    xp, backend = _xp_backend(sums["S"])
-    with _chunk_quiet(xp, backend):
-        lam, na, nb, e, f = (sel["terms"][t] for t in range(5))
-        fail = refinement.refine_failures(xp, k, target, cplx, cfg["count"], lam, sums["S"], e, f,
-                                       na, nb, sums["S2"], sel["pick"])  # fmt: skip
-        fewer, patch = refinement.step_outcome(xp, fail, sel["idx"], m, n)
-    if patch is not None:
-        return dict(cfg, count=cfg["count"] - 1, refining=False, patch=_host(patch))
-    if fewer:
-        return dict(cfg, count=cfg["count"] - 1)
-    return dict(cfg, refining=False)
+        step = refinement.next_step(np, count, None)
+    elif not sel["n"]:
+        step = refinement.next_step(np, count, np.empty(0, np.int64))
+    else:
+        xp, backend = _xp_backend(sums["S"])
+        with _chunk_quiet(xp, backend):
+            lam, na, nb, e, f = (sel["terms"][t] for t in range(5))
+            fail = refinement.refine_failures(xp, k, target, cplx, count, lam, sums["S"], e, f,
+                                              na, nb, sums["S2"], sel["pick"])  # fmt: skip
+            step = refinement.next_step(xp, count, sel["idx"], fail, m, n)
+    patch = None if step.patch is None else _host(step.patch)
+    return dict(cfg, count=step.count, refining=step.going, patch=patch)
 
 
 def _refine_graph(a, b, cfg, need, lower, fallback, terms, amb, bmb, ix, *, k, q, cplx, target,
