@@ -59,7 +59,7 @@ def _task_module(name):
     return mod
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CHUNKS = emulinalg.backends.for_namespace(np).name  # numpy chunks' backend: numpy, amx on AMX
 
 

@@ -250,7 +250,7 @@ def test_only_the_config_reads_the_environment():
     """The library's modules read ``emulinalg.get_config()``, not ``os.environ``."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     files = [p for p in (root / "emulinalg").rglob("*.py") if "harness" not in p.parts]
     files += list((root / "backends").rglob("*.py")) if (root / "backends").is_dir() else []
     readers = [

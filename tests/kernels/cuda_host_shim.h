@@ -10,7 +10,7 @@
 #include <vector>
 
 #define EMU_STRICT_CP_ASYNC 1  // cp.async as below, not cuda_host.hpp's plain copy
-#include "../src_amx/cuda_host.hpp"  // keywords and intrinsics (shared with the CPU pipeline)
+#include "../../src_amx/cuda_host.hpp"  // keywords and intrinsics (shared with the CPU pipeline)
 
 #include <cstdint>
 #include <cstdio>

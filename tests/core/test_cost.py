@@ -13,7 +13,7 @@ import emulinalg
 from emulinalg import _cost
 from emulinalg.inputs import phi_matrix
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", ["numpy", "cupy", "amx"])
