@@ -1,0 +1,368 @@
+"""The C++ statistics behind the amx backend's prescale and certificate hooks
+(``src_amx/ozaki2_stats_host.cpp``: ``amx.ozaki2_prescale``, ``amx.ozaki2_certificate``), on the
+tile model.
+
+The prescale equals ``scaling.ozaki2_prescale`` exactly, and the certificate gives
+``certificate.ozaki2_moduli_needed``'s count, mask and patch (the refinement, the exact step,
+the float32 GEMM fallback), real and complex; the bound GEMM's operands and line terms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _amx_helpers import _amx, _pipeline_inputs
+from _helpers import certificate_counts
+
+from emulinalg.algorithm.certificate import Target
+from emulinalg.inputs import phi_matrix
+
+pytestmark = pytest.mark.skipif(
+    _amx is None, reason="emulinalg._amx is not built (not x86-64, or no C++ compiler)"
+)
+
+
+def _assert_statistics_equal(ar, ai, br, bi, target):
+    """amx.ozaki2_prescale == scaling.ozaki2_prescale (values and dtypes), and
+    amx.ozaki2_certificate's (count, beyond) == certificate.ozaki2_moduli_needed's for ``target``
+    (a ``certificate.Target``, or a number of bits: the strict form, then the native one)."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg.algorithm import certificate
+    from emulinalg.algorithm.scaling import ozaki2_prescale
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    want_pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    pre = amx.ozaki2_prescale(ar, ai, br, bi, "accurate")
+    assert pre is not None and len(pre) == 4
+    for got, want in zip(pre, want_pre):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert pre.lower.dtype == np.int32 and np.array_equal(pre.lower, want_pre.lower)  # F
+    targets = (target,)
+    if not isinstance(target, certificate.Target):
+        targets = (certificate.Target(target), certificate.Target(target, "native"))
+    for t in targets:
+        want = certificate.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, t)
+        got = amx.ozaki2_certificate(ar, ai, br, bi, pre, t)
+        assert got is not None and got[0] == want[0], (t, got[0], want[0])
+        assert np.array_equal(got[1], want[1])
+        assert (got[2] is None) == (want[2] is None)  # the patch
+        assert got[2] is None or np.array_equal(got[2], want[2])
+    return want_pre, want
+
+
+@pytest.mark.parametrize("case", ["phi", "wide", "huge", "phi4"])
+@pytest.mark.parametrize("bits", [24, 53, 70])
+def test_host_statistics_equal_the_generic_ones(case, bits, monkeypatch, rng):
+    """amx.ozaki2_prescale equals scaling.ozaki2_prescale exactly, and amx.ozaki2_certificate
+    gives certificate.ozaki2_moduli_needed's count and mask (same float32 lower bound), strided
+    views included."""
+
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    if case == "phi4":
+        a = phi_matrix((41, 300), 4.0, "float64", seed=61)
+        b = phi_matrix((300, 27), 4.0, "float64", seed=62)
+    else:
+        a, b = _pipeline_inputs(case, rng)
+    _assert_statistics_equal(np.asfortranarray(a)[::-1], None, b, None, bits)
+
+
+def test_host_statistics_decline_what_they_do_not_cover(monkeypatch):
+    import array_api_compat.numpy as xp
+
+    from emulinalg.algorithm.scaling import ozaki2_prescale
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a, b = np.ones((4, 8)), np.ones((8, 3))
+    assert amx.ozaki2_prescale(a, None, b, None, "fast") is None
+    assert amx.ozaki2_prescale(a, a, b, None, "accurate") is None  # half complex
+    assert amx.ozaki2_prescale(a, np.ones((1, 8)), b, b, "accurate") is None  # broadcast im
+    assert amx.ozaki2_prescale(a, a.astype(np.float32), b, b, "accurate") is None
+    pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
+    target = Target(53)
+    assert amx.ozaki2_certificate(a, None, b, b, pre, target) is None
+    assert amx.ozaki2_certificate(a, None, b, None, None, target) is None
+    assert amx.ozaki2_certificate(a, None, b, None, tuple(pre), target) is None  # no .lower
+    generic = ozaki2_prescale(xp, npb.int_matmul, a, None, b, None, "accurate")
+    assert amx.ozaki2_certificate(a, None, b, None, generic, target) is None  # not made here
+
+
+def _spanning_inputs(rng, cplx, n=23):
+    """Entries spanning 2**+-40 within every line (most floor to 0 in the bound operands, so
+    F leaves entries beyond), one line of A zero."""
+    m, k = 29, 160
+    a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-40, 41, (m, k)))
+    b = rng.standard_normal((k, n)) * np.exp2(rng.integers(-40, 41, (k, n)))
+    if cplx:
+        a = a + 1j * rng.standard_normal((m, k)) * np.exp2(rng.integers(-40, 41, (m, k)))
+        b = b + 1j * rng.standard_normal((k, n)) * np.exp2(rng.integers(-40, 41, (k, n)))
+    a[6] = 0
+    return a, b
+
+
+def _phi_operands(cplx, seed, shape):
+    m, k, n = shape
+    dt = "complex128" if cplx else "float64"
+    a = phi_matrix((m, k), 1, dt, seed=seed)
+    b = phi_matrix((k, n), 1, dt, seed=seed + 50)
+    ar, ai = (a.real.copy(), a.imag.copy()) if cplx else (a, None)
+    br, bi = (b.real.copy(), b.imag.copy()) if cplx else (b, None)
+    return ar, ai, br, bi
+
+
+def _generic_steps(ar, ai, br, bi, target):
+    """The generic certificate (numpy backend: the float32 lower bound, as the AMX backend's)
+    on these operands: (count, patch, count without the refinement (REFINE_STEPS 0), whether the
+    exact step took a count off the bisection's)."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg.algorithm import certificate
+    from emulinalg.algorithm.scaling import ozaki2_prescale
+    from emulinalg.backends import numpy as npb
+
+    pre = ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    count, patch, unrefined = certificate_counts(xp, npb, ar, ai, br, bi, pre, target)
+    cc = certificate.cert_constants(ar.shape[-1], target, ai is not None)
+    _, na, nb = certificate.normalized(xp, ar, ai, br, bi, cc.norm)
+    R = cc.cR * certificate.bound_lower(xp, pre.lower, ai is not None, pre.mixed)
+    need = certificate.ozaki2_needed(xp, cc, R, na, nb, pre[2], pre[3])
+    top = int(need[need != certificate.BEYOND].max())
+    step = bool(certificate.exact_passes(xp, cc, top - 1, R, na, nb, pre[2], pre[3]).all())
+    return count, patch, unrefined, step
+
+
+# (cplx, target, want): the refinement takes counts off ("refines"), also after a successful
+# exact step ("after-step": the suspects fail two counts below the bisection's count), and with
+# a patch ("patch"); the first phi = 1 seed that shows it
+_REFINE_CASES = [
+    (False, Target(53), "refines"),
+    (True, Target(24), "after-step"),
+    (False, Target(24, "native"), "refines"),
+    (True, Target(53, "native"), "refines"),
+    (False, Target(53), "patch"),
+    (True, Target(24, "native"), "patch"),
+]
+
+
+@pytest.mark.parametrize("cplx,target,want", _REFINE_CASES, ids=str)
+def test_host_certificate_refinement(cplx, target, want, monkeypatch):
+    """phi = 1 inputs where the suspect refinement (refinement.refine_and_patch, on the entries that
+    fail the C++ exact pass one count lower) takes counts off the bound GEMM's bound alone:
+    amx.ozaki2_certificate gives the generic count, mask and patch, also without the
+    refinement (no step), with too many suspects (none refined) and with one step only."""
+    from emulinalg.algorithm import refinement
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    for seed in range(24):
+        ops = _phi_operands(cplx, seed, (40, 500, 30))
+        full, patch, unrefined, step = _generic_steps(*ops, target)
+        if (
+            full < unrefined
+            and (patch is not None) == (want == "patch")
+            and (want != "after-step" or step)
+        ):
+            break
+    else:
+        raise AssertionError(f"no seed shows {want!r}")
+    _, (count, _, _) = _assert_statistics_equal(*ops, target)
+    assert count == full
+    limit = "SUSPECTS_MAX" if target.guarantee == "native" else "REFINE_ENTRIES"
+    for name, value in (("REFINE_STEPS", 0), (limit, 0), ("REFINE_STEPS", 1)):
+        with monkeypatch.context() as mp:
+            mp.setattr(refinement, name, value)
+            _assert_statistics_equal(*ops, target)
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+def test_host_certificate_exact_step(cplx, monkeypatch):
+    """Inputs where the exact step (the C++ pass at threshold 1 with the exact line factors)
+    takes a count off the bisection's: the generic count and mask, for both forms."""
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    found = set()
+    for seed in range(12):
+        ops = _phi_operands(cplx, seed, (20, 64, 20))
+        for target in (Target(53), Target(53, "native")):
+            if target.guarantee not in found and _generic_steps(*ops, target)[3]:
+                _assert_statistics_equal(*ops, target)
+                found.add(target.guarantee)
+    assert found == {"strict", "native"}
+
+
+@pytest.mark.parametrize("case", ["spanning", "spanning-complex", "phi4"])
+@pytest.mark.parametrize("guarantee", ["strict", "native"])
+@pytest.mark.parametrize("bits", [24, 53, 70])
+def test_host_certificate_gemm_fallback(case, bits, guarantee, monkeypatch, rng):
+    """Inputs where the bound GEMM F alone leaves entries beyond every count (checked on the
+    generic code): amx.ozaki2_certificate runs the float32 GEMM once (the fallback) and its
+    count and mask equal certificate.ozaki2_moduli_needed's."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg.algorithm import certificate
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    if case == "phi4":
+        a = phi_matrix((41, 300), 4.0, "float64", seed=61)
+        b = phi_matrix((300, 27), 4.0, "float64", seed=62)
+    else:
+        a, b = _spanning_inputs(rng, case.endswith("complex"))
+    ar, br = np.real(a), np.real(b)
+    ai, bi = (np.imag(a), np.imag(b)) if np.iscomplexobj(a) else (None, None)
+    calls = []
+    real = amx.native_matmul
+    monkeypatch.setattr(amx, "native_matmul", lambda x, y: calls.append(1) or real(x, y))
+    target = Target(bits, guarantee)
+    pre, (_, beyond, _) = _assert_statistics_equal(ar, ai, br, bi, target)
+    assert len(calls) == 1
+    # the fallback was needed: the F bound alone (the certificate's first pass) leaves more beyond
+    cplx = ai is not None
+    k = ar.shape[-1]
+    cc = certificate.cert_constants(k, target, cplx)
+    _, na, nb = certificate.normalized(xp, ar, ai, br, bi, cc.norm)
+    R = cc.cR * certificate.bound_lower(xp, pre.lower, cplx, pre.mixed)
+    beyond_f = certificate.ozaki2_needed(xp, cc, R, na, nb, pre[2], pre[3]) == certificate.BEYOND
+    assert beyond_f.any() and beyond_f.sum() > beyond.sum()
+    assert not (beyond & ~beyond_f).any()
+
+
+@pytest.mark.parametrize("case", ["phi", "phi-complex", "spanning", "spanning-complex"])
+@pytest.mark.parametrize("bits", [24, 53])
+def test_host_certificate_runs_of_64_columns(case, bits, monkeypatch, rng):
+    """n = 150 columns: cert_entries' vectorized runs of 64 (on F alone, and with the float32
+    GEMM's sums for the spanning inputs) and its scalar tail give the certificate's count and
+    mask."""
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    cplx = case.endswith("complex")
+    if case.startswith("phi"):
+        dt = "complex128" if cplx else "float64"
+        a = phi_matrix((33, 200), 1.0, dt, seed=91)
+        b = phi_matrix((200, 150), 1.0, dt, seed=92)
+    else:
+        a, b = _spanning_inputs(rng, cplx, n=150)
+    ar, br = np.ascontiguousarray(np.real(a)), np.ascontiguousarray(np.real(b))
+    ai = np.ascontiguousarray(np.imag(a)) if cplx else None
+    bi = np.ascontiguousarray(np.imag(b)) if cplx else None
+    _assert_statistics_equal(ar, ai, br, bi, bits)
+
+
+def test_host_certificate_without_fallback_reads_no_operand(monkeypatch):
+    """Where F certifies every entry, the certificate runs no GEMM and no operand pass (the l1
+    norms come from the prescale's pass)."""
+    from emulinalg import _amx
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a = phi_matrix((37, 150), 1.0, "float64", seed=41)
+    b = phi_matrix((150, 29), 1.0, "float64", seed=42)
+    calls = []
+    monkeypatch.setattr(amx, "native_matmul", lambda *x: calls.append("gemm"))
+    real = _amx.ozaki2_cert_operand
+    monkeypatch.setattr(_amx, "ozaki2_cert_operand", lambda *x: calls.append("op") or real(*x))
+    _, (count, beyond, _) = _assert_statistics_equal(a, None, b, None, 53)
+    assert count is not None and not beyond.any() and calls == []
+
+
+def test_host_bound_max_equals_bound_upper(rng):
+    """ozaki2_bound_max: the row and column maxima of scaling.bound_upper over F, / 4, exactly
+    (single rows and columns included: the per-thread column maxima are merged)."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg.algorithm import scaling
+
+    for m, n in ((1, 1), (1, 300), (300, 1), (257, 131)):
+        F = rng.integers(0, 2**30, (m, n)).astype(np.int32)
+        ra, nza = rng.integers(0, 10**6, m), rng.integers(0, 3000, m)
+        cb, nzb = rng.integers(0, 10**6, n), rng.integers(0, 3000, n)
+        nza[0] = 0  # a zero line
+        for cplx in (False, True):
+            e, f = _amx.ozaki2_bound_max(F, ra, nza, cb, nzb, cplx)
+            U = scaling.bound_upper(
+                xp, F.astype(np.float64), *(v.astype(np.float64) for v in (ra, nza, cb, nzb)), cplx
+            )
+            assert e.dtype == f.dtype == np.float64
+            assert np.array_equal(e, U.max(axis=1) * 0.25)
+            assert np.array_equal(f, U.max(axis=0) * 0.25)
+
+
+def test_host_bound_operand_line_terms(rng):
+    """ozaki2_bound_operand's operand, sums and nonzero counts equal scaling.bound_operand's;
+    its l1 and sq are the column-order sums of the normalized x = |re| + |im| and of x**2
+    (certificate.line_norm's, before its factor and root, summed in another order)."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg.algorithm import scaling
+
+    a = rng.standard_normal((13, 70)) * np.exp2(rng.integers(-60, 60, (13, 70)))
+    ai = rng.standard_normal((13, 70))
+    a[2] = 0
+    ai[2, 5] = -0.0
+    a[4, 3:9] = 5e-324
+    for im in (None, ai):
+        cplx = im is not None
+        s, bound, sums, nz, l1, mixed, sq = _amx.ozaki2_bound_operand(a, True, im)
+        ea = scaling.max_exponent(xp, a, im, axis=-1)
+        assert s.dtype == np.int64 and np.array_equal(s, 5 - int(cplx) - ea)
+        want, wsums, wnz = scaling.bound_operand(xp, a, im, s, axis=-1)
+        assert bound.dtype == np.int8 and np.array_equal(bound, want)
+        assert sums.dtype == np.int64 and np.array_equal(sums, wsums)
+        assert nz.dtype == np.int64 and np.array_equal(nz, wnz)
+        if cplx:
+            assert np.array_equal(mixed, scaling.mixed_lines(xp, a, im, axis=-1))
+        x = np.abs(np.ldexp(a, -ea[:, None]))
+        if cplx:
+            x = x + np.abs(np.ldexp(im, -ea[:, None]))
+        seq, seq2 = np.zeros(13), np.zeros(13)
+        for c in range(70):
+            seq = seq + x[:, c]
+            seq2 = seq2 + x[:, c] * x[:, c]
+        assert np.array_equal(l1, seq) and np.array_equal(sq, seq2)
+        # lines across memory (the other loop order) and the (C, R) layout: same values
+        t, bound_t, *terms = _amx.ozaki2_bound_operand(
+            np.asfortranarray(a), False, None if im is None else np.asfortranarray(im)
+        )
+        assert np.array_equal(t, s) and np.array_equal(bound_t, bound.T)
+        for got, w in zip(terms, (sums, nz, l1, mixed, sq)):
+            assert np.array_equal(got, w)
+
+
+@pytest.mark.parametrize("case", ["phi", "imaginary", "wide"])
+@pytest.mark.parametrize("bits", [24, 53])
+def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch, rng):
+    """The C++ statistics on complex operands (max(|re|, |im|) exponents and magnitudes,
+    floor(|re|) + floor(|im|) bounds, |re| + |im| norms): prescale identical, certificate
+    decisions equal to certificate.ozaki2_moduli_needed's."""
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    a = phi_matrix((31, 90), 1.0, "complex128", seed=101)
+    b = phi_matrix((90, 19), 1.0, "complex128", seed=102)
+    if case == "imaginary":
+        b = 1j * b.imag
+    elif case == "wide":
+        a = a * np.exp2(rng.integers(-300, 300, (31, 1)))
+        a[4] = 0
+    _assert_statistics_equal(np.real(a)[::-1], np.imag(a)[::-1], np.real(b), np.imag(b), bits)
+
+
+def test_host_cert_entries_refuses_thresholds_it_cannot_count():
+    """The vectorized certificate counts failing thresholds, which equals the first passing
+    one only for finite, positive, non-increasing thresholds: anything else is refused."""
+    F = np.ones((2, 70), np.int32)
+    line = (np.ones(2), np.ones(2), np.ones(70), np.ones(70))
+    mix = (np.zeros(2, np.int64), np.zeros(70, np.int64))
+    for thr in ([1.0, 0.0], [0.5, 1.0], [np.inf, 1.0], [np.nan]):
+        with pytest.raises(ValueError, match="non-increasing"):
+            _amx.ozaki2_cert_entries(F, 0, *line, 1.0, 0.0, 1.0, 1.0, np.array(thr), 2, *mix, 0)
+    need, *_ = _amx.ozaki2_cert_entries(F, 0, *line, 1.0, 0.0, 1.0, 1.0, np.array([1.0, 0.5]),
+                                        2, *mix, 0)  # fmt: skip
+    assert need.shape == (2, 70)

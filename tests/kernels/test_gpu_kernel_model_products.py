@@ -1,0 +1,495 @@
+"""CPU checks of the cupy backend's Scheme II product kernels (``src_cuda/ozaki2_residues.cu``,
+``ozaki2_crt.cu``) through their numpy model.
+
+``gpu_kernel_model`` mirrors the kernels operation for operation; here it must reproduce the
+generic ``emulinalg.algorithm.products.product`` bit for bit (and the exact double-double
+rounding for "dd"), so the algorithm of the GPU path is tested without a GPU; the generated
+tables header and the sources' inlined headers too. ``fake_cupy`` then runs
+``emulinalg/backends/cupy/``'s host code on the CPU, with the kernels either the model or the
+CUDA sources themselves compiled as host C++ (g++), against the same generic path.
+``tests/backends/gpu/`` compares the real kernels with the generic path on the GPU.
+"""
+
+from __future__ import annotations
+
+import gpu_kernel_model as model
+import numpy as np
+import pytest
+from _helpers import rounding_cases, scaled_integer, tie_operands
+from _kernel_model_helpers import _operands, _same
+
+from emulinalg.algorithm import products, residues, rounding, scaling
+from emulinalg.algorithm.moduli import LIMB_BITS, MODULI, crt_constants
+from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
+from emulinalg.backends import numpy as npb
+from emulinalg.backends.cuda import crt_tables, crt_words, source, source_dir, tables_header
+from emulinalg.reference import _round_hi_lo
+
+
+def _same_value(x, y):
+    """Bitwise equal except that a zero may have either sign (``unscale_dd`` gives a zero
+    remainder the sign of the product, ``reference._round_hi_lo`` gives +0)."""
+    x, y = np.asarray(x), np.asarray(y)
+    nz = (x != 0) | (y != 0)
+    return np.array_equal(x, y) and _same(x[nz], y[nz])
+
+
+def _generic(ar, ai, br, bi, n, mode, out_dtype):
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, mode)
+    with npb.quiet():
+        return pre, products.product(np, npb.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre)
+
+
+def _exact_dd(ar, ai, br, bi, n, pre):
+    """(hi, lo) per part from the exact integer product A'B' (Python ints; accurate mode's
+    rounding of the scaled operands) and the reference's correct double-double rounding."""
+    c = crt_constants(n)
+    mu, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    near = scaling.rounds_to_nearest(n, ar.shape[-1], "accurate")
+
+    def ints(x, s, axis):
+        if x is None:
+            return None
+        return np.vectorize(int, otypes=[object])(scale_to_integers(np, x, s, axis, near))
+
+    Ar, Ai = ints(ar, mu, -1), ints(ai, mu, -1)
+    Br, Bi = ints(br, nu, -2), ints(bi, nu, -2)
+    parts = [Ar @ Br] if Ai is None else [Ar @ Br - Ai @ Bi, Ar @ Bi + Ai @ Br]
+    off = -(mu[..., :, None] + nu[..., None, :])
+    out = []
+    for Y in parts:
+        hl = [
+            _round_hi_lo(int(y), int(e))
+            for y, e in zip(Y.ravel(), np.broadcast_to(off, Y.shape).ravel())
+        ]
+        hi = np.array([h for h, _ in hl], dtype=np.float64).reshape(Y.shape)
+        lo = np.array([l_ for _, l_ in hl], dtype=np.float64).reshape(Y.shape)
+        out.append((hi, lo))
+    return tuple(out)
+
+
+def test_tables_header_is_generated():
+    """src_cuda/ozaki2_tables.h (kModuli, kCrtWords, ... for the kernels and src_amx) is the
+    generator's output from the Python tables now: an edit of one side alone fails here.
+    Regenerate with ``python -m emulinalg.backends.cuda > src_cuda/ozaki2_tables.h``."""
+    assert (source_dir() / "ozaki2_tables.h").read_text() == tables_header()
+
+
+def test_tables_match_the_python_constants():
+    for n in range(2, 21):
+        c, t = crt_constants(n), crt_tables(n)
+        nw = crt_words(n)
+        assert t["nw"] == nw and nw <= 5
+
+        def val(d):
+            return sum(v << (32 * i) for i, v in enumerate(d))
+
+        for ell in range(n):
+            assert val(t["wdig"][ell]) == c.weights[ell]
+            assert all(-(2**31) <= d < 2**31 for d in t["wdig"][ell])
+        assert val(t["pdig"]) == c.P
+        assert t["ratios"][:n] == list(c.weight_ratios)
+        assert 2 ** (32 * nw - 1) > c.P
+
+
+def test_sources_inline_their_headers():
+    for name in ("ozaki2_residues.cu", "ozaki2_crt.cu", "ozaki2_crt_s8.cu", "ozaki2_stats.cu",
+                 "bf16_lower.cu"):  # fmt: skip
+        text = source(name)
+        assert '#include "' not in text and "__global__" in text
+
+
+@pytest.mark.parametrize("nearest", [False, True])
+@pytest.mark.parametrize("n", [2, 8, 17, 20])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_residue_planes_equal_generic_residues(n, cplx, nearest):
+    ar, ai, br, bi = _operands(((2,), 5, 37, 6), 4, cplx, seed=n)
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    c = crt_constants(n)
+    mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    X = [residues.split(np, scale_to_integers(np, x, mu, -1, nearest)) for x in (ar, ai)]
+    planes = model.residue_planes(ar, ai, mu, c.moduli, 5, 48, nearest)
+    assert not planes[..., 37:].any()
+    for ell, m in enumerate(c.moduli):
+        want = residues.residues(np, X[0], X[1], m)
+        for p, w in enumerate(want):
+            assert np.array_equal(planes[p, ell, :, :, :37], w.astype(np.int8))
+
+
+def test_residues_of_extreme_integers():
+    # |X| up to 2**82 (the scaling's bound for 20 moduli), negative, odd, subnormal inputs
+    rng = np.random.default_rng(0)
+    mant = rng.integers(1, 2**53, size=400).astype(np.float64) * rng.choice([-1, 1], size=400)
+    shift = rng.integers(-20, 60, size=400)
+    x = np.ldexp(mant, rng.integers(-60, 30, size=400) - shift)  # |x| 2**shift < 2**82
+    x[:5] = [5e-324, -5e-324, 2.5e-310, -0.0, 0.0]
+    shift[:5] = [1074 + 81, 1074 + 40, 1074, 3, 0]
+    X = np.trunc(np.ldexp(x, shift))
+    assert np.abs(X).max() < 2.0**83
+    neg, words = model.element_words(x, shift)
+    for m in MODULI:
+        got = model.residue_of(neg, words, m)
+        want = [int(v) % m for v in X]  # float64 holds these integers exactly
+        want = np.array([w - m if w > (m - 1) // 2 else w for w in want])
+        assert np.array_equal(got, want), m
+
+
+def _exact_residues(x, shift, nearest, m):
+    return np.array([_symmetric(scaled_integer(v, s, nearest), m) for v, s in zip(x, shift)])
+
+
+def _symmetric(y, m):
+    return (y + m // 2) % m - m // 2
+
+
+def test_rounding_cases_hit_ties_and_agree_with_the_generic_integers():
+    """The crafted entries have ties to both parities and entries where the two roundings
+    differ, and ``scale_to_integers`` (numpy's round/trunc) gives their exact integers."""
+    x, shift = rounding_cases(np.random.default_rng(0))
+    v = np.ldexp(x, shift)
+    tie = (np.abs(v - np.trunc(v)) == 0.5) & (np.abs(v) < 2.0**52)
+    assert (tie & (np.trunc(v) % 2 == 0)).sum() > 50 and (tie & (np.trunc(v) % 2 != 0)).sum() > 50
+    for nearest in (False, True):
+        got = scale_to_integers(np, x[:, None], shift, -1, nearest)[:, 0]
+        assert [int(g) for g in got] == [scaled_integer(a, s, nearest) for a, s in zip(x, shift)]
+    assert (np.round(v) != np.trunc(v)).sum() > 100
+
+
+@pytest.mark.parametrize("nearest", [False, True])
+def test_element_words_round_to_nearest_or_truncate(nearest):
+    """element_words rounds x 2**shift to nearest, ties to even, or toward zero, exactly as
+    Python's integers: ties n + 1/2 of both parities and signs, 1/2 -> 0, 3/2 -> 2, below 1/2,
+    subnormals, shifts from -1100 on, 1 to 70 bits shifted out."""
+    x, shift = rounding_cases(np.random.default_rng(1))
+    neg, words = model.element_words(x, shift, nearest)
+    for m in MODULI:
+        want = _exact_residues(x, shift, nearest, m)
+        assert np.array_equal(model.residue_of(neg, words, m), want), m
+
+
+@pytest.mark.parametrize("nearest", [False, True])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_host_code_residue_kernel_rounds(cpu_backend, cplx, nearest):
+    """The residue kernel (model, or the CUDA source compiled for the CPU) on the crafted
+    entries, one per line with its own shift, against Python's integers."""
+    be, cp = cpu_backend
+    x, shift = rounding_cases(np.random.default_rng(2))
+    y = x * 0.375 if cplx else None
+    N = len(x)
+    planes = be.products._residue_planes(
+        cp.asarray(x.reshape(1, N, 1)), None if y is None else cp.asarray(y.reshape(1, N, 1)),
+        (N, 1, 1), N, N, 1, 16, cp.asarray(shift.astype(np.int32).reshape(1, N)), N, 20, nearest,
+    )  # fmt: skip
+    planes = np.asarray(planes)
+    assert planes.shape == (3 if cplx else 1, 20, 1, N, 16) and not planes[..., 1:].any()
+    for ell, m in enumerate(MODULI):
+        want = _exact_residues(x, shift, nearest, m)
+        assert np.array_equal(planes[0, ell, 0, :, 0], want), m
+        if cplx:
+            want_y = _exact_residues(y, shift, nearest, m)
+            assert np.array_equal(planes[1, ell, 0, :, 0], want_y), m
+            assert np.array_equal(planes[2, ell, 0, :, 0], _symmetric(want + want_y, m)), m
+
+
+# (moduli, k, mode, rounds): both sides of scaling.rounds_to_nearest
+ROUNDING_SWITCH = [
+    (3, 62, "accurate", True),
+    (3, 63, "accurate", False),
+    (2, 20, "accurate", False),
+    (14, 40, "accurate", True),
+    (14, 40, "fast", False),
+]
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("n,k,mode,rounds", ROUNDING_SWITCH)
+def test_model_and_host_code_round_ties(cpu_backend, n, k, mode, rounds, cplx):
+    """Operands whose scaled entries are ties n + 1/2 (both parities, both signs), 1/2, below
+    1/2 and subnormal, for counts that round and counts that truncate: the model and the host
+    code over the kernels (model or CUDA source) equal ``products.product`` bit for bit."""
+    be, cp = cpu_backend
+    assert scaling.rounds_to_nearest(n, k, mode) == rounds
+    ar, ai, br, bi, pre = tie_operands(((2,), 5, k, 4), cplx, n, mode, seed=n + k)
+    c = crt_constants(n)
+    mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    near, trunc = (scale_to_integers(np, ar, mu, -1, r) for r in (True, False))
+    assert (near != trunc).sum() > ar.size // 5  # the two roundings differ on these operands
+    for out_dtype in ("float64", "dd"):
+        with npb.quiet():
+            want = products.product(np, npb.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre)
+        got_model = model.ozaki2_product(ar, ai, br, bi, n, mode, out_dtype, pre, k_block=16)
+        dev = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
+        got = be.ozaki2_product(*dev, n, mode, out_dtype, tuple(cp.asarray(x) for x in pre))
+        flat = [[x for p in r for x in (p if isinstance(p, tuple) else (p,))]
+                for r in (want, got_model, got)]  # fmt: skip
+        for w, gm, g in zip(*flat):
+            assert _same(gm, w) and _same(np.asarray(g), w)
+
+
+@pytest.mark.parametrize("n,scale_a,scale_b", [(3, -1040, 1000), (17, -1000, 900), (17, 500, 400)])
+def test_host_code_round_ties_at_large_exponents(cpu_backend, n, scale_a, scale_b):
+    """Ties in lines of subnormal, tiny and huge entries (shifts far from 0)."""
+    be, cp = cpu_backend
+    ar, ai, br, bi, pre = tie_operands(((), 6, 30, 5), True, n, "accurate", seed=4,
+                                       scale_a=scale_a, scale_b=scale_b)  # fmt: skip
+    assert scaling.rounds_to_nearest(n, 30, "accurate")
+    c = crt_constants(n)
+    mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    v = np.ldexp(ar, mu[:, None])
+    assert (np.abs(v - np.trunc(v)) == 0.5).sum() > 10
+    with npb.quiet():
+        want = products.product(np, npb.int_matmul, ar, ai, br, bi, n, "accurate", "dd", pre)
+    got = be.ozaki2_product(*(cp.asarray(x) for x in (ar, ai, br, bi)), n, "accurate", "dd",
+                            tuple(cp.asarray(x) for x in pre))  # fmt: skip
+    for (h, l_), (wh, wl) in zip(got, want):
+        assert _same(np.asarray(h), wh) and _same(np.asarray(l_), wl)
+
+
+CASES = [
+    # (batch, m, k, n), phi
+    (((), 1, 1, 1), 1),
+    (((), 1, 13, 1), 0.5),
+    (((), 7, 33, 5), 1),
+    (((), 9, 19, 17), 4),
+    (((3,), 5, 21, 6), 1),
+    (((2, 2), 3, 10, 4), 0.5),
+]
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float32"])
+@pytest.mark.parametrize("mode", ["fast", "accurate"])
+@pytest.mark.parametrize("n", [2, 8, 14, 17, 20])
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_model_equals_generic(case, cplx, n, mode, out_dtype):
+    shape, phi = case
+    ar, ai, br, bi = _operands(shape, phi, cplx, seed=n + 3 * len(shape[0]))
+    pre, want = _generic(ar, ai, br, bi, n, mode, out_dtype)
+    got = model.ozaki2_product(ar, ai, br, bi, n, mode, out_dtype, pre, k_block=16)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert _same(g, w)
+
+
+@pytest.mark.parametrize("n", [2, 14, 20])
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_model_dd_is_exact_double_double(case, cplx, n):
+    shape, phi = case
+    ar, ai, br, bi = _operands(shape, phi, cplx, seed=7 * n)
+    pre, want = _generic(ar, ai, br, bi, n, "accurate", "dd")
+    got = model.ozaki2_product(ar, ai, br, bi, n, "accurate", "dd", pre)
+    ref = _exact_dd(ar, ai, br, bi, n, pre)
+    for (h, l_), (rh, rl), (wh, wl) in zip(got, ref, want):
+        assert _same(h, wh) and _same(l_, wl)
+        assert _same(h, rh) and _same_value(l_, rl)
+
+
+@pytest.mark.parametrize(
+    "what,scale_a,scale_b",
+    [
+        ("subnormal", -1000, -60),
+        ("deep-subnormal", -1030, -40),
+        ("near-overflow", 510, 511),
+        ("overflow", 512, 514),
+    ],
+)
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_model_extreme_ranges(what, scale_a, scale_b, out_dtype, cplx):
+    if out_dtype == "float32":  # bring the same situations to float32's range
+        scale_a, scale_b = (scale_a * 149) // 1074, (scale_b * 149) // 1074
+    ar, ai, br, bi = _operands(((), 6, 9, 7), 1, cplx, seed=11, scale_a=scale_a, scale_b=scale_b)
+    ar[2] = 0.0  # a zero row
+    br[:, 3] = 0.0
+    if ai is not None:
+        ai[2] = 0.0
+        bi[:, 3] = 0.0
+    n = 17
+    pre, want = _generic(ar, ai, br, bi, n, "accurate", out_dtype)
+    got = model.ozaki2_product(ar, ai, br, bi, n, "accurate", out_dtype, pre)
+    if out_dtype == "dd":
+        ref = _exact_dd(ar, ai, br, bi, n, pre)
+        for (h, l_), (rh, rl), (wh, wl) in zip(got, ref, want):
+            assert _same(h, wh) and _same(l_, wl)
+            assert _same(h, rh) and _same_value(l_, rl)
+    else:
+        for g, w in zip(got, want):
+            assert _same(g, w)
+    vals = np.concatenate([np.ravel(g[0] if out_dtype == "dd" else g) for g in got])
+    finite = vals[np.isfinite(vals) & (vals != 0)]
+    tiny = np.finfo(np.float32 if out_dtype == "float32" else np.float64).tiny
+    if what.endswith("subnormal"):
+        assert (np.abs(finite) < tiny).any()
+    if what == "overflow":
+        assert np.isinf(vals).any()
+
+
+def test_model_k_blocks():
+    ar, _, br, _ = _operands(((), 2, 70000, 3), 1, False, seed=5)
+    pre, want = _generic(ar, None, br, None, 20, "accurate", "float64")
+    got = model.ozaki2_product(ar, None, br, None, 20, "accurate", "float64", pre)
+    assert _same(got[0], want[0])
+
+
+def _f32_reference(y: int, e: int) -> np.float32:
+    """RNE float32 of y * 2**e by brute force: the nearest of the float32 neighbours (exact
+    Fraction comparisons), ties to the even significand; inf beyond the largest float32."""
+    from fractions import Fraction
+
+    x = Fraction(y) * Fraction(2) ** e
+    with np.errstate(over="ignore"):
+        c = np.float32(float(x)) if abs(x) < 2**200 else np.float32(np.inf if y > 0 else -np.inf)
+    best = None
+    for cand in (np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))):
+        if not np.isfinite(cand):
+            continue
+        d = abs(Fraction(float(cand)) - x)
+        if best is None or d < best[0] or (d == best[0] and int(cand.view(np.uint32)) % 2 == 0):
+            best = (d, cand)
+    big = Fraction(float(np.finfo(np.float32).max)) + Fraction(2) ** (127 - 24)
+    if abs(x) >= big:  # beyond max + half an ulp: RNE overflows
+        return np.float32(np.inf if y > 0 else -np.inf)
+    r = best[1]
+    return np.float32(-0.0) if r == 0 and y < 0 else r
+
+
+def test_rounding_ties_boundaries_and_dd():
+    """finish() on integers built to hit ties, sticky bits, the subnormal boundary and overflow."""
+    rng = np.random.default_rng(1)
+    ys, es = [], []
+    for _ in range(3000):
+        bl = int(rng.integers(1, 157))
+        y = int(rng.integers(1, 2**62)) | 1 << 61
+        y = y >> max(0, 62 - bl) if bl < 62 else y << (bl - 62)
+        kind = rng.integers(0, 4)
+        if kind == 1:  # exact tie at 53 or 24 bits: ...1 followed by zeros
+            cut = max(0, y.bit_length() - int(rng.choice([54, 25])))
+            y = (y >> cut << cut) | (1 << cut >> 1) if cut else y
+        elif kind == 2:  # only a far sticky bit beyond a tie
+            y |= 1
+        y = -y if rng.integers(0, 2) else y
+        target = int(
+            rng.choice([-1080, -1074, -1060, -1022, -160, -149, -126, 0, 100, 127, 128, 1023, 1024])
+        )
+        es.append(target - y.bit_length() + int(rng.integers(-2, 3)))
+        ys.append(y)
+    nw = 5
+    mag = [abs(y) for y in ys]
+    v = [np.array([(x >> (32 * i)) & 0xFFFFFFFF for x in mag], dtype=np.uint64) for i in range(nw)]
+    neg = np.array([y < 0 for y in ys])
+    off = np.array(es, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        hi, lo = model.finish(neg, v, off, "dd")
+        f32 = model.finish(neg, v, off, "float32")
+        f64 = model.finish(neg, v, off, "float64")
+    ref = [_round_hi_lo(y, e) for y, e in zip(ys, es)]
+    assert _same(hi, np.array([h for h, _ in ref])) and _same(f64, hi)
+    assert _same_value(lo, np.array([l_ for _, l_ in ref]))
+    # ... and exactly the generic double-double conversion, signs of zero included
+    limbs = [np.array([[(abs(y) >> (LIMB_BITS * i)) & ((1 << LIMB_BITS) - 1)] for y in ys])
+             for i in range(8)]  # fmt: skip
+    limbs = [np.where(neg[:, None], -x, x).astype(np.int64) for x in limbs]
+    with np.errstate(over="ignore"):
+        ghi, glo = rounding.unscale_dd(np, limbs, -off, np.zeros(1, dtype=np.int64))
+    assert _same(hi, ghi[:, 0]) and _same(lo, glo[:, 0])
+    assert _same(f32, np.array([_f32_reference(y, e) for y, e in zip(ys, es)], dtype=np.float32))
+
+
+# ----------------------------------------------------------------------------------------------
+# emulinalg/backends/cupy/'s host code, driven on the CPU through a stand-in for cupy
+# ----------------------------------------------------------------------------------------------
+
+
+def _fake_vs_generic(be, cp, ar, ai, br, bi, n, mode, out_dtype, to_dev=None):
+    to_dev = to_dev or cp.asarray
+    pre, want = _generic(ar, ai, br, bi, n, mode, out_dtype)
+    g = [None if x is None else to_dev(x) for x in (ar, ai, br, bi)]
+    got = be.ozaki2_product(*g, n, mode, out_dtype, tuple(cp.asarray(x) for x in pre))
+    assert got is not None
+    flat = [x for p in got for x in (p if isinstance(p, tuple) else (p,))]
+    wflat = [x for p in want for x in (p if isinstance(p, tuple) else (p,))]
+    assert len(flat) == len(wflat)
+    for g_, w in zip(flat, wflat):
+        assert _same(np.asarray(g_), w)
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("case", [(((), 1, 1, 1), 1), (((), 7, 33, 5), 4), (((3,), 5, 21, 6), 1)],
+                         ids=str)  # fmt: skip
+def test_host_code_drives_the_kernels(cpu_backend, case, cplx, out_dtype):
+    be, cp = cpu_backend
+    shape, phi = case
+    ar, ai, br, bi = _operands(shape, phi, cplx, seed=2)
+    _fake_vs_generic(be, cp, ar, ai, br, bi, 17, "accurate", out_dtype)
+
+
+def test_host_code_views_chunks_and_k_blocks(cpu_backend, monkeypatch):
+    be, cp = cpu_backend
+    ar, ai, br, bi = _operands(((), 13, 40, 9), 1, True, seed=3)
+    monkeypatch.setattr(be.products, "chunk_bytes", 3000)  # one or two rows of A per chunk
+    monkeypatch.setattr(be.gemm, "_K_BLOCK", 16)  # three K-blocks
+    tr = {id(x): np.ascontiguousarray(x.T) for x in (ar, ai, br, bi)}
+
+    def transposed_view(x):  # same values, rows contiguous in memory
+        return cp.asarray(tr[id(x)]).T
+
+    _fake_vs_generic(be, cp, ar, ai, br, bi, 15, "accurate", "dd", to_dev=transposed_view)
+    _fake_vs_generic(be, cp, ar, None, br, None, 12, "fast", "float64",
+                     to_dev=lambda x: cp.asarray(x)[::-1][::-1])  # fmt: skip
+    rev = ar[::-1]  # negative row stride on the device too
+
+    def rev_view(x):
+        return cp.asarray(ar)[::-1] if x is rev else cp.asarray(x)
+
+    _fake_vs_generic(be, cp, rev, None, br, None, 12, "fast", "float32", to_dev=rev_view)
+    a3 = _operands(((4,), 6, 40, 9), 1, False, seed=8)[0]
+    b3 = np.broadcast_to(br, (4,) + br.shape)  # one B for every batch: stride 0
+    _fake_vs_generic(be, cp, a3, None, b3, None, 14, "accurate", "float64",
+                     to_dev=lambda x: cp.broadcast_to(cp.asarray(br), b3.shape) if x is b3
+                     else cp.asarray(x))  # fmt: skip
+
+
+def test_host_code_magnitude_lower(cpu_backend):
+    from fractions import Fraction
+
+    be, cp = cpu_backend
+    rng = np.random.default_rng(3)
+    xa = rng.uniform(0, 2, size=(2, 5, 37))
+    xb = rng.uniform(0, 2, size=(37, 6))
+    xa[0, 0, :3] = [1e-40, 5e-324, 0.0]
+    got = np.asarray(be.magnitude_lower_matmul(cp.asarray(xa), cp.asarray(xb)))
+    assert got.shape == (2, 5, 6) and got.dtype == np.float64
+    ref = np.matmul(xa, xb)
+    assert np.all(got >= 0.97 * ref)
+    for idx in np.ndindex(got.shape):
+        b, i, j = idx
+        exact = sum(Fraction(float(p)) * Fraction(float(q)) for p, q in zip(xa[b, i], xb[:, j]))
+        assert Fraction(float(got[idx])) <= exact
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+def test_crt_kernel_rounding_on_crafted_integers(cpu_backend, out_dtype):
+    """The CRT kernel (model or CUDA source) on products whose reconstruction is a chosen
+    integer: ties, sticky bits and range boundaries, against the rounding checked above."""
+    be, cp = cpu_backend
+    n = 20
+    c = crt_constants(n)
+    rng = np.random.default_rng(5)
+    ys, offs = model.crafted_integers(rng, 1500, c.P.bit_length() - 3)  # |y| <= P/4
+    prod = cp.asarray(model.residue_products(ys, c.moduli))
+    mu = cp.asarray((-offs).astype(np.int32)[None, :])
+    nu = cp.asarray(np.zeros((1, 1), dtype=np.int32))
+    dt = np.float32 if out_dtype == "float32" else np.float64
+    outs = [
+        cp.asarray(np.zeros((1, len(ys), 1), dtype=dt))
+        for _ in range(2 if out_dtype == "dd" else 1)
+    ]
+    be.products._crt(prod, n, False, mu, nu, 0, outs, out_dtype)
+    neg, v = model.words_of(ys, crt_tables(n)["nw"])
+    with np.errstate(over="ignore"):
+        want = model.finish(neg, v, offs, out_dtype)
+    want = want if out_dtype == "dd" else (want,)
+    for g, w in zip(outs, want):
+        assert _same(np.asarray(g)[0, :, 0], w)
