@@ -285,7 +285,7 @@ BLOCK_ENTRIES = 1 << 22
 # Bytes of working memory per output entry and part in a row block of the generic loop (the CRT
 # limbs and quotient, the modular product and its reduction, the block's split and residue
 # planes of A), and the blocks' share of the product's inputs and output (the peaks this gives:
-# docs/limitations.md, tests/test_memory.py).
+# docs/limitations.md, tests/core/test_memory.py).
 WORK_BYTES_PER_ENTRY = 320
 WORK_SHARE = 1.0
 # Fewer rows per block than this make the GEMMs inefficient: the bound gives way below it.

@@ -1,7 +1,7 @@
 // Lets the CUDA sources of src_cuda/ compile as host C++: CUDA keywords become plain C++
 // and the intrinsics they use get exact host equivalents. src_amx/ozaki2_host.cpp runs their
-// per-entry arithmetic (residues, CRT) on the CPU with it; tests/cuda_host_shim.h adds a grid
-// launcher so the CPU tests can run whole kernels. Build with -ffp-contract=off: the kernels'
+// per-entry arithmetic (residues, CRT) on the CPU with it; tests/kernels/cuda_host_shim.h adds a
+// grid launcher so the CPU tests can run whole kernels. Build with -ffp-contract=off: the kernels'
 // __dadd_rn/__dmul_rn pairs must stay two roundings.
 #pragma once
 #include <algorithm>
@@ -36,8 +36,8 @@ struct alignas(16) double2 {
   double x, y;
 };
 // cp.async (ozaki2_stats.cu's ring of rows): the copy at once; groups need no waiting. The
-// kernels' CPU tests (tests/cuda_host_shim.h) define EMU_STRICT_CP_ASYNC and their own, which
-// holds each copy back until its group is waited for.
+// kernels' CPU tests (tests/kernels/cuda_host_shim.h) define EMU_STRICT_CP_ASYNC and their own,
+// which holds each copy back until its group is waited for.
 #define EMU_CUDA_HOST 1
 #ifndef EMU_STRICT_CP_ASYNC
 inline void cp_async16(void* smem, const void* gmem) { std::memcpy(smem, gmem, 16); }
@@ -65,7 +65,7 @@ inline int __clzll(long long x) {
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
-// Blocks run one after another here (tests/cuda_host_shim.h): a fence orders nothing more.
+// Blocks run one after another here (tests/kernels/cuda_host_shim.h): a fence orders nothing more.
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline int __double2int_rn(double x) { return static_cast<int>(std::nearbyint(x)); }  // RNE
 inline double __dadd_rn(double a, double b) { return a + b; }

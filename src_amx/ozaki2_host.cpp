@@ -2,9 +2,9 @@
 // backend's CUDA C++ (src_cuda/ozaki2_crt.cu, ozaki2_crt_s8.cu) as host C++ (cuda_host.hpp)
 // with OpenMP over rows; the residues have their own vectorized float64 form of the same
 // integers (below). The outputs are bit-identical to emulinalg.algorithm's numpy code
-// (products.product; tests/test_amx.py checks it). Real products, and complex ones by 3M (three planes per
-// operand: re, im, re + im; three GEMMs per modulus combined into the real and imaginary
-// residues).
+// (products.product; tests/backends/amx/ checks it). Real products, and complex ones by 3M
+// (three planes per operand: re, im, re + im; three GEMMs per modulus combined into the real and
+// imaginary residues).
 //
 //   residues: float64 lines x (shift per line) -> int8 symmetric residues of x 2**shift rounded
 //             to nearest (ties to even) or toward zero, as
@@ -51,8 +51,8 @@ namespace {
 // The residues, vectorized: the CUDA kernel's word arithmetic (element_words, residue_of) runs
 // one entry per thread; here the same integers are reached with exact float64 operations that
 // the compiler vectorizes (compiled for AVX-512F, AVX2 and the baseline; every operation is
-// exact, so all paths give the same residues, which tests/test_amx.py checks against Python
-// integers and against emulinalg.algorithm.residues):
+// exact, so all paths give the same residues, which tests/backends/amx/test_amx_host_pipeline.py
+// checks against Python integers and against emulinalg.algorithm.residues):
 //   v  = |x| 2**shift                 as (|x| f1) f2, both powers of two: exact wherever v is
 //                                     normal (below, v < 1/2 however it rounds: X = 0)
 //   X  = h2 2**56 + h1 2**28 + h0     h2 = floor(v 2**-56) < 2**26, r1 = v - h2 2**56,

@@ -13,7 +13,8 @@
 //
 // Same values as emulinalg.algorithm.scaling.ozaki2_prescale (exactly) and the same decisions as
 // emulinalg.algorithm.certificate.ozaki2_moduli_needed (its float32 lower bound; the norms' sums
-// are taken in another order, upper bounds both) -- tests/test_amx.py.
+// are taken in another order, upper bounds both) --
+// tests/backends/amx/test_amx_host_certificate.py.
 #include "cuda_host.hpp"
 #include "host_loops.hpp"
 

@@ -147,8 +147,8 @@ std::string gemm_s8_run(const GemmS8Problem& p) {
 
   // can_implement also asks D's contiguous extent (N) to be a multiple of 16 bytes. The TMA
   // store needs that only of the strides (checked above): its box is clipped at N. So the
-  // check runs on N rounded up; the kernel runs on the true N (tests/test_fused_gpu.py covers
-  // ragged N).
+  // check runs on N rounded up; the kernel runs on the true N
+  // (tests/backends/gpu/test_fused_gpu.py covers ragged N).
   typename Gemm::Arguments probe = args;
   cute::get<1>(probe.problem_shape) = (p.n + G::kAlignD - 1) / G::kAlignD * G::kAlignD;
   cutlass::Status st = Gemm::can_implement(probe);

@@ -1,7 +1,7 @@
 """What a newcomer meets first (issue #28's rough edges): plans in the ``emulinalg`` logger,
 type information shipped with the package, a one-line hint for a missing extra, and the matmul
-demo's progress lines without warnings (``demo scf``: tests/test_scf.py; ``demo dask``:
-tests/test_dask.py)."""
+demo's progress lines without warnings (``demo scf``: tests/harness/test_scf.py; ``demo dask``:
+tests/backends/dask/test_dask_examples.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 // Lets the CUDA sources of src_cuda/ run as host C++ (g++ -std=c++20), so the CPU tests
-// run the kernels' own code (tests/fake_cupy.py, native mode): src_amx/cuda_host.hpp turns CUDA
-// keywords and intrinsics into plain C++, and `launch` here runs a grid one block at a time with
-// one std::thread per CUDA thread (a std::barrier for __syncthreads, `static` for __shared__,
-// which is then shared by the block's threads).
+// run the kernels' own code (tests/kernels/fake_cupy.py, native mode): src_amx/cuda_host.hpp
+// turns CUDA keywords and intrinsics into plain C++, and `launch` here runs a grid one block at a
+// time with one std::thread per CUDA thread (a std::barrier for __syncthreads, `static` for
+// __shared__, which is then shared by the block's threads).
 #pragma once
 #include <barrier>
 #include <functional>

@@ -3,8 +3,9 @@
 Each function does, per entry, the integer and float operations that the CUDA kernel does, in the
 same order and with the same word widths (uint64/int64 numpy arrays standing for the kernel's
 registers; shifts are guarded exactly where the kernel guards them). The CPU tests
-(``test_gpu_kernel_model.py``) check this model against the generic ``emulinalg.algorithm.products``
-path bit for bit, so on the GPU only the transcription into CUDA remains untested here.
+(``test_gpu_kernel_model_*.py``) check this model against the generic
+``emulinalg.algorithm.products`` path bit for bit, so on the GPU only the transcription into CUDA
+remains untested here.
 """
 
 from __future__ import annotations

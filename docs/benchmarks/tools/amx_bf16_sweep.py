@@ -4,7 +4,7 @@ For square N x N x N φ-matrices (φ = 1): torch.matmul float64 and float32 (MKL
 threads), then, for each blocking spec (``emulinalg._amx.set_blocking``), the median seconds of
 ``emulinalg.matmul`` with BF16xN(6, 6) on float64 inputs and BF16x3 on float32 inputs (one
 untimed run first). One JSON object per line on stdout and in --out. The blocking never
-changes a result (tests/test_bf16.py); this only measures speed.
+changes a result (tests/algorithm/test_bf16.py); this only measures speed.
 
 Usage (AMX host, emulinalg installed, EMULINALG_AMX=1 set by the script):
     OMP_NUM_THREADS=16 python3 docs/benchmarks/tools/amx_bf16_sweep.py --n 8192 \\

@@ -103,7 +103,7 @@ export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 step objdump 60 objdump_evidence
 step peak 60 peak
 step info 60 info
-step tests 150 python3 -m pytest -q tests/test_amx.py --run-slow -rs -p no:cacheprovider \
+step tests 150 python3 -m pytest -q tests/backends/amx --run-slow -rs -p no:cacheprovider \
     --durations=8
 step sweep $((AMX_SWEEP_BUDGET + 40)) sweep
 step sweep-bind 70 sweep_bind

@@ -34,7 +34,7 @@ demo() { (cd /tmp && python3 -m emulinalg demo); }
 tests() {  # one pytest per test file, WORKERS at a time (pytest-xdist cannot: object-
     # parametrized test ids differ between its workers); a summary line per file
     local f i=0 rc=0
-    for f in "$ROOT"/tests/test_*.py; do
+    for f in "$ROOT"/tests/*/test_*.py "$ROOT"/tests/*/*/test_*.py; do
         (cd /tmp && OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 python3 -m pytest --run-slow -q \
             -p no:cacheprovider -m "not gpu and not cuda" "$f" >"$OUT/t_$(basename "$f" .py).txt" \
             2>&1) &

@@ -48,8 +48,8 @@ step build 400 build || { echo "build failed; see $OUT/build.log"; exit 1; }
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 lscpu | grep -E '^(Model name|CPU\(s\)|L2|L3)' > "$OUT/env.log"
 if [ -z "${SKIP_TESTS:-}" ]; then
-    step tests 240 python3 -m pytest --run-slow -q tests/test_bf16.py tests/test_amx.py -m amx -rs \
-        -p no:cacheprovider --durations=5
+    step tests 240 python3 -m pytest --run-slow -q tests/algorithm/test_bf16.py tests/backends/amx \
+        -m amx -rs -p no:cacheprovider --durations=5
 fi
 step bench-f64 "${BENCH_LIMIT:-300}" bench float64 "$BENCH_F64"
 step bench-f32 "${BENCH_LIMIT:-300}" bench float32 "$BENCH_F32"

@@ -52,8 +52,9 @@ fi
 build "$NEW_SRC" /tmp/amxsite "$OUT/build-new.log" || { echo "new build failed"; exit 1; }
 if [ -z "${SKIP_TESTS:-}" ]; then
     (cd /tmp && PYTHONPATH="/tmp/amxsite${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 -m pytest \
-        -q -p no:cacheprovider --run-slow -rs "$NEW_SRC/tests/test_bf16.py") >"$OUT/tests.log" 2>&1
-    echo "tests (new build, tests/test_bf16.py): rc=$?, $(tail -n 1 "$OUT/tests.log")"
+        -q -p no:cacheprovider --run-slow -rs "$NEW_SRC/tests/algorithm/test_bf16.py") \
+        >"$OUT/tests.log" 2>&1
+    echo "tests (new build, tests/algorithm/test_bf16.py): rc=$?, $(tail -n 1 "$OUT/tests.log")"
 fi
 for round in $(seq "${ROUNDS:-2}"); do
     for v in ${OLD_SRC:+old} new; do

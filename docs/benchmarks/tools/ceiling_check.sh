@@ -10,7 +10,7 @@ t0=$SECONDS
 source "$ROOT/tools/device/build_fused.sh"
 if [ -z "${SKIP_TESTS:-}" ]; then
     (cd /tmp && timeout "${TEST_S:-240}" python3 -m pytest -q -x -p no:cacheprovider \
-        "$ROOT/tests/test_gpu.py" "$ROOT/tests/test_fused_gpu.py" -m gpu) >"$OUT/tests.log" 2>&1
+        "$ROOT/tests/backends/gpu" -m gpu) >"$OUT/tests.log" 2>&1
     echo "tests rc=$? $((SECONDS - t0)) s: $(tail -n 1 "$OUT/tests.log")"
 fi
 (cd docs/benchmarks/tools && timeout 200 python3 gpu_ceiling.py --out "$OUT/ceiling.jsonl" \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU fast path (src_cuda/ kernels: residues, CRT, statistics hooks) + statistics overhead +
 # AMX register ceiling, one call. Run from the repository root after `source .device/setup.sh`;
-# logs under $OUT. SKIP_TESTS=1 skips tests/test_gpu.py, SKIP_PERF=1 the timings; PYTEST_K
-# selects tests (e.g. PYTEST_K=statistics), FAST_ARGS goes to gpu_fast.py.
+# logs under $OUT. SKIP_TESTS=1 skips tests/backends/gpu/test_gpu_*.py, SKIP_PERF=1 the
+# timings; PYTEST_K selects tests (e.g. PYTEST_K=statistics), FAST_ARGS goes to gpu_fast.py.
 set -o pipefail
 OUT=${OUT:-/tmp/fast-check-out}
 mkdir -p "$OUT"
@@ -23,8 +23,8 @@ if [ -n "${AMX_PEAK:-}" ] && g++ -O2 -fopenmp -mamx-tile -mamx-int8 -mamx-bf16 \
     /tmp/amx_peak 1 2 4 8 16 | tee "$OUT/amx_peak.jsonl"
 fi
 if [ -z "${SKIP_TESTS:-}" ]; then
-    timeout "${TEST_S:-300}" python3 -m pytest tests/test_gpu.py -x -q -rs -p no:cacheprovider \
-        ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
+    timeout "${TEST_S:-300}" python3 -m pytest tests/backends/gpu/test_gpu_*.py -x -q -rs \
+        -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
     echo "tests $((SECONDS - t0)) s"
 fi
 if [ -z "${SKIP_PERF:-}" ]; then

@@ -9,7 +9,7 @@ Per N (square, 18 moduli, int8 residues uniform in each modulus' symmetric range
   and scheduler swizzle (--swizzles); the fastest exact one is used below;
 - ``crt_s32`` / ``crt_s8``: the CRT pass over the INT32 products / the INT8 residues;
 - ``e2e``: ``backends.cupy.ozaki2_product`` (float64, phi = 1, accurate) on the cuBLAS path and
-  on the fused path (the wiring of tests/test_fused_gpu.py), beside cuBLAS DGEMM.
+  on the fused path (the wiring of tests/backends/gpu/test_fused_gpu.py), beside cuBLAS DGEMM.
 
 Times are medians of --repeat runs (CUDA events) after two warm-up runs; Top/s = 2 m n k
 moduli / time. Checks, exact: fused_s32 == cuBLAS, fused_mod == symmetric(cuBLAS mod m_l) on

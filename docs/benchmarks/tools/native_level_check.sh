@@ -14,17 +14,17 @@ has() { [[ ",$PARTS," == *",$1,"* ]]; }
 source "$ROOT/tools/device/build_fused.sh"
 if has tests; then
     (cd /tmp && timeout "${TEST_S:-330}" python3 -m pytest -q -p no:cacheprovider \
-        "$ROOT/tests/test_gpu.py" "$ROOT/tests/test_fused_gpu.py" -m gpu) >"$OUT/tests_gpu.log" 2>&1
+        "$ROOT/tests/backends/gpu" -m gpu) >"$OUT/tests_gpu.log" 2>&1
     echo "gpu tests rc=$? $((SECONDS - t0)) s: $(tail -n 1 "$OUT/tests_gpu.log")"
 fi
 if has dask-gpu; then
     (cd /tmp && timeout "${DASK_TEST_S:-120}" python3 -m pytest -q -p no:cacheprovider \
-        "$ROOT/tests/test_dask.py" -m gpu) >"$OUT/tests_dask_gpu.log" 2>&1
+        "$ROOT/tests/backends/dask" -m gpu) >"$OUT/tests_dask_gpu.log" 2>&1
     echo "dask gpu tests rc=$? $((SECONDS - t0)) s: $(tail -n 1 "$OUT/tests_dask_gpu.log")"
 fi
 if has amx-tests; then
     (cd /tmp && timeout "${AMX_TEST_S:-150}" python3 -m pytest --run-slow -q -p no:cacheprovider \
-        "$ROOT/tests/test_amx.py") >"$OUT/tests_amx.log" 2>&1
+        "$ROOT/tests/backends/amx") >"$OUT/tests_amx.log" 2>&1
     echo "amx tests rc=$? $((SECONDS - t0)) s: $(tail -n 1 "$OUT/tests_amx.log")"
 fi
 bench() {  # name, then bench options

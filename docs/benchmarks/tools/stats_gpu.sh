@@ -31,7 +31,7 @@ bench() {  # bench TARGET LABEL DTYPE
 }
 gputests() {
     (cd /tmp && PYTHONPATH="$ROOT/build/emul_new:$PYTHONPATH" python3 -m pytest -q -x \
-        -p no:cacheprovider "$ROOT/tests/test_gpu.py" "$ROOT/tests/test_fused_gpu.py" -m gpu "$@")
+        -p no:cacheprovider "$ROOT/tests/backends/gpu" -m gpu "$@")
 }
 export OUT ROOT PHI
 export -f install overhead bench gputests
