@@ -1,4 +1,5 @@
-// Shared by the Scheme II kernels (ozaki2_residues.cu, ozaki2_crt.cu): the moduli.
+// Shared by the Scheme II kernels (ozaki2_residues.cu, ozaki2_crt.cu, ozaki2_crt_s8.cu): the
+// moduli.
 //
 // The moduli are compile-time constants so that `x % m` becomes a multiply-high sequence
 // instead of a division: the kernels walk them by template recursion (step<L + 1>), never with a
@@ -14,6 +15,14 @@ __host__ __device__ constexpr unsigned pow2mod(int e, unsigned m) {
   unsigned r = 1u % m;
   for (int i = 0; i < e; ++i) r = (r * 2u) % m;
   return r;
+}
+
+// The CRT kernels' output row of chunk row `row` (B batches of mc rows, the chunk's rows
+// r0.. of each batch's m_full rows); b gets its batch.
+__device__ __forceinline__ long long crt_output_row(long long row, int mc, int m_full, int r0,
+                                                   int& b) {
+  b = static_cast<int>(row / mc);
+  return static_cast<long long>(b) * m_full + r0 + (row - static_cast<long long>(b) * mc);
 }
 
 // Symmetric representative in [-(m/2), (m-1)/2] of u in [0, m]: Python's symmetric_mod.

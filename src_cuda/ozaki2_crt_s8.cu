@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(256)
   const long long rows = static_cast<long long>(B) * mc;
   for (long long row = blockIdx.y * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<long long>(gridDim.y) * blockDim.y) {
-    const int b = static_cast<int>(row / mc);
-    const long long orow = static_cast<long long>(b) * m_full + r0 + (row - static_cast<long long>(b) * mc);
+    int b;
+    const long long orow = crt_output_row(row, mc, m_full, r0, b);
     const int mui = mu[orow];
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
       const int off = -(mui + nu[static_cast<long long>(b) * n + j]);

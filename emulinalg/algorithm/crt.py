@@ -24,10 +24,26 @@ def accumulators(xp, c, shape, nparts):
 
 def accumulate(xp, c, limbs, quotient, ell, W):
     """Adds modulus ``ell``'s residue products ``W`` (one symmetric residue array per part,
-    any integer or float64 dtype) into the CRT sums of ``accumulators``."""
+    any integer or float64 dtype) into the CRT sums of ``accumulators``. ``ell`` a range of
+    moduli: ``W``'s arrays have a leading axis of those moduli, summed here (the limbs are exact
+    integers in any order; the quotient's estimate keeps its error bound in any order of its
+    sum, so its rounding, the exact quotient, is the same)."""
+    if isinstance(ell, int):
+        for p, w in enumerate(W):
+            rounding.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
+            quotient[p] = quotient[p] + xp.astype(w, xp.float64) * c.weight_ratios[ell]
+        return
+    ells = list(ell)
     for p, w in enumerate(W):
-        rounding.add_multiple(xp, limbs[p], xp.astype(w, xp.int64), c.weight_limbs[ell])
-        quotient[p] = quotient[p] + xp.astype(w, xp.float64) * c.weight_ratios[ell]
+        axis = (-1,) + (1,) * (w.ndim - 1)
+        wi = xp.astype(w, xp.int64)
+        for i in range(c.n_limbs):
+            col = [c.weight_limbs[lo][i] for lo in ells]
+            if any(col):
+                C = xp.reshape(xp.asarray(col, dtype=xp.int64, device=w.device), axis)
+                limbs[p][i] = limbs[p][i] + xp.sum(wi * C, axis=0)
+        R = xp.asarray([c.weight_ratios[lo] for lo in ells], dtype=xp.float64, device=w.device)
+        quotient[p] = quotient[p] + xp.sum(xp.astype(w, xp.float64) * xp.reshape(R, axis), axis=0)
 
 
 @staged("reconstruction")

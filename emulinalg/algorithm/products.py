@@ -16,9 +16,12 @@ from __future__ import annotations
 from .._timing import staged
 from .crt import accumulate, accumulators, from_residues, reconstruct
 from .moduli import crt_constants
-from .residues import residues, split, symmetric_mod
+from .residues import moduli_axis, residues, split, symmetric_mod
 from .scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest, scale_to_integers
 
+# ``entries`` takes several moduli per pass, its work arrays at most about this many elements
+# (or ``work``'s)
+ENTRY_WORK = 1 << 22
 RESIDUE_PRODUCT_BOUND = 128 * 128  # |r_a * r_b| for residues in [-128, 127]
 
 
@@ -62,14 +65,15 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
     return from_residues(xp, c, W(), shape, 1 if ai is None else 2, mu, nu, out_dtype)
 
 
-def entries(xp, ar, ai, br, bi, moduli, out_dtype, prescale, nearest):
+def entries(xp, ar, ai, br, bi, moduli, out_dtype, prescale, nearest, work=ENTRY_WORK):
     """Scheme II product of single entries: entry t is row t of ``ar`` (+ i ``ai``) (K, k) times
     row t of ``br`` (+ i ``bi``) (K, k), i.e. columns of B given as rows, with the shifts of
     the line bounds ``prescale = (s, t, e, f)`` restricted to those lines ((K,) each) and the
     scaled operands rounded as ``nearest`` says. Returns the parts (K,) as ``product`` does,
     computed with one length-k dot product of residues per entry and modulus (integers, exact)
     instead of GEMMs: the same integers, hence the same result, as those entries of ``product``
-    with the same shifts."""
+    with the same shifts. Several moduli per pass, with work arrays of at most about ``work``
+    elements (at least one modulus's, (K, k))."""
     c = crt_constants(moduli)
     mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
     Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1, nearest)) for x in (ar, ai))
@@ -79,14 +83,19 @@ def entries(xp, ar, ai, br, bi, moduli, out_dtype, prescale, nearest):
     def dot(x, y):  # |residue products| <= 2**14: exact in float64 sums below 2**53
         return xp.expand_dims(xp.sum(x * y, axis=-1), axis=-1)
 
-    for ell, m in enumerate(c.moduli):
-        ra, rb = residues(xp, Ar, Ai, m), residues(xp, Br, Bi, m)
+    # Several moduli per pass (a leading axis of moduli): a few array operations per group
+    # instead of per modulus (each a kernel launch on a device).
+    group = max(1, work // max(1, ar.shape[0] * ar.shape[-1]))
+    for g0 in range(0, moduli, group):
+        ms = c.moduli[g0 : g0 + group]
+        mv = moduli_axis(xp, ms, ar.ndim, ar.device)
+        ra, rb = residues(xp, Ar, Ai, mv), residues(xp, Br, Bi, mv)
         if ai is None:
-            W = (symmetric_mod(xp, dot(ra[0], rb[0]), m),)
+            W = (symmetric_mod(xp, dot(ra[0], rb[0]), mv),)
         else:
             t1, t2, t3 = dot(ra[0], rb[0]), dot(ra[1], rb[1]), dot(ra[2], rb[2])
-            W = (symmetric_mod(xp, t1 - t2, m), symmetric_mod(xp, t3 - t1 - t2, m))
-        accumulate(xp, c, limbs, quotient, ell, W)
+            W = (symmetric_mod(xp, t1 - t2, mv), symmetric_mod(xp, t3 - t1 - t2, mv))
+        accumulate(xp, c, limbs, quotient, range(g0, g0 + len(ms)), W)
     zero = xp.zeros((1,), dtype=mu.dtype)
     parts = reconstruct(xp, c, limbs, quotient, mu + nu, zero, out_dtype)
     if out_dtype == "dd":

@@ -29,6 +29,9 @@ REFIT_SPREAD_BITS = 8  # ... and only those within 2**8 of the most cancelled on
 # the two effective-bits measures compare are then taken over a few entries, single random
 # draws of the native and the emulated errors, and all of them cost less than the statistics.
 REFIT_ALL_WORK = 1 << 20
+# The recomputation's work arrays stay below 1/WORK_SHARE of the output's entries (the working
+# memory bound of docs/limitations.md)
+WORK_SHARE = 8
 
 
 def refits_all(outputs, k):
@@ -132,7 +135,10 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
         return xp.take(xt, cols, axis=0)
 
     sub = (xp.take(s, rows), xp.take(t, cols), xp.take(e, rows), xp.take(f, cols))
-    vals = recomputed(xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), sub, mode, out_dtype)
+    work = min(products.ENTRY_WORK, math.prod(parts[0][0].shape if out_dtype == "dd" else
+                                              parts[0].shape) // WORK_SHARE)  # fmt: skip
+    vals = recomputed(xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), sub, mode, out_dtype,
+                      work)  # fmt: skip
     out = []
     for p, v in zip(parts, vals):
         if out_dtype == "dd":
@@ -149,12 +155,13 @@ def entry_lines(idx, m, n):
     return bat * m + i, bat * n + j
 
 
-def recomputed(xp, ar, ai, br, bi, prescale, mode, out_dtype):
+def recomputed(xp, ar, ai, br, bi, prescale, mode, out_dtype, work=products.ENTRY_WORK):
     """Entries recomputed with MAX_MODULI moduli: row t of ``ar`` (+ i ``ai``) times row t of
     ``br`` (+ i ``bi``), whole lines (K, k), with those lines' ``prescale`` (``products.entries``,
-    rounded as ``rounds_to_nearest`` says for the whole k)."""
+    rounded as ``rounds_to_nearest`` says for the whole k, its work arrays about ``work``
+    elements)."""
     near = rounds_to_nearest(MAX_MODULI, ar.shape[-1], mode)
-    return products.entries(xp, ar, ai, br, bi, MAX_MODULI, out_dtype, prescale, near)
+    return products.entries(xp, ar, ai, br, bi, MAX_MODULI, out_dtype, prescale, near, work)
 
 
 def _put(xp, x, idx, v):

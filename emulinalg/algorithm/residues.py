@@ -19,10 +19,21 @@ from .xputil import floor_mod, ldexp
 SPLIT_BITS = 32  # scaled integers reach ~2**83: split them into two exact parts below 2**53
 
 
+def moduli_axis(xp, moduli, ndim, device=None):
+    """Several moduli as one float64 array of shape (G, 1, ..., 1) (``ndim`` trailing ones): the
+    ``m`` of ``symmetric_mod`` and ``residues`` for a leading axis of moduli."""
+    return xp.reshape(xp.asarray(moduli, dtype=xp.float64, device=device), (-1,) + (1,) * ndim)
+
+
 def symmetric_mod(xp, x, m):
-    """Residue of integer-valued floats ``x`` (|x| < 2**53) modulo ``m``, in [-(m//2), (m-1)//2]."""
-    r = floor_mod(xp, x, float(m))
-    return xp.where(r > (m - 1) // 2, r - m, r)
+    """Residue of integer-valued floats ``x`` (|x| < 2**53) modulo ``m``, in [-(m//2), (m-1)//2];
+    ``m`` a Python int, or a float64 array of moduli broadcasting against ``x``
+    (``moduli_axis``)."""
+    if isinstance(m, int):
+        r = floor_mod(xp, x, float(m))
+        return xp.where(r > (m - 1) // 2, r - m, r)
+    r = floor_mod(xp, x, m)
+    return xp.where(r > xp.floor((m - 1) / 2), r - m, r)
 
 
 def split(xp, X):
@@ -35,14 +46,19 @@ def split(xp, X):
 
 def _residue(xp, parts, m):
     hi, lo = parts
-    r = floor_mod(xp, hi, float(m)) * float(pow(2, SPLIT_BITS, m)) + floor_mod(xp, lo, float(m))
+    if isinstance(m, int):
+        mf, p2 = float(m), float(pow(2, SPLIT_BITS, m))
+    else:  # 2**SPLIT_BITS mod m, exact (< 2**53)
+        mf, p2 = m, floor_mod(xp, xp.full_like(m, 2.0**SPLIT_BITS), m)
+    r = floor_mod(xp, hi, mf) * p2 + floor_mod(xp, lo, mf)
     return symmetric_mod(xp, r, m)
 
 
 @staged("slicing")
 def residues(xp, Xr, Xi, m):
     """Residue planes of a scaled integer operand (given ``split``): (re, im, re+im) for 3M,
-    or (re,)."""
+    or (re,); ``m`` one modulus, or an array of several (``moduli_axis``) giving planes with a
+    leading axis of moduli."""
     rr = _residue(xp, Xr, m)
     if Xi is None:
         return (rr,)

@@ -126,6 +126,15 @@ def crt_tables(n: int) -> dict:
 OUT_KIND = {"float64": 0, "float32": 1, "dd": 2}
 
 
+def out_pointers(outs, out_dtype, cplx):
+    """The CRT kernels' four output arguments (out0..out3: hi, lo per part, in part order) from
+    the output arrays ``outs`` (hi[, lo] per part): unused ones repeat the first (never
+    written)."""
+    if out_dtype != "dd" and cplx:
+        return [outs[0], outs[0], outs[1], outs[1]]
+    return list(outs) + [outs[0]] * (4 - len(outs))
+
+
 def crt_table_arrays(n: int) -> dict:
     """``crt_tables(n)`` as the kernels' arrays, by symbol: ``emu_wdig`` (int32, 20 x
     MAX_WORDS, row-major), ``emu_pdig`` (int32) and ``emu_ratio`` (float64); fresh copies (the

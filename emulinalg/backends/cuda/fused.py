@@ -28,7 +28,7 @@ import numpy as np
 from emulinalg import get_config
 from emulinalg.algorithm.moduli import MODULI
 
-from . import OUT_KIND, compile_lock, crt_table_arrays, crt_words, source
+from . import OUT_KIND, compile_lock, crt_table_arrays, crt_words, out_pointers, source
 
 MAX_K = 1 << 16  # |r_a r_b| <= 2**14: exact INT32 sums, as the cuBLAS path's K-blocks
 _ALIGN = 16  # TMA: 16-byte strides and rows of the int8 output
@@ -200,9 +200,7 @@ def crt_s8(res, n, cplx, mu32, nu32, r0, outs, out_dtype):
         raise ValueError("crt_s8: planes do not match the moduli / parts")
     m_full, ncols = outs[0].shape[-2:]
     fn = _crt_kernel(cp, n, NP)
-    o = list(outs) + [outs[0]] * (4 - len(outs))  # unused pointers are never written
-    if out_dtype != "dd" and cplx:
-        o = [outs[0], outs[0], outs[1], outs[1]]
+    o = out_pointers(outs, out_dtype, cplx)
     rows = B * mc
     grid = (-(-ncols // 32), min(-(-rows // 8), _MAX_GRID_Y))
     args = (

@@ -57,9 +57,7 @@ def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype):
         f"ozaki2_crt<{n}, {nw}, {'true' if cplx else 'false'}>",
         tables=lambda: _cuda.crt_table_arrays(n),
     )
-    o = list(outs) + [outs[0]] * (4 - len(outs))  # unused pointers are never written
-    if out_dtype != "dd" and cplx:
-        o = [outs[0], outs[0], outs[1], outs[1]]
+    o = _cuda.out_pointers(outs, out_dtype, cplx)
     rows = B * mc
     grid = (-(-ncols // 32), min(-(-rows // 8), _MAX_GRID_YZ))
     args = (

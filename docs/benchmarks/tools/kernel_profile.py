@@ -1,0 +1,104 @@
+"""Device time per CUDA kernel of one emulated product (GPU diagnostics, issue #24).
+
+CUPTI (through ``torch.profiler``, a measuring tool of the GPU machine, not a dependency of the
+project) records every kernel the process launches, cupy's included: per kernel name the total
+device time and the number of launches, for one product at the default level and one at a
+fixed scheme on the same inputs, after a warm-up call of each. One JSON line per product.
+
+    python3 docs/benchmarks/tools/kernel_profile.py -N 16384 --dtype float64 --phi 1 --out X.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import time
+
+import cupy as cp
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import emulinalg
+from emulinalg.inputs import phi_matrix
+
+
+def _kernels(fn):
+    """``(wall_ms, {kernel: [device_ms, launches]})`` of one call of ``fn`` (warmed up)."""
+    fn()
+    cp.cuda.Device().synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        cp.cuda.Device().synchronize()
+        wall = 1e3 * (time.perf_counter() - t0)
+    out = {}
+    for ev in prof.key_averages():
+        dev = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if dev > 0:
+            out[ev.key[:120]] = [round(dev / 1e3, 3), ev.count]
+    return wall, dict(sorted(out.items(), key=lambda kv: -kv[1][0]))
+
+
+def _host_profile(fn, top):
+    """cProfile of one call of ``fn`` (synchronised at the end): the host functions by their own
+    time and by cumulative time (where the host waits for the device, the wait is the caller's)."""
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    cp.cuda.Device().synchronize()
+    prof.disable()
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+        print("\n".join(buf.getvalue().splitlines()[6:]), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("-N", type=int, default=16384)
+    p.add_argument("--dtype", default="float64")
+    p.add_argument("--phi", type=float, default=1.0)
+    p.add_argument("--schemes", default="level,OzakiII(15)")
+    p.add_argument("--out")
+    p.add_argument("--host", type=int, default=0, help="also print the top N host functions")
+    args = p.parse_args()
+    torch.cuda.init()
+    for dt in args.dtype.split(","):
+        a = cp.asarray(phi_matrix((args.N, args.N), args.phi, dt, seed=1))
+        b = cp.asarray(phi_matrix((args.N, args.N), args.phi, dt, seed=2))
+        for name in args.schemes.split(","):
+            if name == "level":
+                prec = None
+            elif name == "native":
+                prec = "native"
+            else:
+                prec = emulinalg.OzakiII(moduli=int(name[name.index("(") + 1 : -1]))
+            xp = emulinalg.namespace(a)
+            plans = []
+
+            def call(prec=prec, xp=xp, a=a, b=b, plans=plans):
+                with emulinalg.config(strategy="eager"):
+                    plans.append(xp.matmul(a, b, precision=prec, explain=True)[1])
+
+            wall, ker = _kernels(call)
+            if args.host:
+                _host_profile(call, args.host)
+            plan = str(plans[-1])
+            rec = {"dtype": dt, "N": args.N, "phi": args.phi, "run": name,
+                   "wall_ms": round(wall, 2),
+                   "device_ms": round(sum(v[0] for v in ker.values()), 2), "kernels": ker,
+                   "plan": plan[:300]}  # fmt: skip
+            print(json.dumps({k: v for k, v in rec.items() if k != "kernels"}), flush=True)
+            for k, v in list(ker.items())[:18]:
+                print(f"  {v[0]:9.3f} ms {v[1]:5d}x  {k}", flush=True)
+            if args.out:
+                with open(args.out, "a") as fh:
+                    fh.write(json.dumps(rec) + "\n")
+            cp.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main()

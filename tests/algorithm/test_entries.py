@@ -1,0 +1,53 @@
+"""``products.entries`` (the refit's and the patch's recomputed entries): the same bits as the
+entries of the whole Scheme II product at the same shifts, whether it takes one modulus per
+pass or several (``work``), real and complex, every output form."""
+
+from __future__ import annotations
+
+import array_api_compat.numpy as xp
+import numpy as np
+import pytest
+
+from emulinalg.algorithm import products, scaling
+from emulinalg.backends import numpy as npb
+from emulinalg.inputs import phi_matrix
+
+
+def _same(x, y):
+    return np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
+
+
+def _flat(parts):
+    out = []
+    for p in parts:
+        out += list(p) if isinstance(p, tuple) else [p]
+    return out
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize("moduli", [8, 15, 20])
+def test_entries_are_the_product_entries_in_any_grouping(cplx, out_dtype, moduli):
+    m, k, n = 7, 150, 9
+    ar, br = phi_matrix((m, k), 2.0, seed=1), phi_matrix((k, n), 2.0, seed=2)
+    ai = phi_matrix((m, k), 1.0, seed=3) if cplx else None
+    bi = phi_matrix((k, n), 1.0, seed=4) if cplx else None
+    pre = scaling.ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+    near = scaling.rounds_to_nearest(moduli, k, "accurate")
+    whole = _flat(products.product(xp, npb.int_matmul, ar, ai, br, bi, moduli, "accurate",
+                                   out_dtype, pre))  # fmt: skip
+    s, t, e, f = pre
+    rows, cols = np.repeat(np.arange(m), n), np.tile(np.arange(n), m)
+
+    def lines(x, idx, axis):
+        return None if x is None else np.ascontiguousarray(np.take(x, idx, axis=axis))
+
+    args = (lines(ar, rows, 0), lines(ai, rows, 0), lines(br, cols, 1).T, None)
+    if cplx:
+        args = args[:3] + (lines(bi, cols, 1).T,)
+    sub = (s[rows], t[cols], e[rows], f[cols])
+    for work in (m * n * k, 3 * m * n * k, products.ENTRY_WORK):  # 1, 3, all moduli per pass
+        got = _flat(products.entries(xp, *args, moduli, out_dtype, sub, near, work))
+        assert len(got) == len(whole)
+        for g, w in zip(got, whole):
+            assert _same(g, np.reshape(w, (-1,))), (work, out_dtype)
