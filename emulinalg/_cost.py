@@ -166,10 +166,90 @@ _USER: dict = {}
 _LOCK = threading.Lock()
 
 
+@dataclass(frozen=True)
+class DeviceRates:
+    """What a device does, measured (``emulinalg._calibration.measure``) or from its datasheet:
+    the rates ``for_device`` moves a fitted model by.
+
+    Attributes
+    ----------
+    name : str
+        The device ("NVIDIA H200", a CPU model).
+    native_flops : dict
+        flop/s of the native GEMM per dtype name (at least "float64" and "float32").
+    int8_ops : float
+        INT8 GEMM operations per second (2 m n k per GEMM).
+    bandwidth : float
+        Bytes per second read and written by a device copy.
+    """
+
+    name: str
+    native_flops: dict
+    int8_ops: float
+    bandwidth: float
+
+
+# The device each built-in GPU model was fitted on, its rates measured as ``measure`` does
+# (docs/benchmarks/h200/: DGEMM/SGEMM/ZGEMM at N = 4096, cuBLAS INT8 GEMM, device copy).
+FITTED_ON = {
+    "cupy": DeviceRates(
+        "NVIDIA H200",
+        {"float64": 5.54e13, "float32": 5.37e13, "complex128": 5.28e13},
+        int8_ops=1.40e15,
+        bandwidth=4.0e12,
+    ),
+}
+
+
+def for_device(backend_name, rates, source=None):
+    """The backend's fitted model moved to another device of its kind: the native rates are
+    the device's own; the integer GEMMs and the certificate's GEMM scale with its INT8 rate, the
+    per-entry stages (memory-bound kernels) with its bandwidth, both relative to the device the
+    model was fitted on (``FITTED_ON``). ``source``: the plan's note of where the figures come
+    from (default: the rates' device).
+
+    Raises
+    ------
+    ValueError
+        For a backend without a fitted device, or rates that are not positive."""
+    if backend_name not in FITTED_ON:
+        raise ValueError(f"no fitted device for backend {backend_name!r}")
+    ref, base = FITTED_ON[backend_name], _BUILTIN[backend_name]
+    if not (rates.int8_ops > 0 and rates.bandwidth > 0):
+        raise ValueError("DeviceRates.int8_ops and bandwidth must be positive")
+    g, bw = rates.int8_ops / ref.int8_ops, rates.bandwidth / ref.bandwidth
+    source = source or f"{rates.name}: {base.source} moved by its measured rates"
+
+    def move(m):
+        native = {d: rates.native_flops.get(d) or rates.native_flops[REAL_DTYPE[d]]
+                  for d in m.native_flops}  # fmt: skip
+        native.update({d: v for d, v in rates.native_flops.items() if v})
+        return dataclasses.replace(
+            m, native_flops=native, int_gemm_ops=m.int_gemm_ops * g,
+            entry_seconds=m.entry_seconds / bw, stats_flops=m.stats_flops * g, source=source,
+            complex_model=None if m.complex_model is None else move(m.complex_model),
+        )  # fmt: skip
+
+    model = move(base)
+    _check(model)
+    return model
+
+
 def get_cost_model(backend_name):
-    """The cost model used for ``backend_name`` ("numpy", "cupy", "amx"), or None."""
+    """The cost model used for ``backend_name`` ("numpy", "cupy", "amx"), or None: the one set
+    with ``set_cost_model``; else, for a GPU other than the one the built-in model was fitted
+    on, the model moved to its measured rates (``emulinalg._calibration``: measured on first
+    use, cached per device and library version); else the built-in one."""
     with _LOCK:
-        return _USER.get(backend_name, _BUILTIN.get(backend_name))
+        if backend_name in _USER:
+            return _USER[backend_name]
+    if backend_name in FITTED_ON:
+        from . import _calibration
+
+        moved = _calibration.device_model(backend_name)
+        if moved is not None:
+            return moved
+    return _BUILTIN.get(backend_name)
 
 
 def _check(model):
@@ -290,4 +370,12 @@ def _parse_scheme(text):
     return None
 
 
-__all__ = ["CostModel", "calibrate", "emulation_faster", "get_cost_model", "set_cost_model"]
+__all__ = [
+    "CostModel",
+    "DeviceRates",
+    "calibrate",
+    "emulation_faster",
+    "for_device",
+    "get_cost_model",
+    "set_cost_model",
+]

@@ -94,7 +94,9 @@ def faster(backend_name, scheme, dtype_name, m, n, k, batch=1):
     t_emu = model.emulated_seconds(scheme, dtype_name, m, n, k, batch)
     t_nat = model.native_seconds(dtype_name, m, n, k, batch)
     if t_emu < t_nat:
-        return True, f"performant: {scheme} predicted {t_emu:.3g} s < native {t_nat:.3g} s"
+        return True, (
+            f"performant: {scheme} predicted {t_emu:.3g} s < native {t_nat:.3g} s ({model.source})"
+        )
     return False, (
         f"performant: native is faster than emulation on the {backend_name} backend at this "
         f"precision: {scheme} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source}) "

@@ -47,13 +47,28 @@ def demo(args) -> int:
     return matmul_demo.main(args)
 
 
+def calibrate(args) -> int:
+    """``python -m emulinalg calibrate``: the current GPU's rates, cached, and its cost model."""
+    from emulinalg import _calibration
+
+    if _calibration.device_name("cupy") is None:
+        print("calibrate: no CUDA GPU with cupy here (the CPU backends keep their fitted "
+              "models; emulinalg.set_cost_model overrides any model)", file=sys.stderr)  # fmt: skip
+        return 2
+    model = _calibration.calibrate_device("cupy")
+    print(f"cost model for cupy: {model.source}")
+    for name in ("native_flops", "int_gemm_ops", "entry_seconds", "stats_flops"):
+        print(f"  {name}: {getattr(model, name)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m emulinalg",
         description="emulinalg: FP64/FP32 matrix products on low-precision matrix engines "
         "(Ozaki schemes).",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{bench,demo,grade,info}")
+    sub = parser.add_subparsers(dest="command", metavar="{bench,calibrate,demo,grade,info}")
 
     p = sub.add_parser(
         "demo",
@@ -143,6 +158,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help="versions, BLAS and CPU features")
     p.set_defaults(func=machine.info)
+
+    p = sub.add_parser(
+        "calibrate",
+        help="measure this GPU's rates for the cost model (cached per device and version)",
+        description="Time cuBLAS's GEMM per dtype, the INT8 GEMM and a device copy on the "
+        "current GPU (about a second), cache the rates in the user cache directory and print "
+        "the cost model the default strategy then uses on this device. The first product on a "
+        "GPU other than the one the built-in model was fitted on does the same by itself.",
+    )
+    p.set_defaults(func=calibrate)
 
     bench_cli.add_parser(sub)
     suite.add_parser(sub)

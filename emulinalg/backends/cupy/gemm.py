@@ -50,7 +50,7 @@ def _ceil4(n):
     return (n + 3) // 4 * 4
 
 
-def _gemm_s8(a8, b8):
+def gemm_s8(a8, b8):
     """C = A @ B for int8 row-major A (m, k) and B (k, n); int32 result, exact for k < 2**17.
 
     cuBLAS is column-major: the row-major product is C^T = B^T A^T, run as the "TN" INT8 GEMM
@@ -99,7 +99,7 @@ def _matmul_2d(a, b, term_bound):
     k = a.shape[1]
     out = None
     for k0 in range(0, k, _K_BLOCK):  # INT32 exactness: k < 2**17 per GEMM
-        part = _gemm_s8(va[:, k0 : k0 + _K_BLOCK], vb[k0 : k0 + _K_BLOCK]).astype(cp.float64)
+        part = gemm_s8(va[:, k0 : k0 + _K_BLOCK], vb[k0 : k0 + _K_BLOCK]).astype(cp.float64)
         out = part if out is None else out + part  # exact: the total stays below 2**53
     if oa is not None:
         # (v_a + o_a)(v_b + o_b) = v_a v_b + v_a o_b + o_a v_b + o_a o_b, all exact in float64

@@ -1,0 +1,170 @@
+"""The cost model on the device it runs on (``emulinalg._calibration``, ``_cost.for_device``):
+decisions for injected device rates, the cache per device and version, the plan's source line,
+the CLI without a GPU. The measurement itself runs on a GPU (tests/backends/gpu)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import emulinalg
+from emulinalg import _calibration, _cost, _planner
+from emulinalg._precision import OzakiII
+
+# Rates as ``measure`` would find them (about 85 % of the datasheets' dense figures): flop/s of
+# DGEMM, SGEMM, ZGEMM, CGEMM; INT8 GEMM op/s; bytes/s of a device copy (read + write).
+DEVICES = {
+    "H200": _cost.FITTED_ON["cupy"],
+    "A100": _cost.DeviceRates(
+        "NVIDIA A100-SXM4-80GB",
+        {"float64": 16.6e12, "float32": 16.6e12, "complex128": 16.2e12, "complex64": 16.2e12},
+        int8_ops=530e12,
+        bandwidth=1.7e12,
+    ),
+    "RTX 4090": _cost.DeviceRates(
+        "NVIDIA GeForce RTX 4090",
+        {"float64": 1.1e12, "float32": 70e12, "complex128": 1.1e12, "complex64": 68e12},
+        int8_ops=560e12,
+        bandwidth=0.9e12,
+    ),
+    "RTX 5090": _cost.DeviceRates(
+        "NVIDIA GeForce RTX 5090",
+        {"float64": 1.4e12, "float32": 89e12, "complex128": 1.4e12, "complex64": 87e12},
+        int8_ops=710e12,
+        bandwidth=1.5e12,
+    ),
+    "B200": _cost.DeviceRates(
+        "NVIDIA B200",
+        {"float64": 34e12, "float32": 68e12, "complex128": 33e12, "complex64": 66e12},
+        int8_ops=3.8e15,
+        bandwidth=6.8e12,
+    ),
+}
+# The levels' counts on phi = 1 inputs (docs/benchmarks/h200/levels_gemmul8_2026-12-02.jsonl)
+LEVEL = {"float64": OzakiII(moduli=15), "float32": OzakiII(moduli=8),
+         "complex128": OzakiII(moduli=16)}  # fmt: skip
+
+
+def _emulates(device, dtype, n):
+    model = _cost.for_device("cupy", DEVICES[device])
+    scheme = LEVEL[dtype]
+    return model.emulated_seconds(scheme, dtype, n, n, n) < model.native_seconds(dtype, n, n, n)
+
+
+@pytest.mark.parametrize("n", [4096, 8192, 16384])
+@pytest.mark.parametrize("device", ["RTX 4090", "RTX 5090"])
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+def test_weak_fp64_gpus_emulate_float64(device, dtype, n):
+    """FP64 at 1/64 of FP32: the emulation wins by far (about 10x predicted)."""
+    assert _emulates(device, dtype, n)
+
+
+@pytest.mark.parametrize("device", ["RTX 4090", "RTX 5090"])
+def test_float32_stays_native_where_sgemm_is_fast(device):
+    """Consumer parts: SGEMM at 1/8 of the INT8 rate, below the level's 9 GEMMs and stages."""
+    assert not _emulates(device, "float32", 16384)
+
+
+def test_float32_emulates_where_int8_is_32x_sgemm():
+    """A100-class: SGEMM (without TF32) at 1/32 of the INT8 rate."""
+    assert _emulates("A100", "float32", 16384)
+
+
+def test_h200_keeps_the_fitted_model_and_its_measured_verdict():
+    """On the device it was fitted on the model is the built-in one (its native rates, the same
+    predictions), and float64 stays native as measured (the level at 0.69-0.79x DGEMM)."""
+    moved = _cost.for_device("cupy", DEVICES["H200"])
+    base = _cost._BUILTIN["cupy"]
+    for dt in ("float64", "complex128"):
+        s = LEVEL[dt]
+        assert moved.emulated_seconds(s, dt, 8192, 8192, 8192) == pytest.approx(
+            base.emulated_seconds(s, dt, 8192, 8192, 8192)
+        )
+    assert not _emulates("H200", "float64", 16384)
+
+
+def test_int8_rich_gpu_emulates_float64():
+    """B200-class: the INT8 rate grows far more than FP64's."""
+    assert _emulates("B200", "float64", 16384)
+
+
+def test_rates_move_the_model_as_documented():
+    base, ref = _cost._BUILTIN["cupy"], _cost.FITTED_ON["cupy"]
+    r = DEVICES["A100"]
+    moved = _cost.for_device("cupy", r, source="x")
+    assert moved.native_flops["float64"] == r.native_flops["float64"]
+    assert moved.int_gemm_ops == pytest.approx(base.int_gemm_ops * r.int8_ops / ref.int8_ops)
+    assert moved.entry_seconds == pytest.approx(base.entry_seconds * ref.bandwidth / r.bandwidth)
+    assert moved.complex_model.native_flops["complex128"] == r.native_flops["complex128"]
+    assert moved.source == "x"
+    with pytest.raises(ValueError):
+        _cost.for_device("numpy", r)
+    with pytest.raises(ValueError):
+        _cost.for_device("cupy", _cost.DeviceRates("x", r.native_flops, 0.0, 1.0))
+
+
+@pytest.fixture
+def gpu(monkeypatch, tmp_path):
+    """A pretend RTX 4090 with the cache in tmp_path; ``measured`` counts measurements."""
+    measured = []
+    monkeypatch.setattr(_calibration, "cache_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(_calibration, "device_name", lambda b: DEVICES["RTX 4090"].name)
+    monkeypatch.setattr(_calibration, "_MEMO", {})
+
+    def measure(backend_name="cupy"):
+        measured.append(backend_name)
+        return DEVICES["RTX 4090"]
+
+    monkeypatch.setattr(_calibration, "measure", measure)
+    return measured
+
+
+def test_first_use_measures_once_and_caches(gpu, tmp_path, monkeypatch):
+    model = _cost.get_cost_model("cupy")
+    assert gpu == ["cupy"]
+    assert model.native_flops["float64"] == DEVICES["RTX 4090"].native_flops["float64"]
+    assert "RTX 4090" in model.source and str(tmp_path) in model.source
+    _cost.get_cost_model("cupy")
+    assert gpu == ["cupy"]  # once per process
+    files = os.listdir(tmp_path)
+    assert len(files) == 1 and emulinalg.__version__ in files[0]
+    # a new process reads the cache instead of measuring
+    monkeypatch.setattr(_calibration, "_MEMO", {})
+    again = _cost.get_cost_model("cupy")
+    assert gpu == ["cupy"] and again.native_flops == model.native_flops
+
+
+def test_the_plan_names_the_model_and_set_cost_model_overrides(gpu):
+    ok, why = _planner.faster("cupy", LEVEL["float64"], "float64", 8192, 8192, 8192)
+    assert ok and "RTX 4090" in why
+    try:
+        emulinalg.set_cost_model("cupy", native_flops={"float64": 1e20, "float32": 1e20})
+        ok, why = _planner.faster("cupy", LEVEL["float64"], "float64", 8192, 8192, 8192)
+        assert not ok and "(user)" in why
+    finally:
+        emulinalg.set_cost_model("cupy")
+
+
+def test_the_fitted_device_and_no_gpu_keep_the_builtin_model(monkeypatch):
+    monkeypatch.setattr(_calibration, "_MEMO", {})
+    monkeypatch.setattr(_calibration, "device_name", lambda b: None)
+    assert _cost.get_cost_model("cupy") is _cost._BUILTIN["cupy"]
+    monkeypatch.setattr(_calibration, "device_name", lambda b: "NVIDIA H200")
+    assert _cost.get_cost_model("cupy") is _cost._BUILTIN["cupy"]
+
+
+def test_unwritable_cache_still_gives_the_model(gpu, monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setattr(_calibration, "cache_dir", lambda: str(blocker / "sub"))
+    model = _cost.get_cost_model("cupy")
+    assert "not cached" in model.source
+
+
+def test_cli_without_a_gpu_says_so(monkeypatch, capsys):
+    from emulinalg.harness import cli
+
+    monkeypatch.setattr(_calibration, "device_name", lambda b: None)
+    assert cli.main(["calibrate"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
