@@ -102,8 +102,8 @@ def measure(backend_name="cupy"):
         native[dt] = flops / _median_seconds(lambda a=a, b=b: a @ b)
         del a, b
     n = N_INT8
-    a8 = rng.integers(-128, 128, (n, n), dtype=cp.int8)
-    b8 = rng.integers(-128, 128, (n, n), dtype=cp.int8)
+    a8 = rng.integers(-128, 128, (n, n)).astype(cp.int8)
+    b8 = rng.integers(-128, 128, (n, n)).astype(cp.int8)
     int8 = 2 * n**3 / _median_seconds(lambda a8=a8, b8=b8: gemm_s8(a8, b8))
     del a8, b8
     x = cp.empty(COPY_BYTES, dtype=cp.uint8)
