@@ -26,9 +26,10 @@ from ._precision import (
 from ._stages import stages
 from ._timing import stage
 from .algorithm import bf16, certificate, operands, products, refit, residues, slices
+from .algorithm import parts as complex_parts
 from .algorithm.moduli import MAX_MODULI
 from .algorithm.scaling import ozaki2_prescale
-from .algorithm.xputil import make_complex
+from .algorithm.xputil import dd_add, dd_to_float32, make_complex
 
 
 def _dtype_name(xp, dt):
@@ -170,18 +171,27 @@ def _record_verdict(plan, faster, why):
 
 def _emulate(
     xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
-    exponents=None, hook_ops=None,
+    exponents=None, hook_ops=None, verdict=None, fold=None,
 ):  # fmt: skip
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
     the native product (None when there are none). ``exponents``: the backend's ``line_scan``
     line exponents of these operands, for its prescale; ``hook_ops``: the operands for its
-    statistics hooks (``_hook_operands``; default: the float64 parts)."""
+    statistics hooks (``_hook_operands``; default: the float64 parts). A complex product at a
+    level whose parts the complex route cannot keep runs split (``_split``), which passes the
+    cost model's ``verdict`` on a scheme (default ``_planner.faster``) and ``fold``, mapping
+    its native mask onto the output's."""
     native_mask = prescale = patch = None
     if isinstance(request, SCHEMES):
         scheme = request
     else:
         family = _planner.family(family)
+        if _planner.part_checked(request, ai is not None):
+            with stage("statistics"):
+                check = _part_check(xp, backend, ar, ai, br, bi, request, family, real_name)
+            if check.split:
+                return _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name,
+                              out, performant, check)  # fmt: skip
         with stage("statistics"):
             choice = _choose(
                 xp, backend, ar, ai, br, bi, request, family, real_name, exponents, hook_ops
@@ -206,11 +216,15 @@ def _emulate(
             target = _planner.target_for(request, ar.shape[-1], backend, _outputs(ar, br))
             plan.notes.append(certificate.guarantee_note(target, family))
         m, n, k = ar.shape[-2], br.shape[-1], ar.shape[-1]
-        if performant and not _record_verdict(
-            plan, *_planner.faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0])
-        ):
+        if verdict is None:
+
+            def verdict(scheme):
+                return _planner.faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0])
+
+        if performant and not _record_verdict(plan, *verdict(scheme)):
             return None, None  # the statistics asked for more than native's time allows
-        count = 0 if native_mask is None else int(xp.count_nonzero(native_mask))
+        shown = native_mask if fold is None or native_mask is None else fold(native_mask)
+        count = 0 if native_mask is None else int(xp.count_nonzero(shown))
         if count:
             done = plan.fallback + "; " if plan.fallback else "precision: "
             plan.fallback = f"{done}{count} entries beyond {scheme} computed natively{beyond_note}"
@@ -230,6 +244,8 @@ def _emulate(
     plan.gemms = _planner.gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
     dt = getattr(xp, dtype_name)
+    if fold is not None and native_mask is not None:
+        native_mask = fold(native_mask)
     if out == "dd":  # parts: (re_hi, re_lo[, im_hi, im_lo])
         if len(parts) == 2:
             return (parts[0], parts[1]), native_mask
@@ -239,6 +255,52 @@ def _emulate(
         ), native_mask
     c = parts[0] if len(parts) == 1 else make_complex(xp, parts[0], parts[1], dt)
     return c, native_mask
+
+
+def _part_check(xp, backend, ar, ai, br, bi, level, family, real_name):
+    """``parts.PartCheck`` of a complex product at ``level`` on its route
+    (``_planner.part_form``), with the backend's integer GEMM and native product."""
+    st = stages(backend)
+    form = _planner.part_form(level, family, ar.shape[-1], _outputs(ar, br), real_name, backend)
+    return complex_parts.part_check(xp, st.int_matmul, st.native_matmul, ar, ai, br, bi, form)
+
+
+def _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name, out, performant,
+           check):  # fmt: skip
+    """The split route of a complex product (``check``: its ``parts.PartCheck``): one real
+    product of the stacked parts [Ar; Ai] (..., 2m, k) and [Br, Bi] (..., k, 2n) at ``request``
+    (its blocks are Ar Br, Ar Bi, Ai Br, Ai Bi, each entry certified on its own sums: every part
+    scaled and certified on its own), run as double-double and combined in double-double
+    (Re = Ar Br - Ai Bi, Im = Ar Bi + Ai Br) before one rounding to the output: each part of the
+    result is as accurate, relative to its own sums, as a real product at that level. Returns
+    ``_emulate``'s ``(c, native_mask)``, an output entry native where any of its four is."""
+    m, n, k = ar.shape[-2], br.shape[-1], ar.shape[-1]
+    plan.notes.append(_planner.split_note(check))
+
+    def block(x, r, c):
+        return x[..., r * m : (r + 1) * m, c * n : (c + 1) * n]
+
+    def fold(mask):
+        return block(mask, 0, 0) | block(mask, 0, 1) | block(mask, 1, 0) | block(mask, 1, 1)
+
+    def verdict(scheme):
+        return _planner.split_faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0])
+
+    a2, b2 = xp.concat([ar, ai], axis=-2), xp.concat([br, bi], axis=-1)
+    c2, mask = _emulate(xp, backend, a2, None, b2, None, request, family, plan, "float64",
+                        "float64", "dd", performant, verdict=verdict, fold=fold)  # fmt: skip
+    del a2, b2
+    if c2 is None:
+        return None, None
+    hi, lo = c2
+    re = dd_add(xp, (block(hi, 0, 0), block(lo, 0, 0)), (-block(hi, 1, 1), -block(lo, 1, 1)))
+    im = dd_add(xp, (block(hi, 0, 1), block(lo, 0, 1)), (block(hi, 1, 0), block(lo, 1, 0)))
+    dt = getattr(xp, dtype_name)
+    if out == "dd":
+        return (make_complex(xp, re[0], im[0], dt), make_complex(xp, re[1], im[1], dt)), mask
+    if dtype_name == "complex64":
+        return make_complex(xp, dd_to_float32(xp, *re), dd_to_float32(xp, *im), dt), mask
+    return make_complex(xp, re[0], im[0], dt), mask
 
 
 def _outputs(ar, br):

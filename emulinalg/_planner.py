@@ -14,6 +14,9 @@ graph (``emulinalg/backends/dask/``) ask the same functions.
 - ``refit_form`` / ``refit_count`` / ``refits``: whether a product refits its most cancelled
   entries (``algorithm.refit``).
 - ``gemm_count``: the low-precision GEMMs a scheme runs (for the plan).
+- ``part_checked`` / ``part_form`` / ``split_faster`` / ``split_note``: whether a complex
+  product checks each part's accuracy on its route (``algorithm.parts``), the slack of the
+  route, and the split into real products where a part falls short.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from ._precision import (
     OzakiI,
     OzakiII,
 )
+from .algorithm import refit
 from .algorithm.certificate import Target, native_weight
 from .algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from .algorithm.parts import PartForm
 
 # Below this inner dimension the named levels take the strict certificate: the native product
 # of a few terms is within a rounding or two of the exact one, closer than a statistical bound
@@ -227,3 +232,71 @@ def gemm_count(scheme, complex_):
     if isinstance(scheme, OzakiII):
         return scheme.moduli * (3 if complex_ else 1) + (scheme.mode == "accurate")
     return scheme.gemms * (4 if complex_ else 1)
+
+
+# The per-part check of complex products (``algorithm.parts``): a part is fine where the route's
+# bound on the entry's |A||B| (T = P_re + P_im) is within PART_SLACK of the part's own bound in
+# the native form (error rms: the measured per-part bits of the complex route fall below native
+# ZGEMM/CGEMM's from a factor of 5-6 on), within PART_SLACK_STRICT in the strict form (a worst
+# case the realized errors stay far below: they fall below native from a factor of 100-200 on),
+# and, for a route whose every entry runs at a known count n (k = 1's fixed configuration,
+# a product refitting every entry), within 2**(floor(L_n) - bits - FIXED_PART_BITS): the
+# scaled operands hold L_n bits, of which the measured loss leaves that many above the level.
+# docs/precision.md gives the figures.
+PART_SLACK = 4.0
+PART_SLACK_STRICT = 32.0
+FIXED_PART_BITS = 8
+
+
+def part_checked(request, complex_):
+    """Whether a product checks each part of a complex result (``algorithm.parts``): complex
+    products at a level (explicit schemes run as asked)."""
+    return complex_ and isinstance(request, Level)
+
+
+def part_form(level, fam, k, outputs, real_name, backend=None):
+    """The ``parts.PartForm`` of a complex product's route at ``level``: the fixed configuration
+    at k = 1 (``fixed_scheme``) and a product refitting every entry (``refit.refits_all`` at the
+    native form, Scheme II) compute every entry at a known count; the other routes are bound by
+    their certificate's form (``target_for``)."""
+    fixed = fixed_scheme(level, fam, k, True, real_name)
+    count, route = None, ""
+    if fixed is not None:
+        count, route = fixed.scheme.moduli, "k=1"
+    elif fam == "ozaki2" and refit_form(level, k) and refit.refits_all(outputs, k):
+        count, route = MAX_MODULI, "every entry refitted"
+    if count is not None:
+        bits = math.floor(crt_constants(count).L) - level.bits - FIXED_PART_BITS
+        return PartForm(2.0 ** max(bits, 0), False, f"{route}: {count} moduli")
+    native = target_for(level, k, backend, outputs).guarantee == "native"
+    if native:
+        return PartForm(PART_SLACK, True, "native form")
+    return PartForm(PART_SLACK_STRICT, False, "strict form")
+
+
+def split_faster(backend_name, scheme, dtype_name, m, n, k, batch=1):
+    """``(faster, why)`` as ``faster``, for the split route: ``scheme`` on the real (..., 2m, k)
+    x (..., k, 2n) product of the stacked parts against the native complex product."""
+    model = _cost.get_cost_model(backend_name)
+    if model is None:
+        return faster(backend_name, scheme, dtype_name, m, n, k, batch)
+    t_emu = model.emulated_seconds(scheme, "float64", 2 * m, 2 * n, k, batch)
+    t_nat = model.native_seconds(dtype_name, m, n, k, batch)
+    if t_emu < t_nat:
+        why = f"{scheme} on the split parts predicted {t_emu:.3g} s < native {t_nat:.3g} s"
+        return True, f"performant: {why}"
+    return False, (
+        f"performant: native is faster than emulation on the {backend_name} backend at this "
+        f"precision: {scheme} on the split parts predicted {t_emu:.3g} s vs native "
+        f"{t_nat:.3g} s ({model.source}) (strategy='eager' emulates anyway)"
+    )
+
+
+def split_note(check):
+    """The plan's line for a product split by the part check (``parts.PartCheck``)."""
+    return (
+        "complex parts: split into 4 real products (Ar Br, Ai Bi, Ar Bi, Ai Br: one real "
+        "product of the stacked parts, each part certified on its own sums), combined in "
+        f"double-double: the {check.part} part's sums fall to {check.share:.0e} of an entry's "
+        "|A||B|, below what the complex route keeps at the level (docs/precision.md)"
+    )

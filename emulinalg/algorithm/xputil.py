@@ -81,3 +81,37 @@ def make_complex(xp, re, im, dtype):
         return out
     except (AttributeError, TypeError, ValueError):  # immutable arrays
         return out + 1j * xp.astype(im, dtype)
+
+
+def two_sum(a, b):
+    """Knuth's TwoSum: ``(s, e)`` with ``s = fl(a + b)`` and ``s + e == a + b`` exactly (finite
+    values, no overflow)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def dd_add(xp, x, y):
+    """The double-double sum of pairs ``x = (hi, lo)`` and ``y``, renormalized (QD's accurate
+    addition: relative error about 2**-104 of |x| + |y|); where the sum is not finite (an
+    overflow), the plain sum of the high parts with a zero low part."""
+    s, e = two_sum(x[0], y[0])
+    t, f = two_sum(x[1], y[1])
+    s, e = two_sum(s, e + t)
+    s, e = two_sum(s, e + f)
+    ok = xp.isfinite(s) & xp.isfinite(e)
+    return xp.where(ok, s, x[0] + y[0]), xp.where(ok, e, 0.0)
+
+
+def dd_to_float32(xp, hi, lo):
+    """The double-double ``hi + lo`` (|lo| <= half an ulp of hi) rounded once to float32: ``hi``
+    rounded, except where ``hi`` lies halfway between two float32 values and ``lo`` breaks the
+    tie (rounding ``hi`` alone would round the exact value twice)."""
+    r = to_float32(xp, hi)
+    back = xp.astype(r, xp.float64)
+    d = hi - back  # exact
+    toward = xp.where(d > 0, xp.inf, -xp.inf)
+    other = xp.nextafter(r, xp.astype(toward, xp.float32))
+    mid = (d != 0) & (2.0 * hi == back + xp.astype(other, xp.float64)) & (lo != 0)
+    beyond = (lo > 0) == (d > 0)  # the exact value lies past hi, toward ``other``
+    return xp.where(mid, xp.where(beyond, other, r), r)
