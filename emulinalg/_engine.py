@@ -171,7 +171,7 @@ def _record_verdict(plan, faster, why):
 
 def _emulate(
     xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
-    exponents=None, hook_ops=None, verdict=None, fold=None,
+    exponents=None, hook_ops=None, verdict=None, fold=None, more=None,
 ):  # fmt: skip
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
@@ -179,8 +179,9 @@ def _emulate(
     line exponents of these operands, for its prescale; ``hook_ops``: the operands for its
     statistics hooks (``_hook_operands``; default: the float64 parts). A complex product at a
     level whose parts the complex route cannot keep runs split (``_split``), which passes the
-    cost model's ``verdict`` on a scheme (default ``_planner.faster``) and ``fold``, mapping
-    its native mask onto the output's."""
+    cost model's ``verdict`` on a scheme (default ``_planner.faster``), ``fold``, mapping its
+    native mask onto the output's, and ``more(parts, prescale, native_mask)``, more entries for
+    the refit (flat indices or None)."""
     native_mask = prescale = patch = None
     if isinstance(request, SCHEMES):
         scheme = request
@@ -237,9 +238,12 @@ def _emulate(
             "working memory sized to the inputs and output (docs/limitations.md)"
         )
     cancelled = _planner.refits(request, scheme, ar.shape[-1], prescale is not None)
+    extra = None
+    if more is not None and cancelled:
+        extra = more(parts, prescale, native_mask)
     if cancelled or patch is not None:
         parts = _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask,
-                               patch, cancelled, plan)  # fmt: skip
+                               patch, cancelled, plan, extra)  # fmt: skip
     plan.scheme = str(scheme)
     plan.gemms = _planner.gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
@@ -286,15 +290,24 @@ def _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name, out, 
     def verdict(scheme):
         return _planner.split_faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0])
 
+    def combine(hi, lo):  # Re = Ar Br - Ai Bi, Im = Ar Bi + Ai Br in double-double
+        re = dd_add(xp, (block(hi, 0, 0), block(lo, 0, 0)), (-block(hi, 1, 1), -block(lo, 1, 1)))
+        im = dd_add(xp, (block(hi, 0, 1), block(lo, 0, 1)), (block(hi, 1, 0), block(lo, 1, 0)))
+        return re, im
+
+    def more(parts, prescale, mask):  # the entries whose combined parts cancel most
+        re, im = combine(*parts)
+        exclude = None if mask is None else fold(mask)
+        return split_cancelled(xp, re[0], im[0], prescale, m, n, exclude)
+
     a2, b2 = xp.concat([ar, ai], axis=-2), xp.concat([br, bi], axis=-1)
     c2, mask = _emulate(xp, backend, a2, None, b2, None, request, family, plan, "float64",
-                        "float64", "dd", performant, verdict=verdict, fold=fold)  # fmt: skip
+                        "float64", "dd", performant, verdict=verdict, fold=fold,
+                        more=more)  # fmt: skip
     del a2, b2
     if c2 is None:
         return None, None
-    hi, lo = c2
-    re = dd_add(xp, (block(hi, 0, 0), block(lo, 0, 0)), (-block(hi, 1, 1), -block(lo, 1, 1)))
-    im = dd_add(xp, (block(hi, 0, 1), block(lo, 0, 1)), (block(hi, 1, 0), block(lo, 1, 0)))
+    re, im = combine(*c2)
     dt = getattr(xp, dtype_name)
     if out == "dd":
         return (make_complex(xp, re[0], im[0], dt), make_complex(xp, re[1], im[1], dt)), mask
@@ -303,21 +316,53 @@ def _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name, out, 
     return make_complex(xp, re[0], im[0], dt), mask
 
 
+def split_cancelled(xp, re, im, prescale, m, n, exclude=None):
+    """Flat indices into the split route's stacked (..., 2m, 2n) output of the four products of
+    the entries whose combined parts cancel most (``refit.pick``; None: none), the native ones
+    (``exclude``, (..., m, n)) left out: the refit of the stacked product picks its own most
+    cancelled entries, which are not those where Ar Br and Ai Bi (Ar Bi and Ai Br) cancel. An
+    entry's ratio is its part's magnitude over the sum of its two products' line bounds
+    (``refit.cancel_ratio``), the smaller of its two parts'."""
+    s, t, e, f = prescale
+
+    def lines(r, c):
+        rows, cols = slice(r * m, (r + 1) * m), slice(c * n, (c + 1) * n)
+        return s[..., rows], t[..., cols], e[..., rows], f[..., cols]
+
+    def ratio(v, p, q):  # |v| / (bound_p + bound_q) from |v| / bound_p and |v| / bound_q
+        with_p = refit.cancel_ratio(xp, (v,), lines(*p))
+        with_q = refit.cancel_ratio(xp, (v,), lines(*q))
+        return 1.0 / (1.0 / with_p + 1.0 / with_q)
+
+    q = xp.minimum(ratio(re, (0, 0), (1, 1)), ratio(im, (0, 1), (1, 0)))
+    if exclude is not None:
+        q = xp.where(exclude, xp.inf, q)
+    idx = refit.pick(xp, xp.reshape(q, (-1,)))
+    if idx is None:
+        return None
+    bat, i, j = idx // (m * n), (idx // n) % m, idx % n
+    return xp.concat([bat * (4 * m * n) + (r * m + i) * (2 * n) + c * n + j
+                      for r in (0, 1) for c in (0, 1)])  # fmt: skip
+
+
 def _outputs(ar, br):
     """The number of output entries of a (batched) product of these operands."""
     return math.prod(ar.shape[:-1]) * br.shape[-1]
 
 
 def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask, patch,
-                   cancelled, plan):  # fmt: skip
+                   cancelled, plan, extra=None):  # fmt: skip
     """``parts`` with entries recomputed with MAX_MODULI moduli (``refit.refit``): the certificate's
-    ``patch`` and (``cancelled``) the most cancelled entries, those taken from the native product
-    excluded; the plan says how many."""
+    ``patch``, ``extra`` flat indices and (``cancelled``) the most cancelled entries, those taken
+    from the native product excluded; the plan says how many."""
     dd = out == "dd"
     grouped = [tuple(parts[i : i + 2]) for i in range(0, len(parts), 2)] if dd else list(parts)
+    both = patch if extra is None else extra
+    if patch is not None and extra is not None:
+        both = xp.unique_values(xp.concat([patch, extra]))
     grouped, count = refit.refit(
         xp, ar, ai, br, bi, grouped, tuple(prescale), scheme.mode, out or _real_of(parts),
-        exclude=native_mask, extra=patch, cancelled=cancelled,
+        exclude=native_mask, extra=both, cancelled=cancelled,
     )  # fmt: skip
     if patch is not None:
         plan.notes.append(

@@ -1,8 +1,8 @@
 """The graded suite's cases (:mod:`.suite` grades them): each a pair of operands drawn from a
 fixed seed (φ-matrices, wide exponent ranges, entries near overflow and in the subnormal range,
-rank-deficient and cancellation-heavy products, complex with ``|Re| ~ |Im|`` and purely
-imaginary parts, zero rows/columns, NaN/Inf), named so that a name always gives the same
-operands."""
+rank-deficient and cancellation-heavy products, complex with ``|Re| ~ |Im|``, with one part
+1e-4 .. 1e-20 of the other and with exactly zero parts, zero rows/columns, NaN/Inf), named so
+that a name always gives the same operands."""
 
 from __future__ import annotations
 
@@ -258,6 +258,37 @@ def _gen_imag_times_real(rng, case, phi):
     return a, b.imag + 0j
 
 
+def _gen_small_part(rng, case, ratio, which):
+    """Complex with a small imaginary part: ``x + i ratio y`` for φ-matrices x, y (φ = 0.5), in
+    both operands (``which="both"``) or in A alone with B real, stored complex (``"one"``): an
+    imaginary part of the result ``ratio`` (or ``2 ratio``) times its real part, which a native
+    GEMM computes to its own accuracy (issue #26)."""
+
+    def one(shape):
+        x = (rng.random(shape) - 0.5) * np.exp(0.5 * rng.standard_normal(shape))
+        y = (rng.random(shape) - 0.5) * np.exp(0.5 * rng.standard_normal(shape))
+        return x + 1j * ratio * y
+
+    a, b = one((case.m, case.k)), one((case.k, case.n))
+    return a, (b.real + 0j if which == "one" else b)
+
+
+def _gen_real_parts(rng, case, kind):
+    """Operands whose parts are exactly zero, stored complex: both purely real (``"real"``), A
+    real and B purely imaginary (``"real_imag"``), or every entry of both purely real or purely
+    imaginary at random (``"mixed"``): exact zeros in whole parts of the result, or in parts of
+    some terms."""
+    a = _draw(rng, (case.m, case.k), case.dtype, phi=1.0)
+    b = _draw(rng, (case.k, case.n), case.dtype, phi=1.0)
+    if kind == "real":
+        return a.real + 0j, b.real + 0j
+    if kind == "real_imag":
+        return a.real + 0j, 1j * b.imag
+    return tuple(
+        np.where(rng.random(x.shape) < 0.5, x.real + 0j, 1j * x.imag) for x in (a, b)
+    )  # kind == "mixed"
+
+
 def _gen_exact_sums(rng, case):
     """Short significands in a narrow exponent range, so that every partial sum of the product is
     representable: the native product is exact (infinite bits) and the emulated one must be."""
@@ -330,12 +361,20 @@ GENERATORS = {
     "equal_parts": _gen_equal_parts,
     "purely_imaginary": _gen_purely_imaginary,
     "imag_times_real": _gen_imag_times_real,
+    "small_part": _gen_small_part,
+    "real_parts": _gen_real_parts,
     "exact_sums": _gen_exact_sums,
     "zero_lines": _gen_zero_lines,
     "nan_inf": _gen_nan_inf,
     "inf_times_zero": _gen_inf_times_zero,
 }
-COMPLEX_ONLY = {"equal_parts", "purely_imaginary", "imag_times_real"}
+COMPLEX_ONLY = {"equal_parts", "purely_imaginary", "imag_times_real", "small_part", "real_parts"}
+# The small-part family's ratios |Im| / |Re| and operands, and the zero-part family's kinds.
+SMALL_PART_RATIOS = (1e-4, 1e-8, 1e-12, 1e-16, 1e-20)
+SMALL_PART_WHICH = ("both", "one")
+REAL_PARTS_KINDS = ("real", "real_imag", "mixed")
+# Families with several parameter sets (``cases``), not one per dtype (``_special_params``).
+MULTI = {"small_part", "real_parts"}
 NONFINITE_INPUTS = {"nan_inf", "inf_times_zero"}
 
 
@@ -395,7 +434,7 @@ def cases(quick: bool = False) -> list[Case]:
 
     # special families, each dtype where meaningful
     for family in GENERATORS:
-        if family == "phi":
+        if family == "phi" or family in MULTI:
             continue
         for dtype in DTYPES:
             if family in COMPLEX_ONLY and not _cplx(dtype):
@@ -410,6 +449,22 @@ def cases(quick: bool = False) -> list[Case]:
         for dtype in ("float64", "complex64"):
             params = _special_params(family, dtype)
             out.append(_make(family, dtype, 8, 65536, 8, False, **params))
+    # complex parts of very different sizes, and exactly zero parts (issue #26): judged per
+    # part against native; at k = 1, 64 (quick) and 4096, and m = n = 128 at k = 64, where the
+    # product does not refit every entry
+    for dtype in ("complex128", "complex64"):
+        for ratio in SMALL_PART_RATIOS:
+            for which in SMALL_PART_WHICH:
+                params = {"ratio": ratio, "which": which}
+                out.append(_make("small_part", dtype, 24, 64, 24, True, **params))
+                out.append(_make("small_part", dtype, 32, 1, 32, ratio in (1e-8, 1e-16), **params))
+                out.append(_make("small_part", dtype, 128, 64, 128, False, **params))
+                out.append(_make("small_part", dtype, 16, 4096, 16, False, **params))
+        for kind in REAL_PARTS_KINDS:
+            out.append(_make("real_parts", dtype, 24, 64, 24, True, kind=kind))
+            out.append(_make("real_parts", dtype, 128, 64, 128, False, kind=kind))
+            out.append(_make("real_parts", dtype, 16, 4096, 16, False, kind=kind))
+
     # a second, harder cancellation ratio (the exact result below native's rounding errors)
     for dtype in DTYPES:
         ratio = 40 if REAL_DTYPE[dtype] == "float64" else 16

@@ -3,9 +3,9 @@
 Each case of the suite is its own test id, twice:
 
 * ``test_verdict``: the measured contract of docs/precision.md at the default precision, no slack:
-  emulated effective bits (max elementwise relative and componentwise) >= the native product's on
-  the same inputs, with both the eager strategy and the default one, and the same non-finite
-  pattern as native.
+  emulated effective bits (max elementwise relative and componentwise; for complex results also
+  per part, each against its own sums) >= the native product's on the same inputs, with both the
+  eager strategy and the default one, and the same non-finite pattern as native.
 * ``test_grade``: Demmel et al.'s BLAS grading with f(k) = k:
   ``max_ij |Ĉ-C|_ij / (k u (|A||B|)_ij) <= 1``. Where results lie in the subnormal range no
   result meets that bound alone (not even the correctly rounded product), and the grade carries
@@ -59,6 +59,7 @@ def _info(rec):
         "bits_cw",
         "native_bits_maxrel",
         "native_bits_cw",
+        *(f"{p}{key}" for key, _ in suite.PART_KEYS for p in ("", "native_")),
         "default_bits_maxrel",
         "default_bits_cw",
         "grade",
@@ -84,6 +85,10 @@ def check_verdict(name):
     assert rec["default_nonfinite_equal"], info
     assert rec["default_bits_maxrel"] >= rec["native_bits_maxrel"], info
     assert rec["default_bits_cw"] >= rec["native_bits_cw"], info
+    for key, _ in suite.PART_KEYS:  # complex results: each part against native's same part
+        if key in rec:
+            assert rec[key] >= rec[f"native_{key}"], f"{key}\n{info}"
+            assert rec[f"default_{key}"] >= rec[f"native_{key}"], f"default {key}\n{info}"
     assert rec["verdict"] == "pass", info
     # the plan explains the choice: a scheme ran, or the plan says why none could; entries
     # taken from native are counted and the reason given
