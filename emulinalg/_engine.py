@@ -29,7 +29,7 @@ from .algorithm import bf16, certificate, operands, products, refit, residues, s
 from .algorithm import parts as complex_parts
 from .algorithm.moduli import MAX_MODULI
 from .algorithm.scaling import ozaki2_prescale
-from .algorithm.xputil import dd_add, dd_to_float32, make_complex
+from .algorithm.xputil import dd_to_float32, make_complex
 
 
 def _dtype_name(xp, dt):
@@ -290,10 +290,10 @@ def _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name, out, 
     def verdict(scheme):
         return _planner.split_faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0])
 
-    def combine(hi, lo):  # Re = Ar Br - Ai Bi, Im = Ar Bi + Ai Br in double-double
-        re = dd_add(xp, (block(hi, 0, 0), block(lo, 0, 0)), (-block(hi, 1, 1), -block(lo, 1, 1)))
-        im = dd_add(xp, (block(hi, 0, 1), block(lo, 0, 1)), (block(hi, 1, 0), block(lo, 1, 0)))
-        return re, im
+    def combine(hi, lo):
+        return complex_parts.combine(
+            xp, *((block(hi, r, c), block(lo, r, c)) for r, c in complex_parts.BLOCKS)
+        )
 
     def more(parts, prescale, mask):  # the entries whose combined parts cancel most
         re, im = combine(*parts)
@@ -318,31 +318,21 @@ def _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name, out, 
 
 def split_cancelled(xp, re, im, prescale, m, n, exclude=None):
     """Flat indices into the split route's stacked (..., 2m, 2n) output of the four products of
-    the entries whose combined parts cancel most (``refit.pick``; None: none), the native ones
-    (``exclude``, (..., m, n)) left out: the refit of the stacked product picks its own most
-    cancelled entries, which are not those where Ar Br and Ai Bi (Ar Bi and Ai Br) cancel. An
-    entry's ratio is its part's magnitude over the sum of its two products' line bounds
-    (``refit.cancel_ratio``), the smaller of its two parts'."""
+    the entries whose combined parts cancel most (``refit.pick`` of ``parts.combined_ratio``;
+    None: none), the native ones (``exclude``, (..., m, n)) left out: the refit of the stacked
+    product picks its own most cancelled entries, which are not those where Ar Br and Ai Bi
+    (Ar Bi and Ai Br) cancel."""
     s, t, e, f = prescale
 
     def lines(r, c):
         rows, cols = slice(r * m, (r + 1) * m), slice(c * n, (c + 1) * n)
         return s[..., rows], t[..., cols], e[..., rows], f[..., cols]
 
-    def ratio(v, p, q):  # |v| / (bound_p + bound_q) from |v| / bound_p and |v| / bound_q
-        with_p = refit.cancel_ratio(xp, (v,), lines(*p))
-        with_q = refit.cancel_ratio(xp, (v,), lines(*q))
-        return 1.0 / (1.0 / with_p + 1.0 / with_q)
-
-    q = xp.minimum(ratio(re, (0, 0), (1, 1)), ratio(im, (0, 1), (1, 0)))
+    q = complex_parts.combined_ratio(xp, re, im, [lines(r, c) for r, c in complex_parts.BLOCKS])
     if exclude is not None:
         q = xp.where(exclude, xp.inf, q)
     idx = refit.pick(xp, xp.reshape(q, (-1,)))
-    if idx is None:
-        return None
-    bat, i, j = idx // (m * n), (idx // n) % m, idx % n
-    return xp.concat([bat * (4 * m * n) + (r * m + i) * (2 * n) + c * n + j
-                      for r in (0, 1) for c in (0, 1)])  # fmt: skip
+    return None if idx is None else complex_parts.stacked_indices(xp, idx, m, n)
 
 
 def _outputs(ar, br):

@@ -53,7 +53,7 @@ import math
 from typing import NamedTuple
 
 from .scaling import BOUND_MAX, bound_operand, bound_upper, max_exponent, prescale_shift
-from .xputil import ldexp
+from .xputil import dd_add, ldexp
 
 # Lower bounds below this (normalized units) may have lost relative accuracy to underflow in
 # the exponent shifts: they are lowered by it, and upper bounds raised by it.
@@ -233,3 +233,36 @@ def part_check(xp, int_matmul, matmul32, ar, ai, br, bi, form):
         return res
     bounds = stage_two(xp, matmul32, ar, ai, br, bi, bounds, form.native)
     return decide(xp, bounds, form, k, final=True)
+
+
+# The split route (``_engine._split``, the dask layer's split graph): the stacked product's
+# output (..., 2m, 2n) holds Ar Br, Ar Bi (top) and Ai Br, Ai Bi (bottom); these read it.
+BLOCKS = ((0, 0), (1, 1), (0, 1), (1, 0))  # Ar Br, Ai Bi (real part); Ar Bi, Ai Br (imaginary)
+
+
+def combine(xp, rr, ii, ri, ir):
+    """The result's parts from the four products as double-double pairs (hi, lo): Re = Ar Br -
+    Ai Bi, Im = Ar Bi + Ai Br, each a double-double pair (``xputil.dd_add``)."""
+    re = dd_add(xp, rr, (-ii[0], -ii[1]))
+    return re, dd_add(xp, ri, ir)
+
+
+def combined_ratio(xp, re, im, lines):
+    """Per entry the cancellation ratio of the combined parts: each part's magnitude over the
+    sum of its two products' line bounds (``refit.cancel_ratio``: 2**-(s_i+t_j) sqrt(e_i f_j)),
+    the smaller of the two parts'; ``lines`` the four products' prescales (s, t, e, f) in the
+    order of ``BLOCKS``. Elementwise: any block of the output with its lines gives the same."""
+    from .refit import cancel_ratio
+
+    def ratio(v, p, q):  # |v| / (bound_p + bound_q) from |v| / bound_p and |v| / bound_q
+        return 1.0 / (1.0 / cancel_ratio(xp, (v,), p) + 1.0 / cancel_ratio(xp, (v,), q))
+
+    return xp.minimum(ratio(re, lines[0], lines[1]), ratio(im, lines[2], lines[3]))
+
+
+def stacked_indices(xp, idx, m, n):
+    """The flat indices into the stacked (..., 2m, 2n) output of the four products of the
+    flat output entries ``idx`` of an (..., m, n) product."""
+    bat, i, j = idx // (m * n), (idx // n) % m, idx % n
+    return xp.concat([bat * (4 * m * n) + (r * m + i) * (2 * n) + c * n + j
+                      for r, c in BLOCKS])  # fmt: skip

@@ -33,10 +33,13 @@ import math
 
 import numpy as np
 
-from emulinalg import get_config
+from emulinalg import _planner, get_config
 from emulinalg._plan import Plan
 from emulinalg._planner import family, gemm_count, likely_faster, performant
 from emulinalg._precision import NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
+from emulinalg.algorithm import operands
+from emulinalg.algorithm import parts as complex_parts
+from emulinalg.algorithm.xputil import dd_to_float32, make_complex
 
 from .blocks import _chunk_backend, _dtype_name
 from .dd import _ACC, _graph
@@ -173,6 +176,14 @@ def matmul(xp, backend, a, b, request, cfg):
         fam = "Scheme I" if scheme_family == "ozaki1" else "Scheme II"
         what = f"{request} level, {fam} configuration chosen per block at compute time"
     plan.scheme = f"blocked: [{chunk_backend.name}] {what}"
+    if shared and _planner.part_checked(request, dtype_name.startswith("complex")):
+        ops, bad, check = _part_route(a, b, request, real_name, chunk_backend)
+        if check.split:
+            plan.scheme += "; complex parts split: one real product of the stacked parts"
+            plan.notes.append(_planner.split_note(check))
+            c, notes = _split_graph(a, b, request, dtype_name, ops, bad)
+            plan.notes.extend(notes)
+            return c, plan
     if shared:
         c, notes = _shared_graph(a, b, request)
         plan.notes.extend(notes)
@@ -189,3 +200,99 @@ def matmul(xp, backend, a, b, request, cfg):
     return c, plan
 
 
+# --------------------------------------------------------------------------------------------
+# Complex products: the part check and the split route
+# --------------------------------------------------------------------------------------------
+
+
+def _part_route(a, b, request, real_name, chunk_backend):
+    """``(parts, nonfinite, check)``: the operands' finite float64 parts (lazy; entries with a
+    NaN/Inf part zeroed in both parts, as the engine's), whether any entry is not finite, and
+    the part check (``algorithm.parts.part_check``) of the whole matrices: computed now, when
+    the graph is built (one pass over the operands: four integer GEMMs of the parts' bound
+    operands, and float32 GEMMs only where those leave entries undecided), since the split
+    route is another graph. The exact integers of the first stage are the engine's; the float32
+    sums of the second differ from its in their last bits only (docs/dask.md)."""
+    import array_api_compat
+    import dask
+    import dask.array as da
+
+    dxp = array_api_compat.array_namespace(a)
+    f64 = np.float64
+    ar, ai = operands.zero_nonfinite(dxp, a.real.astype(f64), a.imag.astype(f64))
+    br, bi = operands.zero_nonfinite(dxp, b.real.astype(f64), b.imag.astype(f64))
+    k = a.shape[-1]
+    outputs = math.prod(a.shape[:-1]) * b.shape[-1]
+    form = _planner.part_form(request, "ozaki2", k, outputs, real_name, chunk_backend)
+
+    def computed(bounds, finite=None):
+        flat = [*bounds.lo, *bounds.hi, *bounds.zero, *(bounds.kappa or ())]
+        got = dask.compute(*flat, *([] if finite is None else [finite]))
+        kappa = tuple(got[6:8]) if bounds.kappa is not None else None
+        return complex_parts.PartBounds(tuple(got[0:2]), tuple(got[2:4]), tuple(got[4:6]),
+                                        kappa), got[-1]  # fmt: skip
+
+    finite = da.isfinite(a).all() & da.isfinite(b).all()
+    one, finite = computed(complex_parts.stage_one(dxp, _exact_matmul, ar, ai, br, bi), finite)
+    check = complex_parts.decide(np, one, form, k, final=False)
+    if check is None:
+        two = complex_parts.stage_two(dxp, _matmul, ar, ai, br, bi, one, form.native)
+        check = complex_parts.decide(np, computed(two)[0], form, k, final=True)
+    return (ar, ai, br, bi), not bool(finite), check
+
+
+def _exact_matmul(x, y, term_bound):
+    """dask's blocked product of integer-valued float64 operands: exact (sums below 2**53)."""
+    return x @ y
+
+
+def _matmul(x, y):
+    return x @ y
+
+
+def _split_graph(a, b, request, dtype_name, ops, nonfinite):
+    """The split route (``_engine._split``) as a graph: the shared graph of the real product of
+    the stacked parts [Ar; Ai] (..., 2m, k), [Br, Bi] (..., k, 2n) in double-double, with its
+    refit of the entries whose combined parts cancel, combined per output block
+    (``parts.combine``) and rounded once; entries in rows and columns with NaN/Inf from dask's
+    blocked native product, as in core. Returns the array and the notes."""
+    import dask.array as da
+
+    ar, ai, br, bi = ops
+    m, n = a.shape[-2], b.shape[-1]
+    a2, b2 = da.concatenate([ar, ai], axis=-2), da.concatenate([br, bi], axis=-1)
+    c2, notes = _shared_graph(a2, b2, request, split=(m, n))
+    ni, nj = c2.numblocks[-2] // 2, c2.numblocks[-1] // 2
+
+    def quad(r, c):
+        return c2.blocks[(Ellipsis, slice(r * ni, (r + 1) * ni), slice(c * nj, (c + 1) * nj))]
+
+    quads = [quad(r, c) for r, c in complex_parts.BLOCKS]
+    meta = np.empty((0,) * c2.ndim, dtype=dtype_name)
+    c = da.map_blocks(_combine_block, *quads, dtype=dtype_name, meta=meta, dtype_name=dtype_name)
+    if nonfinite:
+        rows = da.all(da.isfinite(a), axis=-1)
+        cols = da.all(da.isfinite(b), axis=-2)
+        bad = ~(da.expand_dims(rows, axis=-1) & da.expand_dims(cols, axis=-2))
+        c = da.where(bad, native_matmul(a, b), c)
+        notes.append("non-finite: entries in rows/columns with NaN/Inf from the native product")
+    notes.append(
+        "split: the stacked product's blocks combined per output block in double-double "
+        "(Re = Ar Br - Ai Bi, Im = Ar Bi + Ai Br), rounded once"
+    )
+    return c, notes
+
+
+def _combine_block(rr, ii, ri, ir, dtype_name):
+    """One output block of the split route from the stacked product's four blocks (hi + i lo):
+    ``parts.combine``, rounded once to ``dtype_name`` as the engine rounds it."""
+    import array_api_compat
+
+    xp = array_api_compat.array_namespace(rr)
+    with np.errstate(over="ignore", invalid="ignore"):
+        pairs = [(xp.real(x), xp.imag(x)) for x in (rr, ii, ri, ir)]
+        re, im = complex_parts.combine(xp, *pairs)
+        dt = getattr(xp, dtype_name)
+        if dtype_name == "complex64":
+            return make_complex(xp, dd_to_float32(xp, *re), dd_to_float32(xp, *im), dt)
+        return make_complex(xp, re[0], im[0], dt)

@@ -91,15 +91,19 @@ def _wsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
 def _crt_out(xp, w, mu, nu, cfg, dtype_name):
     """The emulated values of one output block (None when nothing is emulated): the exact CRT
     of its K-summed residues (``crt.from_residues``, as ``products.product``), unscaled and
-    rounded once to the result dtype."""
+    rounded once to the result dtype; ``dtype_name="dd"`` (real products): the double-double
+    pair (hi, lo) of ``rounding.unscale_dd`` as the complex128 hi + i lo."""
     n = cfg["count"]
     if not n:
         return None
     W = w["W"]
     nparts = W.shape[1]
     per_modulus = ([W[ell, t] for t in range(nparts)] for ell in range(n))
+    out = "dd" if dtype_name == "dd" else REAL_DTYPE[dtype_name]
     parts = crt.from_residues(xp, crt_constants(n), per_modulus, W.shape[2:], nparts, mu, nu,
-                              REAL_DTYPE[dtype_name])  # fmt: skip
+                              out)  # fmt: skip
+    if out == "dd":
+        return make_complex(xp, parts[0][0], parts[0][1], xp.complex128)
     dt = getattr(xp, dtype_name)
     return parts[0] if nparts == 1 else make_complex(xp, parts[0], parts[1], dt)
 

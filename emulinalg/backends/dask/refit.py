@@ -11,6 +11,7 @@ import numpy as np
 from emulinalg._planner import (
     refit_count,
 )
+from emulinalg.algorithm import parts as complex_parts
 from emulinalg.algorithm import refit
 from emulinalg.algorithm.xputil import make_complex
 
@@ -38,11 +39,14 @@ from .crt import _native_patch
 
 
 def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, cplx, mode, real_name,
-                 cancelled):  # fmt: skip
+                 cancelled, split=None):  # fmt: skip
     """The CRT and the refit (``refit.refit``; the tasks below) of the certificate's
     patch and, with ``cancelled`` (the engine's ``_refits`` but for the count), the most
     cancelled entries, then the native patch: the product as a dask array. Without
-    ``cancelled`` the pick needs no output block: it waits for the decision alone."""
+    ``cancelled`` the pick needs no output block: it waits for the decision alone.
+    ``split=(m, n)``: the stacked product of a complex product's split route (``_engine._split``,
+    ``a`` = [Ar; Ai], ``b`` = [Br, Bi] in double-double, ``real_name`` "dd"), whose refit also
+    takes the entries whose combined parts cancel most (``_split_candidates``)."""
     import dask
     import dask.array as da
 
@@ -71,10 +75,14 @@ def _refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw, *, cplx, 
         cands = [da.blockwise(_refit_candidates, out, emul, out, amb, rows + (p,), bmb,
                               cols + (p,), e, rows, f, cols, need, out, cfg, (), *ix(*out),
                               meta=obj(nd), token="emulinalg-refit-candidates", cplx=cplx,
-                              starts=out_starts, shape=shape, every=every, **kw), out]  # fmt: skip
+                              starts=out_starts, shape=shape, every=every,
+                              dd=real_name == "dd", **kw), out]  # fmt: skip
+    if cancelled and split is not None:
+        cands += _split_graph_candidates(emul, amb, bmb, e, f, need, cfg, split, obj, kw)
     sel = da.blockwise(_refit_select, (), cfg, (), *cands, dtype=object, concatenate=False,
                        meta=obj(0), token="emulinalg-refit-select", m=shape[-2], n=shape[-1],
-                       every=every, cancelled=cancelled)  # fmt: skip
+                       every=every, cancelled=cancelled,
+                       split=split if cancelled else None)  # fmt: skip
     line_kw = {"cplx": cplx, "batch": batch, "token": "emulinalg-refit-lines", **kw}
     with dask.annotate(**_CHUNKS):
         pa = da.blockwise(_refit_lines, bt + (i, kk), a, bt + (i, kk), amb, rows + (p,), e, rows,
@@ -98,7 +106,8 @@ def _refit_runs(cfg):
     return refit_count(cfg["count"])
 
 
-def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape, every):
+def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape, every,
+                      dd=False):  # fmt: skip
     """The entries of one output block that the whole product's pick can take: the block's own
     pick (``refit.pick`` of its ``refit.cancel_ratio``; an entry of the whole pick in this block
     is in it, since fewer than REFIT_ENTRIES of the block's entries come before it), as host
@@ -108,7 +117,7 @@ def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape,
         return None
     xp, backend = _xp_backend(out)
     with _chunk_quiet(xp, backend):
-        parts = (out,) if not cplx else (xp.real(out), xp.imag(out))
+        parts = (xp.real(out),) if dd else (out,) if not cplx else (xp.real(out), xp.imag(out))
         s, t = _prescale_shift(xp, amb, cplx), _prescale_shift(xp, bmb, cplx)
         exclude = _beyond(xp, need) if cfg["mask"] else None
         ratio = xp.reshape(refit.cancel_ratio(xp, parts, (s, t, e, f), exclude), (-1,))
@@ -122,15 +131,19 @@ def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape,
     return {"ratio": ratio, "idx": np.ravel_multi_index(glob, shape)}
 
 
-def _refit_select(cfg, *cands, m, n, every, cancelled):
+def _refit_select(cfg, *cands, m, n, every, cancelled, split=None):
     """The entries to recompute, as ``refit.refit`` takes them: the decision's patch and
     (``cancelled``) the whole product's pick (``refit.pick`` of the blocks' candidates in
     ascending order of their flat index), their union sorted where both are there:
     ``{"idx": flat indices, "rows", "cols": their lines' indices in the batch-flattened rows
     of A and columns of B, "urows", "ucols": those sorted, once, "patched": how many the patch
     holds, "cancelled": ``cancelled``, "everything": ``every``}`` (the last three say which
-    plan notes the engine writes), host arrays; None without refit."""
+    plan notes the engine writes), host arrays; None without refit. ``split=(m, n)``: the last
+    of ``cands`` are the split route's candidates (``_split_candidates``), picked apart as
+    ``_engine.split_cancelled`` picks them and added (their four products each)."""
     idx = None
+    cands = list(cands)
+    more = cands.pop() if split is not None else None
     parts = [x for x in _flatten(list(cands)) if x is not None]
     if parts:
         idx = np.concatenate([x["idx"] for x in parts])
@@ -141,12 +154,100 @@ def _refit_select(cfg, *cands, m, n, every, cancelled):
     patch = cfg["patch"]
     if patch is not None:
         idx = patch if idx is None else np.unique(np.concatenate([patch, idx]))
+    more = [] if more is None else [x for x in _flatten([more]) if x is not None]
+    if more:
+        sidx = np.concatenate([x["idx"] for x in more])
+        ratio = np.concatenate([x["ratio"] for x in more])
+        order = np.argsort(sidx, kind="stable")
+        pick = refit.pick(_xp_backend(ratio)[0], ratio[order])
+        if pick is not None:
+            four = complex_parts.stacked_indices(np, sidx[order][pick], *split)
+            idx = four if idx is None else np.unique(np.concatenate([idx, four]))
     if idx is None:
         return None
     rows, cols = refit.entry_lines(idx, m, n)
     return {"idx": idx, "rows": rows, "cols": cols, "urows": np.unique(rows),
             "ucols": np.unique(cols), "patched": 0 if patch is None else int(patch.shape[0]),
             "cancelled": cancelled, "everything": every}  # fmt: skip
+
+
+def _split_graph_candidates(emul, amb, bmb, e, f, need, cfg, split, obj, kw):
+    """The split route's candidate tasks (``_split_candidates``) on the complex product's
+    output grid, from the stacked product's blocks: ``[array, indices]`` for ``_refit_select``
+    (indices of their own: the grid is half the stacked one)."""
+    import dask.array as da
+
+    nd = emul.ndim
+    bt = tuple(range(nd - 2))
+    i2, j2, p = nd + 2, nd + 3, nd + 4  # the complex grid's own indices
+    rows, cols, out = bt + (i2,), bt + (j2,), bt + (i2, j2)
+    ni, nj = emul.numblocks[-2] // 2, emul.numblocks[-1] // 2
+
+    def quad(x, r, c):
+        return x.blocks[(Ellipsis, slice(r * ni, (r + 1) * ni), slice(c * nj, (c + 1) * nj))]
+
+    def half(x, r, count, trailing):  # the top (r = 0) or bottom half of a line array's blocks
+        return x.blocks[(Ellipsis, slice(r * count, (r + 1) * count)) + (slice(None),) * trailing]
+
+    args = []
+    for r, c in complex_parts.BLOCKS:
+        args += [quad(emul, r, c), out, quad(need, r, c), out]
+    for r in (0, 1):
+        args += [half(amb, r, ni, 1), rows + (p,), half(e, r, ni, 0), rows]
+    for c in (0, 1):
+        args += [half(bmb, c, nj, 1), cols + (p,), half(f, c, nj, 0), cols]
+    shape = emul.shape[:-2] + split
+    out_starts = tuple(
+        tuple(int(v) for v in np.cumsum((0,) + tuple(ch))) for ch in quad(emul, 0, 0).chunks
+    )
+    index = [da.arange(nb, chunks=1) for nb in quad(emul, 0, 0).numblocks]
+    ix = [x for d, idx in zip(out, index) for x in (idx, (d,))]
+    cand = da.blockwise(_split_candidates, out, *args, cfg, (), *ix, meta=obj(nd),
+                        token="emulinalg-split-candidates", starts=out_starts, shape=shape,
+                        **kw)  # fmt: skip
+    return [cand, out]
+
+
+def _split_candidates(rr, nrr, ii, nii, ri, nri, ir, nir, a0, e0, a1, e1, b0, f0, b1, f1, cfg,
+                      *ix, starts, shape):  # fmt: skip
+    """The entries of one block of the complex product's output whose combined parts the split
+    route's pick (``_engine.split_cancelled``) can take: the block's own pick of
+    ``parts.combined_ratio`` from the stacked product's four blocks (double-double as hi + i lo,
+    before the refit) and their lines, as ``_refit_candidates`` (flat indices into the complex
+    product's output); None without refit."""
+    emuls, needs = (rr, ii, ri, ir), (nrr, nii, nri, nir)
+    if any(x["out"] is None for x in emuls) or not _refit_runs(cfg):
+        return None
+    xp, backend = _xp_backend(rr["out"])
+    with _chunk_quiet(xp, backend):
+        pairs = [(xp.real(x["out"]), xp.imag(x["out"])) for x in emuls]
+        re, im = complex_parts.combine(xp, *pairs)
+        a, b = ((a0, e0), (a1, e1)), ((b0, f0), (b1, f1))
+
+        def lines(r, c):
+            return (_prescale_shift(xp, a[r][0], False), _prescale_shift(xp, b[c][0], False),
+                    a[r][1], b[c][1])  # fmt: skip
+
+        q = complex_parts.combined_ratio(
+            xp, re[0], im[0], [lines(r, c) for r, c in complex_parts.BLOCKS]
+        )
+        if cfg["mask"]:
+            exclude = None
+            for need in needs:
+                if need is not None:
+                    x = _beyond(xp, need)
+                    exclude = x if exclude is None else exclude | x
+            if exclude is not None:
+                q = xp.where(exclude, xp.inf, q)
+        q = xp.reshape(q, (-1,))
+        local = refit.pick(xp, q)
+        if local is None:
+            return None
+        ratio, local = _host(xp.take(q, local)), _host(local)
+    where = _block_index(ix)
+    coords = np.unravel_index(local, re[0].shape)
+    glob = tuple(c + starts[d][bl] for d, (c, bl) in enumerate(zip(coords, where)))
+    return {"ratio": ratio, "idx": np.ravel_multi_index(glob, shape)}
 
 
 def _refit_lines(x, lines, bound, sel, *ix, axis, cplx, starts, batch, size):
@@ -236,9 +337,13 @@ def _final_block(emul, amb, bmb, need, cfg, refitted, *ix, dtype_name, starts, s
                     tuple(c[inside] - a for c, a in zip(coords, lo)), out.shape
                 )
                 hit = xp.asarray(np.nonzero(inside)[0])
-                vals = [xp.take(v, hit) for v in refitted["parts"]]
-                dt = getattr(xp, dtype_name)
-                v = vals[0] if len(vals) == 1 else make_complex(xp, vals[0], vals[1], dt)
+                if dtype_name == "dd":  # the pair (hi, lo) as hi + i lo
+                    hi, lo = (xp.take(v, hit) for v in refitted["parts"][0])
+                    v = make_complex(xp, hi, lo, xp.complex128)
+                else:
+                    vals = [xp.take(v, hit) for v in refitted["parts"]]
+                    dt = getattr(xp, dtype_name)
+                    v = vals[0] if len(vals) == 1 else make_complex(xp, vals[0], vals[1], dt)
                 flat = xp.reshape(xp.asarray(out, copy=True), (-1,))
                 flat[xp.asarray(local)] = xp.astype(v, flat.dtype)
                 out = xp.reshape(flat, out.shape)

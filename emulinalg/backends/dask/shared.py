@@ -138,11 +138,14 @@ def _shared_config(request, k, cplx, real_name):
     return None, "accurate"
 
 
-def _shared_graph(a, b, request, arrays=None):
+def _shared_graph(a, b, request, arrays=None, split=None):
     """The lazy Scheme II product with shared preprocessing (module docstring) and notes.
     ``arrays``: a dict that receives the lazy statistics ``e``, ``f`` and ``need`` (None where
     not made) and, with a certificate, the K-summed line terms ``aterms``, ``bterms`` and the
-    ``norm`` they hold, for tests that compare them with the engine's."""
+    ``norm`` they hold, for tests that compare them with the engine's. ``split=(m, n)``: ``a``
+    and ``b`` are the stacked float64 parts [Ar; Ai], [Br, Bi] of a complex product's split
+    route (``_engine._split``): the product in double-double (complex128 hi + i lo), its refit
+    as the engine's with the entries whose combined parts cancel most."""
     import dask
     import dask.array as da
     from dask.array.utils import meta_from_array
@@ -399,8 +402,10 @@ def _shared_graph(a, b, request, arrays=None):
     # subset of the requested level's beyond entries, none where those are none)
     patch = [amb, rows + (p,), bmb, cols + (p,), own_need if above else need,
              out if certify else None, cfg, ()]  # fmt: skip
-    fin_kw = {"dtype": dtype_name, "concatenate": True, "meta": meta(nd, dtype_name),
-              "align_arrays": False, "dtype_name": dtype_name}  # fmt: skip
+    out_name = "dd" if split is not None else dtype_name
+    out_dtype = "complex128" if split is not None else dtype_name
+    fin_kw = {"dtype": out_dtype, "concatenate": True, "meta": meta(nd, out_dtype),
+              "align_arrays": False, "dtype_name": out_name}  # fmt: skip
     # the engine refits the most cancelled entries of a product of the native form
     # (``_planner.refits``) and the certificate's patch (2-D products, ``refine_and_patch``)
     cancelled = certify and refit_form(request, k)
@@ -410,8 +415,9 @@ def _shared_graph(a, b, request, arrays=None):
                          token="emulinalg-crt", **fin_kw)  # fmt: skip
     else:
         c = refitting._refit_graph(a, b, wsum, mu, nu, e, f, patch, ix, kchunks, fin_kw,
-                                   cplx=cplx, mode=mode, real_name=real_name,
-                                   cancelled=cancelled)  # fmt: skip
+                                   cplx=cplx, mode=mode,
+                                   real_name="dd" if split is not None else real_name,
+                                   cancelled=cancelled, split=split)  # fmt: skip
 
     nbatch = math.prod(a.numblocks[:-2])
     ni, nj = a.numblocks[-2], b.numblocks[-1]
