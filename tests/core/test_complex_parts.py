@@ -23,9 +23,9 @@ the same inputs, per part (``bits_maxrel_re`` ... ``bits_cw_im``):
 
 ``MARGIN``: the level promises an error whose standard deviation is at most the native GEMM's
 (docs/precision.md); the maxima over an output compared here are single realizations, which
-scatter by a fraction of a bit between the two products (the measured margins of the split
-route are 0.6-10 bits per part, docs/precision.md), so a test allows half a bit. On main the
-small parts lose 5-55 bits against native, far beyond it.
+scatter by a fraction of a bit between the two products (the split route's measured margins
+are 0-11 bits per part, docs/precision.md; 0 where both are correctly rounded, at k = 1), so a
+test allows half a bit. On main the small parts lose up to 55 bits against native.
 """
 
 from __future__ import annotations

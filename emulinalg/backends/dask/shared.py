@@ -192,6 +192,7 @@ def _shared_graph(a, b, request, arrays=None, split=None):
 
     # 1. Statistics. Per chunk: [max magnitude, has NaN/Inf] per line; max over K-chunks.
     with dask.annotate(**_CHUNKS):
+
         def line_stats(x, xi, axis):  # (..., m, 2) for A (axis -1), (..., n, 2) for B
             chunk_stats = da.blockwise(stats._line_stats, xi + (p,), x, xi, adjust_chunks={kk: 1},
                                        new_axes={p: 2}, dtype=f64, meta=meta(nd + 1, f64),
