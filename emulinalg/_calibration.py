@@ -142,12 +142,17 @@ def load(backend_name, device):
 def calibrate_device(backend_name="cupy"):
     """Measure the current device, cache the rates and return the moved model (its source
     names the device, the date and the cache file)."""
+    model = _measured(backend_name)
+    with _LOCK:
+        _MEMO[(backend_name, device_name(backend_name))] = model
+    return model
+
+
+def _measured(backend_name):
+    """The moved model of the current device, measured now and cached on disk."""
     rates = measure(backend_name)
     path = save(backend_name, rates)
-    model = _model(backend_name, rates, datetime.date.today().isoformat(), path)
-    with _LOCK:
-        _MEMO[(backend_name, rates.name)] = model
-    return model
+    return _model(backend_name, rates, datetime.date.today().isoformat(), path)
 
 
 def _model(backend_name, rates, date, path):
@@ -173,11 +178,7 @@ def device_model(backend_name):
                 _MEMO[key] = _model(backend_name, got[0], got[1], cache_path(backend_name, device))
             else:
                 try:
-                    rates = measure(backend_name)
+                    _MEMO[key] = _measured(backend_name)
                 except Exception:  # measurement failed (memory): the built-in model stands
                     _MEMO[key] = None
-                else:
-                    path = save(backend_name, rates)
-                    date = datetime.date.today().isoformat()
-                    _MEMO[key] = _model(backend_name, rates, date, path)
         return _MEMO[key]

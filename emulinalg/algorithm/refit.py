@@ -111,9 +111,10 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
     more flat indices to recompute (the certificate's patch), ``cancelled`` whether to add
     ``cancelled_entries``. Returns the parts and the number of entries recomputed."""
     idx = None
+    plain = [p[0] if out_dtype == "dd" else p for p in parts]
+    outputs = math.prod(plain[0].shape)
     if cancelled:
-        plain = [p[0] if out_dtype == "dd" else p for p in parts]
-        every = refits_all(math.prod(plain[0].shape), ar.shape[-1])
+        every = refits_all(outputs, ar.shape[-1])
         idx = cancelled_entries(xp, plain, prescale, exclude, every)
     if extra is not None:
         idx = extra if idx is None else xp.unique_values(xp.concat([extra, idx]))
@@ -135,8 +136,7 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
         return xp.take(xt, cols, axis=0)
 
     sub = (xp.take(s, rows), xp.take(t, cols), xp.take(e, rows), xp.take(f, cols))
-    work = min(products.ENTRY_WORK, math.prod(parts[0][0].shape if out_dtype == "dd" else
-                                              parts[0].shape) // WORK_SHARE)  # fmt: skip
+    work = min(products.ENTRY_WORK, outputs // WORK_SHARE)
     vals = recomputed(xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), sub, mode, out_dtype,
                       work)  # fmt: skip
     out = []
