@@ -243,7 +243,7 @@ def _emulate(
         extra = more(parts, prescale, native_mask)
     if cancelled or patch is not None:
         parts = _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask,
-                               patch, cancelled, plan, extra)  # fmt: skip
+                               patch, cancelled, plan, extra, backend)  # fmt: skip
     plan.scheme = str(scheme)
     plan.gemms = _planner.gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
@@ -266,7 +266,11 @@ def _part_check(xp, backend, ar, ai, br, bi, level, family, real_name):
     (``_planner.part_form``), with the backend's integer GEMM and native product."""
     st = stages(backend)
     form = _planner.part_form(level, family, ar.shape[-1], _outputs(ar, br), real_name, backend)
-    return complex_parts.part_check(xp, st.int_matmul, st.native_matmul, ar, ai, br, bi, form)
+
+    def lower(xa, xb):
+        return certificate.magnitude_lower(xp, st, xa, xb)
+
+    return complex_parts.part_check(xp, lower, st.int_matmul, ar, ai, br, bi, form)
 
 
 def _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name, out, performant,
@@ -341,10 +345,11 @@ def _outputs(ar, br):
 
 
 def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask, patch,
-                   cancelled, plan, extra=None):  # fmt: skip
+                   cancelled, plan, extra=None, backend=None):  # fmt: skip
     """``parts`` with entries recomputed with MAX_MODULI moduli (``refit.refit``): the certificate's
     ``patch``, ``extra`` flat indices and (``cancelled``) the most cancelled entries, those taken
-    from the native product excluded; the plan says how many."""
+    from the native product excluded; the plan says how many. A ``backend`` with its own Scheme
+    II product recomputes them there (``refit.recomputed``)."""
     dd = out == "dd"
     grouped = [tuple(parts[i : i + 2]) for i in range(0, len(parts), 2)] if dd else list(parts)
     both = patch if extra is None else extra
@@ -353,6 +358,7 @@ def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask
     grouped, count = refit.refit(
         xp, ar, ai, br, bi, grouped, tuple(prescale), scheme.mode, out or _real_of(parts),
         exclude=native_mask, extra=both, cancelled=cancelled,
+        product=None if backend is None else stages(backend).ozaki2_product,
     )  # fmt: skip
     if patch is not None:
         plan.notes.append(

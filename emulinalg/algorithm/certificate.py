@@ -247,6 +247,25 @@ def magnitude_lower(xp, backend, xa, xb):
     return xp.maximum(s - cc.abs_term, 0.0)
 
 
+# bfloat16 truncation keeps 8 significant bits: a truncated entry is above (1 - 2**-7) times the
+# entry, or below it by less than the smallest bfloat16 subnormal (the float32 rounding of the
+# hook-free path is finer on both counts).
+_LOWER_REL = 2.0**-7
+_LOWER_ABS = 2.0**-133
+
+
+def magnitude_upper(xp, lower, k):
+    """Elementwise upper bound of ``xa @ xb`` from ``lower = magnitude_lower(xp, backend, xa,
+    xb)`` (non-negative operands with entries <= 2, inner dimension ``k``), on any of its paths:
+    the truncation of the operands (bfloat16 at worst) and the rounding of the sums (the factor
+    and absolute term ``magnitude_lower`` took off) put back, rounded up."""
+    cc = cert_constants(k)
+    if k > LOWER_K_MAX:  # float64 sums times native_factor
+        return (lower + cc.native_abs_term) / cc.native_factor**2 * (1.0 + 2.0**-50)
+    sums = (lower + cc.abs_term) / cc.factor**2 + 4 * k * _LOWER_ABS
+    return sums / (1.0 - _LOWER_REL) ** 2 * (1.0 + 2.0**-50)
+
+
 def summed_lower(s, q):
     """A lower bound of a sum of ``q`` non-negative lower bounds from their float64 sum ``s`` (in
     any order: (q - 1) u relative at most), as the dask layer sums ``magnitude_lower`` over

@@ -22,26 +22,28 @@ of each route is the planner's (``_planner.part_form``). Where some part of some
 fine the product runs as real products of the stacked parts, each part certified on its own
 sums (``_engine``).
 
-The bounds come in two stages, each only as far as it is needed:
+First the balance of the parts (``balanced``): ordinary complex inputs, whose parts are of
+similar size, are fine by it in two GEMMs of the operands' size. Otherwise the bounds come in up
+to three stages, each only where the one before leaves a part of some entry not fine:
 
-1. Exact integer bounds (``stage_one``): per part, floor(2**(s+1) |x|) <= 127 with s the
-   part's own line pre-shift (``scaling.bound_operand``), four integer GEMMs of the parts
-   (Ar Br, Ai Bi, Ar Bi, Ai Br) and their line terms: F / 4 below and ``scaling.bound_upper``
-   / 4 above each part's scaled sums, all exact integers, normalized by the complex line
-   exponents of ``certificate.normalized``. They decide most entries: fine (the part's lower
-   bound meets the upper bound of T / slack), or failing (even the part's upper bound, times
-   sqrt(k) in the native form, is below the lower bound of T / slack; one such entry splits).
-2. float32 GEMMs (``stage_two``, only where stage 1 leaves entries undecided and none failing):
-   the normalized magnitudes and their squares rounded down to float32, the four products of
-   each stacked as one GEMM, the rounding removed by factors as in
-   ``certificate.magnitude_lower`` (upper bounds by the rounding's factor above): the sums to
-   float32 precision and the lower bound of sqrt(k) ||terms_p||_2. Entries still undecided
-   count as failing (the safe side).
+1. The sums (``stage_sums``): the magnitudes normalized by the complex line exponents of
+   ``certificate.normalized``, the four products of the parts (Ar Br, Ai Bi, Ar Bi, Ai Br)
+   as one GEMM of the stacked operands through the backend's ``certificate.magnitude_lower``
+   (one bfloat16 tensor-core GEMM on the GPU, float32 elsewhere): a lower bound of each
+   part's sums, and ``certificate.magnitude_upper`` of it the upper bound (within about 2 %).
+   An entry is fine where the part's lower bound meets the upper bound of T / slack, failing
+   where even the part's upper bound (times sqrt(k) in the native form) is below the lower
+   bound of T / slack.
+2. The exact zeros (``exact_zeros``): which parts have no nonzero term (exact on either
+   route), from one integer GEMM of the nonzero patterns.
+3. kappa (``with_kappa``, the native form only, where entries stay undecided and none fails):
+   the lower bound of sqrt(k) ||terms_p||_2 from one more GEMM of the stacked squares. Entries
+   still undecided count as failing (the safe side).
 
-Both stages read only the operands: the dask layer computes them over its chunks and decides
-with ``decide`` as the engine does (stage 1's exact integers give the same bounds there;
-stage 2's sums may differ in their last bits, so only an entry within about k 2**-24 of the
-threshold can decide differently).
+The stages read only the operands: the dask layer computes them over its chunks and decides
+with ``decide`` as the engine does (the exact zeros are the engine's; the sums may differ in
+their last bits, so only an entry within about k 2**-24 of a threshold can decide
+differently).
 
 References: Higham & Mary, SIAM J. Sci. Comput. 2019 (the rounding-error model of the native
 form); Uchino et al., arXiv:2512.08321 (complex Scheme II, whose 3M form certifies the modulus).
@@ -52,12 +54,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .scaling import BOUND_MAX, bound_operand, bound_upper, max_exponent, prescale_shift
+from .certificate import magnitude_upper
+from .scaling import max_exponent
 from .xputil import dd_add, ldexp
-
-# Lower bounds below this (normalized units) may have lost relative accuracy to underflow in
-# the exponent shifts: they are lowered by it, and upper bounds raised by it.
-TINY = 2.0**-1000
 
 
 class PartForm(NamedTuple):
@@ -100,88 +99,80 @@ def _line_exponents(xp, ar, ai, br, bi):
     return ea, eb
 
 
-def _bound_part(xp, x, axis):
-    """One part's bound operand floor(2**(s+1) |x|) (entries <= 127, s from the part's own line
-    maxima), its line sums and nonzero counts, and the part's line exponents."""
-    e = max_exponent(xp, x, None, axis=axis)
-    bar, sums, nz = bound_operand(xp, x, None, prescale_shift(e, False), axis)
-    return bar, sums, nz, e
-
-
-def stage_one(xp, int_matmul, ar, ai, br, bi):
-    """``PartBounds`` from four exact integer GEMMs of the parts' bound operands (module
-    docstring, stage 1). ``int_matmul(x, y, term_bound)``: the exact product of integer-valued
-    float64 arrays (a backend's, or dask's blocked product)."""
+def _magnitudes(xp, ar, ai, br, bi):
+    """The parts' magnitudes normalized by the complex line exponents (entries < 2)."""
     ea, eb = _line_exponents(xp, ar, ai, br, bi)
-    A = (_bound_part(xp, ar, -1), _bound_part(xp, ai, -1))
-    B = (_bound_part(xp, br, -2), _bound_part(xp, bi, -2))
-
-    def block(x, y):  # (F, U) of one product of parts, normalized; U == 0: no nonzero term
-        F = int_matmul(x[0], y[0], BOUND_MAX * BOUND_MAX)
-        U = bound_upper(xp, F, x[1], x[2], y[1], y[2], False)
-        # 2**-(s_i + t_j + 2) with s = 5 - e, then the complex line exponents taken off
-        d = xp.expand_dims(x[3], axis=-1) + xp.expand_dims(y[3], axis=-2) - ea - eb - 12
-        return ldexp(xp, xp.astype(F, xp.float64), d), ldexp(xp, U, d), U == 0
-
-    pairs = ((block(A[0], B[0]), block(A[1], B[1])), (block(A[0], B[1]), block(A[1], B[0])))
-    lo, hi, zero = [], [], []
-    for (l1, h1, z1), (l2, h2, z2) in pairs:
-        lo.append(xp.maximum((l1 + l2) * (1.0 - 2.0**-52) - TINY, 0.0))
-        hi.append((h1 + h2) * (1.0 + 2.0**-52) + TINY)
-        zero.append(z1 & z2)
-    return PartBounds(tuple(lo), tuple(hi), tuple(zero))
+    na = [ldexp(xp, xp.abs(x), -ea) for x in (ar, ai)]
+    return na, [ldexp(xp, xp.abs(x), -eb) for x in (br, bi)]
 
 
-def _down32(xp, x):
-    """float32 values <= x (x >= 0)."""
-    f = xp.astype(x, xp.float32)
-    return xp.where(xp.astype(f, xp.float64) > x, xp.nextafter(f, xp.zeros_like(f)), f)
+def _stacked(xp, gemm, xa, xb):
+    """The four products of the parts as their (Re, Im) sums, one GEMM of the stacked operands:
+    [xa_r, xa_i] (..., m, 2k) @ [[xb_r, xb_i], [xb_i, xb_r]] (..., 2k, 2n)."""
+    a2 = xp.concat([xa[0], xa[1]], axis=-1)
+    b_re = xp.concat([xb[0], xb[1]], axis=-2)
+    b_im = xp.concat([xb[1], xb[0]], axis=-2)
+    s = gemm(a2, xp.concat([b_re, b_im], axis=-1))
+    n = xb[0].shape[-1]
+    return s[..., :n], s[..., n:]
 
 
-# Beyond this stacked inner dimension stage 2 sums in float64 (the float32 factor loosens).
-F32_K_MAX = 1 << 20
-
-
-def stage_two(xp, matmul, ar, ai, br, bi, bounds, native):
-    """``bounds`` tightened by float32 GEMMs (module docstring, stage 2): the sums' lower and
-    upper bounds to float32 precision and, for the native form, ``kappa``. ``matmul``: the
-    backend's native GEMM (float32 operands; float64 beyond ``F32_K_MAX``)."""
+def balanced(xp, lower, ar, ai, br, bi, form):
+    """Whether the balance of the parts alone shows every part of every entry fine (stage 0):
+    with T = (|Ar| + |Ai|)(|Br| + |Bi|) = P_re + P_im and D = (|Ar| - |Ai|)(|Br| - |Bi|) =
+    P_re - P_im, each part's sums are P_p = (T +- D) / 2 >= (T - |D|) / 2, and |D| <=
+    ||Ar| - |Ai|| ||Br| - |Bi||: two GEMMs of the operands' size (``lower`` as in
+    ``stage_sums``, whose stacked GEMM is four times that), and every entry fine where
+    (T - |D|) / 2 >= T / slack, entries in all-zero lines (no term at all) included. False
+    says nothing: the stages decide."""
     ea, eb = _line_exponents(xp, ar, ai, br, bi)
+
+    def sides(re, im, e):  # (|re| + |im|, ||re| - |im||), line-normalized: entries < 2
+        x, y = xp.abs(re), xp.abs(im)
+        return ldexp(xp, x + y, -e), ldexp(xp, xp.abs(x - y), -e)
+
+    (ta, da), (tb, db) = sides(ar, ai, ea), sides(br, bi, eb)
     k = ar.shape[-1]
-    na = [ldexp(xp, xp.abs(x), -ea) for x in (ar, ai)]  # line-normalized: entries < 2
-    nb = [ldexp(xp, xp.abs(x), -eb) for x in (br, bi)]
-    K = 2 * k  # the stacked inner dimension
-    if K <= F32_K_MAX:  # rounded down to float32, then the GEMM's rounding (all terms >= 0)
-        down = _down32
-        lo_f, hi_f = 1.0 - (K + 2) * 2.0**-22, 1.0 + (K + 4) * 2.0**-22
-        lo_a, hi_a = (K + 2) * 2.0**-149, K * 2.0**-146
-    else:
+    t_lo = lower(ta, tb)
+    t_hi = magnitude_upper(xp, t_lo, k)
+    d_hi = magnitude_upper(xp, lower(da, db), k)
+    part_lo = (t_lo * (1.0 - 2.0**-52) - d_hi * (1.0 + 2.0**-52)) * (0.5 * (1.0 - 2.0**-50))
+    fine = part_lo >= t_hi * ((1.0 + 2.0**-52) / form.slack)
+    empty = xp.expand_dims(xp.max(ta, axis=-1) == 0, axis=-1) | xp.expand_dims(
+        xp.max(tb, axis=-2) == 0, axis=-2
+    )
+    return bool(xp.all(fine | empty))
 
-        def down(xp, x):
-            return x
 
-        lo_f, hi_f = 1.0 - (K + 2) * 2.0**-52, 1.0 + (K + 2) * 2.0**-52
-        lo_a, hi_a = (2 * K + 2) * 2.0**-1074, (2 * K + 2) * 2.0**-1074
+def stage_sums(xp, lower, ar, ai, br, bi):
+    """``PartBounds`` of the sums (module docstring, stage 1): ``lower(xa, xb)`` is
+    ``certificate.magnitude_lower`` of the backend (its lower bound of a product of non-negative
+    operands with entries <= 2), the upper bounds ``certificate.magnitude_upper`` of it; which
+    parts have no nonzero term is not known yet (``zero`` None)."""
+    na, nb = _magnitudes(xp, ar, ai, br, bi)
+    lo = _stacked(xp, lower, na, nb)
+    K = 2 * ar.shape[-1]
+    return PartBounds(lo, tuple(magnitude_upper(xp, x, K) for x in lo), (None, None))
 
-    def stacked(xa, xb):  # the four products' sums as (Re part, Im part), one GEMM
-        a2 = xp.concat([down(xp, xa[0]), down(xp, xa[1])], axis=-1)
-        b_re = xp.concat([xb[0], xb[1]], axis=-2)
-        b_im = xp.concat([xb[1], xb[0]], axis=-2)
-        s = xp.astype(matmul(a2, down(xp, xp.concat([b_re, b_im], axis=-1))), xp.float64)
-        n = xb[0].shape[-1]
-        return s[..., :n], s[..., n:]
 
-    sums = stacked(na, nb)
-    lo = tuple(xp.maximum(bl, xp.maximum(s * lo_f - lo_a, 0.0)) for s, bl in zip(sums, bounds.lo))
-    hi = tuple(xp.minimum(bh, s * hi_f + hi_a) for s, bh in zip(sums, bounds.hi))
-    kappa = None
-    if native:  # squares / 4 <= 1 (rounded down): each term's square / 16
-        quarter = 0.25 * (1.0 - 2.0**-52)
-        sq = stacked([x * x * quarter for x in na], [x * x * quarter for x in nb])
-        kappa = tuple(
-            4.0 * xp.sqrt(xp.maximum(s * lo_f - lo_a, 0.0) * k) * (1.0 - 2.0**-52) for s in sq
-        )
-    return PartBounds(lo, hi, bounds.zero, kappa)
+def exact_zeros(xp, int_matmul, ar, ai, br, bi, bounds):
+    """``bounds`` with ``zero`` (stage 2): per entry and part, whether no term is nonzero, from
+    the exact counts of nonzero terms (one integer GEMM of the parts' nonzero patterns)."""
+    nz = [xp.astype(x != 0, xp.float64) for x in (ar, ai, br, bi)]
+    counts = _stacked(xp, lambda x, y: int_matmul(x, y, 1), nz[:2], nz[2:])
+    return bounds._replace(zero=tuple(c == 0 for c in counts))
+
+
+def with_kappa(xp, lower, ar, ai, br, bi, bounds):
+    """``bounds`` with ``kappa`` (stage 3, the native form): lower bounds of sqrt(k)
+    ||terms_p||_2 from one more GEMM of the stacked squares (each square / 4 <= 1, rounded
+    down: each term's square / 16)."""
+    na, nb = _magnitudes(xp, ar, ai, br, bi)
+    quarter = 0.25 * (1.0 - 2.0**-52)
+    sq = _stacked(xp, lower, [x * x * quarter for x in na], [x * x * quarter for x in nb])
+    k = ar.shape[-1]
+    kappa = tuple(4.0 * xp.sqrt(s * k) * (1.0 - 2.0**-52) for s in sq)
+    return bounds._replace(kappa=kappa)
 
 
 def judge(xp, bounds, form, k):
@@ -196,8 +187,11 @@ def judge(xp, bounds, form, k):
         own = bounds.lo[p]
         if bounds.kappa is not None:
             own = xp.maximum(own, bounds.kappa[p])
+        fine, fail = own >= hi_t, bounds.hi[p] * up < lo_t
         zero = bounds.zero[p]
-        out.append((zero | (own >= hi_t), ~zero & (bounds.hi[p] * up < lo_t)))
+        if zero is not None:
+            fine, fail = zero | fine, ~zero & fail
+        out.append((fine, fail))
     return out
 
 
@@ -208,7 +202,7 @@ def decide(xp, bounds, form, k, final):
     failing = [fail if not final else ~fine for fine, fail in verdicts]
     if not any(bool(xp.any(f)) for f in failing):
         if all(bool(xp.all(fine)) for fine, _ in verdicts):
-            return PartCheck(False, stages=2 if final else 1)
+            return PartCheck(False)
         if not final:
             return None
     names = [n for n, f in zip(("real", "imaginary"), failing) if bool(xp.any(f))]
@@ -218,21 +212,32 @@ def decide(xp, bounds, form, k, final):
         if bool(xp.any(f)):
             r = xp.where(f & (lo_t > 0), bounds.hi[p] / xp.where(lo_t > 0, lo_t, 1.0), 1.0)
             share = min(share, float(xp.min(r)))
-    return PartCheck(True, " and ".join(names), share, 2 if final else 1)
+    return PartCheck(True, " and ".join(names), share)
 
 
-def part_check(xp, int_matmul, matmul32, ar, ai, br, bi, form):
+def part_check(xp, lower, int_matmul, ar, ai, br, bi, form, materialize=None):
     """``PartCheck`` of a complex product (``ar`` ... the finite float64 parts, (..., m, k) and
-    (..., k, n); ``ai`` or ``bi`` may be all zero but not None): stage 1, then stage 2 where it
-    leaves entries undecided and none failing (module docstring). ``int_matmul(x, y, bound)``
-    an exact integer GEMM, ``matmul32`` a float32 GEMM; ``form`` the route's ``PartForm``."""
+    (..., k, n); ``ai`` or ``bi`` may be all zero but not None): the sums' bounds, then, only
+    where some part of some entry is not fine by them, the exact zeros and (native form) kappa
+    (module docstring). ``lower`` the backend's ``certificate.magnitude_lower``,
+    ``int_matmul(x, y, bound)`` an exact integer GEMM, ``form`` the route's ``PartForm``;
+    ``materialize(bounds)`` returns ``(namespace, bounds)`` to decide on (the dask layer computes
+    its lazy bounds there; default: as they are)."""
     k = ar.shape[-1]
-    bounds = stage_one(xp, int_matmul, ar, ai, br, bi)
-    res = decide(xp, bounds, form, k, final=False)
-    if res is not None:
+    done = materialize or (lambda bounds: (xp, bounds))
+    if balanced(xp, lower, ar, ai, br, bi, form):
+        return PartCheck(False, stages=0)
+    dxp, bounds = done(stage_sums(xp, lower, ar, ai, br, bi))
+    res = decide(dxp, bounds, form, k, final=False)
+    if res is not None and not res.split:
         return res
-    bounds = stage_two(xp, matmul32, ar, ai, br, bi, bounds, form.native)
-    return decide(xp, bounds, form, k, final=True)
+    dxp, bounds = done(exact_zeros(xp, int_matmul, ar, ai, br, bi, bounds))
+    res = decide(dxp, bounds, form, k, final=False)
+    if res is not None:
+        return res._replace(stages=2)
+    if form.native:
+        dxp, bounds = done(with_kappa(xp, lower, ar, ai, br, bi, bounds))
+    return decide(dxp, bounds, form, k, final=True)._replace(stages=3)
 
 
 # The split route (``_engine._split``, the dask layer's split graph): the stacked product's

@@ -32,6 +32,9 @@ REFIT_ALL_WORK = 1 << 20
 # The recomputation's work arrays stay below 1/WORK_SHARE of the output's entries (the working
 # memory bound of docs/limitations.md)
 WORK_SHARE = 8
+# Entries per block where a backend's own Scheme II product recomputes them (``recomputed``):
+# each block is a (block x block) product of which the diagonal is kept.
+PRODUCT_BLOCK = 512
 
 
 def refits_all(outputs, k):
@@ -104,12 +107,13 @@ def cancelled_entries(xp, parts, prescale, exclude=None, everything=False):
 
 
 def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, extra=None,
-          cancelled=True):  # fmt: skip
+          cancelled=True, product=None):  # fmt: skip
     """``parts`` (the product's real and imaginary parts, (..., m, n); "dd": (hi, lo) pairs) with
     the entries of ``cancelled_entries`` recomputed at ``MAX_MODULI`` moduli. ``ar``... are the
     finite float64 operands (..., m, k), (..., k, n) the product was computed from; ``extra``
     more flat indices to recompute (the certificate's patch), ``cancelled`` whether to add
-    ``cancelled_entries``. Returns the parts and the number of entries recomputed."""
+    ``cancelled_entries``; ``product`` a backend's ``ozaki2_product`` (``recomputed``). Returns the
+    parts and the number of entries recomputed."""
     idx = None
     plain = [p[0] if out_dtype == "dd" else p for p in parts]
     outputs = math.prod(plain[0].shape)
@@ -138,7 +142,7 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
     sub = (xp.take(s, rows), xp.take(t, cols), xp.take(e, rows), xp.take(f, cols))
     work = min(products.ENTRY_WORK, outputs // WORK_SHARE)
     vals = recomputed(xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), sub, mode, out_dtype,
-                      work)  # fmt: skip
+                      work, product)  # fmt: skip
     out = []
     for p, v in zip(parts, vals):
         if out_dtype == "dd":
@@ -155,13 +159,49 @@ def entry_lines(idx, m, n):
     return bat * m + i, bat * n + j
 
 
-def recomputed(xp, ar, ai, br, bi, prescale, mode, out_dtype, work=products.ENTRY_WORK):
+def recomputed(xp, ar, ai, br, bi, prescale, mode, out_dtype, work=products.ENTRY_WORK,
+               product=None):  # fmt: skip
     """Entries recomputed with MAX_MODULI moduli: row t of ``ar`` (+ i ``ai``) times row t of
     ``br`` (+ i ``bi``), whole lines (K, k), with those lines' ``prescale`` (``products.entries``,
     rounded as ``rounds_to_nearest`` says for the whole k, its work arrays about ``work``
-    elements)."""
+    elements). With a backend's ``ozaki2_product`` hook (``product``) they are the diagonals of
+    its products of blocks of the lines: a few kernels where the generic code takes a few array
+    operations per modulus (each a kernel launch on a device), the same integers, hence the
+    same values."""
+    if product is not None:
+        got = _diagonals(xp, product, ar, ai, br, bi, prescale, mode, out_dtype)
+        if got is not None:
+            return got
     near = rounds_to_nearest(MAX_MODULI, ar.shape[-1], mode)
     return products.entries(xp, ar, ai, br, bi, MAX_MODULI, out_dtype, prescale, near, work)
+
+
+def _diagonals(xp, product, ar, ai, br, bi, prescale, mode, out_dtype):
+    """``recomputed``'s entries from ``product`` (a backend's ``ozaki2_product``) of blocks of
+    ``PRODUCT_BLOCK`` lines; None where it declines."""
+    K = ar.shape[0]
+    blocks = []
+    for r0 in range(0, K, PRODUCT_BLOCK):
+        sl = slice(r0, min(K, r0 + PRODUCT_BLOCK))
+        size = sl.stop - sl.start
+        a = [None if x is None else x[sl] for x in (ar, ai)]
+        b = [None if x is None else xp.permute_dims(x[sl], (1, 0)) for x in (br, bi)]
+        res = product(*a, *b, MAX_MODULI, mode, out_dtype, tuple(v[sl] for v in prescale))
+        if res is None:
+            return None
+
+        def diag(x, size=size):
+            return xp.reshape(x, (-1,))[:: size + 1]
+
+        blocks.append([tuple(map(diag, p)) if out_dtype == "dd" else diag(p) for p in res])
+    if len(blocks) == 1:
+        return tuple(blocks[0])
+    if out_dtype == "dd":
+        return tuple(
+            tuple(xp.concat([blk[p][h] for blk in blocks]) for h in range(2))
+            for p in range(len(blocks[0]))
+        )
+    return tuple(xp.concat([blk[p] for blk in blocks]) for p in range(len(blocks[0])))
 
 
 def _put(xp, x, idx, v):

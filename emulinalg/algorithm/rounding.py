@@ -13,7 +13,7 @@ All functions take the array namespace ``xp`` and operate elementwise on same-sh
 from __future__ import annotations
 
 from .moduli import LIMB_BITS
-from .xputil import frexp_exponent, ldexp, to_float32
+from .xputil import clip, frexp_exponent, ldexp, to_float32
 
 _MASK = (1 << LIMB_BITS) - 1
 
@@ -87,8 +87,8 @@ def _round(xp, negative, limbs, exp_offset, dtype):
     sticky = xp.zeros(limbs[0].shape, dtype=xp.bool)
     for i, limb in enumerate(limbs):
         d = LIMB_BITS * i - sh
-        up = xp.clip(d, 0, 62)
-        down = xp.clip(-d, 0, 62)
+        up = clip(xp, d, 0, 62)
+        down = clip(xp, -d, 0, 62)
         # floor(V / 2**sh) = sum_i floor(limb_i * 2**d_i) because the limbs are normalized.
         term = xp.where(d >= 0, xp.bitwise_left_shift(limb, up), xp.bitwise_right_shift(limb, down))
         M = M + term
@@ -97,7 +97,7 @@ def _round(xp, negative, limbs, exp_offset, dtype):
     M = xp.bitwise_or(M, xp.astype(sticky, i64))
     nbits = xp.where(M >= (1 << 61), 62, 61)
     e_res = nbits - 1 + sh + exp_offset  # V * 2**exp_offset lies in [2**e_res, 2**(e_res+1))
-    q = xp.clip(e_res - emin_sub + 1, 0, mant)  # significand bits available at that exponent
+    q = clip(xp, e_res - emin_sub + 1, 0, mant)  # significand bits available at that exponent
     drop = nbits - q
     keep = xp.bitwise_right_shift(M, drop)
     rem = xp.bitwise_and(M, xp.bitwise_left_shift(xp.ones_like(M), drop) - 1)
@@ -106,7 +106,7 @@ def _round(xp, negative, limbs, exp_offset, dtype):
     keep = keep + xp.astype(round_up, i64)
     underflow = (e_res - emin_sub + 1) < 0  # below half the smallest subnormal: rounds to zero
     keep = xp.where(underflow | (M == 0), 0, keep)
-    exponent = xp.clip(sh + drop + exp_offset, -2200, 2200)
+    exponent = clip(xp, sh + drop + exp_offset, -2200, 2200)
     out = ldexp(xp, xp.astype(keep, xp.float64), exponent)
     out = xp.where(negative, -out, out)
     if dtype == "float32":
@@ -141,8 +141,8 @@ def _limbs_of_shifted(xp, keep, d, n_limbs):
     out = []
     for i in range(n_limbs):
         below = LIMB_BITS * i - d  # > 0: this limb starts above bit d of the value
-        right = xp.bitwise_right_shift(keep, xp.clip(below, 0, 62))
-        s = xp.clip(-below, 0, LIMB_BITS - 1)
+        right = xp.bitwise_right_shift(keep, clip(xp, below, 0, 62))
+        s = clip(xp, -below, 0, LIMB_BITS - 1)
         # Mask before shifting left so nothing leaves int64.
         left = xp.bitwise_left_shift(
             xp.bitwise_and(keep, xp.bitwise_left_shift(xp.ones_like(keep), LIMB_BITS - s) - 1), s
@@ -152,7 +152,7 @@ def _limbs_of_shifted(xp, keep, d, n_limbs):
             piece = xp.bitwise_and(piece, _MASK)
         elif n_limbs > 1:  # the top limb holds everything from its first bit up
             piece = xp.where(
-                below >= 0, right, xp.bitwise_left_shift(keep, xp.clip(-below, 0, 62))
+                below >= 0, right, xp.bitwise_left_shift(keep, clip(xp, -below, 0, 62))
             )
         out.append(piece)
     return out

@@ -60,6 +60,13 @@ def frexp_exponent(xp, x):
     return xp.where(ax == 0, 0, xp.astype(e, xp.int64) + 1)
 
 
+def clip(xp, x, lo, hi):
+    """``x`` clipped to [lo, hi] (Python numbers), in x's dtype. array_api_compat's ``clip``
+    turns the bounds into device arrays and assigns through boolean masks: on cupy each call
+    copies from the host and synchronises with the device."""
+    return xp.minimum(xp.maximum(x, lo), hi)
+
+
 def floor_mod(xp, x, m):
     """``x mod m`` in [0, m) for integer-valued floats with |x| < 2**53 and an integer m > 0.
 

@@ -8,7 +8,7 @@ import array_api_compat.numpy as xp
 import numpy as np
 import pytest
 
-from emulinalg.algorithm import products, scaling
+from emulinalg.algorithm import products, refit, scaling
 from emulinalg.backends import numpy as npb
 from emulinalg.inputs import phi_matrix
 
@@ -51,3 +51,37 @@ def test_entries_are_the_product_entries_in_any_grouping(cplx, out_dtype, moduli
         assert len(got) == len(whole)
         for g, w in zip(got, whole):
             assert _same(g, np.reshape(w, (-1,))), (work, out_dtype)
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+def test_recomputed_by_a_backends_product_is_the_same(cplx, out_dtype, monkeypatch):
+    """``refit.recomputed`` through a backend's Scheme II product (the diagonals of its products
+    of blocks of lines; blocks of 5 here, so three blocks and a short one) gives the bits of
+    ``products.entries``; a declining product leaves the generic path."""
+    K, k = 13, 150
+    ar, br = phi_matrix((K, k), 2.0, seed=5), phi_matrix((K, k), 2.0, seed=6)
+    ai = phi_matrix((K, k), 1.0, seed=7) if cplx else None
+    bi = phi_matrix((K, k), 1.0, seed=8) if cplx else None
+    # the lines' prescale, as the refit takes it from the whole product's
+    s, t, e, f = scaling.ozaki2_prescale(xp, npb.int_matmul, ar, ai, br.T, None if bi is None
+                                         else bi.T, "accurate")  # fmt: skip
+    pre = (s, t, e, f)
+    calls = []
+
+    def product(a_r, a_i, b_r, b_i, moduli, mode, out, prescale):
+        calls.append(a_r.shape)
+        return products.product(xp, npb.int_matmul, a_r, a_i, b_r, b_i, moduli, mode, out,
+                                prescale)  # fmt: skip
+
+    monkeypatch.setattr(refit, "PRODUCT_BLOCK", 5)
+    want = _flat(refit.recomputed(xp, ar, ai, br, bi, pre, "accurate", out_dtype))
+    got = _flat(refit.recomputed(xp, ar, ai, br, bi, pre, "accurate", out_dtype, product=product))
+    assert calls == [(5, k), (5, k), (3, k)]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == (K,) and _same(g, w), out_dtype
+    declined = _flat(refit.recomputed(xp, ar, ai, br, bi, pre, "accurate", out_dtype,
+                                      product=lambda *a: None))  # fmt: skip
+    for g, w in zip(declined, want):
+        assert _same(g, w)

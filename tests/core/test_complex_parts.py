@@ -18,7 +18,7 @@ the same inputs, per part (``bits_maxrel_re`` ... ``bits_cw_im``):
   size, purely real or purely imaginary operands stored as complex) keep the complex route;
 * Scheme I and levels above the dtype's (``precision=80``) are split too, and never worse per
   part than the dtype's own level;
-* the part check's integer and float32 bounds hold (``parts.stage_one``, ``stage_two``);
+* the part check's bounds hold (``parts.stage_sums``, ``exact_zeros``, ``with_kappa``);
 * dask arrays take the same route and give the in-core bits.
 
 ``MARGIN``: the level promises an error whose standard deviation is at most the native GEMM's
@@ -31,6 +31,7 @@ test allows half a bit. On main the small parts lose up to 55 bits against nativ
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 
 import array_api_compat.numpy as xp
 import numpy as np
@@ -39,7 +40,7 @@ import pytest
 import emulinalg
 from emulinalg import _planner
 from emulinalg._precision import level_for_dtype
-from emulinalg.algorithm import parts
+from emulinalg.algorithm import certificate, parts
 from emulinalg.backends import numpy as npb
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
@@ -230,16 +231,73 @@ def test_part_bounds_hold(phi, ratio):
     a[3] = 0  # a zero row; and a row whose imaginary part is zero
     a[5] = a[5].real
     ar, ai, br, bi = (np.ascontiguousarray(x) for x in (a.real, a.imag, b.real, b.imag))
-    one = parts.stage_one(xp, npb.int_matmul, ar, ai, br, bi)
-    two = parts.stage_two(xp, npb.native_matmul, ar, ai, br, bi, one, True)
+
+    def lower(x, y):
+        return certificate.magnitude_lower(xp, npb, x, y)
+
+    one = parts.stage_sums(xp, lower, ar, ai, br, bi)
+    two = parts.exact_zeros(xp, npb.int_matmul, ar, ai, br, bi, one)
+    three = parts.with_kappa(xp, lower, ar, ai, br, bi, two)
     P, K = _exact_sums(ar, ai, br, bi)
     tol = 1 + 2.0**-40  # the float64 reference sums' own rounding
+    assert one.zero == (None, None) and one.kappa is None
     for p in range(2):
-        for bounds in (one, two):
-            assert np.all(bounds.lo[p] <= P[p] * tol) and np.all(bounds.hi[p] * tol >= P[p])
-            assert np.array_equal(bounds.zero[p], P[p] == 0)
-        assert np.all(two.kappa[p] <= K[p] * tol)
-        assert np.all(two.hi[p] <= P[p] * 1.001 + 1e-300)  # stage 2 is tight
+        assert np.all(one.lo[p] <= P[p] * tol) and np.all(one.hi[p] * tol >= P[p])
+        # tight: the upper bound allows bfloat16's truncation, the float32 GEMM is finer
+        assert np.all(one.hi[p] <= P[p] * 1.04 + 1e-30)
+        assert np.array_equal(two.zero[p], P[p] == 0)
+        assert np.all(three.kappa[p] <= K[p] * tol)
+        # tight too, where the squares stay in float32's range
+        assert np.all((three.kappa[p] >= K[p] * 0.999) | (K[p] < 1e-15))
+
+
+@pytest.mark.parametrize("case", ["ordinary", "zero lines", "one part small", "disjoint"])
+def test_balance_of_the_parts_decides_only_what_holds(case):
+    """``parts.balanced`` (stage 0) says every part of every entry is fine only where the exact
+    sums say so (P_p >= T / slack for both parts), and says it for ordinary complex inputs,
+    zero rows and columns included; a small part or parts with disjoint supports are left to
+    the stages (as are heavier tails, φ >= 1 at small k: a part's share of T falls to 0.2
+    there, which only kappa, stage 3, shows fine)."""
+    form = parts.PartForm(_planner.PART_SLACK, True, "native form")
+    rng = np.random.default_rng(3)
+    a = phi_matrix((40, 64), 0.5, "complex128", seed=11)
+    b = phi_matrix((64, 30), 0.5, "complex128", seed=12)
+    if case == "zero lines":
+        a[4] = 0
+        b[:, 7] = 0
+    elif case == "one part small":
+        a, b = small_part((40, 64, 30), "complex128", 1e-6, seed=5)
+    elif case == "disjoint":  # Re A only where Re B is zero: P_re = |Ai||Bi| << P_im at places
+        mask = rng.random(64) < 0.5
+        a = a.real * mask + 1j * a.imag
+        b = b.real * ~mask[:, None] + 1e-9j * b.imag
+    ar, ai, br, bi = (np.ascontiguousarray(x) for x in (a.real, a.imag, b.real, b.imag))
+
+    def lower(x, y):
+        return certificate.magnitude_lower(xp, npb, x, y)
+
+    got = parts.balanced(xp, lower, ar, ai, br, bi, form)
+    P, _ = _exact_sums(ar, ai, br, bi)
+    T = P[0] + P[1]
+    holds = bool(np.all(np.minimum(P[0], P[1]) >= T / form.slack))
+    assert got <= holds  # never claims what does not hold
+    assert got == (case in ("ordinary", "zero lines"))
+    check = parts.part_check(xp, lower, npb.int_matmul, ar, ai, br, bi, form)
+    assert (check.stages == 0) == got
+
+
+def test_magnitude_upper_covers_bfloat16_truncation():
+    """``magnitude_upper`` bounds the exact product from a lower bound of bfloat16-truncated
+    operands (the GPU's path) summed in float32, at the largest truncation loss."""
+    k = 64
+    x = 1.0 + 2.0**-7 * (1 - 2.0**-20)  # truncated to 8 significant bits: 1.0
+    s = float(np.float32(k * 1.0 * 1.0))  # the float32 sum of the truncated products
+    cc = certificate.cert_constants(k)
+    lower = max(s * cc.factor - cc.abs_term, 0.0)
+    exact = Fraction(x) ** 2 * k
+    upper = float(certificate.magnitude_upper(xp, np.array(lower), k))
+    assert lower <= exact <= Fraction(upper)
+    assert upper <= float(exact) * 1.001  # and tight
 
 
 def test_part_form_of_each_route():

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from emulinalg._planner import family, gemm_count, likely_faster, performant
 from emulinalg._precision import NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
 from emulinalg.algorithm import operands
 from emulinalg.algorithm import parts as complex_parts
+from emulinalg.algorithm.certificate import magnitude_lower
 from emulinalg.algorithm.xputil import dd_to_float32, make_complex
 
 from .blocks import _chunk_backend, _dtype_name
@@ -209,10 +211,10 @@ def _part_route(a, b, request, real_name, chunk_backend):
     """``(parts, nonfinite, check)``: the operands' finite float64 parts (lazy; entries with a
     NaN/Inf part zeroed in both parts, as the engine's), whether any entry is not finite, and
     the part check (``algorithm.parts.part_check``) of the whole matrices: computed now, when
-    the graph is built (one pass over the operands: four integer GEMMs of the parts' bound
-    operands, and float32 GEMMs only where those leave entries undecided), since the split
-    route is another graph. The exact integers of the first stage are the engine's; the float32
-    sums of the second differ from its in their last bits only (docs/dask.md)."""
+    the graph is built (one pass over the operands: one GEMM of the stacked magnitudes, and the
+    exact zeros and squares only where the sums leave a part of some entry not fine), since the
+    split route is another graph. The exact zeros are the engine's; the float32 sums differ
+    from its in their last bits only (docs/dask.md)."""
     import array_api_compat
     import dask
     import dask.array as da
@@ -224,29 +226,36 @@ def _part_route(a, b, request, real_name, chunk_backend):
     k = a.shape[-1]
     outputs = math.prod(a.shape[:-1]) * b.shape[-1]
     form = _planner.part_form(request, "ozaki2", k, outputs, real_name, chunk_backend)
+    pending = [da.isfinite(a).all() & da.isfinite(b).all()]  # computed with the first bounds
+    finite = []
 
-    def computed(bounds, finite=None):
-        flat = [*bounds.lo, *bounds.hi, *bounds.zero, *(bounds.kappa or ())]
-        got = dask.compute(*flat, *([] if finite is None else [finite]))
+    def materialize(bounds):
+        flat = [*bounds.lo, *bounds.hi, *bounds.zero, *(bounds.kappa or (None, None))]
+        got = dask.compute(*flat, *pending)
+        if pending:
+            finite.append(bool(got[-1]))
+            pending.clear()
         kappa = tuple(got[6:8]) if bounds.kappa is not None else None
-        return complex_parts.PartBounds(tuple(got[0:2]), tuple(got[2:4]), tuple(got[4:6]),
-                                        kappa), got[-1]  # fmt: skip
+        return np, complex_parts.PartBounds(tuple(got[0:2]), tuple(got[2:4]), tuple(got[4:6]),
+                                            kappa)  # fmt: skip
 
-    finite = da.isfinite(a).all() & da.isfinite(b).all()
-    one, finite = computed(complex_parts.stage_one(dxp, _exact_matmul, ar, ai, br, bi), finite)
-    check = complex_parts.decide(np, one, form, k, final=False)
-    if check is None:
-        two = complex_parts.stage_two(dxp, _matmul, ar, ai, br, bi, one, form.native)
-        check = complex_parts.decide(np, computed(two)[0], form, k, final=True)
-    return (ar, ai, br, bi), not bool(finite), check
+    def lower(xa, xb):
+        return magnitude_lower(dxp, _BLOCKED, xa, xb)
+
+    check = complex_parts.part_check(
+        dxp, lower, _exact_matmul, ar, ai, br, bi, form, materialize=materialize
+    )
+    if pending:  # decided before any bounds were computed
+        finite.append(bool(pending[0].compute()))
+    return (ar, ai, br, bi), not finite[0], check
+
+
+# The dask layer's GEMMs for the part check: dask's blocked products of the chunks.
+_BLOCKED = types.SimpleNamespace(name="dask", native_matmul=lambda x, y: x @ y)
 
 
 def _exact_matmul(x, y, term_bound):
     """dask's blocked product of integer-valued float64 operands: exact (sums below 2**53)."""
-    return x @ y
-
-
-def _matmul(x, y):
     return x @ y
 
 

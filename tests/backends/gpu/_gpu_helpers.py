@@ -4,9 +4,23 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import emulinalg
 from emulinalg.inputs import phi_matrix
+
+
+def require_gpu():
+    """cupy, where it sees a CUDA device; otherwise the calling test module is skipped (called
+    at module level, before the module imports the cupy backend)."""
+    cp = pytest.importorskip("cupy", reason="cupy is not installed")
+    try:
+        ngpu = cp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # no driver / no device
+        pytest.skip(f"no CUDA device: {e}", allow_module_level=True)
+    if ngpu == 0:
+        pytest.skip("no CUDA device", allow_module_level=True)
+    return cp
 
 
 def _eager(fn, *args, **kw):

@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 import pytest
+from _gpu_helpers import require_gpu
 
 from emulinalg.algorithm.moduli import MODULI
 from emulinalg.backends.cuda import source_dir
@@ -163,12 +164,7 @@ def test_fused_unavailable_declines(monkeypatch):
 @pytest.fixture(scope="module")
 def gpu():
     """(cupy, emulinalg._cuda, backends.cupy, fused) where the fused kernels can run."""
-    cp = pytest.importorskip("cupy", reason="cupy is not installed")
-    try:
-        if cp.cuda.runtime.getDeviceCount() == 0:
-            pytest.skip("no CUDA device")
-    except Exception as e:
-        pytest.skip(f"no CUDA device: {e}")
+    cp = require_gpu()
     try:
         from emulinalg import _cuda
     except ImportError as e:

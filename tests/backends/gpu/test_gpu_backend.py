@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _gpu_helpers import _bits_equal, _eager
+from _gpu_helpers import _bits_equal, _eager, require_gpu
 from _helpers import nonfinite_codes
 
 import emulinalg
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy, exact_matmul
 
-cp = pytest.importorskip("cupy", reason="cupy is not installed")
-try:
-    _ngpu = cp.cuda.runtime.getDeviceCount()
-except Exception as e:  # no driver / no device
-    pytest.skip(f"no CUDA device: {e}", allow_module_level=True)
-if _ngpu == 0:
-    pytest.skip("no CUDA device", allow_module_level=True)
+cp = require_gpu()
 
 from emulinalg.backends import cupy as cupy_backend  # noqa: E402  (needs cupy)
 
