@@ -27,6 +27,7 @@ from ._cost import CostModel, get_cost_model, set_cost_model
 from ._namespace import namespace
 from ._plan import Plan, fallback_counts, last_plan
 from ._precision import BF16x3, BF16xN, OzakiI, OzakiII
+from ._prepared import Prepared, prepare
 
 __all__ = [
     "BF16x3",
@@ -35,6 +36,7 @@ __all__ = [
     "OzakiI",
     "OzakiII",
     "Plan",
+    "Prepared",
     "config",
     "fallback_counts",
     "get_config",
@@ -43,6 +45,7 @@ __all__ = [
     "linalg",
     "matmul",
     "namespace",
+    "prepare",
     "set_cost_model",
     "tensordot",
     "vecdot",

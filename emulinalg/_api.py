@@ -13,7 +13,7 @@ from typing import Literal, TypeVar, overload
 
 import array_api_compat
 
-from . import _engine
+from . import _engine, _prepared
 from ._config import get_config
 from ._plan import Plan, clear, last_plan, record
 from ._precision import BF16x3, BF16xN, OzakiI, OzakiII, parse
@@ -48,6 +48,11 @@ def _namespace_of(arrays, op):
     """The namespace of ``arrays`` (one or more), after checking they are arrays of one library
     with a supported dtype; errors name ``op``."""
     for x in arrays:
+        if isinstance(x, _prepared.Prepared):
+            raise TypeError(
+                f"{op}: prepared operands are taken by matmul, tensordot and vecdot; pass "
+                "its .data here"
+            )
         if not array_api_compat.is_array_api_obj(x):
             raise TypeError(f"{op}: operands must be arrays, got {type(x).__name__}")
         if type(x).__module__.startswith("numpy.ma"):  # the mask would be silently dropped
@@ -79,11 +84,15 @@ def _backend(xp):
     return for_namespace(xp)
 
 
-def _gemm(xp, a, b, request, op):
-    """Batched a (..., m, k) @ b (..., k, n) for floating dtypes with equal batch shapes."""
+def _gemm(xp, a, b, request, op, prepared=(None, None), layouts=(None, None)):
+    """Batched a (..., m, k) @ b (..., k, n) for floating dtypes with equal batch shapes.
+    ``prepared``: the operands' ``Prepared`` (or None), ``layouts`` how a and b were made from
+    them (``Prepared.side``'s key)."""
     dt = a.dtype
     compute = dt
     name = getattr(dt, "name", str(dt))  # numpy dtypes (numpy, dask) and cupy's
+    backend = _backend(xp)
+    sides = _prepared.sides(prepared, layouts, op, request, name, backend, a, b)
     if name == "float16":  # computed at the float32 level, rounded like native
         compute = xp.float32
         a, b = xp.astype(a, compute), xp.astype(b, compute)
@@ -97,11 +106,16 @@ def _gemm(xp, a, b, request, op):
             )
         )
         return xp.matmul(a, b)
-    backend = _backend(xp)
     # A backend that schedules the product itself (dask: a graph of block products) provides
     # its own ``matmul``; the others run the engine over their integer GEMMs.
-    run = getattr(backend, "matmul", None) or _engine.matmul
-    c, plan = run(xp, backend, a, b, request, get_config())
+    run = getattr(backend, "matmul", None)
+    if run is None:
+        c, plan = _engine.matmul(xp, backend, a, b, request, get_config(), sides=sides)
+    else:
+        c, plan = run(xp, backend, a, b, request, get_config())
+        for p, which in zip(prepared, ("x1", "x2")):
+            if p is not None:  # the graph reads the persisted chunks; its tasks run per product
+                plan.notes.append(f"prepared {which}: reused its persisted chunks")
     plan.notes.insert(0, op)
     record(plan)
     if compute == dt:
@@ -213,6 +227,7 @@ def matmul(x1, x2, /, *, precision=None, explain=False):
 
 
 def _matmul(x1, x2, precision):
+    x1, x2, prepared = _prepared.unwrap(x1, x2)
     x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "matmul")
     request = _precision(precision)
@@ -231,7 +246,9 @@ def _matmul(x1, x2, precision):
     dt = xp.result_type(x1.dtype, x2.dtype)
     if not _floating(xp, dt):
         return _native(xp, "matmul", xp.matmul(x1, x2), request)
-    c = _gemm(xp, xp.astype(a, dt, copy=False), xp.astype(b, dt, copy=False), request, "matmul")
+    layouts = (("matmul", "A", a.shape), ("matmul", "B", b.shape))
+    a, b = xp.astype(a, dt, copy=False), xp.astype(b, dt, copy=False)
+    c = _gemm(xp, a, b, request, "matmul", prepared, layouts)
     if x2.ndim == 1:
         c = c[..., 0]
     if x1.ndim == 1:
@@ -262,12 +279,22 @@ def _normalize_axes(seq, ndim, which):
 
 @overload
 def tensordot(
-    x1: Array, x2: Array, /, *, axes: int | tuple = ..., precision: Precision = ...,
+    x1: Array,
+    x2: Array,
+    /,
+    *,
+    axes: int | tuple = ...,
+    precision: Precision = ...,
     explain: Literal[False] = ...,
 ) -> Array: ...
 @overload
 def tensordot(
-    x1: Array, x2: Array, /, *, axes: int | tuple = ..., precision: Precision = ...,
+    x1: Array,
+    x2: Array,
+    /,
+    *,
+    axes: int | tuple = ...,
+    precision: Precision = ...,
     explain: Literal[True],
 ) -> tuple[Array, Plan]: ...
 def tensordot(x1, x2, /, *, axes=2, precision=None, explain=False):
@@ -308,6 +335,7 @@ def tensordot(x1, x2, /, *, axes=2, precision=None, explain=False):
 
 
 def _tensordot(x1, x2, axes, precision):
+    x1, x2, prepared = _prepared.unwrap(x1, x2)
     x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "tensordot")
     request = _precision(precision)
@@ -354,7 +382,9 @@ def _tensordot(x1, x2, axes, precision):
     K = _prod(x1.shape[i] for i in ax1)
     a = xp.reshape(xp.permute_dims(xp.astype(x1, dt), tuple(free1 + ax1)), (M, K))
     b = xp.reshape(xp.permute_dims(xp.astype(x2, dt), tuple(ax2 + free2)), (K, N))
-    return xp.reshape(_gemm(xp, a, b, request, "tensordot"), out_shape)
+    layouts = (("tensordot", "A", tuple(free1 + ax1), (M, K)),
+               ("tensordot", "B", tuple(ax2 + free2), (K, N)))  # fmt: skip
+    return xp.reshape(_gemm(xp, a, b, request, "tensordot", prepared, layouts), out_shape)
 
 
 def _prod(it):
@@ -366,12 +396,22 @@ def _prod(it):
 
 @overload
 def vecdot(
-    x1: Array, x2: Array, /, *, axis: int = ..., precision: Precision = ...,
+    x1: Array,
+    x2: Array,
+    /,
+    *,
+    axis: int = ...,
+    precision: Precision = ...,
     explain: Literal[False] = ...,
 ) -> Array: ...
 @overload
 def vecdot(
-    x1: Array, x2: Array, /, *, axis: int = ..., precision: Precision = ...,
+    x1: Array,
+    x2: Array,
+    /,
+    *,
+    axis: int = ...,
+    precision: Precision = ...,
     explain: Literal[True],
 ) -> tuple[Array, Plan]: ...
 def vecdot(x1, x2, /, *, axis=-1, precision=None, explain=False):
@@ -411,6 +451,7 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None, explain=False):
 
 
 def _vecdot(x1, x2, axis, precision):
+    x1, x2, prepared = _prepared.unwrap(x1, x2)
     x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "vecdot")
     request = _precision(precision)
@@ -451,5 +492,7 @@ def _vecdot(x1, x2, axis, precision):
         a = xp.conj(a)
     if len(batch) > MAX_DIMS - 2:  # the (..., 1, k) @ (..., k, 1) products need two more axes
         a, b = xp.reshape(a, (-1, k)), xp.reshape(b, (-1, k))
-    c = _gemm(xp, xp.expand_dims(a, axis=-2), xp.expand_dims(b, axis=-1), request, "vecdot")
+    a, b = xp.expand_dims(a, axis=-2), xp.expand_dims(b, axis=-1)
+    layouts = (("vecdot", "A", axis, a.shape), ("vecdot", "B", axis, b.shape))
+    c = _gemm(xp, a, b, request, "vecdot", prepared, layouts)
     return xp.reshape(c[..., 0, 0], batch)

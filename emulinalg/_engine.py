@@ -25,10 +25,11 @@ from ._precision import (
 )
 from ._stages import stages
 from ._timing import stage
-from .algorithm import bf16, certificate, operands, products, refit, residues, slices
+from .algorithm import bf16, certificate, operands, products, refit, residues, scaling, slices
 from .algorithm import parts as complex_parts
-from .algorithm.moduli import MAX_MODULI
-from .algorithm.scaling import ozaki2_prescale
+from .algorithm.moduli import MAX_MODULI, crt_constants
+from .algorithm.operands import once
+from .algorithm.scaling import ozaki2_prescale, ozaki2_shifts
 from .algorithm.xputil import dd_to_float32, make_complex
 
 
@@ -50,8 +51,12 @@ def _hook_operands(xp, backend, a, b, parts, real_name):
     return operands.real_imag(xp, a) + operands.real_imag(xp, b)
 
 
-def matmul(xp, backend, a, b, request, cfg, dd=False):
+def matmul(xp, backend, a, b, request, cfg, dd=False, sides=None):
     """Return ``(c, plan)`` for the batched product of validated operands.
+
+    ``sides``: ``(side_a, side_b)``, the ``operands.Side`` of a prepared operand in this layout
+    or None (``emulinalg.prepare``): the one-sided steps take their pieces from there (computed
+    on first use), and the plan names what was reused.
 
     ``dd=True`` (float64/complex128 only) returns ``c`` as a double-double pair ``(hi, lo)``:
     ``hi`` is the usual result and ``lo`` the correctly rounded remainder of the exact emulated
@@ -59,15 +64,32 @@ def matmul(xp, backend, a, b, request, cfg, dd=False):
     can be summed without losing the emulation's accuracy.
     """
     if dd:
-        c, plan = _matmul(xp, backend, a, b, request, cfg, "dd")
+        c, plan = _matmul(xp, backend, a, b, request, cfg, "dd", sides)
         if not isinstance(c, tuple):
             c = (c, xp.zeros_like(c))
         return c, plan
-    return _matmul(xp, backend, a, b, request, cfg, None)
+    return _matmul(xp, backend, a, b, request, cfg, None, sides)
 
 
-def _matmul(xp, backend, a, b, request, cfg, out):
+def _matmul(xp, backend, a, b, request, cfg, out, sides=None):
     """``matmul``; ``out="dd"`` returns a (hi, lo) pair when emulated (a plain array otherwise)."""
+    uses = (None, None) if sides is None else tuple(None if s is None else s.use() for s in sides)
+    c, plan = _product(xp, backend, a, b, request, cfg, out, uses)
+    for which, use in zip(("x1 (A)", "x2 (B)"), uses):
+        if use is not None:
+            plan.notes.append(_prepared_note(which, use))
+    return c, plan
+
+
+def _prepared_note(which, use):
+    """The plan's line on a prepared operand: the pieces the product reused and computed."""
+    reused = ", ".join(use.reused) or "nothing"
+    made = f"; computed and kept: {', '.join(use.computed)}" if use.computed else ""
+    return f"prepared {which}: reused {reused}{made}"
+
+
+def _product(xp, backend, a, b, request, cfg, out, uses):
+    """``_matmul`` with the prepared operands' ``operands.SideUse`` (None: not prepared)."""
     dtype_name = _dtype_name(xp, a.dtype)
     real_name = REAL_DTYPE[dtype_name]
     if out == "dd" and real_name != "float64":
@@ -108,8 +130,10 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     # allocated raises MemoryError before the operands are scanned (a broadcast view is cheap
     # to make and slow to read).
     xp.empty(a.shape[:-2] + (m, n), dtype=a.dtype)
-    ar, ai = operands.parts(xp, a, backend)
-    br, bi = operands.parts(xp, b, backend)  # the front end gave both operands the result dtype
+    ua, ub = uses
+    ar, ai = once(ua, ("float64 parts",), lambda: operands.parts(xp, a, backend))
+    # the front end gave both operands the result dtype
+    br, bi = once(ub, ("float64 parts",), lambda: operands.parts(xp, b, backend))
     hook_ops = _hook_operands(xp, backend, a, b, (ar, ai, br, bi), real_name)
     # A backend may fuse the NaN/Inf check with the statistics' first pass (``line_scan``:
     # ``(finite, exponents)`` or None), the line exponents then go to its prescale.
@@ -121,24 +145,26 @@ def _matmul(xp, backend, a, b, request, cfg, out):
         if scanned is not None:
             nonfinite = not scanned[0]
         else:
-            finite = operands.all_finite(xp, backend, ar, ai)
-            nonfinite = not (finite and operands.all_finite(xp, backend, br, bi))
+            finite = _finite(xp, backend, ua, ar, ai)
+            nonfinite = not (finite and _finite(xp, backend, ub, br, bi))
     exponents = None if scanned is None or nonfinite else scanned[1]
     del scanned  # unused exponents (non-finite inputs) free what the scan prepared
     if nonfinite:
-        rows_ok = operands.finite_lines(xp, ar, ai, axis=-1)
-        cols_ok = operands.finite_lines(xp, br, bi, axis=-2)
+        rows_ok = once(ua, ("finite lines",), lambda: operands.finite_lines(xp, ar, ai, axis=-1))
+        cols_ok = once(ub, ("finite lines",), lambda: operands.finite_lines(xp, br, bi, axis=-2))
         nonfinite = not (bool(xp.all(rows_ok)) and bool(xp.all(cols_ok)))
     if nonfinite:
-        ar, ai = operands.zero_nonfinite(xp, ar, ai)
-        br, bi = operands.zero_nonfinite(xp, br, bi)
+        ar, ai = once(ua, ("finite parts",), lambda: operands.zero_nonfinite(xp, ar, ai))
+        br, bi = once(ub, ("finite parts",), lambda: operands.zero_nonfinite(xp, br, bi))
+        # (an operand without NaN/Inf keeps its values, and one with them is zeroed in every
+        # product: a prepared operand's statistics are those of its zeroed parts either way)
         hook_ops = (ar, ai, br, bi)
 
     # Stage timings (off unless recording): emulation work not marked otherwise is scaling.
     with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
             xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name, out,
-            performant, exponents, hook_ops,
+            performant, exponents, hook_ops, sides=uses,
         )  # fmt: skip
     if c is None:
         return backend.native_matmul(a, b), plan
@@ -159,6 +185,11 @@ def _matmul(xp, backend, a, b, request, cfg, out):
     return c, plan
 
 
+def _finite(xp, backend, use, re, im):
+    """``operands.all_finite`` of one operand, kept by a prepared one."""
+    return once(use, ("finite check",), lambda: operands.all_finite(xp, backend, re, im))
+
+
 def _record_verdict(plan, faster, why):
     """The plan records the cost model's verdict: a note when emulation is faster, else the
     fallback reason."""
@@ -171,7 +202,7 @@ def _record_verdict(plan, faster, why):
 
 def _emulate(
     xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
-    exponents=None, hook_ops=None, verdict=None, fold=None, more=None,
+    exponents=None, hook_ops=None, verdict=None, fold=None, more=None, sides=(None, None),
 ):  # fmt: skip
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
@@ -181,7 +212,7 @@ def _emulate(
     level whose parts the complex route cannot keep runs split (``_split``), which passes the
     cost model's ``verdict`` on a scheme (default ``_planner.faster``), ``fold``, mapping its
     native mask onto the output's, and ``more(parts, prescale, native_mask)``, more entries for
-    the refit (flat indices or None)."""
+    the refit (flat indices or None). ``sides``: the prepared operands' ``operands.SideUse``."""
     native_mask = prescale = patch = None
     if isinstance(request, SCHEMES):
         scheme = request
@@ -195,8 +226,9 @@ def _emulate(
                               out, performant, check)  # fmt: skip
         with stage("statistics"):
             choice = _choose(
-                xp, backend, ar, ai, br, bi, request, family, real_name, exponents, hook_ops
-            )
+                xp, backend, ar, ai, br, bi, request, family, real_name, exponents, hook_ops,
+                sides,
+            )  # fmt: skip
         scheme, prescale, native_mask, patch = choice[:4]
         beyond_note = ""
         if choice.own:
@@ -231,7 +263,8 @@ def _emulate(
             plan.fallback = f"{done}{count} entries beyond {scheme} computed natively{beyond_note}"
         else:
             native_mask = None
-    parts, rows = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents)
+    parts, rows = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents,
+                       sides)  # fmt: skip
     if rows < ar.shape[-2]:
         plan.notes.append(
             f"memory: the product in {-(-ar.shape[-2] // rows)} blocks of {rows} rows of A, its "
@@ -422,7 +455,8 @@ def _backend_prescale(backend, ar, ai, br, bi, mode, exponents=None):
     return hook(ar, ai, br, bi, mode, exponents=exponents)
 
 
-def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=None):
+def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=None,
+         sides=(None, None)):  # fmt: skip
     """The scheme's product, by blocks of rows of A (``block_rows``) so the exact accumulators
     stay bounded; the blocks are written into the output as they finish. Scaling that couples
     rows (Scheme II's column shifts) is computed once, on the whole A.
@@ -431,7 +465,9 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     flattened into its (hi, lo) pair) and the rows per block (all of A's rows where the product
     ran at once or in the backend's own kernels). A backend may run a whole Scheme II product
     in its own kernels (``backend.ozaki2_product``, same contract and bit-identical output as
-    ``products.product``, on the whole operands; it returns None to decline)."""
+    ``products.product``, on the whole operands; it returns None to decline).
+    ``sides``: the prepared operands' ``operands.SideUse``, which keep their line statistics
+    and the residue planes of their last shifts (``residues.kept_planes``)."""
     m = ar.shape[-2]
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
         res = bf16.product(xp, backend, ar, ai, br, bi, scheme, out_dtype)
@@ -442,15 +478,18 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     if isinstance(scheme, OzakiII) and prescale is None:
         prescale = _backend_prescale(backend, ar, ai, br, bi, scheme.mode, exponents)
         if prescale is None:
-            prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode)
+            prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode, sides)
     if isinstance(scheme, OzakiII) and fused is not None:
         # The backend's kernels bound their own memory: B's residues are made once.
         res = fused(ar, ai, br, bi, scheme.moduli, scheme.mode, out_dtype, prescale)
         if res is not None:
             return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m
     rows = block_rows(backend, ar, ai, br, out_dtype)
-    b_planes = None
-    if isinstance(scheme, OzakiII) and rows < m:  # B's residues once for all row blocks
+    b_planes = a_planes = None
+    if isinstance(scheme, OzakiII):
+        a_planes, b_planes = _kept_planes(xp, ar, ai, br, bi, scheme, prescale, sides)
+    if isinstance(scheme, OzakiII) and rows < m and b_planes is None:
+        # B's residues once for all row blocks
         b_planes = residues.b_residue_planes(
             xp, br, bi, prescale, scheme.moduli, scheme.mode, rows * br.shape[-1]
         )
@@ -462,9 +501,11 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
         if isinstance(scheme, OzakiII):
             s, t, e, f = prescale
             pre = (s[..., sl], t, e[..., sl], f)
+            a_p = None if a_planes is None else [tuple(p[..., sl, :] for p in g) for g in a_planes]
             blk = products.product(
-                xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre, b_planes
-            )
+                xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre, b_planes,
+                a_p,
+            )  # fmt: skip
         else:
             blk = slices.product(xp, imm, a_r, a_i, br, bi, scheme.slices, out_dtype)
         if out_dtype == "dd":
@@ -477,6 +518,21 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
         for o, x in zip(out, blk):
             o[..., sl, :] = x
     return out, rows
+
+
+def _kept_planes(xp, ar, ai, br, bi, scheme, prescale, sides):
+    """``(a_planes, b_planes)``: the residue planes of the prepared operands
+    (``residues.kept_planes``), None for the others."""
+    if sides == (None, None):
+        return None, None
+    c = crt_constants(scheme.moduli)
+    mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
+    near = scaling.rounds_to_nearest(scheme.moduli, ar.shape[-1], scheme.mode)
+    ops = ((ar, ai, mu, -1), (br, bi, nu, -2))
+    return tuple(
+        None if use is None else residues.kept_planes(xp, use, *op, scheme.moduli, near)
+        for use, op in zip(sides, ops)
+    )
 
 
 class _Choice(NamedTuple):
@@ -496,8 +552,9 @@ class _Choice(NamedTuple):
 
 
 def _choose(
-    xp, backend, ar, ai, br, bi, level: Level, family, real_name, exponents=None, hook_ops=None
-):
+    xp, backend, ar, ai, br, bi, level: Level, family, real_name, exponents=None, hook_ops=None,
+    sides=(None, None),
+):  # fmt: skip
     """The level's configuration on these operands: a fixed one (``_planner.fixed_scheme``) or
     the certificate's (the smallest count of the family certifying the level on every entry it
     can, settled by ``_planner.settle``)."""
@@ -511,13 +568,13 @@ def _choose(
         hook_ops = hook_ops or (ar, ai, br, bi)
         prescale = _backend_prescale(backend, *hook_ops, "accurate", exponents)
         if prescale is None:
-            prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate")
+            prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate", sides)
 
     def certify(lev):  # (count, beyond, patch) of the family's certificate for a level
         target = _planner.target_for(lev, k, backend, outputs)
         if family == "ozaki2":
             return certificate.ozaki2_moduli_needed(
-                xp, backend, ar, ai, br, bi, prescale, target, hook_ops
+                xp, backend, ar, ai, br, bi, prescale, target, hook_ops, sides
             )
         return (*certificate.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target), None)
 

@@ -71,6 +71,7 @@ import numpy as np
 from .._precision import MAX_SLICES, MIN_SLICES
 from .._stages import NATIVE_ERROR_RMS, stages
 from .moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from .operands import once
 from .scaling import half_log_shift, magnitude, max_exponent, rounds_to_nearest
 from .xputil import ldexp
 
@@ -273,19 +274,26 @@ def summed_lower(s, q):
     return s * (1.0 - q * 2.0**-52) if q > 1 else s
 
 
-def normalized(xp, ar, ai, br, bi, norm="l1"):
+def normalized(xp, ar, ai, br, bi, norm="l1", sides=(None, None)):
     """Both sides of the certificate are homogeneous in each row's and column's scale, so they
     are evaluated on operands normalized by 2**-floor(log2 max) per line: no overflow, and
     underflow only lowers the lower bound (the safe side). Returns the normalized parts and
-    the line norms (``norm`` "l1" or "l2", upper bounds) na (..., m, 1), nb (..., 1, n)."""
-    ea = xp.expand_dims(max_exponent(xp, ar, ai, axis=-1), axis=-1)
-    eb = xp.expand_dims(max_exponent(xp, br, bi, axis=-2), axis=-2)
-    ar, br = ldexp(xp, ar, -ea), ldexp(xp, br, -eb)
-    ai = None if ai is None else ldexp(xp, ai, -ea)
-    bi = None if bi is None else ldexp(xp, bi, -eb)
-    na = xp.expand_dims(line_norm(xp, ar, ai, -1, norm), axis=-1)  # (..., m, 1)
-    nb = xp.expand_dims(line_norm(xp, br, bi, -2, norm), axis=-2)  # (..., 1, n)
+    the line norms (``norm`` "l1" or "l2", upper bounds) na (..., m, 1), nb (..., 1, n).
+    ``sides``: the ``operands.SideUse`` of a prepared A and B (or None), which keep each one's
+    ``normalized_side``."""
+    key = ("certificate norms", norm)
+    ar, ai, na = once(sides[0], key, lambda: normalized_side(xp, ar, ai, -1, norm))
+    br, bi, nb = once(sides[1], key, lambda: normalized_side(xp, br, bi, -2, norm))
     return (ar, ai, br, bi), na, nb
+
+
+def normalized_side(xp, re, im, axis, norm):
+    """One operand's part of ``normalized`` along ``axis`` (-1: rows of A, -2: columns of B):
+    its normalized parts and its line norms, the line axis kept (``(re, im, norms)``)."""
+    ex = xp.expand_dims(max_exponent(xp, re, im, axis=axis), axis=axis)
+    re = ldexp(xp, re, -ex)
+    im = None if im is None else ldexp(xp, im, -ex)
+    return re, im, xp.expand_dims(line_norm(xp, re, im, axis, norm), axis=axis)
 
 
 def _gemm_lower(xp, backend, parts):
@@ -327,7 +335,9 @@ def scaled_lower(xp, F, complex_, both=None):
     return xp.where(both, ldexp(xp, F, -fexp_mixed), ldexp(xp, F, -fexp))
 
 
-def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, target, hook_ops=None):
+def ozaki2_moduli_needed(
+    xp, backend, ar, ai, br, bi, prescale, target, hook_ops=None, sides=(None, None)
+):
     """``(count, beyond, patch)``: the smallest number of moduli certifying ``target`` (a
     ``Target``) on every entry that the maximum certifies, except the entries ``patch`` (flat
     indices, or None) that the level recomputes with MAX_MODULI moduli, and the mask of entries
@@ -341,17 +351,18 @@ def ozaki2_moduli_needed(xp, backend, ar, ai, br, bi, prescale, target, hook_ops
     A backend may compute this in its own kernels (``backend.ozaki2_certificate``, same
     arguments and result; it returns None to decline), given ``hook_ops`` in place of ``(ar,
     ai, br, bi)`` when not None (the same values, float32 for a backend with
-    ``narrow_statistics``)."""
+    ``narrow_statistics``). ``sides``: the prepared operands' ``operands.SideUse`` (or None),
+    which keep their line norms (``normalized``)."""
     hook = stages(backend).ozaki2_certificate
     res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, target)
     if res is not None:
         return tuple(res) + (None,) * (3 - len(res))
     return certify_moduli(
-        xp, backend, ar, ai, br, bi, prescale, target, getattr(prescale, "lower", None)
+        xp, backend, ar, ai, br, bi, prescale, target, getattr(prescale, "lower", None), sides
     )
 
 
-def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
+def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower, sides=(None, None)):
     """``ozaki2_moduli_needed`` in Array API code, with ``lower`` the bound GEMM F (..., m, n)
     (or None: the GEMM lower bound alone); a backend's certificate hook may call it for the
     cases its kernels do not take."""
@@ -361,7 +372,7 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower):
     cplx = ai is not None
     k = ar.shape[-1]
     cc = cert_constants(k, target, cplx)
-    parts, na, nb = normalized(xp, ar, ai, br, bi, cc.norm)
+    parts, na, nb = normalized(xp, ar, ai, br, bi, cc.norm, sides)
     mixed = getattr(prescale, "mixed", None)
     first = None if lower is None else bound_lower(xp, lower, cplx, mixed)
 

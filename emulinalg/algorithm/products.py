@@ -36,7 +36,10 @@ def modular_products(xp, int_matmul, ra, rb, m):
     return symmetric_mod(xp, t1 - t2, m), symmetric_mod(xp, t3 - t1 - t2, m)
 
 
-def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=None, b_planes=None):
+def product(
+    xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=None, b_planes=None,
+    a_planes=None,
+):  # fmt: skip
     """Scheme II product of A = ar + i ai (..., m, k) and B = br + i bi (..., k, n).
 
     ``ai``/``bi`` are None for real operands (both or neither). Inputs are finite float64;
@@ -45,14 +48,16 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
     each the correctly rounded value of the reconstructed integer product times
     2**-(mu_i + nu_j), the scaled operands rounded as ``scaling.rounds_to_nearest`` says.
     ``prescale`` reuses ``scaling.ozaki2_prescale``'s result, ``b_planes``
-    ``residues.b_residue_planes``' (same prescale and moduli).
+    ``residues.b_residue_planes``' (same prescale and moduli), ``a_planes`` A's planes the same
+    way (``residues.int8_planes`` with A's shifts, e.g. ``residues.kept_planes``).
     """
     c = crt_constants(moduli)
     if prescale is None:
         prescale = ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode)
     mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
     near = rounds_to_nearest(moduli, ar.shape[-1], mode)
-    Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1, near)) for x in (ar, ai))
+    if a_planes is None:
+        Ar, Ai = (split(xp, scale_to_integers(xp, x, mu, -1, near)) for x in (ar, ai))
     if b_planes is None:
         Br, Bi = (split(xp, scale_to_integers(xp, x, nu, -2, near)) for x in (br, bi))
     shape = ar.shape[:-1] + (br.shape[-1],)
@@ -60,7 +65,8 @@ def product(xp, int_matmul, ar, ai, br, bi, moduli, mode, out_dtype, prescale=No
     def W():  # one modulus's products at a time
         for ell, m in enumerate(c.moduli):
             rb = residues(xp, Br, Bi, m) if b_planes is None else b_planes[ell]
-            yield modular_products(xp, int_matmul, residues(xp, Ar, Ai, m), rb, m)
+            ra = residues(xp, Ar, Ai, m) if a_planes is None else a_planes[ell]
+            yield modular_products(xp, int_matmul, ra, rb, m)
 
     return from_residues(xp, c, W(), shape, 1 if ai is None else 2, mu, nu, out_dtype)
 

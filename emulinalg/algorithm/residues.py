@@ -102,3 +102,42 @@ def int8_planes(xp, re, im, shift, axis, moduli, nearest):
     X = [split(xp, scale_to_integers(xp, x, shift, axis, nearest)) for x in (re, im)]
     return [tuple(xp.astype(r, xp.int8) for r in residues(xp, *X, m))
             for m in crt_constants(moduli).moduli]  # fmt: skip
+
+
+def kept_planes(xp, side, re, im, shift, axis, moduli, nearest):
+    """``int8_planes`` of a prepared operand (``side``: its ``operands.SideUse``), which keeps
+    the planes of the last product's shifts: the lines whose shift, count of moduli and rounding
+    are the same take their planes from there (a line's residues depend on its entries and its
+    shift alone), the others are made anew. The shifts depend on both operands (the accurate
+    mode's line bounds), so the planes are kept per shift, not per operand."""
+    prev = side.side.peek(("residues",))
+    lines = shift.shape[-1]
+    changed = None
+    if prev is not None and prev[0] == (moduli, nearest) and prev[1].shape == shift.shape:
+        changed = prev[1] != shift
+    if changed is not None and not bool(xp.any(changed)):
+        side.record(f"residues of {lines}/{lines} lines", True)
+        return prev[2]
+    if changed is None or shift.ndim != 1:  # batched operands: all lines anew
+        planes = int8_planes(xp, re, im, shift, axis, moduli, nearest)
+        side.record("residues", False)
+    else:
+        idx = xp.nonzero(changed)[0]
+        line_axis = -2 if axis == -1 else -1
+        sub = [None if x is None else xp.take(x, idx, axis=line_axis) for x in (re, im)]
+        new = int8_planes(xp, *sub, xp.take(shift, idx), axis, moduli, nearest)
+        planes = []
+        for old_planes, new_planes in zip(prev[2], new):
+            block = []
+            for old, p in zip(old_planes, new_planes):
+                out = xp.asarray(old, copy=True)
+                if line_axis == -2:
+                    out[..., idx, :] = p
+                else:
+                    out[..., idx] = p
+                block.append(out)
+            planes.append(tuple(block))
+        kept = lines - int(idx.shape[0])
+        side.record(f"residues of {kept}/{lines} lines", True)
+    side.side.put(("residues",), ((moduli, nearest), shift, planes))
+    return planes

@@ -14,7 +14,10 @@ GEMMul8's, whose shift depends on the scale of the input (research/accuracy-and-
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .moduli import crt_constants
+from .operands import once
 from .xputil import frexp_exponent, ldexp
 
 
@@ -144,7 +147,34 @@ class Prescale(tuple):
         self.lower = None
 
 
-def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
+class LineStats(NamedTuple):
+    """What ``ozaki2_prescale`` takes from one operand alone: the pre-shifts ``s`` of its lines,
+    and in accurate mode its bound operand with its line terms (``bound_operand``) and, complex,
+    its ``mixed_lines``; in fast mode the line bounds ``sq`` (``_sqnorm_bound``)."""
+
+    s: object
+    bar: object = None
+    sums: object = None
+    nz: object = None
+    mixed: object = None
+    sq: object = None
+
+
+def line_statistics(xp, re, im, axis, mode, complex_):
+    """One operand's ``LineStats`` along ``axis`` (-1: rows of A, -2: columns of B) for ``mode``;
+    ``complex_``: whether the product is complex. Depends on that operand alone (the shifts of
+    ``ozaki2_shifts`` need the other one too, through the accurate mode's bound GEMM)."""
+    s = prescale_shift(max_exponent(xp, re, im, axis=axis), complex_)
+    if mode == "accurate":
+        bar, sums, nz = bound_operand(xp, re, im, s, axis=axis)
+        mixed = mixed_lines(xp, re, im, axis=axis) if im is not None else None
+        return LineStats(s, bar, sums, nz, mixed)
+    if mode == "fast":
+        return LineStats(s, sq=_sqnorm_bound(xp, re, im, s, axis=axis))
+    raise ValueError(f"unknown scaling mode {mode!r}")  # validated by the parser; internal misuse
+
+
+def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode, sides=(None, None)):
     """The part of Scheme II scaling that does not depend on the number of moduli.
 
     Returns a ``Prescale`` ``(s, t, e, f)``: pre-shifts s (rows of A) and t (columns of B) that
@@ -160,25 +190,23 @@ def ozaki2_prescale(xp, int_matmul, ar, ai, br, bi, mode):
     line-normalized |A||B|, which the certificate uses: ``Prescale.lower`` = F, with the
     complex operands' ``mixed_lines`` in ``Prescale.mixed``). fast: Cauchy-Schwarz,
     e_i = ||2**s_i |a_i| ||_2**2 (no GEMM).
+
+    ``sides``: the ``operands.SideUse`` of a prepared A and B (or None), which keep each one's
+    ``line_statistics``; the bound GEMM and the line bounds e, f depend on both.
     """
+    if mode not in ("accurate", "fast"):
+        raise ValueError(f"unknown scaling mode {mode!r}")  # validated by the parser
     cplx = ai is not None
-    s = prescale_shift(max_exponent(xp, ar, ai, axis=-1), cplx)
-    t = prescale_shift(max_exponent(xp, br, bi, axis=-2), cplx)
-    if mode == "accurate":
-        abar, ra, nza = bound_operand(xp, ar, ai, s, axis=-1)
-        bbar, cb, nzb = bound_operand(xp, br, bi, t, axis=-2)
-        F = int_matmul(abar, bbar, BOUND_MAX * BOUND_MAX)
-        U = bound_upper(xp, F, ra, nza, cb, nzb, cplx)
-        e, f = line_bound(xp.max(U, axis=-1)), line_bound(xp.max(U, axis=-2))
-        mixed = None
-        if ai is not None:
-            mixed = (mixed_lines(xp, ar, ai, axis=-1), mixed_lines(xp, br, bi, axis=-2))
-        return Prescale(s, t, e, f, lower=F, mixed=mixed)
+    key = ("line statistics", mode, cplx)
+    A = once(sides[0], key, lambda: line_statistics(xp, ar, ai, -1, mode, cplx))
+    B = once(sides[1], key, lambda: line_statistics(xp, br, bi, -2, mode, cplx))
     if mode == "fast":
-        e = _sqnorm_bound(xp, ar, ai, s, axis=-1)
-        f = _sqnorm_bound(xp, br, bi, t, axis=-2)
-        return Prescale(s, t, e, f)
-    raise ValueError(f"unknown scaling mode {mode!r}")  # validated by the parser; internal misuse
+        return Prescale(A.s, B.s, A.sq, B.sq)
+    F = int_matmul(A.bar, B.bar, BOUND_MAX * BOUND_MAX)
+    U = bound_upper(xp, F, A.sums, A.nz, B.sums, B.nz, cplx)
+    e, f = line_bound(xp.max(U, axis=-1)), line_bound(xp.max(U, axis=-2))
+    mixed = None if ai is None else (A.mixed, B.mixed)
+    return Prescale(A.s, B.s, e, f, lower=F, mixed=mixed)
 
 
 def ozaki2_shifts(xp, prescale, L, Q_down):

@@ -17,6 +17,10 @@ Density fitting (resolution of the identity): with the Cholesky-decomposed 3-ind
 - Roothaan–Hall ``F C = S C ε`` through the canonical orthogonalizer ``X = U s^-1/2`` of the
   overlap (``xp.linalg.eigh`` of S, then of ``Xᵀ F X``), density ``D = 2 C_occ C_occᵀ``;
 - DIIS (Pulay) on the orthogonal-basis commutator ``Xᵀ (F D S - S D F) X``.
+
+The DF tensor takes part in three products of every Fock build (ρ, J and the half transform)
+and does not change: it is prepared once (``emulinalg.prepare``), which keeps the work that
+depends on it alone between builds; the results are bit-identical to the unprepared products.
 """
 
 from __future__ import annotations
@@ -198,6 +202,18 @@ def exchange_from_density(product, cderi, dm):
     return product("K", "tensordot", x, cderi, axes=([0, 2], [0, 1]))
 
 
+def prepared(cderi, precision):
+    """The DF tensor prepared once for every product of the SCF (``emulinalg.prepare``: its
+    one-sided work, e.g. its scaling statistics and residues, is kept between Fock builds), or
+    as it is where the products run natively: ``precision="native"`` (ValueError; namespace()
+    has validated the precision already) or a library without an emulation backend
+    (TypeError; the dtypes are checked by the products)."""
+    try:
+        return emulinalg.prepare(cderi, precision=precision)
+    except (ValueError, TypeError):
+        return cderi
+
+
 def rhf(
     hcore,
     overlap,
@@ -274,6 +290,7 @@ def rhf(
     if cderi.ndim != 3 or cderi.shape[1:] != (nao, nao):
         raise ValueError(f"cderi must have shape (naux, {nao}, {nao}), got {cderi.shape}")
     product = _Recorder(xp)
+    cderi = prepared(cderi, precision)
     mt = xp.matrix_transpose
     x = orthogonalizer(xp, overlap)
     if not 0 < nocc <= x.shape[1]:
