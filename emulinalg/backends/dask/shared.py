@@ -463,7 +463,8 @@ def _shared_graph(a, b, request, arrays=None, split=None):
             "the certificate's patch" if certify and nd == 2 else None,
             ("every entry (a small product)"
              if refit.refits_all(math.prod(a.shape[:-1]) * b.shape[-1], a.shape[-1])
-             else f"the whole product's most cancelled entries (at most {refit.REFIT_ENTRIES})")
+             else f"the whole product's most cancelled entries (at most {refit.REFIT_ENTRIES} per "
+                  "measure: the modulus and, complex, each part)")
             if cancelled else None,
         ]  # fmt: skip
         notes.append(
