@@ -12,6 +12,12 @@ error of the product then comes from the next entries, whose values cancel less.
 
 The ratio uses the prescale's bound 2**-(s_i+t_j) sqrt(e_i f_j) >= (|A||B|)_ij, the same on every
 backend, so the entries chosen depend only on the inputs (and the computed values).
+
+A complex result is measured on its modulus and on each part (docs/precision.md), and a part
+cancels where the modulus need not (Im C_ij << |C_ij|): its error on the complex route is about
+the entry's, so that part's elementwise relative error comes from its own most cancelled
+entries. So the pick is made per measure (``cancel_ratios``: the modulus's ratio and each
+part's, against the same bound) and the entries of the picks are refit together.
 """
 
 from __future__ import annotations
@@ -43,14 +49,16 @@ def refits_all(outputs, k):
     return outputs * k <= REFIT_ALL_WORK
 
 
-def cancel_ratio(xp, parts, prescale, exclude=None):
-    """Per entry of the (..., m, n) output the ratio q_ij of its computed magnitude to its line
-    bound 2**-(s_i+t_j) sqrt(e_i f_j) >= (|A||B|)_ij (the modulus for complex: an exact zero
-    part is no cancellation); small q: cancelled. inf where the bound is 0, the value is not
-    finite or ``exclude`` holds. ``parts`` are the result's real (and imaginary) parts,
-    ``prescale`` the lines' ``(s, t, e, f)``: any block of the output with its lines' values
-    gives the same q. The per-line factors 2**s_i / sqrt(e_i) are applied in two halves, so
-    that no product leaves the float64 range for finite operands (q <= 1)."""
+def cancel_ratios(xp, parts, prescale, exclude=None):
+    """Per entry of the (..., m, n) output the ratios q_ij of its computed magnitudes to its line
+    bound 2**-(s_i+t_j) sqrt(e_i f_j) >= (|A||B|)_ij, one array per measure: the modulus's (for a
+    real result its magnitude), and for a complex result each part's too, in which an exact zero
+    part counts as no cancellation (inf; real data held as complex: the modulus's ratio takes
+    the computed zeros). Small q: cancelled. inf where the bound is 0, the value is not finite
+    or ``exclude`` holds. ``parts`` are the result's real (and imaginary) parts, ``prescale``
+    the lines' ``(s, t, e, f)``: any block of the output with its lines' values gives the same
+    q. The per-line factors 2**s_i / sqrt(e_i) are applied in two halves, so that no product
+    leaves the float64 range for finite operands (q <= 1)."""
     s, t, e, f = prescale
 
     def halves(shift, bound):
@@ -62,11 +70,23 @@ def cancel_ratio(xp, parts, prescale, exclude=None):
     a1, a2 = (xp.expand_dims(v, axis=-1) for v in halves(s, e))
     b1, b2 = (xp.expand_dims(v, axis=-2) for v in halves(t, f))
     q = None
+    own = []
     for p in parts:  # each part scaled first: the modulus of the scaled parts stays in range
         v = ((xp.abs(xp.astype(p, xp.float64)) * a1) * b1) * (a2 * b2)
+        own.append(v)
         q = v if q is None else xp.sqrt(q * q + v * v)
-    q = xp.where(q >= 0, q, xp.inf)  # nan (0 * inf, inf * 0) -> inf
-    return q if exclude is None else xp.where(exclude, xp.inf, q)
+    if len(own) > 1:
+        own = [xp.where(v > 0, v, xp.inf) for v in own]
+    out = []
+    for x in [q] + (own if len(own) > 1 else []):
+        x = xp.where(x >= 0, x, xp.inf)  # nan (0 * inf, inf * 0) -> inf
+        out.append(x if exclude is None else xp.where(exclude, xp.inf, x))
+    return out
+
+
+def cancel_ratio(xp, parts, prescale, exclude=None):
+    """``cancel_ratios``' first array: the modulus's ratio (a real result's)."""
+    return cancel_ratios(xp, parts, prescale, exclude)[0]
 
 
 def note(everything, count):
@@ -99,11 +119,22 @@ def pick(xp, q, everything=False):
     return idx
 
 
+def union(xp, picks):
+    """The union of ``pick``'s results (None: none), ascending; None when all are None."""
+    picks = [x for x in picks if x is not None]
+    if len(picks) < 2:
+        return picks[0] if picks else None
+    return xp.unique_values(xp.concat(picks))
+
+
 def cancelled_entries(xp, parts, prescale, exclude=None, everything=False):
     """Flat indices (into the (..., m, n) output) of the entries to refit, or None when there
-    are none (``pick`` of ``cancel_ratio``)."""
-    q = xp.reshape(cancel_ratio(xp, parts, prescale, exclude), (-1,))
-    return pick(xp, q, everything)
+    are none: the ``union`` of the ``pick`` of each of ``cancel_ratios`` (``everything``: the
+    modulus's alone, which holds every finite entry)."""
+    ratios = cancel_ratios(xp, parts, prescale, exclude)
+    if everything:
+        ratios = ratios[:1]
+    return union(xp, [pick(xp, xp.reshape(q, (-1,)), everything) for q in ratios])
 
 
 def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, extra=None,

@@ -40,6 +40,9 @@ class Case:
         Generator parameters (``phi``, ``spread``, ``ratio``, ...).
     quick : bool
         Part of the quick suite (the CI test).
+    precision : int or None
+        The ``precision=`` the emulated product asks (bits above the dtype's: a level that
+        must never be below native either); None: the dtype's own level.
     """
 
     name: str
@@ -50,6 +53,7 @@ class Case:
     n: int
     params: tuple = ()
     quick: bool = False
+    precision: int | None = None
 
     @property
     def seed(self) -> int:
@@ -376,12 +380,14 @@ REAL_PARTS_KINDS = ("real", "real_imag", "mixed")
 # Families with several parameter sets (``cases``), not one per dtype (``_special_params``).
 MULTI = {"small_part", "real_parts"}
 NONFINITE_INPUTS = {"nan_inf", "inf_times_zero"}
+# The levels above float64's the high-level cases ask (``Case.precision``).
+HIGH_LEVELS = (54, 80, 106)
 
 
-def _make(family, dtype, m, k, n, quick, **params):
+def _make(family, dtype, m, k, n, quick, precision=None, **params):
     tag = "".join(f"{v:g}" if isinstance(v, float) else str(v) for v in params.values())
-    name = f"{family}{tag}-{dtype}-{m}x{k}x{n}"
-    return Case(name, family, dtype, m, k, n, tuple(params.items()), quick)
+    name = f"{family}{tag}-{dtype}-{m}x{k}x{n}" + ("" if precision is None else f"-p{precision}")
+    return Case(name, family, dtype, m, k, n, tuple(params.items()), quick, precision)
 
 
 def _special_params(family, dtype):
@@ -464,6 +470,17 @@ def cases(quick: bool = False) -> list[Case]:
             out.append(_make("real_parts", dtype, 24, 64, 24, True, kind=kind))
             out.append(_make("real_parts", dtype, 128, 64, 128, False, kind=kind))
             out.append(_make("real_parts", dtype, 16, 4096, 16, False, kind=kind))
+
+    # levels above the dtype's (issue #26): wide exponent ranges, where no count certifies
+    # them on every entry and the dtype's level takes some entries from the native product
+    for dtype in ("float64", "complex128"):
+        for bits in HIGH_LEVELS:
+            spread = _special_params("row_spread", dtype)
+            out.append(_make("phi", dtype, 32, 64, 32, True, bits, phi=8.0))
+            out.append(_make("row_spread", dtype, 24, 64, 24, True, bits, **spread))
+            out.append(_make("entry_spread", dtype, 24, 64, 24, True, bits, **spread))
+            out.append(_make("phi", dtype, 32, 1024, 32, False, bits, phi=8.0))
+            out.append(_make("entry_spread", dtype, 16, 4096, 16, False, bits, **spread))
 
     # a second, harder cancellation ratio (the exact result below native's rounding errors)
     for dtype in DTYPES:

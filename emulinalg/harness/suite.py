@@ -3,9 +3,9 @@
 For each case of :mod:`.catalogue` (a pair of operands drawn from a fixed seed) the runner
 computes
 
-- the emulated product at the default precision (the level of the inputs' dtype) with
-  ``strategy="eager"`` (always emulated), and with the default strategy (which may choose
-  native where that is faster);
+- the emulated product at the default precision (the level of the inputs' dtype; the case's
+  ``precision`` where it asks a level above it) with ``strategy="eager"`` (always emulated),
+  and with the default strategy (which may choose native where that is faster);
 - the native product of the same array library (``xp.matmul``);
 - the exact product (:func:`emulinalg.reference.exact_matmul`), on the host;
 
@@ -264,7 +264,7 @@ def run_case(case: Case, xp=np, backend: str = "numpy") -> dict:
         "phi": case.phi,
         "params": {k: v for k, v in case.params},
         "seed": case.seed,
-        "precision": real,
+        "precision": real if case.precision is None else case.precision,
         "nonfinite_inputs": not (np.isfinite(a_h).all() and np.isfinite(b_h).all()),
         "reference": "exact",
     }
@@ -273,9 +273,9 @@ def run_case(case: Case, xp=np, backend: str = "numpy") -> dict:
         a, b = xp.asarray(a_h), xp.asarray(b_h)
         with np.errstate(all="ignore"):
             with emulinalg.config(strategy="eager"):
-                c_emu = emulinalg.matmul(a, b)
+                c_emu = emulinalg.matmul(a, b, precision=case.precision)
                 plan = emulinalg.last_plan()
-            c_def = emulinalg.matmul(a, b)
+            c_def = emulinalg.matmul(a, b, precision=case.precision)
             plan_def = emulinalg.last_plan()
             c_nat = xp.matmul(a, b)
     c_emu, c_def, c_nat = (_to_host(xp, c) for c in (c_emu, c_def, c_nat))

@@ -179,6 +179,33 @@ def test_ordinary_complex_inputs_keep_the_complex_route(dtype, kind):
         assert not np.any(c.real)
 
 
+@pytest.mark.parametrize("which", ["imag", "real"])
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+def test_a_part_cancelled_where_the_modulus_is_not_is_refit(dtype, which):
+    """An ordinary complex product (the complex route, not refitting every entry) whose entries
+    (0, 0) and (5, 3) have one part cancelled to the rounding of its terms while the other part,
+    and so the modulus, is not: the refit takes them by that part's own ratio
+    (``refit.cancel_ratios``), so the part's elementwise relative error stays far above
+    native's there. On the modulus's pick alone the part kept native's bits at best (one random
+    draw of an error of native's size)."""
+    m, k, n = 32, 2048, 32
+    a = phi_matrix((m, k), 0.5, dtype, seed=13)
+    b = phi_matrix((k, n), 0.5, dtype, seed=14)
+    unit = 1j if which == "imag" else 1.0
+    part = np.imag if which == "imag" else np.real
+    for i, j in ((0, 0), (5, 3)):  # cancel the part through the sum's term of largest |b|
+        h = int(np.argmax(np.abs(b[:, j])))
+        c = complex(np.sum(a[i].astype(np.complex128) * b[:, j]))
+        a[i, h] -= unit * part(c) / b[h, j]
+    c, plan = _level(a, b)
+    assert not _split(plan) and "refit: the most cancelled" in str(plan), str(plan)
+    ref = exact_matmul(a, b)
+    got, native = (accuracy(x, a, b, ref) for x in (c, a @ b))
+    key = f"bits_maxrel_{which[:2]}"
+    assert got[key] >= native[key] + 8, f"{key}: {got[key]:.2f}, native {native[key]:.2f}\n{plan}"
+    _assert_keeps(_bits(got), _bits(native), f"{_bits(got)} native {_bits(native)}\n{plan}")
+
+
 @pytest.mark.parametrize("dtype", ["complex128", "complex64"])
 def test_scheme_i_and_levels_above_the_dtype_split_too(dtype):
     a, b, ref, native = _case(SHAPES[300], dtype, 1e-12)

@@ -33,13 +33,7 @@ FULL_ONLY = [c for c in catalogue.cases() if not c.quick]
 BY_NAME = {c.name: c for c in catalogue.cases()}
 
 # case name -> the finding (reason of a strict xfail); empty when the engine meets the contract
-KNOWN_VERDICT_FAILURES: dict[str, str] = {
-    "phi0-complex128-32x4096x32": (
-        "per part (issue #26): the imaginary part's max-rel is 40.6 bits where OpenBLAS has 40.9 "
-        "(its most cancelled entry; the refit takes the entries most cancelled in modulus, and "
-        "ordinary complex products keep their results): docs/limitations.md"
-    ),
-}
+KNOWN_VERDICT_FAILURES: dict[str, str] = {}
 KNOWN_GRADE_FAILURES: dict[str, str] = {}
 
 

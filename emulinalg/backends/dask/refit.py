@@ -108,10 +108,11 @@ def _refit_runs(cfg):
 
 def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape, every,
                       dd=False):  # fmt: skip
-    """The entries of one output block that the whole product's pick can take: the block's own
-    pick (``refit.pick`` of its ``refit.cancel_ratio``; an entry of the whole pick in this block
-    is in it, since fewer than REFIT_ENTRIES of the block's entries come before it), as host
-    arrays ``{"ratio", "idx": flat indices into the whole output}``; None without refit."""
+    """The entries of one output block that the whole product's picks can take: per measure
+    of ``refit.cancel_ratios`` the block's own pick (``refit.pick``; an entry of the whole
+    pick in this block is in it, since fewer than REFIT_ENTRIES of the block's entries come
+    before it), as ``{"measures": [one per measure: host arrays {"ratio", "idx": flat indices
+    into the whole output}, None where it has none]}``; None without refit."""
     out = emul["out"]
     if out is None or not _refit_runs(cfg):
         return None
@@ -120,15 +121,23 @@ def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape,
         parts = (xp.real(out),) if dd else (out,) if not cplx else (xp.real(out), xp.imag(out))
         s, t = _prescale_shift(xp, amb, cplx), _prescale_shift(xp, bmb, cplx)
         exclude = _beyond(xp, need) if cfg["mask"] else None
-        ratio = xp.reshape(refit.cancel_ratio(xp, parts, (s, t, e, f), exclude), (-1,))
-        local = refit.pick(xp, ratio, every)
-        if local is None:
-            return None
-        ratio, local = _host(xp.take(ratio, local)), _host(local)
+        ratios = refit.cancel_ratios(xp, parts, (s, t, e, f), exclude)
+        if every:  # as refit.cancelled_entries: the modulus's holds every finite entry
+            ratios = ratios[:1]
+        found = []
+        for ratio in ratios:
+            ratio = xp.reshape(ratio, (-1,))
+            local = refit.pick(xp, ratio, every)
+            found.append(None if local is None else (_host(xp.take(ratio, local)), _host(local)))
     where = _block_index(ix)
-    coords = np.unravel_index(local, out.shape)
-    glob = tuple(c + starts[d][b] for d, (c, b) in enumerate(zip(coords, where)))
-    return {"ratio": ratio, "idx": np.ravel_multi_index(glob, shape)}
+    res = []
+    for x in found:
+        if x is not None:
+            coords = np.unravel_index(x[1], out.shape)
+            glob = tuple(c + starts[d][b] for d, (c, b) in enumerate(zip(coords, where)))
+            x = {"ratio": x[0], "idx": np.ravel_multi_index(glob, shape)}
+        res.append(x)
+    return {"measures": res}
 
 
 def _refit_select(cfg, *cands, m, n, every, cancelled, split=None):
@@ -141,16 +150,19 @@ def _refit_select(cfg, *cands, m, n, every, cancelled, split=None):
     plan notes the engine writes), host arrays; None without refit. ``split=(m, n)``: the last
     of ``cands`` are the split route's candidates (``_split_candidates``), picked apart as
     ``_engine.split_cancelled`` picks them and added (their four products each)."""
-    idx = None
     cands = list(cands)
     more = cands.pop() if split is not None else None
-    parts = [x for x in _flatten(list(cands)) if x is not None]
-    if parts:
-        idx = np.concatenate([x["idx"] for x in parts])
-        ratio = np.concatenate([x["ratio"] for x in parts])
-        order = np.argsort(idx, kind="stable")
-        pick = refit.pick(_xp_backend(ratio)[0], ratio[order], every)
-        idx = None if pick is None else idx[order][pick]
+    blocks = [x["measures"] for x in _flatten(list(cands)) if x is not None]
+    picks = []
+    for measure in zip(*blocks):  # refit.cancelled_entries: the union of each measure's pick
+        parts = [x for x in measure if x is not None]
+        if parts:
+            idx = np.concatenate([x["idx"] for x in parts])
+            ratio = np.concatenate([x["ratio"] for x in parts])
+            order = np.argsort(idx, kind="stable")
+            pick = refit.pick(_xp_backend(ratio)[0], ratio[order], every)
+            picks.append(None if pick is None else idx[order][pick])
+    idx = refit.union(np, picks)
     patch = cfg["patch"]
     if patch is not None:
         idx = patch if idx is None else np.unique(np.concatenate([patch, idx]))

@@ -436,7 +436,8 @@ def _shared_graph(a, b, request, arrays=None, split=None):
         f"residue tasks, {planes} int8 planes per entry), {nbatch * ni * q * nj} modular block "
         f"products added mod m over K-blocks, one CRT per output block ({nbatch * ni * nj}): "
         "the in-core engine's product of the whole matrices (bit for bit for the same count; "
-        "docs/dask.md)",
+        "entries taken from the native product are dask's blocked native product: within "
+        "native's error bound, not the in-core call's bits; docs/dask.md)",
     ]
     if mode == "accurate":
         what = (
@@ -463,7 +464,8 @@ def _shared_graph(a, b, request, arrays=None, split=None):
             "the certificate's patch" if certify and nd == 2 else None,
             ("every entry (a small product)"
              if refit.refits_all(math.prod(a.shape[:-1]) * b.shape[-1], a.shape[-1])
-             else f"the whole product's most cancelled entries (at most {refit.REFIT_ENTRIES})")
+             else f"the whole product's most cancelled entries (at most {refit.REFIT_ENTRIES} per "
+                  "measure: the modulus and, complex, each part)")
             if cancelled else None,
         ]  # fmt: skip
         notes.append(

@@ -177,15 +177,58 @@ def test_levels_above_the_dtypes_take_native_where_the_dtypes_level_does(sync, p
 
 
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
+def test_wide_range_native_entries(sync, dtype):
+    """Issue #26, class 3: φ = 8 operands, three K-blocks, the default level: entries beyond
+    every count are taken from the native product (complex128: on the split route). The
+    emulated entries are the in-core product's bit for bit; the native-taken ones come from
+    dask's blocked native product (block products summed over K-blocks, not the in-core call's
+    one GEMM), so they are held to native's own worst-case bound against the exact product
+    (python-flint): per part |err| <= gamma_{2k} P_p for complex (each part is a real sum of
+    2k products, in any order), gamma_k (|A||B|) for real."""
+    A = phi_matrix((40, 300), 8.0, dtype, seed=61)
+    B = phi_matrix((300, 30), 8.0, dtype, seed=62)
+    a, b = da.from_array(A, chunks=(17, 100)), da.from_array(B, chunks=(100, 11))
+    out = _eager(emulinalg.matmul, a, b).compute()
+    plan = _assert_in_core_bits(out, A, B)  # (a): every emulated entry
+    assert plan.native_entries > 0, str(plan)
+    certify = _split_certificate if _split(plan) else _engine_certificate
+    beyond = certify(A, B)[1]
+    assert int(beyond.sum()) == plan.native_entries
+    hi, lo = exact_matmul(A, B)
+    k, u = A.shape[-1], np.finfo(A.real.dtype).eps / 2
+    if dtype == "float64":
+        sums = [np.abs(A) @ np.abs(B)]
+        terms, get = k, [np.real]
+    else:
+        ar, ai, br, bi = (np.abs(x) for x in (A.real, A.imag, B.real, B.imag))
+        sums = [ar @ br + ai @ bi, ar @ bi + ai @ br]  # P_re, P_im (float64: to 2**-40)
+        terms, get = 2 * k, [np.real, np.imag]
+    gamma = terms * u / (1 - terms * u)
+    for part, P in zip(get, sums):  # (b): the native-taken entries
+        exact = part(hi) + part(lo)
+        err = np.abs(part(out) - exact)[beyond]
+        assert np.all(err <= gamma * P[beyond] * (1 + 2.0**-40)), float((err / P[beyond]).max())
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize(
-    "precision", [emulinalg.BF16xN(), emulinalg.OzakiI(slices=7), None], ids=str
+    ("precision", "mode"),
+    [
+        (emulinalg.BF16xN(), "dd"),
+        (emulinalg.OzakiI(slices=7), "dd"),
+        (None, "dd"),
+        (None, "shared"),
+        (emulinalg.OzakiII(moduli=15), "shared"),
+    ],
+    ids=str,
 )
-def test_dd_graph_partials_that_overflow_do_not_make_nan(sync, monkeypatch, precision, dtype):
+def test_partials_that_overflow_do_not_make_nan(sync, monkeypatch, precision, mode, dtype):
     """Issue #26: K-blocks of +-1e308 entries whose partial sums overflow where the whole sum
-    does not (a block sums to +4e308, the next to -4e308). The dd graph (Scheme I, BF16xN,
-    Scheme II with EMULINALG_DASK_MODE=dd) gives the in-core product's finite values; where the
-    exact sum itself overflows, inf as in core."""
-    monkeypatch.setenv("EMULINALG_DASK_MODE", "dd")
+    does not (a block sums to +4e308, the next to -4e308). Every graph: the dd graph (Scheme I,
+    BF16xN, Scheme II with EMULINALG_DASK_MODE=dd) and the shared graph (Scheme II's level and
+    an explicit count: residues added over K-blocks, one CRT) give the in-core product's finite
+    values; where the exact sum itself overflows, inf as in core."""
+    monkeypatch.setenv("EMULINALG_DASK_MODE", mode)
     rng = np.random.default_rng(2)
     A = np.empty((6, 8), dtype)
     A[:, :4], A[:, 4:] = 1e308, -1e308
