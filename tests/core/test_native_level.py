@@ -332,6 +332,29 @@ def test_small_products_refit_every_entry():
     assert np.array_equal(c[~fin], native[~fin], equal_nan=True)
 
 
+def test_cancellation_against_a_small_entry_is_as_documented():
+    """docs/limitations.md ("Cancellation against small entries", issue #26 class 6): ``[1, -1,
+    2^-60] @ [1, 1, 1]`` is exact natively; the line scaling drops the 2^-60, so where the refit
+    does not take the entry (k = 3: the strict form, no refit) the level gives 0, a
+    componentwise error of 2^-61 (inside its certificate, 2^-55 |A||B|) and an elementwise one
+    of 100 %; at k >= 64 (zeros appended) the refit takes it and the result is exact."""
+    from fractions import Fraction
+
+    a, b = np.array([[1.0, -1.0, 2.0**-60]]), np.ones((3, 1))
+    exact = sum(Fraction(x) for x in a[0])
+    assert float(exact) == 2.0**-60 and (a @ b)[0, 0] == 2.0**-60  # native: exact
+    c, plan = _level(a, b)
+    assert not any("refit" in note for note in plan.notes), str(plan)
+    assert c[0, 0] == 0.0
+    cw = abs(Fraction(float(c[0, 0])) - exact) / sum(abs(Fraction(x)) for x in a[0])
+    assert 2.0**-62 < cw <= 2.0**-61 and cw <= Fraction(2) ** -55
+    wide = np.zeros((1, 64))
+    wide[0, :3] = a[0]
+    c64, plan64 = _level(wide, np.ones((64, 1)))
+    assert any("refit: every entry" in note for note in plan64.notes), str(plan64)
+    assert c64[0, 0] == 2.0**-60
+
+
 def test_explicit_schemes_and_bit_levels_do_not_refit():
     a, b = _structured("cancelling", 256)
     for precision in (OzakiII(moduli=15), 53):
