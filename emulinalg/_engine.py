@@ -392,6 +392,7 @@ def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask
         xp, ar, ai, br, bi, grouped, tuple(prescale), scheme.mode, out or _real_of(parts),
         exclude=native_mask, extra=both, cancelled=cancelled,
         product=None if backend is None else stages(backend).ozaki2_product,
+        pick_hook=None if backend is None else stages(backend).refit_pick,
     )  # fmt: skip
     if patch is not None:
         plan.notes.append(

@@ -29,6 +29,9 @@ member                      stage (reference implementation)
 ``ozaki2_product(ar, ai,``  a whole Scheme II product (residues, modular products, CRT), same
 ``br, bi, moduli, mode,``   result as ``products.product`` bit for bit
 ``out_dtype, prescale)``
+``refit_pick(parts,``       the refit's entries, same result as ``refit.cancelled_entries``
+``prescale, exclude,``      (an index array, possibly empty)
+``everything)``
 ``bf16_product(ar, ai,``    the BF16 schedule's product (``algorithm.bf16``)
 ``br, bi, scheme, dt)``
 ``k_block(k, bound)``       the K-block of its integer GEMMs, for the plan (none)
@@ -82,6 +85,7 @@ _OPTIONAL = (
     "ozaki2_certificate",
     "magnitude_lower_matmul",
     "ozaki2_product",
+    "refit_pick",
     "bf16_product",
     "k_block",
 )
@@ -104,6 +108,7 @@ class Stages:
     ozaki2_certificate: Callable | None = None
     magnitude_lower_matmul: Callable | None = None
     ozaki2_product: Callable | None = None
+    refit_pick: Callable | None = None
     bf16_product: Callable | None = None
     k_block: Callable | None = None
     block_entries: int | None = None

@@ -59,16 +59,7 @@ def cancel_ratios(xp, parts, prescale, exclude=None):
     the lines' ``(s, t, e, f)``: any block of the output with its lines' values gives the same
     q. The per-line factors 2**s_i / sqrt(e_i) are applied in two halves, so that no product
     leaves the float64 range for finite operands (q <= 1)."""
-    s, t, e, f = prescale
-
-    def halves(shift, bound):
-        shift = xp.astype(shift, xp.int64)
-        h = shift // 2
-        inv = xp.where(bound > 0, 1.0 / xp.sqrt(xp.astype(bound, xp.float64)), xp.inf)
-        return ldexp(xp, inv, h), ldexp(xp, xp.ones_like(inv), shift - h)
-
-    a1, a2 = (xp.expand_dims(v, axis=-1) for v in halves(s, e))
-    b1, b2 = (xp.expand_dims(v, axis=-2) for v in halves(t, f))
+    a1, a2, b1, b2 = line_factors(xp, prescale)
     q = None
     own = []
     for p in parts:  # each part scaled first: the modulus of the scaled parts stays in range
@@ -82,6 +73,23 @@ def cancel_ratios(xp, parts, prescale, exclude=None):
         x = xp.where(x >= 0, x, xp.inf)  # nan (0 * inf, inf * 0) -> inf
         out.append(x if exclude is None else xp.where(exclude, xp.inf, x))
     return out
+
+
+def line_factors(xp, prescale):
+    """``cancel_ratios``' per-line factors of the prescale's ``(s, t, e, f)``: 2**s_i / sqrt(e_i)
+    in two halves (a1, a2: (..., m, 1)) and 2**t_j / sqrt(f_j) (b1, b2: (..., 1, n)), inf
+    where the bound is 0."""
+    s, t, e, f = prescale
+
+    def halves(shift, bound):
+        shift = xp.astype(shift, xp.int64)
+        h = shift // 2
+        inv = xp.where(bound > 0, 1.0 / xp.sqrt(xp.astype(bound, xp.float64)), xp.inf)
+        return ldexp(xp, inv, h), ldexp(xp, xp.ones_like(inv), shift - h)
+
+    a1, a2 = (xp.expand_dims(v, axis=-1) for v in halves(s, e))
+    b1, b2 = (xp.expand_dims(v, axis=-2) for v in halves(t, f))
+    return a1, a2, b1, b2
 
 
 def cancel_ratio(xp, parts, prescale, exclude=None):
@@ -127,10 +135,15 @@ def union(xp, picks):
     return xp.unique_values(xp.concat(picks))
 
 
-def cancelled_entries(xp, parts, prescale, exclude=None, everything=False):
+def cancelled_entries(xp, parts, prescale, exclude=None, everything=False, hook=None):
     """Flat indices (into the (..., m, n) output) of the entries to refit, or None when there
     are none: the ``union`` of the ``pick`` of each of ``cancel_ratios`` (``everything``: the
-    modulus's alone, which holds every finite entry)."""
+    modulus's alone, which holds every finite entry). ``hook``: a backend's ``refit_pick``
+    (same arguments, the same indices, possibly empty, or None to decline)."""
+    if hook is not None:
+        got = hook(parts, prescale, exclude, everything)
+        if got is not None:
+            return got if got.shape[0] else None
     ratios = cancel_ratios(xp, parts, prescale, exclude)
     if everything:
         ratios = ratios[:1]
@@ -138,19 +151,20 @@ def cancelled_entries(xp, parts, prescale, exclude=None, everything=False):
 
 
 def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, extra=None,
-          cancelled=True, product=None):  # fmt: skip
+          cancelled=True, product=None, pick_hook=None):  # fmt: skip
     """``parts`` (the product's real and imaginary parts, (..., m, n); "dd": (hi, lo) pairs) with
     the entries of ``cancelled_entries`` recomputed at ``MAX_MODULI`` moduli. ``ar``... are the
     finite float64 operands (..., m, k), (..., k, n) the product was computed from; ``extra``
     more flat indices to recompute (the certificate's patch), ``cancelled`` whether to add
-    ``cancelled_entries``; ``product`` a backend's ``ozaki2_product`` (``recomputed``). Returns the
-    parts and the number of entries recomputed."""
+    ``cancelled_entries``; ``product`` a backend's ``ozaki2_product`` (``recomputed``),
+    ``pick_hook`` its ``refit_pick`` (``cancelled_entries``). Returns the parts and the number of
+    entries recomputed."""
     idx = None
     plain = [p[0] if out_dtype == "dd" else p for p in parts]
     outputs = math.prod(plain[0].shape)
     if cancelled:
         every = refits_all(outputs, ar.shape[-1])
-        idx = cancelled_entries(xp, plain, prescale, exclude, every)
+        idx = cancelled_entries(xp, plain, prescale, exclude, every, pick_hook)
     if extra is not None:
         idx = extra if idx is None else xp.unique_values(xp.concat([extra, idx]))
     if idx is None:

@@ -14,6 +14,8 @@ The backend's members (``emulinalg._stages`` declares them) come from its module
 - ``certificate``: ``ozaki2_certificate`` (the count, mask and patch of
   ``emulinalg.algorithm.certificate.ozaki2_moduli_needed``), its terms and limits from
   ``emulinalg.algorithm.certificate_plan``;
+- ``refit``: ``refit_pick``, the refit's choice of entries in two passes over the output (the
+  entries of ``emulinalg.algorithm.refit.cancelled_entries``);
 - ``kernels``: the NVRTC modules and launch helpers the others share.
 
 Everything else (Scheme I, the fast-mode prescale) is the shared Array API code running on cupy
@@ -25,11 +27,12 @@ from __future__ import annotations
 
 import contextlib
 
-from . import certificate, gemm, kernels, products, statistics
+from . import certificate, gemm, kernels, products, refit, statistics
 from .certificate import ozaki2_certificate
 from .gemm import int_matmul, k_block, magnitude_lower_matmul, native_matmul
 from .kernels import kernels_enabled
 from .products import ozaki2_product
+from .refit import refit_pick
 from .statistics import line_scan, ozaki2_prescale
 
 __all__ = [
@@ -53,6 +56,8 @@ __all__ = [
     "ozaki2_product",
     "products",
     "quiet",
+    "refit",
+    "refit_pick",
     "statistics",
 ]
 

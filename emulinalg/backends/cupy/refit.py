@@ -1,0 +1,71 @@
+"""The refit's choice of entries in two passes over the output (``src_cuda/refit_pick.cu``):
+the same entries as ``emulinalg.algorithm.refit.cancelled_entries``, whose generic code makes
+a dozen elementwise passes and scans over the output for it."""
+
+from __future__ import annotations
+
+import array_api_compat
+import cupy as cp
+import numpy as np
+
+from emulinalg.algorithm import refit as _refit
+
+from .kernels import _THREADS, _i32, _i64, _kernel, _tf, kernels_enabled
+
+# Entries per measure the selection keeps (beyond it: the generic code decides)
+CAP = 1 << 16
+_INF_BITS = 0x7FF0000000000000
+_MAX_BLOCKS = 132 * 16  # grid-stride loops: a few waves of the H200's 132 SMs
+
+
+def refit_pick(parts, prescale, exclude=None, everything=False):
+    """``refit.cancelled_entries(cupy, parts, prescale, exclude, everything)`` in the kernels:
+    the flat indices to refit (possibly empty), or None to decline (a product that refits
+    every entry, non-contiguous parts, more than ``CAP`` zeros or candidates in a measure)."""
+    if everything or not kernels_enabled():
+        return None
+    re = parts[0]
+    im = parts[1] if len(parts) > 1 else None
+    if any(not (x.flags.c_contiguous and x.dtype in (cp.float32, cp.float64))
+           for x in parts) or (im is not None and im.dtype != re.dtype):  # fmt: skip
+        return None
+    if exclude is not None and (exclude.shape != re.shape or not exclude.flags.c_contiguous):
+        return None
+    m, n = re.shape[-2], re.shape[-1]
+    factors = _refit.line_factors(array_api_compat.array_namespace(re), prescale)
+    lines = (re.shape[:-2] + (m, 1),) * 2 + (re.shape[:-2] + (1, n),) * 2  # the batch spelled out
+    a1, a2, b1, b2 = (cp.ascontiguousarray(cp.broadcast_to(v, sh), dtype=cp.float64).reshape(-1)
+                      for v, sh in zip(factors, lines))  # fmt: skip
+    cplx = im is not None
+    W = 3 if cplx else 1
+    total = re.size
+    if total == 0:
+        return None
+    T = "double" if re.dtype == cp.float64 else "float"
+    ex = np.uint64(0) if exclude is None else exclude.view(cp.uint8)  # null: none
+    grid = (min(_MAX_BLOCKS, -(-total // _THREADS)),)
+    common = (re, im if cplx else re, a1, a2, b1, b2, ex, _i64(total), _i32(m), _i32(n))
+    low = cp.full(W, _INF_BITS, dtype=cp.uint64)
+    _kernel("refit_pick.cu", f"refit_low<{T}, {_tf(cplx)}>")(grid, (_THREADS,), (*common, low))
+    lows = low.view(cp.float64).get()
+    thr = np.where(lows < np.inf, lows * 2.0**_refit.REFIT_SPREAD_BITS, -1.0)
+    counts = cp.zeros(2 * W, dtype=cp.uint64)
+    zero_idx = cp.empty((W, CAP), dtype=cp.int64)
+    cand_idx = cp.empty((W, CAP), dtype=cp.int64)
+    cand_q = cp.empty((W, CAP), dtype=cp.float64)
+    fn = _kernel("refit_pick.cu", f"refit_select<{T}, {_tf(cplx)}>")
+    fn(grid, (_THREADS,), (*common, cp.asarray(thr), _i32(CAP), counts, zero_idx, cand_idx, cand_q))
+    got = counts.get()
+    if got.max() > CAP:
+        return None
+    picks = []
+    for w in range(W):
+        nz, nc = int(got[2 * w]), int(got[2 * w + 1])
+        zero = cp.sort(zero_idx[w, :nz])[: _refit.REFIT_ENTRIES]
+        idx = cand_idx[w, :nc]
+        if nc > _refit.REFIT_ENTRIES:  # the smallest q, ties in flat order (as ``pick``)
+            order = cp.argsort(idx)
+            idx, q = idx[order], cand_q[w, :nc][order]
+            idx = idx[cp.argsort(q, kind="stable")[: _refit.REFIT_ENTRIES]]
+        picks.append(cp.concatenate([zero, idx]))
+    return cp.unique(cp.concatenate(picks))

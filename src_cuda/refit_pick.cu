@@ -1,0 +1,105 @@
+// The refit's choice of entries (emulinalg/backends/cupy/refit.py: refit_pick), the same
+// entries as emulinalg.algorithm.refit.cancelled_entries: per output entry and measure (the
+// modulus; for complex results each part too) the ratio q of the computed magnitude to the
+// line bound, in the generic code's float64 operation order (no FMA), then
+//
+//   refit_low     per measure the smallest positive q (atomicMin of the bits: q >= 0, so the
+//                 bits order as the values), one atomic per block and measure
+//   refit_select  per measure the flat indices of the entries with q == 0, and of those with
+//                 0 < q <= thr (thr = low 2**REFIT_SPREAD_BITS) with their q, appended through
+//                 atomic counters (the host sorts them; a count above the buffer's capacity
+//                 sends the choice back to the generic code)
+//
+// Parts are (B, m, n) contiguous (T float or double); the line factors a1, a2 (B m) and
+// b1, b2 (B n) are refit.line_factors'; ``exclude`` (uint8, or null) marks entries taken from
+// the native product (q = inf).
+
+namespace {
+
+constexpr int kThreads = 256;
+#define EMUL_INF __longlong_as_double(0x7ff0000000000000LL)
+
+__device__ __forceinline__ double part_ratio(double p, double a1, double b1, double a2, double b2) {
+    // ((|p| a1) b1) (a2 b2), each product rounded: refit.cancel_ratios
+    return __dmul_rn(__dmul_rn(__dmul_rn(fabs(p), a1), b1), __dmul_rn(a2, b2));
+}
+
+template <typename T, bool Cplx>
+__device__ __forceinline__ void ratios(const T* re, const T* im, const double* a1,
+                                       const double* a2, const double* b1, const double* b2,
+                                       const unsigned char* exclude, long long i, int m, int n,
+                                       double* q) {
+    long long row = i / n;
+    int j = static_cast<int>(i - row * n);
+    long long col = (row / m) * n + j;
+    double f1 = a1[row], f2 = a2[row], g1 = b1[col], g2 = b2[col];
+    bool ex = exclude != nullptr && exclude[i] != 0;
+    double v0 = part_ratio(static_cast<double>(re[i]), f1, g1, f2, g2);
+    if (!Cplx) {
+        q[0] = (!ex && v0 >= 0) ? v0 : EMUL_INF;  // nan -> inf
+        return;
+    }
+    double v1 = part_ratio(static_cast<double>(im[i]), f1, g1, f2, g2);
+    double mod = __dsqrt_rn(__dadd_rn(__dmul_rn(v0, v0), __dmul_rn(v1, v1)));
+    q[0] = (!ex && mod >= 0) ? mod : EMUL_INF;
+    double w0 = v0 > 0 ? v0 : EMUL_INF, w1 = v1 > 0 ? v1 : EMUL_INF;  // a zero part: none
+    q[1] = (!ex && w0 >= 0) ? w0 : EMUL_INF;
+    q[2] = (!ex && w1 >= 0) ? w1 : EMUL_INF;
+}
+
+}  // namespace
+
+template <typename T, bool Cplx>
+__global__ void __launch_bounds__(kThreads)
+    refit_low(const T* re, const T* im, const double* a1, const double* a2, const double* b1,
+              const double* b2, const unsigned char* exclude, long long total, int m, int n,
+              unsigned long long* low) {
+    constexpr int W = Cplx ? 3 : 1;
+    double best[W];
+    for (int w = 0; w < W; ++w) best[w] = EMUL_INF;
+    double q[3];
+    for (long long i = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; i < total;
+         i += static_cast<long long>(gridDim.x) * kThreads) {
+        ratios<T, Cplx>(re, im, a1, a2, b1, b2, exclude, i, m, n, q);
+        for (int w = 0; w < W; ++w)
+            if (q[w] > 0 && q[w] < best[w]) best[w] = q[w];
+    }
+    __shared__ double part[W][kThreads / 32];
+    for (int w = 0; w < W; ++w) {
+        double v = best[w];
+        for (int off = 16; off > 0; off >>= 1) v = fmin(v, __shfl_down_sync(0xffffffffu, v, off));
+        if ((threadIdx.x & 31) == 0) part[w][threadIdx.x >> 5] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < W) {
+        double v = EMUL_INF;
+        for (int k = 0; k < kThreads / 32; ++k) v = fmin(v, part[threadIdx.x][k]);
+        if (v < EMUL_INF) atomicMin(low + threadIdx.x, static_cast<unsigned long long>(__double_as_longlong(v)));
+    }
+}
+
+template <typename T, bool Cplx>
+__global__ void __launch_bounds__(kThreads)
+    refit_select(const T* re, const T* im, const double* a1, const double* a2, const double* b1,
+                 const double* b2, const unsigned char* exclude, long long total, int m, int n,
+                 const double* thr, int cap, unsigned long long* counts, long long* zero_idx,
+                 long long* cand_idx, double* cand_q) {
+    constexpr int W = Cplx ? 3 : 1;
+    double q[3];
+    for (long long i = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; i < total;
+         i += static_cast<long long>(gridDim.x) * kThreads) {
+        ratios<T, Cplx>(re, im, a1, a2, b1, b2, exclude, i, m, n, q);
+        for (int w = 0; w < W; ++w) {
+            if (q[w] == 0) {
+                unsigned long long s = atomicAdd(counts + 2 * w, 1ull);
+                if (s < static_cast<unsigned long long>(cap)) zero_idx[w * cap + s] = i;
+            } else if (q[w] <= thr[w]) {
+                unsigned long long s = atomicAdd(counts + 2 * w + 1, 1ull);
+                if (s < static_cast<unsigned long long>(cap)) {
+                    cand_idx[w * cap + s] = i;
+                    cand_q[w * cap + s] = q[w];
+                }
+            }
+        }
+    }
+}

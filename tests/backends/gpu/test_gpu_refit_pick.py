@@ -1,0 +1,71 @@
+"""The cupy backend's refit choice (``backends.cupy.refit.refit_pick``, ``src_cuda/refit_pick.cu``):
+the same entries as the generic ``refit.cancelled_entries`` on the same parts, real and complex
+(each part's measure too), float64 and float32 parts, entries taken from the native product,
+exact zeros and NaN; more candidates than the buffers hold send it back to the generic code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _gpu_helpers import require_gpu
+
+from emulinalg.algorithm import refit
+from emulinalg.algorithm.scaling import ozaki2_prescale
+from emulinalg.backends import numpy as npb
+from emulinalg.inputs import phi_matrix
+
+cp = require_gpu()
+
+import array_api_compat.cupy as cxp  # noqa: E402  (needs cupy)
+
+from emulinalg.backends.cupy import refit as cupy_refit  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def _case(dtype, batch, zeros, nan):
+    m, k, n = 70, 40, 52
+    cplx = dtype.startswith("complex")
+    a = phi_matrix(batch + (m, k), 1.0, dtype, seed=3)
+    b = phi_matrix(batch + (k, n), 1.0, dtype, seed=4)
+    c = np.matmul(a, b)
+    if zeros:
+        c[..., 5, :7] = 0  # exact zeros (the computed zeros' own pick)
+        if cplx:
+            c[..., 9, :] = c[..., 9, :].real  # a part exactly zero
+    if nan:
+        c[..., 3, 4] = np.nan
+    parts = [c.real, c.imag] if cplx else [c]
+    split = [a.real, a.imag if cplx else None, b.real, b.imag if cplx else None]
+    pre = ozaki2_prescale(np, npb.int_matmul, *(None if x is None else x.astype(np.float64)
+                                              for x in split), "accurate")  # fmt: skip
+    return [cp.ascontiguousarray(cp.asarray(p)) for p in parts], tuple(cp.asarray(v) for v in pre)
+
+
+@pytest.mark.parametrize("exclude", [False, True])
+@pytest.mark.parametrize("zeros,nan", [(False, False), (True, True)])
+@pytest.mark.parametrize("batch", [(), (3,)])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "complex128", "complex64"])
+def test_refit_pick_is_the_generic_choice(dtype, batch, zeros, nan, exclude):
+    parts, pre = _case(dtype, batch, zeros, nan)
+    ex = None
+    if exclude:
+        ex = cp.zeros(parts[0].shape, dtype=cp.bool_)
+        ex[..., ::7, ::5] = True
+    want = refit.cancelled_entries(cxp, parts, pre, ex)
+    got = cupy_refit.refit_pick(parts, pre, ex, False)
+    assert got is not None
+    if want is None:
+        assert got.shape[0] == 0
+    else:
+        assert got.dtype == cp.int64 and cp.array_equal(got, want), (got, want)
+    # the engine's route: the hook through cancelled_entries
+    hooked = refit.cancelled_entries(cxp, parts, pre, ex, hook=cupy_refit.refit_pick)
+    assert (hooked is None) == (want is None)
+
+
+def test_refit_pick_declines_beyond_its_buffers(monkeypatch):
+    parts, pre = _case("float64", (), True, False)
+    monkeypatch.setattr(cupy_refit, "CAP", 2)
+    assert cupy_refit.refit_pick(parts, pre, None, False) is None
+    assert cupy_refit.refit_pick(parts, pre, None, True) is None  # every entry: generic
