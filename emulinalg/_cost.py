@@ -120,20 +120,21 @@ _BUILTIN = {
     ),
     "cupy": CostModel(
         # H200, CUDA kernels of src_cuda/ (one-pass residues and CRT, statistics hooks) with
-        # the fused CUTLASS INT8 GEMM, also there (cuBLAS INT8 where it is not built), and the
-        # levels' refit of their most cancelled entries in generic code (the per-entry cost).
+        # the fused CUTLASS INT8 GEMM, also there (cuBLAS INT8 where it is not built), the
+        # levels' refit in the kernels (refit_pick, the entries by the backend's own product).
+        # Complex products: cuBLAS INT8 (3M), their statistics with the per-part check.
         # Fitted with split_complex=True (3M's own rates).
-        native_flops={"float64": 5.54e13, "float32": 5.37e13, "complex128": 5.28e13},
-        int_gemm_ops=1.35e15,
-        entry_seconds=8.56e-12,
-        stats_flops=4.31e14,
-        source="docs/benchmarks/h200/levels_16384_2026-12-01.jsonl",
+        native_flops={"float64": 5.51e13, "float32": 5.37e13, "complex128": 5.30e13},
+        int_gemm_ops=1.27e15,
+        entry_seconds=2.25e-12,
+        stats_flops=4.22e14,
+        source="docs/benchmarks/h200/levels_16384_2026-12-02.jsonl",
         complex_model=CostModel(
-            native_flops={"complex128": 5.28e13},
-            int_gemm_ops=1.30e15,
-            entry_seconds=1.79e-11,
-            stats_flops=1.76e14,
-            source="docs/benchmarks/h200/levels_16384_2026-12-01.jsonl",
+            native_flops={"complex128": 5.30e13},
+            int_gemm_ops=1.28e15,
+            entry_seconds=3.55e-12,
+            stats_flops=2.02e13,
+            source="docs/benchmarks/h200/levels_16384_2026-12-02.jsonl",
         ),
     ),
     "amx": CostModel(
@@ -190,12 +191,13 @@ class DeviceRates:
 
 
 # The device each built-in GPU model was fitted on, its rates measured as ``measure`` does
-# (docs/benchmarks/h200/: DGEMM/SGEMM/ZGEMM at N = 4096, cuBLAS INT8 GEMM, device copy).
+# (docs/benchmarks/h200/calibration_2026-12-02.jsonl: ``_calibration.measure`` on the H200;
+# the bandwidth there is the device copy's of the device notes, measure's byte copy was slow).
 FITTED_ON = {
     "cupy": DeviceRates(
         "NVIDIA H200",
-        {"float64": 5.54e13, "float32": 5.37e13, "complex128": 5.28e13},
-        int8_ops=1.40e15,
+        {"float64": 5.78e13, "float32": 4.83e13, "complex128": 6.13e13, "complex64": 5.30e13},
+        int8_ops=8.82e14,
         bandwidth=4.0e12,
     ),
 }
