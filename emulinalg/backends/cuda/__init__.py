@@ -43,6 +43,30 @@ MAX_WORDS = 6  # size of the __constant__ digit tables (n = 20 needs 5)
 RESIDUE_WORD_BITS = 16  # the residue kernel reduces |X| < 2**96 as six 16-bit words
 
 
+# The kernels of ozaki2_stats.cu, one NVRTC module (emulinalg/backends/cupy/kernels.py).
+STATS_KERNELS = (
+    tuple(
+        f"{k}<{t}, {c}>"
+        for k in ("line_max_exponent", "bound_operand")
+        for t in ("double", "float")
+        for c in ("false", "true")
+    )
+    + tuple(f"cert_operand<{c}>" for c in ("false", "true"))
+    + tuple(
+        name
+        for T in ("int", "long long")
+        for name in (
+            f"bound_max<{T}>",
+            f"cert_entries<{T}, false>",
+            f"cert_entries<{T}, true>",
+            f"refine_test<{T}, false>",
+            f"refine_test<{T}, true>",
+        )
+    )
+    + tuple(f"refine_suspects<{c}, {t}>" for c in ("false", "true") for t in ("double", "float"))
+)
+
+
 @cache
 def source_dir() -> Path:
     """The folder of the CUDA sources: ``emulinalg/src_cuda/`` in an installed wheel (pyproject's

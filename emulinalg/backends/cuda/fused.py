@@ -40,7 +40,7 @@ config = 0
 swizzle = 1
 raster = 0  # 0: heuristic, 1: along M, 2: along N
 
-_capable: dict = {}  # (cupy, device id) -> compute capability 9.0
+_capable: dict = {}  # (cupy, device id) -> compute capability ("90")
 _tables: dict = {}  # (cupy, device id, n, B) -> device int32 moduli per GEMM batch index
 _kernels: dict = {}  # (cupy, device id, expr) -> compiled CRT kernel
 
@@ -58,18 +58,26 @@ def available() -> bool:
     """Whether the fused kernels can run: ``emulinalg._cuda`` was built (CUDA, CUTLASS headers at
     build time), cupy imports, the current device has compute capability 9.0 (the module holds
     sm_90a code only) and ``EMULINALG_FUSED`` is not "0"."""
-    if not get_config().fused or _module() is None:
-        return False
+    return not why_unavailable()
+
+
+def why_unavailable() -> str:
+    """Why the fused kernels cannot run here ("" where they can; ``available``)."""
+    if not get_config().fused:
+        return "EMULINALG_FUSED=0"
+    if _module() is None:
+        return "emulinalg._cuda is not built (CUDA and CUTLASS headers at build time)"
     try:
         import cupy as cp
 
         dev = cp.cuda.Device()
         key = (id(cp), dev.id)  # id(cp): never a CPU stand-in's answer for the real cupy
         if key not in _capable:
-            _capable[key] = str(dev.compute_capability) == "90"
-        return _capable[key]
-    except Exception:
-        return False
+            _capable[key] = str(dev.compute_capability)
+        cc = _capable[key]
+    except Exception as e:
+        return f"no CUDA device: {e}"
+    return "" if cc == "90" else f"compute capability {cc[:-1]}.{cc[-1]}, the kernels are sm_90a"
 
 
 def _moduli_table(cp, n, B):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 
+from ..cuda import fused as _fused
 from . import certificate, gemm, kernels, products, refit, statistics
 from .certificate import ozaki2_certificate
 from .gemm import int_matmul, k_block, magnitude_lower_matmul, native_matmul
@@ -54,6 +55,7 @@ __all__ = [
     "ozaki2_certificate",
     "ozaki2_prescale",
     "ozaki2_product",
+    "plan_note",
     "products",
     "quiet",
     "refit",
@@ -69,6 +71,13 @@ block_entries = 1 << 26
 
 def quiet():
     return contextlib.nullcontext()  # cupy raises no floating-point warnings
+
+
+def plan_note():
+    """Every plan on this backend says where its real Scheme II INT8 GEMMs run when the fused
+    CUTLASS kernels cannot (the same bits through cuBLAS)."""
+    why = _fused.why_unavailable()
+    return f"cupy: Scheme II's INT8 GEMMs through cuBLAS (fused kernels off: {why})" if why else ""
 
 
 # line_scan, ozaki2_prescale and ozaki2_certificate read float32 operands as they are (the

@@ -77,29 +77,6 @@ def _i64(v):
     return np.int64(v)
 
 
-_STATS_NAMES = (
-    tuple(
-        f"{k}<{t}, {c}>"
-        for k in ("line_max_exponent", "bound_operand")
-        for t in ("double", "float")
-        for c in ("false", "true")
-    )
-    + tuple(f"cert_operand<{c}>" for c in ("false", "true"))
-    + tuple(
-        name
-        for T in ("int", "long long")
-        for name in (
-            f"bound_max<{T}>",
-            f"cert_entries<{T}, false>",
-            f"cert_entries<{T}, true>",
-            f"refine_test<{T}, false>",
-            f"refine_test<{T}, true>",
-        )
-    )
-    + tuple(f"refine_suspects<{c}, {t}>" for c in ("false", "true") for t in ("double", "float"))
-)
-
-
 def _stats_kernel(expr):
     """Kernel ``expr`` of ``ozaki2_stats.cu``; one NVRTC module holds all its kernels."""
     dev = cp.cuda.Device().id
@@ -114,7 +91,7 @@ def _stats_kernel(expr):
                 mod = cp.RawModule(
                     code=_cuda.source("ozaki2_stats.cu"),
                     options=("--std=c++17",),
-                    name_expressions=_STATS_NAMES,
+                    name_expressions=_cuda.STATS_KERNELS,
                 )
                 _modules[(dev, "ozaki2_stats.cu")] = mod
             fn = _modules[(dev, "ozaki2_stats.cu", expr)] = mod.get_function(expr)
