@@ -7,7 +7,7 @@
 // reused), so the output is bit-identical to the INT32 path. Reading n bytes per entry instead
 // of 4n is the point.
 //
-// Layout: res holds (NP, NMOD, B, mc, ldr) int8 (output parts: the real product, or Re and Im;
+// Layout: res holds (NP, NMOD, B, mc, ldr) int8 (the real product, Re and Im, or the 3M products;
 // moduli; batch; rows of this chunk; columns, ldr >= n apart); entry (b, i, j) of the chunk is
 // output row r0 + i of batch b. mu is (B, m_full), nu is (B, n), the outputs (B, m_full, n).
 //
@@ -33,8 +33,39 @@ __device__ __forceinline__ void accumulate_s8(const signed char* __restrict__ sr
   }
 }
 
+// The 3M products' residues W1, W2, W3 (planes 0, NMOD, 2 NMOD from src) of moduli L..NMOD-1
+// into Re = W1 - W2 and Im = W3 - W1 - W2, mod m_l, as ozaki2_crt.cu's accumulate combines its
+// INT32 sums (the same classes mod m_l, so the same symmetric residues and the same bits).
+template <int L, int NMOD, int NW>
+__device__ __forceinline__ void accumulate_s8_3m(const signed char* __restrict__ src,
+                                                 long long plane, long long (&acc)[2][NW],
+                                                 double (&qf)[2]) {
+  if constexpr (L < NMOD) {
+    constexpr int m = kModuli[L];
+    const int u0 = mod_pos<m>(__ldg(src + L * plane));
+    const int u1 = mod_pos<m>(__ldg(src + (NMOD + L) * plane));
+    const int u2 = mod_pos<m>(__ldg(src + (2 * NMOD + L) * plane));
+    int re = u0 - u1;  // T1 - T2
+    re += re < 0 ? m : 0;
+    int im = u2 - u0 - u1 + 2 * m;  // T3 - T1 - T2, in [2, 3m)
+    im -= im >= m ? m : 0;
+    im -= im >= m ? m : 0;
+    const int w[2] = {symmetric<m>(re), symmetric<m>(im)};
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+#pragma unroll
+      for (int i = 0; i < NW; ++i)
+        acc[p][i] = mad_wide(acc[p][i], w[p], emu_wdig[L * kDigitStride + i]);
+      qf[p] = __dadd_rn(qf[p], __dmul_rn(static_cast<double>(w[p]), emu_ratio[L]));
+    }
+    accumulate_s8_3m<L + 1, NMOD, NW>(src, plane, acc, qf);
+  }
+}
+
 }  // namespace
 
+// NP: the planes' parts, 1 (real), 2 (Re and Im residues) or 3 (the 3M products T1, T2, T3,
+// combined here into the two output parts).
 template <int NMOD, int NW, int NP>
 __global__ void __launch_bounds__(256)
     ozaki2_crt_s8(const signed char* __restrict__ res, long long plane, int B, int mc, int n,
@@ -50,6 +81,16 @@ __global__ void __launch_bounds__(256)
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
       const int off = -(mui + nu[static_cast<long long>(b) * n + j]);
       const long long idx = orow * n + j;
+      if constexpr (NP == 3) {
+        long long acc[2][NW];
+        double qf[2] = {0.0, 0.0};
+#pragma unroll
+        for (int i = 0; i < NW; ++i) acc[0][i] = acc[1][i] = 0;
+        accumulate_s8_3m<0, NMOD, NW>(res + row * ldr + j, plane, acc, qf);
+        finish<NW>(acc[0], qf[0], off, kind, out0, out1, idx);
+        finish<NW>(acc[1], qf[1], off, kind, out2, out3, idx);
+        continue;
+      }
 #pragma unroll 1
       for (int p = 0; p < NP; ++p) {  // one part at a time: one set of accumulators live
         long long acc[NW];
@@ -72,4 +113,5 @@ __global__ void __launch_bounds__(256)
 EMU_CRT_S8_INSTANCE(18, 5, 1)
 EMU_CRT_S8_INSTANCE(20, 5, 2)
 EMU_CRT_S8_INSTANCE(8, 3, 1)
+EMU_CRT_S8_INSTANCE(16, 4, 3)
 #endif

@@ -27,7 +27,9 @@ KERNELS = {
         f"ozaki2_crt<{n}, {cuda.crt_words(n)}, {c}>" for n in (2, 15, 20)
         for c in ("false", "true")
     ),
-    "ozaki2_crt_s8.cu": tuple(f"ozaki2_crt_s8<{n}, {cuda.crt_words(n)}, 1>" for n in (2, 15, 20)),
+    "ozaki2_crt_s8.cu": tuple(
+        f"ozaki2_crt_s8<{n}, {cuda.crt_words(n)}, {p}>" for n in (2, 15, 20) for p in (1, 3)
+    ),
     "bf16_lower.cu": ("bf16_lower",),
     "refit_pick.cu": tuple(
         f"{k}<{t}, {c}>" for k in ("refit_low", "refit_select") for t in ("double", "float")

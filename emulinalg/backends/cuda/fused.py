@@ -6,9 +6,9 @@ persistent warp-specialized schedule) over all moduli reduces the INT32 accumula
 in its epilogue and stores the symmetric residue as int8, and ``ozaki2_crt_s8.cu`` reconstructs
 from those bytes: a quarter of the product traffic, the same integers, so the same bits.
 
-- ``int8_mod_products(pa, pb, n)``: the residue planes of the products, or None where the fused
-  kernel does not apply (not built, no compute capability 9.0 device, complex 3M planes, K
-  beyond 2**16, empty shapes); the caller then keeps the cuBLAS path.
+- ``int8_mod_products(pa, pb, n)``: the residue planes of the products (complex: 3M's three
+  per modulus), or None where the fused kernel does not apply (not built, no compute capability
+  9.0 device, K beyond 2**16, empty shapes); the caller then keeps the cuBLAS path.
 - ``crt_s8(...)``: the CRT pass over those planes, with the arguments of
   ``emulinalg/backends/cupy/products.py``'s ``_crt``.
 - ``int32_products(pa, pb)``: the same GEMM with an identity epilogue (INT32 out, cuBLAS's
@@ -41,7 +41,7 @@ swizzle = 1
 raster = 0  # 0: heuristic, 1: along M, 2: along N
 
 _capable: dict = {}  # (cupy, device id) -> compute capability ("90")
-_tables: dict = {}  # (cupy, device id, n, B) -> device int32 moduli per GEMM batch index
+_tables: dict = {}  # (cupy, device id, n, B, P) -> device int32 moduli per GEMM batch index
 _kernels: dict = {}  # (cupy, device id, expr) -> compiled CRT kernel
 
 
@@ -80,12 +80,12 @@ def why_unavailable() -> str:
     return "" if cc == "90" else f"compute capability {cc[:-1]}.{cc[-1]}, the kernels are sm_90a"
 
 
-def _moduli_table(cp, n, B):
-    """int32 device array: m_l for GEMM batch index l * B + b (the planes' order)."""
-    key = (id(cp), cp.cuda.Device().id, n, B)
+def _moduli_table(cp, n, B, P=1):
+    """int32 device array: m_l for GEMM batch index (p * n + l) * B + b (the planes' order)."""
+    key = (id(cp), cp.cuda.Device().id, n, B, P)
     t = _tables.get(key)
     if t is None:
-        t = cp.asarray(np.repeat(np.asarray(MODULI[:n], dtype=np.int32), B))
+        t = cp.asarray(np.tile(np.repeat(np.asarray(MODULI[:n], dtype=np.int32), B), P))
         # queued on the current stream; later GEMMs may run on another one
         cp.cuda.get_current_stream().synchronize()
         _tables[key] = t
@@ -113,17 +113,18 @@ def int8_mod_products(pa, pb, moduli):
     MODULI[l]) in [-(m_l // 2), (m_l - 1) // 2] (``moduli.symmetric_mod``); ldc is n_p rounded
     up to 16 (TMA rows), columns n_p.. are not written.
 
-    One fused GEMM launch over all n * B matrices on the current stream. ``moduli`` is the count
-    n of ``ozaki2_product`` (the planes must hold that many). Returns None, without launching
-    anything, where the fused kernel does not apply: not ``available()``, complex (P = 3),
-    kp > 2**16, or an empty or unexpected shape. Only for residue planes: other INT8 GEMMs of
-    the backend (the prescale's bound operands) need ``_int8_products``' INT32 sums.
+    One fused GEMM launch over all P * n * B matrices on the current stream (P = 3: complex
+    3M's three products per modulus, combined by ``crt_s8``). ``moduli`` is the count n of
+    ``ozaki2_product`` (the planes must hold that many). Returns None, without launching
+    anything, where the fused kernel does not apply: not ``available()``, kp > 2**16, or an
+    empty or unexpected shape. Only for residue planes: other INT8 GEMMs of the backend (the
+    prescale's bound operands) need ``_int8_products``' INT32 sums.
     """
     if not available():
         return None
     import cupy as cp
 
-    if not _planes_ok(cp, pa, pb) or pa.shape[0] != 1:
+    if not _planes_ok(cp, pa, pb) or pa.shape[0] not in (1, 3):
         return None
     P, n, B, m, kp = pa.shape
     if kp > MAX_K or moduli != n or n > len(MODULI):
@@ -131,9 +132,9 @@ def int8_mod_products(pa, pb, moduli):
     n_p = pb.shape[-2]
     ldc = -(-n_p // _ALIGN) * _ALIGN
     out = cp.empty((P, n, B, m, ldc), dtype=cp.int8)
-    table = _moduli_table(cp, n, B)
+    table = _moduli_table(cp, n, B, P)
     _module().gemm_s8_mod_batched(
-        pa.data.ptr, pb.data.ptr, out.data.ptr, m, n_p, kp, kp, kp, ldc, n * B,
+        pa.data.ptr, pb.data.ptr, out.data.ptr, m, n_p, kp, kp, kp, ldc, P * n * B,
         m * kp, n_p * kp, m * ldc, table.data.ptr, 1, cp.cuda.get_current_stream().ptr,
         config, swizzle, raster,
     )  # fmt: skip
@@ -197,14 +198,15 @@ def _crt_kernel(cp, n, parts):
 
 def crt_s8(res, n, cplx, mu32, nu32, r0, outs, out_dtype):
     """Rows r0.. of the outputs from the INT8 residue planes ``res`` (NP, n, B, mc, ldr) of one
-    chunk (NP = 2, Re and Im, for complex): ``ozaki2_crt_s8.cu``. Arguments and result as
+    chunk (complex: NP = 2, the Re and Im residues, or NP = 3, 3M's three products as
+    ``int8_mod_products`` gives them): ``ozaki2_crt_s8.cu``. Arguments and result as
     ``emulinalg/backends/cupy/products.py``'s ``_crt`` (``outs``: the (B, m, n) output arrays,
     hi[, lo] per part, in part order); bit-identical to it on the same products."""
     import cupy as cp
 
     NP, nmod, B, mc, ldr = res.shape
-    parts = 2 if cplx else 1
-    if nmod != n or parts != NP or res.dtype != cp.int8:
+    parts = (2, 3) if cplx else (1,)
+    if nmod != n or NP not in parts or res.dtype != cp.int8:
         raise ValueError("crt_s8: planes do not match the moduli / parts")
     m_full, ncols = outs[0].shape[-2:]
     fn = _crt_kernel(cp, n, NP)

@@ -107,8 +107,9 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     per_part = 2 if out_dtype == "dd" else 1
     outs = [cp.empty((B, m, n), dtype=dt) for _ in range((2 if cplx else 1) * per_part)]
     nkb = -(-kp // _gemm._K_BLOCK)  # the K-blocks of _int8_products
-    # The fused CUTLASS GEMM (src_cuda/) writes INT8 residues: 1 byte per product entry, not 4.
-    fused_ok = not cplx and kp <= _fused.MAX_K and _fused.available()
+    # The fused CUTLASS GEMM (src_cuda/) writes INT8 residues: 1 byte per product entry, not 4
+    # (complex: 3M's three products per modulus, combined in the CRT pass).
+    fused_ok = kp <= _fused.MAX_K and _fused.available()
     row_bytes = P * moduli * B * (kp + (-(-n_p // 16) * 16 if fused_ok else 4 * nkb * n_p))
     rows = max(1, min(m, chunk_bytes // row_bytes))
     for r0 in range(0, m, rows):

@@ -96,27 +96,34 @@ def fake_native():
 
 
 @pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
-@pytest.mark.parametrize("cplx", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("planes", [1, pytest.param(2, marks=pytest.mark.slow), 3])
 @pytest.mark.parametrize(
     "n", [8, pytest.param(18, marks=pytest.mark.slow), pytest.param(20, marks=pytest.mark.slow)]
 )
-def test_crt_s8_equals_int32_crt(fake_native, monkeypatch, n, cplx, out_dtype):
+def test_crt_s8_equals_int32_crt(fake_native, monkeypatch, n, planes, out_dtype):
     """Same residues through ozaki2_crt_s8.cu (int8, padded rows) and ozaki2_crt.cu (int32):
-    identical bits, rows r0.. of a larger output, several batch entries."""
+    identical bits, rows r0.. of a larger output, several batch entries. ``planes``: a real
+    product (1), complex Re and Im residues (2), or complex 3M's three products (3, the fused
+    GEMM's complex output, combined in the kernel)."""
     from emulinalg.backends.cuda import fused
 
     be, cp = fake_native
     monkeypatch.setitem(sys.modules, "cupy", cp)
-    rng = np.random.default_rng(n + 2 * cplx)
+    cplx = planes > 1
+    rng = np.random.default_rng(n + 2 * planes)
     B, mc, ncols, ldr, m_full, r0 = 2, 5, 7, 16, 9, 3
-    NP = 2 if cplx else 1
+    NP = planes
     w = np.zeros((NP, n, B, mc, ldr), dtype=np.int8)
     for ell, m in enumerate(MODULI[:n]):
         w[:, ell] = rng.integers(-(m // 2), (m - 1) // 2, (NP, B, mc, ldr), endpoint=True)
     w[..., ncols:] = 77  # padding: never read
-    # INT32 "products" with the same residues: 3M (T1, T2, T3) = (Re, 0, Re + Im)
     t = w[..., :ncols].astype(np.int32)
-    prod = t[None, :1] if not cplx else np.stack([t[0], np.zeros_like(t[0]), t[0] + t[1]])[None]
+    if planes == 1:
+        prod = t[None, :1]
+    elif planes == 2:  # INT32 "products" with the same residues: (T1, T2, T3) = (Re, 0, Re + Im)
+        prod = np.stack([t[0], np.zeros_like(t[0]), t[0] + t[1]])[None]
+    else:  # the three products' residues as INT32 "products": the same classes mod m_l
+        prod = t[None]
     mu = rng.integers(-40, 40, (B, m_full)).astype(np.int32)
     nu = rng.integers(-40, 40, (B, ncols)).astype(np.int32)
     mu[0, r0] = 1100  # underflow / overflow ranges too
@@ -268,20 +275,27 @@ def test_fused_errors(gpu):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
 @pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
 @pytest.mark.parametrize("case", [((), 1, 1, 1), ((), 7, 68, 61), ((2,), 129, 257, 65),
                                   ((), 300, 1000, 200)], ids=str)  # fmt: skip
-def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out_dtype):
+def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out_dtype, cplx):
+    """Real products and complex 3M (three products per modulus in one fused launch, combined
+    in the INT8 CRT) bit for bit as the cuBLAS INT32 path."""
     from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.inputs import phi_matrix
 
     cp, _cuda, cb, fused = gpu
     batch, m, k, n = case
-    a = cp.asarray(phi_matrix(batch + (m, k), 1.0, "float64", seed=5))
-    b = cp.asarray(phi_matrix(batch + (k, n), 1.0, "float64", seed=6))
+    dt = "complex128" if cplx else "float64"
+    a = cp.asarray(phi_matrix(batch + (m, k), 1.0, dt, seed=5))
+    b = cp.asarray(phi_matrix(batch + (k, n), 1.0, dt, seed=6))
     import array_api_compat.cupy as cxp
 
-    pre = ozaki2_prescale(cxp, cb.int_matmul, a, None, b, None, "accurate")
+    ai = cp.ascontiguousarray(a.imag) if cplx else None
+    bi = cp.ascontiguousarray(b.imag) if cplx else None
+    a, b = cp.ascontiguousarray(a.real), cp.ascontiguousarray(b.real)
+    pre = ozaki2_prescale(cxp, cb.int_matmul, a, ai, b, bi, "accurate")
     # emulinalg/backends/cupy/products.py uses the fused GEMM + INT8 CRT where it applies: compare
     # with the cuBLAS INT32 path (fused switched off) and check the fused path really ran.
     calls = []
@@ -289,10 +303,10 @@ def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out
     monkeypatch.setattr(
         fused, "int8_mod_products", lambda *a_: calls.append(1) or mod_products(*a_)
     )
-    got = cb.ozaki2_product(a, None, b, None, 18, "accurate", out_dtype, pre)
+    got = cb.ozaki2_product(a, ai, b, bi, 18, "accurate", out_dtype, pre)
     assert calls
     monkeypatch.setattr(fused, "available", lambda: False)
-    want = cb.ozaki2_product(a, None, b, None, 18, "accurate", out_dtype, pre)
+    want = cb.ozaki2_product(a, ai, b, bi, 18, "accurate", out_dtype, pre)
     flat = lambda r: [x for p in r for x in (p if isinstance(p, tuple) else (p,))]  # noqa: E731
     for g, w in zip(flat(got), flat(want)):
         assert g.dtype == w.dtype and g.shape == w.shape
