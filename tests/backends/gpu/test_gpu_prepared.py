@@ -6,18 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _gpu_helpers import require_gpu
 
 import emulinalg
 from emulinalg import OzakiII
 from emulinalg.inputs import phi_matrix
 
-cp = pytest.importorskip("cupy", reason="cupy is not installed")
-try:
-    _ngpu = cp.cuda.runtime.getDeviceCount()
-except Exception as e:  # no driver / no device
-    pytest.skip(f"no CUDA device: {e}", allow_module_level=True)
-if _ngpu == 0:
-    pytest.skip("no CUDA device", allow_module_level=True)
+cp = require_gpu()
 
 pytestmark = pytest.mark.gpu
 
