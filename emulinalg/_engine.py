@@ -303,7 +303,10 @@ def _part_check(xp, backend, ar, ai, br, bi, level, family, real_name):
     def lower(xa, xb):
         return certificate.magnitude_lower(xp, st, xa, xb)
 
-    return complex_parts.part_check(xp, lower, st.int_matmul, ar, ai, br, bi, form)
+    def signed(xa, xb):
+        return certificate.signed_estimate(xp, st, xa, xb)
+
+    return complex_parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form)
 
 
 def _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name, out, performant,

@@ -25,7 +25,8 @@ member                      stage (reference implementation)
 ``ai, br, bi, prescale,``   ``certificate.certify_moduli``: ``(count, beyond[, patch])``
 ``target)``
 ``magnitude_lower_matmul``  a lower bound of a product of line-normalized magnitudes
-``(xa, xb)``                (float32 GEMM, rounding removed: ``certificate``)
+``(xa, xb)``                (float32 GEMM, rounding removed: ``certificate``); on operands of
+                            either sign, an estimate (``certificate.signed_estimate``)
 ``ozaki2_product(ar, ai,``  a whole Scheme II product (residues, modular products, CRT), same
 ``br, bi, moduli, mode,``   result as ``products.product`` bit for bit
 ``out_dtype, prescale)``

@@ -267,6 +267,24 @@ def magnitude_upper(xp, lower, k):
     return sums / (1.0 - _LOWER_REL) ** 2 * (1.0 + 2.0**-50)
 
 
+def signed_estimate(xp, backend, xa, xb):
+    """``s`` with ``|xa @ xb - s| <= signed_error(k) * (|xa| @ |xb|) + k 2**-131`` elementwise,
+    for operands of either sign with entries below 2 in magnitude, at ``magnitude_lower``'s cost:
+    the backend's ``magnitude_lower_matmul`` (bfloat16 truncation keeps the signs; its factor
+    is within the error) or its native GEMM of float32 roundings."""
+    hook = stages(backend).magnitude_lower_matmul
+    if hook is not None and xa.shape[-1] <= LOWER_K_MAX:
+        return xp.astype(hook(xa, xb), xp.float64)
+    f32 = [xp.astype(x, xp.float32) for x in (xa, xb)]
+    return xp.astype(backend.native_matmul(*f32), xp.float64)
+
+
+def signed_error(k):
+    """``signed_estimate``'s relative error bound: each operand's truncation (2**-7 of it), the
+    float32 sums' rounding in any order and the lower-bound factor (each (k + 2) 2**-22)."""
+    return 2.0 * _LOWER_REL + 3.0 * (k + 2) * 2.0**-22
+
+
 def summed_lower(s, q):
     """A lower bound of a sum of ``q`` non-negative lower bounds from their float64 sum ``s`` (in
     any order: (q - 1) u relative at most), as the dask layer sums ``magnitude_lower`` over

@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .certificate import magnitude_upper
+from .certificate import magnitude_upper, signed_error
 from .scaling import max_exponent
 from .xputil import dd_add, ldexp
 
@@ -117,25 +117,26 @@ def _stacked(xp, gemm, xa, xb):
     return s[..., :n], s[..., n:]
 
 
-def balanced(xp, lower, ar, ai, br, bi, form):
+def balanced(xp, lower, signed, ar, ai, br, bi, form):
     """Whether the balance of the parts alone shows every part of every entry fine (stage 0):
     with T = (|Ar| + |Ai|)(|Br| + |Bi|) = P_re + P_im and D = (|Ar| - |Ai|)(|Br| - |Bi|) =
-    P_re - P_im, each part's sums are P_p = (T +- D) / 2 >= (T - |D|) / 2, and |D| <=
-    ||Ar| - |Ai|| ||Br| - |Bi||: two GEMMs of the operands' size (``lower`` as in
-    ``stage_sums``, whose stacked GEMM is four times that), and every entry fine where
-    (T - |D|) / 2 >= T / slack, entries in all-zero lines (no term at all) included. False
-    says nothing: the stages decide."""
+    P_re - P_im, each part's sums are P_p = (T +- D) / 2 >= (T - |D|) / 2. T from ``lower`` (as
+    in ``stage_sums``) and D, of either sign, from ``signed`` (``certificate.signed_estimate``:
+    within ``signed_error`` of sum ||Ar| - |Ai|| ||Br| - |Bi|| <= T): two GEMMs of the operands'
+    size, where the stacked one of stage 1 is four times that. Every entry is fine where
+    (T - |D|) / 2 >= T / slack, entries in all-zero lines (no term at all) included. False says
+    nothing: the stages decide."""
     ea, eb = _line_exponents(xp, ar, ai, br, bi)
 
-    def sides(re, im, e):  # (|re| + |im|, ||re| - |im||), line-normalized: entries < 2
+    def sides(re, im, e):  # (|re| + |im|, |re| - |im|), line-normalized: |entries| < 2
         x, y = xp.abs(re), xp.abs(im)
-        return ldexp(xp, x + y, -e), ldexp(xp, xp.abs(x - y), -e)
+        return ldexp(xp, x + y, -e), ldexp(xp, x - y, -e)
 
     (ta, da), (tb, db) = sides(ar, ai, ea), sides(br, bi, eb)
     k = ar.shape[-1]
     t_lo = lower(ta, tb)
     t_hi = magnitude_upper(xp, t_lo, k)
-    d_hi = magnitude_upper(xp, lower(da, db), k)
+    d_hi = (xp.abs(signed(da, db)) + signed_error(k) * t_hi + k * 2.0**-131) * (1.0 + 2.0**-50)
     part_lo = (t_lo * (1.0 - 2.0**-52) - d_hi * (1.0 + 2.0**-52)) * (0.5 * (1.0 - 2.0**-50))
     fine = part_lo >= t_hi * ((1.0 + 2.0**-52) / form.slack)
     empty = xp.expand_dims(xp.max(ta, axis=-1) == 0, axis=-1) | xp.expand_dims(
@@ -215,17 +216,18 @@ def decide(xp, bounds, form, k, final):
     return PartCheck(True, " and ".join(names), share)
 
 
-def part_check(xp, lower, int_matmul, ar, ai, br, bi, form, materialize=None):
+def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=None):
     """``PartCheck`` of a complex product (``ar`` ... the finite float64 parts, (..., m, k) and
     (..., k, n); ``ai`` or ``bi`` may be all zero but not None): the sums' bounds, then, only
     where some part of some entry is not fine by them, the exact zeros and (native form) kappa
-    (module docstring). ``lower`` the backend's ``certificate.magnitude_lower``,
+    (module docstring). ``lower`` the backend's ``certificate.magnitude_lower``, ``signed`` its
+    ``certificate.signed_estimate``,
     ``int_matmul(x, y, bound)`` an exact integer GEMM, ``form`` the route's ``PartForm``;
     ``materialize(bounds)`` returns ``(namespace, bounds)`` to decide on (the dask layer computes
     its lazy bounds there; default: as they are)."""
     k = ar.shape[-1]
     done = materialize or (lambda bounds: (xp, bounds))
-    if balanced(xp, lower, ar, ai, br, bi, form):
+    if balanced(xp, lower, signed, ar, ai, br, bi, form):
         return PartCheck(False, stages=0)
     dxp, bounds = done(stage_sums(xp, lower, ar, ai, br, bi))
     res = decide(dxp, bounds, form, k, final=False)

@@ -278,7 +278,9 @@ def test_part_bounds_hold(phi, ratio):
         assert np.all((three.kappa[p] >= K[p] * 0.999) | (K[p] < 1e-15))
 
 
-@pytest.mark.parametrize("case", ["ordinary", "zero lines", "one part small", "disjoint"])
+@pytest.mark.parametrize(
+    "case", ["ordinary", "zero lines", "one part small", "disjoint", "phi 1, k 2048"]
+)
 def test_balance_of_the_parts_decides_only_what_holds(case):
     """``parts.balanced`` (stage 0) says every part of every entry is fine only where the exact
     sums say so (P_p >= T / slack for both parts), and says it for ordinary complex inputs,
@@ -294,6 +296,9 @@ def test_balance_of_the_parts_decides_only_what_holds(case):
         b[:, 7] = 0
     elif case == "one part small":
         a, b = small_part((40, 64, 30), "complex128", 1e-6, seed=5)
+    elif case == "phi 1, k 2048":  # heavier tails at large k: D cancels, the balance holds
+        a = phi_matrix((24, 2048), 1.0, "complex128", seed=13)
+        b = phi_matrix((2048, 16), 1.0, "complex128", seed=14)
     elif case == "disjoint":  # Re A only where Re B is zero: P_re = |Ai||Bi| << P_im at places
         mask = rng.random(64) < 0.5
         a = a.real * mask + 1j * a.imag
@@ -303,14 +308,56 @@ def test_balance_of_the_parts_decides_only_what_holds(case):
     def lower(x, y):
         return certificate.magnitude_lower(xp, npb, x, y)
 
-    got = parts.balanced(xp, lower, ar, ai, br, bi, form)
+    def signed(x, y):
+        return certificate.signed_estimate(xp, npb, x, y)
+
+    got = parts.balanced(xp, lower, signed, ar, ai, br, bi, form)
     P, _ = _exact_sums(ar, ai, br, bi)
     T = P[0] + P[1]
     holds = bool(np.all(np.minimum(P[0], P[1]) >= T / form.slack))
     assert got <= holds  # never claims what does not hold
-    assert got == (case in ("ordinary", "zero lines"))
-    check = parts.part_check(xp, lower, npb.int_matmul, ar, ai, br, bi, form)
+    assert got == (case in ("ordinary", "zero lines", "phi 1, k 2048"))
+    check = parts.part_check(xp, lower, signed, npb.int_matmul, ar, ai, br, bi, form)
     assert (check.stages == 0) == got
+
+
+def _bf16_hook(x, y):
+    """The GPU's magnitude_lower_matmul on the CPU: bfloat16 truncation toward zero (the low 16
+    bits of the float32 truncation dropped), float32 sums, times the lower-bound factor."""
+
+    def trunc(v):
+        f = v.astype(np.float32)
+        f = np.where(np.abs(f.astype(np.float64)) > np.abs(v), np.nextafter(f, np.float32(0)), f)
+        return (f.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+
+    c = np.matmul(trunc(x), trunc(y))
+    return c.astype(np.float64) * certificate.cert_constants(x.shape[-1]).factor
+
+
+@pytest.mark.parametrize("path", ["float32", "bfloat16"])
+@pytest.mark.parametrize("k", [1, 64, 3000])
+def test_signed_estimate_is_within_its_bound(path, k):
+    """``certificate.signed_estimate`` on operands of either sign (the balance's D), through
+    the native float32 GEMM and through a bfloat16 hook like the GPU's: within
+    ``signed_error(k)`` of |x||y| (plus its absolute term) of the exact sums."""
+    import types
+
+    rng = np.random.default_rng(k)
+    x = rng.uniform(-2, 2, (30, k)) * np.exp(rng.normal(0, 2, (30, k))) / 60
+    y = rng.uniform(-2, 2, (k, 20)) * np.exp(rng.normal(0, 2, (k, 20))) / 60
+    x, y = np.clip(x, -1.99, 1.99), np.clip(y, -1.99, 1.99)
+    x[0, :] = 1.0 + 2.0**-7 * (1 - 2.0**-20)  # the largest truncation loss
+    be = npb
+    if path == "bfloat16":
+        be = types.SimpleNamespace(
+            name="bf16", native_matmul=npb.native_matmul, magnitude_lower_matmul=_bf16_hook
+        )
+    s = certificate.signed_estimate(xp, be, x, y)
+    exact = np.array([[float(sum(Fraction(a) * Fraction(b) for a, b in zip(x[i], y[:, j])))
+                       for j in range(y.shape[1])] for i in range(x.shape[0])])  # fmt: skip
+    bound = certificate.signed_error(k) * (np.abs(x) @ np.abs(y)) + k * 2.0**-131
+    assert np.all(np.abs(exact - s) <= bound)
+    assert np.any(exact != s)  # an estimate indeed (the bound is bfloat16's: float32 is finer)
 
 
 def test_magnitude_upper_covers_bfloat16_truncation():

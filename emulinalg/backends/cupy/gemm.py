@@ -158,6 +158,7 @@ def magnitude_lower_matmul(xa, xb):
     (``CUDA_R_16BF`` inputs, FP32 output, ``CUBLAS_COMPUTE_32F``), and the FP32 sums scaled by
     ``1 - (k + 2) 2**-22`` in float64: every term is >= 0, so truncation only lowers the sum and
     the factor covers the accumulation's rounding in any rounding mode (0 where it is <= 0).
+    Operands of either sign are truncated toward zero too (``certificate.signed_estimate``).
     """
     k = xa.shape[-1]
     batch = tuple(np.broadcast_shapes(xa.shape[:-2], xb.shape[:-2]))

@@ -40,7 +40,7 @@ from emulinalg._planner import family, gemm_count, likely_faster, performant
 from emulinalg._precision import NATIVE, REAL_DTYPE, SCHEMES, OzakiII, level_for_dtype
 from emulinalg.algorithm import operands
 from emulinalg.algorithm import parts as complex_parts
-from emulinalg.algorithm.certificate import magnitude_lower
+from emulinalg.algorithm.certificate import magnitude_lower, signed_estimate
 from emulinalg.algorithm.xputil import dd_to_float32, make_complex
 
 from .blocks import _chunk_backend, _dtype_name
@@ -242,8 +242,11 @@ def _part_route(a, b, request, real_name, chunk_backend):
     def lower(xa, xb):
         return magnitude_lower(dxp, _BLOCKED, xa, xb)
 
+    def signed(xa, xb):
+        return signed_estimate(dxp, _BLOCKED, xa, xb)
+
     check = complex_parts.part_check(
-        dxp, lower, _exact_matmul, ar, ai, br, bi, form, materialize=materialize
+        dxp, lower, signed, _exact_matmul, ar, ai, br, bi, form, materialize=materialize
     )
     if pending:  # decided before any bounds were computed
         finite.append(bool(pending[0].compute()))
