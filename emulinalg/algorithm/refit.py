@@ -49,7 +49,7 @@ def refits_all(outputs, k):
     return outputs * k <= REFIT_ALL_WORK
 
 
-def cancel_ratios(xp, parts, prescale, exclude=None):
+def cancel_ratios(xp, parts, prescale, exclude=None, factors=None):
     """Per entry of the (..., m, n) output the ratios q_ij of its computed magnitudes to its line
     bound 2**-(s_i+t_j) sqrt(e_i f_j) >= (|A||B|)_ij, one array per measure: the modulus's (for a
     real result its magnitude), and for a complex result each part's too, in which an exact zero
@@ -58,8 +58,9 @@ def cancel_ratios(xp, parts, prescale, exclude=None):
     or ``exclude`` holds. ``parts`` are the result's real (and imaginary) parts, ``prescale``
     the lines' ``(s, t, e, f)``: any block of the output with its lines' values gives the same
     q. The per-line factors 2**s_i / sqrt(e_i) are applied in two halves, so that no product
-    leaves the float64 range for finite operands (q <= 1)."""
-    a1, a2, b1, b2 = line_factors(xp, prescale)
+    leaves the float64 range for finite operands (q <= 1). ``factors``: ``line_factors`` of the
+    prescale, when the caller has them (of the lines of a block of the output)."""
+    a1, a2, b1, b2 = line_factors(xp, prescale) if factors is None else factors
     q = None
     own = []
     for p in parts:  # each part scaled first: the modulus of the scaled parts stays in range

@@ -34,6 +34,7 @@ EMULATE = False  # run the scalar tile model instead of AMX (tests)
 
 quiet = _numpy_backend.quiet
 native_matmul = _numpy_backend.native_matmul
+refit_pick = _numpy_backend.refit_pick
 
 
 def _module():

@@ -13,6 +13,9 @@ import numpy as np
 
 from emulinalg import get_config
 
+# the refit's choice of entries by blocks of rows (the generic code's entries, fewer passes)
+from .host_refit import refit_pick as refit_pick
+
 name = "numpy"
 
 _F32_EXACT = 2**24
@@ -90,7 +93,6 @@ def quiet():
 
 def native_matmul(a, b):
     return np.matmul(a, b)
-
 
 
 # OpenBLAS's GEMM kernels add the products of a K-block in one FMA chain and the blocks' sums
