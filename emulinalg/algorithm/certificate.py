@@ -249,29 +249,37 @@ def magnitude_lower(xp, backend, xa, xb):
 
 
 # bfloat16 truncation keeps 8 significant bits: a truncated entry is above (1 - 2**-7) times the
-# entry, or below it by less than the smallest bfloat16 subnormal (the float32 rounding of the
-# hook-free path is finer on both counts).
+# entry, or below it by less than 2**-126 (the GPU's conversion flushes float32 subnormals to
+# zero, and its float32 products and sums may too: each loses less than 2**-126); the float32
+# rounding of the hook-free path is finer on both counts. Operands here have entries below 4.
 _LOWER_REL = 2.0**-7
-_LOWER_ABS = 2.0**-133
+_LOWER_ABS = 2.0**-126
+
+
+def lower_abs(k):
+    """The absolute part of ``magnitude_upper``'s and ``signed_estimate``'s bounds: per term
+    the flushed or truncated amounts of two entries below 4 (8 * 2**-126), and of the product."""
+    return 9 * k * _LOWER_ABS
 
 
 def magnitude_upper(xp, lower, k):
     """Elementwise upper bound of ``xa @ xb`` from ``lower = magnitude_lower(xp, backend, xa,
-    xb)`` (non-negative operands with entries <= 2, inner dimension ``k``), on any of its paths:
-    the truncation of the operands (bfloat16 at worst) and the rounding of the sums (the factor
-    and absolute term ``magnitude_lower`` took off) put back, rounded up."""
+    xb)`` (non-negative operands with entries below 4, inner dimension ``k``), on any of its
+    paths: the truncation of the operands (bfloat16 at worst, float32 subnormals flushed) and the
+    rounding of the sums (the factor and absolute term ``magnitude_lower`` took off) put back,
+    rounded up."""
     cc = cert_constants(k)
     if k > LOWER_K_MAX:  # float64 sums times native_factor
         return (lower + cc.native_abs_term) / cc.native_factor**2 * (1.0 + 2.0**-50)
-    sums = (lower + cc.abs_term) / cc.factor**2 + 4 * k * _LOWER_ABS
+    sums = (lower + cc.abs_term) / cc.factor**2 + lower_abs(k)
     return sums / (1.0 - _LOWER_REL) ** 2 * (1.0 + 2.0**-50)
 
 
 def signed_estimate(xp, backend, xa, xb):
-    """``s`` with ``|xa @ xb - s| <= signed_error(k) * (|xa| @ |xb|) + k 2**-131`` elementwise,
-    for operands of either sign with entries below 2 in magnitude, at ``magnitude_lower``'s cost:
-    the backend's ``magnitude_lower_matmul`` (bfloat16 truncation keeps the signs; its factor
-    is within the error) or its native GEMM of float32 roundings."""
+    """``s`` with ``|xa @ xb - s| <= signed_error(k) * (|xa| @ |xb|) + lower_abs(k)``
+    elementwise, for operands of either sign with entries below 4 in magnitude, at
+    ``magnitude_lower``'s cost: the backend's ``magnitude_lower_matmul`` (bfloat16 truncation
+    keeps the signs; its factor is within the error) or its native GEMM of float32 roundings."""
     hook = stages(backend).magnitude_lower_matmul
     if hook is not None and xa.shape[-1] <= LOWER_K_MAX:
         return xp.astype(hook(xa, xb), xp.float64)

@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .certificate import magnitude_upper, signed_error
+from .certificate import lower_abs, magnitude_upper, signed_error
 from .scaling import max_exponent
 from .xputil import dd_add, ldexp
 
@@ -128,15 +128,15 @@ def balanced(xp, lower, signed, ar, ai, br, bi, form):
     nothing: the stages decide."""
     ea, eb = _line_exponents(xp, ar, ai, br, bi)
 
-    def sides(re, im, e):  # (|re| + |im|, |re| - |im|), line-normalized: |entries| < 2
-        x, y = xp.abs(re), xp.abs(im)
-        return ldexp(xp, x + y, -e), ldexp(xp, x - y, -e)
+    def sides(re, im, e):  # (|re| + |im|, |re| - |im|), line-normalized first: |entries| < 4
+        x, y = ldexp(xp, xp.abs(re), -e), ldexp(xp, xp.abs(im), -e)
+        return x + y, x - y
 
     (ta, da), (tb, db) = sides(ar, ai, ea), sides(br, bi, eb)
     k = ar.shape[-1]
     t_lo = lower(ta, tb)
     t_hi = magnitude_upper(xp, t_lo, k)
-    d_hi = (xp.abs(signed(da, db)) + signed_error(k) * t_hi + k * 2.0**-131) * (1.0 + 2.0**-50)
+    d_hi = (xp.abs(signed(da, db)) + signed_error(k) * t_hi + lower_abs(k)) * (1.0 + 2.0**-50)
     part_lo = (t_lo * (1.0 - 2.0**-52) - d_hi * (1.0 + 2.0**-52)) * (0.5 * (1.0 - 2.0**-50))
     fine = part_lo >= t_hi * ((1.0 + 2.0**-52) / form.slack)
     empty = xp.expand_dims(xp.max(ta, axis=-1) == 0, axis=-1) | xp.expand_dims(
@@ -226,6 +226,8 @@ def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=
     ``materialize(bounds)`` returns ``(namespace, bounds)`` to decide on (the dask layer computes
     its lazy bounds there; default: as they are)."""
     k = ar.shape[-1]
+    if k == 0:  # no terms: every part exact
+        return PartCheck(False, stages=0)
     done = materialize or (lambda bounds: (xp, bounds))
     if balanced(xp, lower, signed, ar, ai, br, bi, form):
         return PartCheck(False, stages=0)
