@@ -114,18 +114,27 @@ def pick(xp, q, everything=False):
     if everything:
         idx = xp.nonzero(q < math.inf)[0]
         return idx if idx.shape[0] else None
-    zero = xp.nonzero(q == 0)[0][:REFIT_ENTRIES]
+    zero = xp.nonzero(q == 0)[0]
     pos = xp.where(q > 0, q, xp.inf)
     low = float(xp.min(pos)) if q.shape[0] else math.inf
-    idx = None
+    idx = zero[:0]
     if low < math.inf:
         idx = xp.nonzero(pos <= low * 2.0**REFIT_SPREAD_BITS)[0]
-        if idx.shape[0] > REFIT_ENTRIES:
-            order = xp.argsort(xp.take(q, idx), stable=True)
-            idx = xp.sort(xp.take(idx, order[:REFIT_ENTRIES]))
-    if zero.shape[0]:
-        idx = zero if idx is None else xp.sort(xp.concat([zero, idx]))
-    return idx
+    return chosen(xp, zero, idx, xp.take(q, idx))
+
+
+def chosen(xp, zero, idx, q):
+    """``pick``'s rule on what a pass over the ratios found (a backend's ``refit_pick`` applies
+    it too): ``zero`` the flat positions of the exact zeros, ``idx`` those of the nonzero
+    entries within the spread, both ascending, and ``q`` their ratios. The first REFIT_ENTRIES
+    zeros and the REFIT_ENTRIES smallest q (ties in flat order), ascending; None when none."""
+    zero = zero[:REFIT_ENTRIES]
+    if idx.shape[0] > REFIT_ENTRIES:
+        order = xp.argsort(q, stable=True)
+        idx = xp.sort(xp.take(idx, order[:REFIT_ENTRIES]))
+    if not (zero.shape[0] or idx.shape[0]):
+        return None
+    return xp.sort(xp.concat([zero, idx]))
 
 
 def union(xp, picks):

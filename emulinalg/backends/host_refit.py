@@ -61,10 +61,8 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
             cands[w].append((idx + base, q[idx]))
     picks = []
     for w in range(len(low)):
-        zero = np.concatenate(zeros[w])[: refit.REFIT_ENTRIES]
+        q = np.concatenate([c[1] for c in cands[w]])
         idx = np.concatenate([c[0] for c in cands[w]])
-        if idx.shape[0] > refit.REFIT_ENTRIES:  # the smallest q, ties in flat order
-            q = np.concatenate([c[1] for c in cands[w]])
-            idx = np.sort(idx[np.argsort(q, kind="stable")[: refit.REFIT_ENTRIES]])
-        picks.append(np.concatenate([zero, idx]))
-    return np.unique(np.concatenate(picks)).astype(np.int64)
+        picks.append(refit.chosen(xp, np.concatenate(zeros[w]), idx, q))
+    got = refit.union(xp, picks)
+    return np.zeros(0, dtype=np.int64) if got is None else got.astype(np.int64)

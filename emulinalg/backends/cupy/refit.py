@@ -32,7 +32,8 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
     if exclude is not None and (exclude.shape != re.shape or not exclude.flags.c_contiguous):
         return None
     m, n = re.shape[-2], re.shape[-1]
-    factors = _refit.line_factors(array_api_compat.array_namespace(re), prescale)
+    cxp = array_api_compat.array_namespace(re)
+    factors = _refit.line_factors(cxp, prescale)
     lines = (re.shape[:-2] + (m, 1),) * 2 + (re.shape[:-2] + (1, n),) * 2  # the batch spelled out
     a1, a2, b1, b2 = (cp.ascontiguousarray(cp.broadcast_to(v, sh), dtype=cp.float64).reshape(-1)
                       for v, sh in zip(factors, lines))  # fmt: skip
@@ -61,11 +62,8 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
     picks = []
     for w in range(W):
         nz, nc = int(got[2 * w]), int(got[2 * w + 1])
-        zero = cp.sort(zero_idx[w, :nz])[: _refit.REFIT_ENTRIES]
-        idx = cand_idx[w, :nc]
-        if nc > _refit.REFIT_ENTRIES:  # the smallest q, ties in flat order (as ``pick``)
-            order = cp.argsort(idx)
-            idx, q = idx[order], cand_q[w, :nc][order]
-            idx = idx[cp.argsort(q, kind="stable")[: _refit.REFIT_ENTRIES]]
-        picks.append(cp.concatenate([zero, idx]))
-    return cp.unique(cp.concatenate(picks))
+        order = cp.argsort(cand_idx[w, :nc])  # the buffers fill in any order
+        zero = cp.sort(zero_idx[w, :nz])
+        picks.append(_refit.chosen(cxp, zero, cand_idx[w, :nc][order], cand_q[w, :nc][order]))
+    chosen = _refit.union(cxp, picks)
+    return cp.zeros(0, dtype=cp.int64) if chosen is None else chosen
