@@ -19,6 +19,17 @@ RTOL = {
 }
 
 
+def graded_case(a, b, bits):
+    """``(a, b, ref, native)``: the operands made read-only (cached cases are shared), their exact
+    product and ``bits(accuracy)`` of numpy's native product on them."""
+    from emulinalg.reference import accuracy, exact_matmul
+
+    for x in (a, b):
+        x.setflags(write=False)
+    ref = exact_matmul(a, b)
+    return a, b, ref, bits(accuracy(np.matmul(a, b), a, b, ref))
+
+
 def nonfinite_mask(x):
     """True where any real component is NaN or infinite."""
     x = np.asarray(x)

@@ -36,6 +36,7 @@ from fractions import Fraction
 import array_api_compat.numpy as xp
 import numpy as np
 import pytest
+from _helpers import graded_case
 
 import emulinalg
 from emulinalg import _planner
@@ -76,10 +77,7 @@ def small_part(shape, dtype, ratio, seed, which="both"):
 @functools.cache
 def _case(shape, dtype, ratio, which="both"):
     a, b = small_part(shape, dtype, ratio, seed=int(-np.log10(ratio)) + 31 * shape[1], which=which)
-    for x in (a, b):
-        x.setflags(write=False)
-    ref = exact_matmul(a, b)
-    return a, b, ref, _bits(accuracy(np.matmul(a, b), a, b, ref))
+    return graded_case(a, b, _bits)
 
 
 def _bits(acc):
