@@ -220,7 +220,8 @@ def _emulate(
         family = _planner.family(family)
         if _planner.part_checked(request, ai is not None):
             with stage("statistics"):
-                check = _part_check(xp, backend, ar, ai, br, bi, request, family, real_name)
+                check = _part_check(xp, backend, ar, ai, br, bi, request, family, real_name,
+                                    exponents)  # fmt: skip
             if check.split:
                 return _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name,
                               out, performant, check)  # fmt: skip
@@ -294,9 +295,10 @@ def _emulate(
     return c, native_mask
 
 
-def _part_check(xp, backend, ar, ai, br, bi, level, family, real_name):
+def _part_check(xp, backend, ar, ai, br, bi, level, family, real_name, exponents=None):
     """``parts.PartCheck`` of a complex product at ``level`` on its route
-    (``_planner.part_form``), with the backend's integer GEMM and native product."""
+    (``_planner.part_form``), with the backend's integer GEMM and native product; the line
+    exponents of the backend's ``line_scan`` (``exponents``) where it made them."""
     st = stages(backend)
     form = _planner.part_form(level, family, ar.shape[-1], _outputs(ar, br), real_name, backend)
 
@@ -306,7 +308,27 @@ def _part_check(xp, backend, ar, ai, br, bi, level, family, real_name):
     def signed(xa, xb):
         return certificate.signed_estimate(xp, st, xa, xb)
 
-    return complex_parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form)
+    lines = _scanned_lines(xp, exponents, ar, br)
+    return complex_parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form,
+                                    lines=lines)  # fmt: skip
+
+
+def _scanned_lines(xp, exponents, ar, br):
+    """``line_scan``'s exponents ((B, m), (B, n); INT32_MIN for a zero line) as the part
+    check's line exponents ((..., m, 1), (..., 1, n) int64, 0 for a zero line), or None where
+    there are none or their batch is not the operands' own (a broadcast one)."""
+    if exponents is None:
+        return None
+    ea, eb = exponents[0], exponents[1]
+    m, n = ar.shape[-2], br.shape[-1]
+    if ea.size != math.prod(ar.shape[:-1]) or eb.size != math.prod(br.shape[:-2]) * n:
+        return None
+
+    def lines(e, shape):
+        e = xp.astype(xp.reshape(e, shape), xp.int64)
+        return xp.where(e == -(2**31), 0, e)
+
+    return lines(ea, ar.shape[:-2] + (m, 1)), lines(eb, br.shape[:-2] + (1, n))
 
 
 def _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name, out, performant,

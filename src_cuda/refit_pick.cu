@@ -7,8 +7,13 @@
 //                 bits order as the values), one atomic per block and measure
 //   refit_select  per measure the flat indices of the entries with q == 0, and of those with
 //                 0 < q <= thr (thr = low 2**REFIT_SPREAD_BITS) with their q, appended through
-//                 atomic counters (the host sorts them; a count above the buffer's capacity
-//                 sends the choice back to the generic code)
+//                 atomic counters (the host sorts them), and a histogram of the candidates'
+//                 log2(q / low) in kNarrowBins bins per bit: where a measure has more
+//                 candidates than the buffer holds (a complex result's modulus rarely
+//                 cancels, so many entries lie within the spread), the host narrows thr to a
+//                 bin edge that still holds the REFIT_ENTRIES smallest and runs it again
+//                 (refit.narrowed_threshold); more zeros than the buffer holds, or a narrowed
+//                 count still above it, send the choice back to the generic code
 //
 // Parts are (B, m, n) contiguous (T float or double); the line factors a1, a2 (B m) and
 // b1, b2 (B n) are refit.line_factors'; ``exclude`` (uint8, or null) marks entries taken from
@@ -17,6 +22,8 @@
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kNarrowBins = 8;   // bins per bit of q / low: refit.NARROW_BINS_PER_BIT
+constexpr int kHistBins = 64;    // REFIT_SPREAD_BITS * kNarrowBins
 #define EMUL_INF __longlong_as_double(0x7ff0000000000000LL)
 
 __device__ __forceinline__ double part_ratio(double p, double a1, double b1, double a2, double b2) {
@@ -82,9 +89,13 @@ template <typename T, bool Cplx>
 __global__ void __launch_bounds__(kThreads)
     refit_select(const T* re, const T* im, const double* a1, const double* a2, const double* b1,
                  const double* b2, const unsigned char* exclude, long long total, int m, int n,
-                 const double* thr, int cap, unsigned long long* counts, long long* zero_idx,
-                 long long* cand_idx, double* cand_q) {
+                 const double* thr, const double* low, int cap, unsigned long long* counts,
+                 long long* zero_idx, long long* cand_idx, double* cand_q,
+                 unsigned long long* hist) {
     constexpr int W = Cplx ? 3 : 1;
+    __shared__ unsigned int bins[W * kHistBins];  // this block's histogram, added once at the end
+    for (int k = threadIdx.x; k < W * kHistBins; k += kThreads) bins[k] = 0;
+    __syncthreads();
     double q[3];
     for (long long i = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; i < total;
          i += static_cast<long long>(gridDim.x) * kThreads) {
@@ -99,7 +110,13 @@ __global__ void __launch_bounds__(kThreads)
                     cand_idx[w * cap + s] = i;
                     cand_q[w * cap + s] = q[w];
                 }
+                int b = static_cast<int>(floor(log2(q[w] / low[w]) * kNarrowBins));
+                b = b < 0 ? 0 : (b >= kHistBins ? kHistBins - 1 : b);
+                atomicAdd(bins + w * kHistBins + b, 1u);
             }
         }
     }
+    __syncthreads();
+    for (int k = threadIdx.x; k < W * kHistBins; k += kThreads)
+        if (bins[k]) atomicAdd(hist + k, static_cast<unsigned long long>(bins[k]));
 }

@@ -92,16 +92,19 @@ class PartCheck(NamedTuple):
     stages: int = 1
 
 
-def _line_exponents(xp, ar, ai, br, bi):
-    """The complex line exponents of ``certificate.normalized``: (..., m, 1), (..., 1, n)."""
+def _line_exponents(xp, ar, ai, br, bi, lines=None):
+    """The complex line exponents of ``certificate.normalized``: (..., m, 1), (..., 1, n);
+    ``lines``: the same, made already (the backend's line scan), or None."""
+    if lines is not None:
+        return lines
     ea = xp.expand_dims(max_exponent(xp, ar, ai, axis=-1), axis=-1)
     eb = xp.expand_dims(max_exponent(xp, br, bi, axis=-2), axis=-2)
     return ea, eb
 
 
-def _magnitudes(xp, ar, ai, br, bi):
+def _magnitudes(xp, ar, ai, br, bi, lines=None):
     """The parts' magnitudes normalized by the complex line exponents (entries < 2)."""
-    ea, eb = _line_exponents(xp, ar, ai, br, bi)
+    ea, eb = _line_exponents(xp, ar, ai, br, bi, lines)
     na = [ldexp(xp, xp.abs(x), -ea) for x in (ar, ai)]
     return na, [ldexp(xp, xp.abs(x), -eb) for x in (br, bi)]
 
@@ -117,7 +120,7 @@ def _stacked(xp, gemm, xa, xb):
     return s[..., :n], s[..., n:]
 
 
-def balanced(xp, lower, signed, ar, ai, br, bi, form):
+def balanced(xp, lower, signed, ar, ai, br, bi, form, lines=None):
     """Whether the balance of the parts alone shows every part of every entry fine (stage 0):
     with T = (|Ar| + |Ai|)(|Br| + |Bi|) = P_re + P_im and D = (|Ar| - |Ai|)(|Br| - |Bi|) =
     P_re - P_im, each part's sums are P_p = (T +- D) / 2 >= (T - |D|) / 2. T from ``lower`` (as
@@ -125,8 +128,8 @@ def balanced(xp, lower, signed, ar, ai, br, bi, form):
     within ``signed_error`` of sum ||Ar| - |Ai|| ||Br| - |Bi|| <= T): two GEMMs of the operands'
     size, where the stacked one of stage 1 is four times that. Every entry is fine where
     (T - |D|) / 2 >= T / slack, entries in all-zero lines (no term at all) included. False says
-    nothing: the stages decide."""
-    ea, eb = _line_exponents(xp, ar, ai, br, bi)
+    nothing: the stages decide. ``lines``: ``_line_exponents``' result, when made already."""
+    ea, eb = _line_exponents(xp, ar, ai, br, bi, lines)
 
     def sides(re, im, e):  # (|re| + |im|, |re| - |im|), line-normalized first: |entries| < 4
         x, y = ldexp(xp, xp.abs(re), -e), ldexp(xp, xp.abs(im), -e)
@@ -145,12 +148,12 @@ def balanced(xp, lower, signed, ar, ai, br, bi, form):
     return bool(xp.all(fine | empty))
 
 
-def stage_sums(xp, lower, ar, ai, br, bi):
+def stage_sums(xp, lower, ar, ai, br, bi, lines=None):
     """``PartBounds`` of the sums (module docstring, stage 1): ``lower(xa, xb)`` is
     ``certificate.magnitude_lower`` of the backend (its lower bound of a product of non-negative
     operands with entries <= 2), the upper bounds ``certificate.magnitude_upper`` of it; which
     parts have no nonzero term is not known yet (``zero`` None)."""
-    na, nb = _magnitudes(xp, ar, ai, br, bi)
+    na, nb = _magnitudes(xp, ar, ai, br, bi, lines)
     lo = _stacked(xp, lower, na, nb)
     K = 2 * ar.shape[-1]
     return PartBounds(lo, tuple(magnitude_upper(xp, x, K) for x in lo), (None, None))
@@ -164,11 +167,11 @@ def exact_zeros(xp, int_matmul, ar, ai, br, bi, bounds):
     return bounds._replace(zero=tuple(c == 0 for c in counts))
 
 
-def with_kappa(xp, lower, ar, ai, br, bi, bounds):
+def with_kappa(xp, lower, ar, ai, br, bi, bounds, lines=None):
     """``bounds`` with ``kappa`` (stage 3, the native form): lower bounds of sqrt(k)
     ||terms_p||_2 from one more GEMM of the stacked squares (each square / 4 <= 1, rounded
     down: each term's square / 16)."""
-    na, nb = _magnitudes(xp, ar, ai, br, bi)
+    na, nb = _magnitudes(xp, ar, ai, br, bi, lines)
     quarter = 0.25 * (1.0 - 2.0**-52)
     sq = _stacked(xp, lower, [x * x * quarter for x in na], [x * x * quarter for x in nb])
     k = ar.shape[-1]
@@ -216,7 +219,8 @@ def decide(xp, bounds, form, k, final):
     return PartCheck(True, " and ".join(names), share)
 
 
-def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=None):
+def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=None,
+               lines=None):
     """``PartCheck`` of a complex product (``ar`` ... the finite float64 parts, (..., m, k) and
     (..., k, n); ``ai`` or ``bi`` may be all zero but not None): the sums' bounds, then, only
     where some part of some entry is not fine by them, the exact zeros and (native form) kappa
@@ -224,14 +228,15 @@ def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=
     ``certificate.signed_estimate``,
     ``int_matmul(x, y, bound)`` an exact integer GEMM, ``form`` the route's ``PartForm``;
     ``materialize(bounds)`` returns ``(namespace, bounds)`` to decide on (the dask layer computes
-    its lazy bounds there; default: as they are)."""
+    its lazy bounds there; default: as they are); ``lines``: the operands' complex line
+    exponents (``_line_exponents``), when the backend's line scan made them."""
     k = ar.shape[-1]
     if k == 0:  # no terms: every part exact
         return PartCheck(False, stages=0)
     done = materialize or (lambda bounds: (xp, bounds))
-    if balanced(xp, lower, signed, ar, ai, br, bi, form):
+    if balanced(xp, lower, signed, ar, ai, br, bi, form, lines):
         return PartCheck(False, stages=0)
-    dxp, bounds = done(stage_sums(xp, lower, ar, ai, br, bi))
+    dxp, bounds = done(stage_sums(xp, lower, ar, ai, br, bi, lines))
     res = decide(dxp, bounds, form, k, final=False)
     if res is not None and not res.split:
         return res
@@ -240,7 +245,7 @@ def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=
     if res is not None:
         return res._replace(stages=2)
     if form.native:
-        dxp, bounds = done(with_kappa(xp, lower, ar, ai, br, bi, bounds))
+        dxp, bounds = done(with_kappa(xp, lower, ar, ai, br, bi, bounds, lines))
     return decide(dxp, bounds, form, k, final=True)._replace(stages=3)
 
 

@@ -43,6 +43,31 @@ WORK_SHARE = 8
 PRODUCT_BLOCK = 512
 
 
+# A backend's one-pass choice (``refit_pick``) buffers the entries within the spread; where a
+# measure has more than its buffer holds it narrows the spread to a bin edge of log2(q / low),
+# in bins of 1/NARROW_BINS_PER_BIT bit, that still holds the REFIT_ENTRIES smallest
+# (``narrowed_threshold``)
+NARROW_BINS_PER_BIT = 8
+NARROW_BINS = REFIT_SPREAD_BITS * NARROW_BINS_PER_BIT
+
+
+def narrowed_threshold(low, hist, cap):
+    """A threshold thr <= low 2**REFIT_SPREAD_BITS such that the entries with 0 < q <= thr
+    hold the REFIT_ENTRIES smallest ratios (so ``chosen`` picks the same entries from them) and
+    about at most ``cap`` entries, or None where no bin edge does. ``low``: the smallest
+    positive q; ``hist``: the counts of the entries within the spread per bin
+    floor(log2(q / low) NARROW_BINS_PER_BIT), clamped to [0, NARROW_BINS - 1]. The edge is one
+    bin above the one where REFIT_ENTRIES are reached: a q that log2's rounding put in a lower
+    bin is still below it. The caller counts again below the threshold."""
+    cum = [0]
+    for h in hist:
+        cum.append(cum[-1] + int(h))
+    b = next((i for i in range(len(hist)) if cum[i + 1] >= REFIT_ENTRIES), None)
+    if b is None or b + 2 >= len(hist) or cum[b + 2] > cap:
+        return None
+    return float(low) * 2.0 ** ((b + 2) / NARROW_BINS_PER_BIT)
+
+
 def refits_all(outputs, k):
     """Whether a product of ``outputs`` entries (all batches) and inner dimension ``k``
     recomputes every entry (``REFIT_ALL_WORK``)."""

@@ -15,7 +15,10 @@ Each backend module provides the same small surface:
   the backend's kernels (same contracts as ``emulinalg.algorithm.scaling.ozaki2_prescale`` and
   ``emulinalg.algorithm.certificate.ozaki2_moduli_needed``; None declines); ``all_finite(x)``: the
   engine's NaN/Inf check; ``line_scan(ar, ai, br, bi)``: that check fused with the prescale's line
-  exponents, ``(finite, exponents)`` (the backend's prescale then takes ``exponents=``);
+  exponents, ``(finite, exponents)`` (the backend's prescale then takes ``exponents=``;
+  ``exponents`` is a pair of integer arrays (B, m) and (B, n), B the operands' batch, holding
+  floor(log2 max(|re|, |im|)) of A's rows and B's columns, INT32_MIN for a zero line: the
+  complex part check reads them too);
   ``narrow_statistics = True``: those three hooks also take float32 operands (float32 and
   complex64 inputs, read as they are: half the bytes of their float64 copies), with the results
   they give for the float64 copies; ``dask_mode = "dd"``: dask graphs over this backend's

@@ -1,6 +1,7 @@
-"""The refit's choice of entries in two passes over the output (``src_cuda/refit_pick.cu``):
-the same entries as ``emulinalg.algorithm.refit.cancelled_entries``, whose generic code makes
-a dozen elementwise passes and scans over the output for it."""
+"""The refit's choice of entries in two passes over the output (``src_cuda/refit_pick.cu``; a
+third where a measure has more entries within the spread than the buffers hold, as a complex
+result's modulus does): the same entries as ``emulinalg.algorithm.refit.cancelled_entries``,
+whose generic code makes a dozen elementwise passes and scans over the output for it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ _MAX_BLOCKS = 132 * 16  # grid-stride loops: a few waves of the H200's 132 SMs
 def refit_pick(parts, prescale, exclude=None, everything=False):
     """``refit.cancelled_entries(cupy, parts, prescale, exclude, everything)`` in the kernels:
     the flat indices to refit (possibly empty), or None to decline (a product that refits
-    every entry, non-contiguous parts, more than ``CAP`` zeros or candidates in a measure)."""
+    every entry, non-contiguous parts, more than ``CAP`` zeros in a measure, or more than ``CAP``
+    candidates that ``refit.narrowed_threshold`` cannot narrow)."""
     if everything or not kernels_enabled():
         return None
     re = parts[0]
@@ -54,9 +56,27 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
     zero_idx = cp.empty((W, CAP), dtype=cp.int64)
     cand_idx = cp.empty((W, CAP), dtype=cp.int64)
     cand_q = cp.empty((W, CAP), dtype=cp.float64)
+    hist = cp.zeros((W, _refit.NARROW_BINS), dtype=cp.uint64)
     fn = _kernel("refit_pick.cu", f"refit_select<{T}, {_tf(cplx)}>")
-    fn(grid, (_THREADS,), (*common, cp.asarray(thr), _i32(CAP), counts, zero_idx, cand_idx, cand_q))
-    got = counts.get()
+    low_d = low.view(cp.float64)
+
+    def select(thr):
+        counts.fill(0)
+        hist.fill(0)
+        fn(grid, (_THREADS,), (*common, cp.asarray(thr), low_d, _i32(CAP), counts, zero_idx,
+                               cand_idx, cand_q, hist))  # fmt: skip
+        return counts.get()
+
+    got = select(thr)
+    over = [w for w in range(W) if got[2 * w + 1] > CAP]
+    if over and got[0::2].max() <= CAP:  # candidates beyond the buffer: narrow the spread
+        bins = hist.get()
+        for w in over:
+            narrowed = _refit.narrowed_threshold(lows[w], bins[w], CAP)
+            if narrowed is None:
+                return None
+            thr[w] = min(thr[w], narrowed)
+        got = select(thr)
     if got.max() > CAP:
         return None
     picks = []

@@ -69,3 +69,21 @@ def test_refit_pick_declines_beyond_its_buffers(monkeypatch):
     monkeypatch.setattr(cupy_refit, "CAP", 2)
     assert cupy_refit.refit_pick(parts, pre, None, False) is None
     assert cupy_refit.refit_pick(parts, pre, None, True) is None  # every entry: generic
+
+
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+def test_refit_pick_narrows_a_wide_spread(dtype, monkeypatch):
+    """More candidates within the spread than the buffers hold (a complex result's modulus
+    rarely cancels, so a large share of its entries lie within 2**8 of the smallest ratio): the
+    spread narrowed to a bin edge (``refit.narrowed_threshold``) keeps the generic choice."""
+    parts, pre = _case(dtype, (3,), False, False)
+    want = refit.cancelled_entries(cxp, parts, pre, None)
+    q = refit.cancel_ratios(cxp, parts, pre)[0].reshape(-1)
+    low = float(cp.min(cp.where(q > 0, q, cp.inf)))
+    wide = int(cp.count_nonzero((q > 0) & (q <= low * 2.0**refit.REFIT_SPREAD_BITS)))
+    cap = 2 * refit.REFIT_ENTRIES
+    assert wide > 4 * cap  # the modulus's spread holds far more than the buffer
+    monkeypatch.setattr(cupy_refit, "CAP", cap)
+    got = cupy_refit.refit_pick(parts, pre, None, False)
+    assert got is not None and want is not None
+    assert cp.array_equal(got, want), (got, want)

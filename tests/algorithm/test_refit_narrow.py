@@ -1,0 +1,60 @@
+"""``refit.narrowed_threshold``: the spread of the refit's pick narrowed to a bin edge of
+log2(q / low) (what a backend's one-pass ``refit_pick`` does where its buffers are too small)
+still holds the REFIT_ENTRIES smallest ratios, so ``chosen`` picks what ``pick`` picks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from emulinalg.algorithm import refit
+
+
+def _bins(q, low, thr):
+    """The kernel's histogram (src_cuda/refit_pick.cu: refit_select) of 0 < q <= thr."""
+    c = q[(q > 0) & (q <= thr)]
+    b = np.floor(np.log2(c / low) * refit.NARROW_BINS_PER_BIT).astype(np.int64)
+    return np.bincount(np.clip(b, 0, refit.NARROW_BINS - 1), minlength=refit.NARROW_BINS)
+
+
+@pytest.mark.parametrize("dist", ["modulus", "part", "ties", "grid"])
+@pytest.mark.parametrize("seed", range(6))
+def test_narrowed_threshold_keeps_the_pick(dist, seed):
+    rng = np.random.default_rng(seed)
+    size = 50_000
+    if dist == "modulus":  # |x + iy|: few entries near 0, many within the spread
+        q = np.hypot(rng.standard_normal(size), rng.standard_normal(size))
+    elif dist == "part":
+        q = np.abs(rng.standard_normal(size))
+    elif dist == "ties":  # many equal ratios at the edge
+        q = rng.integers(1, 40, size).astype(np.float64)
+    else:  # ratios exactly on bin edges (log2 rounds either way), 1 + 3i of the i-th
+        q = np.repeat(2.0 ** (np.arange(64) / 8.0) * 1e-3, 1 + 3 * np.arange(64))
+        q = np.concatenate([rng.permutation(q), rng.uniform(1.0, 2.0, size)])
+    q[rng.integers(0, size, 20)] = np.inf
+    low = q[q > 0].min()
+    thr = low * 2.0**refit.REFIT_SPREAD_BITS
+    cap = 4 * refit.REFIT_ENTRIES + seed * 300
+    narrowed = refit.narrowed_threshold(low, _bins(q, low, thr), cap)
+    want = refit.pick(np, q)
+    if narrowed is None:  # only where no bin edge holds them within the cap
+        assert dist == "ties" or int(((q > 0) & (q <= thr)).sum()) <= cap
+        return
+    assert narrowed <= thr
+    sel = np.nonzero((q > 0) & (q <= narrowed))[0]
+    assert refit.REFIT_ENTRIES <= sel.shape[0] <= cap
+    got = refit.chosen(np, np.zeros(0, dtype=np.int64), sel, q[sel])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_narrowed_threshold_declines():
+    hist = np.zeros(refit.NARROW_BINS, dtype=np.int64)
+    assert refit.narrowed_threshold(1.0, hist, 1000) is None  # fewer than REFIT_ENTRIES
+    hist[0] = 10_000  # the smallest bin alone beyond the cap
+    assert refit.narrowed_threshold(1.0, hist, 1000) is None
+    hist[:] = 0
+    hist[refit.NARROW_BINS - 2] = 100  # reached only at the spread's last bins
+    assert refit.narrowed_threshold(1.0, hist, 1000) is None
+    hist[:] = 0
+    hist[3] = 100
+    assert refit.narrowed_threshold(2.0, hist, 1000) == 2.0 * 2.0 ** (5 / 8)
