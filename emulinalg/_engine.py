@@ -418,6 +418,7 @@ def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask
         exclude=native_mask, extra=both, cancelled=cancelled,
         product=None if backend is None else stages(backend).ozaki2_product,
         pick_hook=None if backend is None else stages(backend).refit_pick,
+        inplace=True,  # the product's own outputs
     )  # fmt: skip
     if patch is not None:
         plan.notes.append(

@@ -186,14 +186,15 @@ def cancelled_entries(xp, parts, prescale, exclude=None, everything=False, hook=
 
 
 def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, extra=None,
-          cancelled=True, product=None, pick_hook=None):  # fmt: skip
+          cancelled=True, product=None, pick_hook=None, inplace=False):  # fmt: skip
     """``parts`` (the product's real and imaginary parts, (..., m, n); "dd": (hi, lo) pairs) with
     the entries of ``cancelled_entries`` recomputed at ``MAX_MODULI`` moduli. ``ar``... are the
     finite float64 operands (..., m, k), (..., k, n) the product was computed from; ``extra``
     more flat indices to recompute (the certificate's patch), ``cancelled`` whether to add
     ``cancelled_entries``; ``product`` a backend's ``ozaki2_product`` (``recomputed``),
-    ``pick_hook`` its ``refit_pick`` (``cancelled_entries``). Returns the parts and the number of
-    entries recomputed."""
+    ``pick_hook`` its ``refit_pick`` (``cancelled_entries``); ``inplace``: the caller owns
+    ``parts`` (contiguous ones are written where they are, not copied). Returns the parts and the
+    number of entries recomputed."""
     idx = None
     plain = [p[0] if out_dtype == "dd" else p for p in parts]
     outputs = math.prod(plain[0].shape)
@@ -226,9 +227,9 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
     out = []
     for p, v in zip(parts, vals):
         if out_dtype == "dd":
-            out.append(tuple(_put(xp, x, idx, y) for x, y in zip(p, v)))
+            out.append(tuple(_put(xp, x, idx, y, inplace) for x, y in zip(p, v)))
         else:
-            out.append(_put(xp, p, idx, v))
+            out.append(_put(xp, p, idx, v, inplace))
     return tuple(out), int(idx.shape[0])
 
 
@@ -284,8 +285,9 @@ def _diagonals(xp, product, ar, ai, br, bi, prescale, mode, out_dtype):
     return tuple(xp.concat([blk[p] for blk in blocks]) for p in range(len(blocks[0])))
 
 
-def _put(xp, x, idx, v):
-    """``x`` with its flat entries ``idx`` replaced by ``v`` (a new array)."""
-    flat = xp.reshape(xp.asarray(x, copy=True), (-1,))
+def _put(xp, x, idx, v, inplace=False):
+    """``x`` with its flat entries ``idx`` replaced by ``v`` (a new array, or ``x`` itself where
+    ``inplace`` and its entries are contiguous)."""
+    flat = xp.reshape(x if inplace else xp.asarray(x, copy=True), (-1,))
     flat[idx] = xp.astype(v, flat.dtype)
     return xp.reshape(flat, x.shape)

@@ -58,3 +58,18 @@ def test_narrowed_threshold_declines():
     hist[:] = 0
     hist[3] = 100
     assert refit.narrowed_threshold(2.0, hist, 1000) == 2.0 * 2.0 ** (5 / 8)
+
+
+def test_put_copies_unless_in_place():
+    """The refit writes its values into a copy, or into the product's own output (``inplace``,
+    the engine's case: a second copy of the output per product is what it saves)."""
+    x = np.arange(12.0).reshape(3, 4)
+    idx = np.array([1, 6])
+    got = refit._put(np, x, idx, np.array([-1.0, -2.0]))
+    assert x[0, 1] == 1.0 and got[0, 1] == -1.0 and got[1, 2] == -2.0
+    same = refit._put(np, x, idx, np.array([-1.0, -2.0]), inplace=True)
+    np.testing.assert_array_equal(same, got)
+    assert np.shares_memory(same, x) and x[1, 2] == -2.0
+    xt = np.arange(12.0).reshape(4, 3).T  # not contiguous: a copy, the values the same
+    got = refit._put(np, xt, idx, np.array([-1.0, -2.0]), inplace=True)
+    assert got[0, 1] == -1.0 and got[1, 2] == -2.0 and got.shape == xt.shape
