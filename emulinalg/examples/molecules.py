@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 # Geometries in Ångström. Water: the experimental equilibrium (r = 0.9578 Å, 104.5°); benzene:
-# D6h with C-C 1.396 Å and C-H 1.083 Å.
+# D6h with C-C 1.396 Å and C-H 1.083 Å. Naphthalene and anthracene (bigger systems for the GPU,
+# 412 and 560 basis functions in cc-pVTZ): benzene's regular hexagons fused along x, D2h, every
+# C-C 1.396 Å and C-H 1.083 Å (idealized, not the equilibrium geometries).
 GEOMETRIES = {
     "water": "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692",
     "benzene": (
@@ -19,6 +21,22 @@ GEOMETRIES = {
         "C 0 -1.396 0; C -1.209 -0.698 0; C -1.209 0.698 0; "
         "H 0 2.479 0; H 2.147 1.240 0; H 2.147 -1.240 0; "
         "H 0 -2.479 0; H -2.147 -1.240 0; H -2.147 1.240 0"
+    ),
+    "naphthalene": (
+        "C -2.4179 -0.698 0; C -2.4179 0.698 0; C -1.209 -1.396 0; C -1.209 1.396 0; "
+        "C 0 -0.698 0; C 0 0.698 0; C 1.209 -1.396 0; C 1.209 1.396 0; "
+        "C 2.4179 -0.698 0; C 2.4179 0.698 0; "
+        "H -3.3558 -1.2395 0; H -3.3558 1.2395 0; H -1.209 -2.479 0; H -1.209 2.479 0; "
+        "H 1.209 -2.479 0; H 1.209 2.479 0; H 3.3558 -1.2395 0; H 3.3558 1.2395 0"
+    ),
+    "anthracene": (
+        "C -3.6269 -0.698 0; C -3.6269 0.698 0; C -2.4179 -1.396 0; C -2.4179 1.396 0; "
+        "C -1.209 -0.698 0; C -1.209 0.698 0; C 0 -1.396 0; C 0 1.396 0; "
+        "C 1.209 -0.698 0; C 1.209 0.698 0; C 2.4179 -1.396 0; C 2.4179 1.396 0; "
+        "C 3.6269 -0.698 0; C 3.6269 0.698 0; "
+        "H -4.5648 -1.2395 0; H -4.5648 1.2395 0; H -2.4179 -2.479 0; H -2.4179 2.479 0; "
+        "H 0 -2.479 0; H 0 2.479 0; H 2.4179 -2.479 0; H 2.4179 2.479 0; "
+        "H 4.5648 -1.2395 0; H 4.5648 1.2395 0"
     ),
 }
 
@@ -81,7 +99,8 @@ def integrals(molecule="water", basis="cc-pvdz", auxbasis=None):
     Parameters
     ----------
     molecule : str
-        A key of :data:`GEOMETRIES` ("water", "benzene") or a PySCF atom string in Ångström.
+        A key of :data:`GEOMETRIES` ("water", "benzene", "naphthalene", "anthracene") or a
+        PySCF atom string in Ångström.
     basis : str
         Orbital basis set, e.g. "cc-pvdz", "cc-pvtz".
     auxbasis : str, optional

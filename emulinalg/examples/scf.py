@@ -94,7 +94,12 @@ class _Recorder:
         out = getattr(self.xp, op)(*args, **kw)
         plan = emulinalg.last_plan()
         self.plans[name] = plan
-        entries = math.prod(plan.shape[:3]) if plan is not None and plan.shape else 0
+        if plan is None:
+            entries = 0
+        elif plan.shape:
+            entries = math.prod(plan.shape[:3])
+        else:  # a plan without the GEMM's shape (a library without an emulation backend)
+            entries = math.prod(getattr(out, "shape", ()))
         self.entries += entries
         if plan is not None:
             self.native_entries += entries if not plan.emulated else plan.native_entries

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import array_api_compat
+
 
 @dataclass(frozen=True)
 class Row:
@@ -169,6 +171,30 @@ def _native_by_product(plans):
     return out
 
 
+def _fallbacks(plans):
+    """``{name: reason}`` of the products of one Fock build whose plan took entries, or the
+    whole product, from the native product (``Plan.fallback``)."""
+    return {name: plan.fallback for name, plan in plans.items() if plan.fallback}
+
+
+def device_description(x):
+    """Where the array ``x`` (and the SCF on it) lives: the GPU's name for cupy arrays, else
+    this machine's CPU."""
+    if array_api_compat.is_cupy_array(x):
+        from emulinalg.harness.devices import DEVICES
+
+        return DEVICES["cupy"](None).description
+    return f"{platform.machine()} CPU ({platform.processor() or platform.system()})"
+
+
+def synchronize(x):
+    """Wait for the work queued on the device of array ``x`` (cupy's run asynchronously; the
+    host clock then sees it done); nothing for host arrays."""
+    sync = getattr(array_api_compat.device(x), "synchronize", None)
+    if callable(sync):
+        sync()
+
+
 def summarize_schemes(plans):
     """The schemes the products ran, collapsed: ``OzakiII(moduli=16..20, mode=accurate)``."""
     counts = {}
@@ -196,8 +222,8 @@ def run(
     Parameters
     ----------
     molecules : list of str, optional
-        ``"name"`` or ``"name/basis"`` (built-in names: "water", "benzene", or a PySCF atom
-        string); default: water.
+        ``"name"`` or ``"name/basis"`` (built-in names: "water", "benzene", "naphthalene",
+        "anthracene", or a PySCF atom string); default: water.
     precisions : list of str, optional
         Row filters as in ``python -m emulinalg demo --precision`` (the native row always runs);
         ``["all"]``: every row. Default: native, the float64 level and ``OzakiII(moduli=14)``.
@@ -221,8 +247,10 @@ def run(
         ``scheme_family``, ``schemes``, ``converged``, ``commutator`` (largest entry of the last
         orthogonal-basis ``FDS - SDF``), ``native_entry_fraction``, ``native_entries_last_build``
         (``{product: [native entries, entries]}`` of the last Fock build),
+        ``fallbacks_last_build`` (``{product: the plan's fallback reason}`` of those with one),
         ``pyscf_energy_hartree``, ``native_seconds``, ``nao``, ``naux``, ``auxbasis``,
-        ``device``, ``date``, ``command``.
+        ``device`` (the GPU for cupy arrays), ``date``, ``command``. ``seconds`` is the SCF's
+        wall time with the device's queued work waited for at both ends.
 
     Raises
     ------
@@ -246,7 +274,6 @@ def run(
         last[0] = time.perf_counter()
 
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    device = f"{platform.machine()} CPU ({platform.processor() or platform.system()})"
     command = " ".join(["python -m emulinalg", *sys.argv[1:]]) if sys.argv else ""
     records = []
     for molecule, mol_basis in _parse_molecules(molecules, basis):
@@ -256,6 +283,7 @@ def run(
             e_pyscf = mols.pyscf_energy(ints)
         args = [asarray(x) for x in (ints.hcore, ints.overlap, ints.cderi)]
         dm0 = asarray(ints.dm0)
+        device = device_description(dm0)
         native = None
         for row in _selected(precisions):
             label = row.label + (f" [{row.family}]" if row.family else "")
@@ -264,6 +292,7 @@ def run(
             if row.family:
                 settings["scheme"] = row.family
             with emulinalg.config(**settings), _Heartbeat(say, last) as heartbeat:
+                synchronize(dm0)
                 t0 = time.perf_counter()
                 res = rhf(
                     *args,
@@ -274,6 +303,7 @@ def run(
                     max_cycle=MAX_CYCLE,
                     callback=heartbeat,
                 )
+                synchronize(dm0)
                 seconds = time.perf_counter() - t0
             if native is None:
                 native = (res.energy, seconds)
@@ -295,6 +325,7 @@ def run(
                 "native_entries_last_build": {
                     k: list(v) for k, v in _native_by_product(res.plans).items()
                 },
+                "fallbacks_last_build": _fallbacks(res.plans),
                 "pyscf_energy_hartree": e_pyscf,
                 "native_seconds": native[1],
                 "nao": ints.nao,

@@ -95,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_words,
         action="append",
         metavar="NAME[/BASIS][,...]",
-        help="scf only: water, benzene or a PySCF atom string, optional basis (default water; "
-        "benzene/cc-pvdz takes minutes per emulated row on the CPU)",
+        help="scf only: water, benzene, naphthalene, anthracene or a PySCF atom string, "
+        "optional basis (default water; benzene/cc-pvdz takes minutes per emulated row on the "
+        "CPU; the larger ones are for the GPU)",
     )
     p.add_argument(
         "--basis",

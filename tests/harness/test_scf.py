@@ -252,3 +252,43 @@ def test_cli_demo_scf_json(capsys, native, pyscf_energy):
     assert abs(records[0]["energy_hartree"] - native.energy) <= 1e-12
     assert abs(records[0]["energy_hartree"] - pyscf_energy) <= HARTREE_TOL
     assert records[1]["schemes"] == "OzakiI(slices=7)"  # emulated: eager is the demo's default
+
+
+def test_demo_runs_on_another_array_library():
+    """scf_demo.run(asarray=...) as for cupy (issue #28), here with array_api_strict arrays
+    (no emulation backend: every product native, and counted so)."""
+    xs = pytest.importorskip("array_api_strict")
+    records = scf_demo.run(["water"], ["OzakiII(moduli=12"], asarray=xs.asarray)
+    assert [r["backend"] for r in records] == ["array_api_strict"] * 2
+    for r in records:
+        assert r["converged"] and r["abs_diff_hartree"] <= 1e-10
+        assert r["native_entry_fraction"] == 1.0  # the products' plans carry no GEMM shape
+        assert "no emulation" in r["fallbacks_last_build"]["K"]
+        assert "CPU" in r["device"]
+
+
+def test_demo_waits_for_the_arrays_device():
+    calls = []
+
+    class Device:
+        def synchronize(self):
+            calls.append(True)
+
+    class Array:  # array_api_compat.device() of an unknown array is its .device
+        device = Device()
+
+    scf_demo.synchronize(Array())
+    scf_demo.synchronize(np.ones(2))  # host arrays: nothing to wait for
+    assert calls == [True]
+
+
+def test_built_in_molecules_are_closed_shell_and_planar():
+    from pyscf import gto
+
+    sizes = {"water": 58, "benzene": 264, "naphthalene": 412, "anthracene": 560}
+    for name, nao in sizes.items():
+        mol = gto.M(atom=molecules.GEOMETRIES[name], basis="cc-pvtz", verbose=0)
+        assert mol.nelectron % 2 == 0 and mol.nao == nao, name
+        assert np.any(np.all(np.abs(mol.atom_coords()) < 1e-12, axis=0)), name  # a plane
+        r = np.linalg.norm(mol.atom_coords()[:, None] - mol.atom_coords()[None], axis=-1)
+        assert np.min(r + 10 * np.eye(mol.natm)) > 0.9 / 0.529177, name  # no atoms too close
