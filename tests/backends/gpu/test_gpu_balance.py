@@ -11,12 +11,12 @@ from _gpu_helpers import require_gpu
 
 from emulinalg._stages import stages
 from emulinalg.algorithm import certificate, parts
-from emulinalg.backends import cupy as cupy_backend
 
 cp = require_gpu()
 
 import array_api_compat.cupy as cxp  # noqa: E402  (needs cupy)
 
+from emulinalg.backends import cupy as cupy_backend  # noqa: E402
 from emulinalg.backends.cupy import balance  # noqa: E402
 
 pytestmark = pytest.mark.gpu
