@@ -26,11 +26,12 @@ def _operands(batch, k, ratio, seed):
     rng = np.random.default_rng(seed)
     m, n = 37, 29
 
-    def part(shape, scale):
-        return rng.standard_normal(shape) * scale * 2.0 ** rng.integers(-20, 20, shape[:-1] + (1,))
+    def parts_of(shape, lines):  # lines of A (rows) and B (columns) scaled apart, both parts
+        scale = 2.0 ** rng.integers(-20, 20, lines)
+        return (rng.standard_normal(shape) * scale, rng.standard_normal(shape) * ratio * scale)
 
-    ar, ai = part(batch + (m, k), 1.0), part(batch + (m, k), ratio)
-    br, bi = part(batch + (k, n), 1.0), part(batch + (k, n), ratio)
+    ar, ai = parts_of(batch + (m, k), batch + (m, 1))
+    br, bi = parts_of(batch + (k, n), batch + (1, n))
     ar[..., 3, :] = ai[..., 3, :] = 0.0  # a zero row of A
     br[..., :, 5] = bi[..., :, 5] = 0.0  # a zero column of B
     return [cp.asarray(x) for x in (ar, ai, br, bi)]
@@ -62,7 +63,9 @@ def test_fused_balance_is_the_generic_one(k, batch, ratio):
         assert balance.balance_fine(t_lo, s, terms, *empty) == want, (slack, want)
         decisions.append(want)
     assert not decisions[0]  # a part's sums are never all of T's at slack ~1
-    assert decisions[-1]  # and always within 1e30 of it here
+    # parts of one size pass at a large slack; a part 1e-3 of the other is within the signed
+    # estimate's error (about 1 %) of nothing: it never passes
+    assert decisions[-1] == (ratio == 1.0)
 
 
 def test_fused_balance_declines_what_it_does_not_take():

@@ -61,7 +61,7 @@ def test_coulomb_and_exchange_on_cupy_match_pyscf(water, eager):
 
 
 def test_demo_driver_runs_on_cupy():
-    records = scf_demo.run(["water"], ["OzakiII(moduli=14"], asarray=cp.asarray)
+    records = scf_demo.run(["water"], ["OzakiII(moduli=14, mode=accurate)"], asarray=cp.asarray)
     assert [r["precision"] for r in records] == ["native", "OzakiII(moduli=14, mode=accurate)"]
     for r in records:
         assert r["backend"] == "cupy" and r["converged"]
