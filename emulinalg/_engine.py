@@ -264,8 +264,13 @@ def _emulate(
             plan.fallback = f"{done}{count} entries beyond {scheme} computed natively{beyond_note}"
         else:
             native_mask = None
-    parts, rows = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name, prescale, exponents,
-                       sides)  # fmt: skip
+    parts, rows, workspace = _run(xp, backend, ar, ai, br, bi, scheme, out or real_name,
+                                  prescale, exponents, sides)  # fmt: skip
+    if workspace is not None:
+        plan.notes.append(
+            f"workspace: {workspace / 2**30:.3g} GiB of device memory besides the inputs and "
+            "output (residue planes and products, chunked by the backend; docs/limitations.md)"
+        )
     if rows < ar.shape[-2]:
         plan.notes.append(
             f"memory: the product in {-(-ar.shape[-2] // rows)} blocks of {rows} rows of A, its "
@@ -488,17 +493,19 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     stay bounded; the blocks are written into the output as they finish. Scaling that couples
     rows (Scheme II's column shifts) is computed once, on the whole A.
 
-    Returns ``(parts, rows)``: the parts (real[, imaginary]; with ``out_dtype="dd"`` each part
-    flattened into its (hi, lo) pair) and the rows per block (all of A's rows where the product
-    ran at once or in the backend's own kernels). A backend may run a whole Scheme II product
-    in its own kernels (``backend.ozaki2_product``, same contract and bit-identical output as
-    ``products.product``, on the whole operands; it returns None to decline).
+    Returns ``(parts, rows, workspace)``: the parts (real[, imaginary]; with ``out_dtype="dd"``
+    each part flattened into its (hi, lo) pair), the rows per block (all of A's rows where the
+    product ran at once or in the backend's own kernels) and the bytes the backend's own product
+    allocated besides inputs and output (its ``product_workspace``; None otherwise). A backend
+    may run a whole Scheme II product in its own kernels (``backend.ozaki2_product``, same
+    contract and bit-identical output as ``products.product``, on the whole operands; it
+    returns None to decline).
     ``sides``: the prepared operands' ``operands.SideUse``, which keep their line statistics
     and the residue planes of their last shifts (``residues.kept_planes``)."""
     m = ar.shape[-2]
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
         res = bf16.product(xp, backend, ar, ai, br, bi, scheme, out_dtype)
-        return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m
+        return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m, None
     backend = stages(backend)
     imm = backend.int_matmul
     fused = backend.ozaki2_product
@@ -510,7 +517,9 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
         # The backend's kernels bound their own memory: B's residues are made once.
         res = fused(ar, ai, br, bi, scheme.moduli, scheme.mode, out_dtype, prescale)
         if res is not None:
-            return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m
+            size = backend.product_workspace
+            ws = None if size is None else size(ar, ai, br, bi, scheme.moduli)
+            return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m, ws
     rows = block_rows(backend, ar, ai, br, out_dtype)
     b_planes = a_planes = None
     if isinstance(scheme, OzakiII):
@@ -538,13 +547,13 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
         if out_dtype == "dd":
             blk = tuple(x for part in blk for x in part)
         if rows >= m:
-            return blk, m
+            return blk, m, None
         if out is None:  # the whole output, filled block by block (no concatenation copy)
             shape = ar.shape[:-1] + (br.shape[-1],)
             out = tuple(xp.empty(shape, dtype=x.dtype, device=x.device) for x in blk)
         for o, x in zip(out, blk):
             o[..., sl, :] = x
-    return out, rows
+    return out, rows, None
 
 
 def _kept_planes(xp, ar, ai, br, bi, scheme, prescale, sides):

@@ -30,6 +30,8 @@ member                      stage (reference implementation)
 ``ozaki2_product(ar, ai,``  a whole Scheme II product (residues, modular products, CRT), same
 ``br, bi, moduli, mode,``   result as ``products.product`` bit for bit
 ``out_dtype, prescale)``
+``product_workspace(ar,``   the bytes ``ozaki2_product`` allocates besides its inputs and
+``ai, br, bi, moduli)``     output, for the plan (none)
 ``refit_pick(parts,``       the refit's entries, same result as ``refit.cancelled_entries``
 ``prescale, exclude,``      (an index array, possibly empty)
 ``everything)``
@@ -90,6 +92,7 @@ _OPTIONAL = (
     "ozaki2_certificate",
     "magnitude_lower_matmul",
     "ozaki2_product",
+    "product_workspace",
     "refit_pick",
     "balance_sides",
     "balance_fine",
@@ -115,6 +118,7 @@ class Stages:
     ozaki2_certificate: Callable | None = None
     magnitude_lower_matmul: Callable | None = None
     ozaki2_product: Callable | None = None
+    product_workspace: Callable | None = None
     refit_pick: Callable | None = None
     balance_sides: Callable | None = None
     balance_fine: Callable | None = None

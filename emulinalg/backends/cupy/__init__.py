@@ -35,7 +35,7 @@ from .balance import balance_fine, balance_sides
 from .certificate import ozaki2_certificate
 from .gemm import int_matmul, k_block, magnitude_lower_matmul, native_matmul
 from .kernels import kernels_enabled
-from .products import ozaki2_product
+from .products import ozaki2_product, product_workspace
 from .refit import refit_pick
 from .statistics import line_scan, ozaki2_prescale
 
@@ -62,6 +62,7 @@ __all__ = [
     "ozaki2_prescale",
     "ozaki2_product",
     "plan_note",
+    "product_workspace",
     "products",
     "quiet",
     "refit",

@@ -19,7 +19,19 @@ from .. import cuda as _cuda
 from ..cuda import fused as _fused
 from . import gemm as _gemm
 from .gemm import _int8_products
-from .kernels import _MAX_GRID_YZ, _THREADS, _i32, _i64, _kernel, _Operands, _tf, kernels_enabled
+from .kernels import (
+    _KP_ALIGN,
+    _MAX_GRID_YZ,
+    _NP_ALIGN,
+    _THREADS,
+    _ceil,
+    _i32,
+    _i64,
+    _kernel,
+    _Operands,
+    _tf,
+    kernels_enabled,
+)
 
 # Bytes of A residues and INT32 products held at once: larger row blocks are done in chunks of
 # rows (B's residues are made once per call).
@@ -78,6 +90,32 @@ def _shifts(prescale, c):
     return cp.asarray(mu), cp.asarray(nu)
 
 
+def _chunking(B, m, n_p, kp, moduli, P):
+    """(rows per chunk of A, bytes per row of A's chunk) of ``ozaki2_product``: A's residue planes
+    and the chunk's products (INT8 residues from the fused GEMM, else INT32 per K-block) held
+    at once stay below ``chunk_bytes``."""
+    fused_ok = kp <= _fused.MAX_K and _fused.available()
+    nkb = -(-kp // _gemm._K_BLOCK)  # the K-blocks of _int8_products
+    row_bytes = P * moduli * B * (kp + (-(-n_p // 16) * 16 if fused_ok else 4 * nkb * n_p))
+    return max(1, min(m, chunk_bytes // row_bytes)), row_bytes
+
+
+def product_workspace(ar, ai, br, bi, moduli):
+    """Device bytes ``ozaki2_product`` allocates besides its inputs and outputs for these
+    operands (``ar`` (..., m, k), ``br`` (..., k, n)): B's residue planes, made once, and one
+    chunk of A's planes with its products (``_chunking``); None where it would decline."""
+    if not kernels_enabled():
+        return None
+    B = 1
+    for d in ar.shape[:-2]:
+        B *= d
+    m, k, n = ar.shape[-2], ar.shape[-1], br.shape[-1]
+    kp, n_p = _ceil(k, _KP_ALIGN), _ceil(n, _NP_ALIGN)
+    P = 1 if ai is None else 3
+    rows, row_bytes = _chunking(B, m, n_p, kp, moduli, P)
+    return P * moduli * B * n_p * kp + rows * row_bytes
+
+
 def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     """Scheme II product in the CUDA kernels: same contract and bit-identical output as
     ``emulinalg.algorithm.products.product(cupy, int_matmul, ar, ai, br, bi, moduli, mode,
@@ -106,12 +144,10 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     dt = cp.float32 if out_dtype == "float32" else cp.float64
     per_part = 2 if out_dtype == "dd" else 1
     outs = [cp.empty((B, m, n), dtype=dt) for _ in range((2 if cplx else 1) * per_part)]
-    nkb = -(-kp // _gemm._K_BLOCK)  # the K-blocks of _int8_products
     # The fused CUTLASS GEMM (src_cuda/) writes INT8 residues: 1 byte per product entry, not 4
     # (complex: 3M's three products per modulus, combined in the CRT pass).
     fused_ok = kp <= _fused.MAX_K and _fused.available()
-    row_bytes = P * moduli * B * (kp + (-(-n_p // 16) * 16 if fused_ok else 4 * nkb * n_p))
-    rows = max(1, min(m, chunk_bytes // row_bytes))
+    rows, _ = _chunking(B, m, n_p, kp, moduli, P)
     for r0 in range(0, m, rows):
         r1 = min(m, r0 + rows)
         a_re, a_im = (None if x is None else x[:, r0:r1] for x in ops.a)
