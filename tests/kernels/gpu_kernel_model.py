@@ -40,13 +40,13 @@ def _shr(x, s):
 
 
 # ----------------------------------------------------------------------------------------------
-# residues (ozaki2_residues.cu: element_words, residue_of)
+# residues (ozaki2_residues.cu: entry_digits, the MMA's digit sums, reduce)
 # ----------------------------------------------------------------------------------------------
 
 
-def element_words(x, shift, nearest=False):
-    """(neg, w0..w5): sign and the six 16-bit words of |X| (< 2**96), X = x * 2**shift rounded
-    to nearest, ties to even (``nearest``), or toward zero."""
+def _magnitude(x, shift, nearest):
+    """(neg, lo, hi): sign and |X| = hi 2**64 + lo, X = x * 2**shift rounded to nearest, ties to
+    even (``nearest``), or toward zero (hi wraps beyond 2**128 as the kernel's shifts do)."""
     bits = np.ascontiguousarray(x, dtype=np.float64).view(U64)
     shift = np.asarray(shift, dtype=np.int64)
     neg = (bits >> U64(63)) != 0
@@ -71,58 +71,74 @@ def element_words(x, shift, nearest=False):
     d = np.clip(-e2, 1, 63)
     bias = _shl(1, d - 1) - U64(1) + (_shr(M, d) & U64(1))
     lo_neg = np.where(e2 > -64, _shr(M + np.where(nearest, bias, U64(0)), d), U64(0))
-    lo = np.where(pos, lo_pos, lo_neg)
-    hi = np.where(pos, hi_pos, U64(0))
-    lo32 = lo & U64(0xFFFFFFFF)
-    lh32 = lo >> U64(32)
-    hi32 = hi & U64(0xFFFFFFFF)
-    words = [
-        lo32 & U64(0xFFFF),
-        lo32 >> U64(16),
-        lh32 & U64(0xFFFF),
-        lh32 >> U64(16),
-        hi32 & U64(0xFFFF),
-        hi32 >> U64(16),
-    ]
-    return neg, words
+    return neg, np.where(pos, lo_pos, lo_neg), np.where(pos, hi_pos, U64(0))
 
 
-def residue_of(neg, words, m):
-    """Symmetric residue in [-(m//2), (m-1)//2] of the signed integer given by element_words."""
-    S = words[0].copy()
-    for i in range(1, 6):
-        S = S + words[i] * U64(pow(2, 16 * i, m))  # < 2**16 * (1 + 5 * 255) < 2**27 (u32)
-    assert int(S.max(initial=0)) < 1 << 32
-    u = (S % U64(m)).astype(np.int64)
-    v = np.where(neg, m - u, u)
-    return np.where(v > (m - 1) // 2, v - m, v)
+def entry_digits(x, shift, nearest=False):
+    """The kernel's four 32-bit words per entry (uint64 arrays): the 12 bytes of |X| mod 2**96,
+    complemented where x < 0, and the sign, so that sign(x) (|X| mod 2**96) = sum of byte k
+    times 2**(8k) for k < 12, plus the sign times 1 - 2**96."""
+    neg, lo, hi = _magnitude(x, shift, nearest)
+    flip = np.where(neg, U64(0xFFFFFFFF), U64(0))
+    w = [lo & U64(0xFFFFFFFF), lo >> U64(32), hi & U64(0xFFFFFFFF)]
+    return [v ^ flip for v in w] + [neg.astype(U64)]
 
 
-def residue_sum(rr, ri, m):
-    """Symmetric residue of rr + ri (both symmetric residues): one correction suffices."""
-    t = rr + ri
-    t = np.where(t > (m - 1) // 2, t - m, t)
-    return np.where(t < -(m // 2), t + m, t)
+def _symmetric(u, m):
+    return u - m if u > (m - 1) // 2 else u
+
+
+def digit_weights(m):
+    """The 16 int8 weights of modulus ``m`` (the MMA's A row): 2**(8k) mod m for the bytes
+    k < 12, (1 - 2**96) mod m for the sign byte, 0 for the rest; symmetric representatives."""
+    w = [_symmetric(pow(2, 8 * k, m), m) for k in range(12)]
+    return w + [_symmetric((1 - 2**96) % m, m), 0, 0, 0]
+
+
+def digit_sum(words, m):
+    """s = sum_k byte_k w_k (int64): the MMA's dot product of an entry's digit bytes with the
+    weights of ``m``, without the accumulator's start."""
+    s = np.zeros(np.shape(words[0]), dtype=np.int64)
+    for k, w in enumerate(digit_weights(m)):
+        if w:
+            s += ((words[k // 4] >> U64(8 * (k % 4))) & U64(0xFF)).astype(np.int64) * w
+    return s
+
+
+def reduce_sum(s, m):
+    """The residue byte (as int8) of a digit sum s (|s| < 2**22), as the kernel reduces it: q =
+    fma(f, rn(1/m), M) - M = rint(s rn(1/m)) (the product is exact inside the FMA; rn(1/m) = 0
+    for 256), the low byte of s - m q."""
+    s = np.asarray(s, dtype=np.int64)
+    assert np.abs(s).max(initial=0) < 2**22
+    inv = np.float32(0) if m == 256 else np.float32(1) / np.float32(m)
+    q = np.rint(s.astype(np.float64) * np.float64(inv)).astype(np.int64)  # exact product
+    return ((s - m * q) & 0xFF).astype(np.uint8).view(np.int8).astype(np.int64)
+
+
+def residue_of(words, m):
+    """Symmetric residue in [-(m//2), (m-1)//2] of the integer given by ``entry_digits``."""
+    return reduce_sum(digit_sum(words, m), m)
 
 
 def residue_planes(re, im, shift, moduli, rows_pad, kp, nearest=False):
     """Planes (P, n_mod, B, rows_pad, kp) int8 of the logical operand (B, R, C) (rows = lines
-    scaled by ``shift`` (B, R) and rounded as ``element_words``, C the contraction axis),
-    zero-padded: the kernel's output."""
+    scaled by ``shift`` (B, R) and rounded as ``entry_digits``, C the contraction axis),
+    zero-padded: the kernel's output (3M's third plane: the digit sums of re and im added)."""
     B, R, C = re.shape
     P = 1 if im is None else 3
     out = np.zeros((P, len(moduli), B, rows_pad, kp), dtype=np.int8)
     sh = np.broadcast_to(np.asarray(shift)[:, :, None], (B, R, C))
-    nr, wr = element_words(re, sh, nearest)
+    wr = entry_digits(re, sh, nearest)
     if im is not None:
-        ni, wi = element_words(im, sh, nearest)
+        wi = entry_digits(im, sh, nearest)
     for ell, m in enumerate(moduli):
-        rr = residue_of(nr, wr, m)
-        out[0, ell, :, :R, :C] = rr
+        sr = digit_sum(wr, m)
+        out[0, ell, :, :R, :C] = reduce_sum(sr, m)
         if im is not None:
-            ri = residue_of(ni, wi, m)
-            out[1, ell, :, :R, :C] = ri
-            out[2, ell, :, :R, :C] = residue_sum(rr, ri, m)
+            si = digit_sum(wi, m)
+            out[1, ell, :, :R, :C] = reduce_sum(si, m)
+            out[2, ell, :, :R, :C] = reduce_sum(sr + si, m)
     return out
 
 
