@@ -13,13 +13,13 @@
 //
 // Digits. |X| <= 2**82 (the scaling keeps max|x| * 2**(shift - s) < 2**6 and shift - s <=
 // floor(L) <= 76, see scaling.ozaki2_shifts); the kernel takes Y = sign(x) (|X| mod 2**96), which
-// is X there (and what earlier versions of this kernel wrote for any input). Its 13 digits d_k:
-// the 12 bytes of |X| mod 2**96, complemented when x < 0, and the sign bit, so that
-// Y = sum_{k<12} d_k 2**(8k) + d_12 (1 - 2**96) (complement: -A = ~A + 1 - 2**96 over 96 bits).
-// With the weights w_k = 2**(8k) mod m, w_12 = (1 - 2**96) mod m as symmetric int8 (|w| <= 127),
-// s = sum_k d_k w_k = Y (mod m), |s| <= 13 * 255 * 127 < 2**19: an int8 x uint8 dot product of
-// length 16 per entry and modulus, so one tensor-core MMA (mma.sync m16n8k16 s8 x u8 -> s32)
-// gives 16 moduli x 8 entries.
+// is X there (and what earlier versions of this kernel wrote for any input). With |X| mod 2**96 =
+// hi 2**52 + lo, its 14 digits d_k: the 7 bytes of lo, the 6 of hi, complemented when x < 0,
+// and the sign bit: Y = sum_{k<13} d_k v_k - d_13 C, v_k the bytes' place values and
+// C = sum_{k<13} 255 v_k (complement: -A = sum (255 - a_k) v_k - C). With the weights
+// w_k = v_k mod m, w_13 = -C mod m as symmetric int8 (|w| <= 127), s = sum_k d_k w_k = Y (mod m),
+// |s| <= 14 * 255 * 127 < 2**19: an int8 x uint8 dot product of length 16 per entry and modulus,
+// so one tensor-core MMA (mma.sync m16n8k16 s8 x u8 -> s32) gives 16 moduli x 8 entries.
 //
 // Reduction. The accumulator starts at 0x4B400000, the bits of M = 1.5 * 2**23, so the sum D is
 // the float M + s exactly (|s| < 2**22). f = D - M = s exactly, q = fma(f, rn(1/m), M) =
@@ -27,12 +27,12 @@
 // rint(s rn(1/m)) = rint(s/m): |s rn(1/m) - s/m| <= |s| 2**-24 / m < 1/(2m), while s/m lies at
 // least 1/(2m) from a half-integer (m odd). So r = s - m rint(s/m) in [-(m-1)/2, (m-1)/2], whose
 // byte is the low byte of D - m bits(q) (bits(M) = 0 mod 256). m = 256 has rn(1/m) = 0 here and
-// weights (1, 0, ..., 0, 1): the byte of s, Y mod 256. The 3M plane reduces s_re + s_im the same
-// way (|s| < 2**20). tests/kernels/test_gpu_kernel_model_products.py checks the reduction for
-// every s in range and every modulus.
+// weights (1, 0, ..., 0, 1 for the sign): the byte of s, Y mod 256. The 3M plane reduces
+// s_re + s_im the same way (|s| < 2**20). tests/kernels/test_gpu_kernel_model_products.py checks
+// the reduction for every s in range and every modulus.
 //
-// Work. A block walks tiles of 16 rows x 64 columns (grid x: 64-column units, grid y strides over
-// batch x 16-row tiles), loading the next tile's doubles into registers while it works on the
+// Work. Each block walks every gridDim.x-th tile of 16 rows x 64 columns (as many blocks as fit
+// on the device at once), loading the next tile's doubles into registers while it works on the
 // current one. Each thread turns 4 entries into their 16 digit bytes (one 16-byte slot in shared
 // memory, the slots of a row in MMA order); each warp then does 2 rows: per row 8 MMAs per 16
 // moduli, after which lane (g, q) holds the residues of entries 16q .. 16q + 15 for moduli g and
@@ -68,9 +68,16 @@ constexpr ModulusTable make_modulus_table() {
   ModulusTable t{};
   for (int l = 0; l < kMaxModuli; ++l) {
     const unsigned m = static_cast<unsigned>(kModuli[l]);
+    unsigned place[13] = {};  // the digit bytes' place values mod m: lo bytes, hi bytes
+    for (int k = 0; k < 7; ++k) place[k] = pow2mod(8 * k, m);
+    for (int k = 0; k < 6; ++k) place[7 + k] = pow2mod(52 + 8 * k, m);
+    unsigned c = 0;  // C = sum of 255 * place: the complemented digits' excess
     int wt[16] = {};
-    for (int k = 0; k < 12; ++k) wt[k] = symmetric_rep(pow2mod(8 * k, m), m);
-    wt[12] = symmetric_rep((1u + m - pow2mod(96, m)) % m, m);
+    for (int k = 0; k < 13; ++k) {
+      wt[k] = symmetric_rep(place[k], m);
+      c = (c + 255u * place[k]) % m;
+    }
+    wt[13] = symmetric_rep((m - c) % m, m);
     for (int i = 0; i < 4; ++i) {
       unsigned v = 0;
       for (int b = 0; b < 4; ++b) v |= (static_cast<unsigned>(wt[4 * i + b]) & 0xffu) << (8 * b);
@@ -84,12 +91,15 @@ constexpr ModulusTable make_modulus_table() {
 
 __constant__ ModulusTable kModulusTable = make_modulus_table();
 
-// The 16 digit bytes of entry x of a row with shift `shift` (see the top): X = x * 2**shift
-// rounded to nearest, ties to even (NEAR) or toward zero. x = (-1)^s M 2^E with an integer
-// M < 2**53, so |x| 2**shift = M 2**e2: M shifted left (an integer already) or right by -e2 bits
-// (rounding |x| 2**shift and then applying the sign is the same: both roundings are symmetric).
+// |X| mod 2**96 as hi 2**64 + lo (hi < 2**32), X = x * 2**shift rounded to nearest, ties to
+// even (NEAR) or toward zero, by integer shifts of the significand: any x and shift (the slow
+// path of entry_digits, and what every entry meant to earlier versions of this kernel).
+// x = (-1)^s M 2^E with an integer M < 2**53, so |x| 2**shift = M 2**e2: M shifted left (an
+// integer already) or right by -e2 bits (rounding |x| 2**shift and then applying the sign is
+// the same: both roundings are symmetric).
 template <bool NEAR>
-__device__ __forceinline__ uint4 entry_digits(double x, int shift) {
+__device__ __forceinline__ void magnitude_bits(double x, int shift, unsigned long long& lo,
+                                               unsigned& hi) {
   const unsigned long long bits = static_cast<unsigned long long>(__double_as_longlong(x));
   const int eb = static_cast<int>((bits >> 52) & 0x7ff);
   unsigned long long mant = bits & ((1ull << 52) - 1);
@@ -99,13 +109,14 @@ __device__ __forceinline__ uint4 entry_digits(double x, int shift) {
     e = eb - 1075;
   }
   const int e2 = e + shift;
-  unsigned long long lo = 0, hi = 0;  // |X| = hi * 2**64 + lo
+  unsigned long long h = 0;
+  lo = 0;
   if (e2 >= 0) {
     if (e2 < 64) {
       lo = mant << e2;
-      hi = e2 == 0 ? 0 : mant >> (64 - e2);
+      h = e2 == 0 ? 0 : mant >> (64 - e2);
     } else if (e2 < 128) {
-      hi = mant << (e2 - 64);
+      h = mant << (e2 - 64);
     }
   } else if (e2 > -64) {
     // Nearest: M + (half - 1) + (the kept part's lowest bit), shifted, carries exactly when the
@@ -115,13 +126,49 @@ __device__ __forceinline__ uint4 entry_digits(double x, int shift) {
     const unsigned long long bias = NEAR ? (1ull << (d - 1)) - 1 + ((mant >> d) & 1) : 0;
     lo = (mant + bias) >> d;
   }
+  hi = static_cast<unsigned>(h);
+}
+
+// 2**e as a double, -1022 <= e <= 1023.
+__device__ __forceinline__ double pow2(int e) {
+  return __longlong_as_double(static_cast<long long>(e + 1023) << 52);
+}
+
+// The 16 digit bytes of entry x of a row with shift `shift` (see the top): |X| mod 2**96 =
+// hi 2**52 + lo (lo <= 2**52, hi < 2**44) in bytes 0-6 (lo) and 7-12 (hi), complemented where
+// x < 0, and the sign in byte 13. Fast path, in float64: y = |x| 2**shift is exact (two exact
+// scalings; if y underflows, X = 0 either way), and below 2**96 hi = floor(y / 2**52) from the
+// binade of 2**104 (ulp 2**52, toward zero), lo = y - hi 2**52 (exact) rounded to an integer in
+// the binade of 2**52 (lo = 2**52 after rounding up shows as the next binade's bits: still
+// bits - bits(2**52)); hi 2**52 is even, so rounding lo is rounding y. Other entries (|X| >=
+// 2**96, inf, NaN, |shift| > 2044) take the integer path.
+template <bool NEAR>
+__device__ __forceinline__ uint4 entry_digits(double x, int shift) {
+  const unsigned long long bits = static_cast<unsigned long long>(__double_as_longlong(x));
   const unsigned neg = static_cast<unsigned>(bits >> 63);
+  const int a = shift >> 1;
+  const double y = __dmul_rn(__dmul_rn(fabs(x), pow2(a)), pow2(shift - a));
+  unsigned long long lo, hi;
+  if (static_cast<unsigned>(shift + 2044) <= 4090u && y < 0x1p96) {
+    const double z1 = __dadd_rz(y, 0x1p104);
+    const double f = __dadd_rn(y, __dadd_rn(0x1p104, -z1));
+    const double z0 = NEAR ? __dadd_rn(f, 0x1p52) : __dadd_rz(f, 0x1p52);
+    lo = static_cast<unsigned long long>(__double_as_longlong(z0)) - 0x4330000000000000ull;
+    hi = static_cast<unsigned long long>(__double_as_longlong(z1)) - 0x4670000000000000ull;
+  } else {
+    unsigned long long l;
+    unsigned h;
+    magnitude_bits<NEAR>(x, shift, l, h);
+    lo = l & ((1ull << 52) - 1);
+    hi = (l >> 52) | (static_cast<unsigned long long>(h) << 12);
+  }
   const unsigned flip = 0u - neg;
+  const unsigned hlo = static_cast<unsigned>(hi), hhi = static_cast<unsigned>(hi >> 32);
   uint4 r;
   r.x = static_cast<unsigned>(lo) ^ flip;
-  r.y = static_cast<unsigned>(lo >> 32) ^ flip;
-  r.z = static_cast<unsigned>(hi) ^ flip;
-  r.w = neg;
+  r.y = __byte_perm(static_cast<unsigned>(lo >> 32), hlo, 0x4210) ^ flip;  // lo 4-6, hi 0
+  r.z = __funnelshift_r(hlo, hhi, 8) ^ flip;                                 // hi 1-4
+  r.w = __byte_perm(hhi, neg, 0x3241) ^ (flip & 0xffu);                      // hi 5, sign
   return r;
 }
 
@@ -156,46 +203,63 @@ __device__ __forceinline__ int column_slot(int c) {
   return 8 * ((c & 15) >> 1) + 2 * (c >> 4) + (c & 1);
 }
 
-// Entry i (of 4) of this thread in a tile: its row and column (loads along the contiguous axis).
-__device__ __forceinline__ void entry_place(int i, int rows_contiguous, int& row, int& col) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (rows_contiguous) {  // 16 rows of 2 columns per warp and step
-    row = lane & 15;
-    col = 2 * (4 * warp + i) + (lane >> 4);
-  } else {  // 32 columns of one row per warp and step
-    row = 2 * warp + (i >> 1);
-    col = slot_column(32 * (i & 1) + lane);
-  }
-}
-
 // A tile: batch b, rows 16 rt .. 16 rt + 15, columns 64 cu .. 64 cu + 63.
 struct TilePos {
   unsigned cu, rt, b;
 };
 
-// The tile's entries of this thread (zeros outside R x C) and their rows' shifts.
+// This thread's 4 entries of every tile, loaded along the axis that is contiguous in memory:
+// entry i (h = i / 2, e = i % 2) at row row0 + h drow, column col0 + h dca + e dcb, slot
+// slot0 + h dsa + e dsb, element offset off0 + h da + e db from the tile's first entry.
+// Rows contiguous: 16 rows of 2 columns per warp and load; else 32 columns of one row.
+struct Entries {
+  int row0, col0, slot0, drow, dca, dcb, dsa, dsb;
+  long long off0, da, db;
+};
+
+__device__ __forceinline__ Entries entry_map(int rows_contiguous, long long sr, long long sc) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  Entries m;
+  if (rows_contiguous) {
+    m.row0 = lane & 15;
+    m.col0 = 8 * warp + (lane >> 4);
+    m.slot0 = column_slot(m.col0);
+    m.drow = 0, m.dca = 4, m.dcb = 2, m.dsa = 16, m.dsb = 8;  // (no wrap within 16 columns)
+  } else {
+    m.row0 = 2 * warp;
+    m.col0 = slot_column(lane);
+    m.slot0 = lane;
+    m.drow = 1, m.dca = 0, m.dcb = 8, m.dsa = 0, m.dsb = 32;
+  }
+  m.off0 = m.row0 * sr + m.col0 * sc;
+  m.da = m.drow * sr + m.dca * sc;
+  m.db = m.dcb * sc;
+  return m;
+}
+
+// The tile's entries of this thread (zeros outside R x C) and the shifts of their two rows.
 template <bool CPLX>
 __device__ __forceinline__ void load_entries(const double* __restrict__ re,
                                              const double* __restrict__ im, long long sb,
                                              long long sr, long long sc, int R, int C,
-                                             int rows_contiguous, const int* __restrict__ shift,
-                                             long long shift_sb, TilePos at,
-                                             double (&xr)[4], double (&xi)[4], int (&xs)[4]) {
-  const int b = static_cast<int>(at.b), r0 = static_cast<int>(at.rt) * kRows;
-  const int c0 = static_cast<int>(at.cu) * kCols;
+                                             const Entries& m, const int* __restrict__ shift,
+                                             long long shift_sb, TilePos at, double (&xr)[4],
+                                             double (&xi)[4], int (&xs)[2]) {
+  const int r0 = static_cast<int>(at.rt) * kRows + m.row0;
+  const int c0 = static_cast<int>(at.cu) * kCols + m.col0;
+  const long long o = at.b * sb + static_cast<long long>(static_cast<int>(at.rt) * kRows) * sr +
+                      static_cast<long long>(static_cast<int>(at.cu) * kCols) * sc + m.off0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    int row, col;
-    entry_place(i, rows_contiguous, row, col);
-    const int r = r0 + row, c = c0 + col;
-    xr[i] = 0.0;
-    xi[i] = 0.0;
-    xs[i] = 0;
-    if (r < R && c < C) {
-      const long long o = b * sb + r * sr + c * sc;
-      xr[i] = re[o];
-      if constexpr (CPLX) xi[i] = im[o];
-      xs[i] = shift[b * shift_sb + r];
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + h * m.drow;
+    xs[h] = r < R ? shift[at.b * shift_sb + r] : 0;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int i = 2 * h + e;
+      const long long oi = o + h * m.da + e * m.db;
+      const bool in = r < R && c0 + h * m.dca + e * m.dcb < C;
+      xr[i] = in ? re[oi] : 0.0;
+      if constexpr (CPLX) xi[i] = in ? im[oi] : 0.0;
     }
   }
 }
@@ -298,22 +362,21 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
   // The next tile's entries are loaded while this one is reduced, except for complex operands
   // with more than 16 moduli, where those registers would spill.
   constexpr bool kPrefetch = !(CPLX && NT > 1);
+  const Entries em = entry_map(rows_contiguous, sr, sc);
+  const int sdh = em.drow * kPitch + em.dsa;  // slots from entry i to i + 2
   double xr[4], xi[4];
-  int xs[4];
+  int xs[2];  // the shifts of entries 0, 1 and 2, 3
   if (kPrefetch && cur.b < static_cast<unsigned>(B))
-    load_entries<CPLX>(re, im, sb, sr, sc, R, C, rows_contiguous, shift, shift_sb, cur, xr, xi,
-                       xs);
+    load_entries<CPLX>(re, im, sb, sr, sc, R, C, em, shift, shift_sb, cur, xr, xi, xs);
   while (cur.b < static_cast<unsigned>(B)) {  // block-uniform
     if constexpr (!kPrefetch)
-      load_entries<CPLX>(re, im, sb, sr, sc, R, C, rows_contiguous, shift, shift_sb, cur, xr,
-                         xi, xs);
+      load_entries<CPLX>(re, im, sb, sr, sc, R, C, em, shift, shift_sb, cur, xr, xi, xs);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      int row, col;
-      entry_place(i, rows_contiguous, row, col);
-      const int s = rows_contiguous ? column_slot(col) : 32 * (i & 1) + lane;
-      slots[0][row][s] = entry_digits<NEAR>(xr[i], xs[i]);
-      if constexpr (CPLX) slots[NP - 1][row][s] = entry_digits<NEAR>(xi[i], xs[i]);
+      const int s = (i >> 1) * sdh + (i & 1) * em.dsb;
+      (&slots[0][em.row0][em.slot0])[s] = entry_digits<NEAR>(xr[i], xs[i >> 1]);
+      if constexpr (CPLX)
+        (&slots[NP - 1][em.row0][em.slot0])[s] = entry_digits<NEAR>(xi[i], xs[i >> 1]);
     }
     __syncthreads();
     TilePos next = cur;
@@ -329,8 +392,7 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
       ++next.b;
     }
     if (kPrefetch && next.b < static_cast<unsigned>(B))
-      load_entries<CPLX>(re, im, sb, sr, sc, R, C, rows_contiguous, shift, shift_sb, next, xr,
-                         xi, xs);
+      load_entries<CPLX>(re, im, sb, sr, sc, R, C, em, shift, shift_sb, next, xr, xi, xs);
     const int r0 = static_cast<int>(cur.rt) * kRows, c0 = static_cast<int>(cur.cu) * kCols;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) {

@@ -120,6 +120,20 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   return r;
 }
 
+// __funnelshift_r: the low word of (hi:lo) >> (s & 31).
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
+  return static_cast<unsigned>(((static_cast<unsigned long long>(hi) << 32) | lo) >> (s & 31));
+}
+
+// __dadd_rz: a + b rounded toward zero, from the nearest sum and its exact error (TwoSum; the
+// shim builds with -ffp-contract=off): a nearest sum beyond the exact one steps back toward 0.
+inline double __dadd_rz(double a, double b) {
+  const double s = a + b;
+  if (!std::isfinite(s)) return s;
+  const double bb = s - a, err = (a - (s - bb)) + (b - bb);
+  return (err != 0 && (err < 0) != (s < 0)) ? std::nextafter(s, 0.0) : s;
+}
+
 // mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 (ozaki2_residues.cu), c in every accumulator,
 // with the PTX ISA's fragment layouts (lane = 4 g + q): a0 = A[g][4q .. 4q + 3], a1 = A[g + 8][..]
 // (int8), b = B[4q .. 4q + 3][g] (uint8), d = D[g][2q], D[g][2q + 1], D[g + 8][2q],

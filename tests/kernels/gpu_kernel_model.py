@@ -45,8 +45,9 @@ def _shr(x, s):
 
 
 def _magnitude(x, shift, nearest):
-    """(neg, lo, hi): sign and |X| = hi 2**64 + lo, X = x * 2**shift rounded to nearest, ties to
-    even (``nearest``), or toward zero (hi wraps beyond 2**128 as the kernel's shifts do)."""
+    """(neg, lo, hi, e2 >= 0): sign and |X| = hi 2**64 + lo, X = x * 2**shift rounded to nearest,
+    ties to even (``nearest``), or toward zero (hi wraps beyond 2**128 as the kernel's shifts
+    do), and whether x 2**shift is an integer already (the significand shifted left)."""
     bits = np.ascontiguousarray(x, dtype=np.float64).view(U64)
     shift = np.asarray(shift, dtype=np.int64)
     neg = (bits >> U64(63)) != 0
@@ -71,17 +72,32 @@ def _magnitude(x, shift, nearest):
     d = np.clip(-e2, 1, 63)
     bias = _shl(1, d - 1) - U64(1) + (_shr(M, d) & U64(1))
     lo_neg = np.where(e2 > -64, _shr(M + np.where(nearest, bias, U64(0)), d), U64(0))
-    return neg, np.where(pos, lo_pos, lo_neg), np.where(pos, hi_pos, U64(0))
+    return neg, np.where(pos, lo_pos, lo_neg), np.where(pos, hi_pos, U64(0)), pos
 
 
 def entry_digits(x, shift, nearest=False):
-    """The kernel's four 32-bit words per entry (uint64 arrays): the 12 bytes of |X| mod 2**96,
-    complemented where x < 0, and the sign, so that sign(x) (|X| mod 2**96) = sum of byte k
-    times 2**(8k) for k < 12, plus the sign times 1 - 2**96."""
-    neg, lo, hi = _magnitude(x, shift, nearest)
-    flip = np.where(neg, U64(0xFFFFFFFF), U64(0))
-    w = [lo & U64(0xFFFFFFFF), lo >> U64(32), hi & U64(0xFFFFFFFF)]
-    return [v ^ flip for v in w] + [neg.astype(U64)]
+    """The kernel's four 32-bit words per entry (uint64 arrays): |X| mod 2**96 = hi 2**52 + lo,
+    lo's 7 bytes and hi's 6, complemented where x < 0, and the sign (bytes 0-6, 7-12, 13). hi is
+    floor(|x| 2**shift / 2**52), as the kernel's float64 path takes it: below 2**52 hi = 0 and lo
+    may be 2**52 where rounding carries."""
+    neg, lo, hi, whole = _magnitude(x, shift, nearest)
+    H = np.where(whole, (lo >> U64(52)) | ((hi & U64(0xFFFFFFFF)) << U64(12)), U64(0))
+    L = np.where(whole, lo & U64((1 << 52) - 1), lo)
+    m32 = U64(0xFFFFFFFF)
+    flip = np.where(neg, m32, U64(0))
+    return [
+        (L & m32) ^ flip,
+        ((L >> U64(32)) | ((H & U64(0xFF)) << U64(24))) ^ flip,
+        ((H >> U64(8)) & m32) ^ flip,
+        ((H >> U64(40)) ^ (flip & U64(0xFF))) | (neg.astype(U64) << U64(8)),
+    ]
+
+
+def digit_places():
+    """The digit bytes' place values (lo's 7 bytes, hi's 6 at 2**52) and C = sum 255 place: a
+    complemented digit d' = 255 - d, so -A = sum d'_k place_k - C."""
+    places = [2 ** (8 * k) for k in range(7)] + [2 ** (52 + 8 * k) for k in range(6)]
+    return places, 255 * sum(places)
 
 
 def _symmetric(u, m):
@@ -89,10 +105,10 @@ def _symmetric(u, m):
 
 
 def digit_weights(m):
-    """The 16 int8 weights of modulus ``m`` (the MMA's A row): 2**(8k) mod m for the bytes
-    k < 12, (1 - 2**96) mod m for the sign byte, 0 for the rest; symmetric representatives."""
-    w = [_symmetric(pow(2, 8 * k, m), m) for k in range(12)]
-    return w + [_symmetric((1 - 2**96) % m, m), 0, 0, 0]
+    """The 16 int8 weights of modulus ``m`` (the MMA's A row): the places mod m, -C mod m for
+    the sign byte, 0 for the last two; symmetric representatives."""
+    places, C = digit_places()
+    return [_symmetric(p % m, m) for p in places] + [_symmetric(-C % m, m), 0, 0]
 
 
 def digit_sum(words, m):

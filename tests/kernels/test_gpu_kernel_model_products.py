@@ -188,22 +188,23 @@ def _beyond_bound_cases(rng, count=200):
 
 @pytest.mark.parametrize("nearest", [False, True])
 def test_entry_digits_spell_the_integer_mod_2_96(nearest):
-    """The digits' value, sum_k byte_k 2**(8k) + sign (1 - 2**96), is sign(x) (|X| mod 2**96)
-    for every finite entry; the weights give it mod m."""
+    """The digits' value, sum_k byte_k place_k - sign C, is sign(x) (|X| mod 2**96) for every
+    finite entry; the weights give it mod m."""
     rng = np.random.default_rng(7)
     x1, s1 = rounding_cases(rng)
     x2, s2 = _beyond_bound_cases(rng)
     x, shift = np.concatenate([x1, x2]), np.concatenate([s1, s2])
     words = model.entry_digits(x, shift, nearest)
+    places, C = model.digit_places()
     for i in range(len(x)):
-        val = sum(int(words[w][i]) << (32 * w) for w in range(3)) + int(words[3][i]) * (1 - 2**96)
+        byte = [int(words[k // 4][i]) >> (8 * (k % 4)) & 0xFF for k in range(16)]
+        val = sum(b * p for b, p in zip(byte, places)) - byte[13] * C
         Y = abs(scaled_integer(x[i], shift[i], nearest)) % 2**96
-        assert val == (-Y if np.signbit(x[i]) else Y), (x[i], shift[i])
+        assert val == (-Y if np.signbit(x[i]) else Y) and byte[14:] == [0, 0], (x[i], shift[i])
     for m in MODULI:
         w = model.digit_weights(m)
-        assert all(-128 <= v <= 127 for v in w) and w[13:] == [0, 0, 0]
-        assert all((v - pow(2, 8 * k, m)) % m == 0 for k, v in enumerate(w[:12]))
-        assert (w[12] - (1 - 2**96)) % m == 0
+        assert all(-128 <= v <= 127 for v in w) and w[14:] == [0, 0]
+        assert all((v - p) % m == 0 for v, p in zip(w, places)) and (w[13] + C) % m == 0
         want = _symmetric(_wrapped_integers(x, shift, nearest), m).astype(np.int64)
         assert np.array_equal(model.residue_of(words, m), want)
 
@@ -214,18 +215,21 @@ def test_digit_sum_reduction_is_exact_for_every_sum():
     for every modulus."""
     for m in MODULI:
         w = model.digit_weights(m)
-        bound = 2 * (255 * sum(abs(v) for v in w[:12]) + abs(w[12]))  # re + im
+        bound = 2 * (255 * sum(abs(v) for v in w[:13]) + abs(w[13]))  # re + im
         assert bound < 2**22  # M + s exact in float32, |s| rn(1/m) error < 1/(2m)
         s = np.arange(-bound, bound + 1, dtype=np.int64)
         assert np.array_equal(model.reduce_sum(s, m), _symmetric(s, m)), m
 
 
 def _crafted_matrix(nearest, cols, seed):
-    """The crafted entries of ``rounding_cases`` as column 0 of a (N, cols) matrix, one shift per
-    row; column c > 0 holds another row's entry rescaled to this row's shift (its integer where
-    that is exact), zeros where the rescaling is not exact: ties, subnormals and huge integers
-    across every column position of the kernel's tiles."""
-    x, shift = rounding_cases(np.random.default_rng(seed))
+    """The crafted entries of ``rounding_cases`` and ``_beyond_bound_cases`` as column 0 of a
+    (N, cols) matrix, one shift per row; column c > 0 holds another row's entry rescaled to this
+    row's shift (its integer where that is exact), zeros where the rescaling is not exact: ties,
+    subnormals and huge integers across every column position of the kernel's tiles."""
+    rng = np.random.default_rng(seed)
+    x1, s1 = rounding_cases(rng)
+    x2, s2 = _beyond_bound_cases(rng, 60)
+    x, shift = np.concatenate([x1, x2]), np.concatenate([s1, s2])
     N = len(x)
     rng = np.random.default_rng(seed + 1)
     mat = np.zeros((N, cols))
@@ -269,12 +273,37 @@ def test_host_code_residue_kernel_rounds(cpu_backend, cplx, nearest, layout):
     Y = None if y is None else _wrapped_integers(y, sh, nearest)
     for ell, m in enumerate(MODULI):
         want = _symmetric(X, m).astype(np.int64)
-        assert np.array_equal(want[:, 0], _exact_residues(x[:, 0], shift, nearest, m))
+        small = np.abs(np.ldexp(x[:, 0], shift)) < 2.0**83  # X itself
+        exact = _exact_residues(x[small, 0], shift[small], nearest, m)
+        assert np.array_equal(want[small, 0], exact)
         assert np.array_equal(planes[0, ell, 0, :, :C], want), m
         if cplx:
             want_y = _symmetric(Y, m).astype(np.int64)
             assert np.array_equal(planes[1, ell, 0, :, :C], want_y), m
             assert np.array_equal(planes[2, ell, 0, :, :C], _symmetric(want + want_y, m)), m
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+def test_residue_kernel_special_entries_as_the_model(native_backend, cplx):
+    """Entries no scaling makes (inf, NaN, +-0, huge and subnormal x with shifts beyond +-2044,
+    integers beyond 2**96: the kernel's integer path) give the model's planes, which are those of
+    earlier versions of the kernel (sign(x) (|X| mod 2**96) of the significand's bits)."""
+    be, cp = native_backend
+    rng = np.random.default_rng(5)
+    special = [np.inf, -np.inf, np.nan, 0.0, -0.0, 5e-324, -5e-324, 2.0**1023, -1.5 * 2.0**1023]
+    pool = np.concatenate([special, rng.standard_normal(9) * 2.0 ** rng.integers(-60, 60, 9)])
+    rows, cols = 37, 21
+    x = rng.choice(pool, (1, rows, cols))
+    y = rng.choice(pool, (1, rows, cols)) if cplx else None
+    shifts = [-3000, -2045, -2044, -1100, 0, 40, 95, 1100, 1134, 2046, 2047, 3000]
+    shift = rng.choice(shifts, (1, rows)).astype(np.int32)
+    for nearest in (False, True):
+        planes = be.products._residue_planes(
+            cp.asarray(x), None if y is None else cp.asarray(y), (rows * cols, cols, 1), rows,
+            rows, cols, 32, cp.asarray(shift), rows, 20, nearest,
+        )  # fmt: skip
+        want = model.residue_planes(x, y, shift.astype(np.int64), MODULI, rows, 32, nearest)
+        assert np.array_equal(np.asarray(planes), want), nearest
 
 
 # (moduli, complex, nearest, (batch, m, k, n)): 16-row tiles and 64-column units with tails,
