@@ -40,7 +40,6 @@ _INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.(?:cuh|cu|h))"\s*$', re.MULTI
 
 WORD_BITS = 32  # word width of the CRT kernel's exact accumulator (balanced digits, int64 sums)
 MAX_WORDS = 6  # size of the __constant__ digit tables (n = 20 needs 5)
-RESIDUE_WORD_BITS = 16  # the residue kernel reduces |X| < 2**96 as six 16-bit words
 
 
 # The kernels of ozaki2_stats.cu, one NVRTC module (emulinalg/backends/cupy/kernels.py).
