@@ -72,6 +72,13 @@ inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __dsub_rn(double a, double b) { return a - b; }
 inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
+inline long long __double2ll_rn(double x) { return std::llrint(x); }  // RNE
+inline double __ll2double_rn(long long x) { return static_cast<double>(x); }  // RNE
+inline float __ll2float_rn(long long x) { return static_cast<float>(x); }     // RNE
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32);
+}
 inline double __dsqrt_rn(double a) { return std::sqrt(a); }  // correctly rounded (IEEE)
 inline float __double2float_rz(double x) {
   float f = static_cast<float>(x);

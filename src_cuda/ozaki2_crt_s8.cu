@@ -2,21 +2,43 @@
 // (emulinalg._cuda, src_cuda/), whose epilogue already reduced every product modulo m_l into
 // its symmetric residue W_l in [-(m_l / 2), (m_l - 1) / 2] and stored it as int8.
 //
-// Same arithmetic as ozaki2_crt.cu from there on (X = sum_l W_l weight_l in balanced 32-bit
-// digits, q from the float64 ratio sum, Y = X - qP, one correct rounding; its finish() is
-// reused), so the output is bit-identical to the INT32 path. Reading n bytes per entry instead
-// of 4n is the point.
+// The same integers as ozaki2_crt.cu (X = sum_l W_l weight_l, q = rint of the float64 ratio
+// sum in numpy's order without FMA, Y = X - qP, one correct rounding of Y 2**off), so the output
+// is bit-identical to the INT32 path; reading n bytes per entry instead of 4n is the point.
+// Differently computed, for instruction throughput:
+//   - X in float64 FMAs on balanced radix-2**42 digits of the weights (emu_wdig_f64,
+//     crt_f64_words(n) of them: 3 for 11..16 moduli): every partial sum is an integer below
+//     2**53, so exact (emulinalg.backends.cuda checks the bound per n), and the float64 w_l is
+//     shared with the quotient's w_l * ratio_l. qP is subtracted in the same digits.
+//   - Y's two's complement 64-bit words from the digits (one carry pass), then its top 64 bits
+//     rounded to odd (the rest as a sticky bit), converted by cvt.rn (RNE from >= 62 bits, so
+//     correct) and scaled by 2**off in the exponent field. Results outside the normal range
+//     (subnormal, overflow), and double-double outputs, go through ozaki2_crt.cu's integer path
+//     and finish() instead, entry by entry (crt_s8_exact: the previous kernel's code).
+//   - Four columns per thread: one 32-bit load per plane, vector stores.
 //
 // Layout: res holds (NP, NMOD, B, mc, ldr) int8 (the real product, Re and Im, or the 3M products;
 // moduli; batch; rows of this chunk; columns, ldr >= n apart); entry (b, i, j) of the chunk is
 // output row r0 + i of batch b. mu is (B, m_full), nu is (B, n), the outputs (B, m_full, n).
+// Any ldr and alignment work, but only ldr % 4 == 0 with a 4-byte aligned res (the fused
+// GEMM's 16-byte rows) takes the float64 path.
 //
 // Built together with ozaki2_crt.cu (its helpers and __constant__ tables): the include below is
 // inlined for NVRTC (emulinalg.backends.cuda.source) and resolved by nvcc for the standalone
 // check.
 #include "ozaki2_crt.cu"
 
+// Filled by the backend with ozaki2_crt.cu's tables (emulinalg/backends/cuda/__init__.py:
+// crt_f64_table_arrays): the weights' float64 digits [l][i] and P's.
+__constant__ double emu_wdig_f64[kMaxModuli * kF64DigitStride];
+__constant__ double emu_pdig_f64[kF64DigitStride];
+
 namespace {
+
+constexpr int kCols = 4;  // columns per thread (one 32-bit word per plane)
+
+// ---- the integer path (ozaki2_crt.cu's arithmetic): double-double outputs and the entries whose
+// result is outside the normal range
 
 // Adds W_l * weight_l to the words and W_l * ratio_l to the quotient estimate, l < NMOD; src
 // points at this entry in the part's first plane.
@@ -62,43 +84,332 @@ __device__ __forceinline__ void accumulate_s8_3m(const signed char* __restrict__
   }
 }
 
+// One entry, written by finish(): part p (NP = 3: both parts) of the entry at src in part 0's
+// first plane.
+template <int NMOD, int NW, int NP>
+__device__ __forceinline__ void crt_s8_exact(const signed char* __restrict__ src, long long plane,
+                                             int p, int off, int kind, void* out0, void* out1,
+                                             void* out2, void* out3, long long idx) {
+  if constexpr (NP == 3) {
+    long long acc[2][NW];
+    double qf[2] = {0.0, 0.0};
+#pragma unroll
+    for (int i = 0; i < NW; ++i) acc[0][i] = acc[1][i] = 0;
+    accumulate_s8_3m<0, NMOD, NW>(src, plane, acc, qf);
+    finish<NW>(acc[0], qf[0], off, kind, out0, out1, idx);
+    finish<NW>(acc[1], qf[1], off, kind, out2, out3, idx);
+  } else {
+    long long acc[NW];
+    double qf = 0.0;
+#pragma unroll
+    for (int i = 0; i < NW; ++i) acc[i] = 0;
+    accumulate_s8<NMOD, NW>(src + p * NMOD * plane, plane, acc, qf);
+    finish<NW>(acc, qf, off, kind, p == 0 ? out0 : out2, p == 0 ? out1 : out3, idx);
+  }
+}
+
+// ---- the float64 path
+
+// Byte t of x, sign-extended (one prmt).
+__device__ __forceinline__ int sbyte(unsigned x, int t) {
+#ifdef __CUDA_ARCH__
+  int r;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(x), "r"(0x8880 + 0x1111 * t));
+  return r;
+#else
+  return static_cast<signed char>(x >> (8 * t));
+#endif
+}
+
+// Byte t of x as a float64 (cvt.s8 reads the low byte: no separate sign extension).
+__device__ __forceinline__ double sbyte_f64(unsigned x, int t) {
+#ifdef __CUDA_ARCH__
+  double d;
+  asm("cvt.rn.f64.s8 %0, %1;" : "=d"(d) : "r"(x >> (8 * t)));
+  return d;
+#else
+  return static_cast<signed char>(x >> (8 * t));
+#endif
+}
+
+// Term l of one entry: w weight_l into the digits, numpy's qf + w ratio_l (two roundings, never
+// an FMA; the first term alone: 0 + x differs from x only in a zero's sign, which rint ignores).
+template <int KW>
+__device__ __forceinline__ void add_term(int l, double w, double (&acc)[KW], double& qf) {
+  const double r = __dmul_rn(w, emu_ratio[l]);
+  qf = l == 0 ? r : __dadd_rn(qf, r);
+#pragma unroll
+  for (int i = 0; i < KW; ++i) {
+    const double d = emu_wdig_f64[l * kF64DigitStride + i];
+    acc[i] = l == 0 ? __dmul_rn(w, d) : __fma_rn(w, d, acc[i]);
+  }
+}
+
+// Real parts: the residues of the kCols entries packed 4 to a word, one word per modulus.
+template <int NMOD, int KW>
+__device__ __forceinline__ void accumulate_f64(const unsigned (&raw)[NMOD],
+                                               double (&acc)[kCols][KW], double (&qf)[kCols]) {
+#pragma unroll
+  for (int l = 0; l < NMOD; ++l) {
+#pragma unroll
+    for (int t = 0; t < kCols; ++t)
+      add_term<KW>(l, sbyte_f64(raw[l], t), acc[t], qf[t]);
+  }
+}
+
+// floor(u / M) = __umulhi(u, kSymMul<M>) for u < 1024 (checked below).
+template <int M>
+constexpr unsigned kSymMul = static_cast<unsigned>(((1ull << 32) + M - 1) / M);
+
+template <int M>
+__host__ __device__ constexpr bool sym_mul_exact() {
+  for (unsigned long long u = 0; u < 1024; ++u)
+    if (((u * kSymMul<M>) >> 32) != u / M) return false;
+  return true;
+}
+
+// symmetric(x mod M) for |x| <= 383 (differences of int8 residues), without a division.
+template <int M>
+__device__ __forceinline__ int symmetric_small(int x) {
+  static_assert(M / 2 + 2 * M >= 383 && 383 + M / 2 + 2 * M < 1024 && sym_mul_exact<M>(),
+                "symmetric_small: modulus out of range");
+  const unsigned u = static_cast<unsigned>(x + M / 2 + 2 * M);  // in [0, 1024)
+  const int k = static_cast<int>(__umulhi(u, kSymMul<M>));     // floor((x + M/2) / M) + 2
+  return x + 2 * M - k * M;
+}
+
+// 3M: the three products' residue words of modulus L (planes L, NMOD + L, 2 NMOD + L from src)
+// into the Re and Im terms, as accumulate_s8_3m (any int8 residues; the same symmetric
+// residues). Loaded here, modulus by modulus, to keep fewer words live.
+template <int L, int NMOD, int KW>
+__device__ __forceinline__ void accumulate_f64_3m(const signed char* __restrict__ src,
+                                                  long long plane, double (&acc)[2][kCols][KW],
+                                                  double (&qf)[2][kCols]) {
+  if constexpr (L < NMOD) {
+    constexpr int m = kModuli[L];
+    unsigned raw[3];
+#pragma unroll
+    for (int p = 0; p < 3; ++p)
+      raw[p] = __ldg(reinterpret_cast<const unsigned*>(src + (p * NMOD + L) * plane));
+#pragma unroll
+    for (int t = 0; t < kCols; ++t) {
+      const int w1 = sbyte(raw[0], t), w2 = sbyte(raw[1], t), w3 = sbyte(raw[2], t);
+      add_term<KW>(L, static_cast<double>(symmetric_small<m>(w1 - w2)), acc[0][t], qf[0][t]);
+      add_term<KW>(L, static_cast<double>(symmetric_small<m>(w3 - w1 - w2)), acc[1][t],
+                   qf[1][t]);
+    }
+    accumulate_f64_3m<L + 1, NMOD, KW>(src, plane, acc, qf);
+  }
+}
+
+// Y = X - qP from the digits, rounded to float64 (F32: float32) bits times 2**off when the
+// result is a normal number or zero; false (bits unset) otherwise. NW: ozaki2_crt.cu's 32-bit
+// word count, which holds Y (|Y| < P).
+template <int NW, int KW, bool F32>
+__device__ __forceinline__ bool round_fast(const double (&acc)[KW], double qf, int off,
+                                           unsigned long long& bits) {
+  constexpr int R = kCrtF64Bits;
+  constexpr int N64 = (NW + 1) / 2;  // 64-bit words of Y
+  const double q = rint(qf);         // as __double2int_rn: RNE, |q| <= 20 * 128
+  long long a[KW];
+#pragma unroll
+  for (int i = 0; i < KW; ++i) a[i] = __double2ll_rn(__fma_rn(-q, emu_pdig_f64[i], acc[i]));
+#pragma unroll
+  for (int i = 0; i + 1 < KW; ++i) {  // digits below the top into [0, 2**R)
+    a[i + 1] += a[i] >> R;
+    a[i] &= (1ll << R) - 1;
+  }
+  // Y's 64-bit words (two's complement, modulo 2**(64 N64), which holds Y): disjoint bit fields
+  unsigned long long W[N64];
+#pragma unroll
+  for (int j = 0; j < N64; ++j) {
+    W[j] = 0;
+#pragma unroll
+    for (int i = 0; i < KW; ++i) {
+      const int d = R * i - 64 * j;  // digit i's bit 0 in word j
+      if (d >= 64 || (i + 1 < KW && d + R <= 0)) continue;
+      if (d >= 0)
+        W[j] |= static_cast<unsigned long long>(a[i]) << d;
+      else if (i + 1 < KW)
+        W[j] |= static_cast<unsigned long long>(a[i]) >> (-d);
+      else  // the top digit, signed
+        W[j] |= static_cast<unsigned long long>(a[i] >> (-d < 63 ? -d : 63));
+    }
+  }
+  // (hi, lo): the lowest two words above which Y is only sign; base: lo's bit 0 in Y
+  long long hi = static_cast<long long>(W[N64 - 1]);
+  unsigned long long lo = N64 >= 2 ? W[N64 - 2] : 0;
+  int base = 64 * (N64 - 2);
+  bool sticky = false, down = true;
+#pragma unroll
+  for (int j = N64 - 3; j >= 0; --j) {
+    down = down && hi == (static_cast<long long>(lo) >> 63);
+    if (down) {
+      hi = static_cast<long long>(lo);
+      lo = W[j];
+      base -= 64;
+    } else {
+      sticky |= W[j] != 0;
+    }
+  }
+  long long T;
+  int sh;
+  if (N64 == 1 || hi == (static_cast<long long>(lo) >> 63)) {  // Y fits in 64 bits: exact
+    T = N64 == 1 ? hi : static_cast<long long>(lo);
+    sh = 0;
+  } else {  // T = floor(Y / 2**sh) with |T| in [2**62, 2**63], rounded to odd
+    const int nb = 64 - __clzll(hi ^ (hi >> 63));  // hi's bits besides the sign, 0..63
+    T = static_cast<long long>((static_cast<unsigned long long>(hi) << (63 - nb)) |
+                               ((lo >> 1) >> nb));
+    sticky |= (lo & ((2ull << nb) - 1)) != 0;
+    T |= sticky ? 1 : 0;
+    sh = base + nb + 1;
+  }
+  const int k = sh + off;
+  if (F32) {
+    const unsigned b = __float_as_uint(__ll2float_rn(T));
+    const int e = static_cast<int>((b >> 23) & 0xff) + k;
+    bits = T == 0 ? 0u : b + (static_cast<unsigned>(k) << 23);
+    return T == 0 || (e >= 1 && e <= 254);
+  }
+  const unsigned long long b = static_cast<unsigned long long>(__double_as_longlong(__ll2double_rn(T)));
+  const int e = static_cast<int>((b >> 52) & 0x7ff) + k;
+  bits = T == 0 ? 0ull : b + (static_cast<unsigned long long>(static_cast<long long>(k)) << 52);
+  return T == 0 || (e >= 1 && e <= 2046);
+}
+
+// The rounded entries of one part (ok: those round_fast gave, within the row): a vector store
+// where all kCols are there and aligned.
+template <bool F32>
+__device__ __forceinline__ void store_fast(void* out, long long idx0,
+                                           const unsigned long long (&bits)[kCols], unsigned ok) {
+  if (F32) {
+    float* o = static_cast<float*>(out) + idx0;
+    if (ok == (1u << kCols) - 1 && (reinterpret_cast<unsigned long long>(o) & 15) == 0) {
+      float4 v;
+      v.x = __uint_as_float(static_cast<unsigned>(bits[0]));
+      v.y = __uint_as_float(static_cast<unsigned>(bits[1]));
+      v.z = __uint_as_float(static_cast<unsigned>(bits[2]));
+      v.w = __uint_as_float(static_cast<unsigned>(bits[3]));
+      *reinterpret_cast<float4*>(o) = v;
+      return;
+    }
+#pragma unroll
+    for (int t = 0; t < kCols; ++t)
+      if (ok >> t & 1) o[t] = __uint_as_float(static_cast<unsigned>(bits[t]));
+    return;
+  }
+  double* o = static_cast<double*>(out) + idx0;
+  if (ok == (1u << kCols) - 1 && (reinterpret_cast<unsigned long long>(o) & 15) == 0) {
+#pragma unroll
+    for (int t = 0; t < kCols; t += 2) {
+      double2 v;
+      v.x = __longlong_as_double(static_cast<long long>(bits[t]));
+      v.y = __longlong_as_double(static_cast<long long>(bits[t + 1]));
+      *reinterpret_cast<double2*>(o + t) = v;
+    }
+    return;
+  }
+#pragma unroll
+  for (int t = 0; t < kCols; ++t)
+    if (ok >> t & 1) o[t] = __longlong_as_double(static_cast<long long>(bits[t]));
+}
+
+// Rounds and stores the kCols entries of one part; returns the mask of those left to the
+// integer path.
+template <int NW, int KW, bool F32>
+__device__ __forceinline__ unsigned finish_fast(const double (&acc)[kCols][KW],
+                                                const double (&qf)[kCols], const int (&off)[kCols],
+                                                unsigned valid, void* out, long long idx0) {
+  unsigned long long bits[kCols];
+  unsigned ok = 0;
+#pragma unroll
+  for (int t = 0; t < kCols; ++t) ok |= round_fast<NW, KW, F32>(acc[t], qf[t], off[t], bits[t]) << t;
+  ok &= valid;
+  store_fast<F32>(out, idx0, bits, ok);
+  return valid & ~ok;
+}
+
+// The residue words of kCols entries from NMOD planes (4-byte aligned): src at the first entry
+// in the first plane. Words reach past n only within the row (ldr % 4 == 0).
+template <int NMOD>
+__device__ __forceinline__ void load_words(const signed char* __restrict__ src, long long plane,
+                                           unsigned (&raw)[NMOD]) {
+#pragma unroll
+  for (int l = 0; l < NMOD; ++l)
+    raw[l] = __ldg(reinterpret_cast<const unsigned*>(src + l * plane));
+}
+
+// kCols entries of every part by the float64 path; returns the mask of entries (bit
+// p * kCols + t; NP = 3: t, both parts) left to the integer path.
+template <int NMOD, int NW, int NP, bool F32>
+__device__ __forceinline__ unsigned crt_s8_fast(const signed char* __restrict__ src,
+                                                long long plane, const int (&off)[kCols],
+                                                unsigned valid,
+                                                void* out0, void* out2, long long idx0) {
+  constexpr int KW = kCrtF64Words[NMOD];
+  if constexpr (NP == 3) {
+    double acc[2][kCols][KW], qf[2][kCols];
+    accumulate_f64_3m<0, NMOD, KW>(src, plane, acc, qf);
+    const unsigned s0 = finish_fast<NW, KW, F32>(acc[0], qf[0], off, valid, out0, idx0);
+    const unsigned s1 = finish_fast<NW, KW, F32>(acc[1], qf[1], off, valid, out2, idx0);
+    return s0 | s1;
+  } else {
+    unsigned slow = 0;
+#pragma unroll 1
+    for (int p = 0; p < NP; ++p) {  // one part at a time: one set of accumulators live
+      unsigned raw[NMOD];
+      load_words<NMOD>(src + p * NMOD * plane, plane, raw);
+      double acc[kCols][KW], qf[kCols];
+      accumulate_f64<NMOD, KW>(raw, acc, qf);
+      slow |= finish_fast<NW, KW, F32>(acc, qf, off, valid, p == 0 ? out0 : out2, idx0)
+              << (p * kCols);
+    }
+    return slow;
+  }
+}
+
 }  // namespace
 
 // NP: the planes' parts, 1 (real), 2 (Re and Im residues) or 3 (the 3M products T1, T2, T3,
-// combined here into the two output parts).
+// combined here into the two output parts). Each thread takes kCols consecutive columns
+// (emulinalg/backends/cuda/fused.py sizes the grid; any grid gives the same result).
 template <int NMOD, int NW, int NP>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, NP == 3 ? 2 : 3)
     ozaki2_crt_s8(const signed char* __restrict__ res, long long plane, int B, int mc, int n,
                   int ldr, int m_full, int r0, const int* __restrict__ mu,
                   const int* __restrict__ nu, int kind, void* out0, void* out1, void* out2,
                   void* out3) {
+  const bool vec = ((reinterpret_cast<unsigned long long>(res) | static_cast<unsigned>(ldr)) & 3) == 0;
   const long long rows = static_cast<long long>(B) * mc;
   for (long long row = blockIdx.y * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<long long>(gridDim.y) * blockDim.y) {
     int b;
     const long long orow = crt_output_row(row, mc, m_full, r0, b);
     const int mui = mu[orow];
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
-      const int off = -(mui + nu[static_cast<long long>(b) * n + j]);
-      const long long idx = orow * n + j;
-      if constexpr (NP == 3) {
-        long long acc[2][NW];
-        double qf[2] = {0.0, 0.0};
+    for (int j0 = (blockIdx.x * blockDim.x + threadIdx.x) * kCols; j0 < n;
+         j0 += gridDim.x * blockDim.x * kCols) {
+      const int cnt = min(kCols, n - j0);
+      const unsigned valid = (1u << cnt) - 1;
+      int off[kCols];
 #pragma unroll
-        for (int i = 0; i < NW; ++i) acc[0][i] = acc[1][i] = 0;
-        accumulate_s8_3m<0, NMOD, NW>(res + row * ldr + j, plane, acc, qf);
-        finish<NW>(acc[0], qf[0], off, kind, out0, out1, idx);
-        finish<NW>(acc[1], qf[1], off, kind, out2, out3, idx);
-        continue;
-      }
+      for (int t = 0; t < kCols; ++t)
+        off[t] = t < cnt ? -(mui + nu[static_cast<long long>(b) * n + j0 + t]) : 0;
+      const signed char* src = res + row * ldr + j0;
+      const long long idx0 = orow * n + j0;
+      unsigned slow;  // entries for the integer path (bit p * kCols + t; NP = 3: t)
+      if (vec && kind == kFloat64)
+        slow = crt_s8_fast<NMOD, NW, NP, false>(src, plane, off, valid, out0, out2, idx0);
+      else if (vec && kind == kFloat32)
+        slow = crt_s8_fast<NMOD, NW, NP, true>(src, plane, off, valid, out0, out2, idx0);
+      else  // double-double, or rows not 4-byte aligned: all by the integer path
+        slow = NP == 2 ? valid | valid << kCols : valid;
 #pragma unroll 1
-      for (int p = 0; p < NP; ++p) {  // one part at a time: one set of accumulators live
-        long long acc[NW];
-        double qf = 0.0;
-#pragma unroll
-        for (int i = 0; i < NW; ++i) acc[i] = 0;
-        accumulate_s8<NMOD, NW>(res + p * NMOD * plane + row * ldr + j, plane, acc, qf);
-        finish<NW>(acc, qf, off, kind, p == 0 ? out0 : out2, p == 0 ? out1 : out3, idx);
+      for (; slow != 0; slow &= slow - 1) {
+        const int e = __ffs(static_cast<int>(slow)) - 1, t = e % kCols;
+        const int o = -(mui + nu[static_cast<long long>(b) * n + j0 + t]);  // off[t]: no local array
+        crt_s8_exact<NMOD, NW, NP>(src + t, plane, e / kCols, o, kind, out0, out1, out2, out3,
+                                   idx0 + t);
       }
     }
   }

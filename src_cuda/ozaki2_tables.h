@@ -18,6 +18,12 @@ constexpr int kCrtWords[kMaxModuli + 1] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3,
 constexpr int kMaxCrtWords = 5;
 // MAX_WORDS: digits per modulus in the CRT kernels' __constant__ tables (crt_tables).
 constexpr int kDigitStride = 6;
+// ozaki2_crt_s8.cu: bits of its float64 digits, crt_f64_words(n) (digits per weight) and the
+// size of its digit tables (MAX_F64_WORDS).
+constexpr int kCrtF64Bits = 42;
+constexpr int kCrtF64Words[kMaxModuli + 1] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
+                                              3, 3, 3, 3, 3, 3, 4, 4, 4, 4};
+constexpr int kF64DigitStride = 4;
 
 // scaling.BOUND_MAX: the largest entry of the accurate-mode bound operand (it fits INT8).
 constexpr long long kBoundMax = 127;

@@ -470,6 +470,13 @@ extern "C" void set_table(const char* sym, const void* src, unsigned long bytes)
   if (!std::strcmp(sym, "emu_pdig")) std::memcpy(emu_pdig, src, bytes);
   if (!std::strcmp(sym, "emu_ratio")) std::memcpy(emu_ratio, src, bytes);
 }"""
+        if "emu_wdig_f64" in code:  # ozaki2_crt_s8.cu's own tables
+            tables = tables[: tables.rindex("}")] + (
+                '  if (!std::strcmp(sym, "emu_wdig_f64")) '
+                "std::memcpy(emu_wdig_f64, src, bytes);\n"
+                '  if (!std::strcmp(sym, "emu_pdig_f64")) '
+                "std::memcpy(emu_pdig_f64, src, bytes);\n}"
+            )
     wrapper = f"""
 extern "C" void run(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, {", ".join(params)}) {{

@@ -28,11 +28,20 @@ import numpy as np
 from emulinalg import get_config
 from emulinalg.algorithm.moduli import MODULI
 
-from . import OUT_KIND, compile_lock, crt_table_arrays, crt_words, out_pointers, source
+from . import (
+    OUT_KIND,
+    compile_lock,
+    crt_f64_table_arrays,
+    crt_table_arrays,
+    crt_words,
+    out_pointers,
+    source,
+)
 
 MAX_K = 1 << 16  # |r_a r_b| <= 2**14: exact INT32 sums, as the cuBLAS path's K-blocks
 _ALIGN = 16  # TMA: 16-byte strides and rows of the int8 output
 _MAX_GRID_Y = 65535
+CRT_COLUMNS = 4  # ozaki2_crt_s8.cu's kCols: output columns per thread
 
 # Tile configuration of emulinalg._cuda (src_cuda/gemm_s8_configs.cuh) and scheduler knobs;
 # docs/benchmarks/tools/fused_bench.py measures them all.
@@ -187,7 +196,8 @@ def _crt_kernel(cp, n, parts):
             # one program text: source() inlines ozaki2_crt.cu and the headers
             code = source("ozaki2_crt_s8.cu")
             mod = cp.RawModule(code=code, options=("--std=c++17",), name_expressions=(expr,))
-            for sym, arr in crt_table_arrays(n).items():
+            tables = {**crt_table_arrays(n), **crt_f64_table_arrays(n)}
+            for sym, arr in tables.items():
                 cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
             # The copies are queued on the current stream; kernels may run on any other one.
             cp.cuda.runtime.deviceSynchronize()
@@ -212,7 +222,7 @@ def crt_s8(res, n, cplx, mu32, nu32, r0, outs, out_dtype):
     fn = _crt_kernel(cp, n, NP)
     o = out_pointers(outs, out_dtype, cplx)
     rows = B * mc
-    grid = (-(-ncols // 32), min(-(-rows // 8), _MAX_GRID_Y))
+    grid = (-(-ncols // (32 * CRT_COLUMNS)), min(-(-rows // 8), _MAX_GRID_Y))
     args = (
         res, np.int64(B * mc * ldr), np.int32(B), np.int32(mc), np.int32(ncols), np.int32(ldr),
         np.int32(m_full), np.int32(r0), mu32, nu32, np.int32(OUT_KIND[out_dtype]), *o,

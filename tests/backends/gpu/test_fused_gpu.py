@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from _gpu_helpers import require_gpu
 
-from emulinalg.algorithm.moduli import MODULI
+from emulinalg.algorithm.moduli import MODULI, crt_constants
 from emulinalg.backends.cuda import source_dir
 
 
@@ -144,6 +144,119 @@ def test_crt_s8_equals_int32_crt(fake_native, monkeypatch, n, planes, out_dtype)
         assert np.array_equal(g.view(np.uint8), x.view(np.uint8))
         assert np.all(g[:, :r0] == 0.5) and np.all(g[:, r0 + mc :] == 0.5)
         assert np.count_nonzero(g[:, r0 : r0 + mc] != 0.5) > g[:, r0 : r0 + mc].size // 2
+
+
+_EDGE_INTS = [0, 1, 3, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 1,
+              2**64, 2**64 + 1, 2**96 - 1, 2**96]  # fmt: skip
+
+
+def _edge_targets(rng, n, size, f32, off):
+    """Integers Y (Python ints, |Y| < P / 2) whose rounding with these offsets lands on the
+    edges of ozaki2_crt_s8.cu's float64 path: zero, small, around 2**63 and the word
+    boundaries, ties and near-ties, and results at the subnormal / overflow thresholds of the
+    output format (the integer path's share)."""
+    P = crt_constants(n).P
+    bits = P.bit_length() - 2  # |Y| < 2**bits <= P / 2
+    edges = (-151, -150, -149, -148, -127, -126, -125, 126, 127, 128) if f32 else (
+        -1076, -1075, -1074, -1073, -1023, -1022, -1021, 1022, 1023, 1024)  # fmt: skip
+    mant = 24 if f32 else 53
+    out = []
+    for k in range(size):
+        kind = k % 8
+        if kind == 0:  # small, zero, 2**63 neighbours, word boundaries
+            y = int(rng.choice(_EDGE_INTS))
+        else:  # a target exponent (an edge or random), then ties / near-ties below the kept bits
+            e = int(rng.choice(edges)) if kind < 5 else int(rng.integers(-1100, 1100))
+            L = min(max(e + 1 - int(off[k]), 1), bits)  # bit length giving exponent e
+            y = (1 << (L - 1)) | int(rng.integers(0, 2**62)) % (1 << (L - 1)) if L > 1 else 1
+            drop = L - mant
+            if drop > 0 and kind in (2, 3):  # exact tie, or one above / below it
+                y = (y >> drop << drop) | (1 << (drop - 1))
+                if kind == 3 and drop > 1:  # a single bit anywhere below the half
+                    y += int(rng.choice([-1, 1])) << int(rng.integers(0, drop - 1))
+        if y >= 1 << bits:
+            y = (1 << bits) - 1 - int(rng.integers(0, 1000))
+        out.append(-y if rng.random() < 0.5 else y)
+    return out
+
+
+def _residues_of(rng, ys, n, spread):
+    """int8 symmetric residues (n, len(ys)) of the integers ys; with ``spread``, some moved by
+    +-m_l within int8 (the same class, outside the symmetric range)."""
+    r = np.array([[(y % m) for y in ys] for m in MODULI[:n]], dtype=np.int64)
+    ms = np.array(MODULI[:n], dtype=np.int64)[:, None]
+    r = np.where(r > (ms - 1) // 2, r - ms, r)
+    if spread:
+        step = np.where(r < 0, ms, -ms) * (rng.random(r.shape) < 0.3)
+        moved = r + step
+        r = np.where((moved >= -128) & (moved <= 127), moved, r)
+    return r
+
+
+CRT_S8_EDGE_N = [pytest.param(n, marks=() if n in (8, 16, 20) else pytest.mark.slow)
+                 for n in (2, 6, 8, 11, 15, 16, 17, 20)]  # fmt: skip
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float32"])
+@pytest.mark.parametrize("ldr", [40, pytest.param(37, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("planes", [1, 3])
+@pytest.mark.parametrize("n", CRT_S8_EDGE_N)
+def test_crt_s8_edges_equal_int32_crt(fake_native, monkeypatch, n, planes, ldr, out_dtype):
+    """ozaki2_crt_s8.cu's float64 path (digit sums, rounding to odd, exponent scaling) and its
+    integer path for the results it leaves (subnormal, overflow, underflow to zero) against the
+    INT32 CRT, bit for bit: integers chosen at the rounding edges of each output format, with
+    offsets that put them at the format's thresholds, column counts that leave tails of 1..3
+    columns, residues outside the symmetric range (3M: random T2, so every difference class),
+    and rows not 4-byte aligned (ldr 37: the integer path only)."""
+    from emulinalg.backends.cuda import fused
+
+    be, cp = fake_native
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    f32 = out_dtype == "float32"
+    rng = np.random.default_rng(1000 * n + 10 * planes + f32)
+    B, mc, ncols, m_full, r0 = 2, 7, 35, 10, 2
+    cplx = planes == 3
+    # offsets -(mu + nu) spread over both thresholds of the format, and the normal range
+    span = crt_constants(n).P.bit_length()
+    centers = np.array([149, 126, -127, 0] if f32 else [1074, 1022, -1023, 0]) + span // 2
+    mu = rng.choice(centers, (B, m_full)) + rng.integers(-span // 4, span // 4 + 1, (B, m_full))
+    nu = rng.integers(-span // 4, span // 4 + 1, (B, ncols))
+    mu, nu = mu.astype(np.int32), nu.astype(np.int32)
+    off = -(mu[:, r0 : r0 + mc, None] + nu[:, None, :])  # (B, mc, ncols)
+    size = B * mc * ncols
+    parts = [_edge_targets(rng, n, size, f32, off.ravel()) for _ in range(2 if cplx else 1)]
+    w = np.full((planes, n, B, mc, ldr), 77, dtype=np.int8)  # padding: never used
+    if cplx:  # T1 - T2 = Re, T3 - T1 - T2 = Im (mod m_l), T2 anything
+        t2 = rng.integers(-128, 128, (n, size))
+        re = _residues_of(rng, parts[0], n, False)
+        im = _residues_of(rng, parts[1], n, False)
+        ms = np.array(MODULI[:n])[:, None]
+        t1 = np.mod(re + t2 + 128, ms) - 128  # in [-128, m - 128): any int8 of its class
+        t3 = np.mod(im + t1 + t2 + 128, ms) - 128
+        t = np.stack([t1, t2, t3])
+    else:
+        t = _residues_of(rng, parts[0], n, True)[None]
+    w[..., :ncols] = t.reshape(planes, n, B, mc, ncols)
+    prod = np.ascontiguousarray(w[..., :ncols].astype(np.int32))[None]
+    dt = np.float32 if f32 else np.float64
+    nout = 2 if cplx else 1
+
+    def outs():
+        return [cp.asarray(np.full((B, m_full, ncols), 0.5, dtype=dt)) for _ in range(nout)]
+
+    want, got = outs(), outs()
+    be.products._crt(cp.asarray(prod), n, cplx, cp.asarray(mu), cp.asarray(nu), r0, want,
+                     out_dtype)  # fmt: skip
+    fused.crt_s8(cp.asarray(w), n, cplx, cp.asarray(mu), cp.asarray(nu), r0, got, out_dtype)
+    for g, x in zip(got, want):
+        g, x = np.asarray(g), np.asarray(x)
+        assert np.array_equal(g.view(np.uint8), x.view(np.uint8))
+        assert np.all(g[:, :r0] == 0.5) and np.all(g[:, r0 + mc :] == 0.5)
+        v = x[:, r0 : r0 + mc]  # the cases are there: subnormal, zero, inf and normal results
+        tiny = np.finfo(dt).tiny
+        assert np.any(np.isinf(v)) and np.any((v != 0) & (np.abs(v) < tiny))
+        normal = np.isfinite(v) & (np.abs(v) >= tiny)
+        assert np.any(v == 0) and np.count_nonzero(normal) > v.size // 3
 
 
 def test_crt_s8_source_inlines_the_int32_crt():
