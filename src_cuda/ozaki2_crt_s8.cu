@@ -15,13 +15,13 @@
 //     correct) and scaled by 2**off in the exponent field. Results outside the normal range
 //     (subnormal, overflow), and double-double outputs, go through ozaki2_crt.cu's integer path
 //     and finish() instead, entry by entry (crt_s8_exact: the previous kernel's code).
-//   - Four columns per thread: one 32-bit load per plane, vector stores.
+//   - Four columns per thread (kCols): one 32-bit load per plane, vector stores.
 //
 // Layout: res holds (NP, NMOD, B, mc, ldr) int8 (the real product, Re and Im, or the 3M products;
 // moduli; batch; rows of this chunk; columns, ldr >= n apart); entry (b, i, j) of the chunk is
 // output row r0 + i of batch b. mu is (B, m_full), nu is (B, n), the outputs (B, m_full, n).
-// Any ldr and alignment work, but only ldr % 4 == 0 with a 4-byte aligned res (the fused
-// GEMM's 16-byte rows) takes the float64 path.
+// Any ldr and alignment work, but only ldr % kCols == 0 with a kCols-byte aligned res (the
+// fused GEMM's 16-byte rows) takes the float64 path.
 //
 // Built together with ozaki2_crt.cu (its helpers and __constant__ tables): the include below is
 // inlined for NVRTC (emulinalg.backends.cuda.source) and resolved by nvcc for the standalone
@@ -35,7 +35,15 @@ __constant__ double emu_pdig_f64[kF64DigitStride];
 
 namespace {
 
-constexpr int kCols = 4;  // columns per thread (one 32-bit word per plane)
+// Columns per thread: 4 (one 32-bit word per plane) or 8 (one 64-bit word); emulinalg's
+// fused.CRT_COLUMNS sizes the grid for it. A macro so that tools/device/crt_bench.py can time
+// the other.
+#ifndef EMU_CRT_S8_COLS
+#define EMU_CRT_S8_COLS 4
+#endif
+constexpr int kCols = EMU_CRT_S8_COLS;
+static_assert(kCols == 4 || kCols == 8, "EMU_CRT_S8_COLS: 4 or 8");
+constexpr int kWords = kCols / 4;  // 32-bit words of residues per plane
 
 // ---- the integer path (ozaki2_crt.cu's arithmetic): double-double outputs and the entries whose
 // result is outside the normal range
@@ -145,15 +153,28 @@ __device__ __forceinline__ void add_term(int l, double w, double (&acc)[KW], dou
   }
 }
 
-// Real parts: the residues of the kCols entries packed 4 to a word, one word per modulus.
+// Real parts: the residues of the kCols entries packed 4 to a word, kWords per modulus.
 template <int NMOD, int KW>
-__device__ __forceinline__ void accumulate_f64(const unsigned (&raw)[NMOD],
+__device__ __forceinline__ void accumulate_f64(const unsigned (&raw)[NMOD][kWords],
                                                double (&acc)[kCols][KW], double (&qf)[kCols]) {
 #pragma unroll
   for (int l = 0; l < NMOD; ++l) {
 #pragma unroll
     for (int t = 0; t < kCols; ++t)
-      add_term<KW>(l, sbyte_f64(raw[l], t), acc[t], qf[t]);
+      add_term<KW>(l, sbyte_f64(raw[l][t / 4], t % 4), acc[t], qf[t]);
+  }
+}
+
+// The residue words of kCols entries of one plane (kCols-byte aligned; they reach past n only
+// within the row, ldr % kCols == 0).
+__device__ __forceinline__ void load_words(const signed char* __restrict__ src,
+                                           unsigned (&raw)[kWords]) {
+  if (kWords == 1) {
+    raw[0] = __ldg(reinterpret_cast<const unsigned*>(src));
+  } else {
+    const unsigned long long v = __ldg(reinterpret_cast<const unsigned long long*>(src));
+    raw[0] = static_cast<unsigned>(v);
+    raw[kWords - 1] = static_cast<unsigned>(v >> 32);
   }
 }
 
@@ -187,13 +208,13 @@ __device__ __forceinline__ void accumulate_f64_3m(const signed char* __restrict_
                                                   double (&qf)[2][kCols]) {
   if constexpr (L < NMOD) {
     constexpr int m = kModuli[L];
-    unsigned raw[3];
+    unsigned raw[3][kWords];
 #pragma unroll
-    for (int p = 0; p < 3; ++p)
-      raw[p] = __ldg(reinterpret_cast<const unsigned*>(src + (p * NMOD + L) * plane));
+    for (int p = 0; p < 3; ++p) load_words(src + (p * NMOD + L) * plane, raw[p]);
 #pragma unroll
     for (int t = 0; t < kCols; ++t) {
-      const int w1 = sbyte(raw[0], t), w2 = sbyte(raw[1], t), w3 = sbyte(raw[2], t);
+      const int w1 = sbyte(raw[0][t / 4], t % 4), w2 = sbyte(raw[1][t / 4], t % 4),
+                w3 = sbyte(raw[2][t / 4], t % 4);
       add_term<KW>(L, static_cast<double>(symmetric_small<m>(w1 - w2)), acc[0][t], qf[0][t]);
       add_term<KW>(L, static_cast<double>(symmetric_small<m>(w3 - w1 - w2)), acc[1][t],
                    qf[1][t]);
@@ -252,46 +273,47 @@ __device__ __forceinline__ bool round_fast(const double (&acc)[KW], double qf, i
       sticky |= W[j] != 0;
     }
   }
-  long long T;
-  int sh;
+  // T = floor(Y / 2**sh) rounded to odd, |T| in [2**62, 2**63]: hi's top bit moved to bit 62
+  const int s = __clzll(hi ^ (hi >> 63)) - 1;  // in [0, 63]
+  sticky |= (lo << s) != 0;
+  long long T = static_cast<long long>((static_cast<unsigned long long>(hi) << s) |
+                                       ((lo >> 1) >> (63 - s)) | (sticky ? 1 : 0));
+  int sh = base + 64 - s;
   if (N64 == 1 || hi == (static_cast<long long>(lo) >> 63)) {  // Y fits in 64 bits: exact
     T = N64 == 1 ? hi : static_cast<long long>(lo);
     sh = 0;
-  } else {  // T = floor(Y / 2**sh) with |T| in [2**62, 2**63], rounded to odd
-    const int nb = 64 - __clzll(hi ^ (hi >> 63));  // hi's bits besides the sign, 0..63
-    T = static_cast<long long>((static_cast<unsigned long long>(hi) << (63 - nb)) |
-                               ((lo >> 1) >> nb));
-    sticky |= (lo & ((2ull << nb) - 1)) != 0;
-    T |= sticky ? 1 : 0;
-    sh = base + nb + 1;
   }
   const int k = sh + off;
   if (F32) {
     const unsigned b = __float_as_uint(__ll2float_rn(T));
-    const int e = static_cast<int>((b >> 23) & 0xff) + k;
-    bits = T == 0 ? 0u : b + (static_cast<unsigned>(k) << 23);
-    return T == 0 || (e >= 1 && e <= 254);
+    const int e = static_cast<int>((b >> 23) & 0xff);  // 0 only for Y = 0
+    bits = e == 0 ? 0u : b + (static_cast<unsigned>(k) << 23);
+    return e == 0 || static_cast<unsigned>(e + k - 1) < 254u;
   }
-  const unsigned long long b = static_cast<unsigned long long>(__double_as_longlong(__ll2double_rn(T)));
-  const int e = static_cast<int>((b >> 52) & 0x7ff) + k;
-  bits = T == 0 ? 0ull : b + (static_cast<unsigned long long>(static_cast<long long>(k)) << 52);
-  return T == 0 || (e >= 1 && e <= 2046);
+  const unsigned long long b =
+      static_cast<unsigned long long>(__double_as_longlong(__ll2double_rn(T)));
+  const int e = static_cast<int>((b >> 52) & 0x7ff);
+  bits = e == 0 ? 0ull : b + (static_cast<unsigned long long>(static_cast<long long>(k)) << 52);
+  return e == 0 || static_cast<unsigned>(e + k - 1) < 2046u;
 }
 
-// The rounded entries of one part (ok: those round_fast gave, within the row): a vector store
-// where all kCols are there and aligned.
+// The rounded entries of one part (ok: those round_fast gave, within the row): 16-byte vector
+// stores where all kCols are there and aligned.
 template <bool F32>
 __device__ __forceinline__ void store_fast(void* out, long long idx0,
                                            const unsigned long long (&bits)[kCols], unsigned ok) {
   if (F32) {
     float* o = static_cast<float*>(out) + idx0;
     if (ok == (1u << kCols) - 1 && (reinterpret_cast<unsigned long long>(o) & 15) == 0) {
-      float4 v;
-      v.x = __uint_as_float(static_cast<unsigned>(bits[0]));
-      v.y = __uint_as_float(static_cast<unsigned>(bits[1]));
-      v.z = __uint_as_float(static_cast<unsigned>(bits[2]));
-      v.w = __uint_as_float(static_cast<unsigned>(bits[3]));
-      *reinterpret_cast<float4*>(o) = v;
+#pragma unroll
+      for (int t = 0; t < kCols; t += 4) {
+        float4 v;
+        v.x = __uint_as_float(static_cast<unsigned>(bits[t]));
+        v.y = __uint_as_float(static_cast<unsigned>(bits[t + 1]));
+        v.z = __uint_as_float(static_cast<unsigned>(bits[t + 2]));
+        v.w = __uint_as_float(static_cast<unsigned>(bits[t + 3]));
+        *reinterpret_cast<float4*>(o + t) = v;
+      }
       return;
     }
 #pragma unroll
@@ -330,16 +352,6 @@ __device__ __forceinline__ unsigned finish_fast(const double (&acc)[kCols][KW],
   return valid & ~ok;
 }
 
-// The residue words of kCols entries from NMOD planes (4-byte aligned): src at the first entry
-// in the first plane. Words reach past n only within the row (ldr % 4 == 0).
-template <int NMOD>
-__device__ __forceinline__ void load_words(const signed char* __restrict__ src, long long plane,
-                                           unsigned (&raw)[NMOD]) {
-#pragma unroll
-  for (int l = 0; l < NMOD; ++l)
-    raw[l] = __ldg(reinterpret_cast<const unsigned*>(src + l * plane));
-}
-
 // kCols entries of every part by the float64 path; returns the mask of entries (bit
 // p * kCols + t; NP = 3: t, both parts) left to the integer path.
 template <int NMOD, int NW, int NP, bool F32>
@@ -358,8 +370,9 @@ __device__ __forceinline__ unsigned crt_s8_fast(const signed char* __restrict__ 
     unsigned slow = 0;
 #pragma unroll 1
     for (int p = 0; p < NP; ++p) {  // one part at a time: one set of accumulators live
-      unsigned raw[NMOD];
-      load_words<NMOD>(src + p * NMOD * plane, plane, raw);
+      unsigned raw[NMOD][kWords];
+#pragma unroll
+      for (int l = 0; l < NMOD; ++l) load_words(src + (p * NMOD + l) * plane, raw[l]);
       double acc[kCols][KW], qf[kCols];
       accumulate_f64<NMOD, KW>(raw, acc, qf);
       slow |= finish_fast<NW, KW, F32>(acc, qf, off, valid, p == 0 ? out0 : out2, idx0)
@@ -371,16 +384,22 @@ __device__ __forceinline__ unsigned crt_s8_fast(const signed char* __restrict__ 
 
 }  // namespace
 
+// Blocks of 256 threads per SM the register count must allow: 64 registers for four real
+// columns of up to three digits, 80 with four, 128 for 3M's two parts.
+template <int NMOD, int NP>
+constexpr int kMinBlocks = NP == 3 || kCols == 8 ? 2 : kCrtF64Words[NMOD] <= 3 ? 4 : 3;
+
 // NP: the planes' parts, 1 (real), 2 (Re and Im residues) or 3 (the 3M products T1, T2, T3,
 // combined here into the two output parts). Each thread takes kCols consecutive columns
 // (emulinalg/backends/cuda/fused.py sizes the grid; any grid gives the same result).
 template <int NMOD, int NW, int NP>
-__global__ void __launch_bounds__(256, NP == 3 ? 2 : 3)
+__global__ void __launch_bounds__(256, kMinBlocks<NMOD, NP>)
     ozaki2_crt_s8(const signed char* __restrict__ res, long long plane, int B, int mc, int n,
                   int ldr, int m_full, int r0, const int* __restrict__ mu,
                   const int* __restrict__ nu, int kind, void* out0, void* out1, void* out2,
                   void* out3) {
-  const bool vec = ((reinterpret_cast<unsigned long long>(res) | static_cast<unsigned>(ldr)) & 3) == 0;
+  const bool vec = ((reinterpret_cast<unsigned long long>(res) |
+                     static_cast<unsigned long long>(ldr | plane)) & (kCols - 1)) == 0;
   const long long rows = static_cast<long long>(B) * mc;
   for (long long row = blockIdx.y * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<long long>(gridDim.y) * blockDim.y) {
@@ -402,7 +421,7 @@ __global__ void __launch_bounds__(256, NP == 3 ? 2 : 3)
         slow = crt_s8_fast<NMOD, NW, NP, false>(src, plane, off, valid, out0, out2, idx0);
       else if (vec && kind == kFloat32)
         slow = crt_s8_fast<NMOD, NW, NP, true>(src, plane, off, valid, out0, out2, idx0);
-      else  // double-double, or rows not 4-byte aligned: all by the integer path
+      else  // double-double, or rows not aligned for the word loads: all by the integer path
         slow = NP == 2 ? valid | valid << kCols : valid;
 #pragma unroll 1
       for (; slow != 0; slow &= slow - 1) {

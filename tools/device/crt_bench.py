@@ -17,10 +17,11 @@ outputs written. The outputs must be bit-identical. One JSON line per case (also
 --out):
 
     python3 tools/device/crt_bench.py --out OUT.jsonl [--old-ref main | --old-dir DIR]
-        [--repeat 10] [--cases real64,real32,cplx64] [--blocks 32x8,64x4]
+        [--repeat 10] [--cases real64,real32,cplx64] [--blocks 32x8,64x4] [--no-cols8]
 
 --blocks times NEW again with other thread-block shapes (same kernel, grid sized to cover the
-matrix once): for choosing the launch shape.
+matrix once), and --cols8 NEW built with 8 columns per thread (``EMU_CRT_S8_COLS=8``: 64-bit
+loads, 128 registers) for the real cases: for choosing the launch shape.
 """
 
 from __future__ import annotations
@@ -88,6 +89,20 @@ def old_kernel(code, n, parts):
     return mod.get_function(expr)
 
 
+def new_variant_kernel(n, parts, defines):
+    """This checkout's kernel built with extra ``-D`` options, its tables filled as ``fused``
+    does."""
+    expr = f"ozaki2_crt_s8<{n}, {cuda.crt_words(n)}, {parts}>"
+    options = ("--std=c++17", *(f"-D{d}" for d in defines))
+    mod = cp.RawModule(code=cuda.source("ozaki2_crt_s8.cu"), options=options,
+                       name_expressions=(expr,))  # fmt: skip
+    tables = {**cuda.crt_table_arrays(n), **cuda.crt_f64_table_arrays(n)}
+    for sym, arr in tables.items():
+        cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
+    cp.cuda.runtime.deviceSynchronize()
+    return mod.get_function(expr)
+
+
 def launch(fn, res, n, mu, nu, outs, out_dtype, cols, block):
     """``fused.crt_s8``'s launch with ``cols`` columns per thread and thread block ``block``."""
     NP, _, B, mc, ldr = res.shape
@@ -112,7 +127,7 @@ def residue_planes(NP, n, N, seed):
     return out
 
 
-def run_case(name, old_code, repeat, blocks, emit):
+def run_case(name, old_code, repeat, blocks, cols8, emit):
     NP, n, N, out_dtype = CASES[name]
     cplx = NP > 1
     t0 = time.time()
@@ -148,20 +163,24 @@ def run_case(name, old_code, repeat, blocks, emit):
            "bytes_GB": gbytes, "bit_identical": equal,
            "new_block": [32, 8], "new_columns_per_thread": fused.CRT_COLUMNS}  # fmt: skip
     emit(rec)
-    fn_new = fused._crt_kernel(cp, n, NP)
-    for block in blocks:
-        if block == (32, 8):
-            continue
+    variants = [(fused._crt_kernel(cp, n, NP), fused.CRT_COLUMNS, b, f"block {b[0]}x{b[1]}")
+                for b in blocks if b != (32, 8)]  # fmt: skip
+    if cols8 and not cplx:
+        variants.append((new_variant_kernel(n, NP, ["EMU_CRT_S8_COLS=8"]), 8, (32, 8), "cols8"))
+    for fn, cols, block, what in variants:
         for o in new_out:
             o.fill(0)
-        ms = median_ms(
-            lambda b=block: launch(fn_new, res, n, mu, nu, new_out, out_dtype,
-                                   fused.CRT_COLUMNS, b), repeat)  # fmt: skip
+
+        def run(fn=fn, cols=cols, block=block):
+            launch(fn, res, n, mu, nu, new_out, out_dtype, cols, block)
+
+        ms = median_ms(run, repeat)
         same = all(
             bool(cp.array_equal(a.view(cp.uint8), b.view(cp.uint8)))
             for a, b in zip(old_out, new_out)
         )
-        emit({"case": name, "variant": "block", "new_block": list(block), "new_ms": ms,
+        emit({"case": name, "variant": what, "new_block": list(block),
+              "new_columns_per_thread": cols, "new_ms": ms, "speedup": ms_old / ms,
               "new_GBps": gbytes / (ms * 1e-3), "bit_identical": same})  # fmt: skip
     res = old_out = new_out = None  # free before the next case
     cp.get_default_memory_pool().free_all_blocks()
@@ -180,6 +199,7 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=10, help="timed runs per measurement")
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ",".join(CASES))
     p.add_argument("--blocks", default="32x8", help="NEW's thread-block shapes to time, BXxBY")
+    p.add_argument("--no-cols8", action="store_true", help="skip the 8-columns variant")
     args = p.parse_args(argv)
     blocks = [tuple(int(v) for v in b.split("x")) for b in args.blocks.split(",")]
     old_code = ref_source(args.old_ref, args.old_dir)
@@ -201,7 +221,7 @@ def main(argv=None):
             print(line, flush=True)
 
         for name in args.cases.split(","):
-            run_case(name, old_code, args.repeat, blocks, emit)
+            run_case(name, old_code, args.repeat, blocks, not args.no_cols8, emit)
 
 
 if __name__ == "__main__":
