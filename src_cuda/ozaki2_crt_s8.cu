@@ -346,7 +346,8 @@ __device__ __forceinline__ unsigned finish_fast(const double (&acc)[kCols][KW],
   unsigned long long bits[kCols];
   unsigned ok = 0;
 #pragma unroll
-  for (int t = 0; t < kCols; ++t) ok |= round_fast<NW, KW, F32>(acc[t], qf[t], off[t], bits[t]) << t;
+  for (int t = 0; t < kCols; ++t)
+    ok |= round_fast<NW, KW, F32>(acc[t], qf[t], off[t], bits[t]) << t;
   ok &= valid;
   store_fast<F32>(out, idx0, bits, ok);
   return valid & ~ok;
@@ -426,7 +427,8 @@ __global__ void __launch_bounds__(256, kMinBlocks<NMOD, NP>)
 #pragma unroll 1
       for (; slow != 0; slow &= slow - 1) {
         const int e = __ffs(static_cast<int>(slow)) - 1, t = e % kCols;
-        const int o = -(mui + nu[static_cast<long long>(b) * n + j0 + t]);  // off[t]: no local array
+        // off[t] again: indexing off by a run-time t would put it in local memory
+        const int o = -(mui + nu[static_cast<long long>(b) * n + j0 + t]);
         crt_s8_exact<NMOD, NW, NP>(src + t, plane, e / kCols, o, kind, out0, out1, out2, out3,
                                    idx0 + t);
       }

@@ -22,7 +22,18 @@ from emulinalg.algorithm import products, residues, rounding, scaling
 from emulinalg.algorithm.moduli import LIMB_BITS, MODULI, crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, scale_to_integers
 from emulinalg.backends import numpy as npb
-from emulinalg.backends.cuda import crt_tables, crt_words, source, source_dir, tables_header
+from emulinalg.backends.cuda import (
+    F64_DIGIT_BITS,
+    MAX_F64_WORDS,
+    _f64_digits_exact,
+    crt_f64_table_arrays,
+    crt_f64_words,
+    crt_tables,
+    crt_words,
+    source,
+    source_dir,
+    tables_header,
+)
 from emulinalg.reference import _round_hi_lo
 
 
@@ -90,6 +101,29 @@ def test_tables_match_the_python_constants():
         assert val(t["pdig"]) == c.P
         assert t["ratios"][:n] == list(c.weight_ratios)
         assert 2 ** (32 * nw - 1) > c.P
+
+
+def test_f64_tables_hold_the_constants_exactly():
+    """ozaki2_crt_s8.cu's float64 digits: exact integers summing to the weights and P, few
+    enough bits that any int8 residues' sums (and the quotient's qP) stay below 2**53."""
+    for n in range(2, 21):
+        c, t, kw = crt_constants(n), crt_f64_table_arrays(n), crt_f64_words(n)
+        wd = t["emu_wdig_f64"].reshape(len(MODULI), MAX_F64_WORDS)
+        pd = t["emu_pdig_f64"]
+        assert kw <= MAX_F64_WORDS and not wd[n:].any() and not wd[:, kw:].any()
+        assert not pd[kw:].any()
+
+        def val(d):
+            assert all(float(int(v)) == v for v in d)
+            return sum(int(v) << (F64_DIGIT_BITS * i) for i, v in enumerate(d))
+
+        for ell in range(n):
+            assert val(wd[ell]) == c.weights[ell]
+        assert val(pd) == c.P
+        q = sum(128 * r for r in c.weight_ratios) + 1  # |rint(qf)| for any int8 residues
+        for i in range(kw):
+            assert 128 * sum(abs(int(v)) for v in wd[:n, i]) + q * abs(int(pd[i])) < 2**53
+        assert kw == 1 or not _f64_digits_exact(n, kw - 1)  # the fewest digits
 
 
 def test_sources_inline_their_headers():
