@@ -386,9 +386,14 @@ __device__ __forceinline__ unsigned crt_s8_fast(const signed char* __restrict__ 
 }  // namespace
 
 // Blocks of 256 threads per SM the register count must allow: 64 registers for four real
-// columns of up to three digits, 80 with four, 128 for 3M's two parts.
+// columns of up to three digits, 80 with four, 128 for 3M's two parts (a macro for
+// tools/device/crt_bench.py's variants).
 template <int NMOD, int NP>
+#ifdef EMU_CRT_S8_MIN_BLOCKS
+constexpr int kMinBlocks = EMU_CRT_S8_MIN_BLOCKS;
+#else
 constexpr int kMinBlocks = NP == 3 || kCols == 8 ? 2 : kCrtF64Words[NMOD] <= 3 ? 4 : 3;
+#endif
 
 // NP: the planes' parts, 1 (real), 2 (Re and Im residues) or 3 (the 3M products T1, T2, T3,
 // combined here into the two output parts). Each thread takes kCols consecutive columns

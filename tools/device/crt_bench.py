@@ -17,11 +17,13 @@ outputs written. The outputs must be bit-identical. One JSON line per case (also
 --out):
 
     python3 tools/device/crt_bench.py --out OUT.jsonl [--old-ref main | --old-dir DIR]
-        [--repeat 10] [--cases real64,real32,cplx64] [--blocks 32x8,64x4] [--no-cols8]
+        [--repeat 10] [--cases real64,real32,cplx64] [--blocks 32x8,64x4]
+        [--variants "EMU_CRT_S8_COLS=8;EMU_CRT_S8_MIN_BLOCKS=3" | --variants ""]
 
 --blocks times NEW again with other thread-block shapes (same kernel, grid sized to cover the
-matrix once), and --cols8 NEW built with 8 columns per thread (``EMU_CRT_S8_COLS=8``: 64-bit
-loads, 128 registers) for the real cases: for choosing the launch shape.
+matrix once), and --variants NEW built with other ``-D`` settings of the kernel (real cases
+only; default: 8 columns per thread, ``EMU_CRT_S8_COLS=8``, 64-bit loads and 128 registers; and
+``EMU_CRT_S8_MIN_BLOCKS=3``, 3 blocks per SM instead of 4, more registers): for choosing them.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ def residue_planes(NP, n, N, seed):
     return out
 
 
-def run_case(name, old_code, repeat, blocks, cols8, emit):
+def run_case(name, old_code, repeat, blocks, defines, emit):
     NP, n, N, out_dtype = CASES[name]
     cplx = NP > 1
     t0 = time.time()
@@ -165,8 +167,9 @@ def run_case(name, old_code, repeat, blocks, cols8, emit):
     emit(rec)
     variants = [(fused._crt_kernel(cp, n, NP), fused.CRT_COLUMNS, b, f"block {b[0]}x{b[1]}")
                 for b in blocks if b != (32, 8)]  # fmt: skip
-    if cols8 and not cplx:
-        variants.append((new_variant_kernel(n, NP, ["EMU_CRT_S8_COLS=8"]), 8, (32, 8), "cols8"))
+    for ds in defines if not cplx else []:
+        cols = next((int(d.split("=")[1]) for d in ds if d.startswith("EMU_CRT_S8_COLS=")), 4)
+        variants.append((new_variant_kernel(n, NP, ds), cols, (32, 8), " ".join(ds)))
     for fn, cols, block, what in variants:
         for o in new_out:
             o.fill(0)
@@ -199,9 +202,14 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=10, help="timed runs per measurement")
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ",".join(CASES))
     p.add_argument("--blocks", default="32x8", help="NEW's thread-block shapes to time, BXxBY")
-    p.add_argument("--no-cols8", action="store_true", help="skip the 8-columns variant")
+    p.add_argument(
+        "--variants",
+        default="EMU_CRT_S8_COLS=8;EMU_CRT_S8_MIN_BLOCKS=3",
+        help="NEW builds to time besides (real cases): ';' between builds, ',' between -D's",
+    )
     args = p.parse_args(argv)
     blocks = [tuple(int(v) for v in b.split("x")) for b in args.blocks.split(",")]
+    defines = [v.split(",") for v in args.variants.split(";") if v]
     old_code = ref_source(args.old_ref, args.old_dir)
     new_code = cuda.source("ozaki2_crt_s8.cu")
     if old_code == new_code:
@@ -221,7 +229,7 @@ def main(argv=None):
             print(line, flush=True)
 
         for name in args.cases.split(","):
-            run_case(name, old_code, args.repeat, blocks, not args.no_cols8, emit)
+            run_case(name, old_code, args.repeat, blocks, defines, emit)
 
 
 if __name__ == "__main__":
