@@ -91,8 +91,7 @@ class _Kernel:
                          rows_contig, shift, shift_sb, planes):  # fmt: skip
         nmod, cplx, near = int(targs[0]), targs[1] == "true", targs[2] == "true"
         B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
-        tiles = B * -(-Rpad // 16) * -(-Cp // 64)  # 16 x 64 tiles, grid-strided
-        assert block == (256,) and len(grid) == 1 and 1 <= grid[0] <= tiles
+        assert block == (256,) and grid[0] * 32 >= Cp and grid[1] <= 65535 and grid[2] <= 65535
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
         assert int(rows_contig) == int(sr == 1 and sc != 1)
         X = _strided_any(re_, np.float64, (B, R, C), (int(sb), int(sr), int(sc)))

@@ -29,7 +29,6 @@ from .kernels import (
     _i64,
     _kernel,
     _Operands,
-    _resident,
     _tf,
     kernels_enabled,
 )
@@ -49,11 +48,7 @@ def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, 
     planes = cp.empty((3 if cplx else 1, n, B, rows_pad, kp), dtype=cp.int8)
     fn = _kernel("ozaki2_residues.cu", f"ozaki2_residues<{n}, {_tf(cplx)}, {_tf(nearest)}>")
     sb, sr, sc = strides
-    # tiles of 16 rows x 64 columns, each block every grid-th: as many blocks as fit at once
-    tiles = B * -(-rows_pad // 16) * -(-kp // 64)
-    if tiles == 0:
-        return planes
-    grid = (min(tiles, _resident(fn, _THREADS)),)
+    grid = (-(-kp // 32), min(-(-rows_pad // 32), _MAX_GRID_YZ), min(B, _MAX_GRID_YZ))
     args = (
         re, im if cplx else re, _i64(sb), _i64(sr), _i64(sc),
         _i32(B), _i32(rows), _i32(k), _i32(rows_pad), _i32(kp),
