@@ -16,8 +16,10 @@ The backend's members (``emulinalg._stages`` declares them) come from its module
   ``emulinalg.algorithm.certificate_plan``;
 - ``refit``: ``refit_pick``, the refit's choice of entries in two passes over the output (the
   entries of ``emulinalg.algorithm.refit.cancelled_entries``);
-- ``balance``: ``balance_sides`` and ``balance_fine``, the complex part check's balance test
-  (``emulinalg.algorithm.parts.balanced``) in two fused kernels;
+- ``balance``: the complex part check's balance test (``emulinalg.algorithm.parts.balanced``)
+  in two fused kernels, not yet the backend's stages (``balance_sides``/``balance_fine``): they
+  become them once their GPU test (tests/backends/gpu/test_gpu_balance.py) and a timing have
+  run on the device;
 - ``kernels``: the NVRTC modules and launch helpers the others share.
 
 Everything else (Scheme I, the fast-mode prescale) is the shared Array API code running on cupy
@@ -31,7 +33,6 @@ import contextlib
 
 from ..cuda import fused as _fused
 from . import balance, certificate, gemm, kernels, products, refit, statistics
-from .balance import balance_fine, balance_sides
 from .certificate import ozaki2_certificate
 from .gemm import int_matmul, k_block, magnitude_lower_matmul, native_matmul
 from .kernels import kernels_enabled
@@ -41,8 +42,6 @@ from .statistics import line_scan, ozaki2_prescale
 
 __all__ = [
     "balance",
-    "balance_fine",
-    "balance_sides",
     "block_entries",
     "certificate",
     "dask_mode",

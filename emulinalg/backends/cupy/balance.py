@@ -1,7 +1,8 @@
 """The complex part check's balance test (``emulinalg.algorithm.parts.balanced``) in two fused
 kernels: the operands' sides in one pass per operand (``balance_sides``) and the test over the
-output in one reduction (``balance_fine``), where the generic code makes a dozen elementwise
-passes. The same float64 operations in the same order, each rounded on its own (no FMA)."""
+output in one pass and cupy's all() (``balance_fine``), where the generic code makes a dozen
+elementwise passes. The same float64 operations in the same order, each rounded on its own
+(no FMA)."""
 
 from __future__ import annotations
 
@@ -29,22 +30,20 @@ def _sides_kernel():
 
 @functools.cache
 def _fine_kernel():
-    # terms: certificate.upper_terms, then parts.balance_terms' own (parts.balance_fine)
-    return cp.ReductionKernel(
+    # terms: certificate.upper_terms, then parts.balance_terms' own (parts.balance_fine). An
+    # elementwise pass and cupy's own all(): a ReductionKernel to one value runs in one block.
+    return cp.ElementwiseKernel(
         "float64 t_lo, float64 s, bool rows, bool cols, raw float64 c",
-        "int32 ok",
+        "bool ok",
         """
-        (rows || cols) ? 1 : (
-          __dmul_rn(__dsub_rn(__dmul_rn(t_lo, c[8]),
-                              __dmul_rn(__dmul_rn(__dadd_rn(__dadd_rn(fabs(s), __dmul_rn(c[5],
-                                  __dmul_rn(__ddiv_rn(__dadd_rn(__ddiv_rn(__dadd_rn(t_lo, c[0]),
-                                  c[1]), c[2]), c[3]), c[4]))), c[6]), c[7]), c[9])), c[10])
-          >= __dmul_rn(__dmul_rn(__ddiv_rn(__dadd_rn(__ddiv_rn(__dadd_rn(t_lo, c[0]), c[1]),
-                       c[2]), c[3]), c[4]), c[11]) ? 1 : 0)
+        const double t_hi = __dmul_rn(__ddiv_rn(__dadd_rn(__ddiv_rn(__dadd_rn(t_lo, c[0]), c[1]),
+                                                          c[2]), c[3]), c[4]);
+        const double d_hi = __dmul_rn(__dadd_rn(__dadd_rn(fabs(s), __dmul_rn(c[5], t_hi)), c[6]),
+                                      c[7]);
+        const double part_lo = __dmul_rn(__dsub_rn(__dmul_rn(t_lo, c[8]), __dmul_rn(d_hi, c[9])),
+                                         c[10]);
+        ok = rows || cols || part_lo >= __dmul_rn(t_hi, c[11]);
         """,
-        "min(a, b)",
-        "ok = a",
-        "1",
         "emulinalg_balance_fine",
     )
 
@@ -71,4 +70,4 @@ def balance_fine(t_lo, s, terms, empty_rows, empty_cols):
     if t_lo.dtype != cp.float64 or s.dtype != cp.float64 or t_lo.size == 0:
         return None
     c = cp.asarray(terms, dtype=cp.float64)
-    return bool(int(_fine_kernel()(t_lo, s, empty_rows, empty_cols, c)) == 1)
+    return bool(cp.all(_fine_kernel()(t_lo, s, empty_rows, empty_cols, c)))
