@@ -16,10 +16,6 @@ The backend's members (``emulinalg._stages`` declares them) come from its module
   ``emulinalg.algorithm.certificate_plan``;
 - ``refit``: ``refit_pick``, the refit's choice of entries in two passes over the output (the
   entries of ``emulinalg.algorithm.refit.cancelled_entries``);
-- ``balance``: the complex part check's balance test (``emulinalg.algorithm.parts.balanced``)
-  in two fused kernels, not yet the backend's stages (``balance_sides``/``balance_fine``): they
-  become them once their GPU test (tests/backends/gpu/test_gpu_balance.py) and a timing have
-  run on the device;
 - ``kernels``: the NVRTC modules and launch helpers the others share.
 
 Everything else (Scheme I, the fast-mode prescale) is the shared Array API code running on cupy
@@ -32,7 +28,7 @@ from __future__ import annotations
 import contextlib
 
 from ..cuda import fused as _fused
-from . import balance, certificate, gemm, kernels, products, refit, statistics
+from . import certificate, gemm, kernels, products, refit, statistics
 from .certificate import ozaki2_certificate
 from .gemm import int_matmul, k_block, magnitude_lower_matmul, native_matmul
 from .kernels import kernels_enabled
@@ -41,7 +37,6 @@ from .refit import refit_pick
 from .statistics import line_scan, ozaki2_prescale
 
 __all__ = [
-    "balance",
     "block_entries",
     "certificate",
     "dask_mode",

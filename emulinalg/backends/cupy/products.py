@@ -91,13 +91,13 @@ def _shifts(prescale, c):
 
 
 def _chunking(B, m, n_p, kp, moduli, P):
-    """(rows per chunk of A, bytes per row of A's chunk) of ``ozaki2_product``: A's residue planes
-    and the chunk's products (INT8 residues from the fused GEMM, else INT32 per K-block) held
-    at once stay below ``chunk_bytes``."""
+    """(rows per chunk of A, bytes per row of A's chunk, whether the fused GEMM runs) of
+    ``ozaki2_product``: A's residue planes and the chunk's products (INT8 residues from the fused
+    GEMM, else INT32 per K-block) held at once stay below ``chunk_bytes``."""
     fused_ok = kp <= _fused.MAX_K and _fused.available()
     nkb = -(-kp // _gemm._K_BLOCK)  # the K-blocks of _int8_products
     row_bytes = P * moduli * B * (kp + (-(-n_p // 16) * 16 if fused_ok else 4 * nkb * n_p))
-    return max(1, min(m, chunk_bytes // row_bytes)), row_bytes
+    return max(1, min(m, chunk_bytes // row_bytes)), row_bytes, fused_ok
 
 
 def product_workspace(ar, ai, br, bi, moduli):
@@ -112,7 +112,7 @@ def product_workspace(ar, ai, br, bi, moduli):
     m, k, n = ar.shape[-2], ar.shape[-1], br.shape[-1]
     kp, n_p = _ceil(k, _KP_ALIGN), _ceil(n, _NP_ALIGN)
     P = 1 if ai is None else 3
-    rows, row_bytes = _chunking(B, m, n_p, kp, moduli, P)
+    rows, row_bytes, _ = _chunking(B, m, n_p, kp, moduli, P)
     return P * moduli * B * n_p * kp + rows * row_bytes
 
 
@@ -146,8 +146,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     outs = [cp.empty((B, m, n), dtype=dt) for _ in range((2 if cplx else 1) * per_part)]
     # The fused CUTLASS GEMM (src_cuda/) writes INT8 residues: 1 byte per product entry, not 4
     # (complex: 3M's three products per modulus, combined in the CRT pass).
-    fused_ok = kp <= _fused.MAX_K and _fused.available()
-    rows, _ = _chunking(B, m, n_p, kp, moduli, P)
+    rows, _, fused_ok = _chunking(B, m, n_p, kp, moduli, P)
     for r0 in range(0, m, rows):
         r1 = min(m, r0 + rows)
         a_re, a_im = (None if x is None else x[:, r0:r1] for x in ops.a)
