@@ -149,6 +149,7 @@ __device__ __forceinline__ double scale2(double x, int p) {
 __device__ __forceinline__ int floor_small(double v) { return static_cast<int>(v); }
 
 constexpr int kStage = 256;  // rows whose line terms F's passes stage in shared memory
+static_assert(kStage % 8 == 0, "cert_entries: a thread's rows step by 8 across stages");
 
 // scaling.bound_upper for one entry, F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,
 // nzb) (exact integers, c = 1 real, 2 complex), from its line terms: the row's c ra, 127 nza,
@@ -763,19 +764,194 @@ __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i
   return cert_first(cert_test(lam, na_i, alpha_i, qa, nb_j, beta_j, cR), th, 0, nth);
 }
 
-// cert_entries' column terms of batch entry b for the columns jb .. jb + 3 (zeros beyond n).
-__device__ __forceinline__ void cert_columns(long long b, int jb, int n,
-                                             const double* __restrict__ nb,
-                                             const double* __restrict__ beta,
-                                             const unsigned long long* __restrict__ mixb,
-                                             double (&nbv)[4], double (&bev)[4], bool (&mxb)[4]) {
+// An int32 F's first pass runs 4 blocks per SM, in 64 registers: its column terms wait in
+// shared memory (each thread reads back its own), not in 16 registers.
+template <typename T, bool GEMM>
+constexpr bool kSharedCols = sizeof(T) == 4 && !GEMM;
+
+// cert_entries' shared memory: the row terms of kStage rows, the F (and c32) ring, and (where
+// kSharedCols) each thread's column terms (nb, beta) per column c, as one 16-byte pair.
+template <typename T, bool GEMM>
+struct CertShared {
+  static constexpr int kC = kSharedCols<T, GEMM> ? 4 : 1, kT = kSharedCols<T, GEMM> ? kThreads : 1;
+  double na[kStage], al[kStage];
+  double scale[2];  // 2**-fexp, 2**-fexp_mixed
+  bool mx[kStage];
+  double2 col[kC][kT];
+  uint4 fring[kDepth<T>][kThreads * kWords<T>];
+  uint4 cring[GEMM ? kDepth<T> : 1][GEMM ? kThreads : 1];
+};
+
+// cert_entries' column terms of batch entry b for the thread's columns jb .. jb + 3, to sh.col
+// or cols (zeros beyond n); returns the columns' mixed flags (bit c: mixb nonzero).
+template <typename T, bool GEMM>
+__device__ __forceinline__ unsigned cert_columns(CertShared<T, GEMM>& sh, double2 (&cols)[4],
+                                                 int t, long long b, int jb, int n,
+                                                 const double* __restrict__ nb,
+                                                 const double* __restrict__ beta,
+                                                 const unsigned long long* __restrict__ mixb) {
+  unsigned mx = 0;
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
     const int j = jb + c;
-    nbv[c] = j < n ? nb[b * n + j] : 0.0;
-    bev[c] = j < n ? beta[b * n + j] : 0.0;
-    mxb[c] = j < n && mixb[b * n + j] != 0;
+    const double2 v = j < n ? double2{nb[b * n + j], beta[b * n + j]} : double2{0.0, 0.0};
+    if constexpr (kSharedCols<T, GEMM>)
+      sh.col[c][t] = v;
+    else
+      cols[c] = v;
+    mx |= j < n && mixb[b * n + j] != 0 ? 1u << c : 0u;
   }
+  return mx;
+}
+
+// cert_entries' pass over the block's rows, with MIXED: fexp_mixed differs from fexp (complex);
+// without, every entry's scale is 2**-fexp (the mixed flags select between equal values).
+template <typename T, bool GEMM, bool MIXED>
+__device__ __forceinline__ void cert_rows(
+    CertShared<T, GEMM>& sh, const double* th, const T* __restrict__ F,
+    const float* __restrict__ c32, long long n_p, long long c_pitch, int m, int n,
+    long long rbeg, long long rend, int fexp, int fexp_mixed, const double* __restrict__ na,
+    const double* __restrict__ alpha, const double* __restrict__ nb,
+    const double* __restrict__ beta, double factor, double abs_term, double cR, double c4,
+    int nth, int base, const unsigned long long* __restrict__ mixa,
+    const unsigned long long* __restrict__ mixb, unsigned char* __restrict__ need, int& qmax,
+    unsigned& at_max, unsigned& out) {
+  constexpr int D = kDepth<T>;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int jb = blockIdx.x * 128 + 4 * threadIdx.x;
+  const bool packed = (n & 3) == 0;  // need's 4 bytes in one store
+  // the thread's columns inside n (bits), and how many
+  const unsigned valid = jb >= n ? 0u : jb + 4 <= n ? 15u : (1u << (n - jb)) - 1u;
+  const unsigned nvalid = static_cast<unsigned>(__popc(valid));
+  const bool fetch = jb < n;
+  long long bend = 0;  // the column terms in sh.col are those of rows < bend
+  unsigned mxb = 0;    // their mixed flags
+  double2 cols[4] = {};  // (not kSharedCols) the column terms
+  uint4* const fmine = sh.fring[0] + t * kWords<T>;  // slot d: fmine + d * kThreads * kWords<T>
+  uint4* const cmine = sh.cring[0] + t;              // (GEMM) slot d: cmine + d * kThreads
+  // This thread's rows rbeg + threadIdx.y + 8 k, k < nrows (rows_per_block < 2**31): F's
+  // (and c32's) rows are fetched D - 1 ahead, through pointers that step a row at a time.
+  long long row = rbeg + threadIdx.y;
+  const int nrows = row < rend ? static_cast<int>((rend - row + 7) / 8) : 0;
+  const T* fnext = F + row * n_p + jb;
+  const float* cnext = GEMM ? c32 + row * c_pitch + jb : nullptr;
+  const long long fstep = 8 * n_p, cstep = 8 * c_pitch;
+  unsigned char* nr = need + row * n + jb;  // the row's need
+  if (row < rend) {  // the first rows' column terms, loaded while the line terms are staged
+    bend = (row / m + 1) * m;
+    mxb = cert_columns(sh, cols, t, row / m, jb, n, nb, beta, mixb);
+  }
+  for (int d = 0; d < D - 1; ++d) {
+    if (d < nrows && fetch) {
+      fetch4(fmine + d * kThreads * kWords<T>, fnext);
+      if constexpr (GEMM) fetch4(cmine + d * kThreads, cnext);
+    }
+    fnext += fstep;
+    if constexpr (GEMM) cnext += cstep;
+    cp_async_commit();
+  }
+  int slot = 0, k = 0;
+  for (long long s0 = rbeg; s0 < rend; s0 += kStage) {
+    const long long s1 = rend - s0 < kStage ? rend : s0 + kStage;
+    __syncthreads();  // the previous rows' terms have been read
+    for (long long i = t; i < s1 - s0; i += kThreads) {
+      sh.na[i] = na[s0 + i];
+      sh.al[i] = alpha[s0 + i];
+      sh.mx[i] = mixa[s0 + i] != 0;
+    }
+    __syncthreads();
+    // the thread's rows in this stage: k .. kend - 1 (from row - s0 < 8 on)
+    const int kend = row < s1 ? k + static_cast<int>((s1 - row + 7) / 8) : k;
+    for (int lr = static_cast<int>(row - s0); k < kend; ++k, lr += 8, row += 8, nr += 8 * n) {
+      const int back = slot == 0 ? D - 1 : slot - 1;  // the slot read last time
+      if (k + D - 1 < nrows && fetch) {
+        fetch4(fmine + back * kThreads * kWords<T>, fnext);
+        if constexpr (GEMM) fetch4(cmine + back * kThreads, cnext);
+      }
+      fnext += fstep;
+      if constexpr (GEMM) cnext += cstep;
+      cp_async_commit();
+      cp_async_wait<D - 1>();  // this row's group has landed
+      T fv[4];
+      float cv[4] = {};
+      load4(reinterpret_cast<const T*>(fmine + slot * kThreads * kWords<T>), fv);
+      if constexpr (GEMM) load4(reinterpret_cast<const float*>(cmine + slot * kThreads), cv);
+      slot = slot + 1 == D ? 0 : slot + 1;
+      if (row >= bend) {  // a new batch entry: its column terms (each thread reads its own)
+        bend = (row / m + 1) * m;
+        mxb = cert_columns(sh, cols, t, row / m, jb, n, nb, beta, mixb);
+      }
+      const double fscale = sh.scale[0], fscale_mixed = sh.scale[1];
+      const double na_i = sh.na[lr], alpha_i = sh.al[lr];
+      const double qa = __dmul_rn(c4, alpha_i);  // c4 alpha_i
+      const unsigned mx = MIXED ? (sh.mx[lr] ? 15u : mxb) : 0u;  // the entries' mixed flags
+      // An entry's count q is max(qm - 1, f) (qm: this thread's largest count so far, as of the
+      // row's start, -1 for none; f: the first index that certifies the entry, nth where none
+      // does): an entry certified by qm - 1 is neither beyond nor among the largest, and stores
+      // that count (an upper bound of its own). The test is monotone in the index, so f is the
+      // same whatever indices a search probes: every entry first tests pi = max(qm - 1, 0) (if
+      // it passes, q = pi); the rows where all entries pass (most of them) store and count at
+      // once, and only the others search above pi.
+      const int qm = qmax;
+      const int pi = qm > 1 ? qm - 1 : 0;
+      const double tp = th[pi];
+      CertTest ct[4];
+      bool all = true;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const double lam = entry_lower(static_cast<double>(fv[c]), mx >> c & 1u, fscale,
+                                       fscale_mixed, GEMM, cv[c], factor, abs_term);
+        double2 cb;
+        if constexpr (kSharedCols<T, GEMM>)
+          cb = sh.col[c][t];
+        else
+          cb = cols[c];
+        ct[c] = cert_test(lam, na_i, alpha_i, qa, cb.x, cb.y, cR);
+        all &= ct[c].passes(tp) | !(valid >> c & 1u);  // no branch per entry
+      }
+      unsigned word;
+      if (all) {  // every entry at pi (pi < nth: none beyond)
+        word = (static_cast<unsigned>(base + pi) & 0xffu) * 0x01010101u;
+        if (valid && pi > qmax) {
+          qmax = pi;
+          at_max = nvalid;
+        } else if (valid && pi == qmax) {
+          at_max += nvalid;
+        }
+      } else {
+        word = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          if (!(valid >> c & 1u)) continue;
+          int q = pi;
+          if (!ct[c].passes(tp)) {  // f > pi: the next two indices, then bisection
+            q = pi + 1;
+            if (q < nth && !ct[c].passes(th[q])) {
+              ++q;
+              if (q < nth && !ct[c].passes(th[q])) q = cert_first(ct[c], th, q + 1, nth);
+            }
+          }
+          word |= (static_cast<unsigned>(base + q) & 0xffu) << (8 * c);
+          if (q == nth) {
+            ++out;
+          } else if (q > qmax) {
+            qmax = q;
+            at_max = 1;
+          } else if (q == qmax) {
+            ++at_max;
+          }
+        }
+      }
+      if (packed) {
+        if (valid) *reinterpret_cast<unsigned*>(nr) = word;
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (valid >> c & 1u) nr[c] = static_cast<unsigned char>(word >> (8 * c));
+      }
+    }
+  }
+  cp_async_wait<0>();
 }
 
 // Block (32, 8), grid (column groups of 128, row chunks of rows_per_block) over the rows (b, i)
@@ -809,151 +985,41 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)
   if (*skip) return;  // the whole grid: no barrier is reached
   __shared__ double th[32];
   __shared__ unsigned long long s_red[3][kThreads / 32];
+  __shared__ CertShared<T, GEMM> sh;
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   if (t < 32) th[t] = t < nth ? thr[t] : 0.0;
+  if (t < 2) sh.scale[t] = pow2(t ? -fexp_mixed : -fexp);
   __syncthreads();
   const long long rows = static_cast<long long>(B) * m;
-  const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
-  int qmax = -1;  // this thread's largest certified value, its entries, the beyond entries
-  unsigned long long at_max = 0, out = 0;
-  const int jb = blockIdx.x * 128 + 4 * threadIdx.x;
-  const bool packed = (n & 3) == 0;  // need's 4 bytes in one store
   const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
   const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
-  long long bend = 0;  // the column terms below are those of rows < bend
-  double nbv[4] = {}, bev[4] = {};
-  bool mxb[4] = {};
-  // An int32 F's first pass runs 4 blocks per SM, in 64 registers: its column terms wait in
-  // shared memory (each thread reads back its own), not in 16 registers.
-  constexpr bool kSharedCols = sizeof(T) == 4 && !GEMM;
-  __shared__ double s_nb[kSharedCols ? 4 : 1][kSharedCols ? kThreads : 1];
-  __shared__ double s_be[kSharedCols ? 4 : 1][kSharedCols ? kThreads : 1];
-  const auto share_columns = [&] {
-    if constexpr (kSharedCols)
-      for (int c = 0; c < 4; ++c) s_nb[c][t] = nbv[c], s_be[c][t] = bev[c];
-  };
-  // The rows [rbeg, rend) with stride 8, kStage rows at a time: their line terms go to shared
-  // memory first, and F (and c32) comes through the ring D - 1 rows ahead of the arithmetic,
-  // so the loads in flight (which bound the pass) are not held up by the line terms.
-  __shared__ double s_na[kStage], s_al[kStage];
-  __shared__ bool s_mx[kStage];
-  constexpr int D = kDepth<T>;
-  __shared__ uint4 fring[D][kThreads * kWords<T>];
-  __shared__ uint4 cring[GEMM ? D : 1][GEMM ? kThreads : 1];
-  uint4* const fmine = fring[0] + t * kWords<T>;  // slot d: fmine + d * kThreads * kWords<T>
-  uint4* const cmine = cring[0] + t;              // (GEMM) slot d: cmine + d * kThreads
-  long long row = rbeg + threadIdx.y;
-  const long long step = blockDim.y;
-  if (row < rend) {  // the first rows' column terms, loaded while the line terms are staged
-    bend = (row / m + 1) * m;
-    cert_columns(row / m, jb, n, nb, beta, mixb, nbv, bev, mxb);
-    share_columns();
-  }
-  for (int d = 0; d < D - 1; ++d) {
-    const long long r = row + d * step;
-    if (r < rend && jb < n) {
-      fetch4(fmine + d * kThreads * kWords<T>, F + r * n_p + jb);
-      if constexpr (GEMM) fetch4(cmine + d * kThreads, c32 + r * c_pitch + jb);
-    }
-    cp_async_commit();
-  }
-  int slot = 0;
-  for (long long s0 = rbeg; s0 < rend; s0 += kStage) {
-    const long long s1 = rend - s0 < kStage ? rend : s0 + kStage;
-    __syncthreads();  // the previous rows' terms have been read
-    for (long long i = t; i < s1 - s0; i += kThreads) {
-      s_na[i] = na[s0 + i];
-      s_al[i] = alpha[s0 + i];
-      s_mx[i] = mixa[s0 + i] != 0;
-    }
-    __syncthreads();
-    for (; row < s1; row += step) {
-      const long long ahead = row + (D - 1) * step;
-      const int back = slot == 0 ? D - 1 : slot - 1;  // the slot read last time
-      if (ahead < rend && jb < n) {
-        fetch4(fmine + back * kThreads * kWords<T>, F + ahead * n_p + jb);
-        if constexpr (GEMM) fetch4(cmine + back * kThreads, c32 + ahead * c_pitch + jb);
-      }
-      cp_async_commit();
-      cp_async_wait<D - 1>();  // this row's group has landed
-      T fv[4];
-      float cv[4] = {};
-      load4(reinterpret_cast<const T*>(fmine + slot * kThreads * kWords<T>), fv);
-      if constexpr (GEMM) load4(reinterpret_cast<const float*>(cmine + slot * kThreads), cv);
-      slot = slot + 1 == D ? 0 : slot + 1;
-      if (row >= bend) {  // a new batch entry: its column terms
-        bend = (row / m + 1) * m;
-        cert_columns(row / m, jb, n, nb, beta, mixb, nbv, bev, mxb);
-        share_columns();
-      }
-      const double na_i = s_na[row - s0], alpha_i = s_al[row - s0];
-      const double qa = __dmul_rn(c4, alpha_i);  // c4 alpha_i
-      const bool mxa = s_mx[row - s0];
-      unsigned word = 0;
-      // An entry certified by this thread's largest count so far (qm, as of the row's start:
-      // the row's 4 entries are tested independently) minus one is neither beyond nor among
-      // the largest: store that count (an upper bound of its own), skip the search. (Its own
-      // count when that is qm: one more test.) An entry above qm tests the next count first (a
-      // thread's largest mostly grows by one: the lanes of a warp seldom wait on one lane's
-      // bisection), then bisects; the thread's first entry bisects (all lanes at once).
-      const int qm = qmax;
-      int qs[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        qs[c] = -1;  // beyond n: none
-        if (jb + c >= n) continue;
-        const double lam = entry_lower(static_cast<double>(fv[c]), mxa || mxb[c], fscale,
-                                       fscale_mixed, GEMM, cv[c], factor, abs_term);
-        double nb_c = nbv[c], be_c = bev[c];
-        if constexpr (kSharedCols) nb_c = s_nb[c][t], be_c = s_be[c][t];
-        const CertTest ct = cert_test(lam, na_i, alpha_i, qa, nb_c, be_c, cR);
-        int q;
-        if (qm > 0 && ct.passes(th[qm - 1]))
-          q = qm - 1;
-        else if (qm >= 0 && ct.passes(th[qm]))
-          q = qm;
-        else if (qm >= 0 && qm + 1 < nth && ct.passes(th[qm + 1]))
-          q = qm + 1;
-        else
-          q = cert_first(ct, th, qm >= 0 ? qm + 2 : 0, nth);
-        qs[c] = q;
-      }
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int q = qs[c];
-        if (q < 0) continue;
-        const unsigned v = static_cast<unsigned>(base + q) & 0xffu;
-        if (packed)
-          word |= v << (8 * c);
-        else
-          need[row * n + jb + c] = static_cast<unsigned char>(v);
-        if (q == nth) {
-          ++out;
-        } else if (q > qmax) {
-          qmax = q;
-          at_max = 1;
-        } else if (q == qmax) {
-          ++at_max;
-        }
-      }
-      if (packed && jb < n) *reinterpret_cast<unsigned*>(need + row * n + jb) = word;
-    }
-  }
-  cp_async_wait<0>();
+  // this thread's largest certified value (-1: none), its entries, the beyond entries (per
+  // thread at most 4 ceil(rows_per_block / 8) < 2**32)
+  int qmax = -1;
+  unsigned at_max = 0, out = 0;
+  if (fexp == fexp_mixed)
+    cert_rows<T, GEMM, false>(sh, th, F, c32, n_p, c_pitch, m, n, rbeg, rend, fexp, fexp_mixed,
+                              na, alpha, nb, beta, factor, abs_term, cR, c4, nth, base, mixa,
+                              mixb, need, qmax, at_max, out);
+  else
+    cert_rows<T, GEMM, true>(sh, th, F, c32, n_p, c_pitch, m, n, rbeg, rend, fexp, fexp_mixed,
+                             na, alpha, nb, beta, factor, abs_term, cR, c4, nth, base, mixa,
+                             mixb, need, qmax, at_max, out);
   // The block's largest count, its entries and the beyond entries: by warp shuffles, then the
   // 8 warps in order by one thread.
   unsigned long long q2 = static_cast<unsigned long long>(qmax + 1);  // 0: none certified
+  unsigned long long at2 = at_max, out2 = out;
   for (int o = 16; o > 0; o >>= 1) {
     const unsigned long long oq = __shfl_down_sync(0xffffffffu, q2, o);
-    const unsigned long long oc = __shfl_down_sync(0xffffffffu, at_max, o);
-    out += __shfl_down_sync(0xffffffffu, out, o);
-    at_max = oq > q2 ? oc : oq == q2 ? at_max + oc : at_max;
+    const unsigned long long oc = __shfl_down_sync(0xffffffffu, at2, o);
+    out2 += __shfl_down_sync(0xffffffffu, out2, o);
+    at2 = oq > q2 ? oc : oq == q2 ? at2 + oc : at2;
     q2 = oq > q2 ? oq : q2;
   }
   if (threadIdx.x == 0) {
     s_red[0][threadIdx.y] = q2;
-    s_red[1][threadIdx.y] = at_max;
-    s_red[2][threadIdx.y] = out;
+    s_red[1][threadIdx.y] = at2;
+    s_red[2][threadIdx.y] = out2;
   }
   __syncthreads();
   if (t == 0) {
