@@ -1144,9 +1144,8 @@ __device__ __forceinline__ CertStep cert_step(const unsigned long long* w, int n
   return r;
 }
 
-// The 4 entries 4 t .. 4 t + 3 of a 1024-entry group of the output from g0 (t: the block's
-// thread, 256 of them): which are suspects (bits), of need0 and need1 (16-byte aligned
-// allocations: 4-byte loads inside the output).
+// The 4 entries i0 .. i0 + 3 of the output (i0 a multiple of 4): which are suspects (bits), of
+// need0 and need1 (16-byte aligned allocations: 4-byte loads inside the output).
 __device__ __forceinline__ unsigned suspect_bits(const unsigned char* __restrict__ need0,
                                                  const unsigned char* __restrict__ need1,
                                                  long long total, long long i0, int out) {
@@ -1165,29 +1164,76 @@ __device__ __forceinline__ unsigned suspect_bits(const unsigned char* __restrict
   return bits;
 }
 
+// 0x80 in each byte of x that is zero, 0 elsewhere (exact: no carry crosses a byte).
+__device__ __forceinline__ unsigned zero_bytes(unsigned x) {
+  return ~(((x & 0x7f7f7f7fu) + 0x7f7f7f7fu) | x | 0x7f7f7f7fu);
+}
+
+// The suspects among 4 entries packed in need0's word a and need1's word b: 0x80 in their bytes
+// (suspect_bits' test, out: base + nth).
+__device__ __forceinline__ unsigned suspect_bytes(unsigned a, unsigned b, int out) {
+  const unsigned one = zero_bytes(b ^ 0x01010101u);  // need1 == 1
+  if (static_cast<unsigned>(out) > 0xffu) return one;  // no byte equals out
+  return one & ~zero_bytes(a ^ static_cast<unsigned>(out) * 0x01010101u);
+}
+
+// Bits 0..3 from suspect_bytes' 0x80 per byte: the multiply moves byte k's flag to bit 21 + k
+// (the 16 partial products land on distinct bits, so none carries).
+__device__ __forceinline__ unsigned byte_flags(unsigned x) {
+  return ((x >> 7) * 0x00204081u) >> 21 & 0xfu;
+}
+
+// The 16 entries i0 .. i0 + 15 (i0 a multiple of 16): which are suspects (bit h: entry i0 + h),
+// as suspect_bits, with one 16-byte load of need0 and need1 inside the output; COUNT: only how
+// many (the bits' popcount).
+template <bool COUNT>
+__device__ __forceinline__ unsigned suspects16(const unsigned char* __restrict__ need0,
+                                               const unsigned char* __restrict__ need1,
+                                               long long total, long long i0, int out) {
+  if (i0 + 16 <= total) {
+    const uint4 a = *reinterpret_cast<const uint4*>(need0 + i0);
+    const uint4 b = *reinterpret_cast<const uint4*>(need1 + i0);
+    const unsigned x = suspect_bytes(a.x, b.x, out), y = suspect_bytes(a.y, b.y, out);
+    const unsigned z = suspect_bytes(a.z, b.z, out), w = suspect_bytes(a.w, b.w, out);
+    if (COUNT) return __popc(x) + __popc(y) + __popc(z) + __popc(w);
+    return byte_flags(x) | byte_flags(y) << 4 | byte_flags(z) << 8 | byte_flags(w) << 12;
+  }
+  unsigned bits = 0;
+  for (int h = 0; h < 16 && i0 + h < total; ++h)
+    bits |= need1[i0 + h] == 1 && need0[i0 + h] != out ? 1u << h : 0u;
+  return COUNT ? __popc(bits) : bits;
+}
+
+// The inclusive prefix of v over the warp's lanes (every lane takes part).
+__device__ __forceinline__ unsigned warp_scan(unsigned v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned y = __shfl_up_sync(0xffffffffu, v, o);
+    v += lane >= o ? y : 0u;
+  }
+  return v;
+}
+
 // The exclusive prefix of v over the block's threads (kThreads, in thread order) and the block's
-// total, through shared memory (tcount: kThreads, wtot: a warp's sum each, left there: the
-// 128-entry segments' counts where v counts a thread's 4 entries); every thread takes part.
-__device__ __forceinline__ unsigned block_prefix(unsigned v, unsigned* tcount, unsigned* wtot,
-                                                 unsigned& total) {
+// total: a scan per warp by shuffles, the warps' totals through shared memory (wtot, its halves
+// taken in turn, `parity`, so that one barrier per call orders them); every thread takes part.
+__device__ __forceinline__ unsigned block_scan(unsigned v, unsigned (*wtot)[kThreads / 32],
+                                               int& parity, unsigned& total) {
   const int t = threadIdx.x, w = t >> 5;
-  __syncthreads();  // the last call's values have been read
-  tcount[t] = v;
+  const unsigned x = warp_scan(v);
+  if ((t & 31) == 31) wtot[parity][w] = x;
   __syncthreads();
-  if ((t & 31) == 0) {
-    unsigned c = 0;
-    for (int l = 0; l < 32; ++l) c += tcount[t + l];
-    wtot[w] = c;
+  unsigned before = 0, all = 0;
+#pragma unroll
+  for (int i = 0; i < kThreads / 32; ++i) {
+    const unsigned c = wtot[parity][i];
+    before += i < w ? c : 0u;
+    all += c;
   }
-  __syncthreads();
-  unsigned r = 0, all = 0;
-  for (int l = t & ~31; l < t; ++l) r += tcount[l];
-  for (int x = 0; x < kThreads / 32; ++x) {
-    r += x < w ? wtot[x] : 0u;
-    all += wtot[x];
-  }
+  parity ^= 1;
   total = all;
-  return r;
+  return before + x - v;
 }
 
 // The groups of 1024 entries (of the flat output, total entries) of block b of nblk: a
@@ -1203,7 +1249,8 @@ __device__ __forceinline__ void group_range(long long total, long long b, long l
 // groups (group_range) per 128-entry segment g to seg[g] (uint32) and in all to boff[b]; the
 // last block to finish (a counter, after a fence) turns boff (gridDim.x entries) into exclusive
 // prefix sums: a suspect's rank is its block's offset plus those before it in the block's
-// groups (refine_test, suspect_at).
+// groups (refine_test, suspect_at). A thread takes 16 entries (16-byte loads), 8 threads a
+// segment; no barrier until the block's total.
 extern "C" __global__ void __launch_bounds__(kThreads)
     suspect_ranks(const unsigned char* __restrict__ need0,
                   const unsigned char* __restrict__ need1, long long total,
@@ -1212,19 +1259,28 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                   unsigned* __restrict__ boff) {
   const CertStep st = cert_step(words, nth, s, limit, re);
   if (!st.work) return;
-  __shared__ unsigned tcount[kThreads], wtot[kThreads / 32];
+  __shared__ unsigned wtot[2][kThreads / 32];
   __shared__ bool last_block;
-  const int t = threadIdx.x, w = t >> 5;
+  const int t = threadIdx.x, lane = t & 31;
   long long glo, ghi;
   group_range(total, blockIdx.x, gridDim.x, glo, ghi);
-  unsigned run = 0, tot;
-  for (long long g = glo; g < ghi; ++g) {
-    block_prefix(__popc(suspect_bits(need0, need1, total, g * 1024 + 4 * t, base + nth)),
-                 tcount, wtot, tot);
-    if ((t & 31) == 0 && g * 8 + w < nseg) seg[g * 8 + w] = wtot[w];
-    run += tot;
+  const long long lo = glo * 1024, hi = ghi * 1024 < total ? ghi * 1024 : total;
+  unsigned run = 0;  // the suspects of the segments this thread wrote
+  for (long long c0 = lo; c0 < hi; c0 += 16 * kThreads) {
+    const long long i0 = c0 + 16 * t;
+    unsigned c = i0 < hi ? suspects16<true>(need0, need1, total, i0, base + nth) : 0u;
+    c += __shfl_down_sync(0xffffffffu, c, 4);  // lane 8 q: its segment's 8 threads
+    c += __shfl_down_sync(0xffffffffu, c, 2);
+    c += __shfl_down_sync(0xffffffffu, c, 1);
+    if ((lane & 7) == 0 && i0 < hi) {
+      seg[i0 / 128] = c;
+      run += c;
+    }
   }
-  if (t == 0) boff[blockIdx.x] = run;
+  int parity = 0;
+  unsigned tot;
+  block_scan(run, wtot, parity, tot);
+  if (t == 0) boff[blockIdx.x] = tot;
   __threadfence();  // this block's counts are visible before it counts itself done
   __syncthreads();
   if (t == 0)
@@ -1233,12 +1289,12 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   if (!last_block) return;
   volatile unsigned* vb = boff;
   const int per = (static_cast<int>(gridDim.x) + kThreads - 1) / kThreads;
-  const int lo = t * per < static_cast<int>(gridDim.x) ? t * per : gridDim.x;
-  const int hi = lo + per < static_cast<int>(gridDim.x) ? lo + per : gridDim.x;
+  const int blo = t * per < static_cast<int>(gridDim.x) ? t * per : gridDim.x;
+  const int bhi = blo + per < static_cast<int>(gridDim.x) ? blo + per : gridDim.x;
   unsigned sum = 0;
-  for (int x = lo; x < hi; ++x) sum += vb[x];
-  unsigned acc = block_prefix(sum, tcount, wtot, tot);
-  for (int x = lo; x < hi; ++x) {
+  for (int x = blo; x < bhi; ++x) sum += vb[x];
+  unsigned acc = block_scan(sum, wtot, parity, tot);
+  for (int x = blo; x < bhi; ++x) {
     const unsigned v = vb[x];
     vb[x] = acc;
     acc += v;
@@ -1246,48 +1302,54 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 }
 
 // The flat index of the suspect of rank r (step s's suspects, from suspect_ranks' boff (nblk
-// blocks) and seg), one block of the grid searching for 8 ranks, one per warp (every thread takes
-// part: the block's barriers): the last block offset at or below r, then its groups' segments
-// in order, then the segment's entries.
+// blocks) and seg), found by one warp (every lane takes part, each gets it): the last block
+// offset at or below r, then the block's segments 32 at a time (a scan of their counts), then the
+// segment's entries, 4 per lane.
 __device__ __forceinline__ long long suspect_at(const unsigned char* __restrict__ need0,
                                                 const unsigned char* __restrict__ need1,
                                                 long long total, int out, const unsigned* seg,
                                                 long long nseg, const unsigned* boff,
-                                                long long nblk, unsigned long long r, bool want,
-                                                unsigned* tcount, long long* found) {
-  const int t = threadIdx.x, w = t >> 5, lane = t & 31;
-  long long gs = 0;
-  unsigned long long run = 0;
-  if (want) {
-    long long lo = 0, hi = nblk - 1;  // boff[0] = 0 <= r
-    while (lo < hi) {
-      const long long mid = (lo + hi + 1) >> 1;
-      if (boff[mid] <= r)
-        lo = mid;
-      else
-        hi = mid - 1;
+                                                long long nblk, unsigned long long r) {
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = nblk - 1;  // boff[0] = 0 <= r
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) >> 1;
+    if (boff[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  long long glo, ghi;
+  group_range(total, lo, nblk, glo, ghi);
+  unsigned long long run = boff[lo];
+  const long long send = ghi * 8 < nseg ? ghi * 8 : nseg;
+  long long gs = send;  // the segment holding rank r
+  for (long long s0 = glo * 8; s0 < send; s0 += 32) {
+    const long long sl = s0 + lane;
+    const unsigned c = sl < send ? seg[sl] : 0u;
+    const unsigned x = warp_scan(c);
+    const unsigned hit = __ballot_sync(0xffffffffu, sl < send && r < run + x);
+    if (hit) {
+      const int l = __ffs(static_cast<int>(hit)) - 1;
+      gs = s0 + l;
+      run += __shfl_sync(0xffffffffu, x - c, l);
+      break;
     }
-    long long glo, ghi;
-    group_range(total, lo, nblk, glo, ghi);
-    run = boff[lo];
-    for (gs = glo * 8; gs < ghi * 8 && gs < nseg; ++gs) {
-      if (r < run + seg[gs]) break;
-      run += seg[gs];
-    }
+    run += __shfl_sync(0xffffffffu, x, 31);
   }
   const long long i0 = gs * 128 + 4 * lane;
-  const unsigned bits = want ? suspect_bits(need0, need1, total, i0, out) : 0u;
-  __syncthreads();
-  tcount[t] = __popc(bits);
-  __syncthreads();
-  if (want) {
-    unsigned long long k = run;
-    for (int l = t & ~31; l < t; ++l) k += tcount[l];
-    for (unsigned b = bits; b; ++k, b &= b - 1)
-      if (k == r) found[w] = i0 + __ffs(b) - 1;
+  const unsigned bits = suspect_bits(need0, need1, total, i0, out);
+  const unsigned pc = __popc(bits);
+  const unsigned long long first = run + (warp_scan(pc) - pc);  // the rank of the lane's first
+  const bool mine = r >= first && r < first + pc;
+  long long at = 0;
+  if (mine) {
+    unsigned b = bits;
+    for (unsigned long long q = first; q < r; ++q) b &= b - 1;
+    at = i0 + __ffs(static_cast<int>(b)) - 1;
   }
-  __syncthreads();
-  return found[w];
+  const unsigned who = __ballot_sync(0xffffffffu, mine);
+  return __shfl_sync(0xffffffffu, at, __ffs(static_cast<int>(who)) - 1);
 }
 
 // Step s's sample (refinement.refine_moduli's suspect_sums), where it refines: one warp per sample
@@ -1298,8 +1360,8 @@ __device__ __forceinline__ long long suspect_at(const unsigned char* __restrict_
 //   l + 32, ... in order, then the lanes are added by shuffles. Then (refinement.refine_failures)
 //   S' = max(S native_factor - tiny, 0) to sums[j] and, native, S2' likewise, scale =
 //   sqrt(S2' k) (1 - 2**-52) to sums[cap + j] and kappa = scale / (S' l1fac + tiny) (1 where
-//   that is 0) (1 - 2**-50), the step's largest kept in its word (as bits: kappa >= 0). Every
-//   warp takes the same number of steps (the CPU build's shuffle needs the block).
+//   that is 0) (1 - 2**-50), the step's largest kept in its word (as bits: kappa >= 0). The
+//   warps of the grid take the slots in turn.
 template <bool CPLX, typename In>
 __global__ void __launch_bounds__(kThreads)
     refine_suspects(const In* __restrict__ are, const In* __restrict__ aim, long long asr,
@@ -1315,21 +1377,16 @@ __global__ void __launch_bounds__(kThreads)
                     double* __restrict__ sums, long long cap) {
   const CertStep st = cert_step(words, nth, s, limit, re);
   if (!st.work) return;
-  __shared__ unsigned tcount[kThreads];
-  __shared__ long long found[kThreads / 32];
   const long long count = (st.sus + st.step - 1) / st.step;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (long long b0 = blockIdx.x * static_cast<long long>(warps); b0 < count;
-       b0 += static_cast<long long>(gridDim.x) * warps) {
-    const long long slot = b0 + warp;
-    const bool want = slot < count;
+  const int lane = threadIdx.x & 31;
+  const long long warps = blockDim.x >> 5;
+  for (long long slot = blockIdx.x * warps + (threadIdx.x >> 5); slot < count;
+       slot += gridDim.x * warps) {
     const long long at = suspect_at(need0, need1, total, base + nth, seg, nseg, boff, nblk,
-                                    want ? slot * st.step : 0, want, tcount, found);
-    long long i = 0, j = 0;
+                                    static_cast<unsigned long long>(slot) * st.step);
+    const long long i = at / n, j = at - i * n;
     double acc = 0.0, acc2 = 0.0;
-    if (want) {
-      i = at / n;
-      j = at - i * n;
+    {
       const int pa = static_cast<int>(shift_a[i]) - 5 + (CPLX ? 1 : 0);
       const int pb = static_cast<int>(shift_b[j]) - 5 + (CPLX ? 1 : 0);
       for (int h = lane; h < k; h += 32) {
@@ -1350,7 +1407,7 @@ __global__ void __launch_bounds__(kThreads)
       acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, o));
       if (native) acc2 = __dadd_rn(acc2, __shfl_down_sync(0xffffffffu, acc2, o));
     }
-    if (want && lane == 0) {
+    if (lane == 0) {
       double S = __dsub_rn(__dmul_rn(acc, native_factor), tiny);
       S = S > 0.0 ? S : 0.0;
       sums[slot] = S;
@@ -1377,8 +1434,10 @@ __global__ void __launch_bounds__(kThreads)
 // sample's largest kappa)), theta_cap = min(THETA_MAX, sqrt(k))), raised to max(S', scale)
 // (native) or S' (strict) where sampled; the exact test at threshold 1 with the factors p, q
 // of the step's count (c - 1) counts its failures and writes the failing flat indices to the
-// patch (the first patch_cap; one atomic per block and group). The last block decides (c in
-// words[W + 5]): no suspect, or none
+// patch (the first patch_cap; one atomic per warp and 4096 entries with failures, until the
+// count passes patch_cap: the patch is then not taken, and the warp adds the rest at its end).
+// A thread takes 16 entries (16-byte loads), ranked by a block scan. The last block decides (c
+// in words[W + 5]): no suspect, or none
 // failing: c - 1, and where steps remain and c - 1 is above the smallest, the next step's
 // factors and its skip word cleared; failures at most patch_cap (refinement.patch_limit):
 // c - 1 with the patch; else the count stays. A step that does not run sets the next one's
@@ -1400,14 +1459,13 @@ __global__ void __launch_bounds__(kThreads)
                 const double* __restrict__ e, long long la, const double* __restrict__ f,
                 long long lb, const double* __restrict__ tab) {
   const CertStep st = cert_step(words, nth, s, limit, re);
-  const int W = nth + 2, P = cw_step(nth, s), t = threadIdx.x;
+  const int W = nth + 2, P = cw_step(nth, s), t = threadIdx.x, lane = t & 31;
   const bool more = s + 1 < steps;
   if (!st.run) {
     if (more && blockIdx.x == 0 && t == 0) words[cw_step(nth, s + 1) + 3] = 1;
     return;
   }
-  __shared__ unsigned tcount[kThreads], wtot[kThreads / 32];
-  __shared__ unsigned long long at_base;
+  __shared__ unsigned wtot[2][kThreads / 32];
   __shared__ bool last_block;
   unsigned long long* const patch = words + cw_step(nth, steps);
   if (st.work) {
@@ -1420,45 +1478,65 @@ __global__ void __launch_bounds__(kThreads)
     const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
     long long glo, ghi;
     group_range(total, blockIdx.x, gridDim.x, glo, ghi);
-    unsigned long long run = boff[blockIdx.x], tested = 0;  // the group's first rank
-    for (long long g = glo; g < ghi; ++g) {
-      const long long i0 = g * 1024 + 4 * t;
-      const unsigned bits = suspect_bits(need0, need1, total, i0, base + nth);
-      unsigned tot, ftot;
-      unsigned long long r = run + block_prefix(__popc(bits), tcount, wtot, tot);
+    const long long lo = glo * 1024, hi = ghi * 1024 < total ? ghi * 1024 : total;
+    unsigned long long run = boff[blockIdx.x], tested = 0;  // the chunk's first rank
+    unsigned long long later = 0;  // (warp) failures past patch_cap, not yet counted
+    bool over = false;             // (warp) the count has passed patch_cap
+    int parity = 0;
+    for (long long c0 = lo; c0 < hi; c0 += 16 * kThreads) {
+      const long long i0 = c0 + 16 * t;
+      const unsigned bits = i0 < hi ? suspects16<false>(need0, need1, total, i0, base + nth) : 0u;
+      unsigned tot;
+      const unsigned long long r0 = run + block_scan(__popc(bits), wtot, parity, tot);
       unsigned fail = 0;  // which of the thread's suspects fail
-      for (unsigned b = bits; b; b &= b - 1, ++r) {
-        const int h = __ffs(b) - 1;
-        const long long at = i0 + h, i = at / n, j = at - i * n;
-        double lam = entry_lower(static_cast<double>(F[i * n_p + j]),
-                                 mixa[i] != 0 || mixb[j] != 0, fscale, fscale_mixed, GEMM,
-                                 GEMM ? c32[i * c_pitch + j] : 0.0f, factor, abs_term);
-        const bool sampled = r % st.step == 0;
-        const double S = sampled ? sums[r / st.step] : 0.0;
-        if (native) {
-          lam = __dmul_rn(lam, theta);
-          if (sampled) {
-            const double scale = sums[cap + r / st.step];
-            const double own = S > scale ? S : scale;
-            lam = own > lam ? own : lam;
+      if (bits) {
+        // entry i0's row and column, and rank r0's sample slot and remainder (step >= 1): both
+        // carried along the thread's suspects
+        const long long i = i0 / n, jj = i0 - i * n;
+        unsigned long long slot = st.step == 1 ? r0 : r0 / st.step, rem = r0 - slot * st.step;
+        for (unsigned b = bits; b; b &= b - 1) {
+          const int h = __ffs(static_cast<int>(b)) - 1;
+          long long ii = i, j = jj + h;
+          while (j >= n) j -= n, ++ii;
+          double lam = entry_lower(static_cast<double>(F[ii * n_p + j]),
+                                   mixa[ii] != 0 || mixb[j] != 0, fscale, fscale_mixed, GEMM,
+                                   GEMM ? c32[ii * c_pitch + j] : 0.0f, factor, abs_term);
+          const bool sampled = rem == 0;
+          const double S = sampled ? sums[slot] : 0.0;
+          if (native) {
+            lam = __dmul_rn(lam, theta);
+            if (sampled) {
+              const double scale = sums[cap + slot];
+              const double own = S > scale ? S : scale;
+              lam = own > lam ? own : lam;
+            }
+          } else if (sampled) {
+            lam = S > lam ? S : lam;
           }
-        } else if (sampled) {
-          lam = S > lam ? S : lam;
+          if (!cert_ok(lam, na[ii], p[ii], __dmul_rn(c4, p[ii]), nb[j], q[j], cR, 1.0))
+            fail |= 1u << h;
+          if (++rem == st.step) rem = 0, ++slot;
         }
-        if (!cert_ok(lam, na[i], p[i], __dmul_rn(c4, p[i]), nb[j], q[j], cR, 1.0))
-          fail |= 1u << h;
       }
       run += tot;
       tested += tot;
-      // the block's failures of this group: their positions in the patch from one atomic
-      unsigned long long pos = block_prefix(__popc(fail), tcount, wtot, ftot);
-      if (t == 0 && ftot) at_base = atomicAdd(words + P + 5, static_cast<unsigned long long>(ftot));
-      __syncthreads();
-      if (fail) pos += at_base;
-      for (unsigned b = fail; b; b &= b - 1, ++pos)
-        if (static_cast<long long>(pos) < patch_cap)
-          patch[pos] = static_cast<unsigned long long>(i0 + __ffs(b) - 1);
+      // the warp's failures: their positions in the patch from one atomic
+      const unsigned fc = __popc(fail), fx = warp_scan(fc);
+      const unsigned wt = __shfl_sync(0xffffffffu, fx, 31);
+      if (wt && over) {
+        later += wt;
+      } else if (wt) {
+        unsigned long long at = 0;
+        if (lane == 31) at = atomicAdd(words + P + 5, static_cast<unsigned long long>(wt));
+        at = __shfl_sync(0xffffffffu, at, 31);
+        over = at + wt > static_cast<unsigned long long>(patch_cap);
+        unsigned long long pos = at + fx - fc;
+        for (unsigned b = fail; b; b &= b - 1, ++pos)
+          if (static_cast<long long>(pos) < patch_cap)
+            patch[pos] = static_cast<unsigned long long>(i0 + __ffs(static_cast<int>(b)) - 1);
+      }
     }
+    if (lane == 0 && later) atomicAdd(words + P + 5, later);
     if (t == 0 && tested) atomicAdd(words + P + 6, tested);
   }
   __threadfence();
