@@ -27,6 +27,12 @@ inline unsigned long long atomicAdd(unsigned long long*, unsigned long long v) {
 inline unsigned atomicExch(unsigned*, unsigned v) { return v; }
 inline unsigned long long __shfl_down_sync(unsigned, unsigned long long v, int) { return v; }
 inline double __shfl_down_sync(unsigned, double v, int) { return v; }
+inline unsigned __shfl_down_sync(unsigned, unsigned v, int) { return v; }
+inline unsigned __shfl_up_sync(unsigned, unsigned v, int) { return v; }
+inline unsigned __shfl_sync(unsigned, unsigned v, int) { return v; }
+inline long long __shfl_sync(unsigned, long long v, int) { return v; }
+inline unsigned long long __shfl_sync(unsigned, unsigned long long v, int) { return v; }
+inline unsigned __ballot_sync(unsigned, bool p) { return p; }
 
 #define __CUDACC_RTC__  // the source's explicit kernel instantiations are for nvcc only
 #include "ozaki2_stats.cu"  // src_cuda/ (include path)

@@ -149,6 +149,7 @@ __device__ __forceinline__ double scale2(double x, int p) {
 __device__ __forceinline__ int floor_small(double v) { return static_cast<int>(v); }
 
 constexpr int kStage = 256;  // rows whose line terms F's passes stage in shared memory
+static_assert(kStage % 8 == 0, "cert_entries: a thread's rows step by 8 across stages");
 
 // scaling.bound_upper for one entry, F + min(c ra, 127 nzb) + min(c cb, 127 nza) + c min(nza,
 // nzb) (exact integers, c = 1 real, 2 complex), from its line terms: the row's c ra, 127 nza,
@@ -763,19 +764,194 @@ __device__ __forceinline__ int cert_need(double lam, double na_i, double alpha_i
   return cert_first(cert_test(lam, na_i, alpha_i, qa, nb_j, beta_j, cR), th, 0, nth);
 }
 
-// cert_entries' column terms of batch entry b for the columns jb .. jb + 3 (zeros beyond n).
-__device__ __forceinline__ void cert_columns(long long b, int jb, int n,
-                                             const double* __restrict__ nb,
-                                             const double* __restrict__ beta,
-                                             const unsigned long long* __restrict__ mixb,
-                                             double (&nbv)[4], double (&bev)[4], bool (&mxb)[4]) {
+// An int32 F's first pass runs 4 blocks per SM, in 64 registers: its column terms wait in
+// shared memory (each thread reads back its own), not in 16 registers.
+template <typename T, bool GEMM>
+constexpr bool kSharedCols = sizeof(T) == 4 && !GEMM;
+
+// cert_entries' shared memory: the row terms of kStage rows, the F (and c32) ring, and (where
+// kSharedCols) each thread's column terms (nb, beta) per column c, as one 16-byte pair.
+template <typename T, bool GEMM>
+struct CertShared {
+  static constexpr int kC = kSharedCols<T, GEMM> ? 4 : 1, kT = kSharedCols<T, GEMM> ? kThreads : 1;
+  double na[kStage], al[kStage];
+  double scale[2];  // 2**-fexp, 2**-fexp_mixed
+  bool mx[kStage];
+  double2 col[kC][kT];
+  uint4 fring[kDepth<T>][kThreads * kWords<T>];
+  uint4 cring[GEMM ? kDepth<T> : 1][GEMM ? kThreads : 1];
+};
+
+// cert_entries' column terms of batch entry b for the thread's columns jb .. jb + 3, to sh.col
+// or cols (zeros beyond n); returns the columns' mixed flags (bit c: mixb nonzero).
+template <typename T, bool GEMM>
+__device__ __forceinline__ unsigned cert_columns(CertShared<T, GEMM>& sh, double2 (&cols)[4],
+                                                 int t, long long b, int jb, int n,
+                                                 const double* __restrict__ nb,
+                                                 const double* __restrict__ beta,
+                                                 const unsigned long long* __restrict__ mixb) {
+  unsigned mx = 0;
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
     const int j = jb + c;
-    nbv[c] = j < n ? nb[b * n + j] : 0.0;
-    bev[c] = j < n ? beta[b * n + j] : 0.0;
-    mxb[c] = j < n && mixb[b * n + j] != 0;
+    const double2 v = j < n ? double2{nb[b * n + j], beta[b * n + j]} : double2{0.0, 0.0};
+    if constexpr (kSharedCols<T, GEMM>)
+      sh.col[c][t] = v;
+    else
+      cols[c] = v;
+    mx |= j < n && mixb[b * n + j] != 0 ? 1u << c : 0u;
   }
+  return mx;
+}
+
+// cert_entries' pass over the block's rows, with MIXED: fexp_mixed differs from fexp (complex);
+// without, every entry's scale is 2**-fexp (the mixed flags select between equal values).
+template <typename T, bool GEMM, bool MIXED>
+__device__ __forceinline__ void cert_rows(
+    CertShared<T, GEMM>& sh, const double* th, const T* __restrict__ F,
+    const float* __restrict__ c32, long long n_p, long long c_pitch, int m, int n,
+    long long rbeg, long long rend, int fexp, int fexp_mixed, const double* __restrict__ na,
+    const double* __restrict__ alpha, const double* __restrict__ nb,
+    const double* __restrict__ beta, double factor, double abs_term, double cR, double c4,
+    int nth, int base, const unsigned long long* __restrict__ mixa,
+    const unsigned long long* __restrict__ mixb, unsigned char* __restrict__ need, int& qmax,
+    unsigned& at_max, unsigned& out) {
+  constexpr int D = kDepth<T>;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int jb = blockIdx.x * 128 + 4 * threadIdx.x;
+  const bool packed = (n & 3) == 0;  // need's 4 bytes in one store
+  // the thread's columns inside n (bits), and how many
+  const unsigned valid = jb >= n ? 0u : jb + 4 <= n ? 15u : (1u << (n - jb)) - 1u;
+  const unsigned nvalid = static_cast<unsigned>(__popc(valid));
+  const bool fetch = jb < n;
+  long long bend = 0;  // the column terms in sh.col are those of rows < bend
+  unsigned mxb = 0;    // their mixed flags
+  double2 cols[4] = {};  // (not kSharedCols) the column terms
+  uint4* const fmine = sh.fring[0] + t * kWords<T>;  // slot d: fmine + d * kThreads * kWords<T>
+  uint4* const cmine = sh.cring[0] + t;              // (GEMM) slot d: cmine + d * kThreads
+  // This thread's rows rbeg + threadIdx.y + 8 k, k < nrows (rows_per_block < 2**31): F's
+  // (and c32's) rows are fetched D - 1 ahead, through pointers that step a row at a time.
+  long long row = rbeg + threadIdx.y;
+  const int nrows = row < rend ? static_cast<int>((rend - row + 7) / 8) : 0;
+  const T* fnext = F + row * n_p + jb;
+  const float* cnext = GEMM ? c32 + row * c_pitch + jb : nullptr;
+  const long long fstep = 8 * n_p, cstep = 8 * c_pitch;
+  unsigned char* nr = need + row * n + jb;  // the row's need
+  if (row < rend) {  // the first rows' column terms, loaded while the line terms are staged
+    bend = (row / m + 1) * m;
+    mxb = cert_columns(sh, cols, t, row / m, jb, n, nb, beta, mixb);
+  }
+  for (int d = 0; d < D - 1; ++d) {
+    if (d < nrows && fetch) {
+      fetch4(fmine + d * kThreads * kWords<T>, fnext);
+      if constexpr (GEMM) fetch4(cmine + d * kThreads, cnext);
+    }
+    fnext += fstep;
+    if constexpr (GEMM) cnext += cstep;
+    cp_async_commit();
+  }
+  int slot = 0, k = 0;
+  for (long long s0 = rbeg; s0 < rend; s0 += kStage) {
+    const long long s1 = rend - s0 < kStage ? rend : s0 + kStage;
+    __syncthreads();  // the previous rows' terms have been read
+    for (long long i = t; i < s1 - s0; i += kThreads) {
+      sh.na[i] = na[s0 + i];
+      sh.al[i] = alpha[s0 + i];
+      sh.mx[i] = mixa[s0 + i] != 0;
+    }
+    __syncthreads();
+    // the thread's rows in this stage: k .. kend - 1 (from row - s0 < 8 on)
+    const int kend = row < s1 ? k + static_cast<int>((s1 - row + 7) / 8) : k;
+    for (int lr = static_cast<int>(row - s0); k < kend; ++k, lr += 8, row += 8, nr += 8 * n) {
+      const int back = slot == 0 ? D - 1 : slot - 1;  // the slot read last time
+      if (k + D - 1 < nrows && fetch) {
+        fetch4(fmine + back * kThreads * kWords<T>, fnext);
+        if constexpr (GEMM) fetch4(cmine + back * kThreads, cnext);
+      }
+      fnext += fstep;
+      if constexpr (GEMM) cnext += cstep;
+      cp_async_commit();
+      cp_async_wait<D - 1>();  // this row's group has landed
+      T fv[4];
+      float cv[4] = {};
+      load4(reinterpret_cast<const T*>(fmine + slot * kThreads * kWords<T>), fv);
+      if constexpr (GEMM) load4(reinterpret_cast<const float*>(cmine + slot * kThreads), cv);
+      slot = slot + 1 == D ? 0 : slot + 1;
+      if (row >= bend) {  // a new batch entry: its column terms (each thread reads its own)
+        bend = (row / m + 1) * m;
+        mxb = cert_columns(sh, cols, t, row / m, jb, n, nb, beta, mixb);
+      }
+      const double fscale = sh.scale[0], fscale_mixed = sh.scale[1];
+      const double na_i = sh.na[lr], alpha_i = sh.al[lr];
+      const double qa = __dmul_rn(c4, alpha_i);  // c4 alpha_i
+      const unsigned mx = MIXED ? (sh.mx[lr] ? 15u : mxb) : 0u;  // the entries' mixed flags
+      // An entry's count q is max(qm - 1, f) (qm: this thread's largest count so far, as of the
+      // row's start, -1 for none; f: the first index that certifies the entry, nth where none
+      // does): an entry certified by qm - 1 is neither beyond nor among the largest, and stores
+      // that count (an upper bound of its own). The test is monotone in the index, so f is the
+      // same whatever indices a search probes: every entry first tests pi = max(qm - 1, 0) (if
+      // it passes, q = pi); the rows where all entries pass (most of them) store and count at
+      // once, and only the others search above pi.
+      const int qm = qmax;
+      const int pi = qm > 1 ? qm - 1 : 0;
+      const double tp = th[pi];
+      CertTest ct[4];
+      bool all = true;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const double lam = entry_lower(static_cast<double>(fv[c]), mx >> c & 1u, fscale,
+                                       fscale_mixed, GEMM, cv[c], factor, abs_term);
+        double2 cb;
+        if constexpr (kSharedCols<T, GEMM>)
+          cb = sh.col[c][t];
+        else
+          cb = cols[c];
+        ct[c] = cert_test(lam, na_i, alpha_i, qa, cb.x, cb.y, cR);
+        all &= ct[c].passes(tp) | !(valid >> c & 1u);  // no branch per entry
+      }
+      unsigned word;
+      if (all) {  // every entry at pi (pi < nth: none beyond)
+        word = (static_cast<unsigned>(base + pi) & 0xffu) * 0x01010101u;
+        if (valid && pi > qmax) {
+          qmax = pi;
+          at_max = nvalid;
+        } else if (valid && pi == qmax) {
+          at_max += nvalid;
+        }
+      } else {
+        word = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          if (!(valid >> c & 1u)) continue;
+          int q = pi;
+          if (!ct[c].passes(tp)) {  // f > pi: the next two indices, then bisection
+            q = pi + 1;
+            if (q < nth && !ct[c].passes(th[q])) {
+              ++q;
+              if (q < nth && !ct[c].passes(th[q])) q = cert_first(ct[c], th, q + 1, nth);
+            }
+          }
+          word |= (static_cast<unsigned>(base + q) & 0xffu) << (8 * c);
+          if (q == nth) {
+            ++out;
+          } else if (q > qmax) {
+            qmax = q;
+            at_max = 1;
+          } else if (q == qmax) {
+            ++at_max;
+          }
+        }
+      }
+      if (packed) {
+        if (valid) *reinterpret_cast<unsigned*>(nr) = word;
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (valid >> c & 1u) nr[c] = static_cast<unsigned char>(word >> (8 * c));
+      }
+    }
+  }
+  cp_async_wait<0>();
 }
 
 // Block (32, 8), grid (column groups of 128, row chunks of rows_per_block) over the rows (b, i)
@@ -809,151 +985,41 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 && !GEMM ? 4 : 2)
   if (*skip) return;  // the whole grid: no barrier is reached
   __shared__ double th[32];
   __shared__ unsigned long long s_red[3][kThreads / 32];
+  __shared__ CertShared<T, GEMM> sh;
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   if (t < 32) th[t] = t < nth ? thr[t] : 0.0;
+  if (t < 2) sh.scale[t] = pow2(t ? -fexp_mixed : -fexp);
   __syncthreads();
   const long long rows = static_cast<long long>(B) * m;
-  const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
-  int qmax = -1;  // this thread's largest certified value, its entries, the beyond entries
-  unsigned long long at_max = 0, out = 0;
-  const int jb = blockIdx.x * 128 + 4 * threadIdx.x;
-  const bool packed = (n & 3) == 0;  // need's 4 bytes in one store
   const long long rbeg = static_cast<long long>(blockIdx.y) * rows_per_block;
   const long long rend = rbeg + rows_per_block < rows ? rbeg + rows_per_block : rows;
-  long long bend = 0;  // the column terms below are those of rows < bend
-  double nbv[4] = {}, bev[4] = {};
-  bool mxb[4] = {};
-  // An int32 F's first pass runs 4 blocks per SM, in 64 registers: its column terms wait in
-  // shared memory (each thread reads back its own), not in 16 registers.
-  constexpr bool kSharedCols = sizeof(T) == 4 && !GEMM;
-  __shared__ double s_nb[kSharedCols ? 4 : 1][kSharedCols ? kThreads : 1];
-  __shared__ double s_be[kSharedCols ? 4 : 1][kSharedCols ? kThreads : 1];
-  const auto share_columns = [&] {
-    if constexpr (kSharedCols)
-      for (int c = 0; c < 4; ++c) s_nb[c][t] = nbv[c], s_be[c][t] = bev[c];
-  };
-  // The rows [rbeg, rend) with stride 8, kStage rows at a time: their line terms go to shared
-  // memory first, and F (and c32) comes through the ring D - 1 rows ahead of the arithmetic,
-  // so the loads in flight (which bound the pass) are not held up by the line terms.
-  __shared__ double s_na[kStage], s_al[kStage];
-  __shared__ bool s_mx[kStage];
-  constexpr int D = kDepth<T>;
-  __shared__ uint4 fring[D][kThreads * kWords<T>];
-  __shared__ uint4 cring[GEMM ? D : 1][GEMM ? kThreads : 1];
-  uint4* const fmine = fring[0] + t * kWords<T>;  // slot d: fmine + d * kThreads * kWords<T>
-  uint4* const cmine = cring[0] + t;              // (GEMM) slot d: cmine + d * kThreads
-  long long row = rbeg + threadIdx.y;
-  const long long step = blockDim.y;
-  if (row < rend) {  // the first rows' column terms, loaded while the line terms are staged
-    bend = (row / m + 1) * m;
-    cert_columns(row / m, jb, n, nb, beta, mixb, nbv, bev, mxb);
-    share_columns();
-  }
-  for (int d = 0; d < D - 1; ++d) {
-    const long long r = row + d * step;
-    if (r < rend && jb < n) {
-      fetch4(fmine + d * kThreads * kWords<T>, F + r * n_p + jb);
-      if constexpr (GEMM) fetch4(cmine + d * kThreads, c32 + r * c_pitch + jb);
-    }
-    cp_async_commit();
-  }
-  int slot = 0;
-  for (long long s0 = rbeg; s0 < rend; s0 += kStage) {
-    const long long s1 = rend - s0 < kStage ? rend : s0 + kStage;
-    __syncthreads();  // the previous rows' terms have been read
-    for (long long i = t; i < s1 - s0; i += kThreads) {
-      s_na[i] = na[s0 + i];
-      s_al[i] = alpha[s0 + i];
-      s_mx[i] = mixa[s0 + i] != 0;
-    }
-    __syncthreads();
-    for (; row < s1; row += step) {
-      const long long ahead = row + (D - 1) * step;
-      const int back = slot == 0 ? D - 1 : slot - 1;  // the slot read last time
-      if (ahead < rend && jb < n) {
-        fetch4(fmine + back * kThreads * kWords<T>, F + ahead * n_p + jb);
-        if constexpr (GEMM) fetch4(cmine + back * kThreads, c32 + ahead * c_pitch + jb);
-      }
-      cp_async_commit();
-      cp_async_wait<D - 1>();  // this row's group has landed
-      T fv[4];
-      float cv[4] = {};
-      load4(reinterpret_cast<const T*>(fmine + slot * kThreads * kWords<T>), fv);
-      if constexpr (GEMM) load4(reinterpret_cast<const float*>(cmine + slot * kThreads), cv);
-      slot = slot + 1 == D ? 0 : slot + 1;
-      if (row >= bend) {  // a new batch entry: its column terms
-        bend = (row / m + 1) * m;
-        cert_columns(row / m, jb, n, nb, beta, mixb, nbv, bev, mxb);
-        share_columns();
-      }
-      const double na_i = s_na[row - s0], alpha_i = s_al[row - s0];
-      const double qa = __dmul_rn(c4, alpha_i);  // c4 alpha_i
-      const bool mxa = s_mx[row - s0];
-      unsigned word = 0;
-      // An entry certified by this thread's largest count so far (qm, as of the row's start:
-      // the row's 4 entries are tested independently) minus one is neither beyond nor among
-      // the largest: store that count (an upper bound of its own), skip the search. (Its own
-      // count when that is qm: one more test.) An entry above qm tests the next count first (a
-      // thread's largest mostly grows by one: the lanes of a warp seldom wait on one lane's
-      // bisection), then bisects; the thread's first entry bisects (all lanes at once).
-      const int qm = qmax;
-      int qs[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        qs[c] = -1;  // beyond n: none
-        if (jb + c >= n) continue;
-        const double lam = entry_lower(static_cast<double>(fv[c]), mxa || mxb[c], fscale,
-                                       fscale_mixed, GEMM, cv[c], factor, abs_term);
-        double nb_c = nbv[c], be_c = bev[c];
-        if constexpr (kSharedCols) nb_c = s_nb[c][t], be_c = s_be[c][t];
-        const CertTest ct = cert_test(lam, na_i, alpha_i, qa, nb_c, be_c, cR);
-        int q;
-        if (qm > 0 && ct.passes(th[qm - 1]))
-          q = qm - 1;
-        else if (qm >= 0 && ct.passes(th[qm]))
-          q = qm;
-        else if (qm >= 0 && qm + 1 < nth && ct.passes(th[qm + 1]))
-          q = qm + 1;
-        else
-          q = cert_first(ct, th, qm >= 0 ? qm + 2 : 0, nth);
-        qs[c] = q;
-      }
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int q = qs[c];
-        if (q < 0) continue;
-        const unsigned v = static_cast<unsigned>(base + q) & 0xffu;
-        if (packed)
-          word |= v << (8 * c);
-        else
-          need[row * n + jb + c] = static_cast<unsigned char>(v);
-        if (q == nth) {
-          ++out;
-        } else if (q > qmax) {
-          qmax = q;
-          at_max = 1;
-        } else if (q == qmax) {
-          ++at_max;
-        }
-      }
-      if (packed && jb < n) *reinterpret_cast<unsigned*>(need + row * n + jb) = word;
-    }
-  }
-  cp_async_wait<0>();
+  // this thread's largest certified value (-1: none), its entries, the beyond entries (per
+  // thread at most 4 ceil(rows_per_block / 8) < 2**32)
+  int qmax = -1;
+  unsigned at_max = 0, out = 0;
+  if (fexp == fexp_mixed)
+    cert_rows<T, GEMM, false>(sh, th, F, c32, n_p, c_pitch, m, n, rbeg, rend, fexp, fexp_mixed,
+                              na, alpha, nb, beta, factor, abs_term, cR, c4, nth, base, mixa,
+                              mixb, need, qmax, at_max, out);
+  else
+    cert_rows<T, GEMM, true>(sh, th, F, c32, n_p, c_pitch, m, n, rbeg, rend, fexp, fexp_mixed,
+                             na, alpha, nb, beta, factor, abs_term, cR, c4, nth, base, mixa,
+                             mixb, need, qmax, at_max, out);
   // The block's largest count, its entries and the beyond entries: by warp shuffles, then the
   // 8 warps in order by one thread.
   unsigned long long q2 = static_cast<unsigned long long>(qmax + 1);  // 0: none certified
+  unsigned long long at2 = at_max, out2 = out;
   for (int o = 16; o > 0; o >>= 1) {
     const unsigned long long oq = __shfl_down_sync(0xffffffffu, q2, o);
-    const unsigned long long oc = __shfl_down_sync(0xffffffffu, at_max, o);
-    out += __shfl_down_sync(0xffffffffu, out, o);
-    at_max = oq > q2 ? oc : oq == q2 ? at_max + oc : at_max;
+    const unsigned long long oc = __shfl_down_sync(0xffffffffu, at2, o);
+    out2 += __shfl_down_sync(0xffffffffu, out2, o);
+    at2 = oq > q2 ? oc : oq == q2 ? at2 + oc : at2;
     q2 = oq > q2 ? oq : q2;
   }
   if (threadIdx.x == 0) {
     s_red[0][threadIdx.y] = q2;
-    s_red[1][threadIdx.y] = at_max;
-    s_red[2][threadIdx.y] = out;
+    s_red[1][threadIdx.y] = at2;
+    s_red[2][threadIdx.y] = out2;
   }
   __syncthreads();
   if (t == 0) {
@@ -1078,9 +1144,8 @@ __device__ __forceinline__ CertStep cert_step(const unsigned long long* w, int n
   return r;
 }
 
-// The 4 entries 4 t .. 4 t + 3 of a 1024-entry group of the output from g0 (t: the block's
-// thread, 256 of them): which are suspects (bits), of need0 and need1 (16-byte aligned
-// allocations: 4-byte loads inside the output).
+// The 4 entries i0 .. i0 + 3 of the output (i0 a multiple of 4): which are suspects (bits), of
+// need0 and need1 (16-byte aligned allocations: 4-byte loads inside the output).
 __device__ __forceinline__ unsigned suspect_bits(const unsigned char* __restrict__ need0,
                                                  const unsigned char* __restrict__ need1,
                                                  long long total, long long i0, int out) {
@@ -1099,29 +1164,76 @@ __device__ __forceinline__ unsigned suspect_bits(const unsigned char* __restrict
   return bits;
 }
 
+// 0x80 in each byte of x that is zero, 0 elsewhere (exact: no carry crosses a byte).
+__device__ __forceinline__ unsigned zero_bytes(unsigned x) {
+  return ~(((x & 0x7f7f7f7fu) + 0x7f7f7f7fu) | x | 0x7f7f7f7fu);
+}
+
+// The suspects among 4 entries packed in need0's word a and need1's word b: 0x80 in their bytes
+// (suspect_bits' test, out: base + nth).
+__device__ __forceinline__ unsigned suspect_bytes(unsigned a, unsigned b, int out) {
+  const unsigned one = zero_bytes(b ^ 0x01010101u);  // need1 == 1
+  if (static_cast<unsigned>(out) > 0xffu) return one;  // no byte equals out
+  return one & ~zero_bytes(a ^ static_cast<unsigned>(out) * 0x01010101u);
+}
+
+// Bits 0..3 from suspect_bytes' 0x80 per byte: the multiply moves byte k's flag to bit 21 + k
+// (the 16 partial products land on distinct bits, so none carries).
+__device__ __forceinline__ unsigned byte_flags(unsigned x) {
+  return ((x >> 7) * 0x00204081u) >> 21 & 0xfu;
+}
+
+// The 16 entries i0 .. i0 + 15 (i0 a multiple of 16): which are suspects (bit h: entry i0 + h),
+// as suspect_bits, with one 16-byte load of need0 and need1 inside the output; COUNT: only how
+// many (the bits' popcount).
+template <bool COUNT>
+__device__ __forceinline__ unsigned suspects16(const unsigned char* __restrict__ need0,
+                                               const unsigned char* __restrict__ need1,
+                                               long long total, long long i0, int out) {
+  if (i0 + 16 <= total) {
+    const uint4 a = *reinterpret_cast<const uint4*>(need0 + i0);
+    const uint4 b = *reinterpret_cast<const uint4*>(need1 + i0);
+    const unsigned x = suspect_bytes(a.x, b.x, out), y = suspect_bytes(a.y, b.y, out);
+    const unsigned z = suspect_bytes(a.z, b.z, out), w = suspect_bytes(a.w, b.w, out);
+    if (COUNT) return __popc(x) + __popc(y) + __popc(z) + __popc(w);
+    return byte_flags(x) | byte_flags(y) << 4 | byte_flags(z) << 8 | byte_flags(w) << 12;
+  }
+  unsigned bits = 0;
+  for (int h = 0; h < 16 && i0 + h < total; ++h)
+    bits |= need1[i0 + h] == 1 && need0[i0 + h] != out ? 1u << h : 0u;
+  return COUNT ? __popc(bits) : bits;
+}
+
+// The inclusive prefix of v over the warp's lanes (every lane takes part).
+__device__ __forceinline__ unsigned warp_scan(unsigned v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned y = __shfl_up_sync(0xffffffffu, v, o);
+    v += lane >= o ? y : 0u;
+  }
+  return v;
+}
+
 // The exclusive prefix of v over the block's threads (kThreads, in thread order) and the block's
-// total, through shared memory (tcount: kThreads, wtot: a warp's sum each, left there: the
-// 128-entry segments' counts where v counts a thread's 4 entries); every thread takes part.
-__device__ __forceinline__ unsigned block_prefix(unsigned v, unsigned* tcount, unsigned* wtot,
-                                                 unsigned& total) {
+// total: a scan per warp by shuffles, the warps' totals through shared memory (wtot, its halves
+// taken in turn, `parity`, so that one barrier per call orders them); every thread takes part.
+__device__ __forceinline__ unsigned block_scan(unsigned v, unsigned (*wtot)[kThreads / 32],
+                                               int& parity, unsigned& total) {
   const int t = threadIdx.x, w = t >> 5;
-  __syncthreads();  // the last call's values have been read
-  tcount[t] = v;
+  const unsigned x = warp_scan(v);
+  if ((t & 31) == 31) wtot[parity][w] = x;
   __syncthreads();
-  if ((t & 31) == 0) {
-    unsigned c = 0;
-    for (int l = 0; l < 32; ++l) c += tcount[t + l];
-    wtot[w] = c;
+  unsigned before = 0, all = 0;
+#pragma unroll
+  for (int i = 0; i < kThreads / 32; ++i) {
+    const unsigned c = wtot[parity][i];
+    before += i < w ? c : 0u;
+    all += c;
   }
-  __syncthreads();
-  unsigned r = 0, all = 0;
-  for (int l = t & ~31; l < t; ++l) r += tcount[l];
-  for (int x = 0; x < kThreads / 32; ++x) {
-    r += x < w ? wtot[x] : 0u;
-    all += wtot[x];
-  }
+  parity ^= 1;
   total = all;
-  return r;
+  return before + x - v;
 }
 
 // The groups of 1024 entries (of the flat output, total entries) of block b of nblk: a
@@ -1137,7 +1249,8 @@ __device__ __forceinline__ void group_range(long long total, long long b, long l
 // groups (group_range) per 128-entry segment g to seg[g] (uint32) and in all to boff[b]; the
 // last block to finish (a counter, after a fence) turns boff (gridDim.x entries) into exclusive
 // prefix sums: a suspect's rank is its block's offset plus those before it in the block's
-// groups (refine_test, suspect_at).
+// groups (refine_test, suspect_at). A thread takes 16 entries (16-byte loads), 8 threads a
+// segment; no barrier until the block's total.
 extern "C" __global__ void __launch_bounds__(kThreads)
     suspect_ranks(const unsigned char* __restrict__ need0,
                   const unsigned char* __restrict__ need1, long long total,
@@ -1146,19 +1259,28 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                   unsigned* __restrict__ boff) {
   const CertStep st = cert_step(words, nth, s, limit, re);
   if (!st.work) return;
-  __shared__ unsigned tcount[kThreads], wtot[kThreads / 32];
+  __shared__ unsigned wtot[2][kThreads / 32];
   __shared__ bool last_block;
-  const int t = threadIdx.x, w = t >> 5;
+  const int t = threadIdx.x, lane = t & 31;
   long long glo, ghi;
   group_range(total, blockIdx.x, gridDim.x, glo, ghi);
-  unsigned run = 0, tot;
-  for (long long g = glo; g < ghi; ++g) {
-    block_prefix(__popc(suspect_bits(need0, need1, total, g * 1024 + 4 * t, base + nth)),
-                 tcount, wtot, tot);
-    if ((t & 31) == 0 && g * 8 + w < nseg) seg[g * 8 + w] = wtot[w];
-    run += tot;
+  const long long lo = glo * 1024, hi = ghi * 1024 < total ? ghi * 1024 : total;
+  unsigned run = 0;  // the suspects of the segments this thread wrote
+  for (long long c0 = lo; c0 < hi; c0 += 16 * kThreads) {
+    const long long i0 = c0 + 16 * t;
+    unsigned c = i0 < hi ? suspects16<true>(need0, need1, total, i0, base + nth) : 0u;
+    c += __shfl_down_sync(0xffffffffu, c, 4);  // lane 8 q: its segment's 8 threads
+    c += __shfl_down_sync(0xffffffffu, c, 2);
+    c += __shfl_down_sync(0xffffffffu, c, 1);
+    if ((lane & 7) == 0 && i0 < hi) {
+      seg[i0 / 128] = c;
+      run += c;
+    }
   }
-  if (t == 0) boff[blockIdx.x] = run;
+  int parity = 0;
+  unsigned tot;
+  block_scan(run, wtot, parity, tot);
+  if (t == 0) boff[blockIdx.x] = tot;
   __threadfence();  // this block's counts are visible before it counts itself done
   __syncthreads();
   if (t == 0)
@@ -1167,12 +1289,12 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   if (!last_block) return;
   volatile unsigned* vb = boff;
   const int per = (static_cast<int>(gridDim.x) + kThreads - 1) / kThreads;
-  const int lo = t * per < static_cast<int>(gridDim.x) ? t * per : gridDim.x;
-  const int hi = lo + per < static_cast<int>(gridDim.x) ? lo + per : gridDim.x;
+  const int blo = t * per < static_cast<int>(gridDim.x) ? t * per : gridDim.x;
+  const int bhi = blo + per < static_cast<int>(gridDim.x) ? blo + per : gridDim.x;
   unsigned sum = 0;
-  for (int x = lo; x < hi; ++x) sum += vb[x];
-  unsigned acc = block_prefix(sum, tcount, wtot, tot);
-  for (int x = lo; x < hi; ++x) {
+  for (int x = blo; x < bhi; ++x) sum += vb[x];
+  unsigned acc = block_scan(sum, wtot, parity, tot);
+  for (int x = blo; x < bhi; ++x) {
     const unsigned v = vb[x];
     vb[x] = acc;
     acc += v;
@@ -1180,48 +1302,54 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 }
 
 // The flat index of the suspect of rank r (step s's suspects, from suspect_ranks' boff (nblk
-// blocks) and seg), one block of the grid searching for 8 ranks, one per warp (every thread takes
-// part: the block's barriers): the last block offset at or below r, then its groups' segments
-// in order, then the segment's entries.
+// blocks) and seg), found by one warp (every lane takes part, each gets it): the last block
+// offset at or below r, then the block's segments 32 at a time (a scan of their counts), then the
+// segment's entries, 4 per lane.
 __device__ __forceinline__ long long suspect_at(const unsigned char* __restrict__ need0,
                                                 const unsigned char* __restrict__ need1,
                                                 long long total, int out, const unsigned* seg,
                                                 long long nseg, const unsigned* boff,
-                                                long long nblk, unsigned long long r, bool want,
-                                                unsigned* tcount, long long* found) {
-  const int t = threadIdx.x, w = t >> 5, lane = t & 31;
-  long long gs = 0;
-  unsigned long long run = 0;
-  if (want) {
-    long long lo = 0, hi = nblk - 1;  // boff[0] = 0 <= r
-    while (lo < hi) {
-      const long long mid = (lo + hi + 1) >> 1;
-      if (boff[mid] <= r)
-        lo = mid;
-      else
-        hi = mid - 1;
+                                                long long nblk, unsigned long long r) {
+  const int lane = threadIdx.x & 31;
+  long long lo = 0, hi = nblk - 1;  // boff[0] = 0 <= r
+  while (lo < hi) {
+    const long long mid = (lo + hi + 1) >> 1;
+    if (boff[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  long long glo, ghi;
+  group_range(total, lo, nblk, glo, ghi);
+  unsigned long long run = boff[lo];
+  const long long send = ghi * 8 < nseg ? ghi * 8 : nseg;
+  long long gs = send;  // the segment holding rank r
+  for (long long s0 = glo * 8; s0 < send; s0 += 32) {
+    const long long sl = s0 + lane;
+    const unsigned c = sl < send ? seg[sl] : 0u;
+    const unsigned x = warp_scan(c);
+    const unsigned hit = __ballot_sync(0xffffffffu, sl < send && r < run + x);
+    if (hit) {
+      const int l = __ffs(static_cast<int>(hit)) - 1;
+      gs = s0 + l;
+      run += __shfl_sync(0xffffffffu, x - c, l);
+      break;
     }
-    long long glo, ghi;
-    group_range(total, lo, nblk, glo, ghi);
-    run = boff[lo];
-    for (gs = glo * 8; gs < ghi * 8 && gs < nseg; ++gs) {
-      if (r < run + seg[gs]) break;
-      run += seg[gs];
-    }
+    run += __shfl_sync(0xffffffffu, x, 31);
   }
   const long long i0 = gs * 128 + 4 * lane;
-  const unsigned bits = want ? suspect_bits(need0, need1, total, i0, out) : 0u;
-  __syncthreads();
-  tcount[t] = __popc(bits);
-  __syncthreads();
-  if (want) {
-    unsigned long long k = run;
-    for (int l = t & ~31; l < t; ++l) k += tcount[l];
-    for (unsigned b = bits; b; ++k, b &= b - 1)
-      if (k == r) found[w] = i0 + __ffs(b) - 1;
+  const unsigned bits = suspect_bits(need0, need1, total, i0, out);
+  const unsigned pc = __popc(bits);
+  const unsigned long long first = run + (warp_scan(pc) - pc);  // the rank of the lane's first
+  const bool mine = r >= first && r < first + pc;
+  long long at = 0;
+  if (mine) {
+    unsigned b = bits;
+    for (unsigned long long q = first; q < r; ++q) b &= b - 1;
+    at = i0 + __ffs(static_cast<int>(b)) - 1;
   }
-  __syncthreads();
-  return found[w];
+  const unsigned who = __ballot_sync(0xffffffffu, mine);
+  return __shfl_sync(0xffffffffu, at, __ffs(static_cast<int>(who)) - 1);
 }
 
 // Step s's sample (refinement.refine_moduli's suspect_sums), where it refines: one warp per sample
@@ -1232,8 +1360,8 @@ __device__ __forceinline__ long long suspect_at(const unsigned char* __restrict_
 //   l + 32, ... in order, then the lanes are added by shuffles. Then (refinement.refine_failures)
 //   S' = max(S native_factor - tiny, 0) to sums[j] and, native, S2' likewise, scale =
 //   sqrt(S2' k) (1 - 2**-52) to sums[cap + j] and kappa = scale / (S' l1fac + tiny) (1 where
-//   that is 0) (1 - 2**-50), the step's largest kept in its word (as bits: kappa >= 0). Every
-//   warp takes the same number of steps (the CPU build's shuffle needs the block).
+//   that is 0) (1 - 2**-50), the step's largest kept in its word (as bits: kappa >= 0). The
+//   warps of the grid take the slots in turn.
 template <bool CPLX, typename In>
 __global__ void __launch_bounds__(kThreads)
     refine_suspects(const In* __restrict__ are, const In* __restrict__ aim, long long asr,
@@ -1249,21 +1377,16 @@ __global__ void __launch_bounds__(kThreads)
                     double* __restrict__ sums, long long cap) {
   const CertStep st = cert_step(words, nth, s, limit, re);
   if (!st.work) return;
-  __shared__ unsigned tcount[kThreads];
-  __shared__ long long found[kThreads / 32];
   const long long count = (st.sus + st.step - 1) / st.step;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (long long b0 = blockIdx.x * static_cast<long long>(warps); b0 < count;
-       b0 += static_cast<long long>(gridDim.x) * warps) {
-    const long long slot = b0 + warp;
-    const bool want = slot < count;
+  const int lane = threadIdx.x & 31;
+  const long long warps = blockDim.x >> 5;
+  for (long long slot = blockIdx.x * warps + (threadIdx.x >> 5); slot < count;
+       slot += gridDim.x * warps) {
     const long long at = suspect_at(need0, need1, total, base + nth, seg, nseg, boff, nblk,
-                                    want ? slot * st.step : 0, want, tcount, found);
-    long long i = 0, j = 0;
+                                    static_cast<unsigned long long>(slot) * st.step);
+    const long long i = at / n, j = at - i * n;
     double acc = 0.0, acc2 = 0.0;
-    if (want) {
-      i = at / n;
-      j = at - i * n;
+    {
       const int pa = static_cast<int>(shift_a[i]) - 5 + (CPLX ? 1 : 0);
       const int pb = static_cast<int>(shift_b[j]) - 5 + (CPLX ? 1 : 0);
       for (int h = lane; h < k; h += 32) {
@@ -1284,7 +1407,7 @@ __global__ void __launch_bounds__(kThreads)
       acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, o));
       if (native) acc2 = __dadd_rn(acc2, __shfl_down_sync(0xffffffffu, acc2, o));
     }
-    if (want && lane == 0) {
+    if (lane == 0) {
       double S = __dsub_rn(__dmul_rn(acc, native_factor), tiny);
       S = S > 0.0 ? S : 0.0;
       sums[slot] = S;
@@ -1311,8 +1434,10 @@ __global__ void __launch_bounds__(kThreads)
 // sample's largest kappa)), theta_cap = min(THETA_MAX, sqrt(k))), raised to max(S', scale)
 // (native) or S' (strict) where sampled; the exact test at threshold 1 with the factors p, q
 // of the step's count (c - 1) counts its failures and writes the failing flat indices to the
-// patch (the first patch_cap; one atomic per block and group). The last block decides (c in
-// words[W + 5]): no suspect, or none
+// patch (the first patch_cap; one atomic per warp and 4096 entries with failures, until the
+// count passes patch_cap: the patch is then not taken, and the warp adds the rest at its end).
+// A thread takes 16 entries (16-byte loads), ranked by a block scan. The last block decides (c
+// in words[W + 5]): no suspect, or none
 // failing: c - 1, and where steps remain and c - 1 is above the smallest, the next step's
 // factors and its skip word cleared; failures at most patch_cap (refinement.patch_limit):
 // c - 1 with the patch; else the count stays. A step that does not run sets the next one's
@@ -1334,14 +1459,13 @@ __global__ void __launch_bounds__(kThreads)
                 const double* __restrict__ e, long long la, const double* __restrict__ f,
                 long long lb, const double* __restrict__ tab) {
   const CertStep st = cert_step(words, nth, s, limit, re);
-  const int W = nth + 2, P = cw_step(nth, s), t = threadIdx.x;
+  const int W = nth + 2, P = cw_step(nth, s), t = threadIdx.x, lane = t & 31;
   const bool more = s + 1 < steps;
   if (!st.run) {
     if (more && blockIdx.x == 0 && t == 0) words[cw_step(nth, s + 1) + 3] = 1;
     return;
   }
-  __shared__ unsigned tcount[kThreads], wtot[kThreads / 32];
-  __shared__ unsigned long long at_base;
+  __shared__ unsigned wtot[2][kThreads / 32];
   __shared__ bool last_block;
   unsigned long long* const patch = words + cw_step(nth, steps);
   if (st.work) {
@@ -1354,45 +1478,65 @@ __global__ void __launch_bounds__(kThreads)
     const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
     long long glo, ghi;
     group_range(total, blockIdx.x, gridDim.x, glo, ghi);
-    unsigned long long run = boff[blockIdx.x], tested = 0;  // the group's first rank
-    for (long long g = glo; g < ghi; ++g) {
-      const long long i0 = g * 1024 + 4 * t;
-      const unsigned bits = suspect_bits(need0, need1, total, i0, base + nth);
-      unsigned tot, ftot;
-      unsigned long long r = run + block_prefix(__popc(bits), tcount, wtot, tot);
+    const long long lo = glo * 1024, hi = ghi * 1024 < total ? ghi * 1024 : total;
+    unsigned long long run = boff[blockIdx.x], tested = 0;  // the chunk's first rank
+    unsigned long long later = 0;  // (warp) failures past patch_cap, not yet counted
+    bool over = false;             // (warp) the count has passed patch_cap
+    int parity = 0;
+    for (long long c0 = lo; c0 < hi; c0 += 16 * kThreads) {
+      const long long i0 = c0 + 16 * t;
+      const unsigned bits = i0 < hi ? suspects16<false>(need0, need1, total, i0, base + nth) : 0u;
+      unsigned tot;
+      const unsigned long long r0 = run + block_scan(__popc(bits), wtot, parity, tot);
       unsigned fail = 0;  // which of the thread's suspects fail
-      for (unsigned b = bits; b; b &= b - 1, ++r) {
-        const int h = __ffs(b) - 1;
-        const long long at = i0 + h, i = at / n, j = at - i * n;
-        double lam = entry_lower(static_cast<double>(F[i * n_p + j]),
-                                 mixa[i] != 0 || mixb[j] != 0, fscale, fscale_mixed, GEMM,
-                                 GEMM ? c32[i * c_pitch + j] : 0.0f, factor, abs_term);
-        const bool sampled = r % st.step == 0;
-        const double S = sampled ? sums[r / st.step] : 0.0;
-        if (native) {
-          lam = __dmul_rn(lam, theta);
-          if (sampled) {
-            const double scale = sums[cap + r / st.step];
-            const double own = S > scale ? S : scale;
-            lam = own > lam ? own : lam;
+      if (bits) {
+        // entry i0's row and column, and rank r0's sample slot and remainder (step >= 1): both
+        // carried along the thread's suspects
+        const long long i = i0 / n, jj = i0 - i * n;
+        unsigned long long slot = st.step == 1 ? r0 : r0 / st.step, rem = r0 - slot * st.step;
+        for (unsigned b = bits; b; b &= b - 1) {
+          const int h = __ffs(static_cast<int>(b)) - 1;
+          long long ii = i, j = jj + h;
+          while (j >= n) j -= n, ++ii;
+          double lam = entry_lower(static_cast<double>(F[ii * n_p + j]),
+                                   mixa[ii] != 0 || mixb[j] != 0, fscale, fscale_mixed, GEMM,
+                                   GEMM ? c32[ii * c_pitch + j] : 0.0f, factor, abs_term);
+          const bool sampled = rem == 0;
+          const double S = sampled ? sums[slot] : 0.0;
+          if (native) {
+            lam = __dmul_rn(lam, theta);
+            if (sampled) {
+              const double scale = sums[cap + slot];
+              const double own = S > scale ? S : scale;
+              lam = own > lam ? own : lam;
+            }
+          } else if (sampled) {
+            lam = S > lam ? S : lam;
           }
-        } else if (sampled) {
-          lam = S > lam ? S : lam;
+          if (!cert_ok(lam, na[ii], p[ii], __dmul_rn(c4, p[ii]), nb[j], q[j], cR, 1.0))
+            fail |= 1u << h;
+          if (++rem == st.step) rem = 0, ++slot;
         }
-        if (!cert_ok(lam, na[i], p[i], __dmul_rn(c4, p[i]), nb[j], q[j], cR, 1.0))
-          fail |= 1u << h;
       }
       run += tot;
       tested += tot;
-      // the block's failures of this group: their positions in the patch from one atomic
-      unsigned long long pos = block_prefix(__popc(fail), tcount, wtot, ftot);
-      if (t == 0 && ftot) at_base = atomicAdd(words + P + 5, static_cast<unsigned long long>(ftot));
-      __syncthreads();
-      if (fail) pos += at_base;
-      for (unsigned b = fail; b; b &= b - 1, ++pos)
-        if (static_cast<long long>(pos) < patch_cap)
-          patch[pos] = static_cast<unsigned long long>(i0 + __ffs(b) - 1);
+      // the warp's failures: their positions in the patch from one atomic
+      const unsigned fc = __popc(fail), fx = warp_scan(fc);
+      const unsigned wt = __shfl_sync(0xffffffffu, fx, 31);
+      if (wt && over) {
+        later += wt;
+      } else if (wt) {
+        unsigned long long at = 0;
+        if (lane == 31) at = atomicAdd(words + P + 5, static_cast<unsigned long long>(wt));
+        at = __shfl_sync(0xffffffffu, at, 31);
+        over = at + wt > static_cast<unsigned long long>(patch_cap);
+        unsigned long long pos = at + fx - fc;
+        for (unsigned b = fail; b; b &= b - 1, ++pos)
+          if (static_cast<long long>(pos) < patch_cap)
+            patch[pos] = static_cast<unsigned long long>(i0 + __ffs(static_cast<int>(b)) - 1);
+      }
     }
+    if (lane == 0 && later) atomicAdd(words + P + 5, later);
     if (t == 0 && tested) atomicAdd(words + P + 6, tested);
   }
   __threadfence();

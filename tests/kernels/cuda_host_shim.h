@@ -1,11 +1,13 @@
 // Lets the CUDA sources of src_cuda/ run as host C++ (g++ -std=c++20), so the CPU tests
 // run the kernels' own code (tests/kernels/fake_cupy.py, native mode): src_amx/cuda_host.hpp
 // turns CUDA keywords and intrinsics into plain C++, and `launch` here runs a grid one block at a
-// time with one std::thread per CUDA thread (a std::barrier for __syncthreads, `static` for
-// __shared__, which is then shared by the block's threads).
+// time with one std::thread per CUDA thread (a std::barrier for __syncthreads and one per warp for
+// its shuffles and ballots, `static` for __shared__, which is then shared by the block's
+// threads).
 #pragma once
 #include <barrier>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -92,24 +94,61 @@ inline unsigned atomicExch(unsigned* p, unsigned v) {
   return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
 }
 
-// A warp shuffle through the block's barrier: valid where every thread of the block reaches
-// the call the same number of times (the kernels that use it are written so). One slot array
-// per value type.
+// Warp collectives (shuffles, ballots) through a barrier per warp (32 consecutive threads of the
+// block, the last warp possibly fewer): as on the device, every lane of a warp must take part the
+// same number of times, while the block's warps may take different numbers of steps. One slot
+// array per value type.
+inline std::vector<std::barrier<>*> emu_warp_barriers;
+inline unsigned emu_tid() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+inline unsigned emu_nthreads() { return blockDim.x * blockDim.y * blockDim.z; }
+inline void emu_syncwarp() { emu_warp_barriers[emu_tid() / 32]->arrive_and_wait(); }
+// v of lane src(lane) of this warp (this lane's own v where src gives -1 or a lane not there)
+template <class T, class F>
+inline T emu_warp_read(T v, F src) {
+  static T slots[1024];
+  const unsigned t = emu_tid(), w0 = t & ~31u;
+  slots[t] = v;
+  emu_syncwarp();
+  const int s = src(static_cast<int>(t & 31u));
+  const T r = s >= 0 && w0 + s < emu_nthreads() ? slots[w0 + s] : v;
+  emu_syncwarp();
+  return r;
+}
 template <class T>
 inline T emu_shfl_down(T v, unsigned o) {
-  static T slots[1024];
-  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  slots[t] = v;
-  __syncthreads();
-  const T r = (t % 32) + o < 32 ? slots[t + o] : v;
-  __syncthreads();
-  return r;
+  return emu_warp_read(v, [o](int l) { return l + static_cast<int>(o) < 32 ? l + static_cast<int>(o) : -1; });
+}
+template <class T>
+inline T emu_shfl_up(T v, unsigned o) {
+  return emu_warp_read(v, [o](int l) { return l >= static_cast<int>(o) ? l - static_cast<int>(o) : -1; });
+}
+template <class T>
+inline T emu_shfl(T v, int src) {
+  return emu_warp_read(v, [src](int) { return src & 31; });
 }
 inline unsigned long long __shfl_down_sync(unsigned, unsigned long long v, unsigned o) {
   return emu_shfl_down(v, o);
 }
 inline unsigned __shfl_down_sync(unsigned, unsigned v, unsigned o) { return emu_shfl_down(v, o); }
 inline double __shfl_down_sync(unsigned, double v, unsigned o) { return emu_shfl_down(v, o); }
+inline unsigned __shfl_up_sync(unsigned, unsigned v, unsigned o) { return emu_shfl_up(v, o); }
+inline unsigned __shfl_sync(unsigned, unsigned v, int src) { return emu_shfl(v, src); }
+inline long long __shfl_sync(unsigned, long long v, int src) { return emu_shfl(v, src); }
+inline unsigned long long __shfl_sync(unsigned, unsigned long long v, int src) {
+  return emu_shfl(v, src);
+}
+inline unsigned __ballot_sync(unsigned, bool p) {
+  static bool flags[1024];
+  const unsigned t = emu_tid(), w0 = t & ~31u;
+  flags[t] = p;
+  emu_syncwarp();
+  unsigned r = 0;
+  for (unsigned l = 0; l < 32 && w0 + l < emu_nthreads(); ++l) r |= flags[w0 + l] ? 1u << l : 0u;
+  emu_syncwarp();
+  return r;
+}
 
 // Runs kernel() for every thread of every block of the grid.
 inline void emu_launch(emu_uint3 grid, emu_uint3 block, const std::function<void()>& kernel,
@@ -131,6 +170,12 @@ inline void emu_launch(emu_uint3 grid, emu_uint3 block, const std::function<void
         }
         std::barrier<> bar(nt);
         emu_barrier = &bar;
+        std::vector<std::unique_ptr<std::barrier<>>> warps;
+        emu_warp_barriers.clear();
+        for (unsigned w0 = 0; w0 < nt; w0 += 32) {
+          warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, nt - w0)));
+          emu_warp_barriers.push_back(warps.back().get());
+        }
         std::vector<std::thread> threads;
         for (unsigned t = 0; t < nt; ++t) threads.emplace_back(body, t);
         for (auto& th : threads) th.join();

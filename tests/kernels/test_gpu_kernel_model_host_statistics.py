@@ -150,6 +150,20 @@ def test_host_code_statistics_refinement_second_pass(cpu_backend, monkeypatch):
     assert be.ozaki2_certificate(*dev, pre, target)[0] > count
 
 
+@pytest.mark.parametrize("blocks, patch_entries", [(1, 256), (2, 3)])
+def test_host_code_statistics_refinement_scan_blocks(cpu_backend, blocks, patch_entries,
+                                                     monkeypatch):  # fmt: skip
+    """The suspect scans (suspect_ranks, refine_test, and suspect_at in refine_suspects) with a
+    block's range of 17 (9) groups of 1024 entries: several 4096-entry chunks per block and more
+    than 32 segments per block to walk; a patch of 251 entries, or failures past a patch limit of
+    3 (the test's atomics then stop at the limit, the count goes on)."""
+    be, cp = cpu_backend
+    monkeypatch.setattr(be.certificate, "_SEG_BLOCKS", blocks)
+    monkeypatch.setattr(refinement, "PATCH_ENTRIES", patch_entries)
+    ar, ai, br, bi = _stat_operands(((), 130, 64, 131), 1, False, seed=23)
+    _stat_vs_generic(be, cp, ar, ai, br, bi, (Target(53, "native"),))
+
+
 @pytest.mark.parametrize("which", ["real-part", "imag-a"])
 def test_host_code_statistics_complex_one_part(cpu_backend, which):
     """Complex operands whose entries have one part zero (real data held as complex, a purely

@@ -33,6 +33,9 @@ _CERT_BLOCKS = 4096
 # refine_suspects' blocks (8 warps each, a warp per sample slot, grid-stride over the slots; any
 # count gives the same results): enough for refinement.REFINE_ENTRIES slots at once
 _SAMPLE_BLOCKS = 512
+# suspect_ranks' and refine_test's blocks, each a contiguous range of 1024-entry groups of the
+# output (any count gives the same results)
+_SEG_BLOCKS = 4096
 # The certificate's refinement steps launched before its read-back: a step mostly ends the
 # refinement, and each launch of the (gated) kernels costs host time; more steps follow only
 # where these all took their counts off (one more read-back)
@@ -118,7 +121,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     steps, limit, re, patch_cap = plan.steps, plan.suspects_max, plan.sample, plan.patch_cap
     total, nseg = m * n, -(-(m * n) // 128)
     cap = max(re, 1)  # sample slots
-    grid_seg = (min(-(-total // 1024), 4096),)  # suspect_ranks and refine_test: the same
+    grid_seg = (min(-(-total // 1024), _SEG_BLOCKS),)  # suspect_ranks and refine_test: the same
     (are, aim), (bre, bim) = ops.a, ops.b  # B^T lines: (batch, j, k) strides
     _, asr, asc = ops.a_strides
     _, bsc, bsr = ops.b_strides
