@@ -11,7 +11,8 @@ come from ``cupy.empty`` filled with one byte pattern, so that what a kernel lea
 compares too. Prints JSON lines: one per dtype and kernel (ms summed over its launches, the
 median of the repeats) and one per dtype with the check.
 
-    python3 tools/device/cert_bench.py [--old REF] [--n N] [--dtypes float64,float32]
+    python3 tools/device/cert_bench.py [--old REF | --old-dir DIR] [--n N]
+                                       [--dtypes float64,float32]
                                        [--repeat R]
 """
 
@@ -54,7 +55,12 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+OLD_DIR = None  # --old-dir: the old files exported there (the device copy has no .git)
+
+
 def git_show(ref, path):
+    if OLD_DIR is not None:
+        return (Path(OLD_DIR) / path).read_text()
     out = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], check=True,
                          capture_output=True, text=True)  # fmt: skip
     return out.stdout
@@ -197,10 +203,17 @@ def inputs(n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old", default="main", help="git ref of the old kernels (default main)")
+    ap.add_argument(
+        "--old-dir",
+        help="a directory holding the old src_cuda/ and "
+        "emulinalg/backends/cupy/certificate.py (instead of --old's git show)",
+    )
     ap.add_argument("--n", type=int, default=16384)
     ap.add_argument("--dtypes", default="float64,float32")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    global OLD_DIR
+    OLD_DIR = args.old_dir
     t0 = time.time()
     old_code, new_code = old_source(args.old), cuda_src.source("ozaki2_stats.cu")
     if old_code == new_code:
