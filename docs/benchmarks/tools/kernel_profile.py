@@ -4,6 +4,8 @@ CUPTI (through ``torch.profiler``, a measuring tool of the GPU machine, not a de
 project) records every kernel the process launches, cupy's included: per kernel name the total
 device time and the number of launches, for one product at the default level and one at a
 fixed scheme on the same inputs, after a warm-up call of each. One JSON line per product.
+A run ``g8:N`` profiles GEMMul8's accurate mode with N moduli on the same inputs (the measuring
+stick of issue #24, loaded from ``--g8`` only when asked; ``.device/peers`` on sys.path).
 
     python3 docs/benchmarks/tools/kernel_profile.py -N 16384 --dtype float64 --phi 1 --out X.jsonl
 """
@@ -64,12 +66,23 @@ def main():
     p.add_argument("--schemes", default="level,OzakiII(15)")
     p.add_argument("--out")
     p.add_argument("--host", type=int, default=0, help="also print the top N host functions")
+    p.add_argument("--g8", default="/tmp/g8/libg8drv.so", help="GEMMul8's driver (runs g8:N)")
     args = p.parse_args()
     torch.cuda.init()
     for dt in args.dtype.split(","):
         a = cp.asarray(phi_matrix((args.N, args.N), args.phi, dt, seed=1))
         b = cp.asarray(phi_matrix((args.N, args.N), args.phi, dt, seed=2))
         for name in args.schemes.split(","):
+            if name.startswith("g8:"):
+                import gemmul8  # the measuring stick, never a dependency
+
+                g8, mod, plans = gemmul8.load(args.g8), int(name[3:]), []
+
+                def call(g8=g8, mod=mod, a=a, b=b, plans=plans):
+                    plans.append(f"GEMMul8 accurate {mod} moduli, phases {g8.matmul(a, b, mod)[1]}")
+
+                _report(name, call, plans, dt, args)
+                continue
             if name == "level":
                 prec = None
             elif name == "native":
@@ -83,21 +96,26 @@ def main():
                 with emulinalg.config(strategy="eager"):
                     plans.append(xp.matmul(a, b, precision=prec, explain=True)[1])
 
-            wall, ker = _kernels(call)
-            if args.host:
-                _host_profile(call, args.host)
-            plan = str(plans[-1])
-            rec = {"dtype": dt, "N": args.N, "phi": args.phi, "run": name,
-                   "wall_ms": round(wall, 2),
-                   "device_ms": round(sum(v[0] for v in ker.values()), 2), "kernels": ker,
-                   "plan": plan[:300]}  # fmt: skip
-            print(json.dumps({k: v for k, v in rec.items() if k != "kernels"}), flush=True)
-            for k, v in list(ker.items())[:18]:
-                print(f"  {v[0]:9.3f} ms {v[1]:5d}x  {k}", flush=True)
-            if args.out:
-                with open(args.out, "a") as fh:
-                    fh.write(json.dumps(rec) + "\n")
-            cp.get_default_memory_pool().free_all_blocks()
+            _report(name, call, plans, dt, args)
+
+
+def _report(name, call, plans, dt, args):
+    """Profile ``call`` (one product), print its kernels and append its record."""
+    wall, ker = _kernels(call)
+    if args.host:
+        _host_profile(call, args.host)
+    plan = str(plans[-1])
+    rec = {"dtype": dt, "N": args.N, "phi": args.phi, "run": name,
+           "wall_ms": round(wall, 2),
+           "device_ms": round(sum(v[0] for v in ker.values()), 2), "kernels": ker,
+           "plan": plan[:300]}  # fmt: skip
+    print(json.dumps({k: v for k, v in rec.items() if k != "kernels"}), flush=True)
+    for k, v in list(ker.items())[:18]:
+        print(f"  {v[0]:9.3f} ms {v[1]:5d}x  {k}", flush=True)
+    if args.out:
+        with open(args.out, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+    cp.get_default_memory_pool().free_all_blocks()
 
 
 if __name__ == "__main__":
