@@ -1,25 +1,18 @@
 // Scheme II residues: one pass over a float64 operand writes its int8 residues for every
 // modulus, in the layout the INT8 GEMM reads.
 //
-// The operand is a logical (B, R, C) array with element strides (sb, sr, sc): rows are the lines
-// that carry a shift (rows of A, columns of B) and C is the contraction axis k. Entry x of row r
-// becomes the integer X = x * 2**shift[r] rounded to nearest, ties to even (NEAR), or toward zero,
-// as emulinalg.algorithm.scaling.scale_to_integers (rounds_to_nearest picks NEAR; exactly: no float
-// rounding is involved), and its residues X mod m_l in [-(m/2), (m-1)/2] go to planes (P, NMOD, B,
-// Rpad, Cp) of int8, row-major with Cp (a multiple of 16) as the leading dimension: A's planes are
-// A' itself, B's are B'^T, which is cuBLAS's "TN" INT8 GEMM. Rows >= R and columns >= C are written
-// as zeros, so the planes need no memset. Complex operands (CPLX) get P = 3 plane sets: re, im and
-// re + im (mod m) for the 3M products.
+// The operand, the planes and the rounding: ozaki2_residues.cuh. This is the kernel for
+// float32/complex64 sources (products.py's _residue_kernel says why); ozaki2_residues_mma.cu
+// writes the same planes on the INT8 tensor cores.
 //
-// Exactness: |X| <= 2**82 (the scaling keeps max|x| * 2**(shift - s) < 2**6 and shift - s <=
-// floor(L) <= 76, see scaling.ozaki2_shifts), so X fits six 16-bit words w_i, and
-// X mod m = (sum_i w_i * (2**(16 i) mod m)) mod m with the sum below 2**27: one 32-bit
-// reduction per modulus.
+// Exactness: |X| mod 2**96 (ozaki2_residues.cuh) fits six 16-bit words w_i, and X mod m =
+// (sum_i w_i * (2**(16 i) mod m)) mod m with the sum below 2**27: one 32-bit reduction per
+// modulus.
 //
 // Blocks of 256 threads transpose a 32 x 32 tile of doubles through shared memory, so both the
 // reads (along whichever axis is contiguous in memory) and the writes (4 residues = one 32-bit
 // word per thread and plane, 8 threads per 32-byte row segment) are coalesced.
-#include "ozaki2_common.cuh"
+#include "ozaki2_residues.cuh"
 
 namespace {
 
@@ -32,46 +25,20 @@ struct Words {
 };
 
 // |X| as words, X = x * 2**shift rounded to nearest, ties to even (NEAR) or toward zero, and the
-// sign of x (rounding |x| 2**shift and then applying the sign is the same: both roundings are
-// symmetric). x = (-1)^s M 2^E with an integer M < 2**53, so |x| 2**shift = M 2**e2: M shifted
-// left (an integer already) or right by -e2 bits.
+// sign of x (magnitude_bits).
 template <bool NEAR>
 __device__ __forceinline__ Words element_words(double x, int shift) {
-  const unsigned long long bits = static_cast<unsigned long long>(__double_as_longlong(x));
-  const int eb = static_cast<int>((bits >> 52) & 0x7ff);
-  unsigned long long mant = bits & ((1ull << 52) - 1);
-  int e = -1074;  // subnormal
-  if (eb != 0) {
-    mant |= 1ull << 52;
-    e = eb - 1075;
-  }
-  const int e2 = e + shift;
-  unsigned long long lo = 0, hi = 0;  // |X| = hi * 2**64 + lo
-  if (e2 >= 0) {
-    if (e2 < 64) {
-      lo = mant << e2;
-      hi = e2 == 0 ? 0 : mant >> (64 - e2);
-    } else if (e2 < 128) {
-      hi = mant << (e2 - 64);
-    }
-  } else if (e2 > -64) {
-    // Nearest: M + (half - 1) + (the kept part's lowest bit), shifted, carries exactly when the
-    // dropped bits exceed half, or equal it with an odd kept part (M + 2**62 < 2**64: no
-    // overflow). From d = 54 on, M < 2**53 <= half gives 0, as for d >= 64 (M 2**e2 < 2**-11).
-    const int d = -e2;
-    const unsigned long long bias = NEAR ? (1ull << (d - 1)) - 1 + ((mant >> d) & 1) : 0;
-    lo = (mant + bias) >> d;
-  }
+  const Magnitude a = magnitude_bits<NEAR>(x, shift);
   Words r;
-  const unsigned l0 = static_cast<unsigned>(lo), l1 = static_cast<unsigned>(lo >> 32);
-  const unsigned h0 = static_cast<unsigned>(hi);
+  const unsigned l0 = static_cast<unsigned>(a.lo), l1 = static_cast<unsigned>(a.lo >> 32);
+  const unsigned h0 = static_cast<unsigned>(a.hi);
   r.w[0] = l0 & 0xffffu;
   r.w[1] = l0 >> 16;
   r.w[2] = l1 & 0xffffu;
   r.w[3] = l1 >> 16;
   r.w[4] = h0 & 0xffffu;
   r.w[5] = h0 >> 16;
-  r.neg = (bits >> 63) != 0;
+  r.neg = (static_cast<unsigned long long>(__double_as_longlong(x)) >> 63) != 0;
   return r;
 }
 
@@ -176,16 +143,7 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : 3)
 
 #ifndef __CUDACC_RTC__
 // Standalone nvcc build (register/spill check); the backend instantiates what it needs.
-template __global__ void ozaki2_residues<18, false, true>(const double*, const double*,
-                                                         long long, long long, long long, int,
-                                                         int, int, int, int, int, const int*,
-                                                         long long, unsigned*);
-template __global__ void ozaki2_residues<20, true, true>(const double*, const double*, long long,
-                                                        long long, long long, int, int, int,
-                                                        int, int, int, const int*, long long,
-                                                        unsigned*);
-template __global__ void ozaki2_residues<18, false, false>(const double*, const double*,
-                                                          long long, long long, long long, int,
-                                                          int, int, int, int, int, const int*,
-                                                          long long, unsigned*);
+OZAKI2_RESIDUES_INSTANCE(ozaki2_residues, 18, false, true);
+OZAKI2_RESIDUES_INSTANCE(ozaki2_residues, 20, true, true);
+OZAKI2_RESIDUES_INSTANCE(ozaki2_residues, 18, false, false);
 #endif

@@ -20,3 +20,15 @@ def cpu_backend(request):
     # a block per 256 threads here: few, grid-stride over the slots
     be.certificate._SAMPLE_BLOCKS = 3
     return be, cp
+
+
+@pytest.fixture(scope="module")
+def native_backend():
+    """As ``cpu_backend``'s native form, in the fast tier too (tests that pick their cases)."""
+    import shutil
+
+    import fake_cupy
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ to compile the CUDA sources for the CPU")
+    return fake_cupy.load_backend(native=True)

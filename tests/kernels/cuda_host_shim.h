@@ -150,6 +150,57 @@ inline unsigned __ballot_sync(unsigned, bool p) {
   return r;
 }
 
+// __byte_perm (PRMT): byte n of the result is byte (s >> 4n) & 7 of the 8 bytes y:x.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = (static_cast<unsigned long long>(y) << 32) | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; ++n)
+    r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+  return r;
+}
+
+// __funnelshift_r: the low word of (hi:lo) >> (s & 31).
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
+  return static_cast<unsigned>(((static_cast<unsigned long long>(hi) << 32) | lo) >> (s & 31));
+}
+
+// __dadd_rz: a + b rounded toward zero, from the nearest sum and its exact error (TwoSum; the
+// shim builds with -ffp-contract=off): a nearest sum beyond the exact one steps back toward 0.
+inline double __dadd_rz(double a, double b) {
+  const double s = a + b;
+  if (!std::isfinite(s)) return s;
+  const double bb = s - a, err = (a - (s - bb)) + (b - bb);
+  return (err != 0 && (err < 0) != (s < 0)) ? std::nextafter(s, 0.0) : s;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 (ozaki2_residues_mma.cu), c in every
+// accumulator, with the PTX ISA's fragment layouts (lane = 4 g + q): a0 = A[g][4q .. 4q + 3],
+// a1 = A[g + 8][..] (int8), b = B[4q .. 4q + 3][g] (uint8), d = D[g][2q], D[g][2q + 1],
+// D[g + 8][2q], D[g + 8][2q + 1]. The warp's fragments meet through its barrier, so every lane
+// of the warp must make the call equally often (as mma.sync.aligned requires on the device).
+inline void emu_mma_m16n8k16_s8u8(int (&d)[4], unsigned a0, unsigned a1, unsigned b, int c) {
+  struct Frag {
+    unsigned a0, a1, b;
+  };
+  static Frag slots[1024];
+  const unsigned t = emu_tid();
+  slots[t] = {a0, a1, b};
+  emu_syncwarp();
+  const unsigned warp = t & ~31u, g = (t & 31) >> 2, q = t & 3;
+  for (unsigned i = 0; i < 4; ++i) {
+    const unsigned row = g + 8 * (i >> 1), col = 2 * q + (i & 1);
+    long long s = c;
+    for (unsigned k = 0; k < 16; ++k) {
+      const Frag& fa = slots[warp + 4 * (row & 7) + k / 4];
+      const int av = static_cast<signed char>((row < 8 ? fa.a0 : fa.a1) >> (8 * (k % 4)));
+      const int bv = static_cast<unsigned char>(slots[warp + 4 * col + k / 4].b >> (8 * (k % 4)));
+      s += av * bv;
+    }
+    d[i] = static_cast<int>(s);
+  }
+  emu_syncwarp();
+}
+
 // Runs kernel() for every thread of every block of the grid.
 inline void emu_launch(emu_uint3 grid, emu_uint3 block, const std::function<void()>& kernel,
                        bool barriers) {

@@ -87,11 +87,22 @@ class _Kernel:
         targs = [t.strip() for t in (targs or "").split(",") if t.strip()]
         getattr(self, "_" + name)(grid, block, targs, *args)
 
-    def _ozaki2_residues(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp,
-                         rows_contig, shift, shift_sb, planes):  # fmt: skip
+    def _ozaki2_residues(self, grid, block, targs, *args):
+        assert block == (256,) and len(grid) == 3 and grid[1] <= 65535 and grid[2] <= 65535
+        assert grid[0] * 32 >= int(args[9])  # 32 x 32 tiles over Cp
+        self._residues(targs, *args, digits=False)
+
+    def _ozaki2_residues_mma(self, grid, block, targs, *args):
+        B, Rpad, Cp = int(args[5]), int(args[8]), int(args[9])
+        tiles = B * -(-Rpad // 16) * -(-Cp // 64)  # 16 x 64 tiles, grid-strided
+        assert block == (256,) and len(grid) == 1 and 1 <= grid[0] <= tiles
+        self._residues(targs, *args, digits=True)
+
+    def _residues(self, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp, rows_contig, shift,
+                  shift_sb, planes, digits):  # fmt: skip
+        """Either residue kernel through the model (``digits``: the MMA kernel's arithmetic)."""
         nmod, cplx, near = int(targs[0]), targs[1] == "true", targs[2] == "true"
         B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
-        assert block == (256,) and grid[0] * 32 >= Cp and grid[1] <= 65535 and grid[2] <= 65535
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
         assert int(rows_contig) == int(sr == 1 and sc != 1)
         X = _strided_any(re_, np.float64, (B, R, C), (int(sb), int(sr), int(sc)))
@@ -99,7 +110,7 @@ class _Kernel:
         S = _view(shift, np.int32, (B, R), (int(shift_sb), 1)).astype(np.int64)
         out = _view(planes, np.int8, (3 if cplx else 1, nmod, B, Rpad, Cp),
                     (nmod * B * Rpad * Cp, B * Rpad * Cp, Rpad * Cp, Cp, 1))  # fmt: skip
-        out[...] = model.residue_planes(X, Xi, S, MODULI[:nmod], Rpad, Cp, near)
+        out[...] = model.residue_planes(X, Xi, S, MODULI[:nmod], Rpad, Cp, near, digits)
 
     def _ozaki2_crt(self, grid, block, targs, prod, kb_stride, nkb, plane, B, mc, n, n_p,
                     m_full, r0, mu, nu, kind, o0, o1, o2, o3):  # fmt: skip
@@ -382,10 +393,14 @@ def _ndarray_factory(shape, dtype=float, memptr=None, **kw):
 # native mode: the .cu sources compiled for the CPU
 # ----------------------------------------------------------------------------------------------
 
+_RESIDUE_PARAMS = (
+    "const double* re, const double* im, long long sb, long long sr, long long sc, int B, int R, "
+    "int C, int Rpad, int Cp, int rows_contiguous, const int* shift, long long shift_sb, "
+    "unsigned* planes"
+)
 _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
-    "ozaki2_residues": "const double* re, const double* im, long long sb, long long sr, "
-    "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, const int* shift, "
-    "long long shift_sb, unsigned* planes",
+    "ozaki2_residues": _RESIDUE_PARAMS,
+    "ozaki2_residues_mma": _RESIDUE_PARAMS,
     "ozaki2_crt": "const int* prod, long long kb_stride, int nkb, long long plane, int B, int mc, "
     "int n, int n_p, int m_full, int r0, const int* mu, const int* nu, int kind, void* out0, "
     "void* out1, void* out2, void* out3",
@@ -434,11 +449,11 @@ _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "const unsigned long long* mixb, int fexp_mixed, unsigned char* need, "
     "unsigned long long* hist, const unsigned long long* skip",
 }
-_BARRIERS = {"ozaki2_residues": True, "ozaki2_crt": False, "bf16_lower": False,
-             "line_max_exponent": True, "bound_operand": True, "cert_operand": True,
-             "cert_line_terms": False, "cert_entries": True, "bound_max": True,
-             "suspect_ranks": True, "refine_suspects": True, "refine_test": True,
-             "cert_exact_factors": False}  # fmt: skip
+_BARRIERS = {"ozaki2_residues": True, "ozaki2_residues_mma": True, "ozaki2_crt": False,
+             "bf16_lower": False, "line_max_exponent": True, "bound_operand": True,
+             "cert_operand": True, "cert_line_terms": False, "cert_entries": True,
+             "bound_max": True, "suspect_ranks": True, "refine_suspects": True,
+             "refine_test": True, "cert_exact_factors": False}  # fmt: skip
 _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "double": ctypes.c_double}
 _LIBS: dict = {}
 

@@ -40,13 +40,15 @@ def _shr(x, s):
 
 
 # ----------------------------------------------------------------------------------------------
-# residues (ozaki2_residues.cu: element_words, residue_of)
+# residues: ozaki2_residues.cu (element_words, residue_of, residue_sum) and
+# ozaki2_residues_mma.cu (entry_digits, the MMA's digit sums, reduce_sum)
 # ----------------------------------------------------------------------------------------------
 
 
-def element_words(x, shift, nearest=False):
-    """(neg, w0..w5): sign and the six 16-bit words of |X| (< 2**96), X = x * 2**shift rounded
-    to nearest, ties to even (``nearest``), or toward zero."""
+def _magnitude(x, shift, nearest):
+    """(neg, lo, hi, e2 >= 0): sign and |X| = hi 2**64 + lo, X = x * 2**shift rounded to nearest,
+    ties to even (``nearest``), or toward zero (hi wraps beyond 2**128 as the kernel's shifts
+    do), and whether x 2**shift is an integer already (the significand shifted left)."""
     bits = np.ascontiguousarray(x, dtype=np.float64).view(U64)
     shift = np.asarray(shift, dtype=np.int64)
     neg = (bits >> U64(63)) != 0
@@ -71,8 +73,13 @@ def element_words(x, shift, nearest=False):
     d = np.clip(-e2, 1, 63)
     bias = _shl(1, d - 1) - U64(1) + (_shr(M, d) & U64(1))
     lo_neg = np.where(e2 > -64, _shr(M + np.where(nearest, bias, U64(0)), d), U64(0))
-    lo = np.where(pos, lo_pos, lo_neg)
-    hi = np.where(pos, hi_pos, U64(0))
+    return neg, np.where(pos, lo_pos, lo_neg), np.where(pos, hi_pos, U64(0)), pos
+
+
+def element_words(x, shift, nearest=False):
+    """(neg, w0..w5): sign and the six 16-bit words of |X| mod 2**96, X = x * 2**shift rounded
+    to nearest, ties to even (``nearest``), or toward zero."""
+    neg, lo, hi, _ = _magnitude(x, shift, nearest)
     lo32 = lo & U64(0xFFFFFFFF)
     lh32 = lo >> U64(32)
     hi32 = hi & U64(0xFFFFFFFF)
@@ -105,24 +112,95 @@ def residue_sum(rr, ri, m):
     return np.where(t < -(m // 2), t + m, t)
 
 
-def residue_planes(re, im, shift, moduli, rows_pad, kp, nearest=False):
+def entry_digits(x, shift, nearest=False):
+    """The kernel's four 32-bit words per entry (uint64 arrays): |X| mod 2**96 = hi 2**52 + lo,
+    lo's 7 bytes and hi's 6, complemented where x < 0, and the sign (bytes 0-6, 7-12, 13). hi is
+    floor(|x| 2**shift / 2**52), as the kernel's float64 path takes it: below 2**52 hi = 0 and lo
+    may be 2**52 where rounding carries."""
+    neg, lo, hi, whole = _magnitude(x, shift, nearest)
+    H = np.where(whole, (lo >> U64(52)) | ((hi & U64(0xFFFFFFFF)) << U64(12)), U64(0))
+    L = np.where(whole, lo & U64((1 << 52) - 1), lo)
+    m32 = U64(0xFFFFFFFF)
+    flip = np.where(neg, m32, U64(0))
+    return [
+        (L & m32) ^ flip,
+        ((L >> U64(32)) | ((H & U64(0xFF)) << U64(24))) ^ flip,
+        ((H >> U64(8)) & m32) ^ flip,
+        ((H >> U64(40)) ^ (flip & U64(0xFF))) | (neg.astype(U64) << U64(8)),
+    ]
+
+
+def digit_places():
+    """The digit bytes' place values (lo's 7 bytes, hi's 6 at 2**52) and C = sum 255 place: a
+    complemented digit d' = 255 - d, so -A = sum d'_k place_k - C."""
+    places = [2 ** (8 * k) for k in range(7)] + [2 ** (52 + 8 * k) for k in range(6)]
+    return places, 255 * sum(places)
+
+
+def _symmetric_int(u, m):
+    return u - m if u > (m - 1) // 2 else u
+
+
+def digit_weights(m):
+    """The 16 int8 weights of modulus ``m`` (the MMA's A row): the places mod m, -C mod m for
+    the sign byte, 0 for the last two; symmetric representatives."""
+    places, C = digit_places()
+    return [_symmetric_int(p % m, m) for p in places] + [_symmetric_int(-C % m, m), 0, 0]
+
+
+def digit_sum(words, m):
+    """s = sum_k byte_k w_k (int64): the MMA's dot product of an entry's digit bytes with the
+    weights of ``m``, without the accumulator's start."""
+    s = np.zeros(np.shape(words[0]), dtype=np.int64)
+    for k, w in enumerate(digit_weights(m)):
+        if w:
+            s += ((words[k // 4] >> U64(8 * (k % 4))) & U64(0xFF)).astype(np.int64) * w
+    return s
+
+
+def reduce_sum(s, m):
+    """The residue byte (as int8) of a digit sum s (|s| < 2**22), as the kernel reduces it: q =
+    fma(f, rn(1/m), M) - M = rint(s rn(1/m)) (the product is exact inside the FMA; rn(1/m) = 0
+    for 256), the low byte of s - m q."""
+    s = np.asarray(s, dtype=np.int64)
+    assert np.abs(s).max(initial=0) < 2**22
+    inv = np.float32(0) if m == 256 else np.float32(1) / np.float32(m)
+    q = np.rint(s.astype(np.float64) * np.float64(inv)).astype(np.int64)  # exact product
+    return ((s - m * q) & 0xFF).astype(np.uint8).view(np.int8).astype(np.int64)
+
+
+def digit_residue(words, m):
+    """Symmetric residue in [-(m//2), (m-1)//2] of the integer given by ``entry_digits``."""
+    return reduce_sum(digit_sum(words, m), m)
+
+
+def residue_planes(re, im, shift, moduli, rows_pad, kp, nearest=False, digits=False):
     """Planes (P, n_mod, B, rows_pad, kp) int8 of the logical operand (B, R, C) (rows = lines
     scaled by ``shift`` (B, R) and rounded as ``element_words``, C the contraction axis),
-    zero-padded: the kernel's output."""
+    zero-padded: either kernel's output, by the arithmetic of ``ozaki2_residues.cu``'s words or
+    (``digits``) of ``ozaki2_residues_mma.cu``'s digit sums (3M's third plane: the digit sums of
+    re and im added, one reduction)."""
     B, R, C = re.shape
     P = 1 if im is None else 3
     out = np.zeros((P, len(moduli), B, rows_pad, kp), dtype=np.int8)
     sh = np.broadcast_to(np.asarray(shift)[:, :, None], (B, R, C))
-    nr, wr = element_words(re, sh, nearest)
-    if im is not None:
-        ni, wi = element_words(im, sh, nearest)
+    parts = [x for x in (re, im) if x is not None]
+    if digits:
+        words = [entry_digits(x, sh, nearest) for x in parts]
+    else:
+        words = [element_words(x, sh, nearest) for x in parts]
     for ell, m in enumerate(moduli):
-        rr = residue_of(nr, wr, m)
-        out[0, ell, :, :R, :C] = rr
-        if im is not None:
-            ri = residue_of(ni, wi, m)
-            out[1, ell, :, :R, :C] = ri
-            out[2, ell, :, :R, :C] = residue_sum(rr, ri, m)
+        if digits:
+            sums = [digit_sum(w, m) for w in words]
+            res = [reduce_sum(s, m) for s in sums]
+            if im is not None:
+                res.append(reduce_sum(sums[0] + sums[1], m))
+        else:
+            res = [residue_of(neg, w, m) for neg, w in words]
+            if im is not None:
+                res.append(residue_sum(res[0], res[1], m))
+        for p, r in enumerate(res):
+            out[p, ell, :, :R, :C] = r
     return out
 
 

@@ -19,10 +19,13 @@ ARCHES = ("80", "86", "89", "90", "100", "120")
 # the name expressions the cupy backend compiles (emulinalg/backends/cupy/, cuda/fused.py)
 KERNELS = {
     "ozaki2_stats.cu": cuda.STATS_KERNELS,
-    "ozaki2_residues.cu": tuple(
-        f"ozaki2_residues<{n}, {c}, {r}>" for n in (2, 20) for c in ("false", "true")
-        for r in ("false", "true")
-    ),
+    **{
+        f"{k}.cu": tuple(
+            f"{k}<{n}, {c}, {r}>" for n in (2, 8, 20) for c in ("false", "true")
+            for r in ("false", "true")
+        )
+        for k in ("ozaki2_residues", "ozaki2_residues_mma")
+    },
     "ozaki2_crt.cu": tuple(
         f"ozaki2_crt<{n}, {cuda.crt_words(n)}, {c}>" for n in (2, 15, 20)
         for c in ("false", "true")

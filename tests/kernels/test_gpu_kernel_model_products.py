@@ -127,22 +127,29 @@ def test_f64_tables_hold_the_constants_exactly():
 
 
 def test_sources_inline_their_headers():
-    for name in ("ozaki2_residues.cu", "ozaki2_crt.cu", "ozaki2_crt_s8.cu", "ozaki2_stats.cu",
-                 "bf16_lower.cu", "refit_pick.cu"):  # fmt: skip
+    for name in ("ozaki2_residues.cu", "ozaki2_residues_mma.cu", "ozaki2_crt.cu",
+                 "ozaki2_crt_s8.cu", "ozaki2_stats.cu", "bf16_lower.cu",
+                 "refit_pick.cu"):  # fmt: skip
         text = source(name)
         assert '#include "' not in text and "__global__" in text
 
 
+# The residue kernels, as ``products._residue_planes`` names them, and whether the model takes
+# the MMA kernel's digit sums (``model.residue_planes(..., digits)``).
+KERNELS = {"ozaki2_residues": False, "ozaki2_residues_mma": True}
+
+
+@pytest.mark.parametrize("digits", [False, True])
 @pytest.mark.parametrize("nearest", [False, True])
 @pytest.mark.parametrize("n", [2, 8, 17, 20])
 @pytest.mark.parametrize("cplx", [False, True])
-def test_residue_planes_equal_generic_residues(n, cplx, nearest):
+def test_residue_planes_equal_generic_residues(n, cplx, nearest, digits):
     ar, ai, br, bi = _operands(((2,), 5, 37, 6), 4, cplx, seed=n)
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     c = crt_constants(n)
     mu, _ = ozaki2_shifts(np, pre, c.L, c.Q_down)
     X = [residues.split(np, scale_to_integers(np, x, mu, -1, nearest)) for x in (ar, ai)]
-    planes = model.residue_planes(ar, ai, mu, c.moduli, 5, 48, nearest)
+    planes = model.residue_planes(ar, ai, mu, c.moduli, 5, 48, nearest, digits)
     assert not planes[..., 37:].any()
     for ell, m in enumerate(c.moduli):
         want = residues.residues(np, X[0], X[1], m)
@@ -150,7 +157,16 @@ def test_residue_planes_equal_generic_residues(n, cplx, nearest):
             assert np.array_equal(planes[p, ell, :, :, :37], w.astype(np.int8))
 
 
-def test_residues_of_extreme_integers():
+def _model_residues(x, shift, nearest, m, digits):
+    """Residues of the scaled entries by the model of either kernel's arithmetic."""
+    if digits:
+        return model.digit_residue(model.entry_digits(x, shift, nearest), m)
+    neg, words = model.element_words(x, shift, nearest)
+    return model.residue_of(neg, words, m)
+
+
+@pytest.mark.parametrize("digits", [False, True])
+def test_residues_of_extreme_integers(digits):
     # |X| up to 2**82 (the scaling's bound for 20 moduli), negative, odd, subnormal inputs
     rng = np.random.default_rng(0)
     mant = rng.integers(1, 2**53, size=400).astype(np.float64) * rng.choice([-1, 1], size=400)
@@ -160,9 +176,8 @@ def test_residues_of_extreme_integers():
     shift[:5] = [1074 + 81, 1074 + 40, 1074, 3, 0]
     X = np.trunc(np.ldexp(x, shift))
     assert np.abs(X).max() < 2.0**83
-    neg, words = model.element_words(x, shift)
     for m in MODULI:
-        got = model.residue_of(neg, words, m)
+        got = _model_residues(x, shift, False, m, digits)
         want = [int(v) % m for v in X]  # float64 holds these integers exactly
         want = np.array([w - m if w > (m - 1) // 2 else w for w in want])
         assert np.array_equal(got, want), m
@@ -170,6 +185,16 @@ def test_residues_of_extreme_integers():
 
 def _exact_residues(x, shift, nearest, m):
     return np.array([_symmetric(scaled_integer(v, s, nearest), m) for v, s in zip(x, shift)])
+
+
+def _wrapped_integers(x, shift, nearest):
+    """What both kernels reduce for any finite entry: sign(x) (|X| mod 2**96) (Python ints),
+    which is X below the scaling's bound |X| <= 2**82."""
+    out = []
+    for v, s in zip(np.ravel(x), np.ravel(shift)):
+        Y = abs(scaled_integer(v, s, nearest)) % 2**96
+        out.append(-Y if np.signbit(v) else Y)
+    return np.array(out, dtype=object).reshape(np.shape(x))
 
 
 def _symmetric(y, m):
@@ -189,40 +214,247 @@ def test_rounding_cases_hit_ties_and_agree_with_the_generic_integers():
     assert (np.round(v) != np.trunc(v)).sum() > 100
 
 
+@pytest.mark.parametrize("digits", [False, True])
 @pytest.mark.parametrize("nearest", [False, True])
-def test_element_words_round_to_nearest_or_truncate(nearest):
-    """element_words rounds x 2**shift to nearest, ties to even, or toward zero, exactly as
-    Python's integers: ties n + 1/2 of both parities and signs, 1/2 -> 0, 3/2 -> 2, below 1/2,
-    subnormals, shifts from -1100 on, 1 to 70 bits shifted out."""
+def test_scaled_entries_round_to_nearest_or_truncate(nearest, digits):
+    """element_words and entry_digits round x 2**shift to nearest, ties to even, or toward zero,
+    exactly as Python's integers: ties n + 1/2 of both parities and signs, 1/2 -> 0, 3/2 -> 2,
+    below 1/2, subnormals, shifts from -1100 on, 1 to 70 bits shifted out."""
     x, shift = rounding_cases(np.random.default_rng(1))
-    neg, words = model.element_words(x, shift, nearest)
     for m in MODULI:
         want = _exact_residues(x, shift, nearest, m)
-        assert np.array_equal(model.residue_of(neg, words, m), want), m
+        assert np.array_equal(_model_residues(x, shift, nearest, m, digits), want), m
+
+
+def _beyond_bound_cases(rng, count=200):
+    """Entries whose scaled integers pass 2**96 (and 2**128, 2**180): no scaling makes them,
+    the kernels reduce sign(x) (|X| mod 2**96)."""
+    M = rng.integers(2**52, 2**53, count).astype(np.float64) * rng.choice([-1.0, 1.0], count)
+    e2 = rng.integers(30, 140, count)  # |X| = |M| 2**e2
+    e = rng.integers(-900, 900, count)
+    return np.ldexp(M, e), e2 - e
 
 
 @pytest.mark.parametrize("nearest", [False, True])
-@pytest.mark.parametrize("cplx", [False, True])
-def test_host_code_residue_kernel_rounds(cpu_backend, cplx, nearest):
-    """The residue kernel (model, or the CUDA source compiled for the CPU) on the crafted
-    entries, one per line with its own shift, against Python's integers."""
-    be, cp = cpu_backend
-    x, shift = rounding_cases(np.random.default_rng(2))
-    y = x * 0.375 if cplx else None
+def test_entry_words_and_digits_spell_the_integer_mod_2_96(nearest):
+    """Both kernels' representations of an entry are sign(x) (|X| mod 2**96) for every finite
+    entry: element_words' 16-bit words with the sign, entry_digits' digits sum_k byte_k place_k
+    - sign C; the weights give it mod m."""
+    rng = np.random.default_rng(7)
+    x1, s1 = rounding_cases(rng)
+    x2, s2 = _beyond_bound_cases(rng)
+    x, shift = np.concatenate([x1, x2]), np.concatenate([s1, s2])
+    neg, words = model.element_words(x, shift, nearest)
+    digits = model.entry_digits(x, shift, nearest)
+    places, C = model.digit_places()
+    for i in range(len(x)):
+        Y = abs(scaled_integer(x[i], shift[i], nearest)) % 2**96
+        Y = -Y if np.signbit(x[i]) else Y
+        w = sum(int(words[j][i]) << (16 * j) for j in range(6))
+        assert (-w if neg[i] else w) == Y, (x[i], shift[i])
+        byte = [int(digits[k // 4][i]) >> (8 * (k % 4)) & 0xFF for k in range(16)]
+        val = sum(b * p for b, p in zip(byte, places)) - byte[13] * C
+        assert val == Y and byte[14:] == [0, 0], (x[i], shift[i])
+    for m in MODULI:
+        w = model.digit_weights(m)
+        assert all(-128 <= v <= 127 for v in w) and w[14:] == [0, 0]
+        assert all((v - p) % m == 0 for v, p in zip(w, places)) and (w[13] + C) % m == 0
+        want = _symmetric(_wrapped_integers(x, shift, nearest), m).astype(np.int64)
+        assert np.array_equal(model.digit_residue(digits, m), want)
+        assert np.array_equal(model.residue_of(neg, words, m), want)
+
+
+def test_digit_sum_reduction_is_exact_for_every_sum():
+    """The MMA kernel's reduction of a digit sum s (its accumulator's float M + s, one FMA for
+    the quotient) gives the symmetric residue of s for every s an entry (or 3M's re + im) can
+    reach, for every modulus."""
+    for m in MODULI:
+        w = model.digit_weights(m)
+        bound = 2 * (255 * sum(abs(v) for v in w[:13]) + abs(w[13]))  # re + im
+        assert bound < 2**22  # M + s exact in float32, |s| rn(1/m) error < 1/(2m)
+        s = np.arange(-bound, bound + 1, dtype=np.int64)
+        assert np.array_equal(model.reduce_sum(s, m), _symmetric(s, m)), m
+
+
+def _crafted_matrix(nearest, cols, seed):
+    """The crafted entries of ``rounding_cases`` and ``_beyond_bound_cases`` as column 0 of a
+    (N, cols) matrix, one shift per row; column c > 0 holds another row's entry rescaled to this
+    row's shift (its integer where that is exact), zeros where the rescaling is not exact: ties,
+    subnormals and huge integers across every column position of the kernels' tiles."""
+    rng = np.random.default_rng(seed)
+    x1, s1 = rounding_cases(rng)
+    x2, s2 = _beyond_bound_cases(rng, 60)
+    x, shift = np.concatenate([x1, x2]), np.concatenate([s1, s2])
     N = len(x)
+    rng = np.random.default_rng(seed + 1)
+    mat = np.zeros((N, cols))
+    mat[:, 0] = x
+    for c in range(1, cols):
+        src = rng.permutation(N)
+        with np.errstate(over="ignore"):
+            v = np.ldexp(x[src], (shift[src] - shift).clip(-2000, 2000))
+            ok = np.ldexp(v, shift - shift[src]) == x[src]
+        mat[:, c] = np.where(ok, v, 0.0)
+    return mat, shift
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+@pytest.mark.parametrize("nearest", [False, True])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_host_code_residue_kernel_rounds(cpu_backend, cplx, nearest, layout, kernel):
+    """Each residue kernel (model, or the CUDA source compiled for the CPU) on the crafted
+    entries (one shift per line, 37 columns: one 64-column tile and a tail, two 32-column ones),
+    stored with rows or columns contiguous, against Python's integers."""
+    be, cp = cpu_backend
+    x, shift = _crafted_matrix(nearest, 37, 2)
+    y = x * 0.375 if cplx else None
+    N, C = x.shape
+
+    def stored(v):  # (1, ...) arrays: the batch axis first
+        if v is None:
+            return None
+        return cp.asarray((v.T if layout == "rows" else v).copy()[None])
+
+    strides = (N * C, 1, N) if layout == "rows" else (N * C, C, 1)  # rows: as B's columns
+    xs, ys = stored(x), stored(y)
     planes = be.products._residue_planes(
-        cp.asarray(x.reshape(1, N, 1)), None if y is None else cp.asarray(y.reshape(1, N, 1)),
-        (N, 1, 1), N, N, 1, 16, cp.asarray(shift.astype(np.int32).reshape(1, N)), N, 20, nearest,
+        xs, ys, strides, N, N, C, 48,
+        cp.asarray(shift.astype(np.int32).reshape(1, N)), N, 20, nearest, kernel=kernel,
     )  # fmt: skip
     planes = np.asarray(planes)
-    assert planes.shape == (3 if cplx else 1, 20, 1, N, 16) and not planes[..., 1:].any()
+    assert planes.shape == (3 if cplx else 1, 20, 1, N, 48) and not planes[..., C:].any()
+    sh = np.broadcast_to(shift[:, None], x.shape)
+    X = _wrapped_integers(x, sh, nearest)
+    Y = None if y is None else _wrapped_integers(y, sh, nearest)
     for ell, m in enumerate(MODULI):
-        want = _exact_residues(x, shift, nearest, m)
-        assert np.array_equal(planes[0, ell, 0, :, 0], want), m
+        want = _symmetric(X, m).astype(np.int64)
+        small = np.abs(np.ldexp(x[:, 0], shift)) < 2.0**83  # X itself
+        exact = _exact_residues(x[small, 0], shift[small], nearest, m)
+        assert np.array_equal(want[small, 0], exact)
+        assert np.array_equal(planes[0, ell, 0, :, :C], want), m
         if cplx:
-            want_y = _exact_residues(y, shift, nearest, m)
-            assert np.array_equal(planes[1, ell, 0, :, 0], want_y), m
-            assert np.array_equal(planes[2, ell, 0, :, 0], _symmetric(want + want_y, m)), m
+            want_y = _symmetric(Y, m).astype(np.int64)
+            assert np.array_equal(planes[1, ell, 0, :, :C], want_y), m
+            assert np.array_equal(planes[2, ell, 0, :, :C], _symmetric(want + want_y, m)), m
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+@pytest.mark.parametrize("cplx", [pytest.param(False, marks=pytest.mark.slow), True])
+def test_residue_kernel_special_entries_as_the_model(native_backend, cplx, kernel):
+    """Entries no scaling makes (inf, NaN, +-0, huge and subnormal x with shifts beyond +-2044,
+    integers beyond 2**96: the MMA kernel's integer path) give the model's planes, the same for
+    both kernels (sign(x) (|X| mod 2**96) of the significand's bits)."""
+    be, cp = native_backend
+    rng = np.random.default_rng(5)
+    special = [np.inf, -np.inf, np.nan, 0.0, -0.0, 5e-324, -5e-324, 2.0**1023, -1.5 * 2.0**1023]
+    pool = np.concatenate([special, rng.standard_normal(9) * 2.0 ** rng.integers(-60, 60, 9)])
+    rows, cols = 37, 21
+    x = rng.choice(pool, (1, rows, cols))
+    y = rng.choice(pool, (1, rows, cols)) if cplx else None
+    shifts = [-3000, -2045, -2044, -1100, 0, 40, 95, 1100, 1134, 2046, 2047, 3000]
+    shift = rng.choice(shifts, (1, rows)).astype(np.int32)
+    for nearest in (False, True):
+        planes = be.products._residue_planes(
+            cp.asarray(x), None if y is None else cp.asarray(y), (rows * cols, cols, 1), rows,
+            rows, cols, 32, cp.asarray(shift), rows, 20, nearest, kernel=kernel,
+        )  # fmt: skip
+        for digits in (False, True):
+            want = model.residue_planes(
+                x, y, shift.astype(np.int64), MODULI, rows, 32, nearest, digits
+            )
+            assert np.array_equal(np.asarray(planes), want), (nearest, digits)
+
+
+# (moduli, complex, nearest, (batch, m, k, n)): 16-row and 32-row tiles, 32- and 64-column
+# units with tails, B's rows padded to n_p, batches, one and two MMA tiles of moduli (8, 16, 17,
+# 20)
+RESIDUE_KERNEL_CASES = [
+    (15, False, True, ((2,), 37, 133, 45)),
+    (16, True, False, ((2,), 21, 70, 19)),
+    pytest.param(20, True, True, ((2,), 19, 67, 37), marks=pytest.mark.slow),
+    pytest.param(17, False, False, ((), 40, 200, 33), marks=pytest.mark.slow),
+    pytest.param(8, True, True, ((3,), 17, 64, 16), marks=pytest.mark.slow),
+    pytest.param(8, False, False, ((), 33, 96, 20), marks=pytest.mark.slow),
+    pytest.param(2, False, True, ((), 5, 9, 3), marks=pytest.mark.slow),
+    pytest.param(20, False, True, ((2,), 33, 130, 18), marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+@pytest.mark.parametrize(("n", "cplx", "nearest", "shape"), RESIDUE_KERNEL_CASES)
+def test_residue_kernel_planes_equal_generic_residues(
+    native_backend, n, cplx, nearest, shape, kernel
+):
+    """Each residue kernel compiled for the CPU, driven as ``ozaki2_product`` drives it (A's
+    rows and B's columns, which are contiguous in memory, with their shifts and paddings),
+    writes the generic ``residues`` of the scaled operands bit for bit, and zeros beyond."""
+    be, cp = native_backend
+    ar, ai, br, bi = _operands(shape, 4, cplx, seed=n)
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+    c = crt_constants(n)
+    mu, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    dev = [None if v is None else cp.asarray(v) for v in (ar, ai, br, bi)]
+    ops = be.kernels._Operands(*dev, cp.asarray(mu), cp.asarray(nu))
+    B, m, k, nn, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
+    pa = be.products._residue_planes(
+        ops.a[0], ops.a[1], ops.a_strides, m, m, k, kp, ops.mu, m, n, nearest, kernel=kernel
+    )
+    pb = be.products._residue_planes(
+        ops.b[0], ops.b[1], ops.b_strides, nn, n_p, k, kp, ops.nu, nn, n, nearest, kernel=kernel
+    )
+    for planes, x, xi, s, axis, rows, rows_pad in (
+        (pa, ar, ai, mu, -1, m, m),
+        (pb, br, bi, nu, -2, nn, n_p),
+    ):
+        planes = np.asarray(planes)
+        assert planes.shape == (3 if cplx else 1, n, B, rows_pad, kp)
+        X = [None if v is None else residues.split(np, scale_to_integers(np, v, s, axis, nearest))
+             for v in (x, xi)]  # fmt: skip
+        for ell, mod in enumerate(c.moduli):
+            for p, w in enumerate(residues.residues(np, X[0], X[1], mod)):
+                w = w.reshape(B, *w.shape[-2:])
+                w = np.swapaxes(w, -1, -2) if axis == -2 else w  # B's planes are B'^T
+                assert np.array_equal(planes[p, ell, :, :rows, :k], w.astype(np.int8)), (p, mod)
+        assert not planes[..., rows:, :].any() and not planes[..., k:].any()
+
+
+@pytest.mark.parametrize("n", [8, 15])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_product_picks_the_residue_kernel_by_source(cpu_backend, monkeypatch, cplx, n):
+    """``ozaki2_product`` makes both operands' planes by the kernel ``_residue_kernel`` names:
+    the tensor-core kernel for float64/complex128 sources (result dtype float64 or dd) unless
+    n = 8, the word kernel for float32/complex64 ones (result float32) at every count; the
+    result is the generic product's either way."""
+    be, cp = cpu_backend
+    pick = be.products._residue_kernel
+    assert [pick(n, True), pick(n, False)] == [
+        "ozaki2_residues",
+        "ozaki2_residues" if n == 8 else "ozaki2_residues_mma",
+    ]
+    assert set(be.products.RESIDUE_KERNELS) == set(KERNELS)
+    files = []
+    real = be.products._kernel
+
+    def spy(file, expr, **kw):
+        files.append(file)
+        return real(file, expr, **kw)
+
+    monkeypatch.setattr(be.products, "_kernel", spy)
+    ar, ai, br, bi = _operands(((2,), 5, 37, 6), 4, cplx, seed=n)
+    for out_dtype, narrow in (("float64", False), ("dd", False), ("float32", True)):
+        if narrow:  # the float64 parts of float32 operands
+            ar, ai, br, bi = (None if x is None else x.astype(np.float32).astype(np.float64)
+                              for x in (ar, ai, br, bi))  # fmt: skip
+        pre, want = _generic(ar, ai, br, bi, n, "accurate", out_dtype)
+        files.clear()
+        dev = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
+        got = be.ozaki2_product(*dev, n, "accurate", out_dtype, tuple(cp.asarray(x) for x in pre))
+        used = [f for f in files if f.startswith("ozaki2_residues")]
+        assert used == [f"{pick(n, narrow)}.cu"] * 2, (out_dtype, used)
+        flat = [[x for p in r for x in (p if isinstance(p, tuple) else (p,))] for r in (want, got)]
+        for w, g in zip(*flat):
+            assert _same(np.asarray(g), w)
 
 
 # (moduli, k, mode, rounds): both sides of scaling.rounds_to_nearest

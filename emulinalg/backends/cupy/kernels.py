@@ -110,13 +110,11 @@ def _in_type(x):
 _RESIDENT: dict = {}
 
 
-def _resident_blocks(expr, threads):
-    """How many blocks of ``ozaki2_stats.cu``'s kernel ``expr`` (``threads`` threads each, no
-    dynamic shared memory) the device runs at once: its SMs times the blocks an SM holds by
-    shared memory (1 KB reserved per block), registers and its block limit."""
+def _resident(fn, threads):
+    """How many blocks of kernel ``fn`` (``threads`` threads each, no dynamic shared memory) the
+    device runs at once: its SMs times the blocks an SM holds by shared memory (1 KB reserved
+    per block), registers and its block limit."""
     dev = cp.cuda.Device()
-    _stats_kernel(expr)
-    fn = _modules[(dev.id, "ozaki2_stats.cu", expr)]  # the kernel itself (tools wrap the lookup)
     key = (dev.id, fn, threads)
     if key not in _RESIDENT:
         at, ka = dev.attributes, fn.attributes
@@ -128,6 +126,13 @@ def _resident_blocks(expr, threads):
         )
         _RESIDENT[key] = max(1, per_sm) * at["MultiProcessorCount"]
     return _RESIDENT[key]
+
+
+def _resident_blocks(expr, threads):
+    """``_resident`` of ``ozaki2_stats.cu``'s kernel ``expr``."""
+    _stats_kernel(expr)
+    # the kernel itself (tools wrap the lookup)
+    return _resident(_modules[(cp.cuda.Device().id, "ozaki2_stats.cu", expr)], threads)
 
 
 class _Operands:

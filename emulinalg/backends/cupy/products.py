@@ -1,5 +1,6 @@
 """The cupy backend's Scheme II product in the CUDA kernels of ``src_cuda/``: one pass from
-float64 to the int8 residues of every modulus in the GEMM's layout (``ozaki2_residues.cu``), one
+float64 to the int8 residues of every modulus in the GEMM's layout (``ozaki2_residues.cu`` or
+``ozaki2_residues_mma.cu``, whichever ``_residue_kernel`` picks), one
 strided-batched INT8 GEMM per K-block over all moduli (and batch, and 3M products), or the fused
 CUTLASS GEMM with its mod-m epilogue (``backends.cuda.fused``), and one pass from the products
 to the correctly rounded result (``ozaki2_crt.cu``): the same integers and the same exact
@@ -29,6 +30,7 @@ from .kernels import (
     _i64,
     _kernel,
     _Operands,
+    _resident,
     _tf,
     kernels_enabled,
 )
@@ -38,17 +40,53 @@ from .kernels import (
 chunk_bytes = 6 << 30
 
 
-def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, nearest):
+# The residue kernels (both write the same planes for every input): "ozaki2_residues" (|X| in
+# 16-bit words, one 32-bit reduction per modulus; 32 x 32 tiles, one per block) and
+# "ozaki2_residues_mma" (|X| in digit bytes, one INT8 tensor-core MMA per 16 moduli x 8 entries;
+# 16 x 64 tiles, as many blocks as fit at once, each walking every grid-th tile).
+RESIDUE_KERNELS = ("ozaki2_residues", "ozaki2_residues_mma")
+
+
+def _residue_kernel(n, narrow):
+    """The residue kernel for ``n`` moduli of an operand whose source was float32/complex64
+    (``narrow``: its float64 parts) or float64/complex128: the tensor-core kernel where it was
+    measured faster, the word kernel elsewhere.
+
+    On the H200 (``docs/benchmarks/h200/kernels_residues_branch_res_2026-12-02.jsonl``, both
+    operands of a square product, planes bit-identical) the tensor-core kernel took float64
+    N = 16384 with 15 moduli from 8.01 to 6.05 ms and complex128 N = 8192 with 16 moduli from
+    5.21 to 3.61 ms, but float32 N = 16384 with 8 moduli from 6.37 to 16.6 ms. Both kernels read
+    the same float64 parts, so the float32 case differs from the float64 one only in its values
+    (which take the same float64 path in the kernel) and in n: and the 8-moduli build is the one
+    whose loop reloads its MMA fragment from constant memory, 32 addresses per warp, before
+    every MMA (nvcc's SASS, real and complex; no other count does:
+    ``src_cuda/ozaki2_residues_mma.cu``). So n = 8 keeps the word kernel whatever the source;
+    float32 sources keep it at every n until measured (``tools/device/residues_bench.py`` times
+    float64 with 8 and float32 with 12 moduli to separate the two)."""
+    return "ozaki2_residues" if narrow or n == 8 else "ozaki2_residues_mma"
+
+
+def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, nearest,
+                    narrow=False, kernel=None):  # fmt: skip
     """int8 planes (P, n, B, rows_pad, kp) of the logical operand (B, rows, k) given by ``re``
     (and ``im``) with element ``strides``, lines scaled by ``shift`` (B lines of ``rows``, batch
     stride ``shift_sb``) and rounded to nearest (``nearest``) or toward zero, as
-    ``scaling.scale_to_integers``: ``ozaki2_residues.cu``."""
+    ``scaling.scale_to_integers``, by ``kernel`` (one of ``RESIDUE_KERNELS``; default the one
+    ``_residue_kernel`` picks for ``n`` and ``narrow``, a float32/complex64 source)."""
+    kernel = kernel or _residue_kernel(n, narrow)
     B = re.shape[0]
     cplx = im is not None
     planes = cp.empty((3 if cplx else 1, n, B, rows_pad, kp), dtype=cp.int8)
-    fn = _kernel("ozaki2_residues.cu", f"ozaki2_residues<{n}, {_tf(cplx)}, {_tf(nearest)}>")
+    fn = _kernel(f"{kernel}.cu", f"{kernel}<{n}, {_tf(cplx)}, {_tf(nearest)}>")
     sb, sr, sc = strides
-    grid = (-(-kp // 32), min(-(-rows_pad // 32), _MAX_GRID_YZ), min(B, _MAX_GRID_YZ))
+    if kernel == "ozaki2_residues_mma":
+        # tiles of 16 rows x 64 columns, each block every grid-th: as many blocks as fit at once
+        tiles = B * -(-rows_pad // 16) * -(-kp // 64)
+        if tiles == 0:
+            return planes
+        grid = (min(tiles, _resident(fn, _THREADS)),)
+    else:
+        grid = (-(-kp // 32), min(-(-rows_pad // 32), _MAX_GRID_YZ), min(B, _MAX_GRID_YZ))
     args = (
         re, im if cplx else re, _i64(sb), _i64(sr), _i64(sc),
         _i32(B), _i32(rows), _i32(k), _i32(rows_pad), _i32(kp),
@@ -137,9 +175,10 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     cplx = ai is not None
     P = 3 if cplx else 1
     near = rounds_to_nearest(moduli, k, mode)
+    narrow = out_dtype == "float32"  # a float32/complex64 source: the engine's result dtype
     with stage("slicing"):
         pb = _residue_planes(
-            ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli, near
+            ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli, near, narrow
         )
     dt = cp.float32 if out_dtype == "float32" else cp.float64
     per_part = 2 if out_dtype == "dd" else 1
@@ -152,8 +191,9 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
         a_re, a_im = (None if x is None else x[:, r0:r1] for x in ops.a)
         with stage("slicing"):
             pa = _residue_planes(
-                a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli, near
-            )
+                a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli, near,
+                narrow,
+            )  # fmt: skip
         with stage("products"):
             prod = _fused.int8_mod_products(pa, pb, moduli) if fused_ok else None
             if prod is None:
