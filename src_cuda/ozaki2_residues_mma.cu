@@ -2,8 +2,7 @@
 // modulus, in the layout the INT8 GEMM reads.
 //
 // The operand, the planes and the rounding: ozaki2_residues.cuh. This kernel does the same on
-// the INT8 tensor cores; products.py's _residue_kernel says where it runs (float64/complex128
-// sources, not 8 moduli) and why.
+// the INT8 tensor cores and is the one the backend runs (products.py's _residue_kernel says why).
 //
 // Digits. The kernel takes Y = sign(x) (|X| mod 2**96) (ozaki2_residues.cuh). With
 // |X| mod 2**96 = hi 2**52 + lo, its 14 digits d_k: the 7 bytes of lo, the 6 of hi, complemented
@@ -33,14 +32,11 @@
 //
 // Registers (nvcc 13.0, sm_90/sm_90a, -Xptxas -v and the SASS): real 64 (up to 16 moduli,
 // __launch_bounds__(256, 4), 4-12 bytes spilled from 7 moduli on) or 80 (17-20, 16 bytes
-// spilled), complex 91-128. Exactly NMOD = 8 (real and complex) keeps no register for this
-// lane's A fragment (weights of modulus g, word q): the loop reloads it from kModulusTable
-// before each MMA (7 per row, 14 complex), a constant-memory load with 32 different addresses
-// per warp, which the constant cache serves one address at a time. No other NMOD does (2-7,
-// where some lanes' fragment is zero, and 9-20 keep it in registers). The slow measured case
-// (float32, 8 moduli, 2.6x slower than ozaki2_residues.cu on the H200) is such a build, and this
-// reload is what its loop does that the faster 15- and 16-moduli builds' loops do not; the
-// backend does not run this kernel with 8 moduli (products.py's _residue_kernel).
+// spilled), complex 91-128. With 8 moduli (real and complex) ptxas kept no register for this
+// lane's A fragment (weights of modulus g, word q) but reloaded it from kModulusTable before each
+// MMA, a constant-memory load with 32 different addresses per warp that the constant cache serves
+// one address at a time (2.6x slower than ozaki2_residues.cu on the H200); a_lo passes through a
+// shuffle there, whose result ptxas cannot rematerialize, and the loop keeps it in a register.
 #include "ozaki2_residues.cuh"
 
 namespace {
@@ -305,7 +301,11 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
   // This lane's accumulator rows of the first 16 moduli: g (lo) and g + 8 (hi).
   // (and 16 + g of the second tile where NMOD > 16; moduli >= NMOD get zeros, not stored)
   const int l8 = g + 8, l1 = 16 + g;
-  const unsigned a_lo = g < NMOD ? kModulusTable.c[g].w[q] : 0u;
+  // With 8 moduli ptxas rematerialized a_lo from kModulusTable before each MMA (32 addresses
+  // per warp, served one at a time by the constant cache; see the header). A shuffle's result
+  // cannot be rematerialized, so it stays in a register.
+  const unsigned a_lo0 = g < NMOD ? kModulusTable.c[g].w[q] : 0u;
+  const unsigned a_lo = NMOD <= 8 ? __shfl_sync(0xffffffffu, a_lo0, lane) : a_lo0;
   const unsigned a_hi = l8 < NMOD ? kModulusTable.c[l8].w[q] : 0u;
   const unsigned a_t1 = l1 < NMOD ? kModulusTable.c[l1].w[q] : 0u;
   const float inv_lo = g < NMOD ? kModulusTable.c[g].inv : 0.0f;

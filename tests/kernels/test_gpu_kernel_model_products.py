@@ -421,17 +421,14 @@ def test_residue_kernel_planes_equal_generic_residues(
 
 @pytest.mark.parametrize("n", [8, 15])
 @pytest.mark.parametrize("cplx", [False, True])
-def test_product_picks_the_residue_kernel_by_source(cpu_backend, monkeypatch, cplx, n):
-    """``ozaki2_product`` makes both operands' planes by the kernel ``_residue_kernel`` names:
-    the tensor-core kernel for float64/complex128 sources (result dtype float64 or dd) unless
-    n = 8, the word kernel for float32/complex64 ones (result float32) at every count; the
-    result is the generic product's either way."""
+def test_product_uses_the_tensor_core_residue_kernel(cpu_backend, monkeypatch, cplx, n):
+    """``ozaki2_product`` makes both operands' planes by the kernel ``_residue_kernel`` names,
+    the tensor-core kernel, for float64/complex128 sources (result dtype float64 or dd) and
+    float32/complex64 ones (result float32), 8 moduli included; the result is the generic
+    product's either way."""
     be, cp = cpu_backend
     pick = be.products._residue_kernel
-    assert [pick(n, True), pick(n, False)] == [
-        "ozaki2_residues",
-        "ozaki2_residues" if n == 8 else "ozaki2_residues_mma",
-    ]
+    assert pick(n) == "ozaki2_residues_mma"
     assert set(be.products.RESIDUE_KERNELS) == set(KERNELS)
     files = []
     real = be.products._kernel
@@ -451,7 +448,7 @@ def test_product_picks_the_residue_kernel_by_source(cpu_backend, monkeypatch, cp
         dev = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
         got = be.ozaki2_product(*dev, n, "accurate", out_dtype, tuple(cp.asarray(x) for x in pre))
         used = [f for f in files if f.startswith("ozaki2_residues")]
-        assert used == [f"{pick(n, narrow)}.cu"] * 2, (out_dtype, used)
+        assert used == [f"{pick(n)}.cu"] * 2, (out_dtype, used)
         flat = [[x for p in r for x in (p if isinstance(p, tuple) else (p,))] for r in (want, got)]
         for w, g in zip(*flat):
             assert _same(np.asarray(g), w)

@@ -75,7 +75,7 @@ def run_case(name, repeat, n_override=None):
     dtype, n, nmod = CASES[name]
     n = n_override or n
     ar, ai, br, bi = operands(dtype, n)
-    cplx, narrow = ai is not None, dtype in ("float32", "complex64")
+    cplx = ai is not None
     c = crt_constants(nmod)
     mu, nu = products._shifts(ozaki2_prescale(cxp, None, ar, ai, br, bi, "fast"), c)
     ops = _Operands(ar, ai, br, bi, mu, nu)
@@ -85,7 +85,7 @@ def run_case(name, repeat, n_override=None):
         "B": (ops.b, ops.b_strides, ops.n, ops.n_p, ops.nu, ops.n),
     }
     rec = {"case": name, "dtype": dtype, "N": n, "moduli": nmod, "nearest": near,
-           "chosen": products._residue_kernel(nmod, narrow)}  # fmt: skip
+           "chosen": products._residue_kernel(nmod)}  # fmt: skip
     ms = {OLD: {}, MMA: {}}
     identical, moved = True, 0
     for side, (x, strides, rows, rows_pad, shift, shift_sb) in sides.items():

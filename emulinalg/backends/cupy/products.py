@@ -47,33 +47,27 @@ chunk_bytes = 6 << 30
 RESIDUE_KERNELS = ("ozaki2_residues", "ozaki2_residues_mma")
 
 
-def _residue_kernel(n, narrow):
-    """The residue kernel for ``n`` moduli of an operand whose source was float32/complex64
-    (``narrow``: its float64 parts) or float64/complex128: the tensor-core kernel where it was
-    measured faster, the word kernel elsewhere.
+def _residue_kernel(n):
+    """The residue kernel for ``n`` moduli: the tensor-core kernel, for every source dtype and
+    count. The word kernel stays beside it as its bit-for-bit twin (tests, ``kernel=``).
 
-    On the H200 (``docs/benchmarks/h200/kernels_residues_branch_res_2026-12-02.jsonl``, both
-    operands of a square product, planes bit-identical) the tensor-core kernel took float64
-    N = 16384 with 15 moduli from 8.01 to 6.05 ms and complex128 N = 8192 with 16 moduli from
-    5.21 to 3.61 ms, but float32 N = 16384 with 8 moduli from 6.37 to 16.6 ms. Both kernels read
-    the same float64 parts, so the float32 case differs from the float64 one only in its values
-    (which take the same float64 path in the kernel) and in n: and the 8-moduli build is the one
-    whose loop reloads its MMA fragment from constant memory, 32 addresses per warp, before
-    every MMA (nvcc's SASS, real and complex; no other count does:
-    ``src_cuda/ozaki2_residues_mma.cu``). So n = 8 keeps the word kernel whatever the source;
-    float32 sources keep it at every n until measured (``tools/device/residues_bench.py`` times
-    float64 with 8 and float32 with 12 moduli to separate the two)."""
-    return "ozaki2_residues" if narrow or n == 8 else "ozaki2_residues_mma"
+    On the H200 (``docs/benchmarks/h200/kernels_residues_2026-12-03.jsonl``, both operands of a
+    square product, planes bit-identical) the tensor-core kernel was 1.40x the word kernel at
+    float64 N = 16384 with 15 moduli, 1.49x at float32 with 12, 2.0x with 8 (float64 and
+    float32), 1.52x at complex128 N = 8192 with 16 and 1.97x at complex64 with 8. (Its 8-moduli
+    build used to reload its MMA fragment from constant memory before every MMA, 0.38x; a
+    shuffle keeps it in a register now: ``src_cuda/ozaki2_residues_mma.cu``.)"""
+    return "ozaki2_residues_mma"
 
 
 def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, nearest,
-                    narrow=False, kernel=None):  # fmt: skip
+                    kernel=None):  # fmt: skip
     """int8 planes (P, n, B, rows_pad, kp) of the logical operand (B, rows, k) given by ``re``
     (and ``im``) with element ``strides``, lines scaled by ``shift`` (B lines of ``rows``, batch
     stride ``shift_sb``) and rounded to nearest (``nearest``) or toward zero, as
     ``scaling.scale_to_integers``, by ``kernel`` (one of ``RESIDUE_KERNELS``; default the one
-    ``_residue_kernel`` picks for ``n`` and ``narrow``, a float32/complex64 source)."""
-    kernel = kernel or _residue_kernel(n, narrow)
+    ``_residue_kernel`` picks for ``n``)."""
+    kernel = kernel or _residue_kernel(n)
     B = re.shape[0]
     cplx = im is not None
     planes = cp.empty((3 if cplx else 1, n, B, rows_pad, kp), dtype=cp.int8)
@@ -175,10 +169,9 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     cplx = ai is not None
     P = 3 if cplx else 1
     near = rounds_to_nearest(moduli, k, mode)
-    narrow = out_dtype == "float32"  # a float32/complex64 source: the engine's result dtype
     with stage("slicing"):
         pb = _residue_planes(
-            ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli, near, narrow
+            ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli, near
         )
     dt = cp.float32 if out_dtype == "float32" else cp.float64
     per_part = 2 if out_dtype == "dd" else 1
@@ -191,8 +184,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
         a_re, a_im = (None if x is None else x[:, r0:r1] for x in ops.a)
         with stage("slicing"):
             pa = _residue_planes(
-                a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli, near,
-                narrow,
+                a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli, near
             )  # fmt: skip
         with stage("products"):
             prod = _fused.int8_mod_products(pa, pb, moduli) if fused_ok else None
