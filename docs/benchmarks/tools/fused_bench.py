@@ -6,7 +6,8 @@ Per N (square, 18 moduli, int8 residues uniform in each modulus' symmetric range
   INT32 out), the current Scheme II path;
 - ``fused_s32`` / ``fused_mod``: the CUTLASS kernel with its identity epilogue (INT32 out) and
   with the mod-reduce epilogue (INT8 residues out), for every tile configuration (--configs)
-  and scheduler swizzle (--swizzles); the fastest exact one is used below;
+  scheduler swizzle (--swizzles) and raster order (--rasters: 0 heuristic, 1 along M, 2 along
+  N); the fastest exact one is used below (--mod-only: fused_mod alone);
 - ``crt_s32`` / ``crt_s8``: the CRT pass over the INT32 products / the INT8 residues;
 - ``e2e``: ``backends.cupy.ozaki2_product`` (float64, phi = 1, accurate) on the cuBLAS path and
   on the fused path (the wiring of tests/backends/gpu/test_fused_gpu.py), beside cuBLAS DGEMM.
@@ -16,7 +17,8 @@ moduli / time. Checks, exact: fused_s32 == cuBLAS, fused_mod == symmetric(cuBLAS
 the full matrices (plane by plane), crt_s8 == crt_s32 bitwise, and the two e2e paths bitwise.
 
     python3 docs/benchmarks/tools/fused_bench.py --out OUT.jsonl [--sizes 4096,8192,16384]
-        [--repeat 10] [--configs 0,1,2] [--swizzles 1,8] [--no-e2e]
+        [--repeat 10] [--configs 0,1,2] [--swizzles 1,8] [--rasters 0] [--moduli 18]
+        [--mod-only] [--no-e2e]
 
 Writes one JSON object per measurement to --out and prints a summary line for each.
 """
@@ -38,7 +40,7 @@ from emulinalg.algorithm.moduli import MODULI as ALL_MODULI
 from emulinalg.backends import cupy as be
 from emulinalg.backends.cuda import fused
 
-NMOD = 18
+NMOD = 18  # --moduli
 MODULI = ALL_MODULI[:NMOD]
 
 
@@ -72,7 +74,7 @@ def wired():
     return int8_products, crt_any
 
 
-def run_size(n, repeat, configs, swizzles, e2e, emit):
+def run_size(n, repeat, configs, swizzles, rasters, mod_only, e2e, emit):
     kp, n_p = -(-n // 16) * 16, -(-n // 4) * 4
     ops = 2.0 * n * n_p * kp * NMOD
     pa, pb = residue_planes(n, kp, 1), residue_planes(n_p, kp, 2)
@@ -84,15 +86,17 @@ def run_size(n, repeat, configs, swizzles, e2e, emit):
     emit({"N": n, "variant": "cublas_s32", "ms": ms, "tops": tops(ms)})
     ref = be.gemm._int8_products(pa, pb)[0, 0]  # (NMOD, 1, n, n_p) int32
     best = {}
-    for c, sw in ((c, sw) for c in configs for sw in swizzles):
-        fused.config, fused.swizzle = c, sw
-        tag = {"config": c, "config_name": fused.configs()[c]["name"], "swizzle": sw}
-        ms = median_ms(lambda: fused.int32_products(pa, pb), repeat)
-        got = fused.int32_products(pa, pb)[0]
-        equal = all(bool(cp.array_equal(got[ell], ref[ell])) for ell in range(NMOD))
-        del got
-        emit({"N": n, "variant": "fused_s32", **tag, "ms": ms, "tops": tops(ms),
-              "equal_cublas": equal})  # fmt: skip
+    for c, sw, ra in ((c, sw, ra) for c in configs for sw in swizzles for ra in rasters):
+        fused.config, fused.swizzle, fused.raster = c, sw, ra
+        tag = {"config": c, "config_name": fused.configs()[c]["name"], "swizzle": sw,
+               "raster": ra}  # fmt: skip
+        if not mod_only:
+            ms = median_ms(lambda: fused.int32_products(pa, pb), repeat)
+            got = fused.int32_products(pa, pb)[0]
+            equal = all(bool(cp.array_equal(got[ell], ref[ell])) for ell in range(NMOD))
+            del got
+            emit({"N": n, "variant": "fused_s32", **tag, "ms": ms, "tops": tops(ms),
+                  "equal_cublas": equal})  # fmt: skip
         ms = median_ms(lambda: fused.int8_mod_products(pa, pb, NMOD), repeat)
         got = fused.int8_mod_products(pa, pb, NMOD)[0]
         equal = all(
@@ -102,7 +106,7 @@ def run_size(n, repeat, configs, swizzles, e2e, emit):
         emit({"N": n, "variant": "fused_mod", **tag, "ms": ms, "tops": tops(ms),
               "equal_cublas_mod": equal})  # fmt: skip
         if equal and (not best or ms < best["ms"]):
-            best = {"config": c, "swizzle": sw, "ms": ms, "planes": got}
+            best = {"config": c, "swizzle": sw, "raster": ra, "ms": ms, "planes": got}
         del got
     # CRT passes over the same residues (shifts 0: the rounding path is the same for any)
     mu = cp.zeros((1, n), dtype=cp.int32)
@@ -119,7 +123,7 @@ def run_size(n, repeat, configs, swizzles, e2e, emit):
                        repeat)  # fmt: skip
         equal = bool(cp.array_equal(out8[0].view(cp.uint64), out32[0].view(cp.uint64)))
         emit({"N": n, "variant": "crt_s8", "ms": ms, "equal_crt_s32": equal})
-        fused.config, fused.swizzle = best["config"], best["swizzle"]
+        fused.config, fused.swizzle, fused.raster = best["config"], best["swizzle"], best["raster"]
     ref = prod = pa = pb = best = out32 = out8 = planes = None  # free before the e2e runs
     cp.get_default_memory_pool().free_all_blocks()
     if not e2e:
@@ -148,6 +152,7 @@ def run_size(n, repeat, configs, swizzles, e2e, emit):
         be.products._int8_products, be.products._crt = saved
     equal = bool(cp.array_equal(got.view(cp.uint64), want.view(cp.uint64)))
     emit({"N": n, "variant": "e2e", "config": fused.config, "swizzle": fused.swizzle,
+          "raster": fused.raster,
           "dgemm_ms": dgemm,
           "cublas_path_ms": base, "fused_path_ms": fast, "speedup_vs_dgemm": dgemm / fast,
           "cublas_path_speedup_vs_dgemm": dgemm / base, "tflops": 2.0 * n**3 / fast / 1e9,
@@ -171,7 +176,10 @@ def summary(rec):
     if "tops" in rec:
         s += f" {rec['tops']:7.0f} Top/s"
     if "config" in rec:
-        s += f"  [{rec['config']}: {rec['config_name']}, swizzle {rec['swizzle']}]"
+        s += (
+            f"  [{rec['config']}: {rec['config_name']}, swizzle {rec['swizzle']}, raster "
+            f"{rec.get('raster', 0)}]"
+        )
     for key in ("equal_cublas", "equal_cublas_mod", "equal_crt_s32"):
         if key in rec:
             s += f"  {key}={rec[key]}"
@@ -179,19 +187,25 @@ def summary(rec):
 
 
 def main(argv=None):
+    global NMOD, MODULI
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON lines output path")
     p.add_argument("--sizes", default="4096,8192,16384", help="comma-separated N")
     p.add_argument("--repeat", type=int, default=10, help="timed runs per measurement")
     p.add_argument("--configs", default=None, help="tile configurations (default: all)")
     p.add_argument("--swizzles", default="1,8", help="tile scheduler max swizzle sizes")
+    p.add_argument("--rasters", default="0", help="raster orders: 0 heuristic, 1 M, 2 N")
+    p.add_argument("--moduli", type=int, default=NMOD, help="INT8 GEMMs per product")
+    p.add_argument("--mod-only", action="store_true", help="skip the INT32-out kernels")
     p.add_argument("--no-e2e", action="store_true", help="skip the ozaki2_product comparison")
     args = p.parse_args(argv)
+    NMOD, MODULI = args.moduli, ALL_MODULI[: args.moduli]
     if not fused.available():
         sys.exit("fused kernels unavailable: emulinalg._cuda not built or no sm_90 device")
     infos = fused.configs()
     configs = [int(c) for c in args.configs.split(",")] if args.configs else list(range(len(infos)))
     swizzles = [int(s) for s in args.swizzles.split(",")]
+    rasters = [int(s) for s in args.rasters.split(",")]
     script = "docs/benchmarks/tools/fused_bench.py"
     with records(args.out, script, argv, summary, moduli=NMOD) as emit:
         for info in infos:
@@ -199,7 +213,8 @@ def main(argv=None):
                   "cluster": list(info["cluster"])})  # fmt: skip
         for n in (int(s) for s in args.sizes.split(",")):
             t0 = time.time()
-            run_size(n, args.repeat, configs, swizzles, not args.no_e2e, emit)
+            run_size(n, args.repeat, configs, swizzles, rasters, args.mod_only, not args.no_e2e,
+                     emit)  # fmt: skip
             print(f"N={n}: {time.time() - t0:.1f} s", flush=True)
             cp.get_default_memory_pool().free_all_blocks()
 
