@@ -44,10 +44,14 @@ _MAX_GRID_Y = 65535
 CRT_COLUMNS = 4  # ozaki2_crt_s8.cu's kCols: output columns per thread
 
 # Tile configuration of emulinalg._cuda (src_cuda/gemm_s8_configs.cuh) and scheduler knobs;
-# docs/benchmarks/tools/fused_bench.py measures them all.
+# docs/benchmarks/tools/fused_bench.py measures them all. The cooperative 256x128 tile rastered
+# along N with swizzle 4: within 1.5 % of the fastest of 36 at N = 16384 with 15 moduli and
+# within 4 % at every swizzle along N (docs/benchmarks/h200/fused_sweep_2026-12-03.jsonl; the
+# heuristic raster with swizzle 1 was 12 % slower; ping-pong 128x128 is 1.5 % faster along M
+# but up to 1.6x slower along N).
 config = 0
-swizzle = 1
-raster = 0  # 0: heuristic, 1: along M, 2: along N
+swizzle = 4
+raster = 2  # 0: heuristic, 1: along M, 2: along N
 
 _capable: dict = {}  # (cupy, device id) -> compute capability ("90")
 _tables: dict = {}  # (cupy, device id, n, B, P) -> device int32 moduli per GEMM batch index

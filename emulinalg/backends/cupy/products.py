@@ -125,11 +125,16 @@ def _shifts(prescale, c):
 def _chunking(B, m, n_p, kp, moduli, P):
     """(rows per chunk of A, bytes per row of A's chunk, whether the fused GEMM runs) of
     ``ozaki2_product``: A's residue planes and the chunk's products (INT8 residues from the fused
-    GEMM, else INT32 per K-block) held at once stay below ``chunk_bytes``."""
+    GEMM, else INT32 per K-block) held at once stay below ``chunk_bytes``. The chunks are equal
+    (to a multiple of 256 rows, the GEMM's tile, where that fits): a short last chunk is a GEMM
+    of a few waves that leaves SMs idle."""
     fused_ok = kp <= _fused.MAX_K and _fused.available()
     nkb = -(-kp // _gemm._K_BLOCK)  # the K-blocks of _int8_products
     row_bytes = P * moduli * B * (kp + (-(-n_p // 16) * 16 if fused_ok else 4 * nkb * n_p))
-    return max(1, min(m, chunk_bytes // row_bytes)), row_bytes, fused_ok
+    most = max(1, min(m, chunk_bytes // row_bytes))
+    rows = -(-m // -(-m // most))  # as many chunks as ``most`` needs, equal
+    tiled = -(-rows // 256) * 256
+    return (tiled if tiled <= most else rows), row_bytes, fused_ok
 
 
 def product_workspace(ar, ai, br, bi, moduli):
