@@ -292,7 +292,7 @@ def run(
         for row in _selected(precisions):
             label = row.label + (f" [{row.family}]" if row.family else "")
             say(f"{molecule}/{mol_basis} (nao={ints.nao}, naux={ints.naux}): {label} ...")
-            settings = {"strategy": strategy}
+            settings: dict[str, Any] = {"strategy": strategy}
             if row.family:
                 settings["scheme"] = row.family
             with emulinalg.config(**settings), _Heartbeat(say, last) as heartbeat:
