@@ -14,6 +14,16 @@ import sys
 sys.path.insert(0, os.path.abspath(".."))
 
 import emulinalg
+from emulinalg import _extras
+
+# Without the docs extra: its one line and exit status, as the commands give them. Sphinx wraps
+# any exception raised here, SystemExit included, in its multi-page crash report, hence _exit.
+_MISSING = _extras.missing(
+    "myst_parser", "furo", "matplotlib", extra="docs", needed_by="docs/conf.py"
+)
+if _MISSING:
+    print(_MISSING, file=sys.stderr, flush=True)
+    os._exit(_extras.MISSING_EXTRA)
 
 project = "emulinalg"
 author = "emulinalg contributors"

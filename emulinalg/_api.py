@@ -9,19 +9,15 @@ from __future__ import annotations
 import contextlib
 import operator
 import sys
-from typing import Literal, TypeVar, overload
+from typing import Any, Literal, overload
 
 import array_api_compat
 
 from . import _engine, _prepared
 from ._config import get_config
 from ._plan import Plan, clear, last_plan, record
-from ._precision import BF16x3, BF16xN, OzakiI, OzakiII, parse
-
-# An array of the caller's library (numpy, cupy, dask, ...): the products return the same type.
-Array = TypeVar("Array")
-# What ``precision=`` takes (``_precision.parse`` validates it).
-Precision = None | str | int | OzakiI | OzakiII | BF16x3 | BF16xN
+from ._precision import Precision, Request, parse
+from ._prepared import Array, Prepared
 
 _KINDS = ("bool", "integral", "real floating", "complex floating")
 _EMULATED = ("float32", "float64", "complex64", "complex128")  # float16: at the float32 level
@@ -74,7 +70,7 @@ def _namespace_of(arrays, op):
     return xp
 
 
-def _precision(precision):
+def _precision(precision: object) -> Request:
     return parse(get_config().precision if precision is None else precision)
 
 
@@ -177,13 +173,25 @@ def _floating(xp, dt):
 
 @overload
 def matmul(
-    x1: Array, x2: Array, /, *, precision: Precision = ..., explain: Literal[False] = ...
+    x1: Array | Prepared[Array],
+    x2: Array | Prepared[Array],
+    /,
+    *,
+    precision: Precision = ...,
+    explain: Literal[False] = ...,
 ) -> Array: ...
 @overload
 def matmul(
-    x1: Array, x2: Array, /, *, precision: Precision = ..., explain: Literal[True]
+    x1: Array | Prepared[Array],
+    x2: Array | Prepared[Array],
+    /,
+    *,
+    precision: Precision = ...,
+    explain: Literal[True],
 ) -> tuple[Array, Plan]: ...
-def matmul(x1, x2, /, *, precision=None, explain=False):
+def matmul(
+    x1: Any, x2: Any, /, *, precision: Precision = None, explain: bool = False
+) -> Any:  # the overloads above are the signature callers see
     """Matrix product with Array API ``matmul`` semantics, emulated at ``precision``.
 
     Parameters
@@ -193,12 +201,12 @@ def matmul(x1, x2, /, *, precision=None, explain=False):
         Arrays of one library (numpy: CPU, cupy: GPU; others run natively). A 1-D operand is
         promoted to a matrix and the added axis removed from the result; batch dimensions
         broadcast.
-    precision : None, "float64", "float32", "native", int, OzakiI or OzakiII
+    precision : None, "float64", "float32", "native", int, OzakiI, OzakiII, BF16x3 or BF16xN
         None: the level of the inputs' dtype (or ``emulinalg.config(precision=...)``).
         "float64"/"float32": error no worse than that native GEMM (certified per entry against
         ``|A||B|``; entries that cannot be certified are computed natively, as the plan reports).
-        int: that many bits relative to ``|A||B|``. OzakiI/OzakiII: that exact scheme.
-        "native": the library's own product.
+        int: that many bits relative to ``|A||B|``. OzakiI/OzakiII/BF16x3/BF16xN: that exact
+        scheme. "native": the library's own product. (The type: ``emulinalg._precision.Precision``.)
     explain : bool
         True: return ``(result, plan)``, the :class:`emulinalg.Plan` of this call (scheme,
         counts, the cost model's prediction, native fallbacks and why).
@@ -279,8 +287,8 @@ def _normalize_axes(seq, ndim, which):
 
 @overload
 def tensordot(
-    x1: Array,
-    x2: Array,
+    x1: Array | Prepared[Array],
+    x2: Array | Prepared[Array],
     /,
     *,
     axes: int | tuple = ...,
@@ -289,15 +297,23 @@ def tensordot(
 ) -> Array: ...
 @overload
 def tensordot(
-    x1: Array,
-    x2: Array,
+    x1: Array | Prepared[Array],
+    x2: Array | Prepared[Array],
     /,
     *,
     axes: int | tuple = ...,
     precision: Precision = ...,
     explain: Literal[True],
 ) -> tuple[Array, Plan]: ...
-def tensordot(x1, x2, /, *, axes=2, precision=None, explain=False):
+def tensordot(
+    x1: Any,
+    x2: Any,
+    /,
+    *,
+    axes: int | tuple = 2,
+    precision: Precision = None,
+    explain: bool = False,
+) -> Any:
     """Tensor contraction with Array API ``tensordot`` semantics, emulated at ``precision``.
 
     Parameters
@@ -396,8 +412,8 @@ def _prod(it):
 
 @overload
 def vecdot(
-    x1: Array,
-    x2: Array,
+    x1: Array | Prepared[Array],
+    x2: Array | Prepared[Array],
     /,
     *,
     axis: int = ...,
@@ -406,15 +422,17 @@ def vecdot(
 ) -> Array: ...
 @overload
 def vecdot(
-    x1: Array,
-    x2: Array,
+    x1: Array | Prepared[Array],
+    x2: Array | Prepared[Array],
     /,
     *,
     axis: int = ...,
     precision: Precision = ...,
     explain: Literal[True],
 ) -> tuple[Array, Plan]: ...
-def vecdot(x1, x2, /, *, axis=-1, precision=None, explain=False):
+def vecdot(
+    x1: Any, x2: Any, /, *, axis: int = -1, precision: Precision = None, explain: bool = False
+) -> Any:
     """Vector dot product over ``axis`` with Array API ``vecdot`` semantics (x1 is conjugated).
 
     Parameters

@@ -32,20 +32,26 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
 
-from ._precision import parse
+from ._precision import Precision, parse
 
 STRATEGIES = ("performant", "eager")
 SCHEMES = ("auto", "ozaki1", "ozaki2")
+# The values of ``config(strategy=..., scheme=...)`` (the tuples above, for the type checker).
+Strategy: TypeAlias = Literal["performant", "eager"]
+SchemeFamily: TypeAlias = Literal["auto", "ozaki1", "ozaki2"]
 
 
 @dataclass(frozen=True)
 class Config:
-    precision: object = None
-    strategy: str = "performant"
-    scheme: str = "auto"
+    """The defaults in force (:func:`get_config`): see there for the fields."""
+
+    precision: Precision = None
+    strategy: Strategy = "performant"
+    scheme: SchemeFamily = "auto"
     # from the environment (from_environ; the module notes say what each variable means)
     amx: str | None = None
     cupy_kernels: bool = True
@@ -53,7 +59,7 @@ class Config:
     dask_mode: str | None = None
 
 
-def from_environ(environ: Mapping[str, str] = os.environ) -> dict:
+def from_environ(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """The :class:`Config` fields the environment variables set (the module notes)."""
     return {
         "amx": environ.get("EMULINALG_AMX"),
@@ -64,10 +70,12 @@ def from_environ(environ: Mapping[str, str] = os.environ) -> dict:
 
 
 # What config() blocks set in this thread / task, as (field, value) pairs over the defaults.
-_CONFIG = contextvars.ContextVar("emulinalg_config", default=())
+_CONFIG: contextvars.ContextVar[tuple[tuple[str, Any], ...]] = contextvars.ContextVar(
+    "emulinalg_config", default=()
+)
 
 
-def get_config():
+def get_config() -> Config:
     """The defaults in force in this thread / asyncio task.
 
     Returns
@@ -82,11 +90,17 @@ def get_config():
     return Config(**from_environ(), **dict(_CONFIG.get()))
 
 
-_UNSET = object()
+# "not given" (None is a precision); typed Any so that it can default the typed parameters
+_UNSET: Any = object()
 
 
 @contextlib.contextmanager
-def config(*, precision=_UNSET, strategy=_UNSET, scheme=_UNSET):
+def config(
+    *,
+    precision: Precision = _UNSET,
+    strategy: Strategy = _UNSET,
+    scheme: SchemeFamily = _UNSET,
+) -> Iterator[Config]:
     """Set defaults for the products called inside the ``with`` block.
 
     Parameters
@@ -100,6 +114,11 @@ def config(*, precision=_UNSET, strategy=_UNSET, scheme=_UNSET):
     scheme : {"auto", "ozaki1", "ozaki2"}
         Scheme family used for precision levels ("float64", "float32", bit counts); "auto" is
         Scheme II.
+
+    Yields
+    ------
+    Config
+        The defaults in force inside the block (:func:`get_config`'s).
 
     Raises
     ------

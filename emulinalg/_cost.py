@@ -22,7 +22,9 @@ import dataclasses
 import json
 import math
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ._precision import REAL_DTYPE, OzakiI, OzakiII
 from .algorithm.moduli import crt_constants
@@ -34,7 +36,7 @@ class CostModel:
 
     Attributes
     ----------
-    native_flops : dict
+    native_flops : dict of str to float
         Effective flop/s of the native product per dtype name ("float64", "float32", and
         optionally "complex128"/"complex64", else the real dtype's rate; a complex product
         counts 4 real products' flops).
@@ -55,7 +57,7 @@ class CostModel:
         changes keep it unless given (``complex_model=None`` applies the top level to both).
     """
 
-    native_flops: dict
+    native_flops: dict[str, float]
     int_gemm_ops: float
     entry_seconds: float
     stats_flops: float = math.inf
@@ -63,11 +65,14 @@ class CostModel:
     source: str = "user"
     complex_model: CostModel | None = None
 
-    def native_seconds(self, dtype, m, n, k, batch=1):
+    def native_seconds(self, dtype: str, m: int, n: int, k: int, batch: int = 1) -> float:
+        """Predicted seconds of the native product of ``dtype`` ("float64", "complex64", ...)."""
         rate = self.native_flops.get(dtype) or self.native_flops[REAL_DTYPE[dtype]]
         return _flops(dtype, m, n, k, batch) / rate
 
-    def emulated_seconds(self, scheme, dtype, m, n, k, batch=1):
+    def emulated_seconds(
+        self, scheme: OzakiI | OzakiII, dtype: str, m: int, n: int, k: int, batch: int = 1
+    ) -> float:
         """Predicted seconds of ``scheme`` (an ``OzakiI``/``OzakiII``) on this backend."""
         cplx = dtype.startswith("complex")
         if cplx and self.complex_model is not None:
@@ -88,11 +93,13 @@ class CostModel:
         )
 
 
-def _flops(dtype, m, n, k, batch):
+def _flops(dtype: str, m: int, n: int, k: int, batch: int) -> int:
     return 2 * m * n * k * batch * (4 if dtype.startswith("complex") else 1)
 
 
-def likely_count(family, bits, k, weight=None):
+def likely_count(
+    family: str, bits: float, k: int, weight: float | None = None
+) -> OzakiI | OzakiII:
     """The fewest moduli/slices a level of ``bits`` can need at inner dimension ``k`` (from the
     certificate with equal magnitudes). ``weight``: the native form's ``certificate.Target.weight``
     (its l2 terms put L_n about bits - log2(weight) + 1.5 on flat data; 1 less here, so as not to
@@ -163,7 +170,7 @@ _BUILTIN = {
         ),
     ),
 }
-_USER: dict = {}
+_USER: dict[str, CostModel] = {}
 _LOCK = threading.Lock()
 
 
@@ -176,7 +183,7 @@ class DeviceRates:
     ----------
     name : str
         The device ("NVIDIA H200", a CPU model).
-    native_flops : dict
+    native_flops : dict of str to float
         flop/s of the native GEMM per dtype name (at least "float64" and "float32").
     int8_ops : float
         INT8 GEMM operations per second (2 m n k per GEMM).
@@ -185,7 +192,7 @@ class DeviceRates:
     """
 
     name: str
-    native_flops: dict
+    native_flops: dict[str, float]
     int8_ops: float
     bandwidth: float
 
@@ -203,7 +210,7 @@ FITTED_ON = {
 }
 
 
-def for_device(backend_name, rates, source=None):
+def for_device(backend_name: str, rates: DeviceRates, source: str | None = None) -> CostModel:
     """The backend's fitted model moved to another device of its kind: the native rates are
     the device's own; the integer GEMMs and the certificate's GEMM scale with its INT8 rate, the
     per-entry stages (memory-bound kernels) with its bandwidth, both relative to the device the
@@ -222,7 +229,7 @@ def for_device(backend_name, rates, source=None):
     g, bw = rates.int8_ops / ref.int8_ops, rates.bandwidth / ref.bandwidth
     source = source or f"{rates.name}: {base.source} moved by its measured rates"
 
-    def move(m):
+    def move(m: CostModel) -> CostModel:
         native = {d: rates.native_flops.get(d) or rates.native_flops[REAL_DTYPE[d]]
                   for d in m.native_flops}  # fmt: skip
         native.update({d: v for d, v in rates.native_flops.items() if v})
@@ -237,11 +244,23 @@ def for_device(backend_name, rates, source=None):
     return model
 
 
-def get_cost_model(backend_name):
+def get_cost_model(backend_name: str) -> CostModel | None:
     """The cost model used for ``backend_name`` ("numpy", "cupy", "amx"), or None: the one set
     with ``set_cost_model``; else, for a GPU other than the one the built-in model was fitted
     on, the model moved to its measured rates (``emulinalg._calibration``: measured on first
-    use, cached per device and library version); else the built-in one."""
+    use, cached per device and library version); else the built-in one.
+
+    Parameters
+    ----------
+    backend_name : str
+        A backend's name, as ``Plan.backend`` gives it.
+
+    Returns
+    -------
+    CostModel or None
+        None for a backend without a model (its products run as the strategy's default says:
+        native under "performant").
+    """
     with _LOCK:
         if backend_name in _USER:
             return _USER[backend_name]
@@ -254,7 +273,7 @@ def get_cost_model(backend_name):
     return _BUILTIN.get(backend_name)
 
 
-def _check(model):
+def _check(model: CostModel) -> None:
     rates = model.native_flops
     if not isinstance(rates, dict) or not all(rates.get(d, 0) > 0 for d in ("float64", "float32")):
         raise ValueError("CostModel.native_flops needs positive 'float64' and 'float32' rates")
@@ -266,7 +285,7 @@ def _check(model):
         raise ValueError("CostModel.entry_seconds and fixed_seconds must be >= 0")
 
 
-def set_cost_model(backend_name, model=None, **changes):
+def set_cost_model(backend_name: str, model: CostModel | None = None, **changes: Any) -> None:
     """Replace (``model``) or adjust (``changes``: fields of :class:`CostModel`) the cost model
     of a backend ("numpy", "cupy", "amx") for this process; ``set_cost_model(name)`` restores
     the built-in one. The model's ``source`` becomes "user" unless ``source=`` is given.
@@ -294,7 +313,9 @@ def set_cost_model(backend_name, model=None, **changes):
         _USER[backend_name] = new
 
 
-def emulation_faster(backend_name, scheme, dtype, m, n, k, batch=1):
+def emulation_faster(
+    backend_name: str, scheme: OzakiI | OzakiII, dtype: str, m: int, n: int, k: int, batch: int = 1
+) -> bool:
     """True when ``scheme`` is predicted faster than the native product (False without a
     model: native is the safe default)."""
     model = get_cost_model(backend_name)
@@ -305,7 +326,9 @@ def emulation_faster(backend_name, scheme, dtype, m, n, k, batch=1):
     )
 
 
-def calibrate(records, source="records", split_complex=False):
+def calibrate(
+    records: str | Iterable[Mapping[str, Any]], source: str = "records", split_complex: bool = False
+) -> CostModel:
     """Fit a :class:`CostModel` from benchmark records (dicts or a JSON-lines path).
 
     Native rates: median native flop/s per dtype. Integer GEMMs: total GEMM operations over
@@ -314,6 +337,18 @@ def calibrate(records, source="records", split_complex=False):
     Breakdown runs much slower than the timed median (first-call compilation) are skipped.
     ``split_complex=True`` fits the emulation figures of real and complex records apart (the
     complex ones become ``complex_model``), where both kinds are there.
+
+    Returns
+    -------
+    CostModel
+        With ``source`` as given.
+
+    Raises
+    ------
+    ValueError
+        Records without native times or without emulated stage breakdowns.
+    OSError
+        A path that cannot be read.
     """
     if isinstance(records, str):
         with open(records) as fh:
@@ -327,7 +362,7 @@ def calibrate(records, source="records", split_complex=False):
             return dataclasses.replace(
                 real, native_flops={**cplx.native_flops, **real.native_flops}, complex_model=cplx
             )
-    native = {}
+    native: dict[str, list[float]] = {}
     ops = gemm_s = ent = ent_s = st_flops = st_s = 0.0
     for r in records:
         flops = _flops(r["dtype"], r["m"], r["n"], r["k"], r.get("batch", 1))
@@ -363,7 +398,7 @@ def calibrate(records, source="records", split_complex=False):
     )
 
 
-def _parse_scheme(text):
+def _parse_scheme(text: str) -> OzakiI | OzakiII | None:
     if text.startswith("OzakiII("):
         inner = dict(p.split("=") for p in text[8:-1].split(", "))
         return OzakiII(moduli=int(inner["moduli"]), mode=inner.get("mode", "accurate"))

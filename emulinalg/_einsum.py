@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import operator
 import string
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 from ._api import (
     Array,
-    Precision,
     _broadcast_batch,
     _dask_operands,
     _floating,
@@ -28,6 +27,7 @@ from ._api import (
     _prod,
 )
 from ._plan import Plan, clear, last_plan
+from ._precision import Precision
 
 _LETTERS = string.ascii_letters  # numpy's einsum labels
 _ORDERS = ("greedy", "optimal")  # numpy.einsum_path's named orders
@@ -51,7 +51,14 @@ def einsum(
     explain: Literal[True],
     optimize: bool | str | list = ...,
 ) -> tuple[Array, list[Plan]]: ...
-def einsum(subscripts, /, *operands, precision=None, explain=False, optimize="greedy"):
+def einsum(
+    subscripts: str,
+    /,
+    *operands: Any,
+    precision: Precision = None,
+    explain: bool = False,
+    optimize: bool | str | list = "greedy",
+) -> Any:  # the overloads above are the signature callers see
     """Einstein summation with numpy's ``einsum`` semantics, its products emulated at ``precision``.
 
     Parameters
@@ -117,7 +124,9 @@ def dot(
 def dot(
     a: Array, b: Array, /, *, precision: Precision = ..., explain: Literal[True]
 ) -> tuple[Array, Plan]: ...
-def dot(a, b, /, *, precision=None, explain=False):
+def dot(
+    a: Any, b: Any, /, *, precision: Precision = None, explain: bool = False
+) -> Any:  # the overloads above are the signature callers see
     """numpy's ``dot``, its product emulated at ``precision``.
 
     Parameters

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import types
+from collections.abc import Callable
+from typing import Any
 
 import array_api_compat
 
 from . import _api, _einsum
-from ._precision import parse
+from ._precision import Precision, parse
 
 PRODUCTS = ("matmul", "tensordot", "vecdot")
 # Contractions outside the Array API that numpy, cupy and dask have: emulated where the library
@@ -16,12 +18,12 @@ PRODUCTS = ("matmul", "tensordot", "vecdot")
 CONTRACTIONS = ("einsum", "dot")
 
 
-def _bind(fn, precision):
+def _bind(fn: Callable[..., Any], precision: Precision) -> Callable[..., Any]:
     if precision is None:
         return fn
 
     @functools.wraps(fn)
-    def bound(*args, precision=precision, **kw):
+    def bound(*args: Any, precision: Precision = precision, **kw: Any) -> Any:
         return fn(*args, precision=precision, **kw)
 
     return bound
@@ -32,7 +34,7 @@ class EmulatedNamespace(types.ModuleType):
     with ``matmul``, ``tensordot``, ``vecdot`` (and ``linalg``'s) emulated, and ``einsum`` and
     ``dot`` where the library has them."""
 
-    def __init__(self, base, precision=None):
+    def __init__(self, base: types.ModuleType, precision: Precision = None) -> None:
         super().__init__(f"emulinalg[{base.__name__}]")
         self._base = base
         self.precision = precision
@@ -48,17 +50,17 @@ class EmulatedNamespace(types.ModuleType):
             setattr(linalg, name, getattr(self, name))
         self.linalg = linalg
 
-    def __getattr__(self, name):  # everything else comes from the library's namespace
+    def __getattr__(self, name: str) -> Any:  # everything else comes from the library's namespace
         return getattr(self._base, name)
 
-    def __dir__(self):
+    def __dir__(self) -> list[str]:
         return sorted(set(dir(self._base)) | set(self.__dict__))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<emulinalg namespace over {self._base.__name__}, precision={self.precision!r}>"
 
 
-def namespace(*arrays, precision=None):
+def namespace(*arrays: Any, precision: Precision = None) -> EmulatedNamespace:
     """The Array API namespace for ``arrays``' library, with emulated products.
 
     Parameters

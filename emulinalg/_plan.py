@@ -31,7 +31,7 @@ class Plan:
         Output entries taken from the native product (non-finite inputs, uncertifiable entries).
     notes : list of str
         Further decisions (bound used, counts).
-    shape : tuple
+    shape : tuple of int
         (batch, m, n, k) of the underlying GEMM.
     """
 
@@ -42,15 +42,15 @@ class Plan:
     k_block: int | None = None
     fallback: str | None = None
     native_entries: int = 0
-    notes: list = field(default_factory=list)
-    shape: tuple = ()
+    notes: list[str] = field(default_factory=list)
+    shape: tuple[int, ...] = ()
 
     @property
-    def emulated(self):
+    def emulated(self) -> bool:
         """True when an Ozaki scheme computed the product (entries may still be native)."""
         return self.scheme != "native"
 
-    def __str__(self):
+    def __str__(self) -> str:
         s = f"[{self.backend}] precision={self.precision} scheme={self.scheme}"
         if self.emulated and self.gemms:  # 0: decided later (a dask graph's block products)
             s += f" gemms={self.gemms}"
@@ -65,15 +65,18 @@ class Plan:
         return s
 
 
-_LAST = contextvars.ContextVar("emulinalg_last_plan", default=None)
+_LAST: contextvars.ContextVar[Plan | None] = contextvars.ContextVar(
+    "emulinalg_last_plan", default=None
+)
 # Every plan is also logged here at DEBUG level: logging.getLogger("emulinalg").setLevel(DEBUG)
 # (with a handler) shows each product's decisions without last_plan().
 _LOG = logging.getLogger("emulinalg")
-_FALLBACKS = collections.Counter()
+_FALLBACKS: collections.Counter[str] = collections.Counter()
 _LOCK = threading.Lock()
 
 
-def record(plan):
+def record(plan: Plan) -> Plan:
+    """Make ``plan`` this context's last plan, log it and count its fallback; returns it."""
     _LAST.set(plan)
     if _LOG.isEnabledFor(logging.DEBUG):  # the plan's text only when someone listens
         _LOG.debug("%s", plan)
@@ -83,12 +86,12 @@ def record(plan):
     return plan
 
 
-def clear():
+def clear() -> None:
     """Forget the last plan of this context (a product about to run)."""
     _LAST.set(None)
 
 
-def last_plan():
+def last_plan() -> Plan | None:
     """How the last product in this thread / asyncio task was computed.
 
     Returns
@@ -101,7 +104,7 @@ def last_plan():
     return _LAST.get()
 
 
-def fallback_counts():
+def fallback_counts() -> dict[str, int]:
     """Products that fell back to native, fully or in part, since the process started.
 
     Returns

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
 
 from .algorithm.moduli import MAX_MODULI, MIN_MODULI
 
@@ -24,7 +25,7 @@ ACCEPTED = (
 )
 
 
-def _count(value, lo, hi, what):
+def _count(value: Any, lo: int, hi: int, what: str) -> int:  # Any: validated here
     try:
         v = operator.index(value)
     except TypeError:
@@ -57,17 +58,17 @@ class OzakiI:
 
     slices: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(
             self, "slices", _count(self.slices, MIN_SLICES, MAX_SLICES, "OzakiI slices")
         )
 
     @property
-    def gemms(self):
+    def gemms(self) -> int:
         """Slice products per real product: the triangle p(p+1)/2."""
         return self.slices * (self.slices + 1) // 2
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"OzakiI(slices={self.slices})"
 
 
@@ -97,7 +98,7 @@ class OzakiII:
     moduli: int
     mode: str = "accurate"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(
             self, "moduli", _count(self.moduli, MIN_MODULI, MAX_MODULI, "OzakiII moduli")
         )
@@ -107,11 +108,11 @@ class OzakiII:
             )
 
     @property
-    def gemms(self):
+    def gemms(self) -> int:
         """INT8 GEMMs per real product: one per modulus, plus the accurate-mode bound GEMM."""
         return self.moduli + (self.mode == "accurate")
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"OzakiII(moduli={self.moduli}, mode={self.mode})"
 
 
@@ -135,15 +136,15 @@ class BF16x3:
     """
 
     @property
-    def slices(self):
+    def slices(self) -> int:
         return 3
 
     @property
-    def gemms(self):
+    def gemms(self) -> int:
         """BF16 products per real product."""
         return 6
 
-    def __str__(self):
+    def __str__(self) -> str:
         return "BF16x3()"
 
 
@@ -182,7 +183,7 @@ class BF16xN:
     slices: int = 6
     products: int = 10
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         s = _count(self.slices, MIN_BF16_SLICES, MAX_BF16_SLICES, "BF16xN slices")
         p = _count(self.products, 1, s * (s + 1) // 2, f"BF16xN products (with slices={s})")
         d = next((d for d in range(1, s + 1) if d * (d + 1) // 2 == p), None)
@@ -195,20 +196,22 @@ class BF16xN:
         object.__setattr__(self, "products", p)
 
     @property
-    def diagonals(self):
+    def diagonals(self) -> int:
         """d: the pairs kept are those with i + j < d."""
         return next(d for d in range(1, self.slices + 1) if d * (d + 1) // 2 == self.products)
 
     @property
-    def gemms(self):
+    def gemms(self) -> int:
         """BF16 products per real product."""
         return self.products
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"BF16xN(slices={self.slices}, products={self.products})"
 
 
 SCHEMES = (OzakiI, OzakiII, BF16x3, BF16xN)  # the explicit specs
+# An explicit scheme spec (``isinstance(x, SCHEMES)``).
+Scheme: TypeAlias = OzakiI | OzakiII | BF16x3 | BF16xN
 
 
 @dataclass(frozen=True)
@@ -219,17 +222,37 @@ class Level:
     bits: int
     name: str
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.name
 
 
-NATIVE = "native"
+NATIVE: Final = "native"
+
+# What ``precision=`` accepts (the products, ``prepare``, ``namespace``, ``config``): None (the
+# level of the inputs' dtype), a named level, "native", a bit count in [1, MAX_BITS], or an
+# explicit scheme; ``parse`` validates it.
+Precision: TypeAlias = Literal["float64", "float32", "native"] | int | Scheme | None
+# What ``parse`` makes of it: the request the planner works with.
+Request: TypeAlias = Level | Scheme | Literal["native"] | None
 
 
-def parse(precision):
-    """Validate ``precision``; returns None (decide from dtype), NATIVE, a Level, or a scheme."""
-    if precision is None or (isinstance(precision, str) and precision == NATIVE):
-        return precision
+def parse(precision: Any) -> Request:
+    """Validate ``precision`` (any value: this is where a bad one is refused).
+
+    Returns
+    -------
+    Request
+        None (decide from the dtype), NATIVE, a :class:`Level`, or the scheme itself.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a value ``precision=`` does not accept (the message lists what it does).
+    """
+    if precision is None:
+        return None
+    if isinstance(precision, str) and precision == NATIVE:
+        return NATIVE
     if isinstance(precision, SCHEMES):
         return precision
     if isinstance(precision, str):
@@ -247,6 +270,6 @@ def parse(precision):
     return Level(bits, f"{bits} bits")
 
 
-def level_for_dtype(real_dtype_name):
+def level_for_dtype(real_dtype_name: str) -> Level:
     """The default level of an input dtype ('float64' or 'float32')."""
     return Level(LEVELS[real_dtype_name], real_dtype_name)

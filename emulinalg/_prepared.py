@@ -10,18 +10,24 @@ snapshot taken by ``prepare``, so nothing kept goes stale when the caller's arra
 from __future__ import annotations
 
 import threading
+from collections.abc import Hashable
+from typing import Any, Generic, NoReturn, TypeVar
 
 import array_api_compat
 
 from . import _planner
 from ._config import get_config
-from ._precision import NATIVE, REAL_DTYPE, SCHEMES, level_for_dtype
+from ._precision import NATIVE, REAL_DTYPE, SCHEMES, Precision, Request, level_for_dtype
 from .algorithm.operands import Side
 
 _DTYPES = ("float32", "float64", "complex64", "complex128")
 
+# An array of the caller's library (numpy, cupy, dask, ...): the products return the same type,
+# also for an operand prepared from such an array (``Prepared[Array]``).
+Array = TypeVar("Array")
 
-class Prepared:
+
+class Prepared(Generic[Array]):
     """An operand prepared for many emulated products (made by :func:`emulinalg.prepare`).
 
     Pass it to :func:`emulinalg.matmul`, :func:`emulinalg.tensordot` or
@@ -34,7 +40,7 @@ class Prepared:
     data : array
         The snapshot (read-only for numpy; a persisted copy of the chunks for dask).
     shape, ndim, dtype
-        Those of ``data``.
+        Those of ``data``: a tuple of int, an int, the array library's dtype.
     precision : str
         The precision it was prepared for (as in a plan).
     backend : str
@@ -45,50 +51,64 @@ class Prepared:
 
     __slots__ = ("_dtype", "_family", "_lock", "_request", "_sides", "backend", "data")
 
-    def __init__(self, data, request, family, dtype_name, backend_name):
+    def __init__(
+        self, data: Array, request: Request, family: str, dtype_name: str, backend_name: str
+    ) -> None:
         self.data = data
         self._request = request
         self._family = family
         self._dtype = dtype_name
         self.backend = backend_name
-        self._sides = {}
+        self._sides: dict[Hashable, Side] = {}
         self._lock = threading.Lock()
 
     @property
-    def shape(self):
-        return self.data.shape
+    def _array(self) -> Any:  # ``data`` to the type checker: Array is any library's array type
+        return self.data
 
     @property
-    def ndim(self):
-        return self.data.ndim
+    def shape(self) -> tuple[int, ...]:
+        return self._array.shape
 
     @property
-    def dtype(self):
-        return self.data.dtype
+    def ndim(self) -> int:
+        return self._array.ndim
 
     @property
-    def precision(self):
+    def dtype(self) -> Any:
+        return self._array.dtype
+
+    @property
+    def precision(self) -> str:
         return str(self._request)
 
     @property
-    def layouts(self):
+    def layouts(self) -> int:
         return len(self._sides)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"<emulinalg.Prepared {self._dtype} {tuple(self.shape)} for precision="
             f"{self.precision} on {self.backend}, {self.layouts} layout(s)>"
         )
 
-    def side(self, layout):
+    def side(self, layout: Hashable) -> Side:
         """The ``operands.Side`` of one layout (a hashable description), made on first use."""
         with self._lock:
             return self._sides.setdefault(layout, Side())
 
-    def check(self, op, which, request, dtype_name, backend_name, scheme_setting):
+    def check(
+        self,
+        op: str,
+        which: str,
+        request: Request,
+        dtype_name: str,
+        backend_name: str,
+        scheme_setting: str,
+    ) -> None:
         """Raise ValueError where a product breaks what this operand was prepared for."""
 
-        def refuse(what, prepared, here):
+        def refuse(what: str, prepared: object, here: str) -> NoReturn:
             raise ValueError(
                 f"{op}: {which} was prepared for {what} {prepared}, this product has {here}; "
                 "prepare it again for this product (emulinalg.prepare)"
@@ -106,7 +126,7 @@ class Prepared:
             refuse("scheme family", self._family, f"scheme family {family}")
 
 
-def prepare(x, /, *, precision=None):
+def prepare(x: Array, /, *, precision: Precision = None) -> Prepared[Array]:
     """Prepare an operand used in many products: its one-sided work is done once.
 
     Parameters
@@ -161,7 +181,8 @@ def prepare(x, /, *, precision=None):
             f"prepare: no emulation backend for {xp.__name__} arrays (their products run "
             "natively): nothing to prepare"
         )
-    name = getattr(x.dtype, "name", str(x.dtype))
+    dtype = x.dtype  # type: ignore[union-attr]  # an array has one (is_array_api_obj)
+    name = getattr(dtype, "name", str(dtype))
     if name not in _DTYPES:
         raise TypeError(f"prepare: dtype {name} is not emulated; expected one of {_DTYPES}")
     request = _precision(precision)

@@ -39,6 +39,8 @@ import contextvars
 import functools
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar, cast
 
 __all__ = ["STAGES", "Recorder", "recording", "stage", "staged"]
 
@@ -48,6 +50,7 @@ _RECORDER: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar(
     "emulinalg_timing", default=None
 )
 _NULL = contextlib.nullcontext()
+_F = TypeVar("_F", bound=Callable[..., Any])  # a function staged keeps its signature
 
 
 class Recorder:
@@ -68,7 +71,11 @@ class Recorder:
         How many times each stage was entered.
     """
 
-    def __init__(self, sync: Callable[[], object] | None = None, clock=time.perf_counter):
+    def __init__(
+        self,
+        sync: Callable[[], object] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self._sync = sync
@@ -107,7 +114,7 @@ class Recorder:
         return sum(self.seconds.values())
 
 
-def stage(name: str):
+def stage(name: str) -> AbstractContextManager[None]:
     """Context manager timing its block as stage ``name`` when a recording is active.
 
     Parameters
@@ -124,19 +131,19 @@ def stage(name: str):
     return _NULL if rec is None else rec.stage(name)
 
 
-def staged(name: str):
+def staged(name: str) -> Callable[[_F], _F]:
     """Decorator: every call of the function is timed as stage ``name`` (see :func:`stage`)."""
 
-    def decorate(fn):
+    def decorate(fn: _F) -> _F:
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             rec = _RECORDER.get()
             if rec is None:
                 return fn(*args, **kwargs)
             with rec.stage(name):
                 return fn(*args, **kwargs)
 
-        return wrapper
+        return cast(_F, wrapper)
 
     return decorate
 

@@ -6,13 +6,19 @@ emulinalg's: they build a lazy graph of emulated block products on the chunks' o
 (numpy chunks on the CPU, cupy chunks on the GPU) whose K-block partials are added in
 double-double (see docs/dask.md and ``emulinalg.backends.dask``). A numpy or cupy operand beside
 a dask array is wrapped with ``dask.array.asarray``, as ``dask.array.matmul`` does.
+
+Without dask (``pip install ".[dask]"``), importing it raises :class:`ModuleNotFoundError` whose
+message is the one line that says so.
 """
 
-from array_api_compat.dask import array as _base
-from array_api_compat.dask.array import *  # noqa: F403
-
-from . import _api, _einsum
+from . import _api, _einsum, _extras
 from ._namespace import EmulatedNamespace as _EmulatedNamespace
+
+# before array_api_compat's dask modules, whose own error would not name the extra
+_extras.require("dask.array", needed_by="emulinalg.dask")
+
+from array_api_compat.dask import array as _base  # noqa: E402
+from array_api_compat.dask.array import *  # noqa: E402, F403
 
 matmul = _api.matmul
 tensordot = _api.tensordot

@@ -13,13 +13,16 @@ Ootomo, Ozaki, Yokota 2024 (ozIMMU) and Uchino et al. 2025 (GEMMul8) use
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = ["phi_matrix", "special_cases"]
 
 _FLOAT_DTYPES = ("float16", "float32", "float64", "complex64", "complex128")
 
 
-def phi_matrix(shape, phi, dtype="float64", seed=0) -> np.ndarray:
+def phi_matrix(
+    shape: int | tuple[int, ...], phi: float, dtype: DTypeLike = "float64", seed: int | None = 0
+) -> np.ndarray:
     """Random matrix with entries ``(U(0,1) - 0.5) * exp(phi * N(0,1))``.
 
     Parameters
@@ -79,7 +82,7 @@ def _random_signed(rng, shape, low=0.5, high=1.0):
     return np.where(rng.random(shape) < 0.5, -mag, mag)
 
 
-def special_cases(seed=0) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def special_cases(seed: int | None = 0) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """Catalogue of special input pairs ``(name, a, b)`` for ``a @ b``.
 
     Parameters

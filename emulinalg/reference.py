@@ -33,9 +33,13 @@ BLAS" (the componentwise measure ``|C^ - C| / (|A||B|)``).
 from __future__ import annotations
 
 import math
+from types import ModuleType
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
+_flint: ModuleType | None
 try:  # python-flint is the expected, fast path
     import flint as _flint
 except ImportError:  # pragma: no cover - exercised only without python-flint
@@ -373,7 +377,7 @@ def _exact_components(a, b, extra_exp=None):
     return his, los
 
 
-def exact_matmul(a, b):
+def exact_matmul(a: ArrayLike, b: ArrayLike) -> tuple[NDArray[Any], NDArray[Any]]:
     """Exact product of two matrices as a correctly rounded double-double.
 
     Parameters
@@ -426,7 +430,7 @@ def _combine(parts):
     return out
 
 
-def effective_bits(x) -> float:
+def effective_bits(x: float) -> float:
     """Effective bits ``-log2(x)`` of a relative error ``x`` (``inf`` for 0).
 
     Parameters
@@ -534,7 +538,12 @@ def _classify(parts: list[np.ndarray]) -> np.ndarray:
     return code
 
 
-def accuracy(c, a, b, ref=None) -> dict:
+def accuracy(
+    c: ArrayLike,
+    a: ArrayLike,
+    b: ArrayLike,
+    ref: tuple[ArrayLike, ArrayLike] | None = None,
+) -> dict[str, float]:
     """Accuracy of a computed product ``c`` of ``a @ b`` against the exact one.
 
     Parameters

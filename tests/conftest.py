@@ -28,23 +28,30 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
 
-settings.register_profile(
-    "ci",
-    deadline=None,
-    max_examples=60,
-    derandomize=True,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.register_profile("fast", settings.get_profile("ci"), max_examples=15)
-settings.register_profile(
-    "dev",
-    deadline=None,
-    max_examples=200,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+from emulinalg import _extras
+
+# Without the test extra, pytest_configure stops the run with the one line naming it (an import
+# error here would be a traceback "while loading conftest").
+_MISSING = _extras.missing("hypothesis", needed_by="tests/conftest.py")
+if _MISSING is None:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "ci",
+        deadline=None,
+        max_examples=60,
+        derandomize=True,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    settings.register_profile("fast", settings.get_profile("ci"), max_examples=15)
+    settings.register_profile(
+        "dev",
+        deadline=None,
+        max_examples=200,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 def pytest_addoption(parser):
@@ -57,6 +64,8 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)  # before hypothesis's plugin, which may adjust the profile
 def pytest_configure(config):
+    if _MISSING:
+        pytest.exit(_MISSING, returncode=_extras.MISSING_EXTRA)
     if os.environ.get("HYPOTHESIS_PROFILE"):
         settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
     elif not config.getoption("hypothesis_profile", None):

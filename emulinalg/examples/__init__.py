@@ -4,7 +4,7 @@
   exchange, Fock and density product goes through ``xp.tensordot`` / ``xp.matmul`` /
   ``xp.vecdot``, so it runs on numpy or cupy arrays alike.
 - :mod:`emulinalg.examples.molecules`: built-in molecules and their integrals from PySCF
-  (``pip install "emulinalg[scf]"``).
+  (``pip install ".[scf]"``).
 - :mod:`emulinalg.examples.scf_demo`: ``python -m emulinalg demo scf``, energies per precision.
 
 Importing this package imports neither PySCF nor an array library.

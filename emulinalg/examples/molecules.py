@@ -1,4 +1,4 @@
-"""Built-in molecules and their integrals from PySCF (``pip install "emulinalg[scf]"``).
+"""Built-in molecules and their integrals from PySCF (``pip install ".[scf]"``).
 
 PySCF supplies what the example does not compute itself: the one-electron integrals, the
 Cholesky-decomposed density-fitting tensor, the nuclear repulsion, the MINAO initial guess and,
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from emulinalg import _extras
 
 # Geometries in Ångström. Water: the experimental equilibrium (r = 0.9578 Å, 104.5°); benzene:
 # D6h with C-C 1.396 Å and C-H 1.083 Å. Naphthalene and anthracene (bigger systems for the GPU,
@@ -81,13 +83,7 @@ class Integrals:
 
 
 def _pyscf():
-    try:
-        import pyscf  # noqa: F401
-    except ImportError:
-        raise ImportError(
-            'the SCF example needs PySCF for its integrals: pip install "emulinalg[scf]" '
-            "(or pip install pyscf)"
-        ) from None
+    _extras.require("pyscf", needed_by="emulinalg.examples.molecules")
     from pyscf import df, gto, lib, scf
 
     return df, gto, lib, scf
@@ -113,8 +109,9 @@ def integrals(molecule="water", basis="cc-pvdz", auxbasis=None):
 
     Raises
     ------
-    ImportError
-        Without PySCF.
+    ModuleNotFoundError
+        Without PySCF; the message is one line naming the extra
+        (``... needs pyscf (not installed): pip install ".[scf]"``).
     ValueError
         An odd number of electrons (restricted HF needs a closed shell).
     """

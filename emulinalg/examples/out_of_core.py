@@ -39,6 +39,8 @@ import time
 
 import numpy as np
 
+from emulinalg import _extras
+
 
 def phi_block(block_id=None, block_info=None, phi=1.0, seed=0, stream=0, cupy=False):
     """One chunk of a phi-matrix, from its own random stream ``(seed, stream, i, j)`` (numpy's
@@ -482,11 +484,6 @@ def _check(parser, args):
             parser.error(
                 f"--memory-limit: a size such as 300MiB or auto, not {args.memory_limit!r}"
             )
-    if args.cupy:
-        try:
-            import cupy  # noqa: F401
-        except ImportError:
-            parser.error("--cupy: cupy is not installed")
     if args.out:
         try:  # a run that cannot write its record should fail now, not after computing
             open(args.out, "a").close()
@@ -498,6 +495,15 @@ def _check(parser, args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    # The extras first, as one line (_check already parses --memory-limit with dask);
+    # --threads runs on dask's threaded scheduler, without distributed.
+    needs = ["dask.array"] + ([] if args.threads else ["distributed"])
+    hint = _extras.missing(*needs, needed_by=parser.prog)
+    if args.cupy and not hint:
+        hint = _extras.missing("cupy", needed_by=f"{parser.prog} --cupy")
+    if hint:
+        print(hint, file=sys.stderr)
+        return _extras.MISSING_EXTRA
     (m, k, n), chunks = _check(parser, args)
     precision = int(args.precision) if args.precision.isdigit() else args.precision
     cluster = client = None

@@ -33,6 +33,8 @@ from typing import Any
 
 import array_api_compat
 
+from emulinalg import _extras
+
 
 @dataclass(frozen=True)
 class Row:
@@ -254,11 +256,13 @@ def run(
 
     Raises
     ------
-    ImportError
-        Without PySCF.
+    ModuleNotFoundError
+        Without PySCF, before the first progress line; the message is the one line
+        ``... needs pyscf (not installed): pip install ".[scf]"``.
     """
     import emulinalg
 
+    _extras.require("pyscf", needed_by="demo scf")
     from . import molecules as mols
     from .scf import rhf
 
@@ -288,7 +292,7 @@ def run(
         for row in _selected(precisions):
             label = row.label + (f" [{row.family}]" if row.family else "")
             say(f"{molecule}/{mol_basis} (nao={ints.nao}, naux={ints.naux}): {label} ...")
-            settings = {"strategy": strategy}
+            settings: dict[str, Any] = {"strategy": strategy}
             if row.family:
                 settings["scheme"] = row.family
             with emulinalg.config(**settings), _Heartbeat(say, last) as heartbeat:
@@ -446,6 +450,10 @@ def main(args):
         if not args.json and not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
+    hint = _extras.missing("pyscf", needed_by="demo scf")
+    if hint:  # first: no progress line, no traceback, before anything runs
+        print(hint, file=sys.stderr)
+        return _extras.MISSING_EXTRA
     groups = getattr(args, "molecule", None) or []
     molecules = [m for g in groups for m in (g if isinstance(g, list) else [g])]
     unknown = unknown_filters(args.precision)
@@ -458,17 +466,13 @@ def main(args):
             file=sys.stderr,
         )
         return 2
-    try:
-        records = run(
-            molecules,
-            args.precision,
-            strategy=args.strategy,
-            progress=progress,
-            basis=getattr(args, "basis", None),
-        )
-    except ImportError as exc:
-        print(f"demo scf: {exc}", file=sys.stderr)
-        return 1
+    records = run(
+        molecules,
+        args.precision,
+        strategy=args.strategy,
+        progress=progress,
+        basis=getattr(args, "basis", None),
+    )
     if args.json:
         print(json.dumps(records, allow_nan=False))
         return 0

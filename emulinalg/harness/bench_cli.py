@@ -9,6 +9,8 @@ import json
 import shlex
 import sys
 
+from emulinalg import _extras
+
 from .bench import DTYPES, SHAPES, Progress, Settings, parse_method, run
 from .devices import FAMILIES
 from .records import bits_table, load_records, table
@@ -191,7 +193,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "--plot",
         metavar="FILE",
         help="draw the plots into FILE (png, svg, pdf); a "
-        "FILE containing {panel} gets one file per panel (plane, speedup, stages)",
+        "FILE containing {panel} gets one file per panel (plane, speedup, stages); needs "
+        'matplotlib: pip install ".[bench]"',
     )
     p.add_argument(
         "--records",
@@ -284,6 +287,11 @@ def command_line(s: Settings) -> str:
 
 def main(args) -> int:
     """Entry point of the ``bench`` subcommand (``args`` from :mod:`.cli`)."""
+    if args.plot:  # now, not after minutes of measuring
+        hint = _extras.missing("matplotlib", needed_by="bench --plot")
+        if hint:
+            print(hint, file=sys.stderr)
+            return _extras.MISSING_EXTRA
     if args.records:
         try:
             records = load_records(args.records)
@@ -317,14 +325,8 @@ def main(args) -> int:
     else:
         print(table(records, markdown=args.markdown))
     if args.plot:
-        try:
-            from . import plots
-        except ImportError as exc:
-            print(
-                f"bench: --plot needs matplotlib ({exc}); pip install 'emulinalg[bench]'",
-                file=sys.stderr,
-            )
-            return 1
+        from . import plots
+
         paths = plots.plot(records, args.plot)
         print("bench: plots written to " + ", ".join(paths), file=sys.stderr)
     failed = [r for r in records if "error" in r]

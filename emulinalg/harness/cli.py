@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from emulinalg import _extras
+
 from . import bench_cli, machine, suite
 
 
@@ -27,18 +29,17 @@ def _extend(values: list[list]) -> list | None:
 
 
 def demo(args) -> int:
-    if getattr(args, "workload", "matmul") == "scf":
+    workload = getattr(args, "workload", "matmul")
+    if workload == "scf":
         from emulinalg.examples import scf_demo
 
-        return scf_demo.main(args)
-    if getattr(args, "workload", "matmul") == "dask":
-        try:
-            import dask.array  # noqa: F401
-            import distributed  # noqa: F401
-        except ImportError as exc:
-            print(f"demo dask needs dask[array] and distributed ({exc}): "
-                  "pip install 'emulinalg[dask]'", file=sys.stderr)  # fmt: skip
-            return 2
+        return scf_demo.main(args)  # checks for PySCF before its first line
+    if workload == "dask":
+        # the hint before anything starts (out_of_core imports them as it goes)
+        hint = _extras.missing("dask.array", "distributed", needed_by="demo dask")
+        if hint:
+            print(hint, file=sys.stderr)
+            return _extras.MISSING_EXTRA
         from emulinalg.examples import out_of_core
 
         return out_of_core.demo_main(args)
@@ -51,6 +52,10 @@ def calibrate(args) -> int:
     """``python -m emulinalg calibrate``: the current GPU's rates, cached, and its cost model."""
     from emulinalg import _calibration
 
+    hint = _extras.missing("cupy", needed_by="calibrate")
+    if hint:
+        print(hint, file=sys.stderr)
+        return _extras.MISSING_EXTRA
     if _calibration.device_name("cupy") is None:
         print("calibrate: no CUDA GPU with cupy here (the CPU backends keep their fitted "
               "models; emulinalg.set_cost_model overrides any model)", file=sys.stderr)  # fmt: skip
@@ -86,9 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("matmul", "scf", "dask"),
         default="matmul",
         help="matmul (default): phi-matrices against the exact product; scf: density-fitted "
-        "Hartree-Fock energies against native (needs PySCF: pip install 'emulinalg[scf]'); "
+        'Hartree-Fock energies against native (needs PySCF: pip install ".[scf]"); '
         "dask: a product on a LocalCluster, operands made chunk by chunk on the workers "
-        "(emulinalg.examples.out_of_core)",
+        '(emulinalg.examples.out_of_core; needs dask: pip install ".[dask]")',
     )
     p.add_argument(
         "--molecule",

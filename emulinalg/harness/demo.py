@@ -193,7 +193,7 @@ def run(
                     progress(f"{dtype} phi={phi:g} N={size}: {label} ...")
                 rec = {**base, "precision": case.label, "scheme_family": case.family or "auto"}
                 try:
-                    settings = {"strategy": strategy}
+                    settings: dict[str, Any] = {"strategy": strategy}
                     if case.family:
                         settings["scheme"] = case.family
                     with emulinalg.config(**settings):

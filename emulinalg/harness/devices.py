@@ -12,15 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from emulinalg import _extras
+
 from .machine import backend_env, blas, cpu_description
 
-INSTALL_HINT = {
-    "numpy": "pip install numpy",
-    "cupy": "pip install 'emulinalg[cuda]' on a machine with an NVIDIA GPU",
-    "dask": "pip install 'emulinalg[dask]'",
-    "amx": "a CPU with Intel AMX (AMX-TILE/INT8/BF16) and emulinalg built with a C++ compiler",
-}
-FAMILIES = tuple(INSTALL_HINT)
+FAMILIES = ("numpy", "cupy", "dask", "amx")
+# The module each family imports (the optional ones: _extras.EXTRAS names their extra).
+MODULES = {"numpy": "numpy", "cupy": "cupy", "dask": "dask.array"}
 
 
 @dataclass
@@ -141,11 +139,15 @@ def missing(family: str) -> str | None:
         from emulinalg.backends import amx
 
         return None if amx.usable() else f"AMX is not usable here: {amx.reason()}"
-    module = "dask.array" if family == "dask" else family
+    module = MODULES[family]
+    if module in _extras.EXTRAS:  # an optional family: the one line naming its extra
+        hint = _extras.missing(module, needed_by=f"--backend {family}")
+        if hint:
+            return hint
     try:
         mod = importlib.import_module(module)
         if family == "cupy" and mod.cuda.runtime.getDeviceCount() < 1:
             return "cupy found no CUDA device"
-    except Exception as exc:  # ImportError, or cupy without a driver
-        return f"{module} is not usable here ({type(exc).__name__}: {exc}); {INSTALL_HINT[family]}"
+    except Exception as exc:  # cupy without a driver
+        return f"{module} is not usable here ({type(exc).__name__}: {exc})"
     return None

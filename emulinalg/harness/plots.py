@@ -16,15 +16,23 @@ Three panels, drawn with matplotlib's object API (no pyplot, so no global backen
 
 The plane and the stages use the largest size of the chosen shape; all panels use one φ (1 when
 present, else the smallest measured), named in the titles.
+
+Needs matplotlib (``pip install ".[bench]"``): without it, importing this module raises
+:class:`ModuleNotFoundError` whose message is the one line that says so.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from emulinalg import _extras
+
+# before matplotlib's own imports: the hint, not a bare "No module named 'matplotlib'"
+_extras.require("matplotlib", needed_by="emulinalg.harness.plots")
+
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 PANELS = ("plane", "speedup", "stages")
 _MARKERS = {"float64": "o", "float32": "s", "complex128": "D", "complex64": "^"}

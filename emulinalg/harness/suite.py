@@ -45,6 +45,7 @@ import time
 
 import numpy as np
 
+from emulinalg import _extras
 from emulinalg._precision import REAL_DTYPE
 
 from .catalogue import Case, cases, ldexp
@@ -71,12 +72,15 @@ def backend_missing(backend: str) -> str | None:
     if backend not in BACKENDS:
         return f"unknown backend {backend!r}; expected one of {BACKENDS}"
     if backend == "cupy":
+        hint = _extras.missing("cupy", needed_by="--backend cupy")
+        if hint:
+            return hint
         try:
             import cupy
 
             if cupy.cuda.runtime.getDeviceCount() < 1:
                 return "cupy found no CUDA device"
-        except Exception as exc:  # ImportError, or cupy without a driver
+        except Exception as exc:  # cupy without a driver
             return f"cupy is not usable here ({type(exc).__name__}: {exc})"
     if backend == "amx":
         from emulinalg.backends import amx
@@ -374,9 +378,13 @@ def run_suite(
 
     Raises
     ------
+    ModuleNotFoundError
+        ``backend="cupy"`` without cupy (the message names the extra to install).
     RuntimeError
-        If the backend cannot run here.
+        If the backend cannot run here otherwise.
     """
+    if backend == "cupy":
+        _extras.require("cupy", needed_by="emulinalg.harness.suite.run_suite(backend='cupy')")
     why = backend_missing(backend)
     if why:
         raise RuntimeError(why)

@@ -335,7 +335,7 @@ def test_cli_skips_a_missing_backend(capsys):
         pytest.skip("cupy is usable here")
     assert cli(["bench", "--backend", "cupy", "--sizes", "16", "-q"]) == 1
     err = capsys.readouterr().err
-    assert "skipping backend cupy" in err and "emulinalg[cuda]" in err
+    assert "skipping backend cupy" in err and ".[cuda]" in err
 
 
 def test_cli_skips_amx_where_it_is_not_usable(capsys):

@@ -1,7 +1,8 @@
 """What a newcomer meets first (issue #28's rough edges): plans in the ``emulinalg`` logger,
-type information shipped with the package, a one-line hint for a missing extra, and the matmul
-demo's progress lines without warnings (``demo scf``: tests/harness/test_scf.py; ``demo dask``:
-tests/backends/dask/test_dask_examples.py)."""
+type information shipped with the package, and the matmul demo's progress lines without
+warnings (``demo scf``: tests/harness/test_scf.py; ``demo dask``:
+tests/backends/dask/test_dask_examples.py; the one-line hint for a missing extra:
+tests/harness/test_missing_extras.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import pytest
 from _helpers import assert_quiet_demo
 
 import emulinalg
-from emulinalg.harness import cli
 
 
 def test_every_plan_is_logged_at_debug_level(caplog):
@@ -50,14 +50,6 @@ def test_products_are_typed_for_both_explain_forms(name):
     kw = {"axes": 1} if name == "tensordot" else {}
     out, plan = fn(np.ones((2, 3)), b, explain=True, **kw)
     assert plan is emulinalg.last_plan() and out.shape[0] == 2
-
-
-def test_demo_dask_without_the_extra_says_which_to_install(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
-    rc = cli.main(["demo", "dask"])
-    err = capsys.readouterr().err
-    assert rc == 2
-    assert err.count("\n") == 1 and "pip install 'emulinalg[dask]'" in err
 
 
 # --------------------------------------------------------------------------------------------

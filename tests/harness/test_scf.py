@@ -16,7 +16,7 @@ from _helpers import assert_quiet_demo
 import emulinalg
 import emulinalg.backends
 
-pytest.importorskip("pyscf", reason="the SCF example needs PySCF (pip install 'emulinalg[scf]')")
+pytest.importorskip("pyscf", reason='the SCF example needs PySCF (pip install ".[scf]")')
 
 from emulinalg.examples import molecules, scf, scf_demo
 
