@@ -315,7 +315,7 @@ def _part_check(xp, backend, ar, ai, br, bi, level, family, real_name, exponents
 
     lines = _scanned_lines(xp, exponents, ar, br)
     return complex_parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form,
-                                    lines=lines)  # fmt: skip
+                                    lines=lines, hooks=(st.balance_sides, st.balance_fine))
 
 
 def _scanned_lines(xp, exponents, ar, br):

@@ -35,6 +35,10 @@ member                      stage (reference implementation)
 ``refit_pick(parts,``       the refit's entries, same result as ``refit.cancelled_entries``
 ``prescale, exclude,``      (an index array, possibly empty)
 ``everything)``
+``balance_sides(re, im,``   the complex part check's operand sides, same result as
+``e)``                      ``parts.balance_sides``
+``balance_fine(t_lo, s,``   its test, same result as ``parts.balance_fine``
+``terms, rows, cols)``
 ``bf16_product(ar, ai,``    the BF16 schedule's product (``algorithm.bf16``)
 ``br, bi, scheme, dt)``
 ``k_block(k, bound)``       the K-block of its integer GEMMs, for the plan (none)
@@ -90,6 +94,8 @@ _OPTIONAL = (
     "ozaki2_product",
     "product_workspace",
     "refit_pick",
+    "balance_sides",
+    "balance_fine",
     "bf16_product",
     "k_block",
 )
@@ -114,6 +120,8 @@ class Stages:
     ozaki2_product: Callable | None = None
     product_workspace: Callable | None = None
     refit_pick: Callable | None = None
+    balance_sides: Callable | None = None
+    balance_fine: Callable | None = None
     bf16_product: Callable | None = None
     k_block: Callable | None = None
     block_entries: int | None = None

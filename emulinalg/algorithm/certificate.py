@@ -268,11 +268,23 @@ def magnitude_upper(xp, lower, k):
     paths: the truncation of the operands (bfloat16 at worst, float32 subnormals flushed) and the
     rounding of the sums (the factor and absolute term ``magnitude_lower`` took off) put back,
     rounded up."""
+    return upper_of(lower, upper_terms(k))
+
+
+def upper_of(lower, terms):
+    """``magnitude_upper`` with its scalars ``terms`` (``upper_terms``) given."""
+    a, f2, absolute, r2, up = terms
+    return (((lower + a) / f2 + absolute) / r2) * up
+
+
+def upper_terms(k):
+    """``magnitude_upper``'s scalars ``(a, f2, absolute, r2, up)`` in its order of operations,
+    ((lower + a) / f2 + absolute) / r2 * up (a fused kernel of a backend takes them): for
+    k > LOWER_K_MAX the float64 sums' (absolute 0, r2 1: exact steps)."""
     cc = cert_constants(k)
     if k > LOWER_K_MAX:  # float64 sums times native_factor
-        return (lower + cc.native_abs_term) / cc.native_factor**2 * (1.0 + 2.0**-50)
-    sums = (lower + cc.abs_term) / cc.factor**2 + lower_abs(k)
-    return sums / (1.0 - _LOWER_REL) ** 2 * (1.0 + 2.0**-50)
+        return cc.native_abs_term, cc.native_factor**2, 0.0, 1.0, 1.0 + 2.0**-50
+    return cc.abs_term, cc.factor**2, lower_abs(k), (1.0 - _LOWER_REL) ** 2, 1.0 + 2.0**-50
 
 
 def signed_estimate(xp, backend, xa, xb):

@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .certificate import lower_abs, magnitude_upper, signed_error
+from .certificate import lower_abs, magnitude_upper, signed_error, upper_of, upper_terms
 from .scaling import max_exponent
 from .xputil import dd_add, ldexp
 
@@ -120,7 +120,7 @@ def _stacked(xp, gemm, xa, xb):
     return s[..., :n], s[..., n:]
 
 
-def balanced(xp, lower, signed, ar, ai, br, bi, form, lines=None):
+def balanced(xp, lower, signed, ar, ai, br, bi, form, lines=None, hooks=(None, None)):
     """Whether the balance of the parts alone shows every part of every entry fine (stage 0):
     with T = (|Ar| + |Ai|)(|Br| + |Bi|) = P_re + P_im and D = (|Ar| - |Ai|)(|Br| - |Bi|) =
     P_re - P_im, each part's sums are P_p = (T +- D) / 2 >= (T - |D|) / 2. T from ``lower`` (as
@@ -128,24 +128,52 @@ def balanced(xp, lower, signed, ar, ai, br, bi, form, lines=None):
     within ``signed_error`` of sum ||Ar| - |Ai|| ||Br| - |Bi|| <= T): two GEMMs of the operands'
     size, where the stacked one of stage 1 is four times that. Every entry is fine where
     (T - |D|) / 2 >= T / slack, entries in all-zero lines (no term at all) included. False says
-    nothing: the stages decide. ``lines``: ``_line_exponents``' result, when made already."""
+    nothing: the stages decide. ``lines``: ``_line_exponents``' result, when made already;
+    ``hooks``: a backend's fused kernels of ``balance_sides`` and ``balance_fine`` (same
+    arguments and results; None declines)."""
     ea, eb = _line_exponents(xp, ar, ai, br, bi, lines)
+    side_hook, fine_hook = hooks
 
-    def sides(re, im, e):  # (|re| + |im|, |re| - |im|), line-normalized first: |entries| < 4
-        x, y = ldexp(xp, xp.abs(re), -e), ldexp(xp, xp.abs(im), -e)
-        return x + y, x - y
+    def sides(re, im, e):
+        got = None if side_hook is None else side_hook(re, im, e)
+        return balance_sides(xp, re, im, e) if got is None else got
 
     (ta, da), (tb, db) = sides(ar, ai, ea), sides(br, bi, eb)
     k = ar.shape[-1]
-    t_lo = lower(ta, tb)
-    t_hi = magnitude_upper(xp, t_lo, k)
-    d_hi = (xp.abs(signed(da, db)) + signed_error(k) * t_hi + lower_abs(k)) * (1.0 + 2.0**-50)
-    part_lo = (t_lo * (1.0 - 2.0**-52) - d_hi * (1.0 + 2.0**-52)) * (0.5 * (1.0 - 2.0**-50))
-    fine = part_lo >= t_hi * ((1.0 + 2.0**-52) / form.slack)
-    empty = xp.expand_dims(xp.max(ta, axis=-1) == 0, axis=-1) | xp.expand_dims(
-        xp.max(tb, axis=-2) == 0, axis=-2
-    )
-    return bool(xp.all(fine | empty))
+    t_lo, s = lower(ta, tb), signed(da, db)
+    empty = (xp.expand_dims(xp.max(ta, axis=-1) == 0, axis=-1),
+             xp.expand_dims(xp.max(tb, axis=-2) == 0, axis=-2))  # fmt: skip
+    terms = balance_terms(k, form.slack)
+    got = None if fine_hook is None else fine_hook(t_lo, s, terms, *empty)
+    return balance_fine(xp, t_lo, s, terms, *empty) if got is None else got
+
+
+def balance_sides(xp, re, im, e):
+    """``balanced``'s operand sides (|re| + |im|, |re| - |im|), each part line-normalized first
+    (``ldexp`` by -e: entries < 4)."""
+    x, y = ldexp(xp, xp.abs(re), -e), ldexp(xp, xp.abs(im), -e)
+    return x + y, x - y
+
+
+def balance_terms(k, slack):
+    """``balance_fine``'s scalars: ``certificate.upper_terms(k)``, then signed_error(k),
+    lower_abs(k) and the factors of the test, in its order of operations."""
+    up = upper_terms(k)
+    return up + (signed_error(k), lower_abs(k), 1.0 + 2.0**-50, 1.0 - 2.0**-52, 1.0 + 2.0**-52,
+                 0.5 * (1.0 - 2.0**-50), (1.0 + 2.0**-52) / slack)  # fmt: skip
+
+
+def balance_fine(xp, t_lo, s, terms, empty_rows, empty_cols):
+    """``balanced``'s test from T's lower bound ``t_lo`` and D's estimate ``s``: every entry
+    fine, (T - |D|) / 2 >= T / slack in bounds rounded the safe way (``terms``:
+    ``balance_terms``), or in an all-zero row (``empty_rows`` (..., m, 1)) or column
+    (``empty_cols`` (..., 1, n))."""
+    se, la, d_up, lo_dn, hi_up, half_dn, per_slack = terms[5:]
+    t_hi = upper_of(t_lo, terms[:5])
+    d_hi = ((xp.abs(s) + se * t_hi) + la) * d_up
+    part_lo = (t_lo * lo_dn - d_hi * hi_up) * half_dn
+    fine = part_lo >= t_hi * per_slack
+    return bool(xp.all(fine | empty_rows | empty_cols))
 
 
 def stage_sums(xp, lower, ar, ai, br, bi, lines=None):
@@ -220,7 +248,7 @@ def decide(xp, bounds, form, k, final):
 
 
 def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=None,
-               lines=None):
+               lines=None, hooks=(None, None)):
     """``PartCheck`` of a complex product (``ar`` ... the finite float64 parts, (..., m, k) and
     (..., k, n); ``ai`` or ``bi`` may be all zero but not None): the sums' bounds, then, only
     where some part of some entry is not fine by them, the exact zeros and (native form) kappa
@@ -229,12 +257,13 @@ def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=
     ``int_matmul(x, y, bound)`` an exact integer GEMM, ``form`` the route's ``PartForm``;
     ``materialize(bounds)`` returns ``(namespace, bounds)`` to decide on (the dask layer computes
     its lazy bounds there; default: as they are); ``lines``: the operands' complex line
-    exponents (``_line_exponents``), when the backend's line scan made them."""
+    exponents (``_line_exponents``), when the backend's line scan made them; ``hooks``: the
+    backend's fused kernels of ``balanced``."""
     k = ar.shape[-1]
     if k == 0:  # no terms: every part exact
         return PartCheck(False, stages=0)
     done = materialize or (lambda bounds: (xp, bounds))
-    if balanced(xp, lower, signed, ar, ai, br, bi, form, lines):
+    if balanced(xp, lower, signed, ar, ai, br, bi, form, lines, hooks):
         return PartCheck(False, stages=0)
     dxp, bounds = done(stage_sums(xp, lower, ar, ai, br, bi, lines))
     res = decide(dxp, bounds, form, k, final=False)

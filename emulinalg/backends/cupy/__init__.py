@@ -16,6 +16,9 @@ The backend's members (``emulinalg._stages`` declares them) come from its module
   ``emulinalg.algorithm.certificate_plan``;
 - ``refit``: ``refit_pick``, the refit's choice of entries in two passes over the output (the
   entries of ``emulinalg.algorithm.refit.cancelled_entries``);
+- ``balance``: ``balance_sides``/``balance_fine``, the complex part check's balance test
+  (``emulinalg.algorithm.parts.balanced``) in two fused passes where the generic code makes a
+  dozen elementwise ones;
 - ``kernels``: the NVRTC modules and launch helpers the others share.
 
 Everything else (Scheme I, the fast-mode prescale) is the shared Array API code running on cupy
@@ -28,7 +31,8 @@ from __future__ import annotations
 import contextlib
 
 from ..cuda import fused as _fused
-from . import certificate, gemm, kernels, products, refit, statistics
+from . import balance, certificate, gemm, kernels, products, refit, statistics
+from .balance import balance_fine, balance_sides
 from .certificate import ozaki2_certificate
 from .gemm import int_matmul, k_block, magnitude_lower_matmul, native_matmul
 from .kernels import kernels_enabled
@@ -37,6 +41,9 @@ from .refit import refit_pick
 from .statistics import line_scan, ozaki2_prescale
 
 __all__ = [
+    "balance",
+    "balance_fine",
+    "balance_sides",
     "block_entries",
     "certificate",
     "dask_mode",
