@@ -126,22 +126,23 @@ _BUILTIN = {
         source="docs/benchmarks/ci-cpu/square.jsonl",
     ),
     "cupy": CostModel(
-        # H200, CUDA kernels of src_cuda/ (one-pass residues and CRT, statistics hooks) with
-        # the fused CUTLASS INT8 GEMM, also there (cuBLAS INT8 where it is not built), the
-        # levels' refit in the kernels (refit_pick, the entries by the backend's own product).
-        # Complex products: cuBLAS INT8 (3M), their statistics with the per-part check.
-        # Fitted with split_complex=True (3M's own rates).
-        native_flops={"float64": 5.51e13, "float32": 5.37e13, "complex128": 5.30e13},
-        int_gemm_ops=1.27e15,
-        entry_seconds=2.25e-12,
-        stats_flops=4.22e14,
-        source="docs/benchmarks/h200/levels_16384_2026-12-02.jsonl",
+        # H200, CUDA kernels of src_cuda/ (tensor-core residues, one-pass CRT, statistics
+        # hooks) with the fused CUTLASS INT8 GEMM (cooperative 256x128, rastered along N), the
+        # levels' refit in the kernels (refit_pick); complex products through the fused GEMM
+        # (3M) with the balance test in fused passes. Fitted with split_complex=True (3M's own
+        # rates) from the bench rows of 2026-12-03 (float64 16384 phi 1 and 2, float32 16384
+        # phi 0.5, complex128 8192 phi 1).
+        native_flops={"float64": 5.44e13, "float32": 5.37e13, "complex128": 5.15e13},
+        int_gemm_ops=1.44e15,
+        entry_seconds=1.57e-12,
+        stats_flops=4.66e14,
+        source="docs/benchmarks/h200/records_16384_2026-12-03.jsonl",
         complex_model=CostModel(
-            native_flops={"complex128": 5.30e13},
-            int_gemm_ops=1.28e15,
-            entry_seconds=3.55e-12,
-            stats_flops=2.02e13,
-            source="docs/benchmarks/h200/levels_16384_2026-12-02.jsonl",
+            native_flops={"complex128": 5.15e13},
+            int_gemm_ops=1.43e15,
+            entry_seconds=1.73e-12,
+            stats_flops=7.71e13,
+            source="docs/benchmarks/h200/records_16384_2026-12-03.jsonl",
         ),
     ),
     "amx": CostModel(

@@ -5,7 +5,8 @@ the first ``--ref-rows`` rows and ``--ref-cols`` columns (computed on the host w
 times). One JSON line per row. GEMMul8 is a measuring stick, loaded from ``--g8``
 (``.device/peers/build.sh``); never a dependency of the project.
 
-    PYTHONPATH=.device/peers:$PYTHONPATH python3 gemmul8_levels.py --out levels_g8.jsonl
+    PYTHONPATH=.device/peers:$PYTHONPATH python3 gemmul8_levels.py --out levels_g8.jsonl \
+        [--rows float64:1,complex128:1]
 """
 
 from __future__ import annotations
@@ -80,12 +81,17 @@ def main():
     p.add_argument("--ref-rows", type=int, default=16)
     p.add_argument("--ref-cols", type=int, default=256)
     p.add_argument("--workers", type=int, default=6)
+    p.add_argument("--rows", default=None, help="DTYPE:PHI,... of ROWS (default: all)")
     args = p.parse_args()
+    rows = ROWS
+    if args.rows:
+        want = {(d, float(f)) for d, f in (r.split(":") for r in args.rows.split(","))}
+        rows = [r for r in ROWS if (r[0], r[2]) in want]
     # the host's references start before anything touches the GPU (forked workers)
     with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
-        refs = [pool.submit(_reference, *row, args.ref_rows, args.ref_cols) for row in ROWS]
+        refs = [pool.submit(_reference, *row, args.ref_rows, args.ref_cols) for row in rows]
         g8 = gemmul8.load(args.g8)
-        for row, ref in zip(ROWS, refs):
+        for row, ref in zip(rows, refs):
             emit(_row(g8, *row, ref.result(), args), args.out)
 
 
