@@ -22,7 +22,11 @@ def test_builtin_models_are_the_fit_of_their_records(name):
     path = ROOT / model.source
     if not path.exists():
         pytest.skip("benchmark records not in this checkout")
-    fit = _cost.calibrate(str(path), split_complex=model.complex_model is not None)
+    cplx = model.complex_model
+    fit = _cost.calibrate(
+        str(path), split_complex=cplx is not None, fixed_seconds=model.fixed_seconds,
+        complex_fixed_seconds=None if cplx is None else cplx.fixed_seconds,
+    )  # fmt: skip
     for mod, got in ((model, fit), (model.complex_model, fit.complex_model)):
         if mod is None:
             assert got is None
@@ -32,6 +36,7 @@ def test_builtin_models_are_the_fit_of_their_records(name):
         assert mod.int_gemm_ops == pytest.approx(got.int_gemm_ops, rel=0.05)
         assert mod.entry_seconds == pytest.approx(got.entry_seconds, rel=0.05)
         assert mod.stats_flops == pytest.approx(got.stats_flops, rel=0.05)
+        assert mod.fixed_seconds == got.fixed_seconds
 
 
 @pytest.mark.parametrize("name", ["numpy", "cupy", "amx"])
@@ -84,6 +89,34 @@ def test_calibrate_recovers_a_synthetic_machine():
     assert fit.entry_seconds == pytest.approx(1e-9)
     assert fit.native_flops["float64"] == pytest.approx(1e12)
     assert math.isinf(fit.stats_flops)
+
+
+def test_calibrate_takes_a_fixed_cost_out_of_the_stages():
+    """A per-call cost the stage timers spread over the stages (the device's idle time): given
+    apart, the fit recovers the machine's rates and predicts each record's time back, and the
+    model pays the fixed cost in full at other sizes."""
+    true = _cost.CostModel(native_flops={"float64": 1e12}, int_gemm_ops=8e12,
+                           entry_seconds=1e-9, fixed_seconds=0.002)  # fmt: skip
+    recs = []
+    for n in (512, 1024):
+        scheme = emulinalg.OzakiII(moduli=16, mode="fast")
+        work = {"products": 16 * 2 * n**3 / true.int_gemm_ops,
+                "slicing": 16 * 3 * n * n * true.entry_seconds}  # fmt: skip
+        total = sum(work.values()) + true.fixed_seconds
+        spread = total / sum(work.values())  # the idle time charged to the stages in proportion
+        recs.append({"dtype": "float64", "m": n, "n": n, "k": n, "scheme": str(scheme),
+                     "native_seconds": 1.0, "seconds": total,
+                     "stages": {key: v * spread for key, v in work.items()}})  # fmt: skip
+    naive = _cost.calibrate(recs)
+    fit = _cost.calibrate(recs, fixed_seconds=true.fixed_seconds)
+    assert fit.fixed_seconds == true.fixed_seconds
+    assert fit.int_gemm_ops == pytest.approx(8e12)
+    assert fit.entry_seconds == pytest.approx(1e-9)
+    assert naive.int_gemm_ops < 8e12  # without it, the rates are charged with the idle time
+    for r in recs:
+        scheme = emulinalg.OzakiII(moduli=16, mode="fast")
+        got = fit.emulated_seconds(scheme, "float64", r["m"], r["n"], r["k"])
+        assert got == pytest.approx(r["seconds"])
 
 
 def test_calibrate_rejects_records_without_breakdowns():
