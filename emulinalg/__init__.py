@@ -24,7 +24,8 @@ from . import linalg
 from ._api import matmul, tensordot, vecdot
 from ._config import config, get_config
 from ._cost import CostModel, get_cost_model, set_cost_model
-from ._namespace import namespace
+from ._einsum import dot, einsum
+from ._namespace import EmulatedNamespace, namespace
 from ._plan import Plan, fallback_counts, last_plan
 from ._precision import BF16x3, BF16xN, OzakiI, OzakiII
 from ._prepared import Prepared, prepare
@@ -33,11 +34,14 @@ __all__ = [
     "BF16x3",
     "BF16xN",
     "CostModel",
+    "EmulatedNamespace",
     "OzakiI",
     "OzakiII",
     "Plan",
     "Prepared",
     "config",
+    "dot",
+    "einsum",
     "fallback_counts",
     "get_config",
     "get_cost_model",

@@ -70,7 +70,13 @@ def _namespace_of(arrays, op):
     return xp
 
 
-def _precision(precision: object) -> Request:
+def _precision(precision: object, prepared: tuple = (None, None)) -> Request:
+    """The product's request: ``precision=``, else the config's, else the precision a prepared
+    operand was made for (the first's), else None (the dtype's level)."""
+    if precision is None and get_config().precision is None:
+        made = [p._request for p in prepared if p is not None]
+        if made:
+            return made[0]
     return parse(get_config().precision if precision is None else precision)
 
 
@@ -238,7 +244,7 @@ def _matmul(x1, x2, precision):
     x1, x2, prepared = _prepared.unwrap(x1, x2)
     x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "matmul")
-    request = _precision(precision)
+    request = _precision(precision, prepared)
     if x1.ndim == 0 or x2.ndim == 0:
         raise ValueError(
             "matmul: operands must have at least one dimension (0-D arrays are not matrices)"
@@ -354,7 +360,7 @@ def _tensordot(x1, x2, axes, precision):
     x1, x2, prepared = _prepared.unwrap(x1, x2)
     x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "tensordot")
-    request = _precision(precision)
+    request = _precision(precision, prepared)
     if isinstance(axes, bool):
         raise TypeError("tensordot: axes must be an int or a pair of sequences of ints")
     try:
@@ -472,7 +478,7 @@ def _vecdot(x1, x2, axis, precision):
     x1, x2, prepared = _prepared.unwrap(x1, x2)
     x1, x2 = _dask_operands(x1, x2)
     xp = _namespace(x1, x2, "vecdot")
-    request = _precision(precision)
+    request = _precision(precision, prepared)
     if x1.ndim == 0 or x2.ndim == 0:
         raise ValueError("vecdot: operands must have at least one dimension")
     try:

@@ -86,6 +86,22 @@ class Prepared(Generic[Array]):
     def layouts(self) -> int:
         return len(self._sides)
 
+    # ``p @ b`` and ``a @ p`` are emulinalg.matmul; numpy (and dask) arrays on the left defer to
+    # __rmatmul__ because the operand opts out of numpy's ufuncs.
+    __array_ufunc__ = None
+
+    def __matmul__(self, other: Array | Prepared[Array]) -> Array:
+        """``emulinalg.matmul(self, other)``."""
+        from ._api import matmul
+
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Array) -> Array:
+        """``emulinalg.matmul(other, self)`` (numpy and dask arrays on the left)."""
+        from ._api import matmul
+
+        return matmul(other, self)
+
     def __repr__(self) -> str:
         return (
             f"<emulinalg.Prepared {self._dtype} {tuple(self.shape)} for precision="
@@ -137,12 +153,15 @@ def prepare(x: Array, /, *, precision: Precision = None) -> Prepared[Array]:
     precision : as for :func:`emulinalg.matmul`
         The precision of the products it will take part in; None: the config's default, or
         the level of ``x``'s dtype. The scheme family (``config(scheme=...)``) is fixed too.
+        A product given the prepared operand without ``precision=`` (and no config default)
+        takes this precision.
 
     Returns
     -------
     Prepared
         Accepted by :func:`emulinalg.matmul`, :func:`emulinalg.tensordot` and
-        :func:`emulinalg.vecdot` (and an :func:`emulinalg.namespace`'s) as either operand.
+        :func:`emulinalg.vecdot` (and an :func:`emulinalg.namespace`'s) as either operand;
+        ``p @ b`` and ``a @ p`` (numpy or dask ``a``) are ``emulinalg.matmul``.
         Results are bit-identical to those of the unprepared array; the plan's notes say what
         the product reused (``prepared x1 (A): reused ...``).
 

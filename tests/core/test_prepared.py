@@ -169,6 +169,41 @@ def test_refusals(eager):
         emulinalg.namespace(a).einsum("ij,jk->ik", emulinalg.prepare(a), b)
 
 
+@pytest.mark.parametrize("precision", [40, OzakiII(moduli=14), "float32"], ids=str)
+def test_prepared_precision_is_the_default(eager, precision):
+    """A product given a prepared operand and no precision= takes the one it was prepared
+    for (the same bits and plan as asking for it); precision= and the config still win."""
+    a = phi_matrix((21, 60), 1, seed=31)
+    b = phi_matrix((60, 13), 1, seed=32)
+    p, q = emulinalg.prepare(a, precision=precision), emulinalg.prepare(b, precision=precision)
+    want, plan = emulinalg.matmul(a, b, precision=precision, explain=True)
+    for got, used in (emulinalg.matmul(p, b, explain=True), emulinalg.matmul(a, q, explain=True),
+                      emulinalg.tensordot(p, b, axes=1, explain=True)):  # fmt: skip
+        np.testing.assert_array_equal(got, want, strict=True)
+        assert used.precision == plan.precision and used.scheme == plan.scheme
+    with pytest.raises(ValueError, match="prepared for precision"):
+        emulinalg.matmul(p, b, precision=41)
+    with emulinalg.config(precision=41), pytest.raises(ValueError, match="prepared for precision"):
+        emulinalg.matmul(p, b)
+
+
+def test_matmul_operator(eager):
+    """``p @ b`` and ``a @ p`` are emulinalg.matmul (numpy on the left defers to the prepared
+    operand), bit for bit, vectors included."""
+    a = phi_matrix((17, 50), 1, seed=33)
+    b = phi_matrix((50, 11), 1, seed=34)
+    v = phi_matrix((50,), 1, seed=35)
+    p, q = emulinalg.prepare(a, precision=45), emulinalg.prepare(b, precision=45)
+    want = emulinalg.matmul(a, b, precision=45)
+    for got in (p @ b, a @ q, p @ q):
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_array_equal(got, want, strict=True)
+    pv = emulinalg.prepare(v, precision=45)
+    np.testing.assert_array_equal(a @ pv, emulinalg.matmul(a, v, precision=45), strict=True)
+    with pytest.raises(ValueError, match="contraction dimensions differ"):
+        p @ a
+
+
 def test_kept_pieces_are_read_only(eager):
     """A step writing into a kept piece would corrupt the next product: numpy refuses."""
     a = phi_matrix((16, 70), 1, seed=19)

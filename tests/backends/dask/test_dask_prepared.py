@@ -32,6 +32,18 @@ def test_prepared_dask_bit_identical(eager, sync, precision):
         np.testing.assert_array_equal(want, in_core)
 
 
+def test_prepared_dask_operator_and_default_precision(eager, sync):
+    """``a @ p`` with a dask ``a`` is emulinalg.matmul, at the precision ``p`` was prepared
+    for: the same bits as asking for it."""
+    a = da.from_array(phi_matrix((40, 96), 1, seed=3), chunks=(20, 48))
+    b = da.from_array(phi_matrix((96, 24), 1, seed=4), chunks=(48, 12))
+    want = emulinalg.matmul(a, b, precision=OzakiII(moduli=14)).compute()
+    q = emulinalg.prepare(b, precision=OzakiII(moduli=14))
+    got = a @ q
+    assert isinstance(got, da.Array)
+    np.testing.assert_array_equal(got.compute(), want, strict=True)
+
+
 def test_prepared_dask_refuses_rechunking_along_k(eager, sync):
     a = da.from_array(phi_matrix((40, 96), 1, seed=3), chunks=(20, 24))
     b = da.from_array(phi_matrix((96, 24), 1, seed=4), chunks=(48, 12))
