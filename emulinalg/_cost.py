@@ -363,7 +363,8 @@ def calibrate(
     Raises
     ------
     ValueError
-        Records without native times or without emulated stage breakdowns.
+        Records without native times or without emulated stage breakdowns, or, with
+        ``fixed_seconds``, an emulated record without its ``seconds``.
     OSError
         A path that cannot be read.
     """
@@ -393,6 +394,8 @@ def calibrate(
         if sum(st.values()) > 1.5 * r.get("seconds", math.inf):  # a cold run (compilation)
             continue
         if fixed_seconds:
+            if not r.get("seconds"):
+                raise ValueError("calibrate: fixed_seconds needs each record's 'seconds'")
             keep = max(0.0, 1.0 - fixed_seconds / r["seconds"])
             st = {key: v * keep for key, v in st.items()}
         cplx = r["dtype"].startswith("complex")

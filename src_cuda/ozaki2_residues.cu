@@ -3,7 +3,7 @@
 //
 // The operand, the planes and the rounding: ozaki2_residues.cuh. ozaki2_residues_mma.cu writes
 // the same planes on the INT8 tensor cores, faster at every measured count, and is the one the
-// backend runs (products.py's _residue_kernel); this one stays as its bit-for-bit twin.
+// backend runs (products.py's RESIDUE_KERNEL); this one stays as its bit-for-bit twin.
 //
 // Exactness: |X| mod 2**96 (ozaki2_residues.cuh) fits six 16-bit words w_i, and X mod m =
 // (sum_i w_i * (2**(16 i) mod m)) mod m with the sum below 2**27: one 32-bit reduction per

@@ -14,7 +14,7 @@
 // |X| <= 2**82 (the scaling keeps max|x| * 2**(shift - s) < 2**6 and shift - s <= floor(L) <= 76,
 // see scaling.ozaki2_shifts). Both kernels reduce sign(x) (|X| mod 2**96) for any entry, which is
 // X there, so they write the same planes for every input (inf, NaN and shifts no scaling makes
-// included). emulinalg/backends/cupy/products.py (_residue_kernel) picks one per call.
+// included). emulinalg/backends/cupy/products.py (RESIDUE_KERNEL) picks one per call.
 #pragma once
 
 #include "ozaki2_common.cuh"

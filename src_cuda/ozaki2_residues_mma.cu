@@ -2,7 +2,7 @@
 // modulus, in the layout the INT8 GEMM reads.
 //
 // The operand, the planes and the rounding: ozaki2_residues.cuh. This kernel does the same on
-// the INT8 tensor cores and is the one the backend runs (products.py's _residue_kernel says why).
+// the INT8 tensor cores and is the one the backend runs (products.py's RESIDUE_KERNEL says why).
 //
 // Digits. The kernel takes Y = sign(x) (|X| mod 2**96) (ozaki2_residues.cuh). With
 // |X| mod 2**96 = hi 2**52 + lo, its 14 digits d_k: the 7 bytes of lo, the 6 of hi, complemented

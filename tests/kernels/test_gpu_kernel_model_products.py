@@ -422,13 +422,13 @@ def test_residue_kernel_planes_equal_generic_residues(
 @pytest.mark.parametrize("n", [8, 15])
 @pytest.mark.parametrize("cplx", [False, True])
 def test_product_uses_the_tensor_core_residue_kernel(cpu_backend, monkeypatch, cplx, n):
-    """``ozaki2_product`` makes both operands' planes by the kernel ``_residue_kernel`` names,
+    """``ozaki2_product`` makes both operands' planes by ``RESIDUE_KERNEL``,
     the tensor-core kernel, for float64/complex128 sources (result dtype float64 or dd) and
     float32/complex64 ones (result float32), 8 moduli included; the result is the generic
     product's either way."""
     be, cp = cpu_backend
-    pick = be.products._residue_kernel
-    assert pick(n) == "ozaki2_residues_mma"
+    kernel = be.products.RESIDUE_KERNEL
+    assert kernel == "ozaki2_residues_mma"
     assert set(be.products.RESIDUE_KERNELS) == set(KERNELS)
     files = []
     real = be.products._kernel
@@ -448,7 +448,7 @@ def test_product_uses_the_tensor_core_residue_kernel(cpu_backend, monkeypatch, c
         dev = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
         got = be.ozaki2_product(*dev, n, "accurate", out_dtype, tuple(cp.asarray(x) for x in pre))
         used = [f for f in files if f.startswith("ozaki2_residues")]
-        assert used == [f"{pick(n)}.cu"] * 2, (out_dtype, used)
+        assert used == [f"{kernel}.cu"] * 2, (out_dtype, used)
         flat = [[x for p in r for x in (p if isinstance(p, tuple) else (p,))] for r in (want, got)]
         for w, g in zip(*flat):
             assert _same(np.asarray(g), w)

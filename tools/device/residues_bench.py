@@ -16,10 +16,10 @@ The two float64/float32 pairs separate the source dtype from the count of moduli
 float32 at 8 only). Each time is the median of ``--repeat`` CUDA-event-timed calls after two
 warm-up calls. One JSON line per case (to ``--out`` and stdout): each kernel's ms for A, B and
 both, the bytes moved (float64 entries read, int8 planes written) and the effective GB/s, the
-speedup of the MMA kernel, whether every plane is bit-identical, and the kernel that
-``products._residue_kernel`` picks for the case. From the repository root with the project on
-PYTHONPATH; a few seconds per case on an H200 once the 12 kernel instances are compiled
-(NVRTC at first use, then cupy's disk cache).
+speedup of the MMA kernel, whether every plane is bit-identical, and the kernel the backend
+runs (``products.RESIDUE_KERNEL``). From the repository root with the project on PYTHONPATH;
+a few seconds per case on an H200 once the 12 kernel instances are compiled (NVRTC at first
+use, then cupy's disk cache).
 
     python3 tools/device/residues_bench.py --out X.jsonl [--repeat 10]
         [--cases float64_15,float64_8,float32_8,float32_12,complex128_16,complex64_8] [--n N]
@@ -85,7 +85,7 @@ def run_case(name, repeat, n_override=None):
         "B": (ops.b, ops.b_strides, ops.n, ops.n_p, ops.nu, ops.n),
     }
     rec = {"case": name, "dtype": dtype, "N": n, "moduli": nmod, "nearest": near,
-           "chosen": products._residue_kernel(nmod)}  # fmt: skip
+           "chosen": products.RESIDUE_KERNEL}  # fmt: skip
     ms = {OLD: {}, MMA: {}}
     identical, moved = True, 0
     for side, (x, strides, rows, rows_pad, shift, shift_sb) in sides.items():

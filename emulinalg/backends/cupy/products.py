@@ -1,6 +1,6 @@
 """The cupy backend's Scheme II product in the CUDA kernels of ``src_cuda/``: one pass from
 float64 to the int8 residues of every modulus in the GEMM's layout (``ozaki2_residues.cu`` or
-``ozaki2_residues_mma.cu``, whichever ``_residue_kernel`` picks), one
+``ozaki2_residues_mma.cu``, ``RESIDUE_KERNEL``), one
 strided-batched INT8 GEMM per K-block over all moduli (and batch, and 3M products), or the fused
 CUTLASS GEMM with its mod-m epilogue (``backends.cuda.fused``), and one pass from the products
 to the correctly rounded result (``ozaki2_crt.cu``): the same integers and the same exact
@@ -47,17 +47,14 @@ chunk_bytes = 6 << 30
 RESIDUE_KERNELS = ("ozaki2_residues", "ozaki2_residues_mma")
 
 
-def _residue_kernel(n):
-    """The residue kernel for ``n`` moduli: the tensor-core kernel, for every source dtype and
-    count. The word kernel stays beside it as its bit-for-bit twin (tests, ``kernel=``).
-
-    On the H200 (``docs/benchmarks/h200/kernels_residues_2026-12-03.jsonl``, both operands of a
-    square product, planes bit-identical) the tensor-core kernel was 1.40x the word kernel at
-    float64 N = 16384 with 15 moduli, 1.49x at float32 with 12, 2.0x with 8 (float64 and
-    float32), 1.52x at complex128 N = 8192 with 16 and 1.97x at complex64 with 8. (Its 8-moduli
-    build used to reload its MMA fragment from constant memory before every MMA, 0.38x; a
-    shuffle keeps it in a register now: ``src_cuda/ozaki2_residues_mma.cu``.)"""
-    return "ozaki2_residues_mma"
+# The residue kernel the backend runs, for every source dtype and count: the tensor-core one (the
+# word kernel stays beside it as its bit-for-bit twin: tests, ``kernel=``). On the H200
+# (docs/benchmarks/h200/kernels_residues_2026-12-03.jsonl, planes bit-identical) it was 1.40x the
+# word kernel at float64 N = 16384 with 15 moduli, 1.49x at float32 with 12, 2.0x with 8, 1.52x
+# at complex128 N = 8192 with 16 and 1.97x at complex64 with 8 (its 8-moduli build used to
+# reload its MMA fragment from constant memory before every MMA, 0.38x; a shuffle keeps it in a
+# register now: src_cuda/ozaki2_residues_mma.cu).
+RESIDUE_KERNEL = "ozaki2_residues_mma"
 
 
 def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, nearest,
@@ -65,9 +62,9 @@ def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, 
     """int8 planes (P, n, B, rows_pad, kp) of the logical operand (B, rows, k) given by ``re``
     (and ``im``) with element ``strides``, lines scaled by ``shift`` (B lines of ``rows``, batch
     stride ``shift_sb``) and rounded to nearest (``nearest``) or toward zero, as
-    ``scaling.scale_to_integers``, by ``kernel`` (one of ``RESIDUE_KERNELS``; default the one
-    ``_residue_kernel`` picks for ``n``)."""
-    kernel = kernel or _residue_kernel(n)
+    ``scaling.scale_to_integers``, by ``kernel`` (one of ``RESIDUE_KERNELS``; default
+    ``RESIDUE_KERNEL``)."""
+    kernel = kernel or RESIDUE_KERNEL
     B = re.shape[0]
     cplx = im is not None
     planes = cp.empty((3 if cplx else 1, n, B, rows_pad, kp), dtype=cp.int8)
