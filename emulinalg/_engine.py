@@ -131,9 +131,12 @@ def _product(xp, backend, a, b, request, cfg, out, uses):
     # to make and slow to read).
     xp.empty(a.shape[:-2] + (m, n), dtype=a.dtype)
     ua, ub = uses
-    ar, ai = once(ua, ("float64 parts",), lambda: operands.parts(xp, a, backend))
-    # the front end gave both operands the result dtype
-    br, bi = once(ub, ("float64 parts",), lambda: operands.parts(xp, b, backend))
+    if _narrow(backend, dtype_name, uses):  # every stage takes float32 parts (operands.wide)
+        (ar, ai), (br, bi) = operands.real_imag(xp, a), operands.real_imag(xp, b)
+    else:
+        ar, ai = once(ua, ("float64 parts",), lambda: operands.parts(xp, a, backend))
+        # the front end gave both operands the result dtype
+        br, bi = once(ub, ("float64 parts",), lambda: operands.parts(xp, b, backend))
     hook_ops = _hook_operands(xp, backend, a, b, (ar, ai, br, bi), real_name)
     # A backend may fuse the NaN/Inf check with the statistics' first pass (``line_scan``:
     # ``(finite, exponents)`` or None), the line exponents then go to its prescale.
@@ -183,6 +186,16 @@ def _product(xp, backend, a, b, request, cfg, out, uses):
             else:
                 c = xp.where(native_mask, nat, c)
     return c, plan
+
+
+def _narrow(backend, dtype_name, uses):
+    """Whether the product's parts stay the float32 inputs' own (a backend with
+    ``narrow_products``, a real float32 product, no prepared operand): generic code then widens
+    them where it runs (``operands.wide``), and the backend's stages read half the bytes of a
+    float64 copy and skip the pass that would make it."""
+    st = stages(backend)
+    narrow = st.narrow_products and st.narrow_statistics
+    return narrow and dtype_name == "float32" and uses == (None, None)
 
 
 def _finite(xp, backend, use, re, im):
@@ -503,16 +516,19 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     ``sides``: the prepared operands' ``operands.SideUse``, which keep their line statistics
     and the residue planes of their last shifts (``residues.kept_planes``)."""
     m = ar.shape[-2]
+    backend = stages(backend)
+    fused = backend.ozaki2_product
+    if not (isinstance(scheme, OzakiII) and fused is not None):
+        ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
         res = bf16.product(xp, backend, ar, ai, br, bi, scheme, out_dtype)
         return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m, None
-    backend = stages(backend)
     imm = backend.int_matmul
-    fused = backend.ozaki2_product
     if isinstance(scheme, OzakiII) and prescale is None:
         prescale = _backend_prescale(backend, ar, ai, br, bi, scheme.mode, exponents)
         if prescale is None:
-            prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode, sides)
+            prescale = ozaki2_prescale(xp, imm, *operands.wide(xp, ar, ai, br, bi), scheme.mode,
+                                       sides)  # fmt: skip
     if isinstance(scheme, OzakiII) and fused is not None:
         # The backend's kernels bound their own memory: B's residues are made once.
         res = fused(ar, ai, br, bi, scheme.moduli, scheme.mode, out_dtype, prescale)
@@ -520,6 +536,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
             size = backend.product_workspace
             ws = None if size is None else size(ar, ai, br, bi, scheme.moduli)
             return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m, ws
+    ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)  # the generic loop's
     rows = block_rows(backend, ar, ai, br, out_dtype)
     b_planes = a_planes = None
     if isinstance(scheme, OzakiII):
@@ -604,7 +621,8 @@ def _choose(
         hook_ops = hook_ops or (ar, ai, br, bi)
         prescale = _backend_prescale(backend, *hook_ops, "accurate", exponents)
         if prescale is None:
-            prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate", sides)
+            prescale = ozaki2_prescale(xp, backend.int_matmul, *operands.wide(xp, ar, ai, br, bi),
+                                       "accurate", sides)  # fmt: skip
 
     def certify(lev):  # (count, beyond, patch) of the family's certificate for a level
         target = _planner.target_for(lev, k, backend, outputs)
@@ -612,7 +630,8 @@ def _choose(
             return certificate.ozaki2_moduli_needed(
                 xp, backend, ar, ai, br, bi, prescale, target, hook_ops, sides
             )
-        return (*certificate.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target), None)
+        wide = operands.wide(xp, ar, ai, br, bi)
+        return (*certificate.ozaki1_slices_needed(xp, backend, *wide, target), None)
 
     count, beyond, patch = certify(level)
     any_beyond = beyond is not None and bool(xp.any(beyond))

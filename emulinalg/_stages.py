@@ -46,10 +46,12 @@ member                      stage (reference implementation)
 
 Declared facts: ``block_entries`` (output entries per row block of the generic Scheme II
 loop; None: ``_engine.BLOCK_ENTRIES``), ``narrow_statistics`` (its statistics stages take
-float32 parts as they are), ``native_error_rms`` / ``native_chain_k`` (its native GEMM's
-measured rounding error, ``certificate.native_error``), ``dask_mode`` (the dask graph its chunks
-default to), and ``plan_note()`` (a line for every plan, e.g. why another backend is not
-running).
+float32 parts as they are), ``narrow_products`` (so do its ``ozaki2_product`` and
+``refit_pick``: the engine then gives float32 inputs' parts to every stage as they are, and
+widens them only for generic code, ``operands.wide``), ``native_error_rms`` /
+``native_chain_k`` (its native GEMM's measured rounding error, ``certificate.native_error``),
+``dask_mode`` (the dask graph its chunks default to), and ``plan_note()`` (a line for every
+plan, e.g. why another backend is not running).
 """
 
 from __future__ import annotations
@@ -126,14 +128,15 @@ class Stages:
     k_block: Callable | None = None
     block_entries: int | None = None
     narrow_statistics: bool = False
+    narrow_products: bool = False
     native_error_rms: float = NATIVE_ERROR_RMS
     native_chain_k: Any = None
     dask_mode: str = "shared"
     plan_note: Callable[[], str] = lambda: ""
 
 
-_FACTS = ("block_entries", "narrow_statistics", "native_error_rms", "native_chain_k",
-          "dask_mode", "plan_note")  # fmt: skip
+_FACTS = ("block_entries", "narrow_statistics", "narrow_products", "native_error_rms",
+          "native_chain_k", "dask_mode", "plan_note")  # fmt: skip
 
 
 def stages(backend) -> Stages:

@@ -93,9 +93,9 @@ __device__ __forceinline__ void store_residues(const Words (&wr)[4], const Words
 
 }  // namespace
 
-template <int NMOD, bool CPLX, bool NEAR>
+template <int NMOD, bool CPLX, bool NEAR, typename In = double>
 __global__ void __launch_bounds__(kThreads, CPLX ? 2 : 3)
-    ozaki2_residues(const double* __restrict__ re, const double* __restrict__ im, long long sb,
+    ozaki2_residues(const In* __restrict__ re, const In* __restrict__ im, long long sb,
                     long long sr, long long sc, int B, int R, int C, int Rpad, int Cp,
                     int rows_contiguous, const int* __restrict__ shift, long long shift_sb,
                     unsigned* __restrict__ planes) {
@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : 3)
         double x = 0.0, y = 0.0;
         if (r < R && c < C) {
           const long long o = b * sb + r * sr + c * sc;
-          x = re[o];
-          if constexpr (CPLX) y = im[o];
+          x = static_cast<double>(re[o]);  // a float32 operand: the same value
+          if constexpr (CPLX) y = static_cast<double>(im[o]);
         }
         tre[rr][cc] = x;
         if constexpr (CPLX) tim[rr][cc] = y;

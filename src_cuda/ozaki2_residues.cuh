@@ -1,8 +1,9 @@
 // Shared by the two Scheme II residue kernels (ozaki2_residues.cu, ozaki2_residues_mma.cu):
 // what they take from the operand and give back are the same, only the arithmetic differs.
 //
-// The operand is a logical (B, R, C) array with element strides (sb, sr, sc): rows are the lines
-// that carry a shift (rows of A, columns of B) and C is the contraction axis k. Entry x of row r
+// The operand is a logical (B, R, C) array (float64, or float32: the kernels' In) with element
+// strides (sb, sr, sc): rows are the lines that carry a shift (rows of A, columns of B) and C is
+// the contraction axis k. Entry x of row r
 // becomes the integer X = x * 2**shift[r] rounded to nearest, ties to even (NEAR), or toward zero,
 // as emulinalg.algorithm.scaling.scale_to_integers (rounds_to_nearest picks NEAR; exactly: no float
 // rounding is involved), and its residues X mod m_l in [-(m/2), (m-1)/2] go to planes (P, NMOD, B,

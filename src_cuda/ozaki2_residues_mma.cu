@@ -199,9 +199,9 @@ __device__ __forceinline__ Entries entry_map(int rows_contiguous, long long sr, 
 }
 
 // The tile's entries of this thread (zeros outside R x C) and the shifts of their two rows.
-template <bool CPLX>
-__device__ __forceinline__ void load_entries(const double* __restrict__ re,
-                                             const double* __restrict__ im, long long sb,
+template <bool CPLX, typename In>
+__device__ __forceinline__ void load_entries(const In* __restrict__ re,
+                                             const In* __restrict__ im, long long sb,
                                              long long sr, long long sc, int R, int C,
                                              const Entries& m, const int* __restrict__ shift,
                                              long long shift_sb, TilePos at, double (&xr)[4],
@@ -219,8 +219,8 @@ __device__ __forceinline__ void load_entries(const double* __restrict__ re,
       const int i = 2 * h + e;
       const long long oi = o + h * m.da + e * m.db;
       const bool in = r < R && c0 + h * m.dca + e * m.dcb < C;
-      xr[i] = in ? re[oi] : 0.0;
-      if constexpr (CPLX) xi[i] = in ? im[oi] : 0.0;
+      xr[i] = in ? static_cast<double>(re[oi]) : 0.0;  // a float32 operand: the same value
+      if constexpr (CPLX) xi[i] = in ? static_cast<double>(im[oi]) : 0.0;
     }
   }
 }
@@ -287,9 +287,9 @@ __device__ __forceinline__ void row_pass(const uint4* re_slots, const uint4* im_
 
 }  // namespace
 
-template <int NMOD, bool CPLX, bool NEAR>
+template <int NMOD, bool CPLX, bool NEAR, typename In = double>
 __global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
-    ozaki2_residues_mma(const double* __restrict__ re, const double* __restrict__ im,
+    ozaki2_residues_mma(const In* __restrict__ re, const In* __restrict__ im,
                         long long sb, long long sr, long long sc, int B, int R, int C, int Rpad,
                         int Cp, int rows_contiguous, const int* __restrict__ shift,
                         long long shift_sb, unsigned* __restrict__ planes) {
@@ -332,10 +332,10 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
   double xr[4], xi[4];
   int xs[2];  // the shifts of entries 0, 1 and 2, 3
   if (kPrefetch && cur.b < static_cast<unsigned>(B))
-    load_entries<CPLX>(re, im, sb, sr, sc, R, C, em, shift, shift_sb, cur, xr, xi, xs);
+    load_entries<CPLX, In>(re, im, sb, sr, sc, R, C, em, shift, shift_sb, cur, xr, xi, xs);
   while (cur.b < static_cast<unsigned>(B)) {  // block-uniform
     if constexpr (!kPrefetch)
-      load_entries<CPLX>(re, im, sb, sr, sc, R, C, em, shift, shift_sb, cur, xr, xi, xs);
+      load_entries<CPLX, In>(re, im, sb, sr, sc, R, C, em, shift, shift_sb, cur, xr, xi, xs);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int s = (i >> 1) * sdh + (i & 1) * em.dsb;
@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
       ++next.b;
     }
     if (kPrefetch && next.b < static_cast<unsigned>(B))
-      load_entries<CPLX>(re, im, sb, sr, sc, R, C, em, shift, shift_sb, next, xr, xi, xs);
+      load_entries<CPLX, In>(re, im, sb, sr, sc, R, C, em, shift, shift_sb, next, xr, xi, xs);
     const int r0 = static_cast<int>(cur.rt) * kRows, c0 = static_cast<int>(cur.cu) * kCols;
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) {

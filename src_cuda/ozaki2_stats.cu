@@ -1074,6 +1074,16 @@ __device__ __forceinline__ int half_log_shift(double q_down, double v) {
   return t;
 }
 
+// scaling.line_shift of lines 0 .. n-1 (one side of ozaki2_shifts): s + half_log_shift(Q_down,
+// v), the Scheme II product's shifts made where they are used (no host round trip).
+extern "C" __global__ void __launch_bounds__(kThreads)
+    line_shifts(const long long* __restrict__ s, const double* __restrict__ v, long long n,
+                double q_down, long long* __restrict__ out) {
+  for (long long i = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * kThreads)
+    out[i] = s[i] + half_log_shift(q_down, v[i]);
+}
+
 // certificate.exact_line_factors of count index c, f0 2**-half_log_shift(Q_down, e), of A's lines
 // (e, la of them) to p and B's (f, lb) to q, lines first, first + stride, ...; tab holds
 // Q_down per count index, then f0 (0.5 scale min(rel, EXCLUDED)); 0 for a zero line bound.

@@ -31,14 +31,44 @@ __device__ __forceinline__ double part_ratio(double p, double a1, double b1, dou
     return __dmul_rn(__dmul_rn(__dmul_rn(fabs(p), a1), b1), __dmul_rn(a2, b2));
 }
 
+// A grid-stride walk over the flat indices i = (b m + r) n + j of (B, m, n) entries that keeps
+// (b, r, j) without a 64-bit division per entry: each step adds the stride's own quotient and
+// remainder.
+struct Walk {
+  long long i, b, r, total, stride, dr;
+  int j, dj, m, n;
+  __device__ Walk(long long total_, int m_, int n_)
+      : i(blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x), total(total_),
+        stride(static_cast<long long>(gridDim.x) * kThreads), m(m_), n(n_) {
+    const long long row = i / n;
+    j = static_cast<int>(i - row * n);
+    b = row / m;
+    r = row - b * m;
+    dr = stride / n;
+    dj = static_cast<int>(stride - dr * n);
+  }
+  __device__ bool more() const { return i < total; }
+  __device__ void next() {
+    i += stride;
+    j += dj;
+    r += dr;
+    if (j >= n) {
+      j -= n;
+      ++r;
+    }
+    if (r >= m) {  // into a later matrix of the batch
+      b += r / m;
+      r %= m;
+    }
+  }
+};
+
 template <typename T, bool Cplx>
 __device__ __forceinline__ void ratios(const T* re, const T* im, const double* a1,
                                        const double* a2, const double* b1, const double* b2,
-                                       const unsigned char* exclude, long long i, int m, int n,
+                                       const unsigned char* exclude, const Walk& w,
                                        double* q) {
-    long long row = i / n;
-    int j = static_cast<int>(i - row * n);
-    long long col = (row / m) * n + j;
+    const long long i = w.i, row = w.b * w.m + w.r, col = w.b * w.n + w.j;
     double f1 = a1[row], f2 = a2[row], g1 = b1[col], g2 = b2[col];
     bool ex = exclude != nullptr && exclude[i] != 0;
     double v0 = part_ratio(static_cast<double>(re[i]), f1, g1, f2, g2);
@@ -65,9 +95,8 @@ __global__ void __launch_bounds__(kThreads)
     double best[W];
     for (int w = 0; w < W; ++w) best[w] = EMUL_INF;
     double q[3];
-    for (long long i = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; i < total;
-         i += static_cast<long long>(gridDim.x) * kThreads) {
-        ratios<T, Cplx>(re, im, a1, a2, b1, b2, exclude, i, m, n, q);
+    for (Walk it(total, m, n); it.more(); it.next()) {
+        ratios<T, Cplx>(re, im, a1, a2, b1, b2, exclude, it, q);
         for (int w = 0; w < W; ++w)
             if (q[w] > 0 && q[w] < best[w]) best[w] = q[w];
     }
@@ -97,17 +126,16 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = threadIdx.x; k < W * kHistBins; k += kThreads) bins[k] = 0;
     __syncthreads();
     double q[3];
-    for (long long i = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; i < total;
-         i += static_cast<long long>(gridDim.x) * kThreads) {
-        ratios<T, Cplx>(re, im, a1, a2, b1, b2, exclude, i, m, n, q);
+    for (Walk it(total, m, n); it.more(); it.next()) {
+        ratios<T, Cplx>(re, im, a1, a2, b1, b2, exclude, it, q);
         for (int w = 0; w < W; ++w) {
             if (q[w] == 0) {
                 unsigned long long s = atomicAdd(counts + 2 * w, 1ull);
-                if (s < static_cast<unsigned long long>(cap)) zero_idx[w * cap + s] = i;
+                if (s < static_cast<unsigned long long>(cap)) zero_idx[w * cap + s] = it.i;
             } else if (q[w] <= thr[w]) {
                 unsigned long long s = atomicAdd(counts + 2 * w + 1, 1ull);
                 if (s < static_cast<unsigned long long>(cap)) {
-                    cand_idx[w * cap + s] = i;
+                    cand_idx[w * cap + s] = it.i;
                     cand_q[w * cap + s] = q[w];
                 }
                 int b = static_cast<int>(floor(log2(q[w] / low[w]) * kNarrowBins));

@@ -70,6 +70,7 @@ import numpy as np
 
 from .._precision import MAX_SLICES, MIN_SLICES
 from .._stages import NATIVE_ERROR_RMS, stages
+from . import operands
 from .moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from .operands import once
 from .scaling import half_log_shift, magnitude, max_exponent, rounds_to_nearest
@@ -239,7 +240,7 @@ def magnitude_lower(xp, backend, xa, xb):
         return backend.native_matmul(xa, xb) * cc.native_factor
     hook = stages(backend).magnitude_lower_matmul
     if hook is not None:  # e.g. one bfloat16 tensor-core GEMM, already a lower bound
-        s = xp.astype(hook(xa, xb), xp.float64)
+        s = xp.astype(hook(xa, xb), xp.float64, copy=False)
     else:
         s = xp.astype(
             backend.native_matmul(down_to_float32(xp, xa), down_to_float32(xp, xb)), xp.float64
@@ -294,7 +295,7 @@ def signed_estimate(xp, backend, xa, xb):
     keeps the signs; its factor is within the error) or its native GEMM of float32 roundings."""
     hook = stages(backend).magnitude_lower_matmul
     if hook is not None and xa.shape[-1] <= LOWER_K_MAX:
-        return xp.astype(hook(xa, xb), xp.float64)
+        return xp.astype(hook(xa, xb), xp.float64, copy=False)
     f32 = [xp.astype(x, xp.float32) for x in (xa, xb)]
     return xp.astype(backend.native_matmul(*f32), xp.float64)
 
@@ -395,6 +396,7 @@ def ozaki2_moduli_needed(
     res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, target)
     if res is not None:
         return tuple(res) + (None,) * (3 - len(res))
+    ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)  # a narrow_products backend's parts
     return certify_moduli(
         xp, backend, ar, ai, br, bi, prescale, target, getattr(prescale, "lower", None), sides
     )

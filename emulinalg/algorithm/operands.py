@@ -37,6 +37,12 @@ def parts(xp, x, backend=None):
     return conv(re), None if im is None else conv(im)
 
 
+def wide(xp, *parts):
+    """The parts as float64 (None stays None; float64 ones as they are): what generic code
+    computes on, where a backend with ``narrow_products`` was handed float32 parts."""
+    return tuple(None if x is None else xp.astype(x, xp.float64, copy=False) for x in parts)
+
+
 def all_finite(xp, backend, re, im):
     """True when every entry is finite: the backend's own check (``backend.all_finite``, e.g.
     multithreaded) or one sum per part: NaN and Inf entries make the sum non-finite; a sum that

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from . import products
+from . import operands, products
 from .moduli import MAX_MODULI
 from .scaling import rounds_to_nearest
 from .xputil import ldexp
@@ -254,6 +254,7 @@ def recomputed(xp, ar, ai, br, bi, prescale, mode, out_dtype, work=products.ENTR
         if got is not None:
             return got
     near = rounds_to_nearest(MAX_MODULI, ar.shape[-1], mode)
+    ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)  # a narrow_products backend's lines
     return products.entries(xp, ar, ai, br, bi, MAX_MODULI, out_dtype, prescale, near, work)
 
 

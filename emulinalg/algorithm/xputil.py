@@ -6,6 +6,7 @@ algorithms runnable on any Array API namespace.
 
 from __future__ import annotations
 
+import functools
 import math
 
 
@@ -47,6 +48,18 @@ def _cupy_to_float32():
     return _CUPY_TO_FLOAT32[0]
 
 
+@functools.cache
+def _cupy_make_complex(part):
+    import cupy
+
+    c = {"float64": "complex128", "float32": "complex64"}[part]
+    return cupy.ElementwiseKernel(
+        f"{part} re, {part} im", f"{c} z",
+        f"z = complex<{'double' if part == 'float64' else 'float'}>(re, im)",
+        f"emulinalg_make_{c}",
+    )
+
+
 def frexp_exponent(xp, x):
     """Integer ``E`` with ``|x| = f * 2**E``, ``0.5 <= f < 1`` (0 for x == 0); x must be finite."""
     f = getattr(xp, "frexp", None)
@@ -81,7 +94,12 @@ def floor_mod(xp, x, m):
 
 def make_complex(xp, re, im, dtype):
     """Complex array from real and imaginary parts, keeping inf/nan parts as they are (re + 1j*im
-    would turn an infinite imaginary part into a NaN real part)."""
+    would turn an infinite imaginary part into a NaN real part). On cupy, parts of the dtype's
+    own precision are interleaved in one pass (astype and an imaginary assignment are two)."""
+    if "cupy" in getattr(xp, "__name__", "").split(".") and re.shape == im.shape:
+        name = {xp.complex128: "float64", xp.complex64: "float32"}.get(dtype)
+        if name is not None and re.dtype == im.dtype == getattr(xp, name):
+            return _cupy_make_complex(name)(re, im)
     out = xp.astype(re, dtype)
     try:
         out.imag = im

@@ -21,7 +21,9 @@ Each backend module provides the same small surface:
   complex part check reads them too);
   ``narrow_statistics = True``: those three hooks also take float32 operands (float32 and
   complex64 inputs, read as they are: half the bytes of their float64 copies), with the results
-  they give for the float64 copies; ``dask_mode = "dd"``: dask graphs over this backend's
+  they give for the float64 copies; ``narrow_products = True``: so do ``ozaki2_product`` and
+  ``refit_pick`` (real float32 inputs then reach every stage as they are, no float64 copy);
+  ``dask_mode = "dd"``: dask graphs over this backend's
   chunks default to the double-double graph (``backends.dask._mode``).
 
 Whether emulation beats native here (``strategy="performant"``) is decided by the cost model of

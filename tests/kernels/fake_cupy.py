@@ -105,8 +105,10 @@ class _Kernel:
         B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
         assert int(rows_contig) == int(sr == 1 and sc != 1)
-        X = _strided_any(re_, np.float64, (B, R, C), (int(sb), int(sr), int(sc)))
-        Xi = _strided_any(im, np.float64, (B, R, C), (int(sb), int(sr), int(sc))) if cplx else None
+        dt = np.float32 if targs[3:] == ["float"] else np.float64  # the kernels' In
+        X = _strided_any(re_, dt, (B, R, C), (int(sb), int(sr), int(sc))).astype(np.float64)
+        Xi = (_strided_any(im, dt, (B, R, C), (int(sb), int(sr), int(sc))).astype(np.float64)
+              if cplx else None)  # fmt: skip
         S = _view(shift, np.int32, (B, R), (int(shift_sb), 1)).astype(np.int64)
         out = _view(planes, np.int8, (3 if cplx else 1, nmod, B, Rpad, Cp),
                     (nmod * B * Rpad * Cp, B * Rpad * Cp, Rpad * Cp, Cp, 1))  # fmt: skip
@@ -259,6 +261,17 @@ class _Kernel:
         out = _view(hist, np.uint64, (nth + 2,), (1,))
         out[...] = h  # the grid's atomics, in one step
 
+    def _line_shifts(self, grid, block, targs, s, v, n, q_down, out):
+        """scaling.line_shift: its log2 estimate (here from Q_down's, L) corrected exactly."""
+        from emulinalg.algorithm.scaling import half_log_shift
+
+        n = int(n)
+        assert block == (_THREADS_1D,) and grid[0] >= 1
+        q = float(q_down)
+        sv, vv = _view(s, np.int64, (n,), (1,)), _view(v, np.float64, (n,), (1,))
+        t = half_log_shift(np, 0.5 * np.log2(q), q, vv)
+        _view(out, np.int64, (n,), (1,))[...] = sv + t
+
     def _cert_exact_factors(self, grid, block, targs, e, la, f, lb, tab, nth, mode, last,
                             refine, steps, words, p, q):  # fmt: skip
         la, lb, nth, steps = int(la), int(lb), int(nth), int(steps)
@@ -394,7 +407,7 @@ def _ndarray_factory(shape, dtype=float, memptr=None, **kw):
 # ----------------------------------------------------------------------------------------------
 
 _RESIDUE_PARAMS = (
-    "const double* re, const double* im, long long sb, long long sr, long long sc, int B, int R, "
+    "const In* re, const In* im, long long sb, long long sr, long long sc, int B, int R, "
     "int C, int Rpad, int Cp, int rows_contiguous, const int* shift, long long shift_sb, "
     "unsigned* planes"
 )
@@ -440,6 +453,8 @@ _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "cert_exact_factors": "const double* e, long long la, const double* f, long long lb, "
     "const double* tab, int nth, int mode, int last, int refine, int steps, "
     "unsigned long long* words, double* p, double* q",
+    "line_shifts": "const long long* s, const double* v, long long n, double q_down, "
+    "long long* out",
     "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, int l2, "
     "const double* e, double scale, double* norm, double* alpha",
     "cert_entries": "const T* F, const float* c32, long long n_p, long long c_pitch, int B, "
@@ -453,7 +468,7 @@ _BARRIERS = {"ozaki2_residues": True, "ozaki2_residues_mma": True, "ozaki2_crt":
              "bf16_lower": False, "line_max_exponent": True, "bound_operand": True,
              "cert_operand": True, "cert_line_terms": False, "cert_entries": True,
              "bound_max": True, "suspect_ranks": True, "refine_suspects": True,
-             "refine_test": True, "cert_exact_factors": False}  # fmt: skip
+             "refine_test": True, "cert_exact_factors": False, "line_shifts": False}  # fmt: skip
 _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "double": ctypes.c_double}
 _LIBS: dict = {}
 
@@ -580,6 +595,20 @@ def gemmEx(*args):
 # ----------------------------------------------------------------------------------------------
 
 
+# The backend's cupy ElementwiseKernels the stand-in runs, by name: what each computes, in numpy
+_ELEMENTWISE = {
+    "emulinalg_scaled_sums": lambda c, f: np.asarray(c).astype(np.float64) * np.float64(f),
+}
+
+
+class _ElementwiseKernel:
+    def __init__(self, in_params, out_params, operation, name, **kwargs):
+        self.fn = _ELEMENTWISE[name]
+
+    def __call__(self, *args):
+        return _wrap(self.fn(*args))
+
+
 def make_module(native=False):
     """A ``cupy`` module object (with ``cupy.cuda`` and ``cupy.cuda.cublas``); ``native``: run
     the kernels' CUDA sources compiled for the CPU instead of their numpy model."""
@@ -606,6 +635,7 @@ def make_module(native=False):
     cp.where = lambda c, a, b: _wrap(np.where(c, a, b))
     cp.ndarray = _ndarray_factory
     cp.RawModule = type("RawModule", (RawModule,), {"native": native})
+    cp.ElementwiseKernel = _ElementwiseKernel
     cuda = types.ModuleType("cupy.cuda")
     cublas = types.ModuleType("cupy.cuda.cublas")
     cublas.gemmStridedBatchedEx = gemmStridedBatchedEx

@@ -21,8 +21,8 @@ KERNELS = {
     "ozaki2_stats.cu": cuda.STATS_KERNELS,
     **{
         f"{k}.cu": tuple(
-            f"{k}<{n}, {c}, {r}>" for n in (2, 8, 20) for c in ("false", "true")
-            for r in ("false", "true")
+            f"{k}<{n}, {c}, {r}{t}>" for n in (2, 8, 20) for c in ("false", "true")
+            for r in ("false", "true") for t in ("", ", float")
         )
         for k in ("ozaki2_residues", "ozaki2_residues_mma")
     },

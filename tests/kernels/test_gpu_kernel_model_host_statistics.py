@@ -24,6 +24,7 @@ from _kernel_model_helpers import (
     _stat_operands,
 )
 
+from emulinalg._precision import OzakiII
 from emulinalg.algorithm import certificate, refinement
 from emulinalg.algorithm.certificate import Target
 from emulinalg.algorithm.scaling import ozaki2_prescale
@@ -497,6 +498,45 @@ def test_engine_choose_float32_hook_operands(cpu_backend, cplx):
         assert got[0] == want[0]
         _same_prescale(got[1], want[1])
         assert (got[2] is None) == (want[2] is None)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    ["float32", "float64", OzakiII(moduli=8), OzakiII(moduli=9, mode="fast")],
+    ids=str,
+)
+def test_engine_float32_parts_stay_narrow(cpu_backend, monkeypatch, request_):
+    """narrow_products: a real float32 product on the cupy backend's host code hands the inputs'
+    own float32 parts to its stages (no float64 copy of the operands is made) and gives the
+    product computed from float64 parts bit for bit, with the same plan (levels with the
+    certificate and refit, fixed Scheme II schemes in both modes)."""
+    import dataclasses
+
+    from emulinalg import _engine, get_config
+    from emulinalg._precision import parse
+    from emulinalg._stages import stages
+    from emulinalg.algorithm import operands
+
+    be, cp = cpu_backend
+    assert stages(be).narrow_products
+    wide_be = dataclasses.replace(  # the float64 copies, as device arrays of the stand-in
+        stages(be), narrow_products=False,
+        as_float64=lambda v: cp.asarray(np.asarray(v).astype(np.float64)),
+    )  # fmt: skip
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((24, 70)).astype(np.float32)
+    b = (rng.standard_normal((70, 18)) * 2.0**-30).astype(np.float32)
+    a[3] *= 2.0**-100  # a tiny row: float32-subnormal and tiny entries
+    a, b = cp.asarray(a), cp.asarray(b)
+    request = parse(request_)
+    want, want_plan = _engine.matmul(np, wide_be, a, b, request, get_config())
+    widened = []
+    real = operands.parts
+    monkeypatch.setattr(operands, "parts", lambda *x, **kw: widened.append(1) or real(*x, **kw))
+    got, plan = _engine.matmul(np, be, a, b, request, get_config())
+    assert not widened
+    assert got.dtype == np.float32 and _same(np.asarray(got), np.asarray(want))
+    assert str(plan) == str(want_plan)
 
 
 def test_cert_operand_takes_float64_only(cpu_backend):

@@ -454,6 +454,49 @@ def test_product_uses_the_tensor_core_residue_kernel(cpu_backend, monkeypatch, c
             assert _same(np.asarray(g), w)
 
 
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+@pytest.mark.parametrize("cplx", [False, True])
+def test_product_takes_float32_operands(cpu_backend, monkeypatch, cplx, kernel):
+    """narrow_products: ``ozaki2_product`` given float32 operands (complex64: their parts)
+    equals it given their float64 copies bit for bit, with either residue kernel (its float32
+    build reads the half-width entries), and the generic product of those copies."""
+    be, cp = cpu_backend
+    monkeypatch.setattr(be.products, "RESIDUE_KERNEL", kernel)
+    ops = _operands(((2,), 5, 37, 6), 4, cplx, seed=3)
+    narrow = [None if x is None else x.astype(np.float32) for x in ops]
+    wide = [None if x is None else x.astype(np.float64) for x in narrow]
+    pre, want = _generic(*wide, 9, "accurate", "float32")
+    pre = tuple(cp.asarray(x) for x in pre)
+    got = {}
+    for name, xs in (("wide", wide), ("narrow", narrow)):
+        dev = [None if x is None else cp.asarray(x) for x in xs]
+        got[name] = be.ozaki2_product(*dev, 9, "accurate", "float32", pre)
+    for w, g64, g32 in zip(want, got["wide"], got["narrow"]):
+        assert _same(np.asarray(g64), w) and _same(np.asarray(g32), w)
+
+
+@pytest.mark.parametrize("n", [2, 8, 15, 20])
+def test_line_shifts_equal_generic_shifts(native_backend, n):
+    """``products._shifts`` (``line_shifts`` of ``ozaki2_stats.cu``, the CUDA source compiled
+    for the CPU) equals the generic ``scaling.ozaki2_shifts`` on line bounds of every size:
+    zeros, powers of two, Q_down and its neighbours at 4**t, and random ones."""
+    be, cp = native_backend
+    c = crt_constants(n)
+    rng = np.random.default_rng(n)
+    edge = [c.Q_down * 4.0**-t for t in range(0, 60, 7)]
+    v = np.concatenate([
+        [0.0, 0.25, 1.0, 1.5, 2.0**40, 2.0**100],
+        edge, np.nextafter(edge, np.inf), np.nextafter(edge, 0.0),
+        np.ldexp(rng.uniform(1, 2, 64), rng.integers(-2, 120, 64)),
+    ])  # fmt: skip
+    s = rng.integers(-60, 60, v.shape).astype(np.int64)
+    pre = (s, s[::-1].copy(), v, v[::-1].copy())
+    want = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    got = be.products._shifts(tuple(cp.asarray(x) for x in pre), c)
+    for g, w in zip(got, want):
+        assert np.asarray(g).dtype == np.int64 and np.array_equal(np.asarray(g), w)
+
+
 # (moduli, k, mode, rounds): both sides of scaling.rounds_to_nearest
 ROUNDING_SWITCH = [
     (3, 62, "accurate", True),

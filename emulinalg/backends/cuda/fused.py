@@ -12,7 +12,7 @@ from those bytes: a quarter of the product traffic, the same integers, so the sa
 - ``crt_s8(...)``: the CRT pass over those planes, with the arguments of
   ``emulinalg/backends/cupy/products.py``'s ``_crt``.
 - ``int32_products(pa, pb)``: the same GEMM with an identity epilogue (INT32 out, cuBLAS's
-  layout), for benchmarks.
+  layout): the backend's other INT8 GEMMs (the prescale's bound GEMM, ``_int8_products``).
 
 cupy is imported inside the functions, so this module imports anywhere (the CPU tests run
 ``crt_s8`` on a CPU stand-in for cupy). ``EMULINALG_FUSED=0`` in the environment turns the
@@ -131,7 +131,7 @@ def int8_mod_products(pa, pb, moduli):
     ``ozaki2_product`` (the planes must hold that many). Returns None, without launching
     anything, where the fused kernel does not apply: not ``available()``, kp > 2**16, or an
     empty or unexpected shape. Only for residue planes: other INT8 GEMMs of the backend (the
-    prescale's bound operands) need ``_int8_products``' INT32 sums.
+    prescale's bound operands) take ``int32_products``' INT32 sums.
     """
     if not available():
         return None

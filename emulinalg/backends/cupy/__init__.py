@@ -55,6 +55,7 @@ __all__ = [
     "line_scan",
     "magnitude_lower_matmul",
     "name",
+    "narrow_products",
     "narrow_statistics",
     "native_chain_k",
     "native_error_rms",
@@ -91,6 +92,9 @@ def plan_note():
 # line_scan, ozaki2_prescale and ozaki2_certificate read float32 operands as they are (the
 # engine passes float32 and complex64 inputs' parts): the kernels widen each entry exactly.
 narrow_statistics = True
+# and so do ozaki2_product (its residue kernels) and refit_pick: a real float32 product makes no
+# float64 copy of its inputs (a pass writing twice the inputs' bytes)
+narrow_products = True
 # dask graphs over cupy chunks: block products in this backend's kernels, K-blocks added in
 # double-double (emulinalg/backends/dask/; the shared graph's generic steps measured 7x slower
 # here)

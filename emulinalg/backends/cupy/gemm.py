@@ -1,11 +1,13 @@
 """The cupy backend's GEMMs in cuBLAS: the exact integer GEMM (``int_matmul``: INT8 inputs,
 INT32 accumulation, ``CUBLAS_COMPUTE_32I``, through cupy's handle and current stream), the
-strided-batched INT8 products of the Scheme II kernels, and the certificate's bfloat16 GEMM
+strided-batched INT8 products of the Scheme II kernels (in the fused CUTLASS kernel where it
+applies: ``emulinalg.backends.cuda.fused``), and the certificate's bfloat16 GEMM
 (``magnitude_lower_matmul``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import cupy as cp
@@ -13,6 +15,7 @@ import numpy as np
 from cupy.cuda import cublas
 
 from emulinalg.algorithm import certificate
+from emulinalg.backends.cuda import fused
 
 from .kernels import (
     _BF16_ALIGN,
@@ -125,8 +128,19 @@ def native_matmul(a, b):
 
 def _int8_products(pa, pb):
     """INT32 products (nkb, P, n, B, m, n_p) of the A planes (P, n, B, m, kp) and the B planes
-    (P, n, B, n_p, kp): one strided-batched cuBLAS INT8 "TN" GEMM per K-block of at most
-    ``_K_BLOCK`` columns (|r_a r_b| <= 2**14, so INT32 sums are exact), over all planes."""
+    (P, n, B, n_p, kp), exact (|r_a r_b| <= 2**14 per term, at most ``_K_BLOCK`` terms per
+    K-block): the fused kernel's identity epilogue where it applies (one K-block; the same
+    integers as cuBLAS, faster: docs/performance.md), else ``_cublas_int8_products``."""
+    if pa.shape[-1] <= _K_BLOCK:
+        out = fused.int32_products(pa, pb)
+        if out is not None:
+            return out[None]
+    return _cublas_int8_products(pa, pb)
+
+
+def _cublas_int8_products(pa, pb):
+    """``_int8_products`` in cuBLAS: one strided-batched INT8 "TN" GEMM per K-block of at most
+    ``_K_BLOCK`` columns, over all planes."""
     mats = math.prod(pa.shape[:3])
     m, kp = pa.shape[-2:]
     n_p = pb.shape[-2]
@@ -176,8 +190,16 @@ def magnitude_lower_matmul(xa, xb):
     a16 = _bf16_lower(a3, m, kp)  # (B, m, kp)
     b16 = _bf16_lower(b3, kp, n_p)  # (B, kp, n_p)
     c = _bf16_gemm(a16, b16)
-    out = c[..., :n].astype(cp.float64) * factor
-    return out.reshape(batch + (m, n))
+    return _scaled_sums()(c[..., :n], factor).reshape(batch + (m, n))
+
+
+@functools.cache
+def _scaled_sums():
+    """float64(c) * factor of FP32 sums, rounded once: one pass (astype, then a product, is two)."""
+    return cp.ElementwiseKernel(
+        "float32 c, float64 f", "float64 out", "out = __dmul_rn((double)c, f)",
+        "emulinalg_scaled_sums",
+    )
 
 
 def _bf16_gemm(a16, b16):

@@ -14,7 +14,7 @@ import numpy as np
 
 from emulinalg._timing import stage
 from emulinalg.algorithm.moduli import crt_constants
-from emulinalg.algorithm.scaling import ozaki2_shifts, rounds_to_nearest
+from emulinalg.algorithm.scaling import rounds_to_nearest
 
 from .. import cuda as _cuda
 from ..cuda import fused as _fused
@@ -31,6 +31,7 @@ from .kernels import (
     _kernel,
     _Operands,
     _resident,
+    _stats_kernel,
     _tf,
     kernels_enabled,
 )
@@ -38,6 +39,8 @@ from .kernels import (
 # Bytes of A residues and INT32 products held at once: larger row blocks are done in chunks of
 # rows (B's residues are made once per call).
 chunk_bytes = 6 << 30
+# line_shifts' blocks (grid-stride over the lines; any count gives the same shifts)
+_SHIFT_BLOCKS = 1024
 
 
 # The residue kernels (both write the same planes for every input): "ozaki2_residues" (|X| in
@@ -68,7 +71,8 @@ def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, 
     B = re.shape[0]
     cplx = im is not None
     planes = cp.empty((3 if cplx else 1, n, B, rows_pad, kp), dtype=cp.int8)
-    fn = _kernel(f"{kernel}.cu", f"{kernel}<{n}, {_tf(cplx)}, {_tf(nearest)}>")
+    narrow = ", float" if re.dtype == cp.float32 else ""  # the kernels' In (default double)
+    fn = _kernel(f"{kernel}.cu", f"{kernel}<{n}, {_tf(cplx)}, {_tf(nearest)}{narrow}>")
     sb, sr, sc = strides
     if kernel == "ozaki2_residues_mma":
         # tiles of 16 rows x 64 columns, each block every grid-th: as many blocks as fit at once
@@ -110,13 +114,21 @@ def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype):
 
 
 def _shifts(prescale, c):
-    """``scaling.ozaki2_shifts`` evaluated by numpy on the host: the vectors are short and the
-    formula is a dozen elementwise steps, each a kernel launch on the device (about 1 ms in all
-    at N = 8192, against 0.1 ms here); its exact comparisons make the shifts the same on every
-    backend."""
-    host = tuple(cp.asnumpy(x) for x in prescale)
-    mu, nu = ozaki2_shifts(np, host, c.L, c.Q_down)
-    return cp.asarray(mu), cp.asarray(nu)
+    """``scaling.ozaki2_shifts(cupy, prescale, c.L, c.Q_down)`` in one launch per side
+    (``line_shifts`` of ``ozaki2_stats.cu``: its half_log_shift is the generic one, exact
+    comparisons and all), int64 like the generic shifts; on the device, so the product waits for
+    no host round trip (8 copies and the host's arithmetic left the GPU idle ~1 ms)."""
+    out = []
+    for s, v in zip(prescale[:2], prescale[2:]):
+        s = cp.ascontiguousarray(s.astype(cp.int64, copy=False))
+        v = cp.ascontiguousarray(v.astype(cp.float64, copy=False))
+        shift = cp.empty(s.shape, dtype=cp.int64)
+        if s.size:
+            grid = (min(-(-s.size // _THREADS), _SHIFT_BLOCKS),)
+            args = (s, v, _i64(s.size), np.float64(c.Q_down), shift)
+            _stats_kernel("line_shifts")(grid, (_THREADS,), args)
+        out.append(shift)
+    return tuple(out)
 
 
 def _chunking(B, m, n_p, kp, moduli, P):
@@ -155,14 +167,17 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     ``emulinalg.algorithm.products.product(cupy, int_matmul, ar, ai, br, bi, moduli, mode,
     out_dtype, prescale)``.
 
-    ``ar``/``br`` are float64 cupy arrays (..., m, k)/(..., k, n), ``ai``/``bi`` the imaginary
-    parts or None, ``prescale`` from ``scaling.ozaki2_prescale``; ``out_dtype`` is "float64",
-    "float32" or "dd" (each part a (hi, lo) float64 pair, as ``rounding.unscale_dd``). Returns the
-    tuple of parts, or None to decline (the caller then runs the generic path).
+    ``ar``/``br`` are float64 (or, all of them, float32: ``narrow_products``) cupy arrays
+    (..., m, k)/(..., k, n), ``ai``/``bi`` the imaginary parts or None, ``prescale`` from
+    ``scaling.ozaki2_prescale``; ``out_dtype`` is "float64", "float32" or "dd" (each part a
+    (hi, lo) float64 pair, as ``rounding.unscale_dd``). Returns the tuple of parts, or None to
+    decline (the caller then runs the generic path).
     """
     if not kernels_enabled() or out_dtype not in _cuda.OUT_KIND or prescale is None:
         return None
-    if any(x is not None and x.dtype != cp.float64 for x in (ar, ai, br, bi)):
+    if ar.dtype not in (cp.float64, cp.float32) or any(
+        x is not None and x.dtype != ar.dtype for x in (ai, br, bi)
+    ):
         return None
     c = crt_constants(moduli)
     mu, nu = _shifts(prescale, c)

@@ -50,33 +50,33 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
     common = (re, im if cplx else re, a1, a2, b1, b2, ex, _i64(total), _i32(m), _i32(n))
     low = cp.full(W, _INF_BITS, dtype=cp.uint64)
     _kernel("refit_pick.cu", f"refit_low<{T}, {_tf(cplx)}>")(grid, (_THREADS,), (*common, low))
-    lows = low.view(cp.float64).get()
-    thr = np.where(lows < np.inf, lows * 2.0**_refit.REFIT_SPREAD_BITS, -1.0)
+    low_d = low.view(cp.float64)
+    # the spread's threshold on the device: the selection follows without a host round trip
+    thr = cp.where(low_d < np.inf, low_d * 2.0**_refit.REFIT_SPREAD_BITS, -1.0)
     counts = cp.zeros(2 * W, dtype=cp.uint64)
     zero_idx = cp.empty((W, CAP), dtype=cp.int64)
     cand_idx = cp.empty((W, CAP), dtype=cp.int64)
     cand_q = cp.empty((W, CAP), dtype=cp.float64)
     hist = cp.zeros((W, _refit.NARROW_BINS), dtype=cp.uint64)
     fn = _kernel("refit_pick.cu", f"refit_select<{T}, {_tf(cplx)}>")
-    low_d = low.view(cp.float64)
 
     def select(thr):
         counts.fill(0)
         hist.fill(0)
-        fn(grid, (_THREADS,), (*common, cp.asarray(thr), low_d, _i32(CAP), counts, zero_idx,
-                               cand_idx, cand_q, hist))  # fmt: skip
+        fn(grid, (_THREADS,), (*common, thr, low_d, _i32(CAP), counts, zero_idx, cand_idx,
+                               cand_q, hist))  # fmt: skip
         return counts.get()
 
     got = select(thr)
     over = [w for w in range(W) if got[2 * w + 1] > CAP]
     if over and got[0::2].max() <= CAP:  # candidates beyond the buffer: narrow the spread
-        bins = hist.get()
+        bins, lows, thr = hist.get(), low_d.get(), thr.get()
         for w in over:
             narrowed = _refit.narrowed_threshold(lows[w], bins[w], CAP)
             if narrowed is None:
                 return None
             thr[w] = min(thr[w], narrowed)
-        got = select(thr)
+        got = select(cp.asarray(thr))
     if got.max() > CAP:
         return None
     picks = []

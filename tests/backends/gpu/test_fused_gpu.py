@@ -337,7 +337,7 @@ def test_fused_mod_equals_cublas_mod(gpu, shape, config, monkeypatch):
     kp = -(-k // 16) * 16
     pa = _planes(cp, n, B, m, kp, k, seed=1)
     pb = _planes(cp, n, B, n_p, kp, k, seed=2)
-    ref32 = cb.gemm._int8_products(pa, pb)
+    ref32 = cb.gemm._cublas_int8_products(pa, pb)
     got = fused.int8_mod_products(pa, pb, n)
     assert got is not None and got.dtype == cp.int8 and got.shape[:4] == (1, n, B, m)
     assert got.shape[-1] % 16 == 0 and got.shape[-1] >= n_p
@@ -355,7 +355,7 @@ def test_fused_mod_at_the_k_bound(gpu, monkeypatch, config):
     n, B, m, n_p, k = 4, 1, 64, 48, 1 << 16
     pa = _planes(cp, n, B, m, k, k, seed=3, extreme=True)
     pb = _planes(cp, n, B, n_p, k, k, seed=4, extreme=True)
-    ref32 = cb.gemm._int8_products(pa, pb)
+    ref32 = cb.gemm._cublas_int8_products(pa, pb)
     got = fused.int8_mod_products(pa, pb, n)
     assert bool(cp.all(got[0, ..., :n_p] == _reference_mod(cp, ref32, n)))
     assert fused.int8_mod_products(pa, pb, n + 1) is None  # count must match the planes

@@ -98,6 +98,23 @@ def test_default_precision_no_worse_than_cublas(phi, dtype):
     assert got["bits_cw"] >= native["bits_cw"], info
 
 
+@pytest.mark.parametrize("precision", [None, "float64", emulinalg.OzakiII(moduli=8)], ids=str)
+def test_float32_parts_narrow_equal_wide(precision, monkeypatch):
+    """narrow_products: a float32 product hands the inputs' own parts to the kernels (no float64
+    copy) and gives the bits and plan of the product of their float64 copies, with a NaN row
+    and a column scaled into float32's subnormals."""
+    a = phi_matrix((300, 500), 1, "float32", seed=3)
+    b = phi_matrix((500, 200), 1, "float32", seed=4)
+    a[7, 11] = np.nan
+    b[:, 5] *= np.float32(2.0**-120)
+    a, b = cp.asarray(a), cp.asarray(b)
+    got, plan = _eager(emulinalg.matmul, a, b, precision=precision)
+    monkeypatch.setattr(cupy_backend, "narrow_products", False)
+    want, want_plan = _eager(emulinalg.matmul, a, b, precision=precision)
+    assert _bits_equal(cp.asnumpy(got), cp.asnumpy(want))
+    assert str(plan) == str(want_plan)
+
+
 def test_nonfinite_pattern_like_cublas():
     a = phi_matrix((20, 30), 1, seed=5)
     b = phi_matrix((30, 25), 1, seed=6)
