@@ -231,6 +231,8 @@ def _emulate(
         scheme = request
     else:
         family = _planner.family(family)
+        if family != "ozaki2":  # Scheme I's certificate and product are generic: widen once
+            ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
         if _planner.part_checked(request, ai is not None):
             with stage("statistics"):
                 check = _part_check(xp, backend, ar, ai, br, bi, request, family, real_name,

@@ -97,7 +97,9 @@ def make_complex(xp, re, im, dtype):
     would turn an infinite imaginary part into a NaN real part). On cupy, parts of the dtype's
     own precision are interleaved in one pass (astype and an imaginary assignment are two)."""
     if "cupy" in getattr(xp, "__name__", "").split(".") and re.shape == im.shape:
-        name = {xp.complex128: "float64", xp.complex64: "float32"}.get(dtype)
+        import numpy as np  # cupy's dtypes are numpy's (a type or an instance here)
+
+        name = {"complex128": "float64", "complex64": "float32"}.get(np.dtype(dtype).name)
         if name is not None and re.dtype == im.dtype == getattr(xp, name):
             return _cupy_make_complex(name)(re, im)
     out = xp.astype(re, dtype)

@@ -1,12 +1,17 @@
-"""The dtype levels beside cuBLAS and GEMMul8 in one run (issue #22's rows) on cupy arrays:
-per row cuBLAS before, the default level (strategy "eager"), GEMMul8's accurate mode at the
-level's count and one below, cuBLAS after; effective bits of each against the exact product of
-the first ``--ref-rows`` rows and ``--ref-cols`` columns (computed on the host while the GPU
-times). One JSON line per row. GEMMul8 is a measuring stick, loaded from ``--g8``
-(``.device/peers/build.sh``); never a dependency of the project.
+"""The dtype levels beside cuBLAS and GEMMul8 in one run (issue #24's rows) on cupy arrays:
+per row cuBLAS before, the default level (strategy "eager"; with ``--default`` also the default
+strategy, which may take cuBLAS), GEMMul8's accurate mode at the level's count and one below,
+cuBLAS after; effective bits of each against the exact product of the first ``--ref-rows`` rows
+and ``--ref-cols`` columns (computed on the host while the GPU times); and the row's
+zero-overhead bound: the level's INT8 GEMMs (3 per modulus for complex, 3M) at the INT8 rate of
+one N x N x N GEMM of full-range int8 planes timed in the same row (the fused kernel's INT32
+epilogue where it runs). One JSON line per row. GEMMul8 is a measuring stick, loaded from
+``--g8`` (``.device/peers/build.sh``); never a dependency of the project.
 
     PYTHONPATH=.device/peers:$PYTHONPATH python3 gemmul8_levels.py --out levels_g8.jsonl \
-        [--rows float64:1,complex128:1]
+        [--rows float64:1,complex128:1:16384] [--default]
+
+A row is ``DTYPE:PHI[:N]`` (N: 16384 for real dtypes, 8192 for complex by default).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import concurrent.futures
 import datetime
 import functools
 import re
+import sys
 
 import cupy as cp
 import gemmul8  # .device/peers (the measuring stick)
@@ -27,7 +33,21 @@ from emulinalg.reference import accuracy, exact_matmul
 
 ROWS = [("float64", 16384, 0.5), ("float64", 16384, 1.0), ("float64", 16384, 2.0),
         ("float32", 16384, 0.5), ("float32", 16384, 1.0), ("complex128", 8192, 1.0)]  # fmt: skip
-G8_MAX = {"float64": 20, "float32": 13, "complex128": 20}
+DEFAULT_N = {"float64": 16384, "float32": 16384, "complex128": 8192, "complex64": 8192}
+G8_MAX = {"float64": 20, "float32": 13, "complex128": 20}  # GEMMul8 has no complex64
+
+
+def _int8_gemm_s(n, repeat):
+    """Seconds of one n x n x n INT8 GEMM of full-range planes, as the level's modular GEMMs
+    see them (``_int8_products``: the fused kernel's INT32 epilogue, else cuBLAS)."""
+    from emulinalg.backends.cupy.gemm import _int8_products
+
+    kp = -(-n // 16) * 16
+    rng = cp.random.default_rng(0)
+    pa = rng.integers(-128, 128, size=(1, 1, 1, n, kp), dtype=cp.int32).astype(cp.int8)
+    pb = rng.integers(-128, 128, size=(1, 1, 1, -(-n // 4) * 4, kp), dtype=cp.int32)
+    pb = pb.astype(cp.int8)
+    return timed(functools.partial(_int8_products, pa, pb), repeat=repeat)
 
 
 def _inputs(dt, n, phi):
@@ -57,19 +77,33 @@ def _row(g8, dt, n, phi, ref, args):
         rec["level_bits"] = bits(level())
         rec["plan"] = str(emulinalg.last_plan())
         rec["level_s"] = timed(level, repeat=args.repeat)
-    count = int(re.search(r"moduli=(\d+)", rec["plan"]).group(1))
+    if args.default:  # the default strategy: the cost model may take cuBLAS
+        default = functools.partial(emulinalg.matmul, a, b)
+        rec["default_bits"] = bits(default())
+        rec["default_plan"] = str(emulinalg.last_plan())
+        rec["default_s"] = timed(default, repeat=args.repeat)
+    found = re.search(r"moduli=(\d+)", rec["plan"])
+    count = int(found.group(1)) if found else 0
+    if count:
+        rec["int8_gemm_s"] = _int8_gemm_s(n, args.repeat)
+        rec["bound_s"] = count * (3 if dt.startswith("complex") else 1) * rec["int8_gemm_s"]
     for mod in (count, count - 1):
-        if 2 <= mod <= G8_MAX[dt]:
+        if dt in G8_MAX and 2 <= mod <= G8_MAX[dt]:
             run = functools.partial(g8.matmul, a, b, mod, False)
             rec[f"g8_{mod}_bits"] = bits(run()[0])
             rec[f"g8_{mod}_s"] = timed(run, repeat=args.repeat)
     rec["native_after_s"] = timed(native, repeat=args.repeat)
     nat = 0.5 * (rec["native_before_s"] + rec["native_after_s"])
     rec["level_speedup"] = round(nat / rec["level_s"], 3)
+    for key in ("default", "bound"):
+        if f"{key}_s" in rec:
+            rec[f"{key}_speedup"] = round(nat / rec[f"{key}_s"], 3)
     for mod in (count, count - 1):
         if f"g8_{mod}_s" in rec:
             rec[f"g8_{mod}_speedup"] = round(nat / rec[f"g8_{mod}_s"], 3)
     rec["date"] = datetime.date.today().isoformat()
+    rec["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    rec["command"] = "python3 tools/device/gemmul8_levels.py " + " ".join(sys.argv[1:])
     return rec
 
 
@@ -81,12 +115,15 @@ def main():
     p.add_argument("--ref-rows", type=int, default=16)
     p.add_argument("--ref-cols", type=int, default=256)
     p.add_argument("--workers", type=int, default=6)
-    p.add_argument("--rows", default=None, help="DTYPE:PHI,... of ROWS (default: all)")
+    p.add_argument("--rows", default=None, help="DTYPE:PHI[:N],... (default: ROWS)")
+    p.add_argument("--default", action="store_true", help="also the default strategy")
     args = p.parse_args()
     rows = ROWS
     if args.rows:
-        want = {(d, float(f)) for d, f in (r.split(":") for r in args.rows.split(","))}
-        rows = [r for r in ROWS if (r[0], r[2]) in want]
+        rows = []
+        for spec in args.rows.split(","):
+            dt, phi, *size = spec.split(":")
+            rows.append((dt, int(size[0]) if size else DEFAULT_N[dt], float(phi)))
     # the host's references start before anything touches the GPU (forked workers)
     with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
         refs = [pool.submit(_reference, *row, args.ref_rows, args.ref_cols) for row in rows]

@@ -8,10 +8,12 @@ check them too.
 
 Stages (named as in ``emulinalg.algorithm.products``):
 
-- ``ozaki2_residues.cu`` / ``ozaki2_residues_mma.cu`` (INT8 tensor cores): float64 operand ->
-  int8 residues for every modulus, in the INT8 GEMM's layout (planes of (rows, kp) with kp a
-  multiple of 16), one pass, the same planes from either (``backends.cupy.products`` picks);
-- the INT8 GEMMs are cuBLAS (``emulinalg/backends/cupy/gemm.py``);
+- ``ozaki2_residues.cu`` / ``ozaki2_residues_mma.cu`` (INT8 tensor cores): float64 (or float32)
+  operand -> int8 residues for every modulus, in the INT8 GEMM's layout (planes of (rows, kp)
+  with kp a multiple of 16), one pass, the same planes from either (``backends.cupy.products``
+  picks);
+- the INT8 GEMMs are the fused CUTLASS kernel's (``fused``) where it runs, else cuBLAS
+  (``emulinalg/backends/cupy/gemm.py``);
 - ``ozaki2_crt.cu``: INT32 products -> exact CRT integer -> correctly rounded float;
 - ``bf16_lower.cu``: float64 -> bfloat16 truncated toward zero (certificate lower bounds);
 - ``ozaki2_stats.cu``: the statistics that choose the number of moduli, as

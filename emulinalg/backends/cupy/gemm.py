@@ -132,7 +132,10 @@ def _int8_products(pa, pb):
     K-block): the fused kernel's identity epilogue where it applies (one K-block; the same
     integers as cuBLAS, faster: docs/performance.md), else ``_cublas_int8_products``."""
     if pa.shape[-1] <= _K_BLOCK:
-        out = fused.int32_products(pa, pb)
+        try:
+            out = fused.int32_products(pa, pb)
+        except RuntimeError:  # the kernel refused these arguments (nothing ran): cuBLAS does
+            out = None
         if out is not None:
             return out[None]
     return _cublas_int8_products(pa, pb)

@@ -217,7 +217,16 @@ def _split_graph_candidates(emul, amb, bmb, e, f, need, cfg, split, obj, kw):
     cand = da.blockwise(_split_candidates, out, *args, cfg, (), *ix, meta=obj(nd),
                         token="emulinalg-split-candidates", starts=out_starts, shape=shape,
                         **kw)  # fmt: skip
-    return [cand, out]
+    # gathered into one object first: beside the stacked grid's candidates, indices of their own
+    # in the selection's blockwise would count (and warn of) the cross product of both grids
+    gathered = da.blockwise(_gathered, (), cand, out, dtype=object, concatenate=False,
+                            meta=obj(0), token="emulinalg-split-gather")  # fmt: skip
+    return [gathered, ()]
+
+
+def _gathered(blocks):
+    """The candidate blocks of a grid (nested lists) as one flat list."""
+    return _flatten([blocks])
 
 
 def _split_candidates(rr, nrr, ii, nii, ri, nri, ir, nir, a0, e0, a1, e1, b0, f0, b1, f1, cfg,
