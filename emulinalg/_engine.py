@@ -231,7 +231,7 @@ def _emulate(
         scheme = request
     else:
         family = _planner.family(family)
-        if family != "ozaki2":  # Scheme I's certificate and product are generic: widen once
+        if family != "ozaki2":  # Scheme I's certificate (_choose) and product are generic
             ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
         if _planner.part_checked(request, ai is not None):
             with stage("statistics"):
@@ -528,9 +528,9 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     imm = backend.int_matmul
     if isinstance(scheme, OzakiII) and prescale is None:
         prescale = _backend_prescale(backend, ar, ai, br, bi, scheme.mode, exponents)
-        if prescale is None:
-            prescale = ozaki2_prescale(xp, imm, *operands.wide(xp, ar, ai, br, bi), scheme.mode,
-                                       sides)  # fmt: skip
+        if prescale is None:  # generic from here on: widened once
+            ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
+            prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode, sides)
     if isinstance(scheme, OzakiII) and fused is not None:
         # The backend's kernels bound their own memory: B's residues are made once.
         res = fused(ar, ai, br, bi, scheme.moduli, scheme.mode, out_dtype, prescale)
@@ -622,9 +622,9 @@ def _choose(
     if family == "ozaki2":
         hook_ops = hook_ops or (ar, ai, br, bi)
         prescale = _backend_prescale(backend, *hook_ops, "accurate", exponents)
-        if prescale is None:
-            prescale = ozaki2_prescale(xp, backend.int_matmul, *operands.wide(xp, ar, ai, br, bi),
-                                       "accurate", sides)  # fmt: skip
+        if prescale is None:  # generic: the certificate's fallback then takes these too
+            ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
+            prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate", sides)
 
     def certify(lev):  # (count, beyond, patch) of the family's certificate for a level
         target = _planner.target_for(lev, k, backend, outputs)
@@ -632,8 +632,7 @@ def _choose(
             return certificate.ozaki2_moduli_needed(
                 xp, backend, ar, ai, br, bi, prescale, target, hook_ops, sides
             )
-        wide = operands.wide(xp, ar, ai, br, bi)
-        return (*certificate.ozaki1_slices_needed(xp, backend, *wide, target), None)
+        return (*certificate.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target), None)
 
     count, beyond, patch = certify(level)
     any_beyond = beyond is not None and bool(xp.any(beyond))

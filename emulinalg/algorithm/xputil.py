@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import math
 
+import array_api_compat
+
 
 def ldexp(xp, x, e):
     """``x * 2**e`` with one rounding (exact unless the result under- or overflows)."""
@@ -29,7 +31,7 @@ def to_float32(xp, x):
     """float64 ``x`` rounded to float32 (nearest even, gradual underflow). cupy compiles its
     kernels with ``-ftz=true``, so its ``astype`` flushes float32 subnormal results to zero;
     there the conversion is one PTX ``cvt.rn.f32.f64``, which no compiler flag changes."""
-    if "cupy" in getattr(xp, "__name__", "").split("."):
+    if array_api_compat.is_cupy_namespace(xp):
         return _cupy_to_float32()(xp.asarray(x, dtype=xp.float64))
     return xp.astype(x, xp.float32)
 
@@ -96,7 +98,7 @@ def make_complex(xp, re, im, dtype):
     """Complex array from real and imaginary parts, keeping inf/nan parts as they are (re + 1j*im
     would turn an infinite imaginary part into a NaN real part). On cupy, parts of the dtype's
     own precision are interleaved in one pass (astype and an imaginary assignment are two)."""
-    if "cupy" in getattr(xp, "__name__", "").split(".") and re.shape == im.shape:
+    if array_api_compat.is_cupy_namespace(xp) and re.shape == im.shape:
         import numpy as np  # cupy's dtypes are numpy's (a type or an instance here)
 
         name = {"complex128": "float64", "complex64": "float32"}.get(np.dtype(dtype).name)
