@@ -285,6 +285,7 @@ py::dict cache_info() {
 void register_ozaki2_host(py::module_& m);  // ozaki2_host.cpp: Scheme II residues and CRT
 void register_ozaki2_stats_host(py::module_& m);  // ozaki2_stats_host.cpp: prescale, certificate
 void register_bf16_host(py::module_& m);  // bf16_host.cpp: BF16 slices, unscaling
+void register_refit_host(py::module_& m);  // refit_host.cpp: the refit's choice of entries
 
 PYBIND11_MODULE(_amx, m) {
     if (const char* env = std::getenv("EMULINALG_AMX_BLOCKING")) {
@@ -373,4 +374,5 @@ PYBIND11_MODULE(_amx, m) {
     register_ozaki2_host(m);
     register_ozaki2_stats_host(m);
     register_bf16_host(m);
+    register_refit_host(m);
 }

@@ -10,6 +10,8 @@
 //   cert_operand   float32 magnitudes for the lower-bound GEMM (only when F leaves entries beyond)
 //   cert_entries   the certificate per entry from F (and that GEMM's sums on the second pass);
 //                  with one threshold and the exact line factors, the exact step's test
+//   refine_step    a step of the suspect refinement: the suspects, a sample's dot products of
+//                  magnitudes, every suspect's test one count lower
 //
 // Same values as emulinalg.algorithm.scaling.ozaki2_prescale (exactly) and the same decisions as
 // emulinalg.algorithm.certificate.ozaki2_moduli_needed (its float32 lower bound; the norms' sums
@@ -55,6 +57,14 @@ inline unsigned __ballot_sync(unsigned, bool p) { return p; }
 namespace py = pybind11;
 
 namespace {
+
+#ifdef _OPENMP
+inline int team_size() { return omp_get_num_threads(); }
+inline int team_rank() { return omp_get_thread_num(); }
+#else
+inline int team_size() { return 1; }
+inline int team_rank() { return 0; }
+#endif
 
 // The imaginary part beside re (same shape), or none: its data pointer and element strides.
 struct Imag {
@@ -334,6 +344,185 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
   return py::make_tuple(need, top < 0 ? -1 : base + top, top < 0 ? 0 : counts[top], counts[nth]);
 }
 
+
+// One step of refinement.refine_and_patch at count c, as ozaki2_stats.cu's suspect_ranks,
+// refine_suspects and refine_test: the suspects are the entries with need != beyond that fail
+// the exact test of c - 1 (fails == 1). Where 1 <= sus <= limit: every step-th suspect in flat
+// order (step = ceil(sus / sample): refinement.refine_sample) gets its float64 sums of
+// x_h = |a_ih| 2**-ea_i |b_hj| 2**-eb_j (|x| = max(|re|, |im|), ea_i = 5 - cplx - shift_a[i])
+// and, native, of x_h**2, each in h order (any order: refinement.refine_failures removes the
+// rounding of nonnegative sums); theta from their kappas (native); and every suspect the exact
+// test at threshold 1 with the factors p, q of c - 1 on lam' = its lower bound (entry_lower)
+// times theta, raised to the sampled sums' bound where sampled. Returns (sus, failing, patch):
+// failing -1 where no suspect is tested (none, or more than limit), patch the first
+// min(failing, patch_cap) failing flat indices, ascending (int64).
+py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<double> br,
+                           py::object bi, py::array_t<std::int64_t, py::array::c_style> shift_a,
+                           py::array_t<std::int64_t, py::array::c_style> shift_b,
+                           py::array_t<std::uint8_t, py::array::c_style> need, int beyond,
+                           py::array_t<std::uint8_t, py::array::c_style> fails,
+                           py::array_t<std::int32_t, py::array::c_style> F, py::object c,
+                           int fexp, int fexp_mixed,
+                           py::array_t<std::int64_t, py::array::c_style> mixa,
+                           py::array_t<std::int64_t, py::array::c_style> mixb,
+                           py::tuple lower_terms, py::array_t<double, py::array::c_style> na,
+                           py::array_t<double, py::array::c_style> p,
+                           py::array_t<double, py::array::c_style> nb,
+                           py::array_t<double, py::array::c_style> q, bool native,
+                           py::tuple refine_terms, double theta_cap, long long limit,
+                           long long sample, long long patch_cap) {
+  const char* who = "refine_step";
+  const auto [asr, asc] = emu_host::matrix_strides(ar, who);
+  const auto [bsr, bsc] = emu_host::matrix_strides(br, who);
+  const int m = static_cast<int>(ar.shape(0)), k = static_cast<int>(ar.shape(1));
+  const int n = static_cast<int>(br.shape(1));
+  if (br.shape(0) != k) throw std::invalid_argument("refine_step: A and B do not conform");
+  if (ai.is_none() != bi.is_none())
+    throw std::invalid_argument("refine_step: both operands real or both complex");
+  py::array_t<double> keep_ai, keep_bi;
+  const Imag ya = imag_part(ai, ar, who, keep_ai), yb = imag_part(bi, br, who, keep_bi);
+  const bool cplx = ya.p != nullptr;
+  auto same = [&](const py::array& x, long long rows, long long cols) {
+    return x.ndim() == 2 && x.shape(0) == rows && x.shape(1) == cols;
+  };
+  if (!same(need, m, n) || !same(fails, m, n) || !same(F, m, n))
+    throw std::invalid_argument("refine_step: need, fails and F must be (m, n)");
+  if (shift_a.size() != m || shift_b.size() != n || mixa.size() != m || mixb.size() != n ||
+      na.size() != m || p.size() != m || nb.size() != n || q.size() != n)
+    throw std::invalid_argument("refine_step: line terms of the wrong size");
+  if (fexp < 0 || fexp > 64 || fexp_mixed < 0 || fexp_mixed > 64)
+    throw std::invalid_argument("refine_step: fexp out of range");
+  if (lower_terms.size() != 4 || refine_terms.size() != 3)
+    throw std::invalid_argument("refine_step: lower_terms (4) and refine_terms (3)");
+  if (sample < 0 || limit < 0 || patch_cap < 0 || (sample == 0 && limit > 0))
+    throw std::invalid_argument("refine_step: sample, limit, patch_cap >= 0 (sample > 0 where "
+                                "limit > 0)");
+  py::array_t<float, py::array::c_style> keep_c;
+  const float* pc = nullptr;
+  if (!c.is_none()) {
+    keep_c = c.cast<py::array_t<float, py::array::c_style>>();
+    if (!same(keep_c, m, n)) throw std::invalid_argument("refine_step: c must be (m, n)");
+    pc = keep_c.data();
+  }
+  const double factor = lower_terms[0].cast<double>(), abs_term = lower_terms[1].cast<double>();
+  const double cR = lower_terms[2].cast<double>(), c4 = lower_terms[3].cast<double>();
+  const double nfac = refine_terms[0].cast<double>(), tiny = refine_terms[1].cast<double>();
+  const double l1fac = refine_terms[2].cast<double>();
+  const double *pa = ar.data(), *pb = br.data();
+  const std::int64_t *sa = shift_a.data(), *sb = shift_b.data();
+  const std::int64_t *pma = mixa.data(), *pmb = mixb.data();
+  const std::uint8_t *pn = need.data(), *pf = fails.data();
+  const std::int32_t* pF = F.data();
+  const double *pna = na.data(), *pp = p.data(), *pnb = nb.data(), *pq = q.data();
+  const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
+  const std::uint8_t bey = static_cast<std::uint8_t>(beyond);
+  auto suspect = [&](long long at) { return pf[at] == 1 && pn[at] != bey; };
+
+  std::vector<long long> off(static_cast<std::size_t>(m) + 1, 0);  // suspects before row i
+  long long sus = 0, failing = -1;
+  std::vector<std::int64_t> patch;
+  {
+    py::gil_scoped_release nogil;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < m; ++i) {
+      const long long row = static_cast<long long>(i) * n;
+      long long cnt = 0;
+      for (int j = 0; j < n; ++j) cnt += (pf[row + j] == 1) & (pn[row + j] != bey);
+      off[static_cast<std::size_t>(i) + 1] = cnt;
+    }
+    for (int i = 0; i < m; ++i) off[i + 1] += off[i];
+    sus = off[m];
+    if (sus >= 1 && sus <= limit) {
+      const long long step = (sus + sample - 1) / sample, slots = (sus + step - 1) / step;
+      std::vector<double> S(slots), scale(slots, 0.0);
+      double kmax = 0.0;
+      const int cp = cplx ? 1 : 0;
+#pragma omp parallel for schedule(dynamic, 16) reduction(max : kmax)
+      for (long long sl = 0; sl < slots; ++sl) {
+        const long long r = sl * step;  // the suspect of rank r: its row, then its column
+        const int i = static_cast<int>(std::upper_bound(off.begin(), off.end(), r) - off.begin()) - 1;
+        long long left = r - off[i], j = 0;
+        const long long row = static_cast<long long>(i) * n;
+        for (;; ++j)
+          if (suspect(row + j) && left-- == 0) break;
+        const int ea = static_cast<int>(sa[i]) - 5 + cp, eb = static_cast<int>(sb[j]) - 5 + cp;
+        double acc = 0.0, acc2 = 0.0;
+        for (int h = 0; h < k; ++h) {
+          double x = abs_of(pa[i * asr + h * asc]), y = abs_of(pb[h * bsr + j * bsc]);
+          if (cplx) {
+            const double xi = abs_of(ya.p[i * ya.sr + h * ya.sc]);
+            const double yi = abs_of(yb.p[h * yb.sr + j * yb.sc]);
+            x = xi > x ? xi : x;
+            y = yi > y ? yi : y;
+          }
+          const double term = __dmul_rn(scale2(x, ea), scale2(y, eb));
+          acc = __dadd_rn(acc, term);
+          if (native) acc2 = __dadd_rn(acc2, __dmul_rn(term, term));
+        }
+        double s1 = __dsub_rn(__dmul_rn(acc, nfac), tiny);
+        S[sl] = s1 > 0.0 ? s1 : 0.0;
+        if (native) {
+          double s2 = __dsub_rn(__dmul_rn(acc2, nfac), tiny);
+          s2 = s2 > 0.0 ? s2 : 0.0;
+          scale[sl] = __dmul_rn(__dsqrt_rn(__dmul_rn(s2, static_cast<double>(k))), 1.0 - 0x1p-52);
+          const double upper = __dadd_rn(__dmul_rn(S[sl], l1fac), tiny);
+          const double kappa = __dmul_rn(upper > 0.0 ? __ddiv_rn(scale[sl], upper) : 1.0,
+                                         1.0 - 0x1p-50);
+          kmax = kappa > kmax ? kappa : kmax;
+        }
+      }
+      double theta = 1.0;
+      if (native) theta = std::min(theta_cap, std::max(1.0, kmax));
+      long long total_fail = 0;
+      std::vector<std::vector<std::int64_t>> found;
+#pragma omp parallel reduction(+ : total_fail)
+      {
+#pragma omp single
+        found.resize(static_cast<std::size_t>(team_size()));
+        std::vector<std::int64_t>& mine = found[static_cast<std::size_t>(team_rank())];
+#pragma omp for schedule(static)
+        for (int i = 0; i < m; ++i) {
+          if (off[i + 1] == off[i]) continue;
+          long long rank = off[i];
+          const long long row = static_cast<long long>(i) * n;
+          const double qa = __dmul_rn(c4, pp[i]);
+          for (int j = 0; j < n; ++j) {
+            const long long at = row + j;
+            if (!suspect(at)) continue;
+            double lam = entry_lower(static_cast<double>(pF[at]), pma[i] != 0 || pmb[j] != 0,
+                                     fscale, fscale_mixed, pc != nullptr, pc ? pc[at] : 0.0f,
+                                     factor, abs_term);
+            const bool sampled = rank % step == 0;
+            const long long sl = rank / step;
+            if (native) {
+              lam = __dmul_rn(lam, theta);
+              if (sampled) {
+                const double own = S[sl] > scale[sl] ? S[sl] : scale[sl];
+                lam = own > lam ? own : lam;
+              }
+            } else if (sampled) {
+              lam = S[sl] > lam ? S[sl] : lam;
+            }
+            if (!cert_ok(lam, pna[i], pp[i], qa, pnb[j], pq[j], cR, 1.0)) {
+              ++total_fail;
+              if (static_cast<long long>(mine.size()) < patch_cap) mine.push_back(at);
+            }
+            ++rank;
+          }
+        }
+      }
+      failing = total_fail;
+      for (const auto& v : found)  // threads hold contiguous row ranges, in thread order
+        for (std::int64_t at : v)
+          if (static_cast<long long>(patch.size()) < std::min(failing, patch_cap))
+            patch.push_back(at);
+    }
+  }
+  py::array_t<std::int64_t> out(static_cast<py::ssize_t>(patch.size()));
+  std::copy(patch.begin(), patch.end(), out.mutable_data());
+  return py::make_tuple(sus, failing, out);
+}
+
 }  // namespace
 
 void register_ozaki2_stats_host(py::module_& m) {
@@ -353,6 +542,16 @@ void register_ozaki2_stats_host(py::module_& m) {
         py::arg("lines_are_rows") = true, py::arg("im") = py::none(),
         "(mag, l1): float32 max(|x|, |im|) 2**-e truncated toward zero (layout as "
         "ozaki2_bound_operand) and the float64 line sums of (|x| + |im|) 2**-e.");
+  m.def("ozaki2_refine_step", &host_refine_step, py::arg("ar"), py::arg("ai"), py::arg("br"),
+        py::arg("bi"), py::arg("shift_a"), py::arg("shift_b"), py::arg("need"), py::arg("beyond"),
+        py::arg("fails"), py::arg("F"), py::arg("c"), py::arg("fexp"), py::arg("fexp_mixed"),
+        py::arg("mixa"), py::arg("mixb"), py::arg("lower_terms"), py::arg("na"), py::arg("p"),
+        py::arg("nb"), py::arg("q"), py::arg("native"), py::arg("refine_terms"),
+        py::arg("theta_cap"), py::arg("limit"), py::arg("sample"), py::arg("patch_cap"),
+        "(sus, failing, patch): one step of the suspect refinement (refinement.refine_and_patch) "
+        "at count c from the exact test of c - 1 (fails == 1) on the entries not beyond: the "
+        "suspects, the failures of their refined test (-1: not tested, none or more than limit) "
+        "and the first min(failing, patch_cap) failing flat indices.");
   m.def("ozaki2_cert_entries", &host_cert_entries, py::arg("F"), py::arg("fexp"), py::arg("na"),
         py::arg("alpha"), py::arg("nb"), py::arg("beta"), py::arg("factor"), py::arg("abs_term"),
         py::arg("cR"), py::arg("c4"), py::arg("thr"), py::arg("base"), py::arg("mixa"),

@@ -98,25 +98,35 @@ def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspe
     _, _, e, f = prescale
     cplx = ai is not None
     native = target.guarantee == "native"
+
+    def tested(count):
+        sus = suspects(count)
+        if sus is None or not (native or sus[0].shape[0] <= REFINE_ENTRIES):
+            return None, 0, None
+        idx, lam, na, nb = sus
+        if idx.shape[0] == 0:
+            return 0, 0, None
+        pick = refine_sample(xp, idx.shape[0])
+        sidx = xp.take(idx, pick)
+        S, S2 = suspect_sums(xp, ar, ai, br, bi, sidx // n, sidx % n, native)
+        e_r, f_c = xp.take(e, idx // n), xp.take(f, idx % n)
+        fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2, pick)
+        return idx.shape[0], int(xp.count_nonzero(fail)), lambda: xp.take(idx, xp.nonzero(fail)[0])
+
+    return refine_loop(count, tested, m, n, patching)
+
+
+def refine_loop(count, tested, m, n, patching=True):
+    """``refine_and_patch``'s loop on an (m, n) product from ``count``: ``tested(c)`` is one
+    step's test one count below c, ``(suspects, failing, failed)``: how many suspects (None:
+    more than the step takes), how many of them fail and a callable giving the failing ones'
+    flat indices, ascending; ``step_after`` decides. A backend's kernels give ``tested`` where
+    the generic code would read every suspect (``refine_and_patch``'s own)."""
     step = Step(count, True, None)
     for _ in range(REFINE_STEPS):
         if not (step.going and step_runs(step.count)):
             break
-        count = step.count
-        sus = suspects(count)
-        if sus is not None and (native or sus[0].shape[0] <= REFINE_ENTRIES):
-            idx, lam, na, nb = sus
-            fail = None
-            if idx.shape[0]:
-                pick = refine_sample(xp, idx.shape[0])
-                sidx = xp.take(idx, pick)
-                S, S2 = suspect_sums(xp, ar, ai, br, bi, sidx // n, sidx % n, native)
-                e_r, f_c = xp.take(e, idx // n), xp.take(f, idx % n)
-                fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2,
-                                       pick)  # fmt: skip
-            step = next_step(xp, count, idx, fail, m, n, patching)
-        else:
-            step = next_step(xp, count, None)
+        step = step_after(step.count, *tested(step.count), m, n, patching)
     return step.count, step.patch
 
 
@@ -134,20 +144,28 @@ def step_runs(count):
 
 
 def next_step(xp, count, idx, fail=None, m=0, n=0, patching=True):
-    """The decision of one step of ``refine_and_patch``'s loop at ``count``, from its suspects'
-    flat indices ``idx`` in the (m, n) product (None: too many, the loop stops) and their
-    failures ``fail`` of ``refine_failures``: one count fewer where none fails (the loop goes
-    on), or where at most ``patch_limit(m, n)`` do, which are then the patch (the loop stops);
-    else the same count (it stops). The engine and the dask layer both decide here."""
+    """``step_after`` from a step's suspects' flat indices ``idx`` in the (m, n) product (None:
+    too many, the loop stops) and their failures ``fail`` of ``refine_failures``. The engine and
+    the dask layer both decide here."""
     if idx is None:
         return Step(count, False, None)
-    if idx.shape[0] == 0:
-        return Step(count - 1, True, None)
-    failing = int(xp.count_nonzero(fail))
-    if failing == 0:
+    failing = int(xp.count_nonzero(fail)) if idx.shape[0] else 0
+    return step_after(count, idx.shape[0], failing,
+                      lambda: xp.take(idx, xp.nonzero(fail)[0]), m, n, patching)  # fmt: skip
+
+
+def step_after(count, suspects, failing, failed, m=0, n=0, patching=True):
+    """The decision of one step of ``refine_and_patch``'s loop at ``count``: ``suspects`` how
+    many (None: too many, the loop stops), ``failing`` how many of them fail ``count - 1``,
+    ``failed()`` their flat indices. One count fewer where none fails (the loop goes on), or
+    where at most ``patch_limit(m, n)`` do, which are then the patch (the loop stops); else the
+    same count (it stops)."""
+    if suspects is None:
+        return Step(count, False, None)
+    if suspects == 0 or failing == 0:
         return Step(count - 1, True, None)
     if patching and failing <= patch_limit(m, n):
-        return Step(count - 1, False, xp.take(idx, xp.nonzero(fail)[0]))
+        return Step(count - 1, False, failed())
     return Step(count, False, None)
 
 

@@ -321,10 +321,12 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     line-normalized operands (``ozaki2_cert_operand``), their GEMM in numpy's BLAS, as
     ``certificate.magnitude_lower``, and a second pass with the larger bound per entry. Then the
     exact step (``certificate.exact_passes``: the same C++ pass at threshold 1 with the exact line
-    factors, its failures counted) and ``refinement.refine_and_patch`` (numpy) on the entries that
-    fail that test one count below each count it tries. Every term, limit and decision comes from
-    ``emulinalg.algorithm.certificate_plan``. The same decisions as the generic code except where a
-    test is decided within a few ulps (the norms' sums run in another order)."""
+    factors, its failures counted) and ``refinement.refine_loop``'s steps, each in one C++ call
+    (``ozaki2_refine_step``: the entries that fail that test one count below the count it tries,
+    a sample's dot products of magnitudes, every suspect's refined test). Every term and limit
+    comes from ``emulinalg.algorithm.certificate_plan``, every decision from ``refinement``. The
+    same decisions as the generic code except where a test is decided within a few ulps (the
+    norms' and the sample's sums run in another order)."""
     import array_api_compat.numpy as xp
 
     from emulinalg.algorithm import certificate, certificate_plan, refinement
@@ -370,29 +372,34 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
 
     exact = {}
 
-    def failing(c):  # the exact test of c moduli: (per entry whether it fails, failures)
+    def failing(c):  # the exact test of c moduli: (per entry 1 where it fails, failures)
         if c not in exact:
             p = certificate.exact_line_factors(xp, cc, c, e, cc.scale)
             q = certificate.exact_line_factors(xp, cc, c, f, cc.scale)
             codes, _, _, fails = entries(p, q, (1.0,), 0, c32)
-            exact[c] = codes == 1, fails
+            exact[c] = codes, fails
         return exact[c]
 
     count = certificate.exact_step(count, lambda c: failing(c)[1] - n_out)  # beyond: fail all
+    if count is None or not plan.steps:
+        return count, beyond, None
+    native = target.guarantee == "native"
+    s64, t64 = (np.ascontiguousarray(v, dtype=np.int64).reshape(-1) for v in (s, t))
 
-    def suspects(count):  # the refinement's entries and their terms, as the certificate's
-        idx = np.flatnonzero(failing(count - 1)[0] & ~beyond)
-        if idx.size > plan.suspects_max:
-            return None
-        lam = certificate_plan.bound_lower_at(xp, lower, idx, cplx, (ma, mb))
-        if c32 is not None:
-            g = certificate_plan.magnitude_lower_of_sums(xp, cc, c32.reshape(-1)[idx])
-            lam = np.maximum(lam, g)
-        return idx, lam, na[idx // n], nb[idx % n]
+    def tested(c):  # refinement.refine_loop's step in C++: suspects, sample sums, their test
+        p = certificate.exact_line_factors(xp, cc, c - 1, e, cc.scale)
+        q = certificate.exact_line_factors(xp, cc, c - 1, f, cc.scale)
+        sus, fails, patch = amx.ozaki2_refine_step(
+            ar, ai, br, bi, s64, t64, need, certificate.BEYOND, failing(c - 1)[0], lower, c32,
+            plan.fexp, plan.fexp_mixed, ma, mb, plan.lower_terms, na, np.ascontiguousarray(p),
+            nb, np.ascontiguousarray(q), native, plan.refine_terms, plan.theta_max,
+            plan.suspects_max, plan.sample, plan.patch_cap,
+        )  # fmt: skip
+        if sus > plan.suspects_max:
+            return None, 0, None
+        return sus, max(fails, 0), lambda: patch
 
-    count, patch = refinement.refine_and_patch(
-        xp, _numpy_backend, ar, ai, br, bi, prescale, target, count, suspects
-    )
+    count, patch = refinement.refine_loop(count, tested, m, n)
     return count, beyond, patch
 
 

@@ -153,8 +153,9 @@ _REFINE_CASES = [
 def test_host_certificate_refinement(cplx, target, want, monkeypatch):
     """phi = 1 inputs where the suspect refinement (refinement.refine_and_patch, on the entries that
     fail the C++ exact pass one count lower) takes counts off the bound GEMM's bound alone:
-    amx.ozaki2_certificate gives the generic count, mask and patch, also without the
-    refinement (no step), with too many suspects (none refined) and with one step only."""
+    amx.ozaki2_certificate (its steps in ozaki2_refine_step) gives the generic count, mask and
+    patch, also without the refinement (no step), with too many suspects (none refined), with
+    one step only and with a sample of the suspects summed."""
     from emulinalg.algorithm import refinement
     from emulinalg.backends import amx
 
@@ -173,7 +174,10 @@ def test_host_certificate_refinement(cplx, target, want, monkeypatch):
     _, (count, _, _) = _assert_statistics_equal(*ops, target)
     assert count == full
     limit = "SUSPECTS_MAX" if target.guarantee == "native" else "REFINE_ENTRIES"
-    for name, value in (("REFINE_STEPS", 0), (limit, 0), ("REFINE_STEPS", 1)):
+    # REFINE_ENTRIES = 5: the native form sums an even sample of the suspects (the C++ step's
+    # ranks and sampled entries), the strict one stops at more than 5
+    cases = (("REFINE_STEPS", 0), (limit, 0), ("REFINE_STEPS", 1), ("REFINE_ENTRIES", 5))
+    for name, value in cases:
         with monkeypatch.context() as mp:
             mp.setattr(refinement, name, value)
             _assert_statistics_equal(*ops, target)
@@ -366,3 +370,32 @@ def test_host_cert_entries_refuses_thresholds_it_cannot_count():
     need, *_ = _amx.ozaki2_cert_entries(F, 0, *line, 1.0, 0.0, 1.0, 1.0, np.array([1.0, 0.5]),
                                         2, *mix, 0)  # fmt: skip
     assert need.shape == (2, 70)
+
+
+def test_refine_step_rejects_bad_arguments():
+    """ozaki2_refine_step raises ValueError (no crash) for operands or terms that do not fit."""
+    amx = _amx
+    if not hasattr(amx, "ozaki2_refine_step"):
+        pytest.skip("emulinalg._amx is not built")
+    m, k, n = 3, 5, 4
+    a, b = np.ones((m, k)), np.ones((k, n))
+    i64 = lambda size: np.zeros(size, dtype=np.int64)  # noqa: E731
+    f64 = lambda size: np.ones(size)  # noqa: E731
+    u8 = np.zeros((m, n), dtype=np.uint8)
+    F = np.zeros((m, n), dtype=np.int32)
+
+    def call(**kw):
+        args = dict(ar=a, ai=None, br=b, bi=None, shift_a=i64(m), shift_b=i64(n), need=u8,
+                    beyond=21, fails=u8, F=F, c=None, fexp=12, fexp_mixed=12, mixa=i64(m),
+                    mixb=i64(n), lower_terms=(1.0, 0.0, 1.0, 1.0), na=f64(m), p=f64(m),
+                    nb=f64(n), q=f64(n), native=True, refine_terms=(1.0, 0.0, 1.0),
+                    theta_cap=2.0, limit=10, sample=4, patch_cap=2)  # fmt: skip
+        args.update(kw)
+        return amx.ozaki2_refine_step(**args)
+
+    assert tuple(call()[:2]) == (0, -1)  # no suspect: nothing tested
+    for bad in (dict(br=np.ones((k + 1, n))), dict(ai=a), dict(need=u8[:2]), dict(p=f64(m + 1)),
+                dict(fexp=99), dict(sample=0), dict(lower_terms=(1.0,)),
+                dict(c=np.zeros((m, n + 1), np.float32))):  # fmt: skip
+        with pytest.raises(ValueError):
+            call(**bad)
