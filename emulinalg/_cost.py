@@ -152,27 +152,23 @@ _BUILTIN = {
     ),
     "amx": CostModel(
         # 16-core AMX host (numpy arrays default to the amx backend there): Scheme II's stages
-        # in C++, one mod-reducing INT8 tile GEMM per modulus; the levels' refinement, refit
-        # and cancel ratios in generic numpy code over the whole output (the slow per-entry and
-        # statistics rates). native is numpy's OpenBLAS (torch's MKL is faster still). Fitted
-        # with split_complex=True; the complex records are those of 2026-11-30 (the strict
-        # level, not re-measured): the levels stay native there.
-        native_flops={
-            "float64": 5.61e11,
-            "float32": 1.15e12,
-            "complex128": 5.12e11,
-            "complex64": 1.10e12,
-        },
-        int_gemm_ops=1.04e13,
-        entry_seconds=1.71e-9,
-        stats_flops=1.86e11,
-        source="docs/benchmarks/xeon-amx-16c/levels_2026-12-01.jsonl",
+        # in C++, one mod-reducing INT8 tile GEMM per modulus, the levels' refinement and refit
+        # in C++ too (ozaki2_refine_step, refit_candidates); the complex part check is still
+        # generic numpy code (the complex statistics rate). native is numpy's OpenBLAS (torch's
+        # MKL is faster still). Fitted with split_complex=True from the bench rows of
+        # 2026-12-03 (float64, float32 and complex128 at N = 4096 and 8192, phi 1): the levels
+        # stay native at every measured size.
+        native_flops={"float64": 6.64e11, "float32": 1.31e12, "complex128": 5.81e11},
+        int_gemm_ops=1.41e13,
+        entry_seconds=1.26e-10,
+        stats_flops=1.94e12,
+        source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03.jsonl",
         complex_model=CostModel(
-            native_flops={"complex128": 5.12e11, "complex64": 1.10e12},
-            int_gemm_ops=9.72e12,
-            entry_seconds=2.22e-10,
-            stats_flops=7.75e11,
-            source="docs/benchmarks/xeon-amx-16c/levels_2026-12-01.jsonl (complex records)",
+            native_flops={"complex128": 5.81e11},
+            int_gemm_ops=1.70e13,
+            entry_seconds=2.68e-10,
+            stats_flops=9.78e10,
+            source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03.jsonl (complex records)",
         ),
     ),
 }
