@@ -10,6 +10,7 @@
 //   cert_operand   float32 magnitudes for the lower-bound GEMM (only when F leaves entries beyond)
 //   cert_entries   the certificate per entry from F (and that GEMM's sums on the second pass);
 //                  with one threshold and the exact line factors, the exact step's test
+//   bf16_lower     bfloat16 truncations toward zero (the magnitude bound's tile GEMM operands)
 //   refine_step    a step of the suspect refinement: the suspects, a sample's dot products of
 //                  magnitudes, every suspect's test one count lower
 //
@@ -523,6 +524,25 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
   return py::make_tuple(sus, failing, out);
 }
 
+
+// bfloat16 bits of x truncated toward zero (bf16_rz: float32 toward zero, then the high half),
+// row-major (R, C) uint16, from a 2-D float64 matrix of any element strides: the operands of
+// the AMX BF16 tile GEMM that bounds a product of magnitudes from below (as bf16_lower.cu).
+py::array_t<std::uint16_t> host_bf16_lower(py::array_t<double> x) {
+  const auto [sr, sc] = emu_host::matrix_strides(x, "bf16_lower");
+  const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
+  py::array_t<std::uint16_t> out({R, C});
+  std::uint16_t* po = out.mutable_data();
+  const double* px = x.data();
+  {
+    py::gil_scoped_release nogil;
+    emu_host::for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
+      po[static_cast<long long>(r) * C + c] = static_cast<std::uint16_t>(bf16_rz(v));
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_ozaki2_stats_host(py::module_& m) {
@@ -542,6 +562,8 @@ void register_ozaki2_stats_host(py::module_& m) {
         py::arg("lines_are_rows") = true, py::arg("im") = py::none(),
         "(mag, l1): float32 max(|x|, |im|) 2**-e truncated toward zero (layout as "
         "ozaki2_bound_operand) and the float64 line sums of (|x| + |im|) 2**-e.");
+  m.def("bf16_lower", &host_bf16_lower, py::arg("x"),
+        "uint16 bfloat16 bits (R, C), row-major, of the float64 matrix x truncated toward zero.");
   m.def("ozaki2_refine_step", &host_refine_step, py::arg("ar"), py::arg("ai"), py::arg("br"),
         py::arg("bi"), py::arg("shift_a"), py::arg("shift_b"), py::arg("need"), py::arg("beyond"),
         py::arg("fails"), py::arg("F"), py::arg("c"), py::arg("fexp"), py::arg("fexp_mixed"),

@@ -403,6 +403,38 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     return count, beyond, patch
 
 
+def magnitude_lower_matmul(xa, xb):
+    """Certified lower bound ``L <= xa @ xb`` (elementwise, exact arithmetic) for non-negative
+    float64 ``xa`` (..., m, k) and ``xb`` (..., k, n) with entries <= 2, as one AMX BF16 tile
+    GEMM per matrix (the cupy backend's bfloat16 tensor-core GEMM, on the tiles).
+
+    The entries are truncated toward zero to bfloat16 (``emulinalg._amx.bf16_lower``),
+    multiplied by TDPBF16PS (``gemm_bf16bf16f32``: exact products, FP32 sums rounded to nearest,
+    subnormals flushed) and the FP32 sums scaled by ``1 - (k + 2) 2**-22`` in float64: every term
+    is >= 0, so the truncation only lowers the sum and the factor covers the sums' rounding in
+    any order (``certificate.magnitude_lower``; flushes: ``certificate.lower_abs``). Operands of
+    either sign are truncated toward zero too (``certificate.signed_estimate``). Where the tiles
+    are not usable: the float64 GEMM times the native factor (a lower bound as well)."""
+    from emulinalg.algorithm import certificate
+
+    k = xa.shape[-1]
+    batch = tuple(np.broadcast_shapes(xa.shape[:-2], xb.shape[:-2]))
+    m, n = xa.shape[-2], xb.shape[-1]
+    cc = certificate.cert_constants(k)
+    if cc.factor <= 0 or 0 in (k, m, n):
+        return np.zeros(batch + (m, n))
+    amx = _module()
+    if amx is None or not hasattr(amx, "bf16_lower") or not (EMULATE or amx.available()):
+        return native_matmul(xa, xb) * cc.native_factor
+    a3 = np.broadcast_to(xa, batch + (m, k)).reshape((-1, m, k))
+    b3 = np.broadcast_to(xb, batch + (k, n)).reshape((-1, k, n))
+    out = np.empty((a3.shape[0], m, n))
+    for i in range(a3.shape[0]):
+        c = amx.gemm_bf16bf16f32(amx.bf16_lower(a3[i]), amx.bf16_lower(b3[i]), emulate=EMULATE)
+        np.multiply(c, cc.factor, out=out[i], dtype=np.float64)  # rounded once
+    return out.reshape(batch + (m, n))
+
+
 def _tiles(amx, a, b):
     a8 = np.ascontiguousarray(a, dtype=np.int8)  # exact: values checked to lie in [-128, 127]
     b8 = np.ascontiguousarray(b, dtype=np.int8)

@@ -399,3 +399,50 @@ def test_refine_step_rejects_bad_arguments():
                 dict(c=np.zeros((m, n + 1), np.float32))):  # fmt: skip
         with pytest.raises(ValueError):
             call(**bad)
+
+
+@pytest.mark.parametrize("shape", [(7, 300, 5), (2, 33, 64, 17)])
+def test_magnitude_lower_matmul_bounds_the_product(shape, monkeypatch, rng):
+    """amx.magnitude_lower_matmul (bf16 truncation, the BF16 tile GEMM on the tile model) is a
+    lower bound of the exact product of non-negative operands (entries <= 2, some tiny or zero)
+    within the bf16 truncation's loss, and as certificate.signed_estimate it stays within
+    signed_error of operands of either sign; the exact products by python-flint."""
+    from emulinalg.algorithm import certificate
+    from emulinalg.backends import amx
+
+    if _amx is None or not hasattr(_amx, "bf16_lower"):
+        pytest.skip("emulinalg._amx is not built")
+    monkeypatch.setattr(amx, "EMULATE", True)
+    *batch, m, k, n = shape
+
+    def operand(*dims):
+        x = rng.random(tuple(batch) + dims) * 2.0 * np.exp2(-rng.integers(0, 8, dims))
+        x[..., 0, :] = 0.0
+        x.flat[1] = 2.0**-140
+        return x
+
+    xa, xb = operand(m, k), operand(k, n)
+
+    def exact(a, b):  # the exact sums, rounded once to float64 (Fractions)
+        from fractions import Fraction
+
+        a2, b2 = a.reshape(-1, m, k), b.reshape(-1, k, n)
+        out = np.empty((a2.shape[0], m, n))
+        for t in range(a2.shape[0]):
+            for i in range(m):
+                row = [Fraction(float(v)) for v in a2[t, i]]
+                for j in range(n):
+                    col = b2[t, :, j]
+                    out[t, i, j] = float(sum(x * Fraction(float(y)) for x, y in zip(row, col)))
+        return out.reshape(tuple(batch) + (m, n))
+
+    ab = exact(xa, xb)
+    lo = amx.magnitude_lower_matmul(xa, xb)
+    assert lo.shape == ab.shape and lo.dtype == np.float64
+    assert np.all(lo <= ab * (1 - 2.0**-53))  # below the exact sums (their rounding removed)
+    assert np.all(lo >= ab * (1 - 2.0**-7) ** 2 * (1 - (k + 2) * 2.0**-22) - 1e-30)
+    signs = np.where(rng.random(xa.shape) < 0.5, -1.0, 1.0)
+    sa = xa * signs
+    est = certificate.signed_estimate(np, amx, sa, xb)
+    bound = certificate.signed_error(k) * ab + certificate.lower_abs(k)
+    assert np.all(np.abs(exact(sa, xb) - est) <= bound)
