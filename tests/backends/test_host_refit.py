@@ -96,13 +96,18 @@ def test_refit_pick_is_the_generic_choice(dtype, batch, zeros, nan, flat, exclud
     want = refit.cancelled_entries(xp, parts, pre, ex)
     with np.errstate(invalid="ignore"):
         got = host_refit.refit_pick(parts, pre, ex, False)
+    _assert_same_entries(got, want)
+    hooked = refit.cancelled_entries(xp, parts, pre, ex, hook=host_refit.refit_pick)
+    assert (hooked is None) == (want is None)
+
+
+def _assert_same_entries(got, want):
+    """refit_pick's indices (int64, possibly empty) equal cancelled_entries' (None: none)."""
     assert got is not None and got.dtype == np.int64
     if want is None:
         assert got.shape[0] == 0
     else:
         np.testing.assert_array_equal(got, want)
-    hooked = refit.cancelled_entries(xp, parts, pre, ex, hook=host_refit.refit_pick)
-    assert (hooked is None) == (want is None)
 
 
 def test_every_entry_is_left_to_the_generic_code():
@@ -170,11 +175,7 @@ def test_one_pass_is_the_generic_choice(kind, dtype, batch, threads, monkeypatch
         want = refit.cancelled_entries(xp, parts, pre, ex, False)
         _native_only(monkeypatch, threads)
         got = host_refit.refit_pick(parts, pre, ex, False)
-    assert got is not None and got.dtype == np.int64
-    if want is None:
-        assert got.shape[0] == 0
-    else:
-        np.testing.assert_array_equal(got, want)
+    _assert_same_entries(got, want)
 
 
 @needs_native
