@@ -395,6 +395,7 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
     throw std::invalid_argument("refine_step: fexp out of range");
   if (lower_terms.size() != 4 || refine_terms.size() != 3)
     throw std::invalid_argument("refine_step: lower_terms (4) and refine_terms (3)");
+  if (beyond < 0 || beyond > 255) throw std::invalid_argument("refine_step: beyond is a uint8 code");
   if (sample < 0 || limit < 0 || patch_cap < 0 || (sample == 0 && limit > 0))
     throw std::invalid_argument("refine_step: sample, limit, patch_cap >= 0 (sample > 0 where "
                                 "limit > 0)");

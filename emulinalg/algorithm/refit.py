@@ -216,7 +216,9 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
     def lines_b(x):
         if x is None:
             return None
-        if x.ndim == 2:  # the columns first: B^T's reshape would copy all of B
+        flags = getattr(x, "flags", None)
+        if x.ndim == 2 and not (flags is not None and flags.f_contiguous):
+            # B's columns first: taking rows of a strided B^T would copy all of B
             return xp.permute_dims(xp.take(x, cols, axis=1), (1, 0))
         xt = xp.reshape(xp.permute_dims(x, tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)),
                         (-1, k))  # fmt: skip

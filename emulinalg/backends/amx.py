@@ -31,6 +31,8 @@ MAX_K = 2**17 - 1  # k * 2**14 < 2**31: the int32 tile sums cannot overflow
 K_BLOCK = (MAX_K // 64) * 64  # whole 64-deep K tiles per block beyond MAX_K
 
 EMULATE = False  # run the scalar tile model instead of AMX (tests)
+# ``magnitude_lower_matmul`` runs products of fewer multiply-adds (m n k) in numpy's float64 GEMM
+SMALL_BOUND_WORK = 1 << 20
 
 quiet = _numpy_backend.quiet
 native_matmul = _numpy_backend.native_matmul
@@ -414,7 +416,9 @@ def magnitude_lower_matmul(xa, xb):
     is >= 0, so the truncation only lowers the sum and the factor covers the sums' rounding in
     any order (``certificate.magnitude_lower``; flushes: ``certificate.lower_abs``). Operands of
     either sign are truncated toward zero too (``certificate.signed_estimate``). Where the tiles
-    are not usable: the float64 GEMM times the native factor (a lower bound as well)."""
+    are not usable, and for products of fewer than SMALL_BOUND_WORK multiply-adds (a batch of
+    small ones is one numpy call): the float64 GEMM times the native factor (a lower bound as
+    well, and within ``signed_error`` for either sign)."""
     from emulinalg.algorithm import certificate
 
     k = xa.shape[-1]
@@ -424,7 +428,8 @@ def magnitude_lower_matmul(xa, xb):
     if cc.factor <= 0 or 0 in (k, m, n):
         return np.zeros(batch + (m, n))
     amx = _module()
-    if amx is None or not hasattr(amx, "bf16_lower") or not (EMULATE or amx.available()):
+    usable = amx is not None and hasattr(amx, "bf16_lower") and (EMULATE or amx.available())
+    if not usable or m * n * k < SMALL_BOUND_WORK:  # per call, a tile GEMM's team costs more
         return native_matmul(xa, xb) * cc.native_factor
     a3 = np.broadcast_to(xa, batch + (m, k)).reshape((-1, m, k))
     b3 = np.broadcast_to(xb, batch + (k, n)).reshape((-1, k, n))

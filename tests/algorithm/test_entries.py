@@ -85,3 +85,36 @@ def test_recomputed_by_a_backends_product_is_the_same(cplx, out_dtype, monkeypat
                                       product=lambda *a: None))  # fmt: skip
     for g, w in zip(declined, want):
         assert _same(g, w)
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+def test_refit_takes_the_same_lines_from_any_layout_of_b(cplx):
+    """refit.refit recomputes the same entries with the same bits from a C-ordered, an
+    F-ordered and a batched B (its lines are taken by different paths), equal to the whole
+    product's entries at MAX_MODULI."""
+    m, k, n = 23, 70, 19
+    a = phi_matrix((m, k), 1.0, "complex128" if cplx else "float64", seed=81)
+    b = phi_matrix((k, n), 1.0, "complex128" if cplx else "float64", seed=82)
+    parts = lambda x: (np.real(x), np.imag(x)) if cplx else (x, None)  # noqa: E731
+    ar, ai = parts(a)
+    pre = scaling.ozaki2_prescale(xp, npb.int_matmul, ar, ai, *parts(b), "accurate")
+    zero = tuple(np.zeros((m, n)) for _ in range(2 if cplx else 1))
+    idx = np.array([0, 5, m * n - 1, 7 * n + 3])
+
+    def run(bb, aa=(ar, ai), pp=pre, zz=zero):
+        br, bi = bb
+        got, count = refit.refit(xp, *aa[:1], aa[1], br, bi, zz, pp, "accurate", "float64",
+                                 extra=idx, cancelled=False)  # fmt: skip
+        assert count == idx.size
+        return [p.reshape(-1)[idx] for p in got]
+
+    want = run(parts(b))
+    fortran = tuple(None if x is None else np.asfortranarray(x) for x in parts(b))
+    assert all(_same(x, y) for x, y in zip(run(fortran), want))
+    batched = tuple(None if x is None else x[None] for x in parts(b))
+    got_b = run(batched, (ar[None], None if ai is None else ai[None]),
+                tuple(v[None] for v in pre), tuple(z[None] for z in zero))  # fmt: skip
+    assert all(_same(x, y) for x, y in zip(got_b, want))
+    whole = products.product(xp, npb.int_matmul, ar, ai, *parts(b), 20, "accurate", "float64",
+                             pre)  # fmt: skip
+    assert all(_same(w.reshape(-1)[idx], y) for w, y in zip(whole, want))

@@ -99,5 +99,6 @@ def _case(n, dt, args, torch):
     ]
     return rec
 
+
 if __name__ == "__main__":
     main()

@@ -395,14 +395,15 @@ def test_refine_step_rejects_bad_arguments():
 
     assert tuple(call()[:2]) == (0, -1)  # no suspect: nothing tested
     for bad in (dict(br=np.ones((k + 1, n))), dict(ai=a), dict(need=u8[:2]), dict(p=f64(m + 1)),
-                dict(fexp=99), dict(sample=0), dict(lower_terms=(1.0,)),
+                dict(fexp=99), dict(sample=0), dict(lower_terms=(1.0,)), dict(beyond=300),
                 dict(c=np.zeros((m, n + 1), np.float32))):  # fmt: skip
         with pytest.raises(ValueError):
             call(**bad)
 
 
+@pytest.mark.parametrize("tiles", [True, False], ids=["tiles", "small-products"])
 @pytest.mark.parametrize("shape", [(7, 300, 5), (2, 33, 64, 17)])
-def test_magnitude_lower_matmul_bounds_the_product(shape, monkeypatch, rng):
+def test_magnitude_lower_matmul_bounds_the_product(shape, tiles, monkeypatch, rng):
     """amx.magnitude_lower_matmul (bf16 truncation, the BF16 tile GEMM on the tile model) is a
     lower bound of the exact product of non-negative operands (entries <= 2, some tiny or zero)
     within the bf16 truncation's loss, and as certificate.signed_estimate it stays within
@@ -413,6 +414,11 @@ def test_magnitude_lower_matmul_bounds_the_product(shape, monkeypatch, rng):
     if _amx is None or not hasattr(_amx, "bf16_lower"):
         pytest.skip("emulinalg._amx is not built")
     monkeypatch.setattr(amx, "EMULATE", True)
+    calls = []
+    real = _amx.gemm_bf16bf16f32
+    monkeypatch.setattr(_amx, "gemm_bf16bf16f32",
+                        lambda *a, **kw: calls.append(a) or real(*a, **kw))
+    monkeypatch.setattr(amx, "SMALL_BOUND_WORK", 0 if tiles else 1 << 30)
     *batch, m, k, n = shape
 
     def operand(*dims):
@@ -446,3 +452,4 @@ def test_magnitude_lower_matmul_bounds_the_product(shape, monkeypatch, rng):
     est = certificate.signed_estimate(np, amx, sa, xb)
     bound = certificate.signed_error(k) * ab + certificate.lower_abs(k)
     assert np.all(np.abs(exact(sa, xb) - est) <= bound)
+    assert bool(calls) == tiles  # the BF16 tile GEMM, or numpy's for small products
