@@ -372,13 +372,17 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     if n_out == need.size:
         return None, beyond, None
 
-    exact = {}
+    exact, factors = {}, {}
+
+    def line_factors(c):  # the exact line factors (p, q) of c moduli, made once per count
+        if c not in factors:
+            factors[c] = tuple(np.ascontiguousarray(certificate.exact_line_factors(
+                xp, cc, c, v, cc.scale)) for v in (e, f))  # fmt: skip
+        return factors[c]
 
     def failing(c):  # the exact test of c moduli: (per entry 1 where it fails, failures)
         if c not in exact:
-            p = certificate.exact_line_factors(xp, cc, c, e, cc.scale)
-            q = certificate.exact_line_factors(xp, cc, c, f, cc.scale)
-            codes, _, _, fails = entries(p, q, (1.0,), 0, c32)
+            codes, _, _, fails = entries(*line_factors(c), (1.0,), 0, c32)
             exact[c] = codes, fails
         return exact[c]
 
@@ -389,12 +393,11 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     s64, t64 = (np.ascontiguousarray(v, dtype=np.int64).reshape(-1) for v in (s, t))
 
     def tested(c):  # refinement.refine_loop's step in C++: suspects, sample sums, their test
-        p = certificate.exact_line_factors(xp, cc, c - 1, e, cc.scale)
-        q = certificate.exact_line_factors(xp, cc, c - 1, f, cc.scale)
+        p, q = line_factors(c - 1)
         sus, fails, patch = amx.ozaki2_refine_step(
             ar, ai, br, bi, s64, t64, need, certificate.BEYOND, failing(c - 1)[0], lower, c32,
-            plan.fexp, plan.fexp_mixed, ma, mb, plan.lower_terms, na, np.ascontiguousarray(p),
-            nb, np.ascontiguousarray(q), native, plan.refine_terms, plan.theta_max,
+            plan.fexp, plan.fexp_mixed, ma, mb, plan.lower_terms, na, p, nb, q, native,
+            plan.refine_terms, plan.theta_max,
             plan.suspects_max, plan.sample, plan.patch_cap,
         )  # fmt: skip
         if sus > plan.suspects_max:
