@@ -60,10 +60,13 @@ namespace {
 //                                     (exact scalings and differences), h0 = floor(r0), or
 //                                     rne(r0) <= 2**28 to round v to nearest, ties to even (h0
 //                                     and X have one parity); |X| <= 2**82
-//   s  = sign(x) (h0 + (2**28 mod m) h1 + (2**56 mod m) h2)       |s| < 2**37: exact
-//   r  = s - m floor(s / m)           floor(s * (1/m)) is the true quotient or one less (only
-//                                     when m divides s): r in [0, m]; the symmetric residue
-//                                     is r - m for r > (m - 1) / 2 (so m -> 0).
+//   s  = sign(x) h0 + (2**28 mod m) sign(x) h1 + (2**56 mod m) sign(x) h2   |s| < 2**37: exact
+//   r  = s - m rne(s * (1/m))         the nearest quotient: for odd m, s / m is at least 1/(2m)
+//                                     >= 2**-9 from a half-integer and s * (1/m) within 2**-22
+//                                     of s / m, so r is the symmetric residue in
+//                                     [-(m - 1) / 2, (m - 1) / 2]; for m = 256 (1/m exact)
+//                                     a tie gives r = 128, which becomes -128 (r - m for
+//                                     r > (m - 1) / 2).
 constexpr int kRun = 64;  // entries per vectorized run
 
 struct ModConst {
@@ -134,18 +137,18 @@ __attribute__((always_inline)) inline void pieces(const double* x, long long sx,
     const double h1 = floor_small(r1 * 0x1p-28);
     const double r0 = r1 - h1 * 0x1p28;
     const double r = emu_host::rne(r0);
-    p.h2[t] = h2;
-    p.h1[t] = h1;
-    p.h0[t] = r - (r > r0 ? down : 0.0);
+    p.h2[t] = h2 * p.sg[t];  // signed once here, not once per modulus
+    p.h1[t] = h1 * p.sg[t];
+    p.h0[t] = (r - (r > r0 ? down : 0.0)) * p.sg[t];
   }
 }
 
-// Symmetric residues of the run's integers mod c.m, as float64 values.
+// Symmetric residues of the run's integers mod c.m, as float64 values (the pieces signed).
 __attribute__((always_inline)) inline void residues_mod(const Pieces& p, const ModConst& c,
                                                         double* r) {
   for (int t = 0; t < kRun; ++t) {
-    const double s = (p.h0[t] + c.c28 * p.h1[t] + c.c56 * p.h2[t]) * p.sg[t];
-    const double u = s - floor_small(s * c.inv) * c.m;
+    const double s = p.h0[t] + c.c28 * p.h1[t] + c.c56 * p.h2[t];
+    const double u = s - emu_host::rne(s * c.inv) * c.m;
     r[t] = u - (u > c.half ? c.m : 0.0);  // a select of constants: it vectorizes
   }
 }

@@ -47,8 +47,10 @@ inline unsigned __ballot_sync(unsigned, bool p) { return p; }
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -87,14 +89,174 @@ Imag imag_part(const py::object& im, const py::array_t<double>& re, const char* 
   return out;
 }
 
+// ---- bound_operand's passes, vectorized: two reads of each line (its largest magnitude, then
+// its terms). A line along memory is read twice by one thread (8192 float64 are 64 KiB: the
+// second read comes from L2); lines across memory go kBoundLines at a time (a block of 16 lines
+// of 8192 entries is 1 MiB), their accumulators one per line. The l1 and squares sums of a line
+// along memory are kept in kLanes partial sums (any order: certificate_plan.norms_from_sums), so
+// every loop vectorizes; each line is one thread's, in a fixed order: no atomics, and the same
+// sums for any thread count.
+constexpr int kLanes = 8;
+constexpr int kBoundLines = 16;
+using u64 = unsigned long long;
+
+// scale2(x, p) = (x f[0]) f[1], both powers of two (src_cuda/ozaki2_stats.cu's scale2).
+struct Scale2 {
+  double f0, f1;
+  explicit Scale2(int p) : f0(p > 1023 ? emu_host::pow2(p - 64) : emu_host::pow2(p)),
+                           f1(p > 1023 ? emu_host::pow2(64) : 1.0) {}
+};
+
+inline u64 bits_abs(double v) {
+  u64 b;
+  std::memcpy(&b, &v, sizeof b);
+  return b & 0x7fffffffffffffffull;
+}
+inline double from_bits(u64 b) {
+  double v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+
+// The largest |x| (as bits) of a line of C entries at stride sx.
+__attribute__((target_clones("avx512f", "avx2", "default"))) u64 line_max_bits(
+    const double* __restrict__ x, long long sx, int C) {
+  u64 m[kLanes] = {};
+  int c = 0;
+  for (; c + kLanes <= C; c += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const u64 b = bits_abs(x[(c + j) * sx]);
+      m[j] = b > m[j] ? b : m[j];
+    }
+  for (; c < C; ++c) m[0] = std::max(m[0], bits_abs(x[c * sx]));
+  u64 r = 0;
+  for (int j = 0; j < kLanes; ++j) r = std::max(r, m[j]);
+  return r;
+}
+
+// One line's accumulated terms.
+struct LineTerms {
+  long long sum = 0, nz = 0, mixed = 0;
+  double l1 = 0.0, sq = 0.0;
+};
+
+// A line along memory: its int8 bounds (out, stride so) and terms; y (or null) its imaginary part.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void line_terms(
+    const double* __restrict__ x, long long sx, const double* __restrict__ y, long long sy,
+    int C, Scale2 up, Scale2 dn, signed char* __restrict__ out, long long so, LineTerms& lt) {
+  long long sum[kLanes] = {}, nz[kLanes] = {}, mixed[kLanes] = {};
+  double l1[kLanes] = {}, sq[kLanes] = {};
+  auto one = [&](int c, int j) {
+    const double a = from_bits(bits_abs(x[c * sx]));
+    int b = static_cast<int>((a * up.f0) * up.f1);  // floor: the value is in [0, 128)
+    long long z = a != 0.0;
+    double l = (a * dn.f0) * dn.f1;
+    if (y != nullptr) {
+      const double w = from_bits(bits_abs(y[c * sy]));
+      b += static_cast<int>((w * up.f0) * up.f1);
+      z += w != 0.0;
+      mixed[j] += (a != 0.0) & (w != 0.0);
+      l = l + (w * dn.f0) * dn.f1;
+    }
+    out[c * so] = static_cast<signed char>(b);
+    sum[j] += b;
+    nz[j] += z;
+    l1[j] = l1[j] + l;
+    sq[j] = sq[j] + l * l;
+  };
+  int c = 0;
+  for (; c + kLanes <= C; c += kLanes)
+    for (int j = 0; j < kLanes; ++j) one(c + j, j);
+  for (; c < C; ++c) one(c, 0);
+  for (int j = 0; j < kLanes; ++j) {
+    lt.sum += sum[j];
+    lt.nz += nz[j];
+    lt.mixed += mixed[j];
+    lt.l1 = lt.l1 + l1[j];
+    lt.sq = lt.sq + sq[j];
+  }
+}
+
+// kBoundLines lines across memory (line t at x + t sx, entry c at + c sc; len <= kBoundLines of
+// them, Full: all): both passes, the shifts s[t] out.
+template <bool Full>
+__attribute__((always_inline)) inline void block_terms_body(
+    const double* __restrict__ x, long long sx, long long sc, const double* __restrict__ y,
+    long long yx, long long yc, int len, int C, int cplx, signed char* __restrict__ out,
+    long long ot, long long oc, int* __restrict__ s, LineTerms* __restrict__ lt) {
+  if (Full) len = kBoundLines;
+  u64 mx[kBoundLines] = {};
+  for (int c = 0; c < C; ++c)
+    for (int t = 0; t < kBoundLines; ++t) {
+      const int tt = Full || t < len ? t : 0;  // lanes beyond len repeat line 0 (unused)
+      u64 b = bits_abs(x[tt * sx + c * sc]);
+      if (y != nullptr) b = std::max(b, bits_abs(y[tt * yx + c * yc]));
+      mx[t] = b > mx[t] ? b : mx[t];
+    }
+  double u0[kBoundLines], u1[kBoundLines], d0[kBoundLines], d1[kBoundLines];
+  for (int t = 0; t < kBoundLines; ++t) {
+    const int e = mx[t] == 0 ? 0 : exponent_of(from_bits(mx[t]));
+    s[t] = 5 - e - cplx;
+    const Scale2 up(s[t] + 1), dn(s[t] - 5 + cplx);
+    u0[t] = up.f0, u1[t] = up.f1, d0[t] = dn.f0, d1[t] = dn.f1;
+  }
+  long long sum[kBoundLines] = {}, nz[kBoundLines] = {}, mixed[kBoundLines] = {};
+  // line_terms' partial sums: entry c in lane c % kLanes, the tail past the last whole group of
+  // kLanes in lane 0, so that a line's l1 and sq are the same in either layout
+  double l1[kLanes][kBoundLines] = {}, sq[kLanes][kBoundLines] = {};
+  signed char o[kBoundLines];
+  const int whole = C / kLanes * kLanes;
+  for (int c = 0; c < C; ++c) {
+    const int j = c < whole ? c % kLanes : 0;
+    for (int t = 0; t < kBoundLines; ++t) {
+      const int tt = Full || t < len ? t : 0;
+      const double a = from_bits(bits_abs(x[tt * sx + c * sc]));
+      int b = static_cast<int>((a * u0[t]) * u1[t]);
+      long long z = a != 0.0;
+      double l = (a * d0[t]) * d1[t];
+      if (y != nullptr) {
+        const double w = from_bits(bits_abs(y[tt * yx + c * yc]));
+        b += static_cast<int>((w * u0[t]) * u1[t]);
+        z += w != 0.0;
+        mixed[t] += (a != 0.0) & (w != 0.0);
+        l = l + (w * d0[t]) * d1[t];
+      }
+      o[t] = static_cast<signed char>(b);
+      sum[t] += b;
+      nz[t] += z;
+      l1[j][t] = l1[j][t] + l;
+      sq[j][t] = sq[j][t] + l * l;
+    }
+    for (int t = 0; t < len; ++t) out[t * ot + c * oc] = o[t];
+  }
+  for (int t = 0; t < len; ++t) {
+    lt[t].sum = sum[t], lt[t].nz = nz[t], lt[t].mixed = mixed[t];
+    lt[t].l1 = lt[t].sq = 0.0;
+    for (int q = 0; q < kLanes; ++q) {  // line_terms' order
+      lt[t].l1 = lt[t].l1 + l1[q][t];
+      lt[t].sq = lt[t].sq + sq[q][t];
+    }
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
+    const double* __restrict__ x, long long sx, long long sc, const double* __restrict__ y,
+    long long yx, long long yc, int len, int C, int cplx, signed char* __restrict__ out,
+    long long ot, long long oc, int* __restrict__ s, LineTerms* __restrict__ lt) {
+  if (len == kBoundLines)
+    block_terms_body<true>(x, sx, sc, y, yx, yc, len, C, cplx, out, ot, oc, s, lt);
+  else
+    block_terms_body<false>(x, sx, sc, y, yx, yc, len, C, cplx, out, ot, oc, s, lt);
+}
+
 // (s, bound, sums, nz, l1, mixed, sq), the accurate-mode prescale's pass over one operand, as
 // ozaki2_stats.cu's bound_operand: s = 5 - cplx - floor(log2 max(|re|, |im|)) per line (for a
 // zero line as if the max were 1), int64 (R,); the int8 bound operand floor(RN(|re| 2**(s+1)))
 // + floor(RN(|im| 2**(s+1))) <= 127, (R, C) when lines_are_rows, else (C, R); per line the sum
 // of its entries, the count of nonzero parts and of entries with both parts nonzero (int64
 // (R,), exact), and the sums for the certificate's normalized norms (float64 (R,)): of
-// x = |re| 2**-e + |im| 2**-e (e = 5 - cplx - s) and of x**2 (the l2 norm), in column order,
-// so the certificate needs no pass over the operands of its own.
+// x = |re| 2**-e + |im| 2**-e (e = 5 - cplx - s) and of x**2 (the l2 norm), in a fixed order
+// per line (above), so the certificate needs no pass over the operands of its own.
 py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::object im) {
   const auto [sr, sc] = emu_host::matrix_strides(x, "bound_operand");
   py::array_t<double> keep;
@@ -110,43 +272,37 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
   std::int64_t* pm = mixed.mutable_data();
   double *pl = l1.mutable_data(), *pq = sq.mutable_data();
   signed char* po = out.mutable_data();
+  const int cplx = y.p ? 1 : 0;
+  auto put = [&](int r, int s, const LineTerms& t) {
+    ps[r] = s, pv[r] = t.sum, pz[r] = t.nz, pm[r] = t.mixed, pl[r] = t.l1, pq[r] = t.sq;
+  };
   {
     py::gil_scoped_release nogil;
-    std::vector<unsigned long long> mx(R, 0);  // largest |re|, |im| per line, as bits
-    emu_host::for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
-      unsigned long long b = abs_bits(v);
-      if (y.p) b = std::max(b, abs_bits(y.p[r * y.sr + c * y.sc]));
-      if (b > mx[r]) mx[r] = b;
-    });
-    std::vector<int> s(R);
-    for (int r = 0; r < R; ++r) {
-      const int e = mx[r] == 0 ? 0 : exponent_of(__longlong_as_double(static_cast<long long>(mx[r])));
-      s[r] = 5 - e - (y.p ? 1 : 0);
-      ps[r] = s[r];
-      pv[r] = pz[r] = pm[r] = 0;
-      pl[r] = pq[r] = 0.0;
-    }
-    // for_entries gives each line to one thread and walks its columns in order: the line
-    // sums need no atomics and the l1 has a fixed order
-    emu_host::for_entries(px, sr, sc, R, C, [&](int r, int c, double v) {
-      const int p1 = s[r] + 1, pn = s[r] - 5 + (y.p ? 1 : 0);  // 2**(s+1), 2**-e
-      const double a = abs_of(v);
-      int b = floor_small(scale2(a, p1));
-      int z = a != 0.0;
-      double l = scale2(a, pn);
-      if (y.p) {
-        const double w = abs_of(y.p[r * y.sr + c * y.sc]);
-        b += floor_small(scale2(w, p1));
-        z += w != 0.0;
-        pm[r] += a != 0.0 && w != 0.0;
-        l = __dadd_rn(l, scale2(w, pn));
+    if (std::llabs(sr) < std::llabs(sc)) {  // lines across memory
+#pragma omp parallel for schedule(static)
+      for (int r0 = 0; r0 < R; r0 += kBoundLines) {
+        const int len = std::min(kBoundLines, R - r0);
+        int s[kBoundLines];
+        LineTerms lt[kBoundLines];
+        block_terms(px + r0 * sr, sr, sc, y.p ? y.p + r0 * y.sr : nullptr, y.sr, y.sc, len, C,
+                    cplx, po + r0 * out_r, out_r, out_c, s, lt);
+        for (int t = 0; t < len; ++t) put(r0 + t, s[t], lt[t]);
       }
-      po[r * out_r + c * out_c] = static_cast<signed char>(b);
-      pv[r] += b;
-      pz[r] += z;
-      pl[r] = __dadd_rn(pl[r], l);
-      pq[r] = __dadd_rn(pq[r], __dmul_rn(l, l));
-    });
+    } else {
+#pragma omp parallel for schedule(static)
+      for (int r = 0; r < R; ++r) {
+        const double* xr = px + r * sr;
+        const double* yr = y.p ? y.p + r * y.sr : nullptr;
+        u64 m = line_max_bits(xr, sc, C);
+        if (yr) m = std::max(m, line_max_bits(yr, y.sc, C));
+        const int e = m == 0 ? 0 : exponent_of(from_bits(m));
+        const int s = 5 - e - cplx;
+        LineTerms lt;
+        line_terms(xr, sc, yr, y.sc, C, Scale2(s + 1), Scale2(s - 5 + cplx), po + r * out_r,
+                   out_c, lt);
+        put(r, s, lt);
+      }
+    }
   }
   return py::make_tuple(shift, out, sums, nz, l1, mixed, sq);
 }

@@ -9,6 +9,8 @@ the float32 GEMM fallback), real and complex; the bound GEMM's operands and line
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from _amx_helpers import _amx, _pipeline_inputs
@@ -300,8 +302,9 @@ def test_host_bound_max_equals_bound_upper(rng):
 
 def test_host_bound_operand_line_terms(rng):
     """ozaki2_bound_operand's operand, sums and nonzero counts equal scaling.bound_operand's;
-    its l1 and sq are the column-order sums of the normalized x = |re| + |im| and of x**2
-    (certificate.line_norm's, before its factor and root, summed in another order)."""
+    its l1 and sq are the sums of the normalized x = |re| + |im| and of x**2 (certificate.
+    line_norm's, before its factor and root) in 8 partial sums per line, the same in either
+    memory layout."""
     import array_api_compat.numpy as xp
 
     from emulinalg.algorithm import scaling
@@ -325,11 +328,21 @@ def test_host_bound_operand_line_terms(rng):
         x = np.abs(np.ldexp(a, -ea[:, None]))
         if cplx:
             x = x + np.abs(np.ldexp(im, -ea[:, None]))
-        seq, seq2 = np.zeros(13), np.zeros(13)
+        # 8 partial sums per line: entry c in lane c % 8, the tail past 64 in lane 0, then the
+        # lanes in order (any order is covered: certificate_plan.norms_from_sums)
+        lanes, lanes2 = np.zeros((8, 13)), np.zeros((8, 13))
         for c in range(70):
-            seq = seq + x[:, c]
-            seq2 = seq2 + x[:, c] * x[:, c]
+            j = c % 8 if c < 64 else 0
+            lanes[j] = lanes[j] + x[:, c]
+            lanes2[j] = lanes2[j] + x[:, c] * x[:, c]
+        seq, seq2 = np.zeros(13), np.zeros(13)
+        for j in range(8):
+            seq, seq2 = seq + lanes[j], seq2 + lanes2[j]
         assert np.array_equal(l1, seq) and np.array_equal(sq, seq2)
+        for r in range(13):  # within the recursive sum's bound of the exact sums
+            exact, exact2 = math.fsum(x[r]), math.fsum(x[r] * x[r])  # of the same rounded squares
+            assert abs(l1[r] - exact) <= 70 * 2.0**-53 * exact
+            assert abs(sq[r] - exact2) <= 70 * 2.0**-53 * exact2
         # lines across memory (the other loop order) and the (C, R) layout: same values
         t, bound_t, *terms = _amx.ozaki2_bound_operand(
             np.asfortranarray(a), False, None if im is None else np.asfortranarray(im)
@@ -416,8 +429,9 @@ def test_magnitude_lower_matmul_bounds_the_product(shape, tiles, monkeypatch, rn
     monkeypatch.setattr(amx, "EMULATE", True)
     calls = []
     real = _amx.gemm_bf16bf16f32
-    monkeypatch.setattr(_amx, "gemm_bf16bf16f32",
-                        lambda *a, **kw: calls.append(a) or real(*a, **kw))
+    monkeypatch.setattr(
+        _amx, "gemm_bf16bf16f32", lambda *a, **kw: calls.append(a) or real(*a, **kw)
+    )
     monkeypatch.setattr(amx, "SMALL_BOUND_WORK", 0 if tiles else 1 << 30)
     *batch, m, k, n = shape
 

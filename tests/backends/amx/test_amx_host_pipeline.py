@@ -348,6 +348,7 @@ def test_host_residues_equal_python_integers(order, nearest, rng):
     x[3] = rng.uniform(-2, 2, C)  # integers 0 and +-1 at shift 0
     x[5] = [m * (c + 1) * (-1) ** c for c, m in enumerate(MODULI[:20] * 4)][:C]  # m divides X
     x[5, :3] = [2.0**70, -(2.0**70), 2.0**79 + 2.0**27]
+    x[5, 3:6] = [128.0, -384.0, 2.0**52 + 128]  # m = 256: s / m a half-integer, residue -128
     shift = (80 - np.frexp(np.abs(x).max(1))[1]).astype(np.int32)  # max |X| in [2**79, 2**80)
     shift[2] = 1074 + 40  # beyond 1023: two scale factors
     shift[3] = 0
