@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -226,8 +227,22 @@ public:
            const Plan& plan, const SliceProducts* sp = nullptr, const ModEpilogue* mod = nullptr)
         : a_(a), b_(b), c_(c), m_(m), n_(n), plan_(plan), sp_(sp), mod_(mod) {
         ops_.configure(full_tile_config());
+        if (local_partials(plan, mod != nullptr)) {
+            ldl_ = plan.ncr * kRegCols;
+            local_ = static_cast<Acc*>(std::aligned_alloc(
+                64, static_cast<std::size_t>(plan.mcr * kRegRows * ldl_) * sizeof(Acc)));
+        }
     }
-    ~Worker() { ops_.release(); }
+    ~Worker() {
+        ops_.release();
+        std::free(local_);
+    }
+    // A mod-epilogue GEMM whose K chunks finish one mc x nc block of C before the next (nest
+    // 0) keeps that block's int32 partial sums in a buffer of its own thread (mc x nc, 256 KiB
+    // for 256 x 256: it stays in L2), not in an m x n buffer in memory.
+    static bool local_partials(const Plan& p, bool mod) {
+        return mod && p.nest == 0 && p.kc < p.ktiles;
+    }
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
     bool ok() const { return ops_.ok(); }
@@ -239,6 +254,8 @@ public:
             const std::int64_t jce = std::min(c1, jc + p.ncr);
             if (p.nest == 0) {
                 for (std::int64_t ic = r0; ic < r1; ic += p.mcr) {
+                    lr0_ = ic;  // the local partial sums' block origin
+                    lc0_ = jc;
                     for (std::int64_t pc = 0; pc < p.ktiles; pc += p.kc) {
                         chunk(ic, std::min(r1, ic + p.mcr), jc, jce, pc);
                     }
@@ -330,12 +347,15 @@ private:
         const std::int64_t row0 = i * kRegRows, col0 = j * kRegCols;
         const std::int64_t rows = std::min<std::int64_t>(kRegRows, m_ - row0);
         const std::int64_t cols = std::min<std::int64_t>(kRegCols, n_ - col0);
-        const bool edge = rows < kRegRows || cols < kRegCols;
+        // local partial sums: whole 32 x 32 blocks, edges included (the buffer is padded)
+        const bool edge = local_ == nullptr && (rows < kRegRows || cols < kRegCols);
         // no C at all (c_ null): a mod-epilogue GEMM with K in one chunk, whose only chunk
         // never loads or stores C
-        const bool own = edge || c_ == nullptr;
-        Acc* c = own ? scratch_ : c_ + row0 * n_ + col0;
-        const std::int64_t ldc = own ? kRegCols : n_;
+        const bool own = local_ == nullptr && (edge || c_ == nullptr);
+        Acc* c = local_ != nullptr ? local_ + (i - lr0_) * kRegRows * ldl_ + (j - lc0_) * kRegCols
+                 : own            ? scratch_
+                                  : c_ + row0 * n_ + col0;
+        const std::int64_t ldc = local_ != nullptr ? ldl_ : own ? kRegCols : n_;
         const std::int64_t stride = ldc * static_cast<std::int64_t>(sizeof(Acc));
         Acc* c10 = c + 16 * ldc;
         if (first) {
@@ -462,6 +482,8 @@ private:
     Plan plan_;
     const SliceProducts* sp_;
     const ModEpilogue* mod_;
+    Acc* local_ = nullptr;                // local partial sums (local_partials), or none
+    std::int64_t ldl_ = 0, lr0_ = 0, lc0_ = 0;  // their row length; block origin (reg. blocks)
     alignas(64) Acc scratch_[kRegRows * kRegCols];
     alignas(64) Acc scratch2_[2][kRegRows * kRegCols];  // widened slice products' blocks
 };
@@ -583,7 +605,8 @@ bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, st
     if (tuning.kc == 0) tuning.kc = std::min<std::int64_t>(ktiles, 128);
     const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
     PooledBytes partial;
-    if (plan.kc < ktiles) partial = PooledBytes(static_cast<std::size_t>(m * n) * 4);
+    if (plan.kc < ktiles && !Worker<Int8Traits, Ops>::local_partials(plan, true))
+        partial = PooledBytes(static_cast<std::size_t>(m * n) * 4);
     const ModEpilogue mod{out, ldo, modulus};
     return gemm_tiles<Int8Traits, Ops>(a, b, reinterpret_cast<std::int32_t*>(partial.get()), m,
                                        n, plan, nullptr, &mod);

@@ -39,6 +39,13 @@ TUNINGS = [
     "kc=2,stream=1,sched=2",
     "mc=32,nc=32,kc=5,order=1,stream=1,pack_a=0",
 ]
+# nest=0 with K in several chunks: the mod-epilogue GEMM keeps each C block's partial sums in a
+# buffer of its thread (kernel.hpp, Worker::local_partials); static and dynamic grids
+NEST0_TUNINGS = [
+    "mc=32,nc=64,kc=1,nest=0",
+    "mc=64,nc=32,kc=2,nest=0,order=1,prefetch=3",
+    "mc=64,nc=64,kc=1,nest=0,partition=0",
+]
 TUNING_SHAPES = [(33, 129, 17), (64, 256, 96), (96, 640, 160), (128, 1280, 64)]
 # the larger two in the long tier, for the tests that run many products per shape
 TUNING_SHAPES_TIERED = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _amx_helpers import (
+    NEST0_TUNINGS,
     TUNING_SHAPES_TIERED,
     TUNINGS,
     _amx,
@@ -233,7 +234,7 @@ def test_host_panel_products_equal_reduced_exact_products(
         t = [pa[p, ell] @ pb[p, ell] for p in range(len(pa))]
         parts = [t[0] - t[1], t[2] - t[0] - t[1]] if cplx else [t[0]]
         want.append([_symmetric(x, mm) for x in parts])
-    for spec in TUNINGS[:4] + TUNINGS[-2:]:
+    for spec in TUNINGS[:4] + TUNINGS[-2:] + NEST0_TUNINGS:
         _amx.set_blocking("default," + spec)
         stream = spec == TUNINGS[-1]  # non-temporal panel stores: the same bytes
         panels = _amx.ozaki2_pack(a, b, mu, nu, nmod, ai, bi, stream=stream, **near)
@@ -249,7 +250,9 @@ def test_host_panel_products_equal_reduced_exact_products(
 
 @amx_only
 @pytest.mark.amx
-@pytest.mark.parametrize("spec", ["", "kc=2", "mc=32,nc=32,kc=1,partition=1"])
+@pytest.mark.parametrize(
+    "spec", ["", "kc=2", "mc=32,nc=32,kc=1,partition=1", "kc=2,nest=0", "mc=32,nc=64,kc=1,nest=0"]
+)
 def test_host_panel_products_amx_equal_the_model(rng, restore_blocking, spec):
     """ozaki2_multiply on real tiles (its AVX-512 epilogue) equals the tile model's, real and
     3M, with K in one chunk or several."""
