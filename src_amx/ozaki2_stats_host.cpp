@@ -700,6 +700,99 @@ py::array_t<std::uint16_t> host_bf16_lower(py::array_t<double> x) {
   return out;
 }
 
+// ---- the complex part check's balance test (emulinalg.algorithm.parts.balanced), as
+// src_cuda's / the cupy backend's fused kernels (emulinalg/backends/cupy/balance.py): the same
+// float64 operations in the same order, each rounded on its own (no contraction in this file).
+
+// (t, d) = (x + y, x - y), x = |re| 2**-e, y = |im| 2**-e (e per row when rows, else per
+// column; one rounding each, as numpy's ldexp: -e >= -1023, so scale2 is one product or two
+// exact ones), float64 (R, C) C-contiguous, from float64 parts of any element strides.
+py::tuple host_balance_sides(py::array_t<double> re, py::array_t<double> im,
+                             py::array_t<std::int64_t, py::array::c_style> e, bool rows) {
+  const auto [sr, sc] = emu_host::matrix_strides(re, "balance_sides");
+  const auto [ir, ic] = emu_host::matrix_strides(im, "balance_sides");
+  const int R = static_cast<int>(re.shape(0)), C = static_cast<int>(re.shape(1));
+  if (im.shape(0) != R || im.shape(1) != C)
+    throw std::invalid_argument("balance_sides: im must have re's shape");
+  if (e.size() != (rows ? R : C))
+    throw std::invalid_argument("balance_sides: one exponent per line");
+  const std::int64_t* pe = e.data();
+  for (py::ssize_t q = 0; q < e.size(); ++q)
+    if (pe[q] < -1074 || pe[q] > 1023)
+      throw std::invalid_argument("balance_sides: exponents in [-1074, 1023]");
+  auto t = emu_host::huge_page_array<double>({R, C});
+  auto d = emu_host::huge_page_array<double>({R, C});
+  const double *px = re.data(), *py_ = im.data();
+  double *pt = t.mutable_data(), *pd = d.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    std::vector<double> f0(e.size()), f1(e.size());
+    for (py::ssize_t q = 0; q < e.size(); ++q) {
+      const Scale2 f(static_cast<int>(-pe[q]));
+      f0[q] = f.f0, f1[q] = f.f1;
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; ++r) {
+      const double* xr = px + static_cast<long long>(r) * sr;
+      const double* yr = py_ + static_cast<long long>(r) * ir;
+      double* tr = pt + static_cast<long long>(r) * C;
+      double* dr = pd + static_cast<long long>(r) * C;
+      if (rows) {
+        const double a0 = f0[r], a1 = f1[r];
+        for (int c = 0; c < C; ++c) {
+          const double x = (abs_of(xr[c * sc]) * a0) * a1, y = (abs_of(yr[c * ic]) * a0) * a1;
+          tr[c] = x + y;
+          dr[c] = x - y;
+        }
+      } else {
+        for (int c = 0; c < C; ++c) {
+          const double x = (abs_of(xr[c * sc]) * f0[c]) * f1[c];
+          const double y = (abs_of(yr[c * ic]) * f0[c]) * f1[c];
+          tr[c] = x + y;
+          dr[c] = x - y;
+        }
+      }
+    }
+  }
+  return py::make_tuple(t, d);
+}
+
+// parts.balance_fine's test over (m, n) float64 t_lo and s (C-contiguous): every entry fine, or
+// in an empty row (rows (m,) bool) or column (cols (n,) bool); terms: parts.balance_terms' 12.
+bool host_balance_fine(py::array_t<double, py::array::c_style> t_lo,
+                       py::array_t<double, py::array::c_style> s,
+                       py::array_t<double, py::array::c_style> terms,
+                       py::array_t<bool, py::array::c_style> rows,
+                       py::array_t<bool, py::array::c_style> cols) {
+  if (t_lo.ndim() != 2 || s.ndim() != 2 || s.shape(0) != t_lo.shape(0) ||
+      s.shape(1) != t_lo.shape(1))
+    throw std::invalid_argument("balance_fine: t_lo and s must be (m, n)");
+  const long long m = t_lo.shape(0), n = t_lo.shape(1);
+  if (rows.size() != m || cols.size() != n || terms.size() != 12)
+    throw std::invalid_argument("balance_fine: rows (m,), cols (n,) and 12 terms");
+  const double *pt = t_lo.data(), *ps = s.data(), *c = terms.data();
+  const bool *pr = rows.data(), *pc = cols.data();
+  long long bad = 0;
+  {
+    py::gil_scoped_release nogil;
+#pragma omp parallel for schedule(static) reduction(+ : bad)
+    for (long long i = 0; i < m; ++i) {
+      if (pr[i]) continue;
+      const double* ti = pt + i * n;
+      const double* si = ps + i * n;
+      long long row_bad = 0;
+      for (long long j = 0; j < n; ++j) {
+        const double t_hi = ((((ti[j] + c[0]) / c[1]) + c[2]) / c[3]) * c[4];
+        const double d_hi = ((std::fabs(si[j]) + c[5] * t_hi) + c[6]) * c[7];
+        const double part_lo = (ti[j] * c[8] - d_hi * c[9]) * c[10];
+        row_bad += !(part_lo >= t_hi * c[11]) & !pc[j];
+      }
+      bad += row_bad;
+    }
+  }
+  return bad == 0;
+}
+
 }  // namespace
 
 void register_ozaki2_stats_host(py::module_& m) {
@@ -719,6 +812,13 @@ void register_ozaki2_stats_host(py::module_& m) {
         py::arg("lines_are_rows") = true, py::arg("im") = py::none(),
         "(mag, l1): float32 max(|x|, |im|) 2**-e truncated toward zero (layout as "
         "ozaki2_bound_operand) and the float64 line sums of (|x| + |im|) 2**-e.");
+  m.def("balance_sides", &host_balance_sides, py::arg("re"), py::arg("im"), py::arg("e"),
+        py::arg("rows"),
+        "(t, d) float64 (R, C): |re| 2**-e + |im| 2**-e and |re| 2**-e - |im| 2**-e, e (int64) per "
+        "row (rows=True) or per column: emulinalg.algorithm.parts.balance_sides.");
+  m.def("balance_fine", &host_balance_fine, py::arg("t_lo"), py::arg("s"), py::arg("terms"),
+        py::arg("rows"), py::arg("cols"),
+        "emulinalg.algorithm.parts.balance_fine's test over (m, n) t_lo and s: bool.");
   m.def("bf16_lower", &host_bf16_lower, py::arg("x"),
         "uint16 bfloat16 bits (R, C), row-major, of the float64 matrix x truncated toward zero.");
   m.def("ozaki2_refine_step", &host_refine_step, py::arg("ar"), py::arg("ai"), py::arg("br"),

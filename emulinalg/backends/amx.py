@@ -443,6 +443,41 @@ def magnitude_lower_matmul(xa, xb):
     return out.reshape(batch + (m, n))
 
 
+def balance_sides(re, im, e):
+    """``parts.balance_sides(numpy, re, im, e)`` in one OpenMP pass (``emulinalg._amx``): (t, d)
+    float64, or None to decline (batches, float32 parts, exponents not per row (m, 1) or per
+    column (1, n))."""
+    amx = _module()
+    if amx is None or not hasattr(amx, "balance_sides") or re.ndim != 2:
+        return None
+    if re.dtype != np.float64 or im.dtype != np.float64 or im.shape != re.shape:
+        return None
+    if any(st % 8 for st in re.strides + im.strides):
+        return None
+    m, n = re.shape
+    rows = e.shape == (m, 1)
+    if not (rows or e.shape == (1, n)):
+        return None
+    return amx.balance_sides(re, im, np.ascontiguousarray(e, dtype=np.int64).reshape(-1), rows)
+
+
+def balance_fine(t_lo, s, terms, empty_rows, empty_cols):
+    """``parts.balance_fine(numpy, ...)`` in one OpenMP pass (``emulinalg._amx``): bool, or None
+    to decline (batches, other dtypes)."""
+    amx = _module()
+    if amx is None or not hasattr(amx, "balance_fine") or t_lo.ndim != 2 or s.shape != t_lo.shape:
+        return None
+    if t_lo.dtype != np.float64 or s.dtype != np.float64 or t_lo.size == 0:
+        return None
+    m, n = t_lo.shape
+    if empty_rows.shape != (m, 1) or empty_cols.shape != (1, n):
+        return None
+    return amx.balance_fine(
+        np.ascontiguousarray(t_lo), np.ascontiguousarray(s), np.asarray(terms, dtype=np.float64),
+        np.ascontiguousarray(empty_rows).reshape(-1), np.ascontiguousarray(empty_cols).reshape(-1),
+    )  # fmt: skip
+
+
 def _tiles(amx, a, b):
     a8 = np.ascontiguousarray(a, dtype=np.int8)  # exact: values checked to lie in [-128, 127]
     b8 = np.ascontiguousarray(b, dtype=np.int8)
