@@ -92,8 +92,8 @@ def test_balance_fine_equals_the_generic_code(rng, k, slack):
 def test_balance_hooks_decide_a_complex_product_as_the_numpy_backend(rng, monkeypatch):
     """The part check with the hooks gives the same verdict as without them (numpy backend), on
     balanced parts and on a product whose imaginary part is tiny."""
-    from emulinalg.algorithm.certificate import magnitude_lower, signed_estimate
     from emulinalg._stages import stages
+    from emulinalg.algorithm.certificate import magnitude_lower, signed_estimate
     from emulinalg.backends import numpy as npb
 
     st = stages(npb)
@@ -110,7 +110,7 @@ def test_balance_hooks_decide_a_complex_product_as_the_numpy_backend(rng, monkey
 
         calls = []
 
-        def spy(f):
+        def spy(f, calls=calls):
             return lambda *a: calls.append(f.__name__) or f(*a)
 
         hooks = (spy(amx.balance_sides), spy(amx.balance_fine))
