@@ -27,7 +27,7 @@ import math
 from . import operands, products
 from .moduli import MAX_MODULI
 from .scaling import rounds_to_nearest
-from .xputil import ldexp
+from .xputil import ldexp, take
 
 REFIT_ENTRIES = 64  # at most this many entries per call (and as many exact zeros)
 REFIT_SPREAD_BITS = 8  # ... and only those within 2**8 of the most cancelled one
@@ -211,7 +211,7 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
     rows, cols = entry_lines(idx, m, n)
 
     def lines_a(x):
-        return None if x is None else xp.take(xp.reshape(x, (-1, k)), rows, axis=0)
+        return None if x is None else take(xp, xp.reshape(x, (-1, k)), rows, 0)
 
     def lines_b(x):
         if x is None:
@@ -219,10 +219,10 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
         flags = getattr(x, "flags", None)
         if x.ndim == 2 and not (flags is not None and flags.f_contiguous):
             # B's columns first: taking rows of a strided B^T would copy all of B
-            return xp.permute_dims(xp.take(x, cols, axis=1), (1, 0))
+            return xp.permute_dims(take(xp, x, cols, 1), (1, 0))
         xt = xp.reshape(xp.permute_dims(x, tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)),
                         (-1, k))  # fmt: skip
-        return xp.take(xt, cols, axis=0)
+        return take(xp, xt, cols, 0)
 
     sub = (xp.take(s, rows), xp.take(t, cols), xp.take(e, rows), xp.take(f, cols))
     work = min(products.ENTRY_WORK, outputs // WORK_SHARE)

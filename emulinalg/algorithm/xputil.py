@@ -27,6 +27,15 @@ def ldexp(xp, x, e):
     return (x * xp.pow(2.0, xp.astype(h, x.dtype))) * xp.pow(2.0, xp.astype(e - h, x.dtype))
 
 
+def take(xp, x, idx, axis):
+    """``xp.take(x, idx, axis=axis)`` that reads only the lines taken: numpy's take first makes
+    a contiguous copy of a strided ``x`` (all of a complex operand's real part to take a few of
+    its rows), its integer indexing gathers the lines alone."""
+    if array_api_compat.is_numpy_array(x) and not x.flags.c_contiguous:
+        return x[(slice(None),) * (axis % x.ndim) + (idx,)]
+    return xp.take(x, idx, axis=axis)
+
+
 def to_float32(xp, x):
     """float64 ``x`` rounded to float32 (nearest even, gradual underflow). cupy compiles its
     kernels with ``-ftz=true``, so its ``astype`` flushes float32 subnormal results to zero;
