@@ -700,6 +700,54 @@ py::array_t<std::uint16_t> host_bf16_lower(py::array_t<double> x) {
   return out;
 }
 
+// The line exponents floor(log2 max(|re|, |im|)) of x's rows (rows) or columns, int32 (R,) or
+// (C,): INT32_MIN for a zero line, 1024 for a line holding NaN or Inf (its exponent field all
+// ones), as the cupy backend's line_max_exponent (engine: line_scan).
+py::array_t<std::int32_t> host_line_exponents(py::array_t<double> x, py::object im, bool rows) {
+  const auto [sr, sc] = emu_host::matrix_strides(x, "line_exponents");
+  py::array_t<double> keep;
+  const Imag y = imag_part(im, x, "line_exponents", keep);
+  const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
+  const int L = rows ? R : C, E = rows ? C : R;  // lines, entries per line
+  const long long lx = rows ? sr : sc, ex = rows ? sc : sr;  // strides: line, entry
+  const long long ly = rows ? y.sr : y.sc, ey = rows ? y.sc : y.sr;
+  py::array_t<std::int32_t> out(L);
+  std::int32_t* po = out.mutable_data();
+  const double* px = x.data();
+  {
+    py::gil_scoped_release nogil;
+    std::vector<u64> mx(static_cast<std::size_t>(L), 0);
+    if (std::llabs(lx) < std::llabs(ex)) {  // lines across memory: kBoundLines at a time
+#pragma omp parallel for schedule(static)
+      for (int l0 = 0; l0 < L; l0 += kBoundLines) {
+        const int len = std::min(kBoundLines, L - l0);
+        u64 m[kBoundLines] = {};
+        for (int e = 0; e < E; ++e)
+          for (int t = 0; t < len; ++t) {
+            u64 b = bits_abs(px[(l0 + t) * lx + e * ex]);
+            if (y.p) b = std::max(b, bits_abs(y.p[(l0 + t) * ly + e * ey]));
+            m[t] = b > m[t] ? b : m[t];
+          }
+        for (int t = 0; t < len; ++t) mx[l0 + t] = m[t];
+      }
+    } else {
+#pragma omp parallel for schedule(static)
+      for (int l = 0; l < L; ++l) {
+        u64 m = line_max_bits(px + l * lx, ex, E);
+        if (y.p) m = std::max(m, line_max_bits(y.p + l * ly, ey, E));
+        mx[l] = m;
+      }
+    }
+    for (int l = 0; l < L; ++l) {
+      const u64 b = mx[l];
+      po[l] = b == 0 ? std::numeric_limits<std::int32_t>::min()
+              : b >= 0x7ff0000000000000ull ? 1024
+                                            : exponent_of(from_bits(b));
+    }
+  }
+  return out;
+}
+
 // ---- the complex part check's balance test (emulinalg.algorithm.parts.balanced), as
 // src_cuda's / the cupy backend's fused kernels (emulinalg/backends/cupy/balance.py): the same
 // float64 operations in the same order, each rounded on its own (no contraction in this file).
@@ -812,6 +860,10 @@ void register_ozaki2_stats_host(py::module_& m) {
         py::arg("lines_are_rows") = true, py::arg("im") = py::none(),
         "(mag, l1): float32 max(|x|, |im|) 2**-e truncated toward zero (layout as "
         "ozaki2_bound_operand) and the float64 line sums of (|x| + |im|) 2**-e.");
+  m.def("line_exponents", &host_line_exponents, py::arg("x"), py::arg("im") = py::none(),
+        py::arg("rows") = true,
+        "int32 floor(log2 max(|x|, |im|)) per row (rows=True) or column: INT32_MIN for a zero "
+        "line, 1024 for a line holding NaN or Inf.");
   m.def("balance_sides", &host_balance_sides, py::arg("re"), py::arg("im"), py::arg("e"),
         py::arg("rows"),
         "(t, d) float64 (R, C): |re| 2**-e + |im| 2**-e and |re| 2**-e - |im| 2**-e, e (int64) per "

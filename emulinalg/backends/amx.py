@@ -286,7 +286,30 @@ def _bf16_ok(amx, ar, ai, br, bi):
     )
 
 
-def ozaki2_prescale(ar, ai, br, bi, mode):
+def line_scan(ar, ai, br, bi, prepare=False):
+    """The engine's NaN/Inf check fused with the line exponents, one OpenMP pass per operand
+    (``emulinalg._amx.line_exponents``): floor(log2 max(|re|, |im|)) of every row of A and
+    column of B, int32 (1, m) and (1, n) (INT32_MIN for a zero line, 1024 for a line holding NaN
+    or Inf), as the cupy backend's ``line_scan``: ``(finite, exponents)``, the exponents the
+    complex part check's line normalization (``parts``) then takes instead of numpy passes; or
+    None to decline (batches, parts the C++ stages do not take). ``prepare`` is unused here."""
+    amx = _module()
+    if amx is None or not hasattr(amx, "line_exponents"):
+        return None
+    parts = [x for x in (ar, ai, br, bi) if x is not None]
+    if (ai is None) != (bi is None) or any(
+        x.ndim != 2 or x.dtype != np.float64 or any(st % 8 for st in x.strides) for x in parts
+    ):
+        return None
+    if (ai is not None and ai.shape != ar.shape) or (bi is not None and bi.shape != br.shape):
+        return None
+    ea = amx.line_exponents(ar, ai, True)
+    eb = amx.line_exponents(br, bi, False)
+    top = max(int(ea.max(initial=-(2**31))), int(eb.max(initial=-(2**31))))
+    return top < 1024, (ea.reshape(1, -1), eb.reshape(1, -1))
+
+
+def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
     """``emulinalg.algorithm.scaling.ozaki2_prescale(numpy, int_matmul, ar, ai, br, bi,
     "accurate")`` with the line passes in C++ (``src_amx/ozaki2_stats_host.cpp``) and the bound
     GEMM on the INT8 tiles: a ``Prescale`` with the same ``(s, t, e, f)`` (values and dtypes),
@@ -294,7 +317,8 @@ def ozaki2_prescale(ar, ai, br, bi, mode):
     passes also take the sums for the certificate's normalized norms (``line_sums``: the l1 sums
     and the sums of squares, float64 ((m,), (n,)) each), so ``ozaki2_certificate`` reads the
     operands only when F leaves entries beyond. None declines (fast mode, batches, what
-    ``_host_ok`` refuses)."""
+    ``_host_ok`` refuses). ``exponents`` (``line_scan``'s) are not needed: the operand passes
+    find each line's exponent as they read it."""
     from emulinalg.algorithm.scaling import Prescale
 
     amx = _module()

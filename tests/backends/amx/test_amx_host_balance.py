@@ -119,3 +119,32 @@ def test_balance_hooks_decide_a_complex_product_as_the_numpy_backend(rng, monkey
         want = parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form)
         assert got == want
         assert calls.count("balance_sides") == 2 and calls.count("balance_fine") == 1
+
+
+@pytest.mark.parametrize("order", ["C", "F", "strided"])
+@pytest.mark.parametrize("cplx", [False, True])
+def test_line_scan_exponents_equal_max_exponent(rng, order, cplx):
+    """``amx.line_scan``: the NaN/Inf verdict and floor(log2 max(|re|, |im|)) per row of A and
+    column of B as ``scaling.max_exponent`` (INT32_MIN for a zero line; a line holding NaN or
+    Inf reads 1024)."""
+    a, ai = _parts(rng, 9, 70)
+    b, bi = (x.T.copy() for x in _parts(rng, 11, 70))
+    if order == "F":
+        a, ai, b, bi = (np.asfortranarray(x) for x in (a, ai, b, bi))
+    elif order == "strided":
+        a, ai, b, bi = (np.repeat(x, 2, axis=1)[:, ::2] for x in (a, ai, b, bi))
+    if not cplx:
+        ai = bi = None
+    finite, (ea, eb) = amx.line_scan(a, ai, b, bi)
+    assert finite and ea.shape == (1, 9) and eb.shape == (1, 11) and ea.dtype == np.int32
+    for got, x, y, axis in ((ea, a, ai, -1), (eb, b, bi, -2)):
+        want = max_exponent(xp, x, y, axis=axis)
+        zero = np.all(x == 0, axis=axis) & (True if y is None else np.all(y == 0, axis=axis))
+        assert np.array_equal(got[0][~zero], want[~zero])
+        assert np.all(got[0][zero] == -(2**31))
+    for bad in (np.inf, -np.inf, np.nan):
+        a2 = a.copy()
+        a2[4, 6] = bad
+        finite, (ea, _) = amx.line_scan(a2, ai, b, bi)
+        assert not finite and ea[0, 4] == 1024 and ea[0, 3] != 1024
+    assert amx.line_scan(a[None], None, b[None], None) is None  # batches: the engine's check
