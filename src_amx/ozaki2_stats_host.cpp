@@ -748,6 +748,24 @@ py::array_t<std::int32_t> host_line_exponents(py::array_t<double> x, py::object 
   return out;
 }
 
+// float64 (R, C) C-contiguous = float32 c (R, C, C-contiguous) times factor, each product
+// rounded once (OpenMP, huge-page memory): the BF16 tile GEMM's sums scaled into the bound.
+py::array_t<double> host_scaled_float64(py::array_t<float, py::array::c_style> c, double factor) {
+  if (c.ndim() != 2) throw std::invalid_argument("scaled_float64: c must be 2-D");
+  const long long R = c.shape(0), C = c.shape(1);
+  auto out = emu_host::huge_page_array<double>({static_cast<py::ssize_t>(R),
+                                                static_cast<py::ssize_t>(C)});
+  const float* pc = c.data();
+  double* po = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+#pragma omp parallel for schedule(static)
+    for (long long r = 0; r < R; ++r)
+      for (long long j = 0; j < C; ++j) po[r * C + j] = static_cast<double>(pc[r * C + j]) * factor;
+  }
+  return out;
+}
+
 // ---- the complex part check's balance test (emulinalg.algorithm.parts.balanced), as
 // src_cuda's / the cupy backend's fused kernels (emulinalg/backends/cupy/balance.py): the same
 // float64 operations in the same order, each rounded on its own (no contraction in this file).
@@ -864,6 +882,8 @@ void register_ozaki2_stats_host(py::module_& m) {
         py::arg("rows") = true,
         "int32 floor(log2 max(|x|, |im|)) per row (rows=True) or column: INT32_MIN for a zero "
         "line, 1024 for a line holding NaN or Inf.");
+  m.def("scaled_float64", &host_scaled_float64, py::arg("c"), py::arg("factor"),
+        "float64 c * factor (each product rounded once) of a 2-D C-contiguous float32 array.");
   m.def("balance_sides", &host_balance_sides, py::arg("re"), py::arg("im"), py::arg("e"),
         py::arg("rows"),
         "(t, d) float64 (R, C): |re| 2**-e + |im| 2**-e and |re| 2**-e - |im| 2**-e, e (int64) per "

@@ -246,6 +246,9 @@ def magnitude_lower(xp, backend, xa, xb):
             backend.native_matmul(down_to_float32(xp, xa), down_to_float32(xp, xb)), xp.float64
         )
         s = s * cc.factor
+    if isinstance(s, np.ndarray):  # made here: in place, no output-sized temporaries
+        s -= cc.abs_term
+        return np.maximum(s, 0.0, out=s)
     return xp.maximum(s - cc.abs_term, 0.0)
 
 

@@ -461,6 +461,9 @@ def magnitude_lower_matmul(xa, xb):
     a3 = np.broadcast_to(xa, batch + (m, k)).reshape((-1, m, k))
     b3 = np.broadcast_to(xb, batch + (k, n)).reshape((-1, k, n))
     out = np.empty((a3.shape[0], m, n))
+    if a3.shape[0] == 1 and hasattr(amx, "scaled_float64"):  # the scaling with OpenMP
+        c = amx.gemm_bf16bf16f32(amx.bf16_lower(a3[0]), amx.bf16_lower(b3[0]), emulate=EMULATE)
+        return amx.scaled_float64(c, cc.factor).reshape(batch + (m, n))  # rounded once
     for i in range(a3.shape[0]):
         c = amx.gemm_bf16bf16f32(amx.bf16_lower(a3[i]), amx.bf16_lower(b3[i]), emulate=EMULATE)
         np.multiply(c, cc.factor, out=out[i], dtype=np.float64)  # rounded once
