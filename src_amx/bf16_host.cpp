@@ -10,6 +10,7 @@
 //     per line, so FP32 sums of up to 1024 digit products are exact.
 //   float ("BF16x3", Henry et al.): r = x 2**-v, slice = r rounded to 8 significant bits (RNE),
 //     flushed to 0 below 2**-126 (TDPBF16PS would flush it), r -= slice (exact: Sterbenz).
+#include <pybind11/complex.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -610,6 +611,32 @@ py::array_t<double> to_float64(const py::array& xa) {
   return out;
 }
 
+// complex128 C-contiguous (R, C) from 2-D float64 parts of one shape (any element strides),
+// interleaved with OpenMP: the engine's output assembly (numpy's astype and imaginary
+// assignment are two single-threaded passes). Parts as they are: inf/nan kept.
+py::array_t<std::complex<double>> make_complex(const py::array_t<double>& re,
+                                               const py::array_t<double>& im) {
+  const Matrix a = matrix(re, "make_complex"), b = matrix(im, "make_complex");
+  if (a.rows != b.rows || a.cols != b.cols)
+    throw std::invalid_argument("make_complex: re and im must have one shape");
+  py::array_t<std::complex<double>> out({a.rows, a.cols});
+  double* o = reinterpret_cast<double*>(out.mutable_data());
+  {
+    py::gil_scoped_release release;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < a.rows; ++r) {
+      double* orow = o + 2ll * r * a.cols;
+      const double* x = a.p + static_cast<long long>(r) * a.sr;
+      const double* y = b.p + static_cast<long long>(r) * b.sr;
+      for (long long c = 0; c < a.cols; ++c) {
+        orow[2 * c] = x[c * a.sc];
+        orow[2 * c + 1] = y[c * b.sc];
+      }
+    }
+  }
+  return out;
+}
+
 // Whether every entry of a float64 matrix is finite (OpenMP; NaN/Inf checks before emulation).
 bool all_finite(const py::array_t<double>& x) {
   if (x.ndim() != 2) {  // other ranks: numpy's own check (rare: batches)
@@ -673,6 +700,9 @@ void register_bf16_host(py::module_& m) {
         "(kind 'float': one FP32 accumulator) or float64 (kind 'fixed': widened per 1024 of K).");
   m.def("to_float64", &to_float64, py::arg("x"),
         "float64 C-contiguous copy of a 2-D float32 array (OpenMP, huge-page memory).");
+  m.def("make_complex", &make_complex, py::arg("re"), py::arg("im"),
+        "complex128 C-contiguous array from 2-D float64 parts of one shape (OpenMP; inf/nan "
+        "parts kept as they are).");
   m.def("all_finite", &all_finite, py::arg("x"),
         "True when every entry of the float64 array is finite (2-D: OpenMP).");
 }

@@ -103,6 +103,30 @@ def floor_mod(xp, x, m):
     return xp.where(r >= m, r - m, r)
 
 
+@functools.cache
+def _host_module():
+    try:
+        from emulinalg import _amx
+    except ImportError:
+        return None
+    return _amx if hasattr(_amx, "make_complex") else None
+
+
+def _host_make_complex(xp, re, im, dtype):
+    """``emulinalg._amx.make_complex`` (one OpenMP pass) for large 2-D float64 numpy parts of a
+    complex128 result, else None."""
+    if not (array_api_compat.is_numpy_namespace(xp) and re.ndim == 2 and re.shape == im.shape):
+        return None
+    import numpy as np
+
+    if np.dtype(dtype) != np.complex128 or re.dtype != np.float64 or im.dtype != np.float64:
+        return None
+    if re.size < 1 << 16 or any(st % 8 for st in re.strides + im.strides):
+        return None
+    host = _host_module()
+    return None if host is None else host.make_complex
+
+
 def make_complex(xp, re, im, dtype):
     """Complex array from real and imaginary parts, keeping inf/nan parts as they are (re + 1j*im
     would turn an infinite imaginary part into a NaN real part). On cupy, parts of the dtype's
@@ -113,6 +137,9 @@ def make_complex(xp, re, im, dtype):
         name = {"complex128": "float64", "complex64": "float32"}.get(np.dtype(dtype).name)
         if name is not None and re.dtype == im.dtype == getattr(xp, name):
             return _cupy_make_complex(name)(re, im)
+    host = _host_make_complex(xp, re, im, dtype)
+    if host is not None:
+        return host(re, im)
     out = xp.astype(re, dtype)
     try:
         out.imag = im
