@@ -153,22 +153,22 @@ _BUILTIN = {
     "amx": CostModel(
         # 16-core AMX host (numpy arrays default to the amx backend there): Scheme II's stages
         # in C++, one mod-reducing INT8 tile GEMM per modulus, the levels' refinement and refit
-        # in C++ too (ozaki2_refine_step, refit_candidates); the complex part check is still
-        # generic numpy code (the complex statistics rate). native is numpy's OpenBLAS (torch's
-        # MKL is faster still). Fitted with split_complex=True from the bench rows of
-        # 2026-12-03 (float64, float32 and complex128 at N = 4096 and 8192, phi 1): the levels
-        # stay native at every measured size.
-        native_flops={"float64": 6.64e11, "float32": 1.31e12, "complex128": 5.81e11},
-        int_gemm_ops=1.41e13,
-        entry_seconds=1.26e-10,
-        stats_flops=1.94e12,
-        source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03.jsonl",
+        # in C++ too (ozaki2_refine_step, refit_candidates), the complex part check's balance
+        # test and line scan in C++ (balance_sides, balance_fine, line_exponents). native is
+        # numpy's OpenBLAS (torch's MKL is faster still). Fitted with split_complex=True from
+        # the bench rows of the second 2026-12-03 session (float64, float32 and complex128 at
+        # N = 4096 and 8192, phi 1): the levels stay native at every measured size.
+        native_flops={"float64": 5.83e11, "float32": 1.12e12, "complex128": 5.62e11},
+        int_gemm_ops=1.22e13,
+        entry_seconds=1.22e-10,
+        stats_flops=1.89e12,
+        source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03b.jsonl",
         complex_model=CostModel(
-            native_flops={"complex128": 5.81e11},
-            int_gemm_ops=1.70e13,
-            entry_seconds=2.68e-10,
-            stats_flops=9.78e10,
-            source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03.jsonl (complex records)",
+            native_flops={"complex128": 5.62e11},
+            int_gemm_ops=1.00e13,
+            entry_seconds=2.37e-10,
+            stats_flops=3.89e11,
+            source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03b.jsonl (complex records)",
         ),
     ),
 }
