@@ -157,17 +157,18 @@ _BUILTIN = {
         # test and line scan in C++ (balance_sides, balance_fine, line_exponents). native is
         # numpy's OpenBLAS (torch's MKL is faster still). Fitted with split_complex=True from
         # the bench rows of the second 2026-12-03 session (float64, float32 and complex128 at
-        # N = 4096 and 8192, phi 1): the levels stay native at every measured size.
-        native_flops={"float64": 5.83e11, "float32": 1.12e12, "complex128": 5.62e11},
+        # N = 4096 and 8192, phi 1; complex128 twice, before and after its part check's last
+        # passes moved to C++): the levels stay native at every measured size.
+        native_flops={"float64": 5.71e11, "float32": 1.12e12, "complex128": 5.62e11},
         int_gemm_ops=1.22e13,
         entry_seconds=1.22e-10,
         stats_flops=1.89e12,
         source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03b.jsonl",
         complex_model=CostModel(
             native_flops={"complex128": 5.62e11},
-            int_gemm_ops=1.00e13,
-            entry_seconds=2.37e-10,
-            stats_flops=3.89e11,
+            int_gemm_ops=1.02e13,
+            entry_seconds=2.14e-10,
+            stats_flops=4.64e11,
             source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03b.jsonl (complex records)",
         ),
     ),
