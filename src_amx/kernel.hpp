@@ -228,9 +228,12 @@ public:
         : a_(a), b_(b), c_(c), m_(m), n_(n), plan_(plan), sp_(sp), mod_(mod) {
         ops_.configure(full_tile_config());
         if (local_partials(plan, mod != nullptr)) {
-            ldl_ = plan.ncr * kRegCols;
-            local_ = static_cast<Acc*>(std::aligned_alloc(
-                64, static_cast<std::size_t>(plan.mcr * kRegRows * ldl_) * sizeof(Acc)));
+            // a C block never holds more register blocks than C itself
+            ldl_ = std::min(plan.ncr, plan.cols) * kRegCols;
+            const std::int64_t rows = std::min(plan.mcr, plan.rows) * kRegRows;
+            local_ = static_cast<Acc*>(
+                std::aligned_alloc(64, static_cast<std::size_t>(rows * ldl_) * sizeof(Acc)));
+            local_failed_ = local_ == nullptr;
         }
     }
     ~Worker() {
@@ -245,11 +248,12 @@ public:
     }
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
-    bool ok() const { return ops_.ok(); }
+    bool ok() const { return ops_.ok() && !local_failed_; }
 
     // Register-block rows [r0, r1) x columns [c0, c1) of C, all of K.
     void region(std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
         const Plan& p = plan_;
+        if (local_failed_) return;  // no memory for the partial sums: ok() reports it
         for (std::int64_t jc = c0; jc < c1; jc += p.ncr) {
             const std::int64_t jce = std::min(c1, jc + p.ncr);
             if (p.nest == 0) {
@@ -483,6 +487,7 @@ private:
     const SliceProducts* sp_;
     const ModEpilogue* mod_;
     Acc* local_ = nullptr;                // local partial sums (local_partials), or none
+    bool local_failed_ = false;           // wanted, but not allocated
     std::int64_t ldl_ = 0, lr0_ = 0, lc0_ = 0;  // their row length; block origin (reg. blocks)
     alignas(64) Acc scratch_[kRegRows * kRegCols];
     alignas(64) Acc scratch2_[2][kRegRows * kRegCols];  // widened slice products' blocks
@@ -514,8 +519,8 @@ inline int team_size() {
 }
 
 // C (m x n, contiguous) from A's and B's tiles (A: ceil(m/16) blocks, B: ceil(n/16) blocks,
-// `ktiles` K tiles each, zero padded) with `plan`. Returns ops.ok() of every thread (false only
-// for the emulation's shape checks).
+// `ktiles` K tiles each, zero padded) with `plan`. Returns every thread's ok() (false only for
+// the emulation's shape checks, or a thread-local partial-sum buffer that could not be had).
 template <class Traits, class Ops, class Out = typename Traits::Acc>
 bool gemm_tiles(const TileSource& a, const TileSource& b, Out* c, std::int64_t m,
                 std::int64_t n, const Plan& plan, const SliceProducts* sp = nullptr,

@@ -473,7 +473,8 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
     }
   }
   if (!ok)
-    throw std::runtime_error("ozaki2_multiply: internal error: tile shapes violate the rules");
+    throw std::runtime_error("ozaki2_multiply: tile shapes violate the rules (an internal "
+                             "error), or no memory for the GEMM's partial sums");
 }
 
 // The CRT sums of a run of kRun entries (int8 residues w[l][t], zeros beyond the run):

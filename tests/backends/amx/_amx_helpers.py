@@ -45,6 +45,7 @@ NEST0_TUNINGS = [
     "mc=32,nc=64,kc=1,nest=0",
     "mc=64,nc=32,kc=2,nest=0,order=1,prefetch=3",
     "mc=64,nc=64,kc=1,nest=0,partition=0",
+    "mc=1048576,nc=1048576,kc=1,nest=0,partition=0",  # a C block larger than C: sized to C
 ]
 TUNING_SHAPES = [(33, 129, 17), (64, 256, 96), (96, 640, 160), (128, 1280, 64)]
 # the larger two in the long tier, for the tests that run many products per shape
