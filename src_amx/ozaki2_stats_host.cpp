@@ -50,7 +50,6 @@ inline unsigned __ballot_sync(unsigned, bool p) { return p; }
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -107,16 +106,8 @@ struct Scale2 {
                            f1(p > 1023 ? emu_host::pow2(64) : 1.0) {}
 };
 
-inline u64 bits_abs(double v) {
-  u64 b;
-  std::memcpy(&b, &v, sizeof b);
-  return b & 0x7fffffffffffffffull;
-}
-inline double from_bits(u64 b) {
-  double v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-}
+// The double of the bits of a non-negative value (ozaki2_stats.cu's abs_bits, inverted).
+inline double from_bits(u64 b) { return __longlong_as_double(static_cast<long long>(b)); }
 
 // The largest |x| (as bits) of a line of C entries at stride sx.
 __attribute__((target_clones("avx512f", "avx2", "default"))) u64 line_max_bits(
@@ -125,10 +116,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) u64 line_max_bits(
   int c = 0;
   for (; c + kLanes <= C; c += kLanes)
     for (int j = 0; j < kLanes; ++j) {
-      const u64 b = bits_abs(x[(c + j) * sx]);
+      const u64 b = abs_bits(x[(c + j) * sx]);
       m[j] = b > m[j] ? b : m[j];
     }
-  for (; c < C; ++c) m[0] = std::max(m[0], bits_abs(x[c * sx]));
+  for (; c < C; ++c) m[0] = std::max(m[0], abs_bits(x[c * sx]));
   u64 r = 0;
   for (int j = 0; j < kLanes; ++j) r = std::max(r, m[j]);
   return r;
@@ -147,12 +138,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void line_terms(
   long long sum[kLanes] = {}, nz[kLanes] = {}, mixed[kLanes] = {};
   double l1[kLanes] = {}, sq[kLanes] = {};
   auto one = [&](int c, int j) {
-    const double a = from_bits(bits_abs(x[c * sx]));
+    const double a = abs_of(x[c * sx]);
     int b = static_cast<int>((a * up.f0) * up.f1);  // floor: the value is in [0, 128)
     long long z = a != 0.0;
     double l = (a * dn.f0) * dn.f1;
     if (y != nullptr) {
-      const double w = from_bits(bits_abs(y[c * sy]));
+      const double w = abs_of(y[c * sy]);
       b += static_cast<int>((w * up.f0) * up.f1);
       z += w != 0.0;
       mixed[j] += (a != 0.0) & (w != 0.0);
@@ -189,8 +180,8 @@ __attribute__((always_inline)) inline void block_terms_body(
   for (int c = 0; c < C; ++c)
     for (int t = 0; t < kBoundLines; ++t) {
       const int tt = Full || t < len ? t : 0;  // lanes beyond len repeat line 0 (unused)
-      u64 b = bits_abs(x[tt * sx + c * sc]);
-      if (y != nullptr) b = std::max(b, bits_abs(y[tt * yx + c * yc]));
+      u64 b = abs_bits(x[tt * sx + c * sc]);
+      if (y != nullptr) b = std::max(b, abs_bits(y[tt * yx + c * yc]));
       mx[t] = b > mx[t] ? b : mx[t];
     }
   double u0[kBoundLines], u1[kBoundLines], d0[kBoundLines], d1[kBoundLines];
@@ -210,12 +201,12 @@ __attribute__((always_inline)) inline void block_terms_body(
     const int j = c < whole ? c % kLanes : 0;
     for (int t = 0; t < kBoundLines; ++t) {
       const int tt = Full || t < len ? t : 0;
-      const double a = from_bits(bits_abs(x[tt * sx + c * sc]));
+      const double a = abs_of(x[tt * sx + c * sc]);
       int b = static_cast<int>((a * u0[t]) * u1[t]);
       long long z = a != 0.0;
       double l = (a * d0[t]) * d1[t];
       if (y != nullptr) {
-        const double w = from_bits(bits_abs(y[tt * yx + c * yc]));
+        const double w = abs_of(y[tt * yx + c * yc]);
         b += static_cast<int>((w * u0[t]) * u1[t]);
         z += w != 0.0;
         mixed[t] += (a != 0.0) & (w != 0.0);
@@ -724,8 +715,8 @@ py::array_t<std::int32_t> host_line_exponents(py::array_t<double> x, py::object 
         u64 m[kBoundLines] = {};
         for (int e = 0; e < E; ++e)
           for (int t = 0; t < len; ++t) {
-            u64 b = bits_abs(px[(l0 + t) * lx + e * ex]);
-            if (y.p) b = std::max(b, bits_abs(y.p[(l0 + t) * ly + e * ey]));
+            u64 b = abs_bits(px[(l0 + t) * lx + e * ex]);
+            if (y.p) b = std::max(b, abs_bits(y.p[(l0 + t) * ly + e * ey]));
             m[t] = b > m[t] ? b : m[t];
           }
         for (int t = 0; t < len; ++t) mx[l0 + t] = m[t];
