@@ -316,18 +316,19 @@ PYBIND11_MODULE(_amx, m) {
           "permission (Linux XTILEDATA granted), available, openmp, max_threads.");
     m.def("blocking", &blocking,
           "The blocking knobs the GEMMs use now (dict; 'spec' is the string form that "
-          "set_blocking and the EMULINALG_AMX_BLOCKING variable accept). 0 in mc/nc/kc means "
-          "the default (blocking.hpp).");
+          "set_blocking and the EMULINALG_AMX_BLOCKING variable accept). 0 in mc/nc/kc and -1 "
+          "in nest mean the kernel's default (blocking.hpp).");
     m.def("set_blocking", &set_blocking, py::arg("spec") = py::none(),
           "Set blocking knobs for the following GEMM calls (process-wide): a spec string "
           "'mc=256,nc=512,kc=8,order=0,sched=0,prefetch=1,partition=0,pack_a=1,nest=0,stream=0' ('default' "
           "resets) and/or keyword arguments of the same names. mc, nc: rows / columns of the C "
           "block and B panel kept in L2 (multiples of 32); kc: K tiles per chunk (C tiles "
           "reloaded between chunks; kc >= K tiles keeps C in the tiles); order: 0 = A strip "
-          "L1-resident (j innermost), 1 = B pair L1-resident; sched: load/dot order (0-2); "
+          "L1-resident (j innermost), 1 = B pair L1-resident; sched: load/dot order (0-3); "
           "prefetch: bit 0 next strip into L2, bit 1 next block into L1; partition: 0 static "
           "2-D thread grid, 1 dynamic tasks; pack_a: 0 loads A tiles from the input when no "
-          "padding is needed; nest: 0 = loops jc, ic, pc (C block in L2), 1 = jc, pc, ic; "
+          "padding is needed; nest: 0 = loops jc, ic, pc (C block in L2), 1 = jc, pc, ic, -1 = "
+          "the kernel's default; "
           "stream: 1 loads the streamed operand with TILELOADDT1; widen: 1 overlaps a widened slice "
           "product's float64 additions with the next block's dot products. "
           "Results do not depend on the knobs (INT8 exact; BF16 sums each "

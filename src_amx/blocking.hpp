@@ -52,13 +52,15 @@ struct Tuning {
     std::int64_t nc = 0;  // columns of the B panel kept in L2 (multiple of 32)
     std::int64_t kc = 0;  // K tiles per chunk (64 int8 / 32 bf16 of K each)
     int order = 0;        // 0: j innermost (A strip L1-resident); 1: i innermost (B pair)
-    int sched = 2;        // order of the 4 tile loads and 4 dot products of a K step: 0, 1, 2
+    int sched = 2;        // order of the 4 tile loads and 4 dot products of a K step: 0, 1, 2,
+                          // 3 (software pipelined: the next step's loads among this step's)
     int prefetch = 1;     // bit 0: next L1 operand into L2, spread over the inner loop;
                           // bit 1: next register block's streamed tiles into L1
     int partition = 1;    // 0: static 2-D thread grid; 1: dynamic over mc x nc tasks
     int pack_a = 1;       // 0: tile-load A from the row-major input when no padding is needed
-    int nest = 1;         // 0: jc, ic, pc (C block in L2); 1: jc, pc, ic (B panel reused by
-                          // all the region's rows, C streamed: wants a large kc)
+    int nest = -1;        // 0: jc, ic, pc (C block in L2); 1: jc, pc, ic (B panel reused by
+                          // all the region's rows, C streamed: wants a large kc); -1: the
+                          // kernel's default (kDefaultNest, the mod GEMMs' kModNest)
     int stream = 0;       // 1: load the streamed operand with TILELOADDT1 (no L1 reuse hint)
     int widen = 1;        // widened slice products: 0 adds each FP32 block to C after its dot
                           // products; 1 adds it one row per K step of the next block's (the
@@ -71,6 +73,14 @@ struct Tuning {
 constexpr std::int64_t kDefaultMc = 256;
 constexpr std::int64_t kDefaultNc = 2048;
 constexpr std::int64_t kDefaultKc = 64;
+constexpr int kDefaultNest = 1;
+// Scheme II's mod GEMMs (gemm_s8_mod_tiles; K in one chunk up to 128 tiles): a 128 x 512 C
+// block with the C-block nest. Round-robin against the defaults above on two AMX hosts
+// (amx_scheme2_breakdown.py --rounds, docs/benchmarks/xeon-amx-16c/NOTES.md, 2026-12-03 third
+// session): faster in every round on both.
+constexpr std::int64_t kModMc = 128;
+constexpr std::int64_t kModNc = 512;
+constexpr int kModNest = 0;
 
 // "" when t is valid, else what is wrong.
 inline std::string validate(const Tuning& t) {
@@ -82,11 +92,12 @@ inline std::string validate(const Tuning& t) {
     }
     if (t.kc < 0 || t.kc > (1 << 20)) return "kc must be 0 (default) or a positive tile count";
     if (t.order < 0 || t.order > 1) return "order must be 0 (j innermost) or 1 (i innermost)";
-    if (t.sched < 0 || t.sched > 2) return "sched must be 0, 1 or 2";
+    if (t.sched < 0 || t.sched > 3) return "sched must be 0, 1, 2 or 3";
     if (t.prefetch < 0 || t.prefetch > 3) return "prefetch must be 0..3 (bit mask)";
     if (t.partition < 0 || t.partition > 1) return "partition must be 0 (static) or 1 (dynamic)";
     if (t.pack_a < 0 || t.pack_a > 1) return "pack_a must be 0 or 1";
-    if (t.nest < 0 || t.nest > 1) return "nest must be 0 (jc, ic, pc) or 1 (jc, pc, ic)";
+    if (t.nest < -1 || t.nest > 1)
+        return "nest must be 0 (jc, ic, pc), 1 (jc, pc, ic) or -1 (the kernel's default)";
     if (t.stream < 0 || t.stream > 1) return "stream must be 0 or 1";
     if (t.widen < 0 || t.widen > 1) return "widen must be 0 or 1";
     return "";
@@ -214,7 +225,7 @@ inline Plan make_plan(const Tuning& t, std::int64_t mp, std::int64_t np, std::in
     p.sched = t.sched;
     p.prefetch = t.prefetch;
     p.partition = t.partition;
-    p.nest = t.nest;
+    p.nest = t.nest < 0 ? kDefaultNest : t.nest;
     p.stream = t.stream;
     p.widen = t.widen;
     threads = std::max(1, threads);

@@ -151,6 +151,25 @@ inline void k_steps(Ops& ops, const TileSource& a, const TileSource& b, std::int
             Traits::template dot<kC01, kA0, kB1>(ops);
             Traits::template dot<kC10, kA1, kB0>(ops);
             Traits::template dot<kC11, kA1, kB1>(ops);
+        } else if constexpr (Sched == 3) {  // software pipelined: the next step's tiles
+            // loaded as soon as this step's last reader of their register has issued
+            if (kt == kt0) {
+                load_a(TA0{}, a0);
+                load_b(TB0{}, b0);
+                load_a(TA1{}, a1);
+                load_b(TB1{}, b1);
+            }
+            const bool more = kt + 1 < kt1;
+            Traits::template dot<kC00, kA0, kB0>(ops);
+            Traits::template dot<kC01, kA0, kB1>(ops);
+            if (more) load_a(TA0{}, a0 + a.kt_stride);
+            Traits::template dot<kC10, kA1, kB0>(ops);
+            if (more) load_b(TB0{}, b0 + b.kt_stride);
+            Traits::template dot<kC11, kA1, kB1>(ops);
+            if (more) {
+                load_a(TA1{}, a1 + a.kt_stride);
+                load_b(TB1{}, b1 + b.kt_stride);
+            }
         } else {  // schedule 0 with A and B swapped (B-major)
             load_b(TB0{}, b0);
             load_a(TA0{}, a0);
@@ -181,6 +200,7 @@ inline void k_steps_sched(int sched, Ops& ops, const TileSource& a, const TileSo
     switch (sched) {
         case 0: k_steps<Traits, 0, Stream>(ops, a, b, ia, jb, kt0, kt1, pf, pf_block); break;
         case 1: k_steps<Traits, 1, Stream>(ops, a, b, ia, jb, kt0, kt1, pf, pf_block); break;
+        case 3: k_steps<Traits, 3, Stream>(ops, a, b, ia, jb, kt0, kt1, pf, pf_block); break;
         default: k_steps<Traits, 2, Stream>(ops, a, b, ia, jb, kt0, kt1, pf, pf_block); break;
     }
 }
@@ -608,6 +628,9 @@ bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, st
     // 1.90 s with the plain GEMM's default kc = 64); beyond, the outer operand's strip
     // (2 kc KiB) would outgrow the L2.
     if (tuning.kc == 0) tuning.kc = std::min<std::int64_t>(ktiles, 128);
+    if (tuning.mc == 0) tuning.mc = kModMc;
+    if (tuning.nc == 0) tuning.nc = kModNc;
+    if (tuning.nest < 0) tuning.nest = kModNest;
     const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
     PooledBytes partial;
     if (plan.kc < ktiles && !Worker<Int8Traits, Ops>::local_partials(plan, true))

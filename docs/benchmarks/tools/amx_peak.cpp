@@ -5,6 +5,9 @@
 //
 //   g++ -O2 -fopenmp -mamx-tile -mamx-int8 -mamx-bf16 docs/benchmarks/tools/amx_peak.cpp -o amx_peak
 //   ./amx_peak 1 2 4 8 16      # thread counts; prints one JSON line each
+//   AMX_FEED=1 ./amx_peak 8 16  # also the fed rates (run_fed): B tiles from a per-thread ring of
+//                               # 32 KiB (L1), 1 MiB (L2) or 32 MiB (L3 / DRAM), A tiles from L1,
+//                               # three load schedules: what the caches let a GEMM reach
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/syscall.h>
@@ -15,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 namespace {
 
@@ -74,6 +78,79 @@ double run(int threads, long iters) {
     return ops / s;
 }
 
+// INT8 2x2 register blocks fed from memory: each K step loads two A tiles from a 16 KiB ring
+// (L1) and two B tiles from a per-thread ring of ring_bytes, 4 tile loads per 4 TDPBSSD as in a
+// GEMM. Sched 0: the 4 loads, then the 4 dot products; 1: each load just before its first use
+// (the GEMM kernel's sched 0); 2: software pipelined, the next step's tiles loaded as soon as
+// this step's last reader of the register has issued.
+template <int Sched>
+double run_fed(int threads, long iters, long ring_bytes) {
+    auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+        configure();
+        const long tiles = ring_bytes / 1024, atiles = 16;
+        auto* ring = static_cast<std::uint8_t*>(std::aligned_alloc(4096, ring_bytes));
+        auto* a = static_cast<std::uint8_t*>(std::aligned_alloc(4096, atiles * 1024));
+        std::memset(ring, 1, ring_bytes);
+        std::memset(a, 1, atiles * 1024);
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_zero(6);
+        _tile_zero(7);
+        long t = 0, u = 0;
+        auto next = [&] {
+            t = t + 2 < tiles ? t + 2 : 0;
+            u = u + 2 < atiles ? u + 2 : 0;
+        };
+        if constexpr (Sched == 2) {
+            _tile_loadd(0, a, 64);
+            _tile_loadd(2, ring, 64);
+            _tile_loadd(1, a + 1024, 64);
+            _tile_loadd(3, ring + 1024, 64);
+        }
+        for (long i = 0; i < iters; ++i) {
+            if constexpr (Sched == 0) {
+                _tile_loadd(0, a + u * 1024, 64);
+                _tile_loadd(2, ring + t * 1024, 64);
+                _tile_loadd(1, a + (u + 1) * 1024, 64);
+                _tile_loadd(3, ring + (t + 1) * 1024, 64);
+                _tile_dpbssd(4, 0, 2);
+                _tile_dpbssd(5, 0, 3);
+                _tile_dpbssd(6, 1, 2);
+                _tile_dpbssd(7, 1, 3);
+                next();
+            } else if constexpr (Sched == 1) {
+                _tile_loadd(0, a + u * 1024, 64);
+                _tile_loadd(2, ring + t * 1024, 64);
+                _tile_dpbssd(4, 0, 2);
+                _tile_loadd(3, ring + (t + 1) * 1024, 64);
+                _tile_dpbssd(5, 0, 3);
+                _tile_loadd(1, a + (u + 1) * 1024, 64);
+                _tile_dpbssd(6, 1, 2);
+                _tile_dpbssd(7, 1, 3);
+                next();
+            } else {
+                next();
+                _tile_dpbssd(4, 0, 2);
+                _tile_dpbssd(5, 0, 3);
+                _tile_loadd(0, a + u * 1024, 64);
+                _tile_dpbssd(6, 1, 2);
+                _tile_loadd(2, ring + t * 1024, 64);
+                _tile_dpbssd(7, 1, 3);
+                _tile_loadd(1, a + (u + 1) * 1024, 64);
+                _tile_loadd(3, ring + (t + 1) * 1024, 64);
+            }
+        }
+        _tile_stored(4, a, 64);
+        _tile_release();
+        std::free(ring);
+        std::free(a);
+    }
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return 2.0 * 16 * 16 * 64 * 4.0 * iters * threads / s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,6 +168,15 @@ int main(int argc, char** argv) {
                     "\"bf16_tflops\": %.3f, \"int8_tops_per_thread\": %.3f}\n",
                     t, i8 / 1e12, bf / 1e12, i8 / 1e12 / t);
         std::fflush(stdout);
+        if (std::getenv("AMX_FEED") == nullptr) continue;
+        for (long ring : {32L << 10, 1L << 20, 32L << 20}) {
+            const double r[3] = {run_fed<0>(t, iters / 4, ring), run_fed<1>(t, iters / 4, ring),
+                                 run_fed<2>(t, iters / 4, ring)};
+            std::printf("{\"bench\": \"amx_fed\", \"threads\": %d, \"ring_bytes\": %ld, "
+                        "\"int8_tops_sched\": [%.3f, %.3f, %.3f]}\n",
+                        t, ring, r[0] / 1e12, r[1] / 1e12, r[2] / 1e12);
+            std::fflush(stdout);
+        }
     }
     return 0;
 }

@@ -46,14 +46,16 @@ def main(argv=None):
     parser.add_argument("--phi", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--specs", nargs="*", default=[], help="blocking specs for the GEMMs")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time the GEMM specs round-robin this many rounds (the host drifts "
+                        "between consecutive specs); each record then has every round's seconds")
+    parser.add_argument("--products-only", action="store_true",
+                        help="skip the statistics, the plain GEMM and the CRT")
     parser.add_argument("--emulate", action="store_true", help="tile model (tiny N only)")
     parser.add_argument("--out", default=None, help="append JSON lines here (else stdout)")
     args = parser.parse_args(argv)
 
-    from emulinalg import _amx, _planner
-    from emulinalg._precision import Level
-    from emulinalg.algorithm.moduli import crt_constants
-    from emulinalg.algorithm.scaling import ozaki2_shifts
+    from emulinalg import _amx
     from emulinalg.backends import amx
     from emulinalg.inputs import phi_matrix
 
@@ -80,7 +82,19 @@ def main(argv=None):
             r["tops"] = round(gemms * 2 * n**3 / seconds / 1e12, 2)
         print(json.dumps(r), file=sink, flush=True)
 
-    # statistics, as amx.ozaki2_prescale / ozaki2_certificate run them
+    if args.products_only:
+        pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
+    else:
+        pre = statistics_pieces(a, b, args, rep, record)
+    products_pieces(a, b, pre, args, rep, record)
+
+
+def statistics_pieces(a, b, args, rep, record):
+    """The statistics' passes, as amx.ozaki2_prescale / ozaki2_certificate run them."""
+    from emulinalg import _amx, _planner
+    from emulinalg._precision import Level
+    from emulinalg.backends import amx
+
     record("all_finite A+B", timed(lambda: (_amx.all_finite(a), _amx.all_finite(b)), rep)[0])
     t, ra = timed(lambda: _amx.ozaki2_bound_operand(a, True, None), rep)
     record("bound_operand A", t)
@@ -96,8 +110,17 @@ def main(argv=None):
     record("certificate", t, count=None if cert[0] is None else int(cert[0]))
     t, pre = timed(lambda: amx.ozaki2_prescale(a, None, b, None, "accurate"), rep)
     record("prescale (all of the above but the certificate)", t)
+    return pre
 
-    # residues, products, CRT
+
+def products_pieces(a, b, pre, args, rep, record):
+    """Residue panels, the mod GEMMs under each blocking, a plain GEMM and the CRT."""
+    from emulinalg import _amx
+    from emulinalg.algorithm.moduli import crt_constants
+    from emulinalg.algorithm.scaling import ozaki2_shifts
+    from emulinalg.backends import amx
+
+    n, nmod = args.N, args.moduli
     c = crt_constants(nmod)
     mu, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
     mu32, nu32 = (np.ascontiguousarray(x, dtype=np.int32) for x in (mu, nu))
@@ -109,15 +132,30 @@ def main(argv=None):
         for ell in range(nmod):
             _amx.ozaki2_multiply(panels, ell, res[ell], emulate=args.emulate)
 
-    before = _amx.blocking()["spec"]
-    for spec in [""] + list(args.specs):
-        _amx.set_blocking("default," + spec if spec else "default")
-        t, _ = timed(products, rep)
-        record("ozaki2_multiply x moduli", t, gemms=nmod, spec=spec or "default")
-    _amx.set_blocking(before)
     rng = np.random.default_rng(3)
     x8 = rng.integers(-128, 128, (n, n), dtype=np.int8)
     y8 = rng.integers(-128, 128, (n, n), dtype=np.int8)
+    before = _amx.blocking()["spec"]
+    specs = [""] + list(args.specs)
+    plain = lambda: _amx.gemm_s8s8s32(x8, y8, emulate=args.emulate)  # noqa: E731
+    rounds = {spec: ([], []) for spec in specs}
+    for _ in range(args.rounds):
+        for spec in specs:
+            _amx.set_blocking("default," + spec if spec else "default")
+            rounds[spec][0].append(timed(products, rep)[0])
+            if args.rounds > 1:  # the plain GEMM (the bound GEMM's kernel) under each spec too
+                rounds[spec][1].append(timed(plain, rep)[0])
+    for spec in specs:
+        mod, gemm = rounds[spec]
+        extra = {"rounds": [round(x, 5) for x in mod]} if args.rounds > 1 else {}
+        record("ozaki2_multiply x moduli", statistics.median(mod), gemms=nmod,
+               spec=spec or "default", **extra)
+        if gemm:
+            record("gemm_s8s8s32 (one, packing included)", statistics.median(gemm), gemms=1,
+                   spec=spec or "default", rounds=[round(x, 5) for x in gemm])
+    _amx.set_blocking(before)
+    if args.products_only:
+        return
     t, _ = timed(lambda: _amx.gemm_s8s8s32(x8, y8, emulate=args.emulate), rep)
     record("gemm_s8s8s32 (one, packing included)", t, gemms=1)
     tables = amx._crt_arrays(nmod)

@@ -37,6 +37,8 @@ TUNINGS = [
     "mc=32,nc=64,kc=2,nest=1",
     "mc=64,nc=32,kc=3,nest=1,order=1,partition=1,prefetch=3",
     "kc=2,stream=1,sched=2",
+    "kc=3,sched=3,prefetch=3",
+    "mc=32,nc=32,kc=1,sched=3,order=1,stream=1",
     "mc=32,nc=32,kc=5,order=1,stream=1,pack_a=0",
 ]
 # nest=0 with K in several chunks: the mod-epilogue GEMM keeps each C block's partial sums in a
@@ -45,6 +47,7 @@ NEST0_TUNINGS = [
     "mc=32,nc=64,kc=1,nest=0",
     "mc=64,nc=32,kc=2,nest=0,order=1,prefetch=3",
     "mc=64,nc=64,kc=1,nest=0,partition=0",
+    "mc=64,nc=64,kc=2,nest=0,sched=3",
     "mc=1048576,nc=1048576,kc=1,nest=0,partition=0",  # a C block larger than C: sized to C
 ]
 TUNING_SHAPES = [(33, 129, 17), (64, 256, 96), (96, 640, 160), (128, 1280, 64)]
