@@ -196,10 +196,13 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
     if (y == nullptr) continue;
     residues_mod(py, c, ri);
     put_residues(ri, out_len, out + set + l * plane, so, stream);
-    for (int t = 0; t < kRun; ++t) {  // (re + im) mod m from the two symmetric residues
+    // (re + im) mod m from the two symmetric residues; the constants in locals (else GCC
+    // reloads them after each store and leaves the loop scalar, with a branch per entry)
+    const double m = c.m, half = c.half, low = c.low;
+    for (int t = 0; t < kRun; ++t) {
       double u = rr[t] + ri[t];
-      u -= u > c.half ? c.m : 0.0;
-      rr[t] = u + (u < c.low ? c.m : 0.0);
+      u = u > half ? u - m : u;
+      rr[t] = u < low ? u + m : u;
     }
     put_residues(rr, out_len, out + 2 * set + l * plane, so, stream);
   }

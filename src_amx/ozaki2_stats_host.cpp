@@ -493,6 +493,12 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
 }
 
 
+// The sampled suspects' sums of host_refine_step walk B by blocks of kSampleCols columns (one
+// cache line of a row-major float64 B) and kSampleK rows (their lines stay in L1/L2 while the
+// block's slots pass).
+constexpr int kSampleCols = 8;
+constexpr int kSampleK = 256;
+
 // One step of refinement.refine_and_patch at count c, as ozaki2_stats.cu's suspect_ranks,
 // refine_suspects and refine_test: the suspects are the entries with need != beyond that fail
 // the exact test of c - 1 (fails == 1). Where 1 <= sus <= limit: every step-th suspect in flat
@@ -584,9 +590,8 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
     if (sus >= 1 && sus <= limit) {
       const long long step = (sus + sample - 1) / sample, slots = (sus + step - 1) / step;
       std::vector<double> S(slots), scale(slots, 0.0);
-      double kmax = 0.0;
-      const int cp = cplx ? 1 : 0;
-#pragma omp parallel for schedule(dynamic, 16) reduction(max : kmax)
+      std::vector<int> si(slots), sj(slots);
+#pragma omp parallel for schedule(static)
       for (long long sl = 0; sl < slots; ++sl) {
         const long long r = sl * step;  // the suspect of rank r: its row, then its column
         const int i = static_cast<int>(std::upper_bound(off.begin(), off.end(), r) - off.begin()) - 1;
@@ -594,24 +599,55 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
         const long long row = static_cast<long long>(i) * n;
         for (;; ++j)
           if (suspect(row + j) && left-- == 0) break;
-        const int ea = static_cast<int>(sa[i]) - 5 + cp, eb = static_cast<int>(sb[j]) - 5 + cp;
-        double acc = 0.0, acc2 = 0.0;
-        for (int h = 0; h < k; ++h) {
-          double x = abs_of(pa[i * asr + h * asc]), y = abs_of(pb[h * bsr + j * bsc]);
-          if (cplx) {
-            const double xi = abs_of(ya.p[i * ya.sr + h * ya.sc]);
-            const double yi = abs_of(yb.p[h * yb.sr + j * yb.sc]);
-            x = xi > x ? xi : x;
-            y = yi > y ? yi : y;
+        si[sl] = i;
+        sj[sl] = static_cast<int>(j);
+      }
+      // The slots by blocks of kSampleCols columns: a block's slots walk K together, kSampleK
+      // rows at a time, so that each line of B (row-major: a column's entries n apart) comes
+      // from memory once per block instead of once per slot. Each slot's sums stay in h order.
+      const long long nblk = (n + kSampleCols - 1) / kSampleCols;
+      std::vector<long long> first(static_cast<std::size_t>(nblk) + 1, 0), order(slots);
+      for (long long sl = 0; sl < slots; ++sl) ++first[sj[sl] / kSampleCols + 1];
+      for (long long b = 0; b < nblk; ++b) first[b + 1] += first[b];
+      {
+        std::vector<long long> fill(first.begin(), first.end() - 1);
+        for (long long sl = 0; sl < slots; ++sl) order[fill[sj[sl] / kSampleCols]++] = sl;
+      }
+      std::vector<double> acc(slots, 0.0), acc2(slots, 0.0);
+      const int cp = cplx ? 1 : 0;
+#pragma omp parallel for schedule(dynamic, 4)
+      for (long long b = 0; b < nblk; ++b) {
+        for (int h0 = 0; h0 < k; h0 += kSampleK) {
+          const int h1 = std::min(k, h0 + kSampleK);
+          for (long long o = first[b]; o < first[b + 1]; ++o) {
+            const long long sl = order[o];
+            const int i = si[sl], j = sj[sl];
+            const int ea = static_cast<int>(sa[i]) - 5 + cp, eb = static_cast<int>(sb[j]) - 5 + cp;
+            double t1 = acc[sl], t2 = acc2[sl];
+            for (int h = h0; h < h1; ++h) {
+              double x = abs_of(pa[i * asr + h * asc]), y = abs_of(pb[h * bsr + j * bsc]);
+              if (cplx) {
+                const double xi = abs_of(ya.p[i * ya.sr + h * ya.sc]);
+                const double yi = abs_of(yb.p[h * yb.sr + j * yb.sc]);
+                x = xi > x ? xi : x;
+                y = yi > y ? yi : y;
+              }
+              const double term = __dmul_rn(scale2(x, ea), scale2(y, eb));
+              t1 = __dadd_rn(t1, term);
+              if (native) t2 = __dadd_rn(t2, __dmul_rn(term, term));
+            }
+            acc[sl] = t1;
+            acc2[sl] = t2;
           }
-          const double term = __dmul_rn(scale2(x, ea), scale2(y, eb));
-          acc = __dadd_rn(acc, term);
-          if (native) acc2 = __dadd_rn(acc2, __dmul_rn(term, term));
         }
-        double s1 = __dsub_rn(__dmul_rn(acc, nfac), tiny);
+      }
+      double kmax = 0.0;
+#pragma omp parallel for schedule(static) reduction(max : kmax)
+      for (long long sl = 0; sl < slots; ++sl) {
+        double s1 = __dsub_rn(__dmul_rn(acc[sl], nfac), tiny);
         S[sl] = s1 > 0.0 ? s1 : 0.0;
         if (native) {
-          double s2 = __dsub_rn(__dmul_rn(acc2, nfac), tiny);
+          double s2 = __dsub_rn(__dmul_rn(acc2[sl], nfac), tiny);
           s2 = s2 > 0.0 ? s2 : 0.0;
           scale[sl] = __dmul_rn(__dsqrt_rn(__dmul_rn(s2, static_cast<double>(k))), 1.0 - 0x1p-52);
           const double upper = __dadd_rn(__dmul_rn(S[sl], l1fac), tiny);
