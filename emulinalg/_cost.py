@@ -19,6 +19,7 @@ replaced per backend with ``set_cost_model``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import threading
@@ -50,6 +51,11 @@ class CostModel:
         Per-call overhead (launches, Python).
     source : str
         Where the figures come from (records file and command, or "user").
+    native_curve : dict of str to tuple of (float, float)
+        Where the native rate depends on the size: per dtype name, ``(flops, flop/s)`` points
+        measured at several sizes (ascending flops); ``native_seconds`` interpolates the rate
+        linearly in log(flops) between them and keeps the end points' rates beyond (``{}``:
+        ``native_flops`` at every size). ``calibrate(..., native_by_size=True)`` fits it.
     complex_model : CostModel or None
         The emulation figures of complex products where they were fitted apart from the real
         ones (``calibrate(..., split_complex=True)``: 3M runs three GEMMs per modulus over three
@@ -64,11 +70,18 @@ class CostModel:
     fixed_seconds: float = 0.0
     source: str = "user"
     complex_model: CostModel | None = None
+    native_curve: dict[str, tuple[tuple[float, float], ...]] = dataclasses.field(
+        default_factory=dict
+    )
 
     def native_seconds(self, dtype: str, m: int, n: int, k: int, batch: int = 1) -> float:
         """Predicted seconds of the native product of ``dtype`` ("float64", "complex64", ...)."""
+        flops = _flops(dtype, m, n, k, batch)
+        points = self.native_curve.get(dtype)
+        if points:
+            return flops / _interpolate_rate(points, flops)
         rate = self.native_flops.get(dtype) or self.native_flops[REAL_DTYPE[dtype]]
-        return _flops(dtype, m, n, k, batch) / rate
+        return flops / rate
 
     def emulated_seconds(
         self, scheme: OzakiI | OzakiII, dtype: str, m: int, n: int, k: int, batch: int = 1
@@ -91,6 +104,18 @@ class CostModel:
             + 2 * mnk / self.stats_flops
             + self.fixed_seconds
         )
+
+
+def _interpolate_rate(points: tuple[tuple[float, float], ...], flops: float) -> float:
+    """The rate at ``flops`` from ``(flops, rate)`` points (ascending): linear in log(flops)
+    between them, the end points' rates beyond."""
+    if flops <= points[0][0]:
+        return points[0][1]
+    for (f0, r0), (f1, r1) in itertools.pairwise(points):
+        if flops <= f1:
+            t = math.log(flops / f0) / math.log(f1 / f0)
+            return r0 + t * (r1 - r0)
+    return points[-1][1]
 
 
 def _flops(dtype: str, m: int, n: int, k: int, batch: int) -> int:
@@ -156,20 +181,24 @@ _BUILTIN = {
         # in C++ too (ozaki2_refine_step, refit_candidates), the complex part check's balance
         # test and line scan in C++ (balance_sides, balance_fine, line_exponents). native is
         # numpy's OpenBLAS (torch's MKL is faster still). Fitted with split_complex=True from
-        # the bench rows of the second 2026-12-03 session (float64, float32 and complex128 at
-        # N = 4096 and 8192, phi 1; complex128 twice, before and after its part check's last
-        # passes moved to C++): the levels stay native at every measured size.
-        native_flops={"float64": 5.71e11, "float32": 1.12e12, "complex128": 5.62e11},
-        int_gemm_ops=1.22e13,
-        entry_seconds=1.22e-10,
-        stats_flops=1.89e12,
-        source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03b.jsonl",
+        # the bench rows of the third 2026-12-03 session (float64, float32 and complex128, phi
+        # 1; the mod GEMMs' 128 x 512 C blocks, the vectorized 3M residues) with
+        # native_by_size=True (OpenBLAS's ZGEMM runs at 0.81 TFLOP/s at N = 4096, 0.57 at
+        # 8192): complex128 is emulated from N ~ 6000 on (measured 1.43x at 8192, 0.56x at
+        # 4096), the real levels stay native.
+        native_flops={"float64": 7.38e11, "float32": 1.22e12, "complex128": 8.10e11},
+        native_curve={"complex128": ((5.50e11, 8.10e11), (4.40e12, 5.70e11))},
+        int_gemm_ops=1.42e13,
+        entry_seconds=1.14e-10,
+        stats_flops=2.52e12,
+        source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03c.jsonl",
         complex_model=CostModel(
-            native_flops={"complex128": 5.62e11},
-            int_gemm_ops=1.02e13,
-            entry_seconds=2.14e-10,
-            stats_flops=4.64e11,
-            source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03b.jsonl (complex records)",
+            native_flops={"complex128": 8.10e11},
+            native_curve={"complex128": ((5.50e11, 8.10e11), (4.40e12, 5.70e11))},
+            int_gemm_ops=1.66e13,
+            entry_seconds=9.57e-11,
+            stats_flops=7.34e11,
+            source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03c.jsonl (complex records)",
         ),
     ),
 }
@@ -237,7 +266,7 @@ def for_device(backend_name: str, rates: DeviceRates, source: str | None = None)
                   for d in m.native_flops}  # fmt: skip
         native.update({d: v for d, v in rates.native_flops.items() if v})
         return dataclasses.replace(
-            m, native_flops=native, int_gemm_ops=m.int_gemm_ops * g,
+            m, native_flops=native, native_curve={}, int_gemm_ops=m.int_gemm_ops * g,
             entry_seconds=m.entry_seconds / bw, stats_flops=m.stats_flops * g, source=source,
             complex_model=None if m.complex_model is None else move(m.complex_model),
         )  # fmt: skip
@@ -282,6 +311,11 @@ def _check(model: CostModel) -> None:
         raise ValueError("CostModel.native_flops needs positive 'float64' and 'float32' rates")
     if not all(v > 0 for v in rates.values()):
         raise ValueError("CostModel.native_flops rates must be positive")
+    for dt, points in model.native_curve.items():
+        fl = [f for f, _ in points]
+        if not points or fl != sorted(set(fl)) or not all(f > 0 and r > 0 for f, r in points):
+            raise ValueError(f"CostModel.native_curve[{dt!r}]: positive (flops, flop/s) points "
+                             "in ascending flops")  # fmt: skip
     if not (model.int_gemm_ops > 0 and model.stats_flops > 0):
         raise ValueError("CostModel.int_gemm_ops and stats_flops must be positive")
     if not (model.entry_seconds >= 0 and model.fixed_seconds >= 0):
@@ -335,6 +369,7 @@ def calibrate(
     split_complex: bool = False,
     fixed_seconds: float = 0.0,
     complex_fixed_seconds: float | None = None,
+    native_by_size: bool = False,
 ) -> CostModel:
     """Fit a :class:`CostModel` from benchmark records (dicts or a JSON-lines path).
 
@@ -351,6 +386,10 @@ def calibrate(
     before the fit and the model keeps it as its ``fixed_seconds``, so that the rates are not
     charged with it at the records' sizes and smaller products pay it in full.
     ``complex_fixed_seconds``: the complex records' own (default ``fixed_seconds``).
+    ``native_by_size=True``: also the native rate per size (``native_curve``: the median rate
+    of each size, for dtypes measured at several sizes), where the native library's rate
+    changes with the size (OpenBLAS's ZGEMM on the AMX host: 0.81 TFLOP/s at N = 4096, 0.57 at
+    8192).
 
     Returns
     -------
@@ -372,18 +411,25 @@ def calibrate(
         complex_records = [r for r in records if r["dtype"].startswith("complex")]
         real_records = [r for r in records if not r["dtype"].startswith("complex")]
         if complex_records and real_records:
-            real = calibrate(real_records, source, fixed_seconds=fixed_seconds)
+            real = calibrate(real_records, source, fixed_seconds=fixed_seconds,
+                             native_by_size=native_by_size)  # fmt: skip
             cfix = fixed_seconds if complex_fixed_seconds is None else complex_fixed_seconds
-            cplx = calibrate(complex_records, source, fixed_seconds=cfix)
+            cplx = calibrate(complex_records, source, fixed_seconds=cfix,
+                             native_by_size=native_by_size)  # fmt: skip
             return dataclasses.replace(
-                real, native_flops={**cplx.native_flops, **real.native_flops}, complex_model=cplx
-            )
+                real, native_flops={**cplx.native_flops, **real.native_flops}, complex_model=cplx,
+                native_curve={**cplx.native_curve, **real.native_curve},
+            )  # fmt: skip
     native: dict[str, list[float]] = {}
+    by_size: dict[str, dict[int, list[float]]] = {}
     ops = gemm_s = ent = ent_s = st_flops = st_s = 0.0
     for r in records:
         flops = _flops(r["dtype"], r["m"], r["n"], r["k"], r.get("batch", 1))
         if r.get("native_seconds"):
             native.setdefault(r["dtype"], []).append(flops / r["native_seconds"])
+            by_size.setdefault(r["dtype"], {}).setdefault(flops, []).append(
+                flops / r["native_seconds"]
+            )
         scheme = _parse_scheme(r.get("scheme", "native"))
         st = r.get("stages")
         if scheme is None or not st:
@@ -410,8 +456,14 @@ def calibrate(
             st_s += st["statistics"]
     if not native or not gemm_s or not ent:
         raise ValueError("calibrate: records need native times and emulated stage breakdowns")
+    median = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    curve = {
+        d: tuple((float(f), median(v)) for f, v in sorted(sizes.items()))
+        for d, sizes in by_size.items() if native_by_size and len(sizes) > 1
+    }  # fmt: skip
     return CostModel(
-        native_flops={d: sorted(v)[len(v) // 2] for d, v in native.items()},
+        native_flops={d: median(v) for d, v in native.items()},
+        native_curve=curve,
         int_gemm_ops=ops / gemm_s,
         entry_seconds=ent_s / ent,
         stats_flops=(st_flops / st_s) if st_s else math.inf,

@@ -3,6 +3,7 @@ and deciding native vs emulated in the engine (visibly in the plan)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pathlib
 
@@ -26,6 +27,7 @@ def test_builtin_models_are_the_fit_of_their_records(name):
     fit = _cost.calibrate(
         str(path), split_complex=cplx is not None, fixed_seconds=model.fixed_seconds,
         complex_fixed_seconds=None if cplx is None else cplx.fixed_seconds,
+        native_by_size=bool(model.native_curve),
     )  # fmt: skip
     for mod, got in ((model, fit), (model.complex_model, fit.complex_model)):
         if mod is None:
@@ -33,6 +35,11 @@ def test_builtin_models_are_the_fit_of_their_records(name):
             continue
         for dt, rate in mod.native_flops.items():
             assert rate == pytest.approx(got.native_flops[dt], rel=0.05)
+        assert mod.native_curve.keys() == got.native_curve.keys()
+        for dt, points in mod.native_curve.items():
+            assert len(points) == len(got.native_curve[dt])
+            for (f, r), (gf, gr) in zip(points, got.native_curve[dt]):
+                assert (f, r) == pytest.approx((gf, gr), rel=0.05)
         assert mod.int_gemm_ops == pytest.approx(got.int_gemm_ops, rel=0.05)
         assert mod.entry_seconds == pytest.approx(got.entry_seconds, rel=0.05)
         assert mod.stats_flops == pytest.approx(got.stats_flops, rel=0.05)
@@ -117,6 +124,39 @@ def test_calibrate_takes_a_fixed_cost_out_of_the_stages():
         scheme = emulinalg.OzakiII(moduli=16, mode="fast")
         got = fit.emulated_seconds(scheme, "float64", r["m"], r["n"], r["k"])
         assert got == pytest.approx(r["seconds"])
+
+
+def test_native_rate_by_size():
+    """A native library whose rate changes with the size (OpenBLAS's ZGEMM on the AMX host):
+    calibrate(native_by_size=True) keeps each size's rate, native_seconds gives those sizes'
+    times back, interpolates in log(flops) between them and keeps the end rates beyond; without
+    it, one median rate. A moved model (for_device) and bad curves: the device's flat rates, a
+    clear error."""
+    rates = {1024: 2e12, 2048: 1e12}  # the rate halves from 1024 to 2048
+    recs = []
+    for n, rate in rates.items():
+        recs.append({"dtype": "complex128", "m": n, "n": n, "k": n,
+                     "scheme": "OzakiII(moduli=16, mode=accurate)",
+                     "native_seconds": 8 * n**3 / rate,
+                     "stages": {"products": 1.0, "slicing": 0.1}})  # fmt: skip
+    flat = _cost.calibrate(recs)
+    assert flat.native_curve == {}
+    fit = _cost.calibrate(recs, native_by_size=True)
+    points = fit.native_curve["complex128"]
+    assert [f for f, _ in points] == [8 * 1024**3, 8 * 2048**3]
+    for n, rate in rates.items():
+        assert fit.native_seconds("complex128", n, n, n) == pytest.approx(8 * n**3 / rate)
+    mid = 1448  # ~ 2**10.5: half way in log(flops)
+    t = math.log(mid**3 / 1024**3) / math.log(8)
+    want = 2e12 + t * (1e12 - 2e12)
+    assert fit.native_seconds("complex128", mid, mid, mid) == pytest.approx(8 * mid**3 / want)
+    assert fit.native_seconds("complex128", 64, 64, 64) == pytest.approx(8 * 64**3 / 2e12)
+    assert fit.native_seconds("complex128", 8192, 8192, 8192) == pytest.approx(8 * 8192**3 / 1e12)
+    with pytest.raises(ValueError, match="native_curve"):
+        _cost._check(dataclasses.replace(
+            fit, native_flops={"float64": 1e12, "float32": 2e12},
+            native_curve={"complex128": ((2.0, 1e12), (1.0, 1e12))},
+        ))  # fmt: skip
 
 
 def test_calibrate_rejects_records_without_breakdowns():
