@@ -245,7 +245,8 @@ py::dict plan(std::int64_t m, std::int64_t n, std::int64_t k, const std::string&
     if (dtype == "int8") kt = amx::k_per_tile<std::int8_t>();
     else if (dtype == "bf16") kt = amx::k_per_tile<std::uint16_t>();
     else throw py::value_error("plan: dtype must be 'int8' or 'bf16'");
-    const amx::Tuning t = amx::current_tuning();
+    amx::Tuning t = amx::current_tuning();
+    if (dtype == "int8") t = amx::int8_defaults(t);
     const std::int64_t mp = amx::ceil_div(m, amx::kRegRows) * amx::kRegRows;
     const std::int64_t np = amx::ceil_div(n, amx::kRegCols) * amx::kRegCols;
     const amx::Plan p = amx::make_plan(t, mp, np, amx::ceil_div(k, kt), amx::resolve_threads(threads));
@@ -335,8 +336,8 @@ PYBIND11_MODULE(_amx, m) {
           "entry's K tiles in ascending order). Returns the previous settings.");
     m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::kw_only(),
           py::arg("dtype") = "int8", py::arg("threads") = 0,
-          "The blocking a call of this size would run with the current knobs (dict: grid, "
-          "team, resolved mc/nc/kc, ...).");
+          "The blocking a plain GEMM (gemm_s8s8s32, gemm_bf16bf16f32) of this size would run "
+          "with the current knobs (dict: grid, team, resolved mc/nc/kc, ...).");
     m.def("cache_info", &cache_info,
           "Packed-panel buffers cached between calls: cached_bytes (at most the smaller of "
           "limit_bytes and peak_bytes), limit_bytes (EMULINALG_AMX_CACHE_MB; default an eighth "

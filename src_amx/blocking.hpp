@@ -60,7 +60,7 @@ struct Tuning {
     int pack_a = 1;       // 0: tile-load A from the row-major input when no padding is needed
     int nest = -1;        // 0: jc, ic, pc (C block in L2); 1: jc, pc, ic (B panel reused by
                           // all the region's rows, C streamed: wants a large kc); -1: the
-                          // kernel's default (kDefaultNest, the mod GEMMs' kModNest)
+                          // kernel's default (kDefaultNest; the INT8 GEMMs' kInt8Nest)
     int stream = 0;       // 1: load the streamed operand with TILELOADDT1 (no L1 reuse hint)
     int widen = 1;        // widened slice products: 0 adds each FP32 block to C after its dot
                           // products; 1 adds it one row per K step of the next block's (the
@@ -74,13 +74,22 @@ constexpr std::int64_t kDefaultMc = 256;
 constexpr std::int64_t kDefaultNc = 2048;
 constexpr std::int64_t kDefaultKc = 64;
 constexpr int kDefaultNest = 1;
-// Scheme II's mod GEMMs (gemm_s8_mod_tiles; K in one chunk up to 128 tiles): a 128 x 512 C
-// block with the C-block nest. Round-robin against the defaults above on two AMX hosts
-// (amx_scheme2_breakdown.py --rounds, docs/benchmarks/xeon-amx-16c/NOTES.md, 2026-12-03 third
-// session): faster in every round on both.
-constexpr std::int64_t kModMc = 128;
-constexpr std::int64_t kModNc = 512;
-constexpr int kModNest = 0;
+// The INT8 GEMMs (Scheme II's mod GEMMs, gemm_s8_mod_tiles, with K in one chunk up to 128
+// tiles; the plain s8s8s32 GEMM of the bound operands): a 128 x 512 C block with the C-block
+// nest. Round-robin against the defaults above on two AMX hosts (amx_scheme2_breakdown.py
+// --rounds, docs/benchmarks/xeon-amx-16c/NOTES.md, 2026-12-03 third session): faster in every
+// round on both, for both kinds. The BF16 GEMMs keep the defaults above (not measured).
+constexpr std::int64_t kInt8Mc = 128;
+constexpr std::int64_t kInt8Nc = 512;
+constexpr int kInt8Nest = 0;
+
+// t with its unset C block and nest taken from the INT8 GEMMs' defaults.
+inline Tuning int8_defaults(Tuning t) {
+    if (t.mc == 0) t.mc = kInt8Mc;
+    if (t.nc == 0) t.nc = kInt8Nc;
+    if (t.nest < 0) t.nest = kInt8Nest;
+    return t;
+}
 
 // "" when t is valid, else what is wrong.
 inline std::string validate(const Tuning& t) {

@@ -588,7 +588,8 @@ bool gemm(const typename Traits::In* a, const typename Traits::In* b, typename T
         std::fill(c, c + m * n, Acc(0));
         return true;
     }
-    const Tuning tuning = current_tuning();
+    Tuning tuning = current_tuning();
+    if constexpr (std::is_same_v<In, std::int8_t>) tuning = int8_defaults(tuning);
     const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
     const std::int64_t ktiles = ceil_div(k, KT);
@@ -628,9 +629,7 @@ bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, st
     // 1.90 s with the plain GEMM's default kc = 64); beyond, the outer operand's strip
     // (2 kc KiB) would outgrow the L2.
     if (tuning.kc == 0) tuning.kc = std::min<std::int64_t>(ktiles, 128);
-    if (tuning.mc == 0) tuning.mc = kModMc;
-    if (tuning.nc == 0) tuning.nc = kModNc;
-    if (tuning.nest < 0) tuning.nest = kModNest;
+    tuning = int8_defaults(tuning);
     const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
     PooledBytes partial;
     if (plan.kc < ktiles && !Worker<Int8Traits, Ops>::local_partials(plan, true))

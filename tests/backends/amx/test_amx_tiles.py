@@ -185,8 +185,9 @@ def test_plan_thread_grid(restore_blocking):
     p = _amx.plan(8192, 4096, 8192, threads=8)
     assert p["grid"] == (4, 2) and p["team"] == 8
     p = _amx.plan(4096, 4096, 4096, threads=16)
-    assert (p["mc"], p["nc"], p["kc"]) == (256, 512, 8) and p["ktiles"] == 64
-    assert _amx.plan(4096, 4096, 4096, dtype="bf16", threads=16)["ktiles"] == 128
+    assert (p["mc"], p["nc"], p["kc"]) == (128, 512, 8) and p["ktiles"] == 64  # INT8: mc 128
+    p = _amx.plan(4096, 4096, 4096, dtype="bf16", threads=16)
+    assert p["ktiles"] == 128 and p["mc"] == 256  # the BF16 GEMMs keep the general defaults
     assert _amx.plan(64, 64, 100, threads=1)["kc"] == 2  # never more than the K tiles
     _amx.set_blocking(partition=1)
     p = _amx.plan(1024, 1024, 1024, threads=16)
