@@ -168,25 +168,37 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void line_terms(
   }
 }
 
+// A line's exponent from line_exponents' code (INT32_MIN: a zero line, taken as if its max
+// were 1).
+inline int scanned_exponent(std::int32_t e) {
+  return e == std::numeric_limits<std::int32_t>::min() ? 0 : e;
+}
+
 // kBoundLines lines across memory (line t at x + t sx, entry c at + c sc; len <= kBoundLines of
-// them, Full: all): both passes, the shifts s[t] out.
+// them, Full: all): both passes, the shifts s[t] out. ex (or null): the lines' exponents as
+// line_exponents gives them, which spare the first pass.
 template <bool Full>
 __attribute__((always_inline)) inline void block_terms_body(
     const double* __restrict__ x, long long sx, long long sc, const double* __restrict__ y,
-    long long yx, long long yc, int len, int C, int cplx, signed char* __restrict__ out,
-    long long ot, long long oc, int* __restrict__ s, LineTerms* __restrict__ lt) {
+    long long yx, long long yc, int len, int C, int cplx, const std::int32_t* __restrict__ ex,
+    signed char* __restrict__ out, long long ot, long long oc, int* __restrict__ s,
+    LineTerms* __restrict__ lt) {
   if (Full) len = kBoundLines;
   u64 mx[kBoundLines] = {};
-  for (int c = 0; c < C; ++c)
-    for (int t = 0; t < kBoundLines; ++t) {
-      const int tt = Full || t < len ? t : 0;  // lanes beyond len repeat line 0 (unused)
-      u64 b = abs_bits(x[tt * sx + c * sc]);
-      if (y != nullptr) b = std::max(b, abs_bits(y[tt * yx + c * yc]));
-      mx[t] = b > mx[t] ? b : mx[t];
-    }
+  if (ex == nullptr)
+    for (int c = 0; c < C; ++c)
+      for (int t = 0; t < kBoundLines; ++t) {
+        const int tt = Full || t < len ? t : 0;  // lanes beyond len repeat line 0 (unused)
+        u64 b = abs_bits(x[tt * sx + c * sc]);
+        if (y != nullptr) b = std::max(b, abs_bits(y[tt * yx + c * yc]));
+        mx[t] = b > mx[t] ? b : mx[t];
+      }
   double u0[kBoundLines], u1[kBoundLines], d0[kBoundLines], d1[kBoundLines];
   for (int t = 0; t < kBoundLines; ++t) {
-    const int e = mx[t] == 0 ? 0 : exponent_of(from_bits(mx[t]));
+    const int tt = Full || t < len ? t : 0;
+    const int e = ex != nullptr ? scanned_exponent(ex[tt])
+                  : mx[t] == 0  ? 0
+                                : exponent_of(from_bits(mx[t]));
     s[t] = 5 - e - cplx;
     const Scale2 up(s[t] + 1), dn(s[t] - 5 + cplx);
     u0[t] = up.f0, u1[t] = up.f1, d0[t] = dn.f0, d1[t] = dn.f1;
@@ -232,12 +244,13 @@ __attribute__((always_inline)) inline void block_terms_body(
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
     const double* __restrict__ x, long long sx, long long sc, const double* __restrict__ y,
-    long long yx, long long yc, int len, int C, int cplx, signed char* __restrict__ out,
-    long long ot, long long oc, int* __restrict__ s, LineTerms* __restrict__ lt) {
+    long long yx, long long yc, int len, int C, int cplx, const std::int32_t* __restrict__ ex,
+    signed char* __restrict__ out, long long ot, long long oc, int* __restrict__ s,
+    LineTerms* __restrict__ lt) {
   if (len == kBoundLines)
-    block_terms_body<true>(x, sx, sc, y, yx, yc, len, C, cplx, out, ot, oc, s, lt);
+    block_terms_body<true>(x, sx, sc, y, yx, yc, len, C, cplx, ex, out, ot, oc, s, lt);
   else
-    block_terms_body<false>(x, sx, sc, y, yx, yc, len, C, cplx, out, ot, oc, s, lt);
+    block_terms_body<false>(x, sx, sc, y, yx, yc, len, C, cplx, ex, out, ot, oc, s, lt);
 }
 
 // (s, bound, sums, nz, l1, mixed, sq), the accurate-mode prescale's pass over one operand, as
@@ -247,12 +260,26 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
 // of its entries, the count of nonzero parts and of entries with both parts nonzero (int64
 // (R,), exact), and the sums for the certificate's normalized norms (float64 (R,)): of
 // x = |re| 2**-e + |im| 2**-e (e = 5 - cplx - s) and of x**2 (the l2 norm), in a fixed order
-// per line (above), so the certificate needs no pass over the operands of its own.
-py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::object im) {
+// per line (above), so the certificate needs no pass over the operands of its own. exponents
+// (or None): the lines' exponents from line_exponents (int32 (R,), none 1024), which spare the
+// pass that finds each line's largest magnitude.
+py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::object im,
+                             py::object exponents) {
   const auto [sr, sc] = emu_host::matrix_strides(x, "bound_operand");
   py::array_t<double> keep;
   const Imag y = imag_part(im, x, "bound_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
+  py::array_t<std::int32_t, py::array::c_style> keep_ex;
+  const std::int32_t* ex = nullptr;
+  if (!exponents.is_none()) {
+    keep_ex = exponents.cast<py::array_t<std::int32_t, py::array::c_style>>();
+    if (keep_ex.ndim() != 1 || keep_ex.shape(0) != R)
+      throw std::invalid_argument("bound_operand: exponents must be int32 (R,), one per line");
+    ex = keep_ex.data();
+    for (int r = 0; r < R; ++r)
+      if (ex[r] >= 1024)
+        throw std::invalid_argument("bound_operand: a line holds NaN or Inf (exponent 1024)");
+  }
   py::array_t<std::int64_t> shift(R), sums(R), nz(R), mixed(R);
   py::array_t<double> l1(R), sq(R);
   py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
@@ -276,7 +303,7 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
         int s[kBoundLines];
         LineTerms lt[kBoundLines];
         block_terms(px + r0 * sr, sr, sc, y.p ? y.p + r0 * y.sr : nullptr, y.sr, y.sc, len, C,
-                    cplx, po + r0 * out_r, out_r, out_c, s, lt);
+                    cplx, ex ? ex + r0 : nullptr, po + r0 * out_r, out_r, out_c, s, lt);
         for (int t = 0; t < len; ++t) put(r0 + t, s[t], lt[t]);
       }
     } else {
@@ -284,9 +311,14 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
       for (int r = 0; r < R; ++r) {
         const double* xr = px + r * sr;
         const double* yr = y.p ? y.p + r * y.sr : nullptr;
-        u64 m = line_max_bits(xr, sc, C);
-        if (yr) m = std::max(m, line_max_bits(yr, y.sc, C));
-        const int e = m == 0 ? 0 : exponent_of(from_bits(m));
+        int e;
+        if (ex != nullptr) {
+          e = scanned_exponent(ex[r]);
+        } else {
+          u64 m = line_max_bits(xr, sc, C);
+          if (yr) m = std::max(m, line_max_bits(yr, y.sc, C));
+          e = m == 0 ? 0 : exponent_of(from_bits(m));
+        }
         const int s = 5 - e - cplx;
         LineTerms lt;
         line_terms(xr, sc, yr, y.sc, C, Scale2(s + 1), Scale2(s - 5 + cplx), po + r * out_r,
@@ -890,13 +922,14 @@ bool host_balance_fine(py::array_t<double, py::array::c_style> t_lo,
 
 void register_ozaki2_stats_host(py::module_& m) {
   m.def("ozaki2_bound_operand", &host_bound_operand, py::arg("x"), py::arg("lines_are_rows") = true,
-        py::arg("im") = py::none(),
+        py::arg("im") = py::none(), py::arg("exponents") = py::none(),
         "(s, bound, sums, nz, l1, mixed, sq): the accurate-mode prescale's shifts s = 5 - [im "
         "given] - floor(log2 max(|x|, |im|)) per line (int64), its int8 bound operand "
         "floor(|x| 2**(s+1)) (+ floor(|im| 2**(s+1))), (R, C) or, lines_are_rows=False, (C, R), "
         "and per line the sum of those entries, the count of nonzero parts and of entries with "
         "both parts nonzero (int64) and the float64 sums of v = (|x| + |im|) 2**(s-5+[im "
-        "given]) and of v**2, in column order.");
+        "given]) and of v**2, in column order. exponents: the lines' floor(log2 max) as "
+        "line_exponents gives them (int32 (R,)), which spares the operand's first pass.");
   m.def("ozaki2_bound_max", &host_bound_max, py::arg("F"), py::arg("ra"), py::arg("nza"),
         py::arg("cb"), py::arg("nzb"), py::arg("cplx"),
         "(e, f): float64 row (m,) and column (n,) maxima of the bound U(F, line terms) over the "

@@ -317,16 +317,21 @@ def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
     passes also take the sums for the certificate's normalized norms (``line_sums``: the l1 sums
     and the sums of squares, float64 ((m,), (n,)) each), so ``ozaki2_certificate`` reads the
     operands only when F leaves entries beyond. None declines (fast mode, batches, what
-    ``_host_ok`` refuses). ``exponents`` (``line_scan``'s) are not needed: the operand passes
-    find each line's exponent as they read it."""
+    ``_host_ok`` refuses). ``exponents``: ``line_scan``'s ((1, m), (1, n) int32), which spare
+    the operand passes their first read (each line's largest magnitude)."""
     from emulinalg.algorithm.scaling import Prescale
 
     amx = _module()
     if mode != "accurate" or not _host_ok(amx, ar, ai, br, bi):
         return None
-    s, abar, ra, nza, la, ma, qa = amx.ozaki2_bound_operand(ar, True, ai)  # (m,), (m, k), (m,)...
+    ea = eb = None
+    if exponents is not None:
+        ea, eb = (np.ascontiguousarray(x, dtype=np.int32).reshape(-1) for x in exponents)
+        if ea.shape[0] != ar.shape[0] or eb.shape[0] != br.shape[1]:
+            ea = eb = None
+    s, abar, ra, nza, la, ma, qa = amx.ozaki2_bound_operand(ar, True, ai, ea)  # (m,), (m, k)...
     t, bbar, cb, nzb, lb, mb, qb = amx.ozaki2_bound_operand(
-        br.T, False, None if bi is None else bi.T
+        br.T, False, None if bi is None else bi.T, eb
     )  # (n,), (k, n), (n,) x 5
     # exact: k <= MAX_K (_host_ok) and every term is at most 127 * 127 < 2**14
     F = amx.gemm_s8s8s32(abar, bbar, emulate=EMULATE)

@@ -352,6 +352,35 @@ def test_host_bound_operand_line_terms(rng):
             assert np.array_equal(got, w)
 
 
+def test_host_bound_operand_takes_the_scanned_exponents(rng):
+    """With line_exponents' exponents given (the engine's line scan), ozaki2_bound_operand skips
+    its own pass for each line's largest magnitude and returns the same shifts, operand and
+    sums, real and complex, in both loop orders (zero, subnormal and huge lines; more lines
+    than one block of 16, a ragged last block); exponents of the wrong size or of a line with
+    NaN/Inf are refused."""
+    a = rng.standard_normal((37, 70)) * np.exp2(rng.integers(-60, 60, (37, 70)))
+    ai = rng.standard_normal((37, 70))
+    a[2] = 0
+    ai[2] = 0
+    a[4, 3:9] = 5e-324
+    a[30] *= 2.0**900
+    for im in (None, ai):
+        for x, y, rows in ((a, im, True), (np.asfortranarray(a), None if im is None else
+                                            np.asfortranarray(im), True),
+                           (a.T, None if im is None else im.T, False)):  # fmt: skip
+            ex = _amx.line_exponents(x, y, True)
+            want = _amx.ozaki2_bound_operand(x, rows, y)
+            got = _amx.ozaki2_bound_operand(x, rows, y, ex)
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and np.array_equal(g, w)
+    with pytest.raises(ValueError, match="one per line"):
+        _amx.ozaki2_bound_operand(a, True, None, np.zeros(36, np.int32))
+    bad = _amx.line_exponents(a, None, True)
+    bad[3] = 1024
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        _amx.ozaki2_bound_operand(a, True, None, bad)
+
+
 @pytest.mark.parametrize("case", ["phi", "imaginary", "wide"])
 @pytest.mark.parametrize("bits", [24, 53])
 def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch, rng):
