@@ -55,7 +55,8 @@ class CostModel:
         Where the native rate depends on the size: per dtype name, ``(flops, flop/s)`` points
         measured at several sizes (ascending flops); ``native_seconds`` interpolates the rate
         linearly in log(flops) between them and keeps the end points' rates beyond (``{}``:
-        ``native_flops`` at every size). ``calibrate(..., native_by_size=True)`` fits it.
+        ``native_flops`` at every size). ``calibrate(..., native_by_size=True)`` fits it. Read
+        from the top-level model only (as ``native_flops``), not from ``complex_model``.
     complex_model : CostModel or None
         The emulation figures of complex products where they were fitted apart from the real
         ones (``calibrate(..., split_complex=True)``: 3M runs three GEMMs per modulus over three
@@ -184,8 +185,8 @@ _BUILTIN = {
         # the bench rows of the third 2026-12-03 session (float64, float32 and complex128, phi
         # 1; the mod GEMMs' 128 x 512 C blocks, the vectorized 3M residues) with
         # native_by_size=True (OpenBLAS's ZGEMM runs at 0.81 TFLOP/s at N = 4096, 0.57 at
-        # 8192): complex128 is emulated from N ~ 6000 on (measured 1.43x at 8192, 0.56x at
-        # 4096), the real levels stay native.
+        # 8192): complex128 is emulated from N ~ 5000-6000 on (measured 1.43x at 8192, 0.56x
+        # at 4096), the real levels stay native.
         native_flops={"float64": 7.38e11, "float32": 1.22e12, "complex128": 8.10e11},
         native_curve={"complex128": ((5.50e11, 8.10e11), (4.40e12, 5.70e11))},
         int_gemm_ops=1.42e13,
@@ -194,7 +195,6 @@ _BUILTIN = {
         source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03c.jsonl",
         complex_model=CostModel(
             native_flops={"complex128": 8.10e11},
-            native_curve={"complex128": ((5.50e11, 8.10e11), (4.40e12, 5.70e11))},
             int_gemm_ops=1.66e13,
             entry_seconds=9.57e-11,
             stats_flops=7.34e11,
@@ -311,6 +311,8 @@ def _check(model: CostModel) -> None:
         raise ValueError("CostModel.native_flops needs positive 'float64' and 'float32' rates")
     if not all(v > 0 for v in rates.values()):
         raise ValueError("CostModel.native_flops rates must be positive")
+    if not isinstance(model.native_curve, dict):
+        raise ValueError("CostModel.native_curve must be a dict (dtype name -> points)")
     for dt, points in model.native_curve.items():
         fl = [f for f, _ in points]
         if not points or fl != sorted(set(fl)) or not all(f > 0 and r > 0 for f, r in points):
@@ -325,7 +327,9 @@ def _check(model: CostModel) -> None:
 def set_cost_model(backend_name: str, model: CostModel | None = None, **changes: Any) -> None:
     """Replace (``model``) or adjust (``changes``: fields of :class:`CostModel`) the cost model
     of a backend ("numpy", "cupy", "amx") for this process; ``set_cost_model(name)`` restores
-    the built-in one. The model's ``source`` becomes "user" unless ``source=`` is given.
+    the built-in one. The model's ``source`` becomes "user" unless ``source=`` is given. A
+    ``native_flops`` change drops the ``native_curve`` of the dtypes it names (their rate is
+    then the one given); ``native_curve=None`` drops every curve.
 
     Raises
     ------
@@ -345,6 +349,13 @@ def set_cost_model(backend_name: str, model: CostModel | None = None, **changes:
             _USER.pop(backend_name, None)
             return
         base = model or _USER.get(backend_name) or _BUILTIN[backend_name]
+        if changes.get("native_curve", {}) is None:
+            changes["native_curve"] = {}
+        if "native_flops" in changes and "native_curve" not in changes:
+            # a rate given for a dtype replaces its measured curve
+            given = changes["native_flops"] or {}
+            changes["native_curve"] = {d: c for d, c in base.native_curve.items()
+                                       if d not in given}  # fmt: skip
         new = dataclasses.replace(base, **{"source": "user", **changes})
         _check(new)
         _USER[backend_name] = new
@@ -417,8 +428,9 @@ def calibrate(
             cplx = calibrate(complex_records, source, fixed_seconds=cfix,
                              native_by_size=native_by_size)  # fmt: skip
             return dataclasses.replace(
-                real, native_flops={**cplx.native_flops, **real.native_flops}, complex_model=cplx,
+                real, native_flops={**cplx.native_flops, **real.native_flops},
                 native_curve={**cplx.native_curve, **real.native_curve},
+                complex_model=dataclasses.replace(cplx, native_curve={}),
             )  # fmt: skip
     native: dict[str, list[float]] = {}
     by_size: dict[str, dict[int, list[float]]] = {}

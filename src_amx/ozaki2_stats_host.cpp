@@ -527,9 +527,10 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
 
 // The sampled suspects' sums of host_refine_step walk B by blocks of kSampleCols columns (one
 // cache line of a row-major float64 B) and kSampleK rows (their lines stay in L1/L2 while the
-// block's slots pass).
+// block's slots pass), kSampleSlots slots of a block per task.
 constexpr int kSampleCols = 8;
 constexpr int kSampleK = 256;
+constexpr long long kSampleSlots = 16;  // slots per task
 
 // One step of refinement.refine_and_patch at count c, as ozaki2_stats.cu's suspect_ranks,
 // refine_suspects and refine_test: the suspects are the entries with need != beyond that fail
@@ -645,13 +646,21 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
         std::vector<long long> fill(first.begin(), first.end() - 1);
         for (long long sl = 0; sl < slots; ++sl) order[fill[sj[sl] / kSampleCols]++] = sl;
       }
+      // tasks: a block's slots kSampleSlots at a time (a narrow B, or suspects in a few
+      // columns, still spread over the threads)
+      std::vector<long long> task;
+      for (long long b = 0; b < nblk; ++b)
+        for (long long o = first[b]; o < first[b + 1]; o += kSampleSlots) task.push_back(o);
       std::vector<double> acc(slots, 0.0), acc2(slots, 0.0);
       const int cp = cplx ? 1 : 0;
-#pragma omp parallel for schedule(dynamic, 4)
-      for (long long b = 0; b < nblk; ++b) {
+      const long long ntask = static_cast<long long>(task.size());
+#pragma omp parallel for schedule(dynamic, 1)
+      for (long long q = 0; q < ntask; ++q) {
+        const long long b = sj[order[task[q]]] / kSampleCols;
+        const long long o_end = std::min(task[q] + kSampleSlots, first[b + 1]);
         for (int h0 = 0; h0 < k; h0 += kSampleK) {
           const int h1 = std::min(k, h0 + kSampleK);
-          for (long long o = first[b]; o < first[b + 1]; ++o) {
+          for (long long o = task[q]; o < o_end; ++o) {
             const long long sl = order[o];
             const int i = si[sl], j = sj[sl];
             const int ea = static_cast<int>(sa[i]) - 5 + cp, eb = static_cast<int>(sb[j]) - 5 + cp;

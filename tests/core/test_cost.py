@@ -152,6 +152,21 @@ def test_native_rate_by_size():
     assert fit.native_seconds("complex128", mid, mid, mid) == pytest.approx(8 * mid**3 / want)
     assert fit.native_seconds("complex128", 64, 64, 64) == pytest.approx(8 * 64**3 / 2e12)
     assert fit.native_seconds("complex128", 8192, 8192, 8192) == pytest.approx(8 * 8192**3 / 1e12)
+    # a rate given by the user replaces the dtype's curve; None drops every curve
+    fit = dataclasses.replace(fit, native_flops={"float64": 1e12, "float32": 2e12,
+                                                 **fit.native_flops})  # fmt: skip
+    _cost.set_cost_model("amx", fit)
+    try:
+        _cost.set_cost_model("amx", native_flops={**fit.native_flops, "complex128": 1e9})
+        got = _cost.get_cost_model("amx")
+        assert got.native_curve == {}
+        want = 8 * 1024**3 / 1e9
+        assert got.native_seconds("complex128", 1024, 1024, 1024) == pytest.approx(want)
+        _cost.set_cost_model("amx", fit)
+        _cost.set_cost_model("amx", native_curve=None)
+        assert _cost.get_cost_model("amx").native_curve == {}
+    finally:
+        _cost.set_cost_model("amx")
     with pytest.raises(ValueError, match="native_curve"):
         _cost._check(dataclasses.replace(
             fit, native_flops={"float64": 1e12, "float32": 2e12},

@@ -6,8 +6,9 @@
 //   g++ -O2 -fopenmp -mamx-tile -mamx-int8 -mamx-bf16 docs/benchmarks/tools/amx_peak.cpp -o amx_peak
 //   ./amx_peak 1 2 4 8 16      # thread counts; prints one JSON line each
 //   AMX_FEED=1 ./amx_peak 8 16  # also the fed rates (run_fed): B tiles from a per-thread ring of
-//                               # 32 KiB (L1), 1 MiB (L2) or 32 MiB (L3 / DRAM), A tiles from L1,
-//                               # three load schedules: what the caches let a GEMM reach
+//                               # 8 KiB (L1), 1 MiB (L2) or 32 MiB (L3 / DRAM), A tiles from a
+//                               # 4 KiB ring, three load schedules: what the caches let a GEMM
+//                               # reach (the 2026-12-03c records: 32 KiB B + 16 KiB A rings)
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/syscall.h>
@@ -78,18 +79,19 @@ double run(int threads, long iters) {
     return ops / s;
 }
 
-// INT8 2x2 register blocks fed from memory: each K step loads two A tiles from a 16 KiB ring
+// INT8 2x2 register blocks fed from memory: each K step loads two A tiles from a 4 KiB ring
 // (L1) and two B tiles from a per-thread ring of ring_bytes, 4 tile loads per 4 TDPBSSD as in a
 // GEMM. Sched 0: the 4 loads, then the 4 dot products; 1: each load just before its first use
 // (the GEMM kernel's sched 0); 2: software pipelined, the next step's tiles loaded as soon as
-// this step's last reader of the register has issued.
+// this step's last reader of the register has issued. The rings are made before the clock
+// starts.
 template <int Sched>
 double run_fed(int threads, long iters, long ring_bytes) {
-    auto t0 = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point t0, t1;
 #pragma omp parallel num_threads(threads)
     {
         configure();
-        const long tiles = ring_bytes / 1024, atiles = 16;
+        const long tiles = ring_bytes / 1024, atiles = 4;
         auto* ring = static_cast<std::uint8_t*>(std::aligned_alloc(4096, ring_bytes));
         auto* a = static_cast<std::uint8_t*>(std::aligned_alloc(4096, atiles * 1024));
         std::memset(ring, 1, ring_bytes);
@@ -98,6 +100,9 @@ double run_fed(int threads, long iters, long ring_bytes) {
         _tile_zero(5);
         _tile_zero(6);
         _tile_zero(7);
+#pragma omp barrier
+#pragma omp master
+        t0 = std::chrono::steady_clock::now();
         long t = 0, u = 0;
         auto next = [&] {
             t = t + 2 < tiles ? t + 2 : 0;
@@ -142,12 +147,15 @@ double run_fed(int threads, long iters, long ring_bytes) {
                 _tile_loadd(3, ring + (t + 1) * 1024, 64);
             }
         }
+#pragma omp barrier
+#pragma omp master
+        t1 = std::chrono::steady_clock::now();
         _tile_stored(4, a, 64);
         _tile_release();
         std::free(ring);
         std::free(a);
     }
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double s = std::chrono::duration<double>(t1 - t0).count();
     return 2.0 * 16 * 16 * 64 * 4.0 * iters * threads / s;
 }
 
@@ -169,7 +177,7 @@ int main(int argc, char** argv) {
                     t, i8 / 1e12, bf / 1e12, i8 / 1e12 / t);
         std::fflush(stdout);
         if (std::getenv("AMX_FEED") == nullptr) continue;
-        for (long ring : {32L << 10, 1L << 20, 32L << 20}) {
+        for (long ring : {8L << 10, 1L << 20, 32L << 20}) {
             const double r[3] = {run_fed<0>(t, iters / 4, ring), run_fed<1>(t, iters / 4, ring),
                                  run_fed<2>(t, iters / 4, ring)};
             std::printf("{\"bench\": \"amx_fed\", \"threads\": %d, \"ring_bytes\": %ld, "

@@ -9,6 +9,9 @@ moduli, under the default blocking and under each ``--specs`` entry), a plain ``
 of the same size (packing included) for comparison, and the CRT (``ozaki2_crt``, into fresh
 outputs as the backend does and into reused ones). One JSON line per piece (``"bench":
 "amx_scheme2_breakdown"``) with seconds and, for the GEMMs, Top/s (2 N^3 per GEMM).
+``--rounds R`` times the GEMM specs round-robin R times (the host drifts between consecutive
+specs; each record then lists every round, the plain GEMM too, per spec) and
+``--products-only`` skips the statistics and the CRT.
 
 Usage (from the repository root, emulinalg installed with its AMX module, on the AMX machine):
     python3 docs/benchmarks/tools/amx_scheme2_breakdown.py -N 8192 \\
@@ -50,7 +53,8 @@ def main(argv=None):
                         help="time the GEMM specs round-robin this many rounds (the host drifts "
                         "between consecutive specs); each record then has every round's seconds")
     parser.add_argument("--products-only", action="store_true",
-                        help="skip the statistics, the plain GEMM and the CRT")
+                        help="skip the statistics and the CRT (the plain GEMM is still timed "
+                        "per spec with --rounds)")
     parser.add_argument("--emulate", action="store_true", help="tile model (tiny N only)")
     parser.add_argument("--out", default=None, help="append JSON lines here (else stdout)")
     args = parser.parse_args(argv)
@@ -151,8 +155,8 @@ def products_pieces(a, b, pre, args, rep, record):
         record("ozaki2_multiply x moduli", statistics.median(mod), gemms=nmod,
                spec=spec or "default", **extra)
         if gemm:
-            record("gemm_s8s8s32 (one, packing included)", statistics.median(gemm), gemms=1,
-                   spec=spec or "default", rounds=[round(x, 5) for x in gemm])
+            record("gemm_s8s8s32 (one, packing included) per spec", statistics.median(gemm),
+                   gemms=1, spec=spec or "default", rounds=[round(x, 5) for x in gemm])
     _amx.set_blocking(before)
     if args.products_only:
         return
