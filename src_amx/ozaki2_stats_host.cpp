@@ -168,10 +168,27 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void line_terms(
   }
 }
 
-// A line's exponent from line_exponents' code (INT32_MIN: a zero line, taken as if its max
-// were 1).
+// A line's exponent from line_exponents' code (exponent_of of its largest magnitude: INT32_MIN
+// for a zero line, taken as if its max were 1).
 inline int scanned_exponent(std::int32_t e) {
   return e == std::numeric_limits<std::int32_t>::min() ? 0 : e;
+}
+
+// The largest |x| (as bits; with y, of max(|x|, |y|)) of each of kBoundLines lines across
+// memory (line t at x + t sx, entry c at + c sc; Full: all of them, else lanes from len on
+// repeat line 0 and are not used).
+template <bool Full>
+__attribute__((always_inline)) inline void block_max_bits(
+    const double* __restrict__ x, long long sx, long long sc, const double* __restrict__ y,
+    long long yx, long long yc, int len, int C, u64 (&mx)[kBoundLines]) {
+  for (int t = 0; t < kBoundLines; ++t) mx[t] = 0;
+  for (int c = 0; c < C; ++c)
+    for (int t = 0; t < kBoundLines; ++t) {
+      const int tt = Full || t < len ? t : 0;
+      u64 b = abs_bits(x[tt * sx + c * sc]);
+      if (y != nullptr) b = std::max(b, abs_bits(y[tt * yx + c * yc]));
+      mx[t] = b > mx[t] ? b : mx[t];
+    }
 }
 
 // kBoundLines lines across memory (line t at x + t sx, entry c at + c sc; len <= kBoundLines of
@@ -185,21 +202,11 @@ __attribute__((always_inline)) inline void block_terms_body(
     LineTerms* __restrict__ lt) {
   if (Full) len = kBoundLines;
   u64 mx[kBoundLines] = {};
-  if (ex == nullptr)
-    for (int c = 0; c < C; ++c)
-      for (int t = 0; t < kBoundLines; ++t) {
-        const int tt = Full || t < len ? t : 0;  // lanes beyond len repeat line 0 (unused)
-        u64 b = abs_bits(x[tt * sx + c * sc]);
-        if (y != nullptr) b = std::max(b, abs_bits(y[tt * yx + c * yc]));
-        mx[t] = b > mx[t] ? b : mx[t];
-      }
+  if (ex == nullptr) block_max_bits<Full>(x, sx, sc, y, yx, yc, len, C, mx);
   double u0[kBoundLines], u1[kBoundLines], d0[kBoundLines], d1[kBoundLines];
   for (int t = 0; t < kBoundLines; ++t) {
-    const int tt = Full || t < len ? t : 0;
-    const int e = ex != nullptr ? scanned_exponent(ex[tt])
-                  : mx[t] == 0  ? 0
-                                : exponent_of(from_bits(mx[t]));
-    s[t] = 5 - e - cplx;
+    const int tt = Full || t < len ? t : 0;  // lanes beyond len repeat line 0 (unused)
+    s[t] = 5 - scanned_exponent(ex != nullptr ? ex[tt] : exponent_of(from_bits(mx[t]))) - cplx;
     const Scale2 up(s[t] + 1), dn(s[t] - 5 + cplx);
     u0[t] = up.f0, u1[t] = up.f1, d0[t] = dn.f0, d1[t] = dn.f1;
   }
@@ -311,15 +318,15 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
       for (int r = 0; r < R; ++r) {
         const double* xr = px + r * sr;
         const double* yr = y.p ? y.p + r * y.sr : nullptr;
-        int e;
+        std::int32_t code;
         if (ex != nullptr) {
-          e = scanned_exponent(ex[r]);
+          code = ex[r];
         } else {
           u64 m = line_max_bits(xr, sc, C);
           if (yr) m = std::max(m, line_max_bits(yr, y.sc, C));
-          e = m == 0 ? 0 : exponent_of(from_bits(m));
+          code = exponent_of(from_bits(m));
         }
-        const int s = 5 - e - cplx;
+        const int s = 5 - scanned_exponent(code) - cplx;
         LineTerms lt;
         line_terms(xr, sc, yr, y.sc, C, Scale2(s + 1), Scale2(s - 5 + cplx), po + r * out_r,
                    out_c, lt);
@@ -789,13 +796,9 @@ py::array_t<std::int32_t> host_line_exponents(py::array_t<double> x, py::object 
 #pragma omp parallel for schedule(static)
       for (int l0 = 0; l0 < L; l0 += kBoundLines) {
         const int len = std::min(kBoundLines, L - l0);
-        u64 m[kBoundLines] = {};
-        for (int e = 0; e < E; ++e)
-          for (int t = 0; t < len; ++t) {
-            u64 b = abs_bits(px[(l0 + t) * lx + e * ex]);
-            if (y.p) b = std::max(b, abs_bits(y.p[(l0 + t) * ly + e * ey]));
-            m[t] = b > m[t] ? b : m[t];
-          }
+        u64 m[kBoundLines];
+        block_max_bits<false>(px + l0 * lx, lx, ex, y.p ? y.p + l0 * ly : nullptr, ly, ey, len,
+                              E, m);
         for (int t = 0; t < len; ++t) mx[l0 + t] = m[t];
       }
     } else {
@@ -806,12 +809,8 @@ py::array_t<std::int32_t> host_line_exponents(py::array_t<double> x, py::object 
         mx[l] = m;
       }
     }
-    for (int l = 0; l < L; ++l) {
-      const u64 b = mx[l];
-      po[l] = b == 0 ? std::numeric_limits<std::int32_t>::min()
-              : b >= 0x7ff0000000000000ull ? 1024
-                                            : exponent_of(from_bits(b));
-    }
+    // exponent_of: INT32_MIN for a zero line, 1024 for NaN or Inf (its exponent field)
+    for (int l = 0; l < L; ++l) po[l] = exponent_of(from_bits(mx[l]));
   }
   return out;
 }
