@@ -1,13 +1,13 @@
 """Where a Scheme II product's time goes on the AMX backend, piece by piece (AMX host).
 
 Times each C++ call of the amx backend's float64 level on one N x N x N product of phi-matrices
-(median of ``--repeat`` after one untimed call, 16 threads unless OMP_NUM_THREADS says
-otherwise): the statistics' passes (``all_finite``, ``ozaki2_bound_operand`` of A and of B,
-the bound GEMM ``gemm_s8s8s32``, ``ozaki2_bound_max``, the certificate), the residue panels
-(``ozaki2_pack``), the per-modulus tile GEMMs with their mod epilogue (``ozaki2_multiply``, all
-moduli, under the default blocking and under each ``--specs`` entry), a plain ``gemm_s8s8s32``
-of the same size (packing included) for comparison, and the CRT (``ozaki2_crt``, into fresh
-outputs as the backend does and into reused ones). One JSON line per piece (``"bench":
+(median of ``--repeat`` after one untimed call, 16 threads unless OMP_NUM_THREADS says otherwise):
+the statistics' passes (``all_finite``, ``line_exponents``, ``ozaki2_bound_operand`` of A and of B
+given them, the bound GEMM ``gemm_s8s8s32``, ``ozaki2_bound_max``, the certificate), the residue
+panels (``ozaki2_pack``), the per-modulus tile GEMMs with their mod epilogue (``ozaki2_multiply``,
+all moduli, under the default blocking and under each ``--specs`` entry), a plain ``gemm_s8s8s32``
+of the same size (packing included) for comparison, and the CRT (``ozaki2_crt``, into fresh outputs
+as the backend does and into reused ones). One JSON line per piece (``"bench":
 "amx_scheme2_breakdown"``) with seconds and, for the GEMMs, Top/s (2 N^3 per GEMM).
 ``--rounds R`` times the GEMM specs round-robin R times (the host drifts between consecutive
 specs; each record then lists every round, the plain GEMM too, per spec) and
@@ -100,19 +100,25 @@ def statistics_pieces(a, b, args, rep, record):
     from emulinalg.backends import amx
 
     record("all_finite A+B", timed(lambda: (_amx.all_finite(a), _amx.all_finite(b)), rep)[0])
-    t, ra = timed(lambda: _amx.ozaki2_bound_operand(a, True, None), rep)
+    # the engine's line scan (NaN/Inf check and line exponents), whose exponents the operand
+    # passes take, as in the level
+    t, ea = timed(lambda: _amx.line_exponents(a, None, True), rep)
+    t2, eb = timed(lambda: _amx.line_exponents(b, None, False), rep)
+    record("line_exponents A+B", t + t2)
+    t, ra = timed(lambda: _amx.ozaki2_bound_operand(a, True, None, ea), rep)
     record("bound_operand A", t)
-    t, rb = timed(lambda: _amx.ozaki2_bound_operand(b.T, False, None), rep)
+    t, rb = timed(lambda: _amx.ozaki2_bound_operand(b.T, False, None, eb), rep)
     record("bound_operand B", t)
     t, F = timed(lambda: _amx.gemm_s8s8s32(ra[1], rb[1], emulate=args.emulate), rep)
     record("bound GEMM (gemm_s8s8s32, packing included)", t, gemms=1)
     t, _ = timed(lambda: _amx.ozaki2_bound_max(F, ra[2], ra[3], rb[2], rb[3], False), rep)
     record("bound_max", t)
-    pre = amx.ozaki2_prescale(a, None, b, None, "accurate")
+    exps = (ea.reshape(1, -1), eb.reshape(1, -1))
+    pre = amx.ozaki2_prescale(a, None, b, None, "accurate", exps)
     target = _planner.target_for(Level(53, "float64"), a.shape[-1], amx)
     t, cert = timed(lambda: amx.ozaki2_certificate(a, None, b, None, pre, target), rep)
     record("certificate", t, count=None if cert[0] is None else int(cert[0]))
-    t, pre = timed(lambda: amx.ozaki2_prescale(a, None, b, None, "accurate"), rep)
+    t, pre = timed(lambda: amx.ozaki2_prescale(a, None, b, None, "accurate", exps), rep)
     record("prescale (all of the above but the certificate)", t)
     return pre
 
