@@ -63,9 +63,11 @@ namespace {
 #ifdef _OPENMP
 inline int team_size() { return omp_get_num_threads(); }
 inline int team_rank() { return omp_get_thread_num(); }
+inline int omp_max_threads() { return omp_get_max_threads(); }
 #else
 inline int team_size() { return 1; }
 inline int team_rank() { return 0; }
+inline int omp_max_threads() { return 1; }
 #endif
 
 // The imaginary part beside re (same shape), or none: its data pointer and element strides.
@@ -90,13 +92,13 @@ Imag imag_part(const py::object& im, const py::array_t<double>& re, const char* 
 
 // ---- bound_operand's passes, vectorized: two reads of each line (its largest magnitude, then
 // its terms). A line along memory is read twice by one thread (8192 float64 are 64 KiB: the
-// second read comes from L2); lines across memory go kBoundLines at a time (a block of 16 lines
-// of 8192 entries is 1 MiB), their accumulators one per line. The l1 and squares sums of a line
+// second read comes from L2); lines across memory go kBoundLines at a time (1 KiB of each row
+// of memory), their accumulators one per line. The l1 and squares sums of a line
 // along memory are kept in kLanes partial sums (any order: certificate_plan.norms_from_sums), so
 // every loop vectorizes; each line is one thread's, in a fixed order: no atomics, and the same
 // sums for any thread count.
 constexpr int kLanes = 8;
-constexpr int kBoundLines = 16;
+constexpr int kBoundLines = 128;
 using u64 = unsigned long long;
 
 // scale2(x, p) = (x f[0]) f[1], both powers of two (src_cuda/ozaki2_stats.cu's scale2).
@@ -123,6 +125,15 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) u64 line_max_bits(
   u64 r = 0;
   for (int j = 0; j < kLanes; ++j) r = std::max(r, m[j]);
   return r;
+}
+
+// m[l] = max(m[l], |x[l sx]|) (as bits) for l < L: one entry of each of L lines across memory.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void across_max_bits(
+    const double* __restrict__ x, long long sx, int L, u64* __restrict__ m) {
+  for (int l = 0; l < L; ++l) {
+    const u64 b = abs_bits(x[l * sx]);
+    m[l] = b > m[l] ? b : m[l];
+  }
 }
 
 // One line's accumulated terms.
@@ -174,70 +185,68 @@ inline int scanned_exponent(std::int32_t e) {
   return e == std::numeric_limits<std::int32_t>::min() ? 0 : e;
 }
 
-// The largest |x| (as bits; with y, of max(|x|, |y|)) of each of kBoundLines lines across
-// memory (line t at x + t sx, entry c at + c sc; Full: all of them, else lanes from len on
-// repeat line 0 and are not used).
-template <bool Full>
-__attribute__((always_inline)) inline void block_max_bits(
-    const double* __restrict__ x, long long sx, long long sc, const double* __restrict__ y,
-    long long yx, long long yc, int len, int C, u64 (&mx)[kBoundLines]) {
-  for (int t = 0; t < kBoundLines; ++t) mx[t] = 0;
-  for (int c = 0; c < C; ++c)
-    for (int t = 0; t < kBoundLines; ++t) {
-      const int tt = Full || t < len ? t : 0;
-      u64 b = abs_bits(x[tt * sx + c * sc]);
-      if (y != nullptr) b = std::max(b, abs_bits(y[tt * yx + c * yc]));
-      mx[t] = b > mx[t] ? b : mx[t];
-    }
-}
-
 // kBoundLines lines across memory (line t at x + t sx, entry c at + c sc; len <= kBoundLines of
-// them, Full: all): both passes, the shifts s[t] out. ex (or null): the lines' exponents as
-// line_exponents gives them, which spare the first pass.
-template <bool Full>
-__attribute__((always_inline)) inline void block_terms_body(
+// them): both passes, the shifts s[t] out. ex (or null): the lines' exponents as line_exponents
+// gives them, which spare the first pass. The per-line accumulators live in arrays (L1) and
+// every loop over the lines runs t < len, so that a row of memory is read kBoundLines entries
+// (1 KiB) at a time and each thread writes whole cache lines of the int8 operand.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
     const double* __restrict__ x, long long sx, long long sc, const double* __restrict__ y,
     long long yx, long long yc, int len, int C, int cplx, const std::int32_t* __restrict__ ex,
     signed char* __restrict__ out, long long ot, long long oc, int* __restrict__ s,
     LineTerms* __restrict__ lt) {
-  if (Full) len = kBoundLines;
-  u64 mx[kBoundLines] = {};
-  if (ex == nullptr) block_max_bits<Full>(x, sx, sc, y, yx, yc, len, C, mx);
-  double u0[kBoundLines], u1[kBoundLines], d0[kBoundLines], d1[kBoundLines];
-  for (int t = 0; t < kBoundLines; ++t) {
-    const int tt = Full || t < len ? t : 0;  // lanes beyond len repeat line 0 (unused)
-    s[t] = 5 - scanned_exponent(ex != nullptr ? ex[tt] : exponent_of(from_bits(mx[t]))) - cplx;
-    const Scale2 up(s[t] + 1), dn(s[t] - 5 + cplx);
-    u0[t] = up.f0, u1[t] = up.f1, d0[t] = dn.f0, d1[t] = dn.f1;
+  alignas(64) double u0[kBoundLines], u1[kBoundLines], d0[kBoundLines], d1[kBoundLines];
+  {
+    alignas(64) u64 mx[kBoundLines] = {};
+    if (ex == nullptr)
+      for (int c = 0; c < C; ++c)
+        for (int t = 0; t < len; ++t) {
+          u64 b = abs_bits(x[t * sx + c * sc]);
+          if (y != nullptr) b = std::max(b, abs_bits(y[t * yx + c * yc]));
+          mx[t] = b > mx[t] ? b : mx[t];
+        }
+    for (int t = 0; t < len; ++t) {
+      s[t] = 5 - scanned_exponent(ex != nullptr ? ex[t] : exponent_of(from_bits(mx[t]))) - cplx;
+      const Scale2 up(s[t] + 1), dn(s[t] - 5 + cplx);
+      u0[t] = up.f0, u1[t] = up.f1, d0[t] = dn.f0, d1[t] = dn.f1;
+    }
   }
-  long long sum[kBoundLines] = {}, nz[kBoundLines] = {}, mixed[kBoundLines] = {};
+  alignas(64) long long sum[kBoundLines] = {}, nz[kBoundLines] = {}, mixed[kBoundLines] = {};
   // line_terms' partial sums: entry c in lane c % kLanes, the tail past the last whole group of
   // kLanes in lane 0, so that a line's l1 and sq are the same in either layout
-  double l1[kLanes][kBoundLines] = {}, sq[kLanes][kBoundLines] = {};
-  signed char o[kBoundLines];
+  alignas(64) double l1[kLanes][kBoundLines] = {}, sq[kLanes][kBoundLines] = {};
   const int whole = C / kLanes * kLanes;
   for (int c = 0; c < C; ++c) {
     const int j = c < whole ? c % kLanes : 0;
-    for (int t = 0; t < kBoundLines; ++t) {
-      const int tt = Full || t < len ? t : 0;
-      const double a = abs_of(x[tt * sx + c * sc]);
-      int b = static_cast<int>((a * u0[t]) * u1[t]);
-      long long z = a != 0.0;
-      double l = (a * d0[t]) * d1[t];
-      if (y != nullptr) {
-        const double w = abs_of(y[tt * yx + c * yc]);
-        b += static_cast<int>((w * u0[t]) * u1[t]);
-        z += w != 0.0;
-        mixed[t] += (a != 0.0) & (w != 0.0);
-        l = l + (w * d0[t]) * d1[t];
+    const double* __restrict__ xc = x + c * sc;
+    signed char* __restrict__ oc_ = out + c * oc;
+    double* __restrict__ l1j = l1[j];
+    double* __restrict__ sqj = sq[j];
+    if (y == nullptr) {
+      for (int t = 0; t < len; ++t) {
+        const double a = abs_of(xc[t * sx]);
+        const int b = static_cast<int>((a * u0[t]) * u1[t]);  // floor: in [0, 128)
+        const double l = (a * d0[t]) * d1[t];
+        oc_[t * ot] = static_cast<signed char>(b);
+        sum[t] += b;
+        nz[t] += a != 0.0;
+        l1j[t] = l1j[t] + l;
+        sqj[t] = sqj[t] + l * l;
       }
-      o[t] = static_cast<signed char>(b);
-      sum[t] += b;
-      nz[t] += z;
-      l1[j][t] = l1[j][t] + l;
-      sq[j][t] = sq[j][t] + l * l;
+    } else {
+      const double* __restrict__ yc_ = y + c * yc;
+      for (int t = 0; t < len; ++t) {
+        const double a = abs_of(xc[t * sx]), w = abs_of(yc_[t * yx]);
+        const int b = static_cast<int>((a * u0[t]) * u1[t]) + static_cast<int>((w * u0[t]) * u1[t]);
+        const double l = (a * d0[t]) * d1[t] + (w * d0[t]) * d1[t];
+        oc_[t * ot] = static_cast<signed char>(b);
+        sum[t] += b;
+        nz[t] += (a != 0.0) + (w != 0.0);
+        mixed[t] += (a != 0.0) & (w != 0.0);
+        l1j[t] = l1j[t] + l;
+        sqj[t] = sqj[t] + l * l;
+      }
     }
-    for (int t = 0; t < len; ++t) out[t * ot + c * oc] = o[t];
   }
   for (int t = 0; t < len; ++t) {
     lt[t].sum = sum[t], lt[t].nz = nz[t], lt[t].mixed = mixed[t];
@@ -247,17 +256,6 @@ __attribute__((always_inline)) inline void block_terms_body(
       lt[t].sq = lt[t].sq + sq[q][t];
     }
   }
-}
-
-__attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
-    const double* __restrict__ x, long long sx, long long sc, const double* __restrict__ y,
-    long long yx, long long yc, int len, int C, int cplx, const std::int32_t* __restrict__ ex,
-    signed char* __restrict__ out, long long ot, long long oc, int* __restrict__ s,
-    LineTerms* __restrict__ lt) {
-  if (len == kBoundLines)
-    block_terms_body<true>(x, sx, sc, y, yx, yc, len, C, cplx, ex, out, ot, oc, s, lt);
-  else
-    block_terms_body<false>(x, sx, sc, y, yx, yc, len, C, cplx, ex, out, ot, oc, s, lt);
 }
 
 // (s, bound, sums, nz, l1, mixed, sq), the accurate-mode prescale's pass over one operand, as
@@ -792,15 +790,23 @@ py::array_t<std::int32_t> host_line_exponents(py::array_t<double> x, py::object 
   {
     py::gil_scoped_release nogil;
     std::vector<u64> mx(static_cast<std::size_t>(L), 0);
-    if (std::llabs(lx) < std::llabs(ex)) {  // lines across memory: kBoundLines at a time
-#pragma omp parallel for schedule(static)
-      for (int l0 = 0; l0 < L; l0 += kBoundLines) {
-        const int len = std::min(kBoundLines, L - l0);
-        u64 m[kBoundLines];
-        block_max_bits<false>(px + l0 * lx, lx, ex, y.p ? y.p + l0 * ly : nullptr, ly, ey, len,
-                              E, m);
-        for (int t = 0; t < len; ++t) mx[l0 + t] = m[t];
+    if (std::llabs(lx) < std::llabs(ex)) {  // lines across memory: whole rows of memory
+      // Each thread takes the maxima of a range of entries of every line (contiguous reads),
+      // then the threads' maxima are merged (a max is exact in any order).
+      const int T = omp_max_threads();
+      std::vector<u64> part(static_cast<std::size_t>(T) * L, 0);
+#pragma omp parallel num_threads(T)
+      {
+        u64* mine = part.data() + static_cast<std::size_t>(team_rank()) * L;
+#pragma omp for schedule(static)
+        for (int e = 0; e < E; ++e) {
+          across_max_bits(px + e * ex, lx, L, mine);
+          if (y.p) across_max_bits(y.p + e * ey, ly, L, mine);
+        }
       }
+      for (int t = 0; t < T; ++t)
+        for (int l = 0; l < L; ++l)
+          mx[l] = std::max(mx[l], part[static_cast<std::size_t>(t) * L + l]);
     } else {
 #pragma omp parallel for schedule(static)
       for (int l = 0; l < L; ++l) {
