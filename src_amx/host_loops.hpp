@@ -18,18 +18,34 @@
 
 namespace emu_host {
 
-// Element strides (rows, columns) of a 2-D float64 matrix whose dimensions fit int; byte
-// strides that are not whole elements (fields of a structured array) are refused rather than
-// misread. `who` starts the messages.
-inline std::pair<long long, long long> matrix_strides(const pybind11::array& x, const char* who) {
+// Element strides (rows, columns) of a 2-D matrix of `elem`-byte entries (float64: 8, float32:
+// 4) whose dimensions fit int; byte strides that are not whole elements (fields of a structured
+// array) are refused rather than misread. `who` starts the messages.
+inline std::pair<long long, long long> matrix_strides(const pybind11::array& x, const char* who,
+                                                      long long elem = 8) {
   const std::string w(who);
   if (x.ndim() != 2) throw std::invalid_argument(w + ": x must be 2-D");
   if (x.shape(0) > std::numeric_limits<int>::max() || x.shape(1) > std::numeric_limits<int>::max())
     throw std::invalid_argument(w + ": dimension too large (> 2**31 - 1)");
-  if (x.strides(0) % 8 != 0 || x.strides(1) % 8 != 0)
-    throw std::invalid_argument(w + ": strides must be multiples of 8 bytes (a stride that is "
-                                    "not a multiple of 8 bytes is not a whole float64 element)");
-  return {x.strides(0) / 8, x.strides(1) / 8};
+  if (x.strides(0) % elem != 0 || x.strides(1) % elem != 0)
+    throw std::invalid_argument(w + ": strides must be multiples of " + std::to_string(elem) +
+                                " bytes (a stride that is not a multiple of " +
+                                std::to_string(elem) + " bytes is not a whole element)");
+  return {x.strides(0) / elem, x.strides(1) / elem};
+}
+
+// A 2-D operand as the CPU stages read it: float64 or float32 entries (float32 operands are
+// read as they are, each entry widened to float64 exactly in registers), and element strides.
+template <class T>
+struct Operand {
+  const T* p = nullptr;
+  long long sr = 0, sc = 0;
+};
+
+// Whether x is a float32 array (its stages then take Operand<float>; anything else is converted
+// to float64 by pybind11, as before).
+inline bool is_float32(const pybind11::array& x) {
+  return pybind11::isinstance<pybind11::array_t<float>>(x);
 }
 
 constexpr int kLineBlock = 64;  // lines per task when the lines run across memory

@@ -122,14 +122,20 @@ inline double floor_small(double y) {
 struct Pieces {
   alignas(64) double h0[kRun], h1[kRun], h2[kRun], sg[kRun];
 };
-__attribute__((always_inline)) inline void pieces(const double* x, long long sx, int len,
+template <class T>
+__attribute__((always_inline)) inline void pieces(const T* x, long long sx, int len,
                                                   const double* f1, const double* f2,
                                                   bool per_value, bool nearest, Pieces& p) {
   const double down = nearest ? 0.0 : 1.0;  // floor_small's step, kept a select of constants
-  alignas(64) double v[kRun];
+  alignas(64) double v[kRun], xs[kRun];
+  if (sx == 1 && len == kRun) {  // a whole run along memory: a plain (widening) copy
+    for (int t = 0; t < kRun; ++t) xs[t] = static_cast<double>(x[t]);
+  } else {
+    for (int t = 0; t < kRun; ++t) xs[t] = t < len ? static_cast<double>(x[t * sx]) : 0.0;
+  }
   for (int t = 0; t < kRun; ++t) {
     const int i = per_value ? t : 0;
-    const double xv = t < len ? x[t * sx] : 0.0;
+    const double xv = xs[t];
     v[t] = (std::fabs(xv) * f1[i]) * f2[i];
     p.sg[t] = xv < 0.0 ? -1.0 : 1.0;
   }
@@ -181,8 +187,9 @@ __attribute__((always_inline)) inline void put_residues(const double* r, int len
 // One run of up to kRun entries of a line (or across lines: per_value) to every plane: real
 // (y == nullptr) planes out[l plane], or 3M planes re, im, re + im (sets `set` apart); out_len
 // values per plane (len, or kRun with zeros beyond len: a whole tile row of a panel).
+template <class T>
 __attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
-    const double* x, long long sx, const double* y, long long sy, int len, const double* f1,
+    const T* x, long long sx, const T* y, long long sy, int len, const double* f1,
     const double* f2, bool per_value, bool nearest, int nmod, signed char* out, long long so,
     long long plane, long long set, int out_len, bool stream) {
   Pieces px, py;
@@ -269,7 +276,8 @@ struct Ozaki2Panels {
 
 // A (m x k, lines = rows) into its panels: row i's K tile kt is tile row (i / 16, kt, i % 16),
 // one residue run of 64 per tile row; rows beyond m are zeros.
-void pack_rows(const double* x, long long sr, long long sc, const double* y, long long yr,
+template <class T>
+void pack_rows(const T* x, long long sr, long long sc, const T* y, long long yr,
                long long yc, const int* shift, Ozaki2Panels& P) {
   const ShiftFactors f = shift_factors(shift, static_cast<int>(P.m));
   std::uint8_t* base = P.a->get();
@@ -299,7 +307,8 @@ void pack_rows(const double* x, long long sr, long long sc, const double* y, lon
 // B (k x n, lines = columns) into its VNNI panels: rows 4q .. 4q + 3 of B, a run of 64 columns
 // at a time, into a buffer (set, modulus, row g, column), then interleaved (pack.hpp's
 // vnni_row) into tile row q % 16 of K tile q / 16 of its four 16-column blocks.
-void pack_columns(const double* x, long long sr, long long sc, const double* y, long long yr,
+template <class T>
+void pack_columns(const T* x, long long sr, long long sc, const T* y, long long yr,
                   long long yc, const int* shift, Ozaki2Panels& P) {
   const ShiftFactors f = shift_factors(shift, static_cast<int>(P.n));
   const long long quads = P.ktiles * amx::kTileRows, runs = (P.bblocks * 16 + kRun - 1) / kRun;
@@ -351,26 +360,29 @@ void pack_columns(const double* x, long long sr, long long sc, const double* y, 
 }
 
 // Both operands' residue panels (real, or 3M sets when both imaginary parts are given).
-std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> br,
-                                   py::array_t<int, py::array::c_style> mu,
-                                   py::array_t<int, py::array::c_style> nu, int nmod,
-                                   py::object ai, py::object bi, py::object stream,
-                                   bool nearest) {
+template <class T>
+std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array& br_in,
+                                         py::array_t<int, py::array::c_style> mu,
+                                         py::array_t<int, py::array::c_style> nu, int nmod,
+                                         const py::object& ai, const py::object& bi,
+                                         const py::object& stream, bool nearest) {
+  const auto ar = ar_in.cast<py::array_t<T>>(), br = br_in.cast<py::array_t<T>>();
   check_moduli(nmod);
   if (ai.is_none() != bi.is_none())
     throw std::invalid_argument("ozaki2_pack: give both imaginary parts or neither");
   const bool cplx = !ai.is_none();
-  py::array_t<double> aim, bim;
+  py::array_t<T> aim, bim;
   if (cplx) {
-    aim = ai.cast<py::array_t<double>>();
-    bim = bi.cast<py::array_t<double>>();
+    aim = ai.cast<py::array_t<T>>();
+    bim = bi.cast<py::array_t<T>>();
   }
-  const auto [asr, asc] = emu_host::matrix_strides(ar, "ozaki2_pack");
-  const auto [bsr, bsc] = emu_host::matrix_strides(br, "ozaki2_pack");
+  constexpr long long kElem = sizeof(T);
+  const auto [asr, asc] = emu_host::matrix_strides(ar, "ozaki2_pack", kElem);
+  const auto [bsr, bsc] = emu_host::matrix_strides(br, "ozaki2_pack", kElem);
   std::pair<long long, long long> ais{0, 0}, bis{0, 0};
   if (cplx) {
-    ais = emu_host::matrix_strides(aim, "ozaki2_pack");
-    bis = emu_host::matrix_strides(bim, "ozaki2_pack");
+    ais = emu_host::matrix_strides(aim, "ozaki2_pack", kElem);
+    bis = emu_host::matrix_strides(bim, "ozaki2_pack", kElem);
     if (aim.shape(0) != ar.shape(0) || aim.shape(1) != ar.shape(1) ||
         bim.shape(0) != br.shape(0) || bim.shape(1) != br.shape(1))
       throw std::invalid_argument("ozaki2_pack: imaginary parts must be shaped as the real ones");
@@ -403,13 +415,25 @@ std::shared_ptr<Ozaki2Panels> pack(py::array_t<double> ar, py::array_t<double> b
   // (their first touch cost 0.19 s on the AMX host)
   P->res = amx::PooledBytes(static_cast<std::size_t>(std::max<long long>(
       1, (cplx ? 2 : 1) * nmod * P->m * P->n)));
-  const double *pa = ar.data(), *pb = br.data();
-  const double* pai = cplx ? aim.data() : nullptr;
-  const double* pbi = cplx ? bim.data() : nullptr;
+  const T *pa = ar.data(), *pb = br.data();
+  const T* pai = cplx ? aim.data() : nullptr;
+  const T* pbi = cplx ? bim.data() : nullptr;
   py::gil_scoped_release nogil;
   pack_rows(pa, asr, asc, pai, ais.first, ais.second, mu.data(), *P);
   pack_columns(pb, bsr, bsc, pbi, bis.first, bis.second, nu.data(), *P);
   return P;
+}
+
+// Both operands' residue panels from float32 parts read as they are (A and B float32), else
+// from float64 ones.
+std::shared_ptr<Ozaki2Panels> pack(py::array ar, py::array br,
+                                   py::array_t<int, py::array::c_style> mu,
+                                   py::array_t<int, py::array::c_style> nu, int nmod,
+                                   py::object ai, py::object bi, py::object stream,
+                                   bool nearest) {
+  if (emu_host::is_float32(ar) && emu_host::is_float32(br))
+    return pack_parts<float>(ar, br, mu, nu, nmod, ai, bi, stream, nearest);
+  return pack_parts<double>(ar, br, mu, nu, nmod, ai, bi, stream, nearest);
 }
 
 // out (int8, m x n, C-contiguous, writable) or ValueError.

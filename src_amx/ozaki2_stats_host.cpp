@@ -71,22 +71,25 @@ inline int omp_max_threads() { return 1; }
 #endif
 
 // The imaginary part beside re (same shape), or none: its data pointer and element strides.
-struct Imag {
-  const double* p = nullptr;
-  long long sr = 0, sc = 0;
-};
+template <class T = double>
+using Imag = emu_host::Operand<T>;
 
-Imag imag_part(const py::object& im, const py::array_t<double>& re, const char* who,
-               py::array_t<double>& keep) {
-  Imag out;
-  if (im.is_none()) return out;
-  keep = im.cast<py::array_t<double>>();
+// A 2-D float64 (T = double) or float32 (T = float) operand part, kept alive by `keep`
+// (pybind11 converts what is not a T array).
+template <class T>
+emu_host::Operand<T> operand_part(const py::object& x, const char* who, py::array_t<T>& keep) {
+  keep = x.cast<py::array_t<T>>();
+  const auto [sr, sc] = emu_host::matrix_strides(keep, who, sizeof(T));
+  return {keep.data(), sr, sc};
+}
+
+template <class T>
+Imag<T> imag_part(const py::object& im, const py::array& re, const char* who,
+                  py::array_t<T>& keep) {
+  if (im.is_none()) return {};
+  const Imag<T> out = operand_part<T>(im, who, keep);
   if (keep.ndim() != 2 || keep.shape(0) != re.shape(0) || keep.shape(1) != re.shape(1))
     throw std::invalid_argument(std::string(who) + ": im must have re's shape");
-  const auto [sr, sc] = emu_host::matrix_strides(keep, who);
-  out.p = keep.data();
-  out.sr = sr;
-  out.sc = sc;
   return out;
 }
 
@@ -112,26 +115,28 @@ struct Scale2 {
 inline double from_bits(u64 b) { return __longlong_as_double(static_cast<long long>(b)); }
 
 // The largest |x| (as bits) of a line of C entries at stride sx.
+template <class T>
 __attribute__((target_clones("avx512f", "avx2", "default"))) u64 line_max_bits(
-    const double* __restrict__ x, long long sx, int C) {
+    const T* __restrict__ x, long long sx, int C) {
   u64 m[kLanes] = {};
   int c = 0;
   for (; c + kLanes <= C; c += kLanes)
     for (int j = 0; j < kLanes; ++j) {
-      const u64 b = abs_bits(x[(c + j) * sx]);
+      const u64 b = abs_bits(static_cast<double>(x[(c + j) * sx]));
       m[j] = b > m[j] ? b : m[j];
     }
-  for (; c < C; ++c) m[0] = std::max(m[0], abs_bits(x[c * sx]));
+  for (; c < C; ++c) m[0] = std::max(m[0], abs_bits(static_cast<double>(x[c * sx])));
   u64 r = 0;
   for (int j = 0; j < kLanes; ++j) r = std::max(r, m[j]);
   return r;
 }
 
 // m[l] = max(m[l], |x[l sx]|) (as bits) for l < L: one entry of each of L lines across memory.
+template <class T>
 __attribute__((target_clones("avx512f", "avx2", "default"))) void across_max_bits(
-    const double* __restrict__ x, long long sx, int L, u64* __restrict__ m) {
+    const T* __restrict__ x, long long sx, int L, u64* __restrict__ m) {
   for (int l = 0; l < L; ++l) {
-    const u64 b = abs_bits(x[l * sx]);
+    const u64 b = abs_bits(static_cast<double>(x[l * sx]));
     m[l] = b > m[l] ? b : m[l];
   }
 }
@@ -143,18 +148,19 @@ struct LineTerms {
 };
 
 // A line along memory: its int8 bounds (out, stride so) and terms; y (or null) its imaginary part.
+template <class T>
 __attribute__((target_clones("avx512f", "avx2", "default"))) void line_terms(
-    const double* __restrict__ x, long long sx, const double* __restrict__ y, long long sy,
+    const T* __restrict__ x, long long sx, const T* __restrict__ y, long long sy,
     int C, Scale2 up, Scale2 dn, signed char* __restrict__ out, long long so, LineTerms& lt) {
   long long sum[kLanes] = {}, nz[kLanes] = {}, mixed[kLanes] = {};
   double l1[kLanes] = {}, sq[kLanes] = {};
   auto one = [&](int c, int j) {
-    const double a = abs_of(x[c * sx]);
+    const double a = abs_of(static_cast<double>(x[c * sx]));
     int b = static_cast<int>((a * up.f0) * up.f1);  // floor: the value is in [0, 128)
     long long z = a != 0.0;
     double l = (a * dn.f0) * dn.f1;
     if (y != nullptr) {
-      const double w = abs_of(y[c * sy]);
+      const double w = abs_of(static_cast<double>(y[c * sy]));
       b += static_cast<int>((w * up.f0) * up.f1);
       z += w != 0.0;
       mixed[j] += (a != 0.0) & (w != 0.0);
@@ -190,8 +196,9 @@ inline int scanned_exponent(std::int32_t e) {
 // gives them, which spare the first pass. The per-line accumulators live in arrays (L1) and
 // every loop over the lines runs t < len, so that a row of memory is read kBoundLines entries
 // (1 KiB) at a time and each thread writes whole cache lines of the int8 operand.
+template <class T>
 __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
-    const double* __restrict__ x, long long sx, long long sc, const double* __restrict__ y,
+    const T* __restrict__ x, long long sx, long long sc, const T* __restrict__ y,
     long long yx, long long yc, int len, int C, int cplx, const std::int32_t* __restrict__ ex,
     signed char* __restrict__ out, long long ot, long long oc, int* __restrict__ s,
     LineTerms* __restrict__ lt) {
@@ -201,8 +208,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
     if (ex == nullptr)
       for (int c = 0; c < C; ++c)
         for (int t = 0; t < len; ++t) {
-          u64 b = abs_bits(x[t * sx + c * sc]);
-          if (y != nullptr) b = std::max(b, abs_bits(y[t * yx + c * yc]));
+          u64 b = abs_bits(static_cast<double>(x[t * sx + c * sc]));
+          if (y != nullptr) b = std::max(b, abs_bits(static_cast<double>(y[t * yx + c * yc])));
           mx[t] = b > mx[t] ? b : mx[t];
         }
     for (int t = 0; t < len; ++t) {
@@ -218,13 +225,13 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
   const int whole = C / kLanes * kLanes;
   for (int c = 0; c < C; ++c) {
     const int j = c < whole ? c % kLanes : 0;
-    const double* __restrict__ xc = x + c * sc;
+    const T* __restrict__ xc = x + c * sc;
     signed char* __restrict__ oc_ = out + c * oc;
     double* __restrict__ l1j = l1[j];
     double* __restrict__ sqj = sq[j];
     if (y == nullptr) {
       for (int t = 0; t < len; ++t) {
-        const double a = abs_of(xc[t * sx]);
+        const double a = abs_of(static_cast<double>(xc[t * sx]));
         const int b = static_cast<int>((a * u0[t]) * u1[t]);  // floor: in [0, 128)
         const double l = (a * d0[t]) * d1[t];
         oc_[t * ot] = static_cast<signed char>(b);
@@ -234,9 +241,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
         sqj[t] = sqj[t] + l * l;
       }
     } else {
-      const double* __restrict__ yc_ = y + c * yc;
+      const T* __restrict__ yc_ = y + c * yc;
       for (int t = 0; t < len; ++t) {
-        const double a = abs_of(xc[t * sx]), w = abs_of(yc_[t * yx]);
+        const double a = abs_of(static_cast<double>(xc[t * sx]));
+        const double w = abs_of(static_cast<double>(yc_[t * yx]));
         const int b = static_cast<int>((a * u0[t]) * u1[t]) + static_cast<int>((w * u0[t]) * u1[t]);
         const double l = (a * d0[t]) * d1[t] + (w * d0[t]) * d1[t];
         oc_[t * ot] = static_cast<signed char>(b);
@@ -268,11 +276,13 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
 // per line (above), so the certificate needs no pass over the operands of its own. exponents
 // (or None): the lines' exponents from line_exponents (int32 (R,), none 1024), which spare the
 // pass that finds each line's largest magnitude.
-py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::object im,
-                             py::object exponents) {
-  const auto [sr, sc] = emu_host::matrix_strides(x, "bound_operand");
-  py::array_t<double> keep;
-  const Imag y = imag_part(im, x, "bound_operand", keep);
+template <class T>
+py::tuple bound_operand(const py::object& xo, bool lines_are_rows, const py::object& im,
+                        const py::object& exponents) {
+  py::array_t<T> x, keep;
+  const emu_host::Operand<T> xv = operand_part<T>(xo, "bound_operand", x);
+  const long long sr = xv.sr, sc = xv.sc;
+  const Imag<T> y = imag_part<T>(im, x, "bound_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   py::array_t<std::int32_t, py::array::c_style> keep_ex;
   const std::int32_t* ex = nullptr;
@@ -290,7 +300,7 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
   py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
                                               : std::vector<py::ssize_t>{C, R});
   const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
-  const double* px = x.data();
+  const T* px = xv.p;
   std::int64_t *ps = shift.mutable_data(), *pv = sums.mutable_data(), *pz = nz.mutable_data();
   std::int64_t* pm = mixed.mutable_data();
   double *pl = l1.mutable_data(), *pq = sq.mutable_data();
@@ -314,8 +324,8 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
     } else {
 #pragma omp parallel for schedule(static)
       for (int r = 0; r < R; ++r) {
-        const double* xr = px + r * sr;
-        const double* yr = y.p ? y.p + r * y.sr : nullptr;
+        const T* xr = px + r * sr;
+        const T* yr = y.p ? y.p + r * y.sr : nullptr;
         std::int32_t code;
         if (ex != nullptr) {
           code = ex[r];
@@ -333,6 +343,13 @@ py::tuple host_bound_operand(py::array_t<double> x, bool lines_are_rows, py::obj
     }
   }
   return py::make_tuple(shift, out, sums, nz, l1, mixed, sq);
+}
+
+// float32 operands (and imaginary parts) are read as they are, else as float64.
+py::tuple host_bound_operand(py::array x, bool lines_are_rows, py::object im,
+                             py::object exponents) {
+  if (emu_host::is_float32(x)) return bound_operand<float>(x, lines_are_rows, im, exponents);
+  return bound_operand<double>(x, lines_are_rows, im, exponents);
 }
 
 // (e, f): the row maxima (m,) and column maxima (n,) of U = bound_upper(F, ra, nza, cb, nzb, c)
@@ -385,7 +402,7 @@ py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py:
                             bool lines_are_rows, py::object im) {
   const auto [sr, sc] = emu_host::matrix_strides(x, "cert_operand");
   py::array_t<double> keep;
-  const Imag y = imag_part(im, x, "cert_operand", keep);
+  const Imag<> y = imag_part<double>(im, x, "cert_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   if (e.size() != R) throw std::invalid_argument("cert_operand: one exponent per line");
   py::array_t<float> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
@@ -548,8 +565,7 @@ constexpr long long kSampleSlots = 16;  // slots per task
 // times theta, raised to the sampled sums' bound where sampled. Returns (sus, failing, patch):
 // failing -1 where no suspect is tested (none, or more than limit), patch the first
 // min(failing, patch_cap) failing flat indices, ascending (int64).
-py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<double> br,
-                           py::object bi, py::array_t<std::int64_t, py::array::c_style> shift_a,
+py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object bi, py::array_t<std::int64_t, py::array::c_style> shift_a,
                            py::array_t<std::int64_t, py::array::c_style> shift_b,
                            py::array_t<std::uint8_t, py::array::c_style> need, int beyond,
                            py::array_t<std::uint8_t, py::array::c_style> fails,
@@ -564,16 +580,31 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
                            py::tuple refine_terms, double theta_cap, long long limit,
                            long long sample, long long patch_cap) {
   const char* who = "refine_step";
-  const auto [asr, asc] = emu_host::matrix_strides(ar, who);
-  const auto [bsr, bsc] = emu_host::matrix_strides(br, who);
+  // float32 operands are read as they are (both float32), else as float64
+  const bool f32 = emu_host::is_float32(ar) && emu_host::is_float32(br);
+  py::array_t<double> da, db, keep_ai, keep_bi;
+  py::array_t<float> fa, fb, fkeep_ai, fkeep_bi;
+  emu_host::Operand<double> xa, xb;
+  emu_host::Operand<float> xfa, xfb;
+  Imag<double> ya, yb;
+  Imag<float> yfa, yfb;
+  if (f32) {
+    xfa = operand_part<float>(ar, who, fa);
+    xfb = operand_part<float>(br, who, fb);
+    yfa = imag_part<float>(ai, ar, who, fkeep_ai);
+    yfb = imag_part<float>(bi, br, who, fkeep_bi);
+  } else {
+    xa = operand_part<double>(ar, who, da);
+    xb = operand_part<double>(br, who, db);
+    ya = imag_part<double>(ai, ar, who, keep_ai);
+    yb = imag_part<double>(bi, br, who, keep_bi);
+  }
   const int m = static_cast<int>(ar.shape(0)), k = static_cast<int>(ar.shape(1));
   const int n = static_cast<int>(br.shape(1));
   if (br.shape(0) != k) throw std::invalid_argument("refine_step: A and B do not conform");
   if (ai.is_none() != bi.is_none())
     throw std::invalid_argument("refine_step: both operands real or both complex");
-  py::array_t<double> keep_ai, keep_bi;
-  const Imag ya = imag_part(ai, ar, who, keep_ai), yb = imag_part(bi, br, who, keep_bi);
-  const bool cplx = ya.p != nullptr;
+  const bool cplx = !ai.is_none();
   auto same = [&](const py::array& x, long long rows, long long cols) {
     return x.ndim() == 2 && x.shape(0) == rows && x.shape(1) == cols;
   };
@@ -601,7 +632,6 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
   const double cR = lower_terms[2].cast<double>(), c4 = lower_terms[3].cast<double>();
   const double nfac = refine_terms[0].cast<double>(), tiny = refine_terms[1].cast<double>();
   const double l1fac = refine_terms[2].cast<double>();
-  const double *pa = ar.data(), *pb = br.data();
   const std::int64_t *sa = shift_a.data(), *sb = shift_b.data();
   const std::int64_t *pma = mixa.data(), *pmb = mixb.data();
   const std::uint8_t *pn = need.data(), *pf = fails.data();
@@ -659,8 +689,8 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
       std::vector<double> acc(slots, 0.0), acc2(slots, 0.0);
       const int cp = cplx ? 1 : 0;
       const long long ntask = static_cast<long long>(task.size());
-#pragma omp parallel for schedule(dynamic, 1)
-      for (long long q = 0; q < ntask; ++q) {
+      // one task's sums: A, B and their imaginary parts as Operand<float> or Operand<double>
+      auto sums = [&](long long q, const auto& A, const auto& B, const auto& YA, const auto& YB) {
         const long long b = sj[order[task[q]]] / kSampleCols;
         const long long o_end = std::min(task[q] + kSampleSlots, first[b + 1]);
         for (int h0 = 0; h0 < k; h0 += kSampleK) {
@@ -671,10 +701,11 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
             const int ea = static_cast<int>(sa[i]) - 5 + cp, eb = static_cast<int>(sb[j]) - 5 + cp;
             double t1 = acc[sl], t2 = acc2[sl];
             for (int h = h0; h < h1; ++h) {
-              double x = abs_of(pa[i * asr + h * asc]), y = abs_of(pb[h * bsr + j * bsc]);
+              double x = abs_of(static_cast<double>(A.p[i * A.sr + h * A.sc]));
+              double y = abs_of(static_cast<double>(B.p[h * B.sr + j * B.sc]));
               if (cplx) {
-                const double xi = abs_of(ya.p[i * ya.sr + h * ya.sc]);
-                const double yi = abs_of(yb.p[h * yb.sr + j * yb.sc]);
+                const double xi = abs_of(static_cast<double>(YA.p[i * YA.sr + h * YA.sc]));
+                const double yi = abs_of(static_cast<double>(YB.p[h * YB.sr + j * YB.sc]));
                 x = xi > x ? xi : x;
                 y = yi > y ? yi : y;
               }
@@ -686,6 +717,11 @@ py::tuple host_refine_step(py::array_t<double> ar, py::object ai, py::array_t<do
             acc2[sl] = t2;
           }
         }
+      };
+#pragma omp parallel for schedule(dynamic, 1)
+      for (long long q = 0; q < ntask; ++q) {
+        if (f32) sums(q, xfa, xfb, yfa, yfb);
+        else sums(q, xa, xb, ya, yb);
       }
       double kmax = 0.0;
 #pragma omp parallel for schedule(static) reduction(max : kmax)
@@ -776,26 +812,28 @@ py::array_t<std::uint16_t> host_bf16_lower(py::array_t<double> x) {
 // The line exponents floor(log2 max(|re|, |im|)) of x's rows (rows) or columns, int32 (R,) or
 // (C,): INT32_MIN for a zero line, 1024 for a line holding NaN or Inf (its exponent field all
 // ones), as the cupy backend's line_max_exponent (engine: line_scan).
-py::array_t<std::int32_t> host_line_exponents(py::array_t<double> x, py::object im, bool rows) {
-  const auto [sr, sc] = emu_host::matrix_strides(x, "line_exponents");
-  py::array_t<double> keep;
-  const Imag y = imag_part(im, x, "line_exponents", keep);
+template <class T>
+py::array_t<std::int32_t> line_exponents(const py::object& xo, const py::object& im, bool rows) {
+  py::array_t<T> x, keep;
+  const emu_host::Operand<T> xv = operand_part<T>(xo, "line_exponents", x);
+  const long long sr = xv.sr, sc = xv.sc;
+  const Imag<T> y = imag_part<T>(im, x, "line_exponents", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   const int L = rows ? R : C, E = rows ? C : R;  // lines, entries per line
   const long long lx = rows ? sr : sc, ex = rows ? sc : sr;  // strides: line, entry
   const long long ly = rows ? y.sr : y.sc, ey = rows ? y.sc : y.sr;
   py::array_t<std::int32_t> out(L);
   std::int32_t* po = out.mutable_data();
-  const double* px = x.data();
+  const T* px = xv.p;
   {
     py::gil_scoped_release nogil;
     std::vector<u64> mx(static_cast<std::size_t>(L), 0);
     if (std::llabs(lx) < std::llabs(ex)) {  // lines across memory: whole rows of memory
       // Each thread takes the maxima of a range of entries of every line (contiguous reads),
       // then the threads' maxima are merged (a max is exact in any order).
-      const int T = omp_max_threads();
-      std::vector<u64> part(static_cast<std::size_t>(T) * L, 0);
-#pragma omp parallel num_threads(T)
+      const int nt = omp_max_threads();
+      std::vector<u64> part(static_cast<std::size_t>(nt) * L, 0);
+#pragma omp parallel num_threads(nt)
       {
         u64* mine = part.data() + static_cast<std::size_t>(team_rank()) * L;
 #pragma omp for schedule(static)
@@ -804,7 +842,7 @@ py::array_t<std::int32_t> host_line_exponents(py::array_t<double> x, py::object 
           if (y.p) across_max_bits(y.p + e * ey, ly, L, mine);
         }
       }
-      for (int t = 0; t < T; ++t)
+      for (int t = 0; t < nt; ++t)
         for (int l = 0; l < L; ++l)
           mx[l] = std::max(mx[l], part[static_cast<std::size_t>(t) * L + l]);
     } else {
@@ -837,6 +875,12 @@ py::array_t<double> host_scaled_float64(py::array_t<float, py::array::c_style> c
       for (long long j = 0; j < C; ++j) po[r * C + j] = static_cast<double>(pc[r * C + j]) * factor;
   }
   return out;
+}
+
+// float32 operands (and imaginary parts) are read as they are, else as float64.
+py::array_t<std::int32_t> host_line_exponents(py::array x, py::object im, bool rows) {
+  if (emu_host::is_float32(x)) return line_exponents<float>(x, im, rows);
+  return line_exponents<double>(x, im, rows);
 }
 
 // ---- the complex part check's balance test (emulinalg.algorithm.parts.balanced), as

@@ -136,20 +136,22 @@ def _crt_arrays(n):
 
 def _host_ok(amx, ar, ai, br, bi):
     """Whether the C++ stages (``src_amx/ozaki2_*host.cpp``) cover this call: 2-D aligned
-    float64 parts with whole-element strides (not fields of structured arrays), real or complex
-    on both sides with the imaginary parts shaped as the real ones, k <= MAX_K (one tile GEMM
-    pass), and AMX (or the tile model) here."""
+    parts, all float64 or all float32 (``narrow_statistics``, ``narrow_products``: read as they
+    are), with whole-element strides (not fields of structured arrays), real or complex on both
+    sides with the imaginary parts shaped as the real ones, k <= MAX_K (one tile GEMM pass), and
+    AMX (or the tile model) here."""
     if (ai is None) != (bi is None):
         return False
     pairs = [(ar, ar), (br, br)] + ([(ai, ar), (bi, br)] if ai is not None else [])
     return (
         amx is not None
         and hasattr(amx, "ozaki2_pack")
+        and ar.dtype in (np.float64, np.float32)
         and all(
             x.shape == like.shape
-            and x.dtype == np.float64
+            and x.dtype == ar.dtype
             and x.flags.aligned
-            and all(st % 8 == 0 for st in x.strides)
+            and all(st % x.itemsize == 0 for st in x.strides)
             for x, like in pairs
         )
         and (EMULATE or amx.available())
@@ -298,8 +300,9 @@ def line_scan(ar, ai, br, bi, prepare=False):
         return None
     parts = [x for x in (ar, ai, br, bi) if x is not None]
     if (ai is None) != (bi is None) or any(
-        x.ndim != 2 or x.dtype != np.float64 or any(st % 8 for st in x.strides) for x in parts
-    ):
+        x.ndim != 2 or x.dtype != ar.dtype or any(st % x.itemsize for st in x.strides)
+        for x in parts
+    ) or ar.dtype not in (np.float64, np.float32):
         return None
     if (ai is not None and ai.shape != ar.shape) or (bi is not None and bi.shape != br.shape):
         return None
@@ -392,8 +395,9 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     def magnitude():  # the float32 magnitudes of the line-normalized operands, their GEMM
         ea, eb = (np.ascontiguousarray(certificate_plan.line_exponents(xp, x, cplx))
                   for x in (s, t))  # fmt: skip
-        a32 = amx.ozaki2_cert_operand(ar, ea, True, ai)[0]
-        b32 = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T)[0]
+        a_r, a_i, b_r, b_i = (None if x is None else as_float64(x) for x in (ar, ai, br, bi))
+        a32 = amx.ozaki2_cert_operand(a_r, ea, True, a_i)[0]
+        b32 = amx.ozaki2_cert_operand(b_r.T, eb, False, None if b_i is None else b_i.T)[0]
         return np.ascontiguousarray(native_matmul(a32, b32))
 
     c32, need, count, n_out = certificate.ozaki2_passes(counts, magnitude)
@@ -515,6 +519,12 @@ def _tiles(amx, a, b):
     b8 = np.ascontiguousarray(b, dtype=np.int8)
     return amx.gemm_s8s8s32(a8, b8, emulate=EMULATE)
 
+
+# line_scan, ozaki2_prescale, ozaki2_certificate and ozaki2_product read float32 parts as they
+# are (src_amx widens each entry exactly in registers): a float32 product makes no float64 copy
+# of its inputs, and the operand passes read half the bytes.
+narrow_statistics = True
+narrow_products = True
 
 # The native product numpy users get here is numpy's OpenBLAS: its error model, as the numpy
 # backend's (``emulinalg.algorithm.certificate.native_error``).

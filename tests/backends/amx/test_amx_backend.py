@@ -88,6 +88,51 @@ def test_matmul_through_amx_backend_equals_numpy(eager, amx_backend, monkeypatch
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "complex64"])
+@pytest.mark.parametrize("shape", [(21, 70, 13), (40, 130, 67)])
+def test_float32_level_through_amx_backend_small(eager, backend, monkeypatch, dtype, shape):
+    """The float32 level with the parts read as float32 by the C++ stages (narrow_statistics,
+    narrow_products) equals the numpy backend's, whose generic code takes float64 copies: same
+    count, same integers, the same product to the last bit (zero and tiny lines included)."""
+    m, k, n = shape
+    a = phi_matrix((m, k), 2, dtype=dtype, seed=13)
+    b = phi_matrix((k, n), 2, dtype=dtype, seed=14)
+    a[2] = 0
+    b[:, 3] *= np.float32(2.0**-120)
+    got, want = matmul_amx_and_numpy(monkeypatch, a, b, "float32")
+    assert got.dtype == want.dtype == dtype
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_float32_parts_reach_the_stages_as_they_are(eager, backend, monkeypatch):
+    """A real float32 product on the amx backend makes no float64 copy of its operands: every
+    C++ stage that reads them (line scan, bound operands, certificate, residues) takes the
+    float32 arrays themselves."""
+    from emulinalg.backends import amx
+
+    def no_copy(x):
+        raise AssertionError("a float32 operand was converted to float64")
+
+    monkeypatch.setattr(amx, "as_float64", no_copy)
+    seen = []
+    for name in ("line_exponents", "ozaki2_bound_operand", "ozaki2_pack", "ozaki2_refine_step"):
+        real = getattr(_amx, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            seen.append((_name, args[0].dtype))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(_amx, name, spy)
+    a = phi_matrix((30, 90), 1, dtype="float32", seed=15)
+    b = phi_matrix((90, 20), 1, dtype="float32", seed=16)
+    emulinalg.matmul(a, b, precision="float32")
+    plan = emulinalg.last_plan()
+    assert plan.backend == "amx" and plan.scheme.startswith("OzakiII")
+    names = {name for name, _ in seen}
+    assert {"line_exponents", "ozaki2_bound_operand", "ozaki2_pack"} <= names
+    assert all(dt == np.float32 for _, dt in seen)
+
+
 def test_row_blocks_with_b_residues_made_once(backend, monkeypatch):
     """The amx backend on a product cut into row blocks (B's int8 residue planes made once and
     passed to every block) equals numpy's one-block product bit for bit."""

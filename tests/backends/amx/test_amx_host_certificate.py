@@ -186,6 +186,46 @@ def test_host_certificate_refinement(cplx, target, want, monkeypatch):
 
 
 @pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize(
+    "target", [Target(24), Target(24, "native"), Target(53, "native")], ids=str
+)
+def test_host_statistics_read_float32_parts_as_their_float64_copies(cplx, target, monkeypatch):
+    """narrow_statistics: the line scan, the prescale (bound operands, sums, F) and the
+    certificate (count, beyond, patch: its exact passes and the refinement's sampled sums read
+    the operands) on float32 parts, read as they are, equal the same on their float64 copies;
+    zero, tiny and subnormal lines included, and the float32 parts of complex64 (strided views)."""
+    from emulinalg.backends import amx
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    for seed in range(6):
+        m, k, n = 40, 500, 30
+        dt = "complex64" if cplx else "float32"
+        a = phi_matrix((m, k), 1, dt, seed=seed)
+        b = phi_matrix((k, n), 1, dt, seed=seed + 50)
+        a[3] = 0
+        a[5] *= np.float32(2.0**-130)  # subnormal in float32
+        b[:, 4] *= np.float32(2.0**-100)
+        ops32 = (a.real, a.imag, b.real, b.imag) if cplx else (a, None, b, None)
+        ops64 = tuple(None if x is None else x.astype(np.float64) for x in ops32)
+        assert all(x is None or x.dtype == np.float32 for x in ops32)
+        scan32, scan64 = amx.line_scan(*ops32), amx.line_scan(*ops64)
+        assert scan32[0] == scan64[0]
+        assert all(np.array_equal(x, y) for x, y in zip(scan32[1], scan64[1]))
+        pre32 = amx.ozaki2_prescale(*ops32, "accurate", exponents=scan32[1])
+        pre64 = amx.ozaki2_prescale(*ops64, "accurate", exponents=scan64[1])
+        for got, want in zip(pre32, pre64):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert np.array_equal(pre32.lower, pre64.lower)
+        for (x1, x2), (y1, y2) in zip(pre32.line_sums, pre64.line_sums):
+            assert np.array_equal(x1, y1) and np.array_equal(x2, y2)
+        got = amx.ozaki2_certificate(*ops32, pre32, target)
+        want = amx.ozaki2_certificate(*ops64, pre64, target)
+        assert got[0] == want[0] and np.array_equal(got[1], want[1])
+        assert (got[2] is None) == (want[2] is None)
+        assert got[2] is None or np.array_equal(got[2], want[2])
+
+
+@pytest.mark.parametrize("cplx", [False, True])
 def test_host_certificate_exact_step(cplx, monkeypatch):
     """Inputs where the exact step (the C++ pass at threshold 1 with the exact line factors)
     takes a count off the bisection's: the generic count and mask, for both forms."""
