@@ -50,9 +50,11 @@ inline unsigned __ballot_sync(unsigned, bool p) { return p; }
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -397,21 +399,24 @@ py::tuple host_bound_max(py::array_t<std::int32_t, py::array::c_style> F,
 
 // (mag, l1): float32 magnitudes max(|re|, |im|) 2**-e truncated toward zero, (R, C) when
 // lines_are_rows, else (C, R), and the line sums of |re| 2**-e + |im| 2**-e in float64 (in
-// column order), for the line exponents e (int64, (R,)).
-py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py::array::c_style> e,
-                            bool lines_are_rows, py::object im) {
+// column order), for the line exponents e (int64, (R,)). bf16: the magnitudes as bfloat16 bits
+// instead (uint16: the float32's high half, truncated toward zero again; bf16_lower's values),
+// the operands of the AMX BF16 GEMM that bounds their product from below.
+template <class O>
+py::tuple cert_operand(const py::array_t<double>& x, const py::array_t<std::int64_t,
+                       py::array::c_style>& e, bool lines_are_rows, const py::object& im) {
   const auto [sr, sc] = emu_host::matrix_strides(x, "cert_operand");
   py::array_t<double> keep;
   const Imag<> y = imag_part<double>(im, x, "cert_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   if (e.size() != R) throw std::invalid_argument("cert_operand: one exponent per line");
-  py::array_t<float> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
-                                        : std::vector<py::ssize_t>{C, R});
+  py::array_t<O> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
+                                    : std::vector<py::ssize_t>{C, R});
   py::array_t<double> l1(R);
   const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
   const double* px = x.data();
   const std::int64_t* pe = e.data();
-  float* po = out.mutable_data();
+  O* po = out.mutable_data();
   double* pl = l1.mutable_data();
   {
     py::gil_scoped_release nogil;
@@ -424,11 +429,24 @@ py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py:
         mag = b > a ? b : a;
         a = __dadd_rn(a, b);
       }
-      po[r * out_r + c * out_c] = __double2float_rz(mag);
+      const float f = __double2float_rz(mag);
+      if constexpr (std::is_same_v<O, float>) {
+        po[r * out_r + c * out_c] = f;
+      } else {
+        std::uint32_t bits;
+        std::memcpy(&bits, &f, sizeof bits);
+        po[r * out_r + c * out_c] = static_cast<std::uint16_t>(bits >> 16);
+      }
       pl[r] = __dadd_rn(pl[r], a);
     });
   }
   return py::make_tuple(out, l1);
+}
+
+py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py::array::c_style> e,
+                            bool lines_are_rows, py::object im, bool bf16) {
+  if (bf16) return cert_operand<std::uint16_t>(x, e, lines_are_rows, im);
+  return cert_operand<float>(x, e, lines_are_rows, im);
 }
 
 // cert_entries for 64 consecutive entries of row i (columns j0 .. j0 + 63 of F, c, mixb, nb,
@@ -993,9 +1011,10 @@ void register_ozaki2_stats_host(py::module_& m) {
         "(e, f): float64 row (m,) and column (n,) maxima of the bound U(F, line terms) over the "
         "bound GEMM's int32 sums F (m, n), divided by 4.");
   m.def("ozaki2_cert_operand", &host_cert_operand, py::arg("x"), py::arg("e"),
-        py::arg("lines_are_rows") = true, py::arg("im") = py::none(),
+        py::arg("lines_are_rows") = true, py::arg("im") = py::none(), py::arg("bf16") = false,
         "(mag, l1): float32 max(|x|, |im|) 2**-e truncated toward zero (layout as "
-        "ozaki2_bound_operand) and the float64 line sums of (|x| + |im|) 2**-e.");
+        "ozaki2_bound_operand; bf16=True: its bfloat16 bits, uint16, truncated toward zero) and "
+        "the float64 line sums of (|x| + |im|) 2**-e.");
   m.def("line_exponents", &host_line_exponents, py::arg("x"), py::arg("im") = py::none(),
         py::arg("rows") = true,
         "int32 floor(log2 max(|x|, |im|)) per row (rows=True) or column: INT32_MIN for a zero "

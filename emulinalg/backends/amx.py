@@ -351,9 +351,11 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
 
     The first pass takes the lower bound of |A||B| from the prescale's bound GEMM F
     (``certificate.bound_lower``) and its line norms (``target``'s form: l1, or l2 from the sums of
-    squares). Only when it leaves entries beyond every count: the float32 magnitudes of the
-    line-normalized operands (``ozaki2_cert_operand``), their GEMM in numpy's BLAS, as
-    ``certificate.magnitude_lower``, and a second pass with the larger bound per entry. Then the
+    squares). Only when it leaves entries beyond every count: the magnitudes of the
+    line-normalized operands truncated toward zero (``ozaki2_cert_operand``), their GEMM, as
+    ``certificate.magnitude_lower`` with this backend's ``magnitude_lower_matmul`` (bfloat16 on
+    the tiles from ``SMALL_BOUND_WORK`` multiply-adds on; below, float32 in numpy's BLAS), and a
+    second pass with the larger bound per entry. Then the
     exact step (``certificate.exact_passes``: the same C++ pass at threshold 1 with the exact line
     factors, its failures counted) and ``refinement.refine_loop``'s steps, each in one C++ call
     (``ozaki2_refine_step``: the entries that fail that test one count below the count it tries,
@@ -392,13 +394,17 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
         need, count, _, n_out = entries(alpha, beta, cc.thresholds, plan.min_count, c32)
         return (c32, need, count, n_out), n_out
 
-    def magnitude():  # the float32 magnitudes of the line-normalized operands, their GEMM
+    def magnitude():  # the magnitudes of the line-normalized operands, their lower-bound GEMM
         ea, eb = (np.ascontiguousarray(certificate_plan.line_exponents(xp, x, cplx))
                   for x in (s, t))  # fmt: skip
         a_r, a_i, b_r, b_i = (None if x is None else as_float64(x) for x in (ar, ai, br, bi))
-        a32 = amx.ozaki2_cert_operand(a_r, ea, True, a_i)[0]
-        b32 = amx.ozaki2_cert_operand(b_r.T, eb, False, None if b_i is None else b_i.T)[0]
-        return np.ascontiguousarray(native_matmul(a32, b32))
+        tiles = m * n * k >= SMALL_BOUND_WORK and (EMULATE or amx.available())
+        a_m = amx.ozaki2_cert_operand(a_r, ea, True, a_i, bf16=tiles)[0]
+        b_m = amx.ozaki2_cert_operand(b_r.T, eb, False, None if b_i is None else b_i.T,
+                                      bf16=tiles)[0]  # fmt: skip
+        if tiles:  # magnitude_lower_matmul's BF16 tile GEMM: its FP32 sums, factor in C++
+            return amx.gemm_bf16bf16f32(a_m, b_m, emulate=EMULATE)
+        return np.ascontiguousarray(native_matmul(a_m, b_m))  # certificate's float32 path
 
     c32, need, count, n_out = certificate.ozaki2_passes(counts, magnitude)
     beyond = need == certificate.BEYOND

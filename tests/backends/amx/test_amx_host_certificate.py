@@ -24,10 +24,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _assert_statistics_equal(ar, ai, br, bi, target):
+def _assert_statistics_equal(ar, ai, br, bi, target, reference=None):
     """amx.ozaki2_prescale == scaling.ozaki2_prescale (values and dtypes), and
     amx.ozaki2_certificate's (count, beyond) == certificate.ozaki2_moduli_needed's for ``target``
-    (a ``certificate.Target``, or a number of bits: the strict form, then the native one)."""
+    (a ``certificate.Target``, or a number of bits: the strict form, then the native one), the
+    generic code on the numpy backend's stages (or ``reference``'s)."""
     import array_api_compat.numpy as xp
 
     from emulinalg.algorithm import certificate
@@ -45,7 +46,9 @@ def _assert_statistics_equal(ar, ai, br, bi, target):
     if not isinstance(target, certificate.Target):
         targets = (certificate.Target(target), certificate.Target(target, "native"))
     for t in targets:
-        want = certificate.ozaki2_moduli_needed(xp, npb, ar, ai, br, bi, want_pre, t)
+        want = certificate.ozaki2_moduli_needed(
+            xp, reference or npb, ar, ai, br, bi, want_pre, t
+        )
         got = amx.ozaki2_certificate(ar, ai, br, bi, pre, t)
         assert got is not None and got[0] == want[0], (t, got[0], want[0])
         assert np.array_equal(got[1], want[1])
@@ -277,6 +280,43 @@ def test_host_certificate_gemm_fallback(case, bits, guarantee, monkeypatch, rng)
     beyond_f = certificate.ozaki2_needed(xp, cc, R, na, nb, pre[2], pre[3]) == certificate.BEYOND
     assert beyond_f.any() and beyond_f.sum() > beyond.sum()
     assert not (beyond & ~beyond_f).any()
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("guarantee", ["strict", "native"])
+@pytest.mark.parametrize("bits", [24, 53])
+def test_host_certificate_bf16_fallback(cplx, bits, guarantee, monkeypatch):
+    """From SMALL_BOUND_WORK multiply-adds on, the certificate's second pass takes its lower
+    bound of |A||B| from one BF16 tile GEMM of the magnitudes (ozaki2_cert_operand's bfloat16
+    bits, as magnitude_lower_matmul's bf16_lower), not from numpy's float32 GEMM: the generic
+    certificate with this backend's magnitude_lower_matmul gives the same count, mask and patch."""
+    import dataclasses
+
+    from emulinalg._stages import stages
+    from emulinalg.backends import amx
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(amx, "EMULATE", True)
+    dt = "complex128" if cplx else "float64"
+    a = phi_matrix((72, 300), 4.0, dt, seed=63)
+    b = phi_matrix((300, 64), 4.0, dt, seed=64)
+    assert a.shape[0] * a.shape[1] * b.shape[1] >= amx.SMALL_BOUND_WORK
+    ar, br = np.ascontiguousarray(np.real(a)), np.ascontiguousarray(np.real(b))
+    ai = np.ascontiguousarray(np.imag(a)) if cplx else None
+    bi = np.ascontiguousarray(np.imag(b)) if cplx else None
+    calls = []
+    real_gemm = _amx.gemm_bf16bf16f32
+    monkeypatch.setattr(
+        _amx, "gemm_bf16bf16f32", lambda *x, **y: calls.append(1) or real_gemm(*x, **y)
+    )
+    monkeypatch.setattr(amx, "native_matmul", lambda x, y: pytest.fail("float32 GEMM fallback"))
+    hooked = dataclasses.replace(stages(npb), magnitude_lower_matmul=amx.magnitude_lower_matmul)
+    pre = amx.ozaki2_prescale(ar, ai, br, bi, "accurate")
+    got = amx.ozaki2_certificate(ar, ai, br, bi, pre, Target(bits, guarantee))
+    assert calls, "the inputs must need the second pass"
+    calls.clear()
+    _assert_statistics_equal(ar, ai, br, bi, Target(bits, guarantee), reference=hooked)
+    assert got[0] is not None
 
 
 @pytest.mark.parametrize("case", ["phi", "phi-complex", "spanning", "spanning-complex"])
