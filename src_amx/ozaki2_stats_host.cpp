@@ -402,19 +402,20 @@ py::tuple host_bound_max(py::array_t<std::int32_t, py::array::c_style> F,
 // column order), for the line exponents e (int64, (R,)). bf16: the magnitudes as bfloat16 bits
 // instead (uint16: the float32's high half, truncated toward zero again; bf16_lower's values),
 // the operands of the AMX BF16 GEMM that bounds their product from below.
-template <class O>
-py::tuple cert_operand(const py::array_t<double>& x, const py::array_t<std::int64_t,
+template <class T, class O>
+py::tuple cert_operand(const py::object& xo, const py::array_t<std::int64_t,
                        py::array::c_style>& e, bool lines_are_rows, const py::object& im) {
-  const auto [sr, sc] = emu_host::matrix_strides(x, "cert_operand");
-  py::array_t<double> keep;
-  const Imag<> y = imag_part<double>(im, x, "cert_operand", keep);
+  py::array_t<T> x, keep;
+  const emu_host::Operand<T> xv = operand_part<T>(xo, "cert_operand", x);
+  const long long sr = xv.sr, sc = xv.sc;
+  const Imag<T> y = imag_part<T>(im, x, "cert_operand", keep);
   const int R = static_cast<int>(x.shape(0)), C = static_cast<int>(x.shape(1));
   if (e.size() != R) throw std::invalid_argument("cert_operand: one exponent per line");
   py::array_t<O> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
                                     : std::vector<py::ssize_t>{C, R});
   py::array_t<double> l1(R);
   const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
-  const double* px = x.data();
+  const T* px = xv.p;
   const std::int64_t* pe = e.data();
   O* po = out.mutable_data();
   double* pl = l1.mutable_data();
@@ -425,7 +426,7 @@ py::tuple cert_operand(const py::array_t<double>& x, const py::array_t<std::int6
       const int p = static_cast<int>(-pe[r]);
       double a = scale2(abs_of(v), p), mag = a;
       if (y.p) {
-        const double b = scale2(abs_of(y.p[r * y.sr + c * y.sc]), p);
+        const double b = scale2(abs_of(static_cast<double>(y.p[r * y.sr + c * y.sc])), p);
         mag = b > a ? b : a;
         a = __dadd_rn(a, b);
       }
@@ -443,10 +444,14 @@ py::tuple cert_operand(const py::array_t<double>& x, const py::array_t<std::int6
   return py::make_tuple(out, l1);
 }
 
-py::tuple host_cert_operand(py::array_t<double> x, py::array_t<std::int64_t, py::array::c_style> e,
+// float32 operands (and imaginary parts) are read as they are, else as float64.
+py::tuple host_cert_operand(py::array x, py::array_t<std::int64_t, py::array::c_style> e,
                             bool lines_are_rows, py::object im, bool bf16) {
-  if (bf16) return cert_operand<std::uint16_t>(x, e, lines_are_rows, im);
-  return cert_operand<float>(x, e, lines_are_rows, im);
+  if (emu_host::is_float32(x))
+    return bf16 ? cert_operand<float, std::uint16_t>(x, e, lines_are_rows, im)
+                : cert_operand<float, float>(x, e, lines_are_rows, im);
+  return bf16 ? cert_operand<double, std::uint16_t>(x, e, lines_are_rows, im)
+              : cert_operand<double, float>(x, e, lines_are_rows, im);
 }
 
 // cert_entries for 64 consecutive entries of row i (columns j0 .. j0 + 63 of F, c, mixb, nb,

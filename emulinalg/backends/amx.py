@@ -397,10 +397,9 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     def magnitude():  # the magnitudes of the line-normalized operands, their lower-bound GEMM
         ea, eb = (np.ascontiguousarray(certificate_plan.line_exponents(xp, x, cplx))
                   for x in (s, t))  # fmt: skip
-        a_r, a_i, b_r, b_i = (None if x is None else as_float64(x) for x in (ar, ai, br, bi))
         tiles = m * n * k >= SMALL_BOUND_WORK and (EMULATE or amx.available())
-        a_m = amx.ozaki2_cert_operand(a_r, ea, True, a_i, bf16=tiles)[0]
-        b_m = amx.ozaki2_cert_operand(b_r.T, eb, False, None if b_i is None else b_i.T,
+        a_m = amx.ozaki2_cert_operand(ar, ea, True, ai, bf16=tiles)[0]  # float32 as it is
+        b_m = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T,
                                       bf16=tiles)[0]  # fmt: skip
         if tiles:  # magnitude_lower_matmul's BF16 tile GEMM: its FP32 sums, factor in C++
             return amx.gemm_bf16bf16f32(a_m, b_m, emulate=EMULATE)

@@ -224,6 +224,20 @@ def test_host_statistics_read_float32_parts_as_their_float64_copies(cplx, target
         got = amx.ozaki2_certificate(*ops32, pre32, target)
         want = amx.ozaki2_certificate(*ops64, pre64, target)
         assert got[0] == want[0] and np.array_equal(got[1], want[1])
+        # the second pass's operands (A's rows, B's columns): float32 read as they are
+        ea = np.arange(m, dtype=np.int64) % 7 - 3  # any line exponents
+        eb = np.arange(n, dtype=np.int64) % 5 - 2
+        t32 = None if not cplx else ops32[3].T
+        t64 = None if not cplx else ops64[3].T
+        for bf16 in (False, True):
+            for g, w in (
+                (_amx.ozaki2_cert_operand(ops32[0], ea, True, ops32[1], bf16=bf16),
+                 _amx.ozaki2_cert_operand(ops64[0], ea, True, ops64[1], bf16=bf16)),
+                (_amx.ozaki2_cert_operand(ops32[2].T, eb, False, t32, bf16=bf16),
+                 _amx.ozaki2_cert_operand(ops64[2].T, eb, False, t64, bf16=bf16)),
+            ):  # fmt: skip
+                assert g[0].dtype == w[0].dtype == (np.uint16 if bf16 else np.float32)
+                assert np.array_equal(g[0], w[0]) and np.array_equal(g[1], w[1])
         assert (got[2] is None) == (want[2] is None)
         assert got[2] is None or np.array_equal(got[2], want[2])
 
