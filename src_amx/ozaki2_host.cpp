@@ -42,6 +42,7 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -373,6 +374,9 @@ std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array
   const bool cplx = !ai.is_none();
   py::array_t<T> aim, bim;
   if (cplx) {
+    if (std::is_same_v<T, float> &&
+        !(emu_host::is_float32(ai.cast<py::array>()) && emu_host::is_float32(bi.cast<py::array>())))
+      throw std::invalid_argument("ozaki2_pack: imaginary parts must have the real parts' dtype");
     aim = ai.cast<py::array_t<T>>();
     bim = bi.cast<py::array_t<T>>();
   }

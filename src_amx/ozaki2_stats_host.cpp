@@ -89,6 +89,8 @@ template <class T>
 Imag<T> imag_part(const py::object& im, const py::array& re, const char* who,
                   py::array_t<T>& keep) {
   if (im.is_none()) return {};
+  if (std::is_same_v<T, float> && !emu_host::is_float32(im.cast<py::array>()))
+    throw std::invalid_argument(std::string(who) + ": im must have re's dtype (float32)");
   const Imag<T> out = operand_part<T>(im, who, keep);
   if (keep.ndim() != 2 || keep.shape(0) != re.shape(0) || keep.shape(1) != re.shape(1))
     throw std::invalid_argument(std::string(who) + ": im must have re's shape");
@@ -104,6 +106,15 @@ Imag<T> imag_part(const py::object& im, const py::array& re, const char* who,
 // sums for any thread count.
 constexpr int kLanes = 8;
 constexpr int kBoundLines = 128;
+
+// Lines per task of a pass over R lines across memory: up to kBoundLines (whole rows of memory
+// read in long runs), fewer (down to 16) where that would leave threads idle; a line's sums
+// do not depend on it.
+inline int block_width(int R) {
+  const long long per = (static_cast<long long>(R) + 4ll * omp_max_threads() - 1) /
+                        (4ll * omp_max_threads());
+  return static_cast<int>(std::min<long long>(kBoundLines, std::max(16ll, (per + 15) / 16 * 16)));
+}
 using u64 = unsigned long long;
 
 // scale2(x, p) = (x f[0]) f[1], both powers of two (src_cuda/ozaki2_stats.cu's scale2).
@@ -314,9 +325,10 @@ py::tuple bound_operand(const py::object& xo, bool lines_are_rows, const py::obj
   {
     py::gil_scoped_release nogil;
     if (std::llabs(sr) < std::llabs(sc)) {  // lines across memory
+      const int width = block_width(R);
 #pragma omp parallel for schedule(static)
-      for (int r0 = 0; r0 < R; r0 += kBoundLines) {
-        const int len = std::min(kBoundLines, R - r0);
+      for (int r0 = 0; r0 < R; r0 += width) {
+        const int len = std::min(width, R - r0);
         int s[kBoundLines];
         LineTerms lt[kBoundLines];
         block_terms(px + r0 * sr, sr, sc, y.p ? y.p + r0 * y.sr : nullptr, y.sr, y.sc, len, C,
@@ -851,10 +863,22 @@ py::array_t<std::int32_t> line_exponents(const py::object& xo, const py::object&
   {
     py::gil_scoped_release nogil;
     std::vector<u64> mx(static_cast<std::size_t>(L), 0);
-    if (std::llabs(lx) < std::llabs(ex)) {  // lines across memory: whole rows of memory
+    const int nt = omp_max_threads();
+    if (std::llabs(lx) < std::llabs(ex) &&
+        (E < 4ll * nt || static_cast<long long>(nt) * L > (1ll << 24))) {
+      // lines across memory, few entries per line or very many lines: blocks of lines
+      const int width = block_width(L);
+#pragma omp parallel for schedule(static)
+      for (int l0 = 0; l0 < L; l0 += width) {
+        const int len = std::min(width, L - l0);
+        for (int e = 0; e < E; ++e) {
+          across_max_bits(px + l0 * lx + e * ex, lx, len, mx.data() + l0);
+          if (y.p) across_max_bits(y.p + l0 * ly + e * ey, ly, len, mx.data() + l0);
+        }
+      }
+    } else if (std::llabs(lx) < std::llabs(ex)) {  // lines across memory: whole rows of memory
       // Each thread takes the maxima of a range of entries of every line (contiguous reads),
       // then the threads' maxima are merged (a max is exact in any order).
-      const int nt = omp_max_threads();
       std::vector<u64> part(static_cast<std::size_t>(nt) * L, 0);
 #pragma omp parallel num_threads(nt)
       {

@@ -242,6 +242,26 @@ def test_host_statistics_read_float32_parts_as_their_float64_copies(cplx, target
         assert got[2] is None or np.array_equal(got[2], want[2])
 
 
+def test_host_stages_refuse_float32_with_a_float64_imaginary_part():
+    """The C++ stages read float32 parts as they are; a float64 imaginary part beside a float32
+    real part is refused (narrowing it would lose its range), never cast."""
+    x = np.zeros((3, 4), np.float32)
+    y = np.full((3, 4), 1e-300)
+    y[1] = 1e300
+    for call in (
+        lambda: _amx.line_exponents(x, y, True),
+        lambda: _amx.ozaki2_bound_operand(x, True, y),
+        lambda: _amx.ozaki2_cert_operand(x, np.zeros(3, np.int64), True, y),
+        lambda: _amx.ozaki2_pack(x, x.T.copy(), np.zeros(3, np.int32), np.zeros(3, np.int32), 4,
+                                 y, y.T.copy()),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match="dtype"):
+            call()
+    # float64 throughout: the line exponents of the pair
+    got = _amx.line_exponents(x.astype(np.float64), y, True)
+    assert got.tolist() == [-997, 996, -997]
+
+
 @pytest.mark.parametrize("cplx", [False, True])
 def test_host_certificate_exact_step(cplx, monkeypatch):
     """Inputs where the exact step (the C++ pass at threshold 1 with the exact line factors)
