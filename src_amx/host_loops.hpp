@@ -11,6 +11,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,29 @@ struct Operand {
 // to float64 by pybind11, as before).
 inline bool is_float32(const pybind11::array& x) {
   return pybind11::isinstance<pybind11::array_t<float>>(x);
+}
+
+// A 2-D float64 (T = double) or float32 (T = float) operand part, kept alive by `keep`
+// (pybind11 converts what is not a T array).
+template <class T>
+Operand<T> operand_part(const pybind11::object& x, const char* who, pybind11::array_t<T>& keep) {
+  keep = x.cast<pybind11::array_t<T>>();
+  const auto [sr, sc] = matrix_strides(keep, who, sizeof(T));
+  return {keep.data(), sr, sc};
+}
+
+// The imaginary part beside re (its shape; beside a float32 re, float32 too: a float64 one is
+// refused rather than narrowed), or none (null data).
+template <class T>
+Operand<T> imag_part(const pybind11::object& im, const pybind11::array& re, const char* who,
+                     pybind11::array_t<T>& keep) {
+  if (im.is_none()) return {};
+  if (std::is_same_v<T, float> && !is_float32(im.cast<pybind11::array>()))
+    throw std::invalid_argument(std::string(who) + ": im must have re's dtype (float32)");
+  const Operand<T> out = operand_part<T>(im, who, keep);
+  if (keep.ndim() != 2 || keep.shape(0) != re.shape(0) || keep.shape(1) != re.shape(1))
+    throw std::invalid_argument(std::string(who) + ": im must have re's shape");
+  return out;
 }
 
 constexpr int kLineBlock = 64;  // lines per task when the lines run across memory

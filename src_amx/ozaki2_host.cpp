@@ -42,7 +42,6 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -367,30 +366,16 @@ std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array
                                          py::array_t<int, py::array::c_style> nu, int nmod,
                                          const py::object& ai, const py::object& bi,
                                          const py::object& stream, bool nearest) {
-  const auto ar = ar_in.cast<py::array_t<T>>(), br = br_in.cast<py::array_t<T>>();
   check_moduli(nmod);
   if (ai.is_none() != bi.is_none())
     throw std::invalid_argument("ozaki2_pack: give both imaginary parts or neither");
   const bool cplx = !ai.is_none();
-  py::array_t<T> aim, bim;
-  if (cplx) {
-    if (std::is_same_v<T, float> &&
-        !(emu_host::is_float32(ai.cast<py::array>()) && emu_host::is_float32(bi.cast<py::array>())))
-      throw std::invalid_argument("ozaki2_pack: imaginary parts must have the real parts' dtype");
-    aim = ai.cast<py::array_t<T>>();
-    bim = bi.cast<py::array_t<T>>();
-  }
-  constexpr long long kElem = sizeof(T);
-  const auto [asr, asc] = emu_host::matrix_strides(ar, "ozaki2_pack", kElem);
-  const auto [bsr, bsc] = emu_host::matrix_strides(br, "ozaki2_pack", kElem);
-  std::pair<long long, long long> ais{0, 0}, bis{0, 0};
-  if (cplx) {
-    ais = emu_host::matrix_strides(aim, "ozaki2_pack", kElem);
-    bis = emu_host::matrix_strides(bim, "ozaki2_pack", kElem);
-    if (aim.shape(0) != ar.shape(0) || aim.shape(1) != ar.shape(1) ||
-        bim.shape(0) != br.shape(0) || bim.shape(1) != br.shape(1))
-      throw std::invalid_argument("ozaki2_pack: imaginary parts must be shaped as the real ones");
-  }
+  const char* who = "ozaki2_pack";
+  py::array_t<T> ar, br, aim, bim;
+  const emu_host::Operand<T> A = emu_host::operand_part<T>(ar_in, who, ar);
+  const emu_host::Operand<T> B = emu_host::operand_part<T>(br_in, who, br);
+  const emu_host::Operand<T> AI = emu_host::imag_part<T>(ai, ar, who, aim);
+  const emu_host::Operand<T> BI = emu_host::imag_part<T>(bi, br, who, bim);
   if (br.shape(0) != ar.shape(1))
     throw std::invalid_argument("ozaki2_pack: inner dimensions differ");
   if (ar.shape(1) > kMaxK)
@@ -419,12 +404,9 @@ std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array
   // (their first touch cost 0.19 s on the AMX host)
   P->res = amx::PooledBytes(static_cast<std::size_t>(std::max<long long>(
       1, (cplx ? 2 : 1) * nmod * P->m * P->n)));
-  const T *pa = ar.data(), *pb = br.data();
-  const T* pai = cplx ? aim.data() : nullptr;
-  const T* pbi = cplx ? bim.data() : nullptr;
   py::gil_scoped_release nogil;
-  pack_rows(pa, asr, asc, pai, ais.first, ais.second, mu.data(), *P);
-  pack_columns(pb, bsr, bsc, pbi, bis.first, bis.second, nu.data(), *P);
+  pack_rows(A.p, A.sr, A.sc, AI.p, AI.sr, AI.sc, mu.data(), *P);
+  pack_columns(B.p, B.sr, B.sc, BI.p, BI.sr, BI.sc, nu.data(), *P);
   return P;
 }
 

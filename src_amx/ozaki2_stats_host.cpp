@@ -75,27 +75,21 @@ inline int omp_max_threads() { return 1; }
 // The imaginary part beside re (same shape), or none: its data pointer and element strides.
 template <class T = double>
 using Imag = emu_host::Operand<T>;
+using emu_host::imag_part;
+using emu_host::operand_part;
 
-// A 2-D float64 (T = double) or float32 (T = float) operand part, kept alive by `keep`
-// (pybind11 converts what is not a T array).
+// A product's operand parts as the refinement reads them (A, B and their imaginary parts, or
+// none), float64 or float32, kept alive here.
 template <class T>
-emu_host::Operand<T> operand_part(const py::object& x, const char* who, py::array_t<T>& keep) {
-  keep = x.cast<py::array_t<T>>();
-  const auto [sr, sc] = emu_host::matrix_strides(keep, who, sizeof(T));
-  return {keep.data(), sr, sc};
-}
-
-template <class T>
-Imag<T> imag_part(const py::object& im, const py::array& re, const char* who,
-                  py::array_t<T>& keep) {
-  if (im.is_none()) return {};
-  if (std::is_same_v<T, float> && !emu_host::is_float32(im.cast<py::array>()))
-    throw std::invalid_argument(std::string(who) + ": im must have re's dtype (float32)");
-  const Imag<T> out = operand_part<T>(im, who, keep);
-  if (keep.ndim() != 2 || keep.shape(0) != re.shape(0) || keep.shape(1) != re.shape(1))
-    throw std::invalid_argument(std::string(who) + ": im must have re's shape");
-  return out;
-}
+struct Parts {
+  py::array_t<T> keep[4];
+  emu_host::Operand<T> a, b, ya, yb;
+  Parts(const py::object& ar, const py::object& ai, const py::object& br, const py::object& bi,
+        const char* who)
+      : a(operand_part<T>(ar, who, keep[0])), b(operand_part<T>(br, who, keep[1])),
+        ya(imag_part<T>(ai, keep[0], who, keep[2])), yb(imag_part<T>(bi, keep[1], who, keep[3])) {}
+  Parts() = default;
+};
 
 // ---- bound_operand's passes, vectorized: two reads of each line (its largest magnitude, then
 // its terms). A line along memory is read twice by one thread (8192 float64 are 64 KiB: the
@@ -219,12 +213,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
   {
     alignas(64) u64 mx[kBoundLines] = {};
     if (ex == nullptr)
-      for (int c = 0; c < C; ++c)
-        for (int t = 0; t < len; ++t) {
-          u64 b = abs_bits(static_cast<double>(x[t * sx + c * sc]));
-          if (y != nullptr) b = std::max(b, abs_bits(static_cast<double>(y[t * yx + c * yc])));
-          mx[t] = b > mx[t] ? b : mx[t];
-        }
+      for (int c = 0; c < C; ++c) {
+        across_max_bits(x + c * sc, sx, len, mx);
+        if (y != nullptr) across_max_bits(y + c * yc, yx, len, mx);
+      }
     for (int t = 0; t < len; ++t) {
       s[t] = 5 - scanned_exponent(ex != nullptr ? ex[t] : exponent_of(from_bits(mx[t]))) - cplx;
       const Scale2 up(s[t] + 1), dn(s[t] - 5 + cplx);
@@ -617,23 +609,8 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
   const char* who = "refine_step";
   // float32 operands are read as they are (both float32), else as float64
   const bool f32 = emu_host::is_float32(ar) && emu_host::is_float32(br);
-  py::array_t<double> da, db, keep_ai, keep_bi;
-  py::array_t<float> fa, fb, fkeep_ai, fkeep_bi;
-  emu_host::Operand<double> xa, xb;
-  emu_host::Operand<float> xfa, xfb;
-  Imag<double> ya, yb;
-  Imag<float> yfa, yfb;
-  if (f32) {
-    xfa = operand_part<float>(ar, who, fa);
-    xfb = operand_part<float>(br, who, fb);
-    yfa = imag_part<float>(ai, ar, who, fkeep_ai);
-    yfb = imag_part<float>(bi, br, who, fkeep_bi);
-  } else {
-    xa = operand_part<double>(ar, who, da);
-    xb = operand_part<double>(br, who, db);
-    ya = imag_part<double>(ai, ar, who, keep_ai);
-    yb = imag_part<double>(bi, br, who, keep_bi);
-  }
+  const Parts<float> pf32 = f32 ? Parts<float>(ar, ai, br, bi, who) : Parts<float>();
+  const Parts<double> pf64 = f32 ? Parts<double>() : Parts<double>(ar, ai, br, bi, who);
   const int m = static_cast<int>(ar.shape(0)), k = static_cast<int>(ar.shape(1));
   const int n = static_cast<int>(br.shape(1));
   if (br.shape(0) != k) throw std::invalid_argument("refine_step: A and B do not conform");
@@ -724,8 +701,9 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
       std::vector<double> acc(slots, 0.0), acc2(slots, 0.0);
       const int cp = cplx ? 1 : 0;
       const long long ntask = static_cast<long long>(task.size());
-      // one task's sums: A, B and their imaginary parts as Operand<float> or Operand<double>
-      auto sums = [&](long long q, const auto& A, const auto& B, const auto& YA, const auto& YB) {
+      // one task's sums, from the operand parts as float32 or float64
+      auto sums = [&](long long q, const auto& P) {
+        const auto &A = P.a, &B = P.b, &YA = P.ya, &YB = P.yb;
         const long long b = sj[order[task[q]]] / kSampleCols;
         const long long o_end = std::min(task[q] + kSampleSlots, first[b + 1]);
         for (int h0 = 0; h0 < k; h0 += kSampleK) {
@@ -755,8 +733,8 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
       };
 #pragma omp parallel for schedule(dynamic, 1)
       for (long long q = 0; q < ntask; ++q) {
-        if (f32) sums(q, xfa, xfb, yfa, yfb);
-        else sums(q, xa, xb, ya, yb);
+        if (f32) sums(q, pf32);
+        else sums(q, pf64);
       }
       double kmax = 0.0;
 #pragma omp parallel for schedule(static) reduction(max : kmax)

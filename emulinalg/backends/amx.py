@@ -397,7 +397,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     def magnitude():  # the magnitudes of the line-normalized operands, their lower-bound GEMM
         ea, eb = (np.ascontiguousarray(certificate_plan.line_exponents(xp, x, cplx))
                   for x in (s, t))  # fmt: skip
-        tiles = m * n * k >= SMALL_BOUND_WORK and (EMULATE or amx.available())
+        tiles = _lower_on_tiles(amx, m, n, k)
         a_m = amx.ozaki2_cert_operand(ar, ea, True, ai, bf16=tiles)[0]  # float32 as it is
         b_m = amx.ozaki2_cert_operand(br.T, eb, False, None if bi is None else bi.T,
                                       bf16=tiles)[0]  # fmt: skip
@@ -446,6 +446,14 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     return count, beyond, patch
 
 
+def _lower_on_tiles(amx, m, n, k):
+    """Whether a lower bound of a product of magnitudes runs as a BF16 tile GEMM here: the tiles
+    (or their model) usable, and at least SMALL_BOUND_WORK multiply-adds (per call, a tile GEMM's
+    team costs more)."""
+    usable = amx is not None and hasattr(amx, "bf16_lower") and (EMULATE or amx.available())
+    return usable and m * n * k >= SMALL_BOUND_WORK
+
+
 def magnitude_lower_matmul(xa, xb):
     """Certified lower bound ``L <= xa @ xb`` (elementwise, exact arithmetic) for non-negative
     float64 ``xa`` (..., m, k) and ``xb`` (..., k, n) with entries <= 2, as one AMX BF16 tile
@@ -469,8 +477,7 @@ def magnitude_lower_matmul(xa, xb):
     if cc.factor <= 0 or 0 in (k, m, n):
         return np.zeros(batch + (m, n))
     amx = _module()
-    usable = amx is not None and hasattr(amx, "bf16_lower") and (EMULATE or amx.available())
-    if not usable or m * n * k < SMALL_BOUND_WORK:  # per call, a tile GEMM's team costs more
+    if not _lower_on_tiles(amx, m, n, k):
         return native_matmul(xa, xb) * cc.native_factor
     a3 = np.broadcast_to(xa, batch + (m, k)).reshape((-1, m, k))
     b3 = np.broadcast_to(xb, batch + (k, n)).reshape((-1, k, n))
