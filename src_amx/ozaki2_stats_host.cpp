@@ -48,6 +48,7 @@ inline unsigned __ballot_sync(unsigned, bool p) { return p; }
 #include <omp.h>
 #endif
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -458,37 +459,98 @@ py::tuple host_cert_operand(py::array x, py::array_t<std::int64_t, py::array::c_
               : cert_operand<double, float>(x, e, lines_are_rows, im);
 }
 
-// cert_entries for 64 consecutive entries of row i (columns j0 .. j0 + 63 of F, c, mixb, nb,
-// beta, need): entry_lower and cert_test per entry (no contraction in this file), vectorized
-// across the entries; the first certifying threshold is counted instead of bisected: the test
-// is monotone in t (cert_test), so the number of thresholds that fail it is the first index
-// that passes (nth: none); host_cert_entries checks that the thresholds are finite, positive
-// and non-increasing, which that needs. Adds each entry's index to hist.
+// cert_entries for len <= 64 consecutive entries of row i (columns j0 .. j0 + len - 1 of F, c,
+// mixb, nb, beta, need): entry_lower and cert_test per entry (no contraction in this file),
+// vectorized across the entries. The first certifying threshold is counted instead of
+// bisected: the test is monotone in t (cert_test), so the thresholds that fail it are those
+// before the first that passes (host_cert_entries checks that the thresholds are finite,
+// positive and non-increasing, which that needs). The count starts at the run's hint (the
+// previous run's smallest index, less one) where every entry fails the threshold before it, and
+// stops at the first threshold no entry fails: neighbouring entries need nearly the same count,
+// so a run tests a few thresholds, not all. Adds each entry's index to hist.
+//
+// With the exact line factors of every count (xp: row i's, xq (nth, n) from column j0 on: both
+// non-increasing in the count, host_cert_entries checks), also each certifiable entry's exact
+// need, counted the same way: the first index whose exact test (threshold 1 with the factors,
+// certificate.exact_passes) passes, nth where none does, into xneed (base + index; 255 for an
+// entry beyond every count) and xhist. The exact test is then monotone in the count as well, so
+// the exact step and every refinement step read their failures off this one pass (an entry
+// fails the exact test of count c iff its exact need exceeds c) instead of a pass each.
 constexpr int kCertRun = 64;
+constexpr std::uint8_t kBeyondCode = 255;
+
+// q[t] = the index of the first of the nth levels at which pass(t, level) holds (nth: none), for
+// t < len with live[t], pass monotone in the level; from level lo on where every live entry
+// fails the level before it, else from 0. Returns the smallest q of the live entries (nth if
+// none is live).
+template <class Pass>
+inline int first_passing(int len, int nth, int lo, const int* live, int* q, Pass&& pass) {
+  lo = lo < 0 ? 0 : lo > nth ? nth : lo;
+  if (lo > 0) {
+    int any = 0;
+    for (int t = 0; t < len; ++t) any |= live[t] & pass(t, lo - 1);
+    if (any) lo = 0;
+  }
+  for (int t = 0; t < len; ++t) q[t] = lo;
+  for (int k = lo; k < nth; ++k) {
+    int any = 0;
+    for (int t = 0; t < len; ++t) {
+      const int f = live[t] & !pass(t, k);
+      q[t] += f;
+      any |= f;
+    }
+    if (!any) break;  // every live entry passes here, so at every later level too
+  }
+  int low = nth;
+  for (int t = 0; t < len; ++t) low = live[t] && q[t] < low ? q[t] : low;
+  return low;
+}
+
 __attribute__((target_clones("avx512f", "avx2", "default"))) void cert_run(
     const std::int32_t* __restrict__ F, const float* __restrict__ c,
     const std::int64_t* __restrict__ mixb, bool mixa, const double* __restrict__ nb,
     const double* __restrict__ beta, double na_i, double alpha_i, double qa, double fscale,
-    double fscale_mixed, double factor, double abs_term, double cR,
+    double fscale_mixed, double factor, double abs_term, double cR, double c4,
     const double* __restrict__ th, int nth, int base, std::uint8_t* __restrict__ need,
-    long long* __restrict__ hist) {
-  double R[kCertRun], G2[kCertRun], Q[kCertRun];
-  int q[kCertRun];
-  for (int t = 0; t < kCertRun; ++t) {
+    long long* __restrict__ hist, const double* __restrict__ xp, const double* __restrict__ xq,
+    long long ldq, std::uint8_t* __restrict__ xneed, long long* __restrict__ xhist, int len,
+    int& hint) {
+  double lamv[kCertRun], R[kCertRun], G2[kCertRun], Q[kCertRun];
+  int q[kCertRun], live[kCertRun];
+  for (int t = 0; t < len; ++t) {
     const double lam = entry_lower(static_cast<double>(F[t]), mixa | (mixb[t] != 0), fscale,
                                    fscale_mixed, c != nullptr, c ? c[t] : 0.0f, factor,
                                    abs_term);
     const CertTest ct = cert_test(lam, na_i, alpha_i, qa, nb[t], beta[t], cR);
+    lamv[t] = lam;
     R[t] = ct.R;
     G2[t] = ct.G2;
     Q[t] = ct.Q;
-    q[t] = 0;
+    live[t] = 1;
   }
-  for (int k = 0; k < nth; ++k)
-    for (int t = 0; t < kCertRun; ++t) q[t] += !CertTest{R[t], G2[t], Q[t]}.passes(th[k]);
-  for (int t = 0; t < kCertRun; ++t) {
+  const int low = first_passing(len, nth, hint - 1, live, q, [&](int t, int k) {
+    return CertTest{R[t], G2[t], Q[t]}.passes(th[k]);
+  });
+  hint = low;
+  for (int t = 0; t < len; ++t) {
     need[t] = static_cast<std::uint8_t>(base + q[t]);
     ++hist[q[t]];
+  }
+  if (xp == nullptr) return;
+  int x[kCertRun];
+  for (int t = 0; t < len; ++t) live[t] = q[t] < nth;  // certifiable
+  // the exact need is the bound's index or one less (certificate.exact_passes): from low - 2
+  first_passing(len, nth, low - 2, live, x, [&](int t, int k) {
+    const double p = xp[k];
+    return cert_ok(lamv[t], na_i, p, __dmul_rn(c4, p), nb[t], xq[k * ldq + t], cR, 1.0);
+  });
+  for (int t = 0; t < len; ++t) {
+    if (!live[t]) {
+      xneed[t] = kBeyondCode;
+      continue;
+    }
+    xneed[t] = static_cast<std::uint8_t>(base + x[t]);
+    ++xhist[x[t]];
   }
 }
 
@@ -507,7 +569,7 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
                             py::array_t<double, py::array::c_style> thr, int base,
                             py::array_t<std::int64_t, py::array::c_style> mixa,
                             py::array_t<std::int64_t, py::array::c_style> mixb, int fexp_mixed,
-                            py::object c) {
+                            py::object c, py::object exact_a, py::object exact_b) {
   if (F.ndim() != 2) throw std::invalid_argument("cert_entries: F must be 2-D");
   const int m = static_cast<int>(F.shape(0)), n = static_cast<int>(F.shape(1));
   if (na.size() != m || alpha.size() != m || nb.size() != n || beta.size() != n)
@@ -531,7 +593,39 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
       throw std::invalid_argument("cert_entries: c must have F's shape");
     pc = keep.data();
   }
+  // the exact line factors of every count: A's (nth, m), B's (nth, n)
+  py::array_t<double, py::array::c_style> keep_xa, keep_xb;
+  const bool exact = !exact_a.is_none();
+  if (exact != !exact_b.is_none())
+    throw std::invalid_argument("cert_entries: both exact factor tables or neither");
+  if (exact) {
+    keep_xa = exact_a.cast<py::array_t<double, py::array::c_style>>();
+    keep_xb = exact_b.cast<py::array_t<double, py::array::c_style>>();
+    if (base + nth >= kBeyondCode)
+      throw std::invalid_argument("cert_entries: base + thresholds must stay below 255");
+    if (keep_xa.ndim() != 2 || keep_xa.shape(0) != nth || keep_xa.shape(1) != m ||
+        keep_xb.ndim() != 2 || keep_xb.shape(0) != nth || keep_xb.shape(1) != n)
+      throw std::invalid_argument("cert_entries: exact factor tables must be (nth, m), (nth, n)");
+    // the search of cert_run needs each line's factors non-increasing in the count (not NaN)
+    auto monotone = [nth](const double* x, long long lines) {
+      for (long long l = 0; l < lines; ++l)
+        for (int q = 0; q < nth; ++q) {
+          const double v = x[q * lines + l];
+          if (!(v >= 0.0) || (q > 0 && !(v <= x[(q - 1) * lines + l]))) return false;
+        }
+      return true;
+    };
+    if (!monotone(keep_xa.data(), m) || !monotone(keep_xb.data(), n))
+      throw std::invalid_argument("cert_entries: exact factors must be >= 0 and non-increasing "
+                                  "in the count");
+  }
   py::array_t<std::uint8_t> need({m, n});
+  py::array_t<std::uint8_t> xneed(exact ? std::vector<py::ssize_t>{m, n}
+                                        : std::vector<py::ssize_t>{0, 0});
+  std::uint8_t* px = xneed.mutable_data();
+  const double* pxa = exact ? keep_xa.data() : nullptr;
+  const double* pxb = exact ? keep_xb.data() : nullptr;
+  std::vector<long long> xcounts(static_cast<std::size_t>(nth) + 1, 0);
   const std::int32_t* pF = F.data();
   const double *pna = na.data(), *pal = alpha.data(), *pnb = nb.data(), *pbe = beta.data();
   const double* th = thr.data();
@@ -543,34 +637,40 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
     py::gil_scoped_release nogil;
 #pragma omp parallel
     {
-      std::vector<long long> mine(static_cast<std::size_t>(nth) + 1, 0);
+      std::vector<long long> mine(static_cast<std::size_t>(nth) + 1, 0), xmine(mine);
+      std::vector<double> prow(static_cast<std::size_t>(nth));
 #pragma omp for schedule(static)
       for (int i = 0; i < m; ++i) {
         const double qa = __dmul_rn(c4, pal[i]);
         const long long row = static_cast<long long>(i) * n;
-        int j = 0;
-        for (; j + kCertRun <= n; j += kCertRun)  // whole runs vectorized, the rest below
+        if (exact)
+          for (int q = 0; q < nth; ++q) prow[q] = pxa[static_cast<long long>(q) * m + i];
+        int hint = 0;
+        for (int j = 0; j < n; j += kCertRun) {
+          const int len = std::min(kCertRun, n - j);
           cert_run(pF + row + j, pc ? pc + row + j : nullptr, pmb + j, pma[i] != 0, pnb + j,
-                   pbe + j, pna[i], pal[i], qa, fscale, fscale_mixed, factor, abs_term, cR, th,
-                   nth, base, pn + row + j, mine.data());
-        for (; j < n; ++j) {
-          const long long at = static_cast<long long>(i) * n + j;
-          const double lam =
-              entry_lower(static_cast<double>(pF[at]), pma[i] != 0 || pmb[j] != 0, fscale,
-                          fscale_mixed, pc != nullptr, pc ? pc[at] : 0.0f, factor, abs_term);
-          const int q = cert_need(lam, pna[i], pal[i], qa, pnb[j], pbe[j], cR, th, nth);
-          pn[at] = static_cast<std::uint8_t>(base + q);
-          ++mine[q];
+                   pbe + j, pna[i], pal[i], qa, fscale, fscale_mixed, factor, abs_term, cR, c4,
+                   th, nth, base, pn + row + j, mine.data(), exact ? prow.data() : nullptr,
+                   exact ? pxb + j : nullptr, n, exact ? px + row + j : nullptr, xmine.data(),
+                   len, hint);
         }
       }
 #pragma omp critical
-      for (int q = 0; q <= nth; ++q) counts[q] += mine[q];
+      for (int q = 0; q <= nth; ++q) {
+        counts[q] += mine[q];
+        xcounts[q] += xmine[q];
+      }
     }
   }
   int top = -1;
   for (int q = 0; q < nth; ++q)
     if (counts[q]) top = q;
-  return py::make_tuple(need, top < 0 ? -1 : base + top, top < 0 ? 0 : counts[top], counts[nth]);
+  if (!exact)
+    return py::make_tuple(need, top < 0 ? -1 : base + top, top < 0 ? 0 : counts[top], counts[nth]);
+  py::array_t<long long> xhist(nth + 1);
+  std::copy(xcounts.begin(), xcounts.end(), xhist.mutable_data());
+  return py::make_tuple(need, top < 0 ? -1 : base + top, top < 0 ? 0 : counts[top], counts[nth],
+                        xneed, xhist);
 }
 
 
@@ -583,7 +683,8 @@ constexpr long long kSampleSlots = 16;  // slots per task
 
 // One step of refinement.refine_and_patch at count c, as ozaki2_stats.cu's suspect_ranks,
 // refine_suspects and refine_test: the suspects are the entries with need != beyond that fail
-// the exact test of c - 1 (fails == 1). Where 1 <= sus <= limit: every step-th suspect in flat
+// the exact test of c - 1 (fails > level: cert_entries' 0/1 codes of one count with level 0, or
+// its exact needs with level c - 1). Where 1 <= sus <= limit: every step-th suspect in flat
 // order (step = ceil(sus / sample): refinement.refine_sample) gets its float64 sums of
 // x_h = |a_ih| 2**-ea_i |b_hj| 2**-eb_j (|x| = max(|re|, |im|), ea_i = 5 - cplx - shift_a[i])
 // and, native, of x_h**2, each in h order (any order: refinement.refine_failures removes the
@@ -595,7 +696,7 @@ constexpr long long kSampleSlots = 16;  // slots per task
 py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object bi, py::array_t<std::int64_t, py::array::c_style> shift_a,
                            py::array_t<std::int64_t, py::array::c_style> shift_b,
                            py::array_t<std::uint8_t, py::array::c_style> need, int beyond,
-                           py::array_t<std::uint8_t, py::array::c_style> fails,
+                           py::array_t<std::uint8_t, py::array::c_style> fails, int level,
                            py::array_t<std::int32_t, py::array::c_style> F, py::object c,
                            int fexp, int fexp_mixed,
                            py::array_t<std::int64_t, py::array::c_style> mixa,
@@ -651,7 +752,9 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
   const double *pna = na.data(), *pp = p.data(), *pnb = nb.data(), *pq = q.data();
   const double fscale = pow2(-fexp), fscale_mixed = pow2(-fexp_mixed);
   const std::uint8_t bey = static_cast<std::uint8_t>(beyond);
-  auto suspect = [&](long long at) { return pf[at] == 1 && pn[at] != bey; };
+  if (level < 0 || level > 254) throw std::invalid_argument("refine_step: level is a uint8 code");
+  const std::uint8_t lev = static_cast<std::uint8_t>(level);
+  auto suspect = [&](long long at) { return pf[at] > lev && pn[at] != bey; };
 
   std::vector<long long> off(static_cast<std::size_t>(m) + 1, 0);  // suspects before row i
   long long sus = 0, failing = -1;
@@ -662,7 +765,7 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
     for (int i = 0; i < m; ++i) {
       const long long row = static_cast<long long>(i) * n;
       long long cnt = 0;
-      for (int j = 0; j < n; ++j) cnt += (pf[row + j] == 1) & (pn[row + j] != bey);
+      for (int j = 0; j < n; ++j) cnt += (pf[row + j] > lev) & (pn[row + j] != bey);
       off[static_cast<std::size_t>(i) + 1] = cnt;
     }
     for (int i = 0; i < m; ++i) off[i + 1] += off[i];
@@ -753,7 +856,11 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
       }
       double theta = 1.0;
       if (native) theta = std::min(theta_cap, std::max(1.0, kmax));
+      // Every suspect tested, except that the test stops once more than patch_cap fail: the
+      // step's decision is then the same (refinement.step_after: the count stays), and the
+      // rest of a hopeless step (millions of suspects) is not read.
       long long total_fail = 0;
+      std::atomic<long long> over{0};
       std::vector<std::vector<std::int64_t>> found;
 #pragma omp parallel reduction(+ : total_fail)
       {
@@ -762,8 +869,8 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
         std::vector<std::int64_t>& mine = found[static_cast<std::size_t>(team_rank())];
 #pragma omp for schedule(static)
         for (int i = 0; i < m; ++i) {
-          if (off[i + 1] == off[i]) continue;
-          long long rank = off[i];
+          if (off[i + 1] == off[i] || over.load(std::memory_order_relaxed) > patch_cap) continue;
+          long long rank = off[i], row_fail = 0;
           const long long row = static_cast<long long>(i) * n;
           const double qa = __dmul_rn(c4, pp[i]);
           for (int j = 0; j < n; ++j) {
@@ -784,11 +891,13 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
               lam = S[sl] > lam ? S[sl] : lam;
             }
             if (!cert_ok(lam, pna[i], pp[i], qa, pnb[j], pq[j], cR, 1.0)) {
-              ++total_fail;
+              ++row_fail;
               if (static_cast<long long>(mine.size()) < patch_cap) mine.push_back(at);
             }
             ++rank;
           }
+          total_fail += row_fail;
+          if (row_fail) over.fetch_add(row_fail, std::memory_order_relaxed);
         }
       }
       failing = total_fail;
@@ -1039,19 +1148,25 @@ void register_ozaki2_stats_host(py::module_& m) {
         "uint16 bfloat16 bits (R, C), row-major, of the float64 matrix x truncated toward zero.");
   m.def("ozaki2_refine_step", &host_refine_step, py::arg("ar"), py::arg("ai"), py::arg("br"),
         py::arg("bi"), py::arg("shift_a"), py::arg("shift_b"), py::arg("need"), py::arg("beyond"),
-        py::arg("fails"), py::arg("F"), py::arg("c"), py::arg("fexp"), py::arg("fexp_mixed"),
+        py::arg("fails"), py::arg("level"), py::arg("F"), py::arg("c"), py::arg("fexp"), py::arg("fexp_mixed"),
         py::arg("mixa"), py::arg("mixb"), py::arg("lower_terms"), py::arg("na"), py::arg("p"),
         py::arg("nb"), py::arg("q"), py::arg("native"), py::arg("refine_terms"),
         py::arg("theta_cap"), py::arg("limit"), py::arg("sample"), py::arg("patch_cap"),
         "(sus, failing, patch): one step of the suspect refinement (refinement.refine_and_patch) "
-        "at count c from the exact test of c - 1 (fails == 1) on the entries not beyond: the "
-        "suspects, the failures of their refined test (-1: not tested, none or more than limit) "
-        "and the first min(failing, patch_cap) failing flat indices.");
+        "at count c from the exact test of c - 1 (failing it: fails > level) on the entries not "
+        "beyond: the suspects, the failures of their refined test (-1: not tested, none or more "
+        "than limit; the test stops once more than patch_cap fail, so beyond patch_cap it is a "
+        "lower bound) and the first min(failing, patch_cap) failing flat indices.");
   m.def("ozaki2_cert_entries", &host_cert_entries, py::arg("F"), py::arg("fexp"), py::arg("na"),
         py::arg("alpha"), py::arg("nb"), py::arg("beta"), py::arg("factor"), py::arg("abs_term"),
         py::arg("cR"), py::arg("c4"), py::arg("thr"), py::arg("base"), py::arg("mixa"),
         py::arg("mixb"), py::arg("fexp_mixed"), py::arg("c") = py::none(),
+        py::arg("exact_a") = py::none(), py::arg("exact_b") = py::none(),
         "(need, count, at_count, beyond) of the certificate from the lower bound F 2**-fexp of "
         "the bound GEMM's int32 sums F (m, n), or the larger of that and the float32 GEMM sums "
-        "c's: per entry base + the index of the first threshold that certifies it.");
+        "c's: per entry base + the index of the first threshold that certifies it. With the "
+        "exact line factors of every count (exact_a (nth, m), exact_b (nth, n) float64, "
+        "non-increasing in the count) also (xneed, xhist): per entry base + the first index whose "
+        "exact test passes (255 for an entry beyond every count), and their histogram over the "
+        "certifiable entries (nth + 1,).");
 }

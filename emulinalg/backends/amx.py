@@ -355,11 +355,14 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     line-normalized operands truncated toward zero (``ozaki2_cert_operand``), their GEMM, as
     ``certificate.magnitude_lower`` with this backend's ``magnitude_lower_matmul`` (bfloat16 on
     the tiles from ``SMALL_BOUND_WORK`` multiply-adds on; below, float32 in numpy's BLAS), and a
-    second pass with the larger bound per entry. Then the
-    exact step (``certificate.exact_passes``: the same C++ pass at threshold 1 with the exact line
-    factors, its failures counted) and ``refinement.refine_loop``'s steps, each in one C++ call
-    (``ozaki2_refine_step``: the entries that fail that test one count below the count it tries,
-    a sample's dot products of magnitudes, every suspect's refined test). Every term and limit
+    second pass with the larger bound per entry. The counting pass also finds each entry's
+    exact need (the fewest moduli whose exact shifts pass ``certificate.exact_passes``, from
+    every count's exact line factors: the test falls with the count, so an entry fails the
+    exact test of c moduli iff its exact need exceeds c): the exact step's failures and every
+    refinement step's suspects come from that one pass (a pass per count where the factors do
+    not fall with the count). ``refinement.refine_loop``'s steps run in one C++ call each
+    (``ozaki2_refine_step``: the suspects, a sample's dot products of magnitudes, every
+    suspect's refined test, which stops once more fail than the patch takes). Every term and limit
     comes from ``emulinalg.algorithm.certificate_plan``, every decision from ``refinement``. The
     same decisions as the generic code except where a test is decided within a few ulps (the
     norms' and the sample's sums run in another order)."""
@@ -385,14 +388,31 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     mixed = certificate_plan.mixed_lines(xp, getattr(prescale, "mixed", None), m, n, cplx)
     ma, mb = (np.ascontiguousarray(x) for x in mixed)
 
-    def entries(a_terms, b_terms, thr, base, c):
+    def entries(a_terms, b_terms, thr, base, c, exact=(None, None)):
         return amx.ozaki2_cert_entries(lower, plan.fexp, na, a_terms, nb, b_terms,
                                        *plan.lower_terms, np.array(thr), base, ma, mb,
-                                       plan.fexp_mixed, c)  # fmt: skip
+                                       plan.fexp_mixed, c, *exact)  # fmt: skip
 
-    def counts(c32):  # certificate.ozaki2_passes' pass: ((c32, need, count, beyond), beyond)
-        need, count, _, n_out = entries(alpha, beta, cc.thresholds, plan.min_count, c32)
-        return (c32, need, count, n_out), n_out
+    factors = {}
+
+    def line_factors(c):  # the exact line factors (p, q) of c moduli, made once per count
+        if c not in factors:
+            factors[c] = tuple(np.ascontiguousarray(certificate.exact_line_factors(
+                xp, cc, c, v, cc.scale)) for v in (e, f))  # fmt: skip
+        return factors[c]
+
+    # Every count's exact factors, for the counting pass to find each entry's exact need too
+    # (where they fall with the count, as they do: then one pass gives the exact step's and every
+    # refinement step's failures; else a pass per count, below).
+    counts_all = range(plan.min_count, plan.min_count + len(cc.thresholds))
+    tables = tuple(np.stack([line_factors(c)[side] for c in counts_all]) for side in (0, 1))
+    if not all(np.all(t[1:] <= t[:-1]) and np.all(t >= 0) for t in tables):
+        tables = (None, None)
+
+    def counts(c32):  # certificate.ozaki2_passes' pass: ((c32, need, count, beyond, x), beyond)
+        res = entries(alpha, beta, cc.thresholds, plan.min_count, c32, tables)
+        need, count, _, n_out = res[:4]
+        return (c32, need, count, n_out, res[4:]), n_out
 
     def magnitude():  # the magnitudes of the line-normalized operands, their lower-bound GEMM
         ea, eb = (np.ascontiguousarray(certificate_plan.line_exponents(xp, x, cplx))
@@ -405,26 +425,23 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
             return amx.gemm_bf16bf16f32(a_m, b_m, emulate=EMULATE)
         return np.ascontiguousarray(native_matmul(a_m, b_m))  # certificate's float32 path
 
-    c32, need, count, n_out = certificate.ozaki2_passes(counts, magnitude)
+    c32, need, count, n_out, xneed = certificate.ozaki2_passes(counts, magnitude)
     beyond = need == certificate.BEYOND
     if n_out == need.size:
         return None, beyond, None
 
-    exact, factors = {}, {}
+    exact = {}
 
-    def line_factors(c):  # the exact line factors (p, q) of c moduli, made once per count
-        if c not in factors:
-            factors[c] = tuple(np.ascontiguousarray(certificate.exact_line_factors(
-                xp, cc, c, v, cc.scale)) for v in (e, f))  # fmt: skip
-        return factors[c]
-
-    def failing(c):  # the exact test of c moduli: (per entry 1 where it fails, failures)
+    def failing(c):  # the exact test of c moduli: (per entry codes, level, certifiable failures)
+        if xneed:  # exact needs above c fail it
+            codes, hist = xneed
+            return codes, c, int(hist[c - plan.min_count + 1:].sum())
         if c not in exact:
             codes, _, _, fails = entries(*line_factors(c), (1.0,), 0, c32)
-            exact[c] = codes, fails
+            exact[c] = codes, 0, fails - n_out  # beyond: fail all
         return exact[c]
 
-    count = certificate.exact_step(count, lambda c: failing(c)[1] - n_out)  # beyond: fail all
+    count = certificate.exact_step(count, lambda c: failing(c)[2])
     if count is None or not plan.steps:
         return count, beyond, None
     native = target.guarantee == "native"
@@ -432,8 +449,9 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
 
     def tested(c):  # refinement.refine_loop's step in C++: suspects, sample sums, their test
         p, q = line_factors(c - 1)
+        codes, level, _ = failing(c - 1)
         sus, fails, patch = amx.ozaki2_refine_step(
-            ar, ai, br, bi, s64, t64, need, certificate.BEYOND, failing(c - 1)[0], lower, c32,
+            ar, ai, br, bi, s64, t64, need, certificate.BEYOND, codes, level, lower, c32,
             plan.fexp, plan.fexp_mixed, ma, mb, plan.lower_terms, na, p, nb, q, native,
             plan.refine_terms, plan.theta_max,
             plan.suspects_max, plan.sample, plan.patch_cap,

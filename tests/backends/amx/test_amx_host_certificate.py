@@ -528,6 +528,93 @@ def test_host_cert_entries_refuses_thresholds_it_cannot_count():
     assert need.shape == (2, 70)
 
 
+@pytest.mark.parametrize("scale", [2.0**-2, 2.0**-40], ids=["above", "below"])
+@pytest.mark.parametrize("n", [64, 70, 5])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cert_entries_exact_needs_match_a_pass_per_count(seed, n, scale):
+    """With every count's exact line factors, ozaki2_cert_entries' one pass gives each entry's
+    exact need: for every count c, the entries whose exact need exceeds c are exactly those the
+    pass of that count alone (threshold 1, its factors: the exact step's own test) fails, and
+    the histogram counts the certifiable ones; the counts themselves are numpy's test of every
+    threshold (the pass starts each run's count where the last run's ended: neighbouring entries
+    of very different needs here). Random factors (non-increasing in the count but unrelated to
+    the bound's thresholds) put exact needs far below and above the bound's too."""
+    from emulinalg.algorithm import certificate
+
+    rng = np.random.default_rng(seed)
+    m, base = 9, certificate.MIN_MODULI
+    th = np.array(certificate.THRESHOLDS)
+    nth = th.shape[0]
+    F = rng.integers(0, 1 << 20, (m, n)).astype(np.int32)
+    F[0, : n // 2] = 0  # zero lower bounds: beyond every count
+    na, nb = rng.random(m) * 4, rng.random(n) * 4
+    nb[-1] = 0.0
+    alpha = rng.random(m) * np.exp2(rng.integers(-8, 8, m))
+    beta = rng.random(n) * np.exp2(rng.integers(-8, 8, n))
+    mix = (np.zeros(m, np.int64), (rng.random(n) < 0.3).astype(np.int64))
+
+    def table(lines, scale):  # non-increasing in the count per line, some lines all zero
+        x = np.sort(rng.random((nth, lines)) * np.exp2(rng.integers(-40, 0, (nth, lines))), axis=0)
+        x = x[::-1] * scale
+        x[:, 0] = 0.0
+        return np.ascontiguousarray(x)
+
+    P, Q = table(m, scale), table(n, scale)
+    terms = (1.0, 0.0, 2.0**-20, 8.0)  # factor, abs_term, cR, c4
+    need, _count, _at, out, xneed, xhist = _amx.ozaki2_cert_entries(
+        F, 12, na, alpha, nb, beta, *terms, th, base, *mix, 12, None, P, Q
+    )
+    need0, *_ = _amx.ozaki2_cert_entries(F, 12, na, alpha, nb, beta, *terms, th, base, *mix, 12)
+    np.testing.assert_array_equal(need, need0)
+    factor, _, cR, c4 = terms  # numpy's test of each threshold, cert_test's operation order
+    R = cR * (F * 2.0**-12)
+    G2 = 2.0 * (alpha[:, None] * nb[None, :] + beta[None, :] * na[:, None])
+    Qt = (c4 * alpha)[:, None] * beta[None, :]
+    passes = np.stack([t * (G2 + t * Qt) <= R for t in th])
+    first = np.where(passes.any(axis=0), passes.argmax(axis=0), nth)
+    np.testing.assert_array_equal(need, base + first)
+    assert len(np.unique(first)) > 3
+    certifiable = need != base + nth
+    assert out == int(np.count_nonzero(~certifiable)) > 0
+    np.testing.assert_array_equal(xneed[~certifiable], 255)
+    x = xneed[certifiable].astype(np.int64) - base
+    np.testing.assert_array_equal(xhist, np.bincount(x, minlength=nth + 1))
+    for idx in range(nth):
+        codes, *_ = _amx.ozaki2_cert_entries(F, 12, na, P[idx], nb, Q[idx], *terms,
+                                             np.array([1.0]), 0, *mix, 12)  # fmt: skip
+        np.testing.assert_array_equal((xneed > base + idx)[certifiable],
+                                      (codes == 1)[certifiable])  # fmt: skip
+    q = need[certifiable].astype(np.int64) - base
+    assert np.count_nonzero((x < q - 1) | (x > q)) > 0  # far from the bound's index
+
+
+def test_cert_entries_refuses_exact_factors_it_cannot_search():
+    """Exact factor tables must have the thresholds' count of rows, one column per line, be
+    non-negative and non-increasing in the count: else ValueError (the search needs that)."""
+    m, n, nth = 2, 3, 3
+    F = np.ones((m, n), np.int32)
+    line = (np.ones(m), np.ones(m), np.ones(n), np.ones(n))
+    mix = (np.zeros(m, np.int64), np.zeros(n, np.int64))
+    thr = np.array([1.0, 0.5, 0.25])
+    good = (np.ones((nth, m)), np.ones((nth, n)))
+
+    def call(P, Q):
+        return _amx.ozaki2_cert_entries(F, 0, *line, 1.0, 0.0, 1.0, 1.0, thr, 2, *mix, 0, None,
+                                        P, Q)  # fmt: skip
+
+    assert len(call(*good)) == 6
+    rising = np.ones((nth, m))
+    rising[2, 1] = 2.0
+    for P, Q in ((rising, good[1]), (good[0], -good[1]), (good[0][:2], good[1]),
+                 (good[0], np.full((nth, n), np.nan)), (good[0], np.ones((nth, n + 1)))):
+        with pytest.raises(ValueError):
+            call(P, Q)
+    with pytest.raises(ValueError, match="both"):
+        call(good[0], None)
+    with pytest.raises(ValueError, match="below 255"):
+        _amx.ozaki2_cert_entries(F, 0, *line, 1.0, 0.0, 1.0, 1.0, thr, 252, *mix, 0, None, *good)
+
+
 def test_refine_step_rejects_bad_arguments():
     """ozaki2_refine_step raises ValueError (no crash) for operands or terms that do not fit."""
     amx = _amx
@@ -542,7 +629,7 @@ def test_refine_step_rejects_bad_arguments():
 
     def call(**kw):
         args = dict(ar=a, ai=None, br=b, bi=None, shift_a=i64(m), shift_b=i64(n), need=u8,
-                    beyond=21, fails=u8, F=F, c=None, fexp=12, fexp_mixed=12, mixa=i64(m),
+                    beyond=21, fails=u8, level=0, F=F, c=None, fexp=12, fexp_mixed=12, mixa=i64(m),
                     mixb=i64(n), lower_terms=(1.0, 0.0, 1.0, 1.0), na=f64(m), p=f64(m),
                     nb=f64(n), q=f64(n), native=True, refine_terms=(1.0, 0.0, 1.0),
                     theta_cap=2.0, limit=10, sample=4, patch_cap=2)  # fmt: skip
@@ -552,9 +639,39 @@ def test_refine_step_rejects_bad_arguments():
     assert tuple(call()[:2]) == (0, -1)  # no suspect: nothing tested
     for bad in (dict(br=np.ones((k + 1, n))), dict(ai=a), dict(need=u8[:2]), dict(p=f64(m + 1)),
                 dict(fexp=99), dict(sample=0), dict(lower_terms=(1.0,)), dict(beyond=300),
+                dict(level=255), dict(level=-1),
                 dict(c=np.zeros((m, n + 1), np.float32))):  # fmt: skip
         with pytest.raises(ValueError):
             call(**bad)
+
+
+@pytest.mark.parametrize("cap", [0, 3, 10**6])
+def test_refine_step_stops_testing_past_the_patch_cap(cap):
+    """Where more suspects fail than the patch takes, ozaki2_refine_step may stop testing (the
+    step's decision is the same: the count stays); it reports more than patch_cap failures, and
+    below the cap every failure with the first ones as the patch. Suspects: codes above level,
+    not beyond; every one fails here (cR = 0)."""
+    m, k, n = 200, 8, 33
+    rng = np.random.default_rng(5)
+    a, b = rng.random((m, k)), rng.random((k, n))
+    need = np.full((m, n), 20, np.uint8)
+    need[0] = 21  # beyond
+    codes = rng.integers(15, 19, (m, n)).astype(np.uint8)  # exact needs: fail 16 above 16
+    sus_mask = (codes > 16) & (need != 21)
+    ones = lambda size: np.ones(size)  # noqa: E731
+    sus, failing, patch = _amx.ozaki2_refine_step(
+        a, None, b, None, np.zeros(m, np.int64), np.zeros(n, np.int64), need, 21, codes, 16,
+        np.ones((m, n), np.int32), None, 12, 12, np.zeros(m, np.int64), np.zeros(n, np.int64),
+        (1.0, 0.0, 0.0, 1.0), ones(m), ones(m), ones(n), ones(n), True, (1.0, 0.0, 1.0), 4.0,
+        m * n, 64, cap)  # fmt: skip
+    total = int(np.count_nonzero(sus_mask))
+    assert sus == total
+    if cap >= total:
+        assert failing == total
+        np.testing.assert_array_equal(patch, np.flatnonzero(sus_mask))
+    else:
+        assert cap < failing <= total
+        assert patch.shape[0] <= cap
 
 
 @pytest.mark.parametrize("tiles", [True, False], ids=["tiles", "small-products"])
