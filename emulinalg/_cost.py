@@ -8,6 +8,7 @@ SCA/HPCAsia 2026). The model is deliberately coarse — three throughputs and a 
     emulated = gemms * 2 m n k batch / int_gemm_ops       the integer GEMMs
              + count * entries * batch * entry_seconds    residues/slices, CRT/shift-reduce
              + 2 m n k batch / stats_flops                the certificate's lower-bound GEMM
+             + m n batch * stats_entry_seconds            the certificate's passes over C
              + fixed_seconds
 
 with ``entries = m k + k n + m n`` (times the complex parts) and ``count`` the moduli or slices.
@@ -47,6 +48,10 @@ class CostModel:
         Seconds per matrix entry per modulus/slice of the memory-bound stages.
     stats_flops : float
         flop/s of the certificate's lower-bound GEMM of magnitudes (``math.inf``: free).
+    stats_entry_seconds : float
+        Seconds per output entry of the statistics' passes over the m x n output (the
+        certificate's per-entry counts, its refinement): where the lower-bound GEMM runs as fast
+        as the products (AMX), these, not the GEMM, make most of the statistics at N <= 8192.
     fixed_seconds : float
         Per-call overhead (launches, Python).
     source : str
@@ -57,6 +62,11 @@ class CostModel:
         linearly in log(flops) between them and keeps the end points' rates beyond (``{}``:
         ``native_flops`` at every size). ``calibrate(..., native_by_size=True)`` fits it. Read
         from the top-level model only (as ``native_flops``), not from ``complex_model``.
+    int_gemm_curve : tuple of (float, float)
+        Where the integer GEMMs' rate depends on the size: ``(ops, ops/s)`` points per GEMM
+        (2 m n k batch, ascending), interpolated as ``native_curve`` (``()``: ``int_gemm_ops`` at
+        every size). ``calibrate(..., native_by_size=True)`` fits it where the records have
+        several sizes (the AMX tile GEMMs: 13 Top/s at N = 2048, 17 at 8192).
     complex_model : CostModel or None
         The emulation figures of complex products where they were fitted apart from the real
         ones (``calibrate(..., split_complex=True)``: 3M runs three GEMMs per modulus over three
@@ -70,6 +80,8 @@ class CostModel:
     stats_flops: float = math.inf
     fixed_seconds: float = 0.0
     source: str = "user"
+    stats_entry_seconds: float = 0.0
+    int_gemm_curve: tuple[tuple[float, float], ...] = ()
     complex_model: CostModel | None = None
     native_curve: dict[str, tuple[tuple[float, float], ...]] = dataclasses.field(
         default_factory=dict
@@ -91,18 +103,24 @@ class CostModel:
         cplx = dtype.startswith("complex")
         if cplx and self.complex_model is not None:
             return self.complex_model.emulated_seconds(scheme, dtype, m, n, k, batch)
+        # the accurate mode's bound GEMM: one more integer GEMM, unless a statistics term was
+        # fitted (the records' statistics stage holds it)
+        fitted_stats = not math.isinf(self.stats_flops) or self.stats_entry_seconds > 0
         if isinstance(scheme, OzakiII):
             count = scheme.moduli
-            gemms = count * (3 if cplx else 1) + (scheme.mode == "accurate")
+            gemms = count * (3 if cplx else 1) + (scheme.mode == "accurate" and not fitted_stats)
         else:
             count = scheme.slices
             gemms = scheme.gemms * (4 if cplx else 1)
         mnk = m * n * k * batch
         entries = (m * k + k * n + m * n) * batch * (3 if cplx else 1)
+        rate = (_interpolate_rate(self.int_gemm_curve, 2.0 * mnk) if self.int_gemm_curve
+                else self.int_gemm_ops)  # fmt: skip
         return (
-            gemms * 2 * mnk / self.int_gemm_ops
+            gemms * 2 * mnk / rate
             + count * entries * self.entry_seconds
             + 2 * mnk / self.stats_flops
+            + m * n * batch * self.stats_entry_seconds
             + self.fixed_seconds
         )
 
@@ -178,29 +196,46 @@ _BUILTIN = {
     ),
     "amx": CostModel(
         # 16-core AMX host (numpy arrays default to the amx backend there): Scheme II's stages
-        # in C++, one mod-reducing INT8 tile GEMM per modulus, the levels' refinement and refit
-        # in C++ too (ozaki2_refine_step, refit_candidates), the complex part check's balance
-        # test and line scan in C++ (balance_sides, balance_fine, line_exponents). native is
-        # numpy's OpenBLAS (torch's MKL is faster still). Fitted with split_complex=True from
-        # the bench rows of the third 2026-12-03 session (float64, float32 and complex128, phi
-        # 1; the mod GEMMs' 128 x 512 C blocks, the vectorized 3M residues) with
-        # native_by_size=True (OpenBLAS's ZGEMM runs at 0.81 TFLOP/s at N = 4096, 0.57 at
-        # 8192): complex128 is emulated from N ~ 5000-6000 on (measured 1.43x at 8192, 0.56x
-        # at 4096), the real levels stay native.
-        native_flops={"float64": 7.38e11, "float32": 1.22e12, "complex128": 8.10e11},
-        native_curve={"complex128": ((5.50e11, 8.10e11), (4.40e12, 5.70e11))},
-        int_gemm_ops=1.42e13,
-        entry_seconds=1.14e-10,
-        stats_flops=2.52e12,
-        source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03c.jsonl",
+        # in C++, one mod-reducing INT8 tile GEMM per modulus, the certificate, refinement and
+        # refit in C++ (one pass for the counts and the exact needs), the complex part check in
+        # C++. native is numpy's OpenBLAS (torch's MKL is faster still). Fitted (``_FIT``) from
+        # the bench rows with phi <= 1 of 2026-12-03 (third and fourth sessions) and 2026-12-04,
+        # N = 2048-16384: rates per size (OpenBLAS's; the tile GEMMs' 13-20 Top/s up to 8192,
+        # 12 at 16384), the statistics as a GEMM and a per-output-entry term (their passes over
+        # C dominate), the stages scaled to the timed medians. It keeps float32 native (measured
+        # 0.29-0.80x), float64 native up to ~8192 (there 1.00x predicted, 0.83-1.12x measured
+        # across host starts; 0.85x at 16384), complex128 emulated from N ~ 6000 (1.31x at 8192).
+        native_flops={"float64": 6.23e11, "float32": 1.20e12, "complex128": 5.72e11},
+        native_curve={
+            "complex128": ((6.87e10, 5.72e11), (5.50e11, 6.03e11), (4.40e12, 5.56e11)),
+            "float64": ((1.72e10, 5.73e11), (1.37e11, 6.23e11), (1.10e12, 6.29e11),
+                        (8.80e12, 6.38e11)),
+            "float32": ((1.72e10, 1.18e12), (1.37e11, 1.17e12), (1.10e12, 1.25e12),
+                        (8.80e12, 1.33e12)),
+        },
+        int_gemm_ops=1.22e13,
+        int_gemm_curve=((1.72e10, 1.34e13), (1.37e11, 1.98e13), (1.10e12, 1.62e13),
+                        (8.80e12, 1.22e13)),
+        entry_seconds=1.04e-10,
+        stats_flops=5.27e13,
+        stats_entry_seconds=4.70e-9,
+        source="docs/benchmarks/xeon-amx-16c/cost_fit_2026-12-04.jsonl",
         complex_model=CostModel(
-            native_flops={"complex128": 8.10e11},
-            int_gemm_ops=1.66e13,
-            entry_seconds=9.57e-11,
-            stats_flops=7.34e11,
-            source="docs/benchmarks/xeon-amx-16c/levels_2026-12-03c.jsonl (complex records)",
+            native_flops={"complex128": 5.72e11},
+            int_gemm_ops=1.40e13,
+            int_gemm_curve=((1.72e10, 1.00e13), (1.37e11, 1.26e13), (1.10e12, 1.47e13)),
+            entry_seconds=9.27e-11,
+            stats_entry_seconds=2.01e-8,
+            source="docs/benchmarks/xeon-amx-16c/cost_fit_2026-12-04.jsonl (complex records)",
         ),
     ),
+}
+# How each built-in model is fitted from its source (``calibrate``'s options; the tests re-fit).
+_FIT: dict[str, dict[str, Any]] = {
+    "numpy": {},
+    "cupy": {"split_complex": True, "fixed_seconds": 7.75e-3, "complex_fixed_seconds": 15.5e-3},
+    "amx": {"split_complex": True, "native_by_size": True, "stats_by_entry": True,
+            "stages_to_seconds": True},
 }
 _USER: dict[str, CostModel] = {}
 _LOCK = threading.Lock()
@@ -267,6 +302,7 @@ def for_device(backend_name: str, rates: DeviceRates, source: str | None = None)
         native.update({d: v for d, v in rates.native_flops.items() if v})
         return dataclasses.replace(
             m, native_flops=native, native_curve={}, int_gemm_ops=m.int_gemm_ops * g,
+            int_gemm_curve=tuple((f, r * g) for f, r in m.int_gemm_curve),
             entry_seconds=m.entry_seconds / bw, stats_flops=m.stats_flops * g, source=source,
             complex_model=None if m.complex_model is None else move(m.complex_model),
         )  # fmt: skip
@@ -318,10 +354,15 @@ def _check(model: CostModel) -> None:
         if not points or fl != sorted(set(fl)) or not all(f > 0 and r > 0 for f, r in points):
             raise ValueError(f"CostModel.native_curve[{dt!r}]: positive (flops, flop/s) points "
                              "in ascending flops")  # fmt: skip
+    gc = model.int_gemm_curve
+    if [f for f, _ in gc] != sorted({f for f, _ in gc}) or not all(f > 0 and r > 0 for f, r in gc):
+        raise ValueError("CostModel.int_gemm_curve: positive (ops, ops/s) points in ascending ops")
     if not (model.int_gemm_ops > 0 and model.stats_flops > 0):
         raise ValueError("CostModel.int_gemm_ops and stats_flops must be positive")
-    if not (model.entry_seconds >= 0 and model.fixed_seconds >= 0):
-        raise ValueError("CostModel.entry_seconds and fixed_seconds must be >= 0")
+    if not (model.entry_seconds >= 0 and model.fixed_seconds >= 0
+            and model.stats_entry_seconds >= 0):  # fmt: skip
+        raise ValueError("CostModel.entry_seconds, stats_entry_seconds and fixed_seconds must "
+                         "be >= 0")
 
 
 def set_cost_model(backend_name: str, model: CostModel | None = None, **changes: Any) -> None:
@@ -381,6 +422,8 @@ def calibrate(
     fixed_seconds: float = 0.0,
     complex_fixed_seconds: float | None = None,
     native_by_size: bool = False,
+    stats_by_entry: bool = False,
+    stages_to_seconds: bool = False,
 ) -> CostModel:
     """Fit a :class:`CostModel` from benchmark records (dicts or a JSON-lines path).
 
@@ -400,7 +443,13 @@ def calibrate(
     ``native_by_size=True``: also the native rate per size (``native_curve``: the median rate
     of each size, for dtypes measured at several sizes), where the native library's rate
     changes with the size (OpenBLAS's ZGEMM on the AMX host: 0.81 TFLOP/s at N = 4096, 0.57 at
-    8192).
+    8192), and the integer GEMMs' (``int_gemm_curve``, where the records have several sizes).
+    ``stats_by_entry=True``: the ``statistics`` stage as a GEMM term plus a term per output entry
+    (``stats_entry_seconds``), least squares on the records' relative errors (both terms >= 0;
+    one term where the records' sizes cannot tell them apart), instead of the GEMM term alone.
+    ``stages_to_seconds=True``: each record's stages scaled to sum to its ``seconds`` (the
+    median of the timed runs; the stage breakdown comes from one more run with timers, which
+    on a CPU host can run 10-30 % slower), so that the model predicts the timed medians.
 
     Returns
     -------
@@ -423,10 +472,12 @@ def calibrate(
         real_records = [r for r in records if not r["dtype"].startswith("complex")]
         if complex_records and real_records:
             real = calibrate(real_records, source, fixed_seconds=fixed_seconds,
-                             native_by_size=native_by_size)  # fmt: skip
+                             native_by_size=native_by_size, stats_by_entry=stats_by_entry,
+                             stages_to_seconds=stages_to_seconds)  # fmt: skip
             cfix = fixed_seconds if complex_fixed_seconds is None else complex_fixed_seconds
             cplx = calibrate(complex_records, source, fixed_seconds=cfix,
-                             native_by_size=native_by_size)  # fmt: skip
+                             native_by_size=native_by_size, stats_by_entry=stats_by_entry,
+                             stages_to_seconds=stages_to_seconds)  # fmt: skip
             return dataclasses.replace(
                 real, native_flops={**cplx.native_flops, **real.native_flops},
                 native_curve={**cplx.native_curve, **real.native_curve},
@@ -435,6 +486,8 @@ def calibrate(
     native: dict[str, list[float]] = {}
     by_size: dict[str, dict[int, list[float]]] = {}
     ops = gemm_s = ent = ent_s = st_flops = st_s = 0.0
+    stats: list[tuple[float, float, float]] = []  # (2 m n k, m n, seconds) per record
+    gemm_by_size: dict[float, list[float]] = {}  # per-GEMM ops -> each record's GEMM rate
     for r in records:
         flops = _flops(r["dtype"], r["m"], r["n"], r["k"], r.get("batch", 1))
         if r.get("native_seconds"):
@@ -448,6 +501,8 @@ def calibrate(
             continue
         if sum(st.values()) > 1.5 * r.get("seconds", math.inf):  # a cold run (compilation)
             continue
+        if stages_to_seconds and r.get("seconds"):
+            st = {key: v * r["seconds"] / sum(st.values()) for key, v in st.items()}
         if fixed_seconds:
             if not r.get("seconds"):
                 raise ValueError("calibrate: fixed_seconds needs each record's 'seconds'")
@@ -461,11 +516,15 @@ def calibrate(
             count, gemms = scheme.slices, scheme.gemms * (4 if cplx else 1)
         ops += gemms * 2 * m * n * k * b
         gemm_s += st.get("products", 0.0)
+        if st.get("products"):
+            gemm_by_size.setdefault(2.0 * m * n * k * b, []).append(
+                gemms * 2 * m * n * k * b / st["products"])
         ent += count * (m * k + k * n + m * n) * b * (3 if cplx else 1)
         ent_s += st.get("slicing", 0.0) + st.get("reconstruction", 0.0) + st.get("scaling", 0.0)
         if st.get("statistics"):
             st_flops += 2 * m * n * k * b
             st_s += st["statistics"]
+            stats.append((2.0 * m * n * k * b, float(m * n * b), st["statistics"]))
     if not native or not gemm_s or not ent:
         raise ValueError("calibrate: records need native times and emulated stage breakdowns")
     median = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
@@ -473,15 +532,47 @@ def calibrate(
         d: tuple((float(f), median(v)) for f, v in sorted(sizes.items()))
         for d, sizes in by_size.items() if native_by_size and len(sizes) > 1
     }  # fmt: skip
+    gemm_curve = tuple(
+        (f, median(v)) for f, v in sorted(gemm_by_size.items())
+    ) if native_by_size and len(gemm_by_size) > 1 else ()  # fmt: skip
+    stats_flops, per_entry = (st_flops / st_s) if st_s else math.inf, 0.0
+    if stats_by_entry and stats:
+        stats_flops, per_entry = _fit_statistics(stats)
     return CostModel(
         native_flops={d: median(v) for d, v in native.items()},
         native_curve=curve,
         int_gemm_ops=ops / gemm_s,
         entry_seconds=ent_s / ent,
-        stats_flops=(st_flops / st_s) if st_s else math.inf,
+        stats_flops=stats_flops,
+        stats_entry_seconds=per_entry,
+        int_gemm_curve=gemm_curve,
         fixed_seconds=fixed_seconds,
         source=source,
     )
+
+
+def _fit_statistics(stats: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """``(stats_flops, stats_entry_seconds)`` of ``seconds = flops / stats_flops + entries *
+    stats_entry_seconds`` over ``(flops, entries, seconds)`` rows: least squares on the relative
+    errors, each term >= 0 (the better of the one-term fits where the two-term one would make a
+    term negative, or where every row has the same flops per entry)."""
+    rows = [(f / s, e / s) for f, e, s in stats if s > 0]  # 1 = x a + y b, relative
+    sxx = sum(x * x for x, _ in rows)
+    syy = sum(y * y for _, y in rows)
+    sxy = sum(x * y for x, y in rows)
+    sx, sy = sum(x for x, _ in rows), sum(y for _, y in rows)
+    det = sxx * syy - sxy * sxy
+    fits = [(sx / sxx, 0.0), (0.0, sy / syy)]  # GEMM term alone, per-entry term alone
+    if det > 1e-12 * sxx * syy:
+        a, b = (sx * syy - sy * sxy) / det, (sy * sxx - sx * sxy) / det
+        if a >= 0 and b >= 0:
+            fits.append((a, b))
+
+    def residual(ab):
+        return sum((1 - x * ab[0] - y * ab[1]) ** 2 for x, y in rows)
+
+    a, b = min(fits, key=residual)
+    return (1.0 / a if a > 0 else math.inf), b
 
 
 def _parse_scheme(text: str) -> OzakiI | OzakiII | None:
