@@ -426,7 +426,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
         return np.ascontiguousarray(native_matmul(a_m, b_m))  # certificate's float32 path
 
     c32, need, count, n_out, xneed = certificate.ozaki2_passes(counts, magnitude)
-    beyond = need == certificate.BEYOND
+    beyond = need == certificate.BEYOND if n_out else None  # None: no entry beyond (no m x n pass)
     if n_out == need.size:
         return None, beyond, None
 
