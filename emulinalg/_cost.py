@@ -233,7 +233,8 @@ _BUILTIN = {
 # How each built-in model is fitted from its source (``calibrate``'s options; the tests re-fit).
 _FIT: dict[str, dict[str, Any]] = {
     "numpy": {},
-    "cupy": {"split_complex": True, "fixed_seconds": 7.75e-3, "complex_fixed_seconds": 15.5e-3},
+    "cupy": {"split_complex": True, "fixed_seconds": _BUILTIN["cupy"].fixed_seconds,
+             "complex_fixed_seconds": _BUILTIN["cupy"].complex_model.fixed_seconds},
     "amx": {"split_complex": True, "native_by_size": True, "stats_by_entry": True,
             "stages_to_seconds": True},
 }
@@ -350,12 +351,10 @@ def _check(model: CostModel) -> None:
     if not isinstance(model.native_curve, dict):
         raise ValueError("CostModel.native_curve must be a dict (dtype name -> points)")
     for dt, points in model.native_curve.items():
-        fl = [f for f, _ in points]
-        if not points or fl != sorted(set(fl)) or not all(f > 0 and r > 0 for f, r in points):
+        if not points or not _ascending_positive(points):
             raise ValueError(f"CostModel.native_curve[{dt!r}]: positive (flops, flop/s) points "
                              "in ascending flops")  # fmt: skip
-    gc = model.int_gemm_curve
-    if [f for f, _ in gc] != sorted({f for f, _ in gc}) or not all(f > 0 and r > 0 for f, r in gc):
+    if not _ascending_positive(model.int_gemm_curve):
         raise ValueError("CostModel.int_gemm_curve: positive (ops, ops/s) points in ascending ops")
     if not (model.int_gemm_ops > 0 and model.stats_flops > 0):
         raise ValueError("CostModel.int_gemm_ops and stats_flops must be positive")
@@ -363,6 +362,12 @@ def _check(model: CostModel) -> None:
             and model.stats_entry_seconds >= 0):  # fmt: skip
         raise ValueError("CostModel.entry_seconds, stats_entry_seconds and fixed_seconds must "
                          "be >= 0")
+
+
+def _ascending_positive(points) -> bool:
+    """Whether a rate curve's ``(size, rate)`` points are positive, in strictly ascending size."""
+    sizes = [f for f, _ in points]
+    return sizes == sorted(set(sizes)) and all(f > 0 and r > 0 for f, r in points)
 
 
 def set_cost_model(backend_name: str, model: CostModel | None = None, **changes: Any) -> None:
@@ -485,7 +490,7 @@ def calibrate(
             )  # fmt: skip
     native: dict[str, list[float]] = {}
     by_size: dict[str, dict[int, list[float]]] = {}
-    ops = gemm_s = ent = ent_s = st_flops = st_s = 0.0
+    ops = gemm_s = ent = ent_s = 0.0
     stats: list[tuple[float, float, float]] = []  # (2 m n k, m n, seconds) per record
     gemm_by_size: dict[float, list[float]] = {}  # per-GEMM ops -> each record's GEMM rate
     for r in records:
@@ -522,8 +527,6 @@ def calibrate(
         ent += count * (m * k + k * n + m * n) * b * (3 if cplx else 1)
         ent_s += st.get("slicing", 0.0) + st.get("reconstruction", 0.0) + st.get("scaling", 0.0)
         if st.get("statistics"):
-            st_flops += 2 * m * n * k * b
-            st_s += st["statistics"]
             stats.append((2.0 * m * n * k * b, float(m * n * b), st["statistics"]))
     if not native or not gemm_s or not ent:
         raise ValueError("calibrate: records need native times and emulated stage breakdowns")
@@ -535,7 +538,8 @@ def calibrate(
     gemm_curve = tuple(
         (f, median(v)) for f, v in sorted(gemm_by_size.items())
     ) if native_by_size and len(gemm_by_size) > 1 else ()  # fmt: skip
-    stats_flops, per_entry = (st_flops / st_s) if st_s else math.inf, 0.0
+    st_s = sum(sec for _, _, sec in stats)
+    stats_flops, per_entry = (sum(f for f, _, _ in stats) / st_s) if st_s else math.inf, 0.0
     if stats_by_entry and stats:
         stats_flops, per_entry = _fit_statistics(stats)
     return CostModel(
