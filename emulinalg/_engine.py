@@ -8,6 +8,8 @@ or complex dtype of the same library.
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import replace
 from typing import NamedTuple
 
 from . import _planner
@@ -25,12 +27,27 @@ from ._precision import (
 )
 from ._stages import stages
 from ._timing import stage
-from .algorithm import bf16, certificate, operands, products, refit, residues, scaling, slices
+from .algorithm import (
+    bf16,
+    certificate,
+    operands,
+    products,
+    refit,
+    residues,
+    scaling,
+    slices,
+    support,
+)
 from .algorithm import parts as complex_parts
 from .algorithm.moduli import MAX_MODULI, crt_constants
 from .algorithm.operands import once
 from .algorithm.scaling import ozaki2_prescale, ozaki2_shifts
-from .algorithm.xputil import dd_to_float32, make_complex
+from .algorithm.xputil import dd_add, dd_to_float32, make_complex
+
+# Times a product's contraction index may split in two for entries beyond its certificate
+# (``_k_split``): a molecule's symmetry zeros need about one split per mirror plane its basis
+# functions follow (water's orbital products need three; docs/scf.md)
+K_SPLITS = 3
 
 
 def _dtype_name(xp, dt):
@@ -88,8 +105,12 @@ def _prepared_note(which, use):
     return f"prepared {which}: reused {reused}{made}"
 
 
-def _product(xp, backend, a, b, request, cfg, out, uses):
-    """``_matmul`` with the prepared operands' ``operands.SideUse`` (None: not prepared)."""
+def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_out=None):
+    """``_matmul`` with the prepared operands' ``operands.SideUse`` (None: not prepared);
+    ``k_splits``: how many times more entries beyond the certificate may split the contraction
+    index (``_k_split``) before the native product supplies them (None: ``K_SPLITS``);
+    ``native_out``: a list that an
+    emulated product appends its native entries' mask to (None: none; True: all)."""
     dtype_name = _dtype_name(xp, a.dtype)
     real_name = REAL_DTYPE[dtype_name]
     if out == "dd" and real_name != "float64":
@@ -104,6 +125,7 @@ def _product(xp, backend, a, b, request, cfg, out, uses):
         precision=str(request),
         shape=(batch, m, n, k),
     )
+    own_backend = backend
     backend = None if backend is None else stages(backend)
     note = backend.plan_note() if backend else ""
     if note:
@@ -164,13 +186,22 @@ def _product(xp, backend, a, b, request, cfg, out, uses):
         hook_ops = (ar, ai, br, bi)
 
     # Stage timings (off unless recording): emulation work not marked otherwise is scaling.
+    # (a product with non-finite lines keeps its native entries: its classes' products would
+    # each find them again)
+    k_splits = K_SPLITS if k_splits is None else k_splits
+    k_split = k_splits > 0 and a.ndim == b.ndim == 2 and real_name == "float64" and not nonfinite
     with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
             xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name, out,
-            performant, exponents, hook_ops, sides=uses,
+            performant, exponents, hook_ops, sides=uses, k_split=k_split,
         )  # fmt: skip
     if c is None:
+        if native_out is not None:
+            native_out.append(True)
         return backend.native_matmul(a, b), plan
+    if isinstance(c, _KSplit):
+        return _k_split(xp, own_backend, a, b, request, cfg, out, c.classes, plan, k_splits - 1,
+                        native_out)  # fmt: skip
     if nonfinite:
         bad = ~(xp.expand_dims(rows_ok, axis=-1) & xp.expand_dims(cols_ok, axis=-2))
         plan.fallback = (plan.fallback + "; " if plan.fallback else "") + (
@@ -185,6 +216,8 @@ def _product(xp, backend, a, b, request, cfg, out, uses):
                 c = (xp.where(native_mask, nat, c[0]), xp.where(native_mask, 0.0, c[1]))
             else:
                 c = xp.where(native_mask, nat, c)
+    if native_out is not None:
+        native_out.append(native_mask)
     return c, plan
 
 
@@ -216,6 +249,7 @@ def _record_verdict(plan, faster, why):
 def _emulate(
     xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
     exponents=None, hook_ops=None, verdict=None, fold=None, more=None, sides=(None, None),
+    k_split=False,
 ):  # fmt: skip
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
@@ -274,6 +308,14 @@ def _emulate(
             return None, None  # the statistics asked for more than native's time allows
         shown = native_mask if fold is None or native_mask is None else fold(native_mask)
         count = 0 if native_mask is None else int(xp.count_nonzero(shown))
+        if count and k_split and not choice.own:
+            classes = support.k_classes(xp, ar, ai, br, bi, native_mask)
+            if classes is not None and (
+                not performant or _planner.k_split_faster(
+                    backend.name, scheme, dtype_name, m, n, [c.shape[0] for c in classes]
+                )
+            ):  # fmt: skip
+                return _KSplit(classes), None
         if count:
             done = plan.fallback + "; " if plan.fallback else "precision: "
             plan.fallback = f"{done}{count} entries beyond {scheme} computed natively{beyond_note}"
@@ -313,6 +355,73 @@ def _emulate(
         ), native_mask
     c = parts[0] if len(parts) == 1 else make_complex(xp, parts[0], parts[1], dt)
     return c, native_mask
+
+
+def _schemes_text(schemes):
+    """One scheme text for several products' (``OzakiII(moduli=14..17, mode=accurate)`` where
+    they differ only in their counts; joined by " + " otherwise)."""
+    uniq = list(dict.fromkeys(schemes))
+    forms = {re.sub(r"=\d+(\.\.\d+)?,", "=#,", s, count=1) for s in uniq}
+    counts = [int(x) for s in uniq for x in re.findall(r"=(\d+)(?:\.\.(\d+))?,", s)[0] if x] if (
+        len(forms) == 1 and "#" in next(iter(forms))
+    ) else []  # fmt: skip
+    if len(uniq) == 1 or not counts:
+        return " + ".join(uniq)
+    lo, hi = min(counts), max(counts)
+    return next(iter(forms)).replace("#", f"{lo}..{hi}" if lo < hi else str(lo))
+
+
+class _KSplit(NamedTuple):
+    """``_emulate``'s answer where the product runs as its contraction classes' products."""
+
+    classes: list
+
+
+def _k_split(xp, backend, a, b, request, cfg, out, classes, plan, k_splits, native_out=None):
+    """The product as the sum of its contraction classes' products ``a[:, K_c] @ b[K_c, :]``
+    (``support``), each run at ``request`` with its own scaling vectors and certificate
+    (``strategy="eager"``: the split was chosen against the native product already; a class
+    with entries beyond its certificate splits again while ``k_splits`` > 0), as double-double
+    and summed in double-double before one rounding to the output. Returns ``(c, plan)``; the
+    plan names the classes, their schemes and their native entries (an entry native in some
+    class's product is counted once; ``native_out`` as ``_product``'s)."""
+    total = pieces = native = None
+    schemes, gemms = [], 0
+    sub_cfg = replace(cfg, strategy="eager")
+    for idx in classes:
+        ac, bc = xp.take(a, idx, axis=-1), xp.take(b, idx, axis=-2)
+        masks = []
+        part, sub = _product(
+            xp, backend, ac, bc, request, sub_cfg, "dd", (None, None), k_splits, masks
+        )
+        del ac, bc
+        if not isinstance(part, tuple):  # the class's product was native
+            part = (part, xp.zeros_like(part))
+        total = part if total is None else dd_add(xp, total, part)
+        mask = masks[0] if masks else True
+        if mask is True:
+            mask = xp.ones(part[0].shape, dtype=xp.bool)
+        if mask is not None:
+            native = mask if native is None else (native | mask)
+        schemes.append(sub.scheme)
+        gemms += sub.gemms
+        if sub.fallback:
+            pieces = (pieces + "; " if pieces else "") + sub.fallback
+    if native_out is not None:
+        native_out.append(native)
+    sizes = ", ".join(str(int(idx.shape[0])) for idx in classes)
+    plan.scheme = _schemes_text(schemes)
+    plan.gemms = gemms
+    plan.native_entries = 0 if native is None else int(xp.count_nonzero(native))
+    plan.fallback = pieces
+    plan.notes.append(
+        f"symmetry zeros: entries beyond one product's certificate (their terms small on one "
+        f"side) run as the sum of the contraction index's {len(classes)} classes' products "
+        f"(k = {sizes}; docs/precision.md)"
+    )
+    if out == "dd":
+        return total, plan
+    return total[0], plan
 
 
 def _part_check(xp, backend, ar, ai, br, bi, level, family, real_name, exponents=None):

@@ -300,3 +300,19 @@ def split_note(check):
         f"double-double: the {check.part} part's sums fall to {check.share:.0e} of an entry's "
         "|A||B|, below what the complex route keeps at the level (docs/precision.md)"
     )
+
+
+def k_split_faster(backend_name, scheme, dtype_name, m, n, sizes):
+    """Whether a product with entries beyond its certificate runs faster as its contraction
+    classes' products (``sizes``: each class's k; ``scheme`` for each) than as the emulated
+    product plus the native product its beyond entries come from (the cost model's prediction;
+    without a model, the split: it keeps every entry emulated)."""
+    model = _cost.get_cost_model(backend_name)
+    if model is None:
+        return True
+    k = sum(sizes)
+    t_split = sum(model.emulated_seconds(scheme, dtype_name, m, n, kc, 1) for kc in sizes)
+    t_fallback = model.emulated_seconds(scheme, dtype_name, m, n, k, 1) + model.native_seconds(
+        dtype_name, m, n, k, 1
+    )
+    return t_split < t_fallback

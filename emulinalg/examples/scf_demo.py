@@ -383,10 +383,12 @@ def explain_native_entries(records):
     ]
     text = (
         "Native entries: a precision level certifies every entry of a product to native's error "
-        "bound for that entry. Entries whose exact value is zero or cancels to rounding noise "
-        "(here the molecule's symmetry zeros: a function odd under a mirror plane times an even "
-        "one) have a bound at rounding-noise level that no count of moduli certifies, so the "
-        "level takes them from the native product (its plan's fallback says so). "
+        "bound for that entry. A molecule's symmetry zeros (a function odd under a mirror plane "
+        "times an even one: every term rounding noise on one side) have a bound at noise level "
+        "that one product's scaling cannot meet; the level runs such a product as the sum of "
+        "two products over the classes of its contraction index (each scaled on its own, "
+        "docs/precision.md), and takes from the native product only the entries that still "
+        "find no certificate (its plan's fallback says so). "
         f"{row['molecule']}/{row['basis']}, {row['precision']}, last Fock build: "
         f"{', '.join(counts)} (native/all entries)."
     )

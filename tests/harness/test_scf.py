@@ -66,7 +66,10 @@ def test_default_precision_energy_within_1e9_of_native(water, native, eager):
     for name in MAIN_PRODUCTS:  # the products really were emulated, at the float64 level
         plan = res.plans[name]
         assert plan.precision == "float64" and plan.scheme.startswith("OzakiII"), (name, plan)
-    assert res.native_entries < res.entries
+    # the molecule's symmetry zeros (42 % of the entries in one product) split the contraction
+    # index instead of coming from the native product
+    assert res.native_entries == 0
+    assert any("symmetry zeros" in str(p) for p in res.plans.values())
 
 
 def test_explicit_scheme_energy_within_1e9_of_native(water, native, eager):
@@ -213,16 +216,15 @@ def test_demo_scf_reports_each_step_without_warnings(recwarn, caplog, capfd):
 
 @pytest.mark.slow
 def test_demo_scf_default_without_warnings(recwarn, caplog, capfd):
-    """The default run in full: the level within 1e-9 Eh of native, its native entries
-    counted and explained."""
+    """The default run in full: the level within 1e-9 Eh of native, with no native entries
+    (its products with symmetry zeros split their contraction index) and nothing to explain."""
     out, lines = assert_quiet_demo(["demo", "scf"], recwarn, caplog, capfd)
     results = [line for line in lines if line.startswith("  E = ")]
     assert len(results) == 3
     level = results[1]
     assert float(level.split("|E - E_native| = ")[1].split(" Eh")[0]) <= HARTREE_TOL
-    assert float(level.split("x native), ")[1].split("%")[0]) > 0
-    assert "Native entries:" in " ".join(out.split())
-    assert "symmetry zeros" in " ".join(out.split())
+    assert float(level.split("x native), ")[1].split("%")[0]) == 0
+    assert "Native entries:" not in " ".join(out.split())
 
 
 def test_cli_demo_scf_json(capsys, native, pyscf_energy):

@@ -1,0 +1,108 @@
+"""Symmetry zeros: the two classes of the contraction index that a product splits into.
+
+An entry ``c_ij = sum_l a_il b_lj`` whose every term pairs an entry of its row of A with one at
+rounding-noise level of its column of B, or the other way round (a molecule's symmetry zeros: a
+row and a column of different parity under a mirror plane, whose terms are noise on one side),
+cannot be certified at the native level by one Scheme II product: the scaling vectors follow
+each line's largest entry, so the noise side rounds away while ``(|A||B|)_ij`` is noise-sized.
+Where the contraction index splits into a class where row i is the noise side and one where
+column j is, the product is the sum of the classes' products ``A[:, K_c] B[K_c, :]``, each with
+its own scaling vectors: there the noise line is scaled by its own maximum and keeps its bits,
+so each class's certificate covers the entry at the native level of the class's terms, and the
+bounds add up to the native level of the whole product (``sum_c k_c |A_c||B_c| <= k |A||B|``;
+the variances likewise).
+
+The split is read off the entries beyond one product's certificate: for such an entry and each
+``l``, the side whose normalized magnitude (``|a_il| / max_l |a_il|``, ``|b_lj| / max_l |b_lj|``)
+is far below the other, itself significant, is the noise side; the sampled entries' sides,
+aligned with those of the entry most indices inform, vote each ``l`` into one of two classes
+(an index whose terms all are small votes by its clear gaps alone). Any split is only a
+proposal: each class's product is certified as any product is (a split the data do not follow
+costs time, never accuracy), and an entry its certificate cannot cover still comes from the
+native product.
+"""
+
+from __future__ import annotations
+
+# Beyond entries whose sides vote (evenly spaced in flat order): a symmetry's entries all show
+# the same split, so a few dozen settle it
+VOTERS = 64
+# An index votes for a sampled entry where the larger of its two normalized magnitudes is
+# within this many bits of its line's largest (a term that matters) and the smaller lies at
+# least NOISE_GAP bits below it (a noise side): float64 noise sits ~50 bits below, genuine
+# small values rarely more than 30
+SIGNIFICANT_BITS = 30
+NOISE_GAP = 16
+# The median over the sampled entries of the share of their informed indices that the classes
+# put on their side: 1 for symmetry zeros (0.74-1 measured on the SCF example's products, the
+# lower figures where a class splits again), 0.33-0.58 for the wide exponent ranges of
+# tests/core/test_native_level.py, whose entries no split certifies
+MIN_FIT = 0.7
+# log2 of a zero magnitude, below every subnormal
+_ZERO_LOG2 = -1100.0
+
+
+def _normalized_log2(xp, re, im, axis):
+    """log2 of the magnitudes (max(|re|, |im|)) over their lines' largest (lines along
+    ``axis``), ``_ZERO_LOG2`` for zeros (and every entry of a zero line)."""
+    mag = xp.abs(re) if im is None else xp.maximum(xp.abs(re), xp.abs(im))
+    top = xp.max(mag, axis=axis, keepdims=True)
+    rel = mag / xp.where(top > 0, top, 1.0)
+    return xp.where(rel > 0, xp.log2(xp.where(rel > 0, rel, 1.0)), _ZERO_LOG2)
+
+
+def k_classes(xp, ar, ai, br, bi, beyond):
+    """The two classes of the contraction index of a 2-D product with entries ``beyond`` its
+    certificate, or None where the votes leave one class empty.
+
+    Parameters
+    ----------
+    ar, ai : (m, k) float arrays (``ai`` None for real operands): A's parts.
+    br, bi : (k, n) float arrays: B's parts.
+    beyond : (m, n) bool array, at least one entry True.
+
+    Returns
+    -------
+    list of two int64 arrays or None
+        Each class's indices into ``range(k)``, ascending, every index in exactly one class,
+        the class holding index 0 first; None where the classes fit the sampled entries' sides
+        poorly (median share below ``MIN_FIT``).
+    """
+    flat = xp.nonzero(xp.reshape(beyond, (-1,)))[0]
+    total = flat.shape[0]
+    if total == 0:
+        return None
+    step = max(1, total // VOTERS)
+    flat = flat[::step][:VOTERS]
+    n = beyond.shape[-1]
+    rows, cols = flat // n, flat % n
+    la = _normalized_log2(xp, xp.take(ar, rows, axis=-2),
+                          None if ai is None else xp.take(ai, rows, axis=-2), -1)  # fmt: skip
+    lb = _normalized_log2(xp, xp.take(br, cols, axis=-1),
+                          None if bi is None else xp.take(bi, cols, axis=-1), -2)  # fmt: skip
+    lb = xp.matrix_transpose(lb)
+    gap = la - lb  # (voters, k): > 0 where column j is the noise side
+    clear = xp.abs(gap) >= NOISE_GAP
+    informs = clear & (xp.maximum(la, lb) >= -SIGNIFICANT_BITS)
+    side = xp.where(informs, xp.sign(gap), 0.0)
+    ref = int(xp.argmax(xp.sum(xp.abs(side), axis=-1)))  # the entry most indices inform
+    agree = xp.sign(xp.sum(side * side[ref], axis=-1))[:, None]  # each entry's sides, as ref's
+    votes = xp.sum(agree * side, axis=-2)  # (k,)
+    # an index no term that matters informs (small on both sides, e.g. a weak integral against
+    # noise) still goes where its clear gaps put it: in the other class its small value would
+    # set the scaling of a line that is noise there
+    weak = xp.sum(agree * xp.where(clear, xp.sign(gap), 0.0), axis=-2)
+    votes = xp.where(votes != 0, votes, weak)
+    # how well the classes fit each entry's sides: symmetry zeros fit (their sides all follow
+    # one split), entries beyond for other reasons (exponent ranges wider than the moduli
+    # reach) do not, and a split would not certify them
+    held = xp.sum(xp.abs(side), axis=-1)  # each entry's informed indices
+    fit = xp.sum(agree * side * xp.where(votes > 0, 1.0, -1.0), axis=-1)
+    fit = xp.sort((fit / xp.where(held > 0, held, 1.0))[held > 0])
+    if fit.shape[0] == 0 or float(fit[fit.shape[0] // 2]) < MIN_FIT:
+        return None
+    first = votes > 0 if bool(votes[0] > 0) else votes <= 0
+    classes = [xp.nonzero(first)[0], xp.nonzero(~first)[0]]
+    if any(c.shape[0] == 0 for c in classes):
+        return None
+    return [xp.astype(c, xp.int64) for c in classes]

@@ -1,0 +1,170 @@
+"""Symmetry zeros: products whose entries pair significant terms with rounding noise.
+
+Operands with a mirror-plane structure (rows, contraction index and columns of two parities,
+the entries across parities at rounding-noise level, as a molecule's integrals in a basis that
+follows the plane) have entries whose every term is noise on one side: one Scheme II product
+cannot certify them. The level splits the contraction index into its classes
+(``emulinalg.algorithm.support``) and sums the classes' products: checked here against the exact
+product (python-flint / Fractions, ``emulinalg.reference``) and numpy's product on the same
+inputs, with the plain-product behaviour (``K_SPLITS = 0``: those entries native) beside it.
+"""
+
+from __future__ import annotations
+
+import array_api_compat.numpy as xp
+import numpy as np
+import pytest
+
+import emulinalg
+from emulinalg import _engine, _planner
+from emulinalg.algorithm import support
+from emulinalg.reference import accuracy, exact_matmul
+
+MEASURES = ("bits_maxrel", "bits_cw")
+PART_MEASURES = ("bits_maxrel_re", "bits_cw_re", "bits_maxrel_im", "bits_cw_im")
+
+
+def mirrored(rng, m, k, n, planes=1, dtype=np.float64, noise=2.0**-52):
+    """``(a, b, classes)``: random operands whose entries across parity classes (``planes``
+    independent parities per row, index and column) are ``noise`` times random, and the
+    contraction index's parity class of each index (an int in ``range(2**planes)``)."""
+    pr, pk, pc = (rng.integers(0, 2**planes, size) for size in (m, k, n))
+
+    def make(rows, cols):
+        shape = (rows.shape[0], cols.shape[0])
+        x = rng.standard_normal(shape)
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * rng.standard_normal(shape)
+        cross = rows[:, None] != cols[None, :]
+        return np.where(cross, x * noise, x).astype(dtype)
+
+    return make(pr, pk), make(pk, pc), pk
+
+
+def run(a, b, strategy="eager"):
+    with emulinalg.config(strategy=strategy):
+        c = emulinalg.namespace(a).matmul(a, b)
+    return c, emulinalg.last_plan()
+
+
+def bits(c, a, b, ref, names=MEASURES):
+    acc = accuracy(c, a, b, ref)
+    return {name: acc[name] for name in names}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("planes", [1, 2])
+def test_symmetry_zeros_are_emulated_as_accurately_as_native(dtype, planes):
+    rng = np.random.default_rng(planes)
+    a, b, _ = mirrored(rng, 40, 96, 48, planes, dtype)
+    ref = exact_matmul(a, b)
+    names = MEASURES + (PART_MEASURES if np.dtype(dtype).kind == "c" else ())
+    native = bits(a @ b, a, b, ref, names)
+
+    c, plan = run(a, b)
+    assert plan.native_entries == 0, plan
+    assert "symmetry zeros" in str(plan) and plan.scheme.startswith("OzakiII"), plan
+    got = bits(c, a, b, ref, names)
+    for name in names:
+        assert got[name] >= native[name], (name, got, native, str(plan))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_without_the_split_those_entries_are_native(monkeypatch, dtype):
+    rng = np.random.default_rng(7)
+    a, b, _ = mirrored(rng, 40, 96, 48, 1, dtype)
+    split, _ = run(a, b)
+    monkeypatch.setattr(_engine, "K_SPLITS", 0)
+    c, plan = run(a, b)
+    assert plan.native_entries > 0.2 * c.size, plan  # the cross-parity entries, about half
+    assert "symmetry zeros" not in str(plan)
+    # both certified at the level on every entry: agree within twice the level's bound
+    ab = np.abs(a) @ np.abs(b)
+    assert np.all(np.abs(split - c) <= 2 * 96 * 2.0**-53 * ab)
+
+
+def test_double_double_results_sum_the_classes_exactly():
+    """``dd=True`` (the dask layer's K-blocks) returns hi + lo, the classes' emulated values
+    summed in double-double: within the level's bound of the exact product, ``lo`` within half
+    an ulp of ``hi``, and ``hi`` the plain product's result."""
+    rng = np.random.default_rng(3)
+    a, b, _ = mirrored(rng, 24, 64, 32, 1)
+    with emulinalg.config(strategy="eager"):
+        cfg = emulinalg.get_config()
+    (hi, lo), plan = _engine.matmul(xp, emulinalg.backends.for_namespace(xp), a, b, None, cfg,
+                                    dd=True)  # fmt: skip
+    assert "symmetry zeros" in str(plan) and plan.native_entries == 0
+    ex_hi, ex_lo = exact_matmul(a, b)
+    err = np.abs((hi - ex_hi) + (lo - ex_lo))
+    assert np.all(err <= 64 * 0.502 * 2.0**-53 * (np.abs(a) @ np.abs(b)))
+    assert np.all(np.abs(lo) <= 0.5 * np.spacing(np.abs(hi))) and np.any(lo != 0)
+    plain, _ = run(a, b)
+    assert np.array_equal(hi, plain)
+
+
+def test_performant_splits_only_where_the_model_says_it_pays(monkeypatch):
+    rng = np.random.default_rng(5)
+    a, b, _ = mirrored(rng, 40, 96, 48, 1)
+    monkeypatch.setattr(_planner, "faster", lambda *args, **kw: (True, "test: faster"))
+    monkeypatch.setattr(_planner, "likely_faster", lambda *args, **kw: (True, "test: faster"))
+    monkeypatch.setattr(_planner, "k_split_faster", lambda *args: False)
+    _, plan = run(a, b, "performant")
+    assert plan.native_entries > 0 and "symmetry zeros" not in str(plan), plan
+    monkeypatch.setattr(_planner, "k_split_faster", lambda *args: True)
+    _, plan = run(a, b, "performant")
+    assert plan.native_entries == 0 and "symmetry zeros" in str(plan), plan
+
+
+def test_k_split_faster_weighs_the_classes_against_the_native_product(monkeypatch):
+    from emulinalg import OzakiII, _cost
+
+    scheme = OzakiII(moduli=15)
+    model = _cost.CostModel(
+        native_flops={"float64": 1e12}, int_gemm_ops=1e14, entry_seconds=1e-10,
+        stats_flops=1e14, fixed_seconds=1e-3, source="test",
+    )  # fmt: skip
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name: model)
+    # large products: the native GEMM costs more than the classes' fixed costs
+    assert _planner.k_split_faster("x", scheme, "float64", 8192, 8192, [4096, 4096])
+    # small ones: a second product's fixed cost is more than the native GEMM
+    assert not _planner.k_split_faster("x", scheme, "float64", 64, 64, [32, 32])
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name: None)
+    assert _planner.k_split_faster("x", scheme, "float64", 64, 64, [32, 32])
+
+
+def test_classes_follow_the_parity_of_the_contraction_index():
+    rng = np.random.default_rng(11)
+    a, b, pk = mirrored(rng, 30, 80, 20, 1)
+    # each row's and column's parity is that of its largest entry's index; the entries across
+    # parities are those one product cannot certify
+    pr = pk[np.argmax(np.abs(a), axis=1)]
+    pc = pk[np.argmax(np.abs(b), axis=0)]
+    beyond = pr[:, None] != pc[None, :]
+    classes = support.k_classes(xp, a, None, b, None, beyond)
+    assert classes is not None and len(classes) == 2
+    got = [set(c.tolist()) for c in classes]
+    want = [set(np.nonzero(pk == pk[0])[0].tolist()), set(np.nonzero(pk != pk[0])[0].tolist())]
+    assert got == want  # the class holding index 0 first
+    assert all(c.dtype == np.int64 for c in classes)
+
+
+def test_classes_decline_where_no_split_exists():
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((8, 1)), rng.standard_normal((1, 8))
+    assert support.k_classes(xp, a, None, b, None, np.ones((8, 8), dtype=bool)) is None  # k = 1
+    a, b = rng.standard_normal((8, 16)), rng.standard_normal((16, 8))
+    assert support.k_classes(xp, a, None, b, None, np.zeros((8, 8), dtype=bool)) is None
+    # dense operands: no index has a noise side, no vote, one class
+    assert support.k_classes(xp, a, None, b, None, np.ones((8, 8), dtype=bool)) is None
+
+
+def test_batched_and_nonfinite_products_keep_native_entries():
+    rng = np.random.default_rng(4)
+    a, b, _ = mirrored(rng, 24, 48, 24, 1)
+    c, plan = run(np.stack([a, a]), np.stack([b, b]))
+    assert plan.native_entries > 0 and "symmetry zeros" not in str(plan)
+    a = a.copy()
+    a[3, 5] = np.nan
+    c, plan = run(a, b)
+    assert "symmetry zeros" not in str(plan) and np.isnan(c[3]).all()
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(a @ b))
