@@ -109,8 +109,8 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
     """``_matmul`` with the prepared operands' ``operands.SideUse`` (None: not prepared);
     ``k_splits``: how many times more entries beyond the certificate may split the contraction
     index (``_k_split``) before the native product supplies them (None: ``K_SPLITS``);
-    ``native_out``: a list that an
-    emulated product appends its native entries' mask to (None: none; True: all)."""
+    ``native_out``: a list that an emulated product appends its native entries' mask to (None:
+    none; True: all)."""
     dtype_name = _dtype_name(xp, a.dtype)
     real_name = REAL_DTYPE[dtype_name]
     if out == "dd" and real_name != "float64":
@@ -189,7 +189,8 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
     # (a product with non-finite lines keeps its native entries: its classes' products would
     # each find them again)
     k_splits = K_SPLITS if k_splits is None else k_splits
-    k_split = k_splits > 0 and a.ndim == b.ndim == 2 and real_name == "float64" and not nonfinite
+    # (an int: the splits left, K_SPLITS for a product's first; 0: none)
+    k_split = k_splits if a.ndim == b.ndim == 2 and real_name == "float64" and not nonfinite else 0
     with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
             xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name, out,
@@ -249,7 +250,7 @@ def _record_verdict(plan, faster, why):
 def _emulate(
     xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
     exponents=None, hook_ops=None, verdict=None, fold=None, more=None, sides=(None, None),
-    k_split=False,
+    k_split=0,
 ):  # fmt: skip
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
@@ -308,8 +309,8 @@ def _emulate(
             return None, None  # the statistics asked for more than native's time allows
         shown = native_mask if fold is None or native_mask is None else fold(native_mask)
         count = 0 if native_mask is None else int(xp.count_nonzero(shown))
-        if count and k_split and not choice.own:
-            classes = support.k_classes(xp, ar, ai, br, bi, native_mask)
+        if count and k_split:
+            classes = support.k_classes(xp, ar, ai, br, bi, native_mask, k_split == K_SPLITS)
             if classes is not None and (
                 not performant or _planner.k_split_faster(
                     backend.name, scheme, dtype_name, m, n, [c.shape[0] for c in classes]
@@ -385,9 +386,10 @@ def _k_split(xp, backend, a, b, request, cfg, out, classes, plan, k_splits, nati
     and summed in double-double before one rounding to the output. Returns ``(c, plan)``; the
     plan names the classes, their schemes and their native entries (an entry native in some
     class's product is counted once; ``native_out`` as ``_product``'s)."""
-    total = pieces = native = None
-    schemes, gemms = [], 0
+    total = native = None
+    schemes, gemms, again = [], 0, False
     sub_cfg = replace(cfg, strategy="eager")
+    quiet = stages(backend).quiet
     for idx in classes:
         ac, bc = xp.take(a, idx, axis=-1), xp.take(b, idx, axis=-2)
         masks = []
@@ -397,7 +399,8 @@ def _k_split(xp, backend, a, b, request, cfg, out, classes, plan, k_splits, nati
         del ac, bc
         if not isinstance(part, tuple):  # the class's product was native
             part = (part, xp.zeros_like(part))
-        total = part if total is None else dd_add(xp, total, part)
+        with quiet():  # a class's sum may overflow where the whole product does not
+            total = part if total is None else dd_add(xp, total, part)
         mask = masks[0] if masks else True
         if mask is True:
             mask = xp.ones(part[0].shape, dtype=xp.bool)
@@ -405,19 +408,32 @@ def _k_split(xp, backend, a, b, request, cfg, out, classes, plan, k_splits, nati
             native = mask if native is None else (native | mask)
         schemes.append(sub.scheme)
         gemms += sub.gemms
-        if sub.fallback:
-            pieces = (pieces + "; " if pieces else "") + sub.fallback
-    if native_out is not None:
-        native_out.append(native)
-    sizes = ", ".join(str(int(idx.shape[0])) for idx in classes)
+        again = again or any(note.startswith("symmetry zeros") for note in sub.notes)
+    # entries a class did not certify, and sums that overflowed in a class, are the native
+    # product's (the whole product's, as without the split: a class's native sum beside
+    # another's emulated one would be neither)
+    with quiet():
+        bad = ~(xp.isfinite(total[0]) & xp.isfinite(total[1]))
+    if bool(xp.any(bad)):
+        native = bad if native is None else (native | bad)
     plan.scheme = _schemes_text(schemes)
     plan.gemms = gemms
     plan.native_entries = 0 if native is None else int(xp.count_nonzero(native))
-    plan.fallback = pieces
+    if native is not None:
+        plan.fallback = (
+            f"precision: {plan.native_entries} entries beyond every class's certificate "
+            "computed natively"
+        )
+        with quiet():
+            nat = stages(backend).native_matmul(a, b)
+        total = (xp.where(native, nat, total[0]), xp.where(native, 0.0, total[1]))
+    if native_out is not None:
+        native_out.append(native)
+    sizes = ", ".join(str(int(idx.shape[0])) for idx in classes)
     plan.notes.append(
         f"symmetry zeros: entries beyond one product's certificate (their terms small on one "
         f"side) run as the sum of the contraction index's {len(classes)} classes' products "
-        f"(k = {sizes}; docs/precision.md)"
+        f"(k = {sizes}{'; a class split again' if again else ''}; docs/precision.md)"
     )
     if out == "dd":
         return total, plan

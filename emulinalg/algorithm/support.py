@@ -33,10 +33,14 @@ VOTERS = 64
 # small values rarely more than 30
 SIGNIFICANT_BITS = 30
 NOISE_GAP = 16
-# The median over the sampled entries of the share of their informed indices that the classes
-# put on their side: 1 for symmetry zeros (0.74-1 measured on the SCF example's products, the
-# lower figures where a class splits again), 0.33-0.58 for the wide exponent ranges of
-# tests/core/test_native_level.py, whose entries no split certifies
+# A sampled entry counts as fixed by the split where, in each class, the row's and column's
+# largest magnitudes multiply to at most 2**FIX_BITS times the class's sum of |a_il b_lj| (a
+# few moduli above the count such an entry needs in a product of its own); the split is taken
+# where at least MIN_FIXED of them are
+FIX_BITS = 20
+MIN_FIXED = 0.5
+# A product's first split is also taken where the median over the sampled entries of the
+# share of their informed indices that the classes put on their side reaches MIN_FIT
 MIN_FIT = 0.7
 # log2 of a zero magnitude, below every subnormal
 _ZERO_LOG2 = -1100.0
@@ -51,7 +55,7 @@ def _normalized_log2(xp, re, im, axis):
     return xp.where(rel > 0, xp.log2(xp.where(rel > 0, rel, 1.0)), _ZERO_LOG2)
 
 
-def k_classes(xp, ar, ai, br, bi, beyond):
+def k_classes(xp, ar, ai, br, bi, beyond, progress=True):
     """The two classes of the contraction index of a 2-D product with entries ``beyond`` its
     certificate, or None where the votes leave one class empty.
 
@@ -60,22 +64,32 @@ def k_classes(xp, ar, ai, br, bi, beyond):
     ar, ai : (m, k) float arrays (``ai`` None for real operands): A's parts.
     br, bi : (k, n) float arrays: B's parts.
     beyond : (m, n) bool array, at least one entry True.
+    progress : bool
+        Whether a split that fixes few sampled entries itself but fits their sides
+        (``MIN_FIT``) is taken: a product's first split, whose classes may split again; theirs
+        must fix their entries (``MIN_FIXED``).
 
     Returns
     -------
     list of two int64 arrays or None
         Each class's indices into ``range(k)``, ascending, every index in exactly one class,
-        the class holding index 0 first; None where the classes fit the sampled entries' sides
-        poorly (median share below ``MIN_FIT``).
+        the class holding index 0 first; None where the split would fix too few of the sampled
+        entries (``FIX_BITS``, ``MIN_FIXED``, ``MIN_FIT``).
     """
-    flat = xp.nonzero(xp.reshape(beyond, (-1,)))[0]
-    total = flat.shape[0]
-    if total == 0:
+    beyond = xp.reshape(beyond, beyond.shape[-2:])
+    held_rows = xp.nonzero(xp.any(beyond, axis=-1))[0]
+    if held_rows.shape[0] == 0:
         return None
-    step = max(1, total // VOTERS)
-    flat = flat[::step][:VOTERS]
-    n = beyond.shape[-1]
-    rows, cols = flat // n, flat % n
+    # up to VOTERS rows with beyond entries, evenly spaced, and in each the beyond entries at
+    # spread ranks (no index array over all beyond entries: that is 8 bytes per entry)
+    step = max(1, held_rows.shape[0] // VOTERS)
+    rows = held_rows[::step][:VOTERS]
+    per = max(1, VOTERS // rows.shape[0])  # few rows (a vector times a matrix): several each
+    rows = xp.reshape(xp.broadcast_to(rows[:, None], (rows.shape[0], per)), (-1,))
+    ranks = xp.cumulative_sum(xp.astype(xp.take(beyond, rows, axis=-2), xp.int32), axis=-1)
+    last = ranks[:, -1:]
+    want = (xp.arange(rows.shape[0], dtype=xp.int32)[:, None] * 7919) % last + 1
+    cols = xp.argmax(xp.astype(ranks >= want, xp.int8), axis=-1)
     la = _normalized_log2(xp, xp.take(ar, rows, axis=-2),
                           None if ai is None else xp.take(ai, rows, axis=-2), -1)  # fmt: skip
     lb = _normalized_log2(xp, xp.take(br, cols, axis=-1),
@@ -93,14 +107,40 @@ def k_classes(xp, ar, ai, br, bi, beyond):
     # set the scaling of a line that is noise there
     weak = xp.sum(agree * xp.where(clear, xp.sign(gap), 0.0), axis=-2)
     votes = xp.where(votes != 0, votes, weak)
-    # how well the classes fit each entry's sides: symmetry zeros fit (their sides all follow
-    # one split), entries beyond for other reasons (exponent ranges wider than the moduli
-    # reach) do not, and a split would not certify them
-    held = xp.sum(xp.abs(side), axis=-1)  # each entry's informed indices
+    # A split helps an entry where, in each class, the largest terms' magnitudes (row max times
+    # column max, what the scaling follows) stay within FIX_BITS of the class's sum of
+    # |a_il b_lj| (what the certificate compares with); symmetry zeros pass, entries beyond for
+    # other reasons (exponents graded along k, wide ranges, bands) mostly do not, and then the
+    # classes' products would cost more than the native entries they save
+    terms = la + lb
+    fixed = xp.ones(terms.shape[0], dtype=xp.bool)
+    for mask in (votes > 0, votes <= 0):
+        inside = mask[None, :]
+        top_a = xp.max(xp.where(inside, la, _ZERO_LOG2), axis=-1)
+        top_b = xp.max(xp.where(inside, lb, _ZERO_LOG2), axis=-1)
+        t = xp.where(inside, terms, 2 * _ZERO_LOG2)
+        peak = xp.max(t, axis=-1)
+        total = peak + xp.log2(xp.sum(xp.pow(2.0, t - peak[:, None]), axis=-1))
+        none = (top_a <= _ZERO_LOG2) | (top_b <= _ZERO_LOG2) | (peak <= _ZERO_LOG2)
+        fixed = fixed & (none | (top_a + top_b - total <= FIX_BITS))
+    if float(xp.mean(xp.astype(fixed, xp.float64))) >= MIN_FIXED:
+        return _classes(xp, votes)
+    if not progress:
+        return None
+    # A product's first split is also taken where the classes fit the entries' sides (each
+    # entry's informed indices on its side of the split): symmetry zeros whose classes need a
+    # split of their own (the Coulomb vector's pair index: 0.74-1 measured), not entries beyond
+    # for other reasons (wide exponent ranges: 0.33-0.58)
+    held = xp.sum(xp.abs(side), axis=-1)
     fit = xp.sum(agree * side * xp.where(votes > 0, 1.0, -1.0), axis=-1)
     fit = xp.sort((fit / xp.where(held > 0, held, 1.0))[held > 0])
     if fit.shape[0] == 0 or float(fit[fit.shape[0] // 2]) < MIN_FIT:
         return None
+    return _classes(xp, votes)
+
+
+def _classes(xp, votes):
+    """The two classes of the votes (index 0's first), or None where one is empty."""
     first = votes > 0 if bool(votes[0] > 0) else votes <= 0
     classes = [xp.nonzero(first)[0], xp.nonzero(~first)[0]]
     if any(c.shape[0] == 0 for c in classes):

@@ -168,3 +168,43 @@ def test_batched_and_nonfinite_products_keep_native_entries():
     c, plan = run(a, b)
     assert "symmetry zeros" not in str(plan) and np.isnan(c[3]).all()
     np.testing.assert_array_equal(np.isnan(c), np.isnan(a @ b))
+
+
+def test_no_split_where_it_fixes_nothing():
+    """Entries beyond for other reasons than symmetry zeros (near-identity operands with noise
+    off the diagonal: a class's largest terms meet only noise) are not split: the native
+    entries are the whole native product's, as accurate as numpy's."""
+    rng = np.random.default_rng(10)
+    a = np.eye(64, 128) + 2.0**-52 * rng.standard_normal((64, 128))
+    b = np.eye(128, 64) + 2.0**-52 * rng.standard_normal((128, 64))
+    ref = exact_matmul(a, b)
+    c, plan = run(a, b)
+    assert "symmetry zeros" not in str(plan) and plan.native_entries > 0
+    got, native = bits(c, a, b, ref), bits(a @ b, a, b, ref)
+    assert all(got[m] >= native[m] for m in MEASURES), (got, native)
+
+
+def test_a_class_sum_that_overflows_is_native_not_nan():
+    rng = np.random.default_rng(0)
+    a, b, pk = mirrored(rng, 32, 64, 32, 1)
+    big = 8e306
+    a[0] = np.where(pk == pk[0], big, -big)  # each class's sum overflows, the whole one not
+    a[0, 0] += big
+    b[:, 0] = 1.0
+    c, _ = run(a, b)
+    assert np.isfinite(c[0, 0]) and c[0, 0] == (a @ b)[0, 0]
+
+
+@pytest.mark.parametrize("precision", [60, 80])
+def test_levels_above_float64_split_too(precision):
+    """A level above the dtype's is never less accurate than the dtype's own: it splits the
+    symmetry zeros as the float64 level does."""
+    rng = np.random.default_rng(0)
+    a, b, _ = mirrored(rng, 40, 96, 48, 1)
+    ref = exact_matmul(a, b)
+    level, _ = run(a, b)
+    with emulinalg.config(precision=precision):
+        c, plan = run(a, b)
+    assert plan.native_entries == 0 and "symmetry zeros" in str(plan), plan
+    got, own = bits(c, a, b, ref), bits(level, a, b, ref)
+    assert all(got[m] >= own[m] for m in MEASURES), (got, own)

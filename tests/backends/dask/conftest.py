@@ -13,9 +13,10 @@ from emulinalg import _engine  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def in_core_without_split(monkeypatch):
-    """The graphs take entries beyond the certificate from the native product (they do not
-    split the contraction, docs/limitations.md), and the tests hold them to the in-core
-    engine's bits and decisions: the engine's without its split."""
+    """The Scheme II graphs take entries beyond the certificate from the native product (they
+    do not split the contraction, docs/limitations.md), and the tests hold them to the in-core
+    engine's bits and decisions: the engine's without its split (in this process; the tests'
+    inputs have no symmetry zeros, so worker processes that split change nothing)."""
     monkeypatch.setattr(_engine, "K_SPLITS", 0)
 
 
