@@ -185,16 +185,17 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
         # product: a prepared operand's statistics are those of its zeroed parts either way)
         hook_ops = (ar, ai, br, bi)
 
-    # Stage timings (off unless recording): emulation work not marked otherwise is scaling.
-    # (a product with non-finite lines keeps its native entries: its classes' products would
-    # each find them again)
-    k_splits = K_SPLITS if k_splits is None else k_splits
-    # (an int: the splits left, K_SPLITS for a product's first; 0: none)
+    # the splits of the contraction index left (``_k_split``); a product with non-finite lines
+    # keeps its native entries: its classes' products would each find them again
+    first_split = k_splits is None
+    k_splits = K_SPLITS if first_split else k_splits
     k_split = k_splits if a.ndim == b.ndim == 2 and real_name == "float64" and not nonfinite else 0
+    # Stage timings (off unless recording): emulation work not marked otherwise is scaling.
     with backend.quiet(), stage("scaling"):
         c, native_mask = _emulate(
             xp, backend, ar, ai, br, bi, request, cfg.scheme, plan, real_name, dtype_name, out,
             performant, exponents, hook_ops, sides=uses, k_split=k_split,
+            first_split=first_split,
         )  # fmt: skip
     if c is None:
         if native_out is not None:
@@ -202,7 +203,7 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
         return backend.native_matmul(a, b), plan
     if isinstance(c, _KSplit):
         return _k_split(xp, own_backend, a, b, request, cfg, out, c.classes, plan, k_splits - 1,
-                        native_out)  # fmt: skip
+                        native_out, prepared=uses != (None, None))  # fmt: skip
     if nonfinite:
         bad = ~(xp.expand_dims(rows_ok, axis=-1) & xp.expand_dims(cols_ok, axis=-2))
         plan.fallback = (plan.fallback + "; " if plan.fallback else "") + (
@@ -211,15 +212,20 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
         native_mask = bad if native_mask is None else (native_mask | bad)
     if native_mask is not None:
         plan.native_entries = int(xp.count_nonzero(native_mask))
-        with backend.quiet():  # the native product's own overflows are the result here
-            nat = backend.native_matmul(a, b)
-            if isinstance(c, tuple):
-                c = (xp.where(native_mask, nat, c[0]), xp.where(native_mask, 0.0, c[1]))
-            else:
-                c = xp.where(native_mask, nat, c)
+        c = _with_native(xp, backend, a, b, c, native_mask)
     if native_out is not None:
         native_out.append(native_mask)
     return c, plan
+
+
+def _with_native(xp, backend, a, b, c, native_mask):
+    """``c`` (an array, or a double-double pair) with the entries of ``native_mask`` taken from
+    the native product of ``a`` and ``b`` (a pair's low part 0 there)."""
+    with backend.quiet():  # the native product's own overflows are the result here
+        nat = backend.native_matmul(a, b)
+    if isinstance(c, tuple):
+        return (xp.where(native_mask, nat, c[0]), xp.where(native_mask, 0.0, c[1]))
+    return xp.where(native_mask, nat, c)
 
 
 def _narrow(backend, dtype_name, uses):
@@ -250,7 +256,7 @@ def _record_verdict(plan, faster, why):
 def _emulate(
     xp, backend, ar, ai, br, bi, request, family, plan, real_name, dtype_name, out, performant,
     exponents=None, hook_ops=None, verdict=None, fold=None, more=None, sides=(None, None),
-    k_split=0,
+    k_split=0, first_split=False,
 ):  # fmt: skip
     """Run the requested scheme (or choose one for a level); returns ``(c, native_mask)`` with
     ``c`` None when nothing can be emulated, and ``native_mask`` marking entries to take from
@@ -260,7 +266,10 @@ def _emulate(
     level whose parts the complex route cannot keep runs split (``_split``), which passes the
     cost model's ``verdict`` on a scheme (default ``_planner.faster``), ``fold``, mapping its
     native mask onto the output's, and ``more(parts, prescale, native_mask)``, more entries for
-    the refit (flat indices or None). ``sides``: the prepared operands' ``operands.SideUse``."""
+    the refit (flat indices or None). ``sides``: the prepared operands' ``operands.SideUse``.
+    ``k_split``: the contraction splits left (0: entries beyond stay native), ``first_split``:
+    whether this is a product's first (``support.k_classes``' ``progress``); where the split is
+    taken, ``c`` is a ``_KSplit``."""
     native_mask = prescale = patch = None
     if isinstance(request, SCHEMES):
         scheme = request
@@ -310,7 +319,7 @@ def _emulate(
         shown = native_mask if fold is None or native_mask is None else fold(native_mask)
         count = 0 if native_mask is None else int(xp.count_nonzero(shown))
         if count and k_split:
-            classes = support.k_classes(xp, ar, ai, br, bi, native_mask, k_split == K_SPLITS)
+            classes = support.k_classes(xp, ar, ai, br, bi, native_mask, first_split)
             if classes is not None and (
                 not performant or _planner.k_split_faster(
                     backend.name, scheme, dtype_name, m, n, [c.shape[0] for c in classes]
@@ -378,14 +387,17 @@ class _KSplit(NamedTuple):
     classes: list
 
 
-def _k_split(xp, backend, a, b, request, cfg, out, classes, plan, k_splits, native_out=None):
+def _k_split(
+    xp, backend, a, b, request, cfg, out, classes, plan, k_splits, native_out=None, prepared=False
+):  # fmt: skip
     """The product as the sum of its contraction classes' products ``a[:, K_c] @ b[K_c, :]``
     (``support``), each run at ``request`` with its own scaling vectors and certificate
     (``strategy="eager"``: the split was chosen against the native product already; a class
     with entries beyond its certificate splits again while ``k_splits`` > 0), as double-double
     and summed in double-double before one rounding to the output. Returns ``(c, plan)``; the
     plan names the classes, their schemes and their native entries (an entry native in some
-    class's product is counted once; ``native_out`` as ``_product``'s)."""
+    class's product is counted once; ``native_out`` as ``_product``'s). ``prepared``: whether
+    an operand was prepared (the classes' products make their own pieces; the plan says so)."""
     total = native = None
     schemes, gemms, again = [], 0, False
     sub_cfg = replace(cfg, strategy="eager")
@@ -424,9 +436,7 @@ def _k_split(xp, backend, a, b, request, cfg, out, classes, plan, k_splits, nati
             f"precision: {plan.native_entries} entries beyond every class's certificate "
             "computed natively"
         )
-        with quiet():
-            nat = stages(backend).native_matmul(a, b)
-        total = (xp.where(native, nat, total[0]), xp.where(native, 0.0, total[1]))
+        total = _with_native(xp, stages(backend), a, b, total, native)
     if native_out is not None:
         native_out.append(native)
     sizes = ", ".join(str(int(idx.shape[0])) for idx in classes)
@@ -435,6 +445,11 @@ def _k_split(xp, backend, a, b, request, cfg, out, classes, plan, k_splits, nati
         f"side) run as the sum of the contraction index's {len(classes)} classes' products "
         f"(k = {sizes}{'; a class split again' if again else ''}; docs/precision.md)"
     )
+    if prepared:
+        plan.notes.append(
+            "prepared operands: the contraction split's classes quantize their own column/row "
+            "subsets (the prepared pieces serve the whole product only)"
+        )
     if out == "dd":
         return total, plan
     return total[0], plan

@@ -24,8 +24,9 @@ native product.
 
 from __future__ import annotations
 
-# Beyond entries whose sides vote (evenly spaced in flat order): a symmetry's entries all show
-# the same split, so a few dozen settle it
+# Beyond entries whose sides vote (sampled per row: evenly spaced rows holding such entries,
+# spread ranks within each): a symmetry's entries all show the same split, so a few dozen
+# settle it
 VOTERS = 64
 # An index votes for a sampled entry where the larger of its two normalized magnitudes is
 # within this many bits of its line's largest (a term that matters) and the smaller lies at
@@ -57,7 +58,8 @@ def _normalized_log2(xp, re, im, axis):
 
 def k_classes(xp, ar, ai, br, bi, beyond, progress=True):
     """The two classes of the contraction index of a 2-D product with entries ``beyond`` its
-    certificate, or None where the votes leave one class empty.
+    certificate, or None where the split would not help (too few sampled entries fixed, or for
+    a first split a poor fit) or the votes leave one class empty.
 
     Parameters
     ----------

@@ -208,3 +208,18 @@ def test_levels_above_float64_split_too(precision):
     assert plan.native_entries == 0 and "symmetry zeros" in str(plan), plan
     got, own = bits(c, a, b, ref), bits(level, a, b, ref)
     assert all(got[m] >= own[m] for m in MEASURES), (got, own)
+
+
+def test_prepared_operands_split_as_unprepared_and_say_so():
+    """A prepared operand takes the same split (bit-identical result), and the plan says the
+    classes' products make their own pieces."""
+    rng = np.random.default_rng(11)
+    a, b, _ = mirrored(rng, 32, 80, 40, 1)
+    plain, plan = run(a, b)
+    assert "symmetry zeros" in str(plan) and plan.native_entries == 0, plan
+    with emulinalg.config(strategy="eager"):
+        c = emulinalg.matmul(emulinalg.prepare(a), b)
+    got = emulinalg.last_plan()
+    assert np.array_equal(c, plain)
+    assert "symmetry zeros" in str(got) and got.native_entries == 0, got
+    assert "the prepared pieces serve the whole product only" in str(got), got
