@@ -43,6 +43,9 @@ MIN_FIXED = 0.5
 # A product's first split is also taken where the median over the sampled entries of the
 # share of their informed indices that the classes put on their side reaches MIN_FIT
 MIN_FIT = 0.7
+# Rows and columns holding beyond entries (evenly spaced, at most this many of each) whose
+# largest normalized magnitudes decide the indices no sampled entry informs
+SPREAD = 1024
 # log2 of a zero magnitude, below every subnormal
 _ZERO_LOG2 = -1100.0
 
@@ -104,9 +107,17 @@ def k_classes(xp, ar, ai, br, bi, beyond, progress=True):
     ref = int(xp.argmax(xp.sum(xp.abs(side), axis=-1)))  # the entry most indices inform
     agree = xp.sign(xp.sum(side * side[ref], axis=-1))[:, None]  # each entry's sides, as ref's
     votes = xp.sum(agree * side, axis=-2)  # (k,)
-    # an index no term that matters informs (small on both sides, e.g. a weak integral against
-    # noise) still goes where its clear gaps put it: in the other class its small value would
-    # set the scaling of a line that is noise there
+    if bool(xp.any(votes == 0)) and bool(xp.all(agree == agree[0])):
+        # an index no sampled entry informs may matter in rows or columns not sampled (a pair
+        # of distant functions: its integrals small in most rows): the largest normalized
+        # magnitudes over many held rows and columns decide it where they differ clearly (with
+        # the sampled entries' orientation; mixed orientations, e.g. two planes, skip this)
+        spread = _spread_votes(xp, ar, ai, br, bi, beyond, held_rows, xp.nonzero(votes == 0)[0])
+        votes = xp.where(votes != 0, votes, agree[0] * spread)
+    if bool(xp.any(votes == 0)):
+        votes = xp.where(votes != 0, votes, _quiet_votes(xp, la, lb, agree, votes))
+    # an index still uninformed goes where its clear gaps put it: in the other class its small
+    # value would set the scaling of a line that is noise there
     weak = xp.sum(agree * xp.where(clear, xp.sign(gap), 0.0), axis=-2)
     votes = xp.where(votes != 0, votes, weak)
     # A split helps an entry where, in each class, the largest terms' magnitudes (row max times
@@ -139,6 +150,49 @@ def k_classes(xp, ar, ai, br, bi, beyond, progress=True):
     if fit.shape[0] == 0 or float(fit[fit.shape[0] // 2]) < MIN_FIT:
         return None
     return _classes(xp, votes)
+
+
+def _quiet_votes(xp, la, lb, agree, votes):
+    """Votes (k,) for indices small on both sides in every sampled entry (a pair of distant
+    functions: its integrals and its density noise-sized): each entry prefers the class where
+    the index stays below the class's largest magnitude on that class's noise side (its row's
+    where the row is the noise side, its column's where the column is), by at least NOISE_GAP
+    bits; in the other class the index would set the scaling of a noise line."""
+    oriented = agree * votes  # (voters, k): > 0 where the entry's column is the noise side
+    noise_row = xp.max(xp.where(oriented < 0, la, _ZERO_LOG2), axis=-1, keepdims=True)
+    noise_col = xp.max(xp.where(oriented > 0, lb, _ZERO_LOG2), axis=-1, keepdims=True)
+    over_row, over_col = la - noise_row, lb - noise_col  # how far the index would raise each
+    prefer = over_row - over_col  # > 0: the class where the column is the noise side
+    harm = (xp.maximum(over_row, over_col) > 0) & (xp.abs(prefer) >= NOISE_GAP)
+    return xp.sum(agree * xp.where(harm, xp.sign(prefer), 0.0), axis=-2)
+
+
+def _spread_votes(xp, ar, ai, br, bi, beyond, held_rows, idx):
+    """Votes (k,) for the indices ``idx`` from up to ``SPREAD`` held rows and columns: the sign
+    of the gap between the largest normalized magnitude over those rows of A and over those
+    columns of B, where the gap is at least ``NOISE_GAP`` bits and the larger side significant
+    (0 elsewhere; > 0: B's side is the noise side, as ``gap`` in ``k_classes``)."""
+    held_cols = xp.nonzero(xp.any(beyond, axis=-2))[0]
+    rows = held_rows[:: max(1, held_rows.shape[0] // SPREAD)][:SPREAD]
+    cols = held_cols[:: max(1, held_cols.shape[0] // SPREAD)][:SPREAD]
+
+    def top(re, im, lines, axis):
+        # the largest normalized magnitude at ``idx`` over ``lines`` (log2; _ZERO_LOG2 for 0)
+        re = xp.take(re, lines, axis=axis)
+        im = None if im is None else xp.take(im, lines, axis=axis)
+        mag = xp.abs(re) if im is None else xp.maximum(xp.abs(re), xp.abs(im))
+        line_max = xp.max(mag, axis=1 - axis, keepdims=True)
+        rel = xp.take(mag, idx, axis=1 - axis) / xp.where(line_max > 0, line_max, 1.0)
+        best = xp.max(rel, axis=axis)
+        return xp.where(best > 0, xp.log2(xp.where(best > 0, best, 1.0)), _ZERO_LOG2)
+
+    la = top(ar, ai, rows, 0)
+    lb = top(br, bi, cols, 1)
+    gap = la - lb
+    decided = (xp.abs(gap) >= NOISE_GAP) & (xp.maximum(la, lb) >= -SIGNIFICANT_BITS)
+    votes = xp.zeros(ar.shape[-1], dtype=gap.dtype)
+    votes[idx] = xp.where(decided, xp.sign(gap), 0.0)
+    return votes
 
 
 def _classes(xp, votes):

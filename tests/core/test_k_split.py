@@ -223,3 +223,47 @@ def test_prepared_operands_split_as_unprepared_and_say_so():
     assert np.array_equal(c, plain)
     assert "symmetry zeros" in str(got) and got.native_entries == 0, got
     assert "the prepared pieces serve the whole product only" in str(got), got
+
+
+def stray_pairs(rng, m=300, k=120, hidden=12, sampled_scale=2.0**-60, everywhere=False):
+    """``(a, b, pk, beyond)``: a Coulomb-like product (A's row i of parity q_i has zeros at
+    indices of the other parity, B a column whose odd-parity entries are noise): the rows of
+    parity 1 are beyond one product's certificate. ``hidden`` odd indices are significant in
+    A only in rows that ``k_classes``' sampled entries skip (``sampled_scale`` times random in
+    the sampled rows and half the others, or, ``everywhere``, in every row)."""
+    q = np.arange(m) % 2
+    pk = rng.integers(0, 2, k)
+    a = rng.standard_normal((m, k)) * (q[:, None] == pk[None, :])
+    b = rng.standard_normal((k, 1))
+    b[pk == 1] *= 2.0**-52
+    beyond = np.broadcast_to((q == 1)[:, None], (m, 1))
+    held = np.nonzero(q == 1)[0]
+    step = max(1, held.shape[0] // support.VOTERS)
+    sampled = held[::step][: support.VOTERS]
+    others = np.setdiff1d(held, sampled)
+    odd = np.nonzero(pk == 1)[0][:hidden]
+    a[np.ix_(sampled, odd)] *= sampled_scale
+    a[np.ix_(others if everywhere else others[1::2], odd)] *= sampled_scale
+    return a, b, pk, beyond, odd
+
+
+@pytest.mark.parametrize(
+    "sampled_scale, everywhere", [(2.0**-60, False), (0.0, False), (2.0**-60, True)]
+)
+def test_indices_no_sampled_entry_informs_follow_the_held_lines(sampled_scale, everywhere):
+    """An odd index whose A entries are noise (or zero) in every sampled row but significant in
+    others, or noise in every row (a pair of distant functions in a Coulomb vector), goes to
+    the odd class, not with the even indices, whose rows are zero there: its terms would set
+    those rows' scaling and be noise beside the class's column maximum."""
+    rng = np.random.default_rng(5)
+    a, b, pk, beyond, _ = stray_pairs(rng, sampled_scale=sampled_scale, everywhere=everywhere)
+    classes = support.k_classes(xp, a, None, b, None, beyond)
+    assert classes is not None
+    got = [set(c.tolist()) for c in classes]
+    want = [set(np.nonzero(pk == pk[0])[0].tolist()), set(np.nonzero(pk != pk[0])[0].tolist())]
+    assert got == want
+    c, plan = run(a, b)
+    assert plan.native_entries == 0, plan
+    ref = exact_matmul(a, b)
+    got, native = bits(c, a, b, ref), bits(a @ b, a, b, ref)
+    assert all(got[n] >= native[n] for n in MEASURES), (got, native, str(plan))
