@@ -5,8 +5,9 @@ graph (``emulinalg/backends/dask/``) ask the same functions.
 - ``target_for``: the level's certificate form (strict l1 or the native form,
   ``algorithm.certificate``).
 - ``likely_faster`` / ``faster``: the performant verdict, from the backend's cost model
-  (``_cost``): before the statistics with the fewest moduli/slices the level can need (so a
-  product native wins anyway skips them), then with the count the certificate chose.
+  (``_cost``): before the statistics with the fewest moduli/slices the level can need (one
+  modulus more for Scheme II: a product native wins anyway skips them), then with the count
+  the certificate chose.
 - ``fixed_scheme``: the configurations a level takes without a certificate (k = 1).
 - ``needs_own_level`` / ``settle``: what the certificate's count and beyond-entries become:
   the level's count with its beyond entries native, or, above the dtype's own precision, the
@@ -75,8 +76,9 @@ def likely_faster(
     backend, backend_name, level, fam, dtype_name, m, n, k, batch=1, cert_k=None, outputs=None
 ):
     """``(faster, why)`` before any statistics: whether the fewest moduli/slices ``level`` can
-    need (``_cost.likely_count``, with the native form's weight as ``target_for`` gives it) are
-    predicted faster than native for a product (..., m, k) x (..., k, n). ``cert_k``: the inner
+    need (``_cost.likely_count``, with the native form's weight as ``target_for`` gives it; one
+    modulus more for Scheme II) are predicted faster than native for a product (..., m, k) x
+    (..., k, n). ``cert_k``: the inner
     dimension the certificate sees (None: ``k``; the dask graph certifies over the whole k and
     multiplies blocks of it). ``backend``: the module whose native error the weight models
     (None: the default), ``outputs`` the product's output entries (``certificate.native_error``)."""
@@ -84,6 +86,10 @@ def likely_faster(
     target = target_for(level, ck, backend, outputs)
     weight = target.weight if target.guarantee == "native" else None
     guess = _cost.likely_count(fam, level.bits, ck, weight)
+    if isinstance(guess, OzakiII) and guess.moduli < MAX_MODULI:
+        # one modulus of margin: the certificate often asks one more than the fewest, and a
+        # verdict the statistics turn round costs their time on top of the native product
+        guess = OzakiII(moduli=guess.moduli + 1, mode=guess.mode)
     return faster(backend_name, guess, dtype_name, m, n, k, batch)
 
 

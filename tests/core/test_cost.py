@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import _cost
+from emulinalg import _cost, _planner
 from emulinalg.inputs import phi_matrix
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -354,3 +354,36 @@ def test_explain_returns_the_plan_of_the_call(op):
     assert plan.notes[0] == op and plan.scheme.startswith("OzakiII(")
     assert any("certified" in n for n in plan.notes)
     assert not isinstance(fn(a, b, explain=False, **kw), tuple)
+
+
+class _CountModel:
+    """A cost model whose emulated time is the count of moduli (seconds) and native time
+    ``native``."""
+
+    source = "test"
+
+    def __init__(self, native):
+        self.native = native
+
+    def emulated_seconds(self, scheme, *args):
+        return float(scheme.moduli)
+
+    def native_seconds(self, *args):
+        return self.native
+
+
+@pytest.mark.parametrize("margin, faster", [(0.5, False), (1.5, True)])
+def test_performant_asks_one_modulus_of_margin_before_the_statistics(monkeypatch, margin, faster):
+    """Before any statistics the verdict is asked for one modulus more than the fewest the
+    level can need: where only the fewest beat native, the statistics (which usually find that
+    one more is needed, then end in the native product) are skipped."""
+    from emulinalg._precision import level_for_dtype
+
+    level, k = level_for_dtype("float64"), 4096
+    target = _planner.target_for(level, k, None, None)
+    weight = target.weight if target.guarantee == "native" else None
+    fewest = _cost.likely_count("ozaki2", level.bits, k, weight).moduli
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name: _CountModel(fewest + margin))
+    ok, why = _planner.likely_faster(None, "test", level, "ozaki2", "float64", 512, 512, k)
+    assert ok is faster
+    assert f"OzakiII(moduli={fewest + 1}, mode=accurate) predicted" in why
