@@ -46,6 +46,8 @@ MIN_FIT = 0.7
 # Rows and columns holding beyond entries (evenly spaced, at most this many of each) whose
 # largest normalized magnitudes decide the indices no sampled entry informs
 SPREAD = 1024
+# Entries of those lines read at once (bounds the memory of that pass for long lines)
+SPREAD_ENTRIES = 2**24
 # log2 of a zero magnitude, below every subnormal
 _ZERO_LOG2 = -1100.0
 
@@ -177,13 +179,19 @@ def _spread_votes(xp, ar, ai, br, bi, beyond, held_rows, idx):
     cols = held_cols[:: max(1, held_cols.shape[0] // SPREAD)][:SPREAD]
 
     def top(re, im, lines, axis):
-        # the largest normalized magnitude at ``idx`` over ``lines`` (log2; _ZERO_LOG2 for 0)
-        re = xp.take(re, lines, axis=axis)
-        im = None if im is None else xp.take(im, lines, axis=axis)
-        mag = xp.abs(re) if im is None else xp.maximum(xp.abs(re), xp.abs(im))
-        line_max = xp.max(mag, axis=1 - axis, keepdims=True)
-        rel = xp.take(mag, idx, axis=1 - axis) / xp.where(line_max > 0, line_max, 1.0)
-        best = xp.max(rel, axis=axis)
+        # the largest normalized magnitude at ``idx`` over ``lines`` (log2; _ZERO_LOG2 for 0),
+        # a few lines at a time (each a whole row or column of the operand: k entries)
+        step = max(1, SPREAD_ENTRIES // re.shape[1 - axis])
+        best = None
+        for i in range(0, lines.shape[0], step):
+            part = lines[i : i + step]
+            mag = xp.abs(xp.take(re, part, axis=axis))
+            if im is not None:
+                mag = xp.maximum(mag, xp.abs(xp.take(im, part, axis=axis)))
+            line_max = xp.max(mag, axis=1 - axis, keepdims=True)
+            rel = xp.take(mag, idx, axis=1 - axis) / xp.where(line_max > 0, line_max, 1.0)
+            got = xp.max(rel, axis=axis)
+            best = got if best is None else xp.maximum(best, got)
         return xp.where(best > 0, xp.log2(xp.where(best > 0, best, 1.0)), _ZERO_LOG2)
 
     la = top(ar, ai, rows, 0)

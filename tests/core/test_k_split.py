@@ -267,3 +267,14 @@ def test_indices_no_sampled_entry_informs_follow_the_held_lines(sampled_scale, e
     ref = exact_matmul(a, b)
     got, native = bits(c, a, b, ref), bits(a @ b, a, b, ref)
     assert all(got[n] >= native[n] for n in MEASURES), (got, native, str(plan))
+
+
+def test_held_lines_are_read_a_few_at_a_time(monkeypatch):
+    """The held lines' maxima read in pieces of a few lines (long contraction dimensions) give
+    the same classes as read at once."""
+    rng = np.random.default_rng(5)
+    a, b, _, beyond, _ = stray_pairs(rng, sampled_scale=0.0)
+    whole = support.k_classes(xp, a, None, b, None, beyond)
+    monkeypatch.setattr(support, "SPREAD_ENTRIES", 3 * a.shape[1] + 1)  # 3 rows, 1 column
+    pieces = support.k_classes(xp, a, None, b, None, beyond)
+    assert all(np.array_equal(x, y) for x, y in zip(whole, pieces, strict=True))
