@@ -140,8 +140,8 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
         return xp.matmul(a, b), plan
     performant = _planner.performant(cfg.strategy, request, real_name)
     if performant:
-        # Even the fewest moduli/slices the level can need (_planner.likely_faster) lose to
-        # native: skip the statistics.
+        # Even the fewest moduli/slices the level can need (plus one modulus: see
+        # _planner.likely_faster) lose to native: skip the statistics.
         ok, why = _planner.likely_faster(
             backend, backend.name, request, _planner.family(cfg.scheme), dtype_name, m, n, k,
             batch, outputs=batch * m * n,

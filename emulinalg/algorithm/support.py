@@ -16,10 +16,11 @@ The split is read off the entries beyond one product's certificate: for such an 
 ``l``, the side whose normalized magnitude (``|a_il| / max_l |a_il|``, ``|b_lj| / max_l |b_lj|``)
 is far below the other, itself significant, is the noise side; the sampled entries' sides,
 aligned with those of the entry most indices inform, vote each ``l`` into one of two classes
-(an index whose terms all are small votes by its clear gaps alone). Any split is only a
-proposal: each class's product is certified as any product is (a split the data do not follow
-costs time, never accuracy), and an entry its certificate cannot cover still comes from the
-native product.
+(an index no sampled entry informs goes by the held lines' largest magnitudes, else to the
+class where it stays below the class's noise-side maximum, else by its clear gaps). Any split
+is only a proposal: each class's product is certified as any product is (a split the data do
+not follow costs time, never accuracy), and an entry its certificate cannot cover still comes
+from the native product.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ MIN_FIT = 0.7
 # Rows and columns holding beyond entries (evenly spaced, at most this many of each) whose
 # largest normalized magnitudes decide the indices no sampled entry informs
 SPREAD = 1024
-# Entries of those lines read at once (bounds the memory of that pass for long lines)
+# Entries of those lines read at once (at least one whole line: the pass's temporaries are a
+# few times this, or a line's, whichever is larger)
 SPREAD_ENTRIES = 2**24
 # log2 of a zero magnitude, below every subnormal
 _ZERO_LOG2 = -1100.0
@@ -109,17 +111,22 @@ def k_classes(xp, ar, ai, br, bi, beyond, progress=True):
     ref = int(xp.argmax(xp.sum(xp.abs(side), axis=-1)))  # the entry most indices inform
     agree = xp.sign(xp.sum(side * side[ref], axis=-1))[:, None]  # each entry's sides, as ref's
     votes = xp.sum(agree * side, axis=-2)  # (k,)
-    if bool(xp.any(votes == 0)) and bool(xp.all(agree == agree[0])):
-        # an index no sampled entry informs may matter in rows or columns not sampled (a pair
-        # of distant functions: its integrals small in most rows): the largest normalized
-        # magnitudes over many held rows and columns decide it where they differ clearly (with
-        # the sampled entries' orientation; mixed orientations, e.g. two planes, skip this)
-        spread = _spread_votes(xp, ar, ai, br, bi, beyond, held_rows, xp.nonzero(votes == 0)[0])
-        votes = xp.where(votes != 0, votes, agree[0] * spread)
-    if bool(xp.any(votes == 0)):
-        votes = xp.where(votes != 0, votes, _quiet_votes(xp, la, lb, agree, votes))
-    # an index still uninformed goes where its clear gaps put it: in the other class its small
-    # value would set the scaling of a line that is noise there
+    # an index no sampled entry informs (not one whose votes tie: those keep the fallback below)
+    quiet = ~xp.any(informs, axis=-2)
+    if bool(xp.any(quiet)) and bool(xp.all(agree == agree[0])):
+        # it may matter in rows or columns not sampled (a pair of distant functions: its
+        # integrals small in most rows): the largest normalized magnitudes over many held rows
+        # and columns decide it where they differ clearly, with the sampled entries' one
+        # orientation (a Coulomb-type vector's; where the entries' orientations are mixed, as
+        # in most square products, this is skipped)
+        spread = _spread_votes(xp, ar, ai, br, bi, beyond, held_rows, xp.nonzero(quiet)[0])
+        votes = xp.where(quiet, agree[0] * spread, votes)
+        quiet = quiet & (votes == 0)
+    if bool(xp.any(quiet)):
+        votes = xp.where(quiet, _quiet_votes(xp, la, lb, agree, votes), votes)
+    # an index still without a vote (its votes tie, or nothing above placed it) goes where its
+    # clear gaps put it: in the other class its small value would set the scaling of a line
+    # that is noise there
     weak = xp.sum(agree * xp.where(clear, xp.sign(gap), 0.0), axis=-2)
     votes = xp.where(votes != 0, votes, weak)
     # A split helps an entry where, in each class, the largest terms' magnitudes (row max times

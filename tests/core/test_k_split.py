@@ -278,3 +278,20 @@ def test_held_lines_are_read_a_few_at_a_time(monkeypatch):
     monkeypatch.setattr(support, "SPREAD_ENTRIES", 3 * a.shape[1] + 1)  # 3 rows, 1 column
     pieces = support.k_classes(xp, a, None, b, None, beyond)
     assert all(np.array_equal(x, y) for x, y in zip(whole, pieces, strict=True))
+
+
+@pytest.mark.parametrize("seed, shape", [(9057, (17, 17, 5)), (9039, (96, 17, 96))])
+def test_tied_votes_do_not_take_the_uninformed_fallbacks(seed, shape):
+    """Three mirror planes: indices whose sampled votes tie (informed by some entries, +1 and -1
+    cancelling) keep the clear-gap votes; the fallbacks for indices nothing informs
+    (``_spread_votes``, ``_quiet_votes``) placed them so that no split was taken (52 and 4,647
+    native entries)."""
+    rng = np.random.default_rng(seed)
+    rng.choice([5, 17, 40, 64, 96, 150], 3)
+    noise = float(rng.choice([2.0**-52, 2.0**-45, 2.0**-60]))
+    a, b, _ = mirrored(rng, *shape, planes=3, noise=noise)
+    c, plan = run(a, b)
+    assert plan.native_entries == 0, plan
+    ref = exact_matmul(a, b)
+    got, native = bits(c, a, b, ref), bits(a @ b, a, b, ref)
+    assert all(got[n] >= native[n] for n in MEASURES), (got, native, str(plan))
