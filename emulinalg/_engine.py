@@ -110,7 +110,8 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
     ``k_splits``: how many times more entries beyond the certificate may split the contraction
     index (``_k_split``) before the native product supplies them (None: ``K_SPLITS``);
     ``native_out``: a list that an emulated product appends its native entries' mask to (None:
-    none; True: all)."""
+    none; True: all), leaving those entries to the caller (None: the native product fills
+    them here)."""
     dtype_name = _dtype_name(xp, a.dtype)
     real_name = REAL_DTYPE[dtype_name]
     if out == "dd" and real_name != "float64":
@@ -213,7 +214,8 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
         native_mask = bad if native_mask is None else (native_mask | bad)
     if native_mask is not None:
         plan.native_entries = int(xp.count_nonzero(native_mask))
-        c = _with_native(xp, backend, a, b, c, native_mask)
+        if native_out is None:  # else the caller (_k_split) takes them from its whole product
+            c = _with_native(xp, backend, a, b, c, native_mask)
     if native_out is not None:
         native_out.append(native_mask)
     return c, plan

@@ -25,6 +25,8 @@ from the native product.
 
 from __future__ import annotations
 
+from .scaling import magnitude
+
 # Beyond entries whose sides vote (sampled per row: evenly spaced rows holding such entries,
 # spread ranks within each): a symmetry's entries all show the same split, so a few dozen
 # settle it
@@ -54,13 +56,17 @@ SPREAD_ENTRIES = 2**24
 _ZERO_LOG2 = -1100.0
 
 
+def _log2(xp, x):
+    """log2 of nonnegative ``x``, ``_ZERO_LOG2`` for zeros."""
+    return xp.where(x > 0, xp.log2(xp.where(x > 0, x, 1.0)), _ZERO_LOG2)
+
+
 def _normalized_log2(xp, re, im, axis):
-    """log2 of the magnitudes (max(|re|, |im|)) over their lines' largest (lines along
+    """log2 of the magnitudes (``scaling.magnitude``) over their lines' largest (lines along
     ``axis``), ``_ZERO_LOG2`` for zeros (and every entry of a zero line)."""
-    mag = xp.abs(re) if im is None else xp.maximum(xp.abs(re), xp.abs(im))
+    mag = magnitude(xp, re, im)
     top = xp.max(mag, axis=axis, keepdims=True)
-    rel = mag / xp.where(top > 0, top, 1.0)
-    return xp.where(rel > 0, xp.log2(xp.where(rel > 0, rel, 1.0)), _ZERO_LOG2)
+    return _log2(xp, mag / xp.where(top > 0, top, 1.0))
 
 
 def k_classes(xp, ar, ai, br, bi, beyond, progress=True):
@@ -192,14 +198,13 @@ def _spread_votes(xp, ar, ai, br, bi, beyond, held_rows, idx):
         best = None
         for i in range(0, lines.shape[0], step):
             part = lines[i : i + step]
-            mag = xp.abs(xp.take(re, part, axis=axis))
-            if im is not None:
-                mag = xp.maximum(mag, xp.abs(xp.take(im, part, axis=axis)))
+            mag = magnitude(xp, xp.take(re, part, axis=axis),
+                            None if im is None else xp.take(im, part, axis=axis))  # fmt: skip
             line_max = xp.max(mag, axis=1 - axis, keepdims=True)
             rel = xp.take(mag, idx, axis=1 - axis) / xp.where(line_max > 0, line_max, 1.0)
             got = xp.max(rel, axis=axis)
             best = got if best is None else xp.maximum(best, got)
-        return xp.where(best > 0, xp.log2(xp.where(best > 0, best, 1.0)), _ZERO_LOG2)
+        return _log2(xp, best)
 
     la = top(ar, ai, rows, 0)
     lb = top(br, bi, cols, 1)
