@@ -2,7 +2,7 @@
 per row cuBLAS before, the default level (strategy "eager"; with ``--default`` also the default
 strategy, which may take cuBLAS), GEMMul8's accurate mode at the level's count and one below,
 cuBLAS after; effective bits of each against the exact product of the first ``--ref-rows`` rows
-and ``--ref-cols`` columns (computed on the host while the GPU times); and the row's
+and ``--ref-cols`` columns (computed on the host before anything is timed); and the row's
 zero-overhead bound: the level's INT8 GEMMs (3 per modulus for complex, 3M) at the INT8 rate of
 one N x N x N GEMM of full-range int8 planes timed in the same row (the fused kernel's INT32
 epilogue where it runs). One JSON line per row. GEMMul8 is a measuring stick, loaded from
@@ -124,12 +124,14 @@ def main():
         for spec in args.rows.split(","):
             dt, phi, *size = spec.split(":")
             rows.append((dt, int(size[0]) if size else DEFAULT_N[dt], float(phi)))
-    # the host's references start before anything touches the GPU (forked workers)
+    # the host's references start before anything touches the GPU (forked workers) and are all
+    # done before the first timing: nothing else runs on the host while the device is timed
     with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
         refs = [pool.submit(_reference, *row, args.ref_rows, args.ref_cols) for row in rows]
-        g8 = gemmul8.load(args.g8)
-        for row, ref in zip(rows, refs):
-            emit(_row(g8, *row, ref.result(), args), args.out)
+        refs = [ref.result() for ref in refs]
+    g8 = gemmul8.load(args.g8)
+    for row, ref in zip(rows, refs):
+        emit(_row(g8, *row, ref, args), args.out)
 
 
 if __name__ == "__main__":

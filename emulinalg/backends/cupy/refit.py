@@ -1,11 +1,18 @@
-"""The refit's choice of entries in two passes over the output (``src_cuda/refit_pick.cu``; a
-third where a measure has more entries within the spread than the buffers hold, as a complex
-result's modulus does): the same entries as ``emulinalg.algorithm.refit.cancelled_entries``,
-whose generic code makes a dozen elementwise passes and scans over the output for it."""
+"""The refit's choice of entries in passes over the output (``src_cuda/refit_pick.cu``): the same
+entries as ``emulinalg.algorithm.refit.cancelled_entries``, whose generic code makes a dozen
+elementwise passes and scans over the output for it.
+
+Two passes: the smallest ratio per measure, then the selection of the entries within its spread;
+a third where a measure has more of those than the buffers hold, as a complex result's modulus
+does, with the spread narrowed (``refit.narrowed_threshold``). A real result of many rows takes
+one pass: the smallest ratio of every ``SAMPLE_STEP``-th row is at least the smallest one, so
+its spread holds the whole true spread and, as a real result's spread holds few entries, fits
+the buffers; the true smallest ratio, which is among them, then trims them to the true spread."""
 
 from __future__ import annotations
 
 import array_api_compat
+import array_api_compat.numpy as _npx
 import cupy as cp
 import numpy as np
 
@@ -17,6 +24,11 @@ from .kernels import _THREADS, _i32, _i64, _kernel, _tf, kernels_enabled
 CAP = 1 << 16
 _INF_BITS = 0x7FF0000000000000
 _MAX_BLOCKS = 132 * 16  # grid-stride loops: a few waves of the H200's 132 SMs
+# A real result's first pass reads every SAMPLE_STEP-th row (results of fewer rows than
+# 4 * SAMPLE_STEP take the two passes); the sample's smallest ratio is some 16x the smallest one
+# on random data, so its spread holds ~16 x 256 entries (a buffer overflow, which costs the
+# two passes again, needs one ~16x above that)
+SAMPLE_STEP = 16
 
 
 def refit_pick(parts, prescale, exclude=None, everything=False):
@@ -46,13 +58,15 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
         return None
     T = "double" if re.dtype == cp.float64 else "float"
     ex = np.uint64(0) if exclude is None else exclude.view(cp.uint8)  # null: none
-    grid = (min(_MAX_BLOCKS, -(-total // _THREADS)),)
     common = (re, im if cplx else re, a1, a2, b1, b2, ex, _i64(total), _i32(m), _i32(n))
-    low = cp.full(W, _INF_BITS, dtype=cp.uint64)
-    _kernel("refit_pick.cu", f"refit_low<{T}, {_tf(cplx)}>")(grid, (_THREADS,), (*common, low))
-    low_d = low.view(cp.float64)
-    # the spread's threshold on the device: the selection follows without a host round trip
-    thr = cp.where(low_d < np.inf, low_d * 2.0**_refit.REFIT_SPREAD_BITS, -1.0)
+    low_fn = _kernel("refit_pick.cu", f"refit_low<{T}, {_tf(cplx)}>")
+
+    def smallest(args):
+        """Per measure the smallest positive ratio of the entries ``args`` give (inf: none)."""
+        low = cp.full(W, _INF_BITS, dtype=cp.uint64)
+        low_fn(_grid(int(args[7])), (_THREADS,), (*args, low))
+        return low.view(cp.float64)
+
     counts = cp.zeros(2 * W, dtype=cp.uint64)
     zero_idx = cp.empty((W, CAP), dtype=cp.int64)
     cand_idx = cp.empty((W, CAP), dtype=cp.int64)
@@ -60,23 +74,41 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
     hist = cp.zeros((W, _refit.NARROW_BINS), dtype=cp.uint64)
     fn = _kernel("refit_pick.cu", f"refit_select<{T}, {_tf(cplx)}>")
 
-    def select(thr):
+    def select(thr, low):
         counts.fill(0)
         hist.fill(0)
-        fn(grid, (_THREADS,), (*common, thr, low_d, _i32(CAP), counts, zero_idx, cand_idx,
-                               cand_q, hist))  # fmt: skip
+        fn(_grid(total), (_THREADS,), (*common, thr, low, _i32(CAP), counts, zero_idx, cand_idx,
+                                       cand_q, hist))  # fmt: skip
         return counts.get()
 
-    got = select(thr)
+    if not cplx and m >= 4 * SAMPLE_STEP:
+        low = smallest(_sampled_rows(common, re, exclude))
+        got = select(_spread(low), low)
+        nz, nc = int(got[0]), int(got[1])
+        # none: no positive ratio in the sample (the sample's smallest is a candidate); more
+        # than the buffers hold: the bounded spread overflowed. Either way the two passes.
+        if 0 < nc <= CAP:
+            if nz > CAP:
+                return None
+            # a few thousand candidates: trimmed and chosen on the host (no launches to wait for)
+            q, idx, zero = cand_q[0, :nc].get(), cand_idx[0, :nc].get(), zero_idx[0, :nz].get()
+            keep = q <= q.min() * 2.0**_refit.REFIT_SPREAD_BITS  # the true smallest is among them
+            q, idx = q[keep], idx[keep]
+            order = np.argsort(idx)  # the buffers fill in any order
+            chosen = _refit.chosen(_npx, np.sort(zero), idx[order], q[order])
+            return cp.zeros(0, dtype=cp.int64) if chosen is None else cp.asarray(chosen)
+    low = smallest(common)
+    thr = _spread(low)
+    got = select(thr, low)
     over = [w for w in range(W) if got[2 * w + 1] > CAP]
     if over and got[0::2].max() <= CAP:  # candidates beyond the buffer: narrow the spread
-        bins, lows, thr = hist.get(), low_d.get(), thr.get()
+        bins, lows, thr = hist.get(), low.get(), thr.get()
         for w in over:
             narrowed = _refit.narrowed_threshold(lows[w], bins[w], CAP)
             if narrowed is None:
                 return None
             thr[w] = min(thr[w], narrowed)
-        got = select(cp.asarray(thr))
+        got = select(cp.asarray(thr), low)
     if got.max() > CAP:
         return None
     picks = []
@@ -87,3 +119,24 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
         picks.append(_refit.chosen(cxp, zero, cand_idx[w, :nc][order], cand_q[w, :nc][order]))
     chosen = _refit.union(cxp, picks)
     return cp.zeros(0, dtype=cp.int64) if chosen is None else chosen
+
+
+def _grid(entries):
+    return (min(_MAX_BLOCKS, -(-entries // _THREADS)),)
+
+
+def _spread(low):
+    """The spread's threshold per measure, low 2**REFIT_SPREAD_BITS (-1: none), on the device."""
+    return cp.where(low < np.inf, low * 2.0**_refit.REFIT_SPREAD_BITS, -1.0)
+
+
+def _sampled_rows(common, re, exclude):
+    """``refit_low``'s arguments ``common`` (a real result's) for every ``SAMPLE_STEP``-th row of
+    each matrix of the batch: those rows and their line factors copied contiguous."""
+    _, _, a1, a2, b1, b2, _, _, _, n = common
+    lead, m = re.shape[:-2], re.shape[-2]
+    rows = (slice(None),) * len(lead) + (slice(None, None, SAMPLE_STEP),)
+    sub = cp.ascontiguousarray(re[rows])
+    fa = [cp.ascontiguousarray(v.reshape(lead + (m,))[rows]).reshape(-1) for v in (a1, a2)]
+    ex = np.uint64(0) if exclude is None else cp.ascontiguousarray(exclude[rows]).view(cp.uint8)
+    return (sub, sub, fa[0], fa[1], b1, b2, ex, _i64(sub.size), _i32(sub.shape[-2]), n)

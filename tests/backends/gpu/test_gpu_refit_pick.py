@@ -87,3 +87,75 @@ def test_refit_pick_narrows_a_wide_spread(dtype, monkeypatch):
     got = cupy_refit.refit_pick(parts, pre, None, False)
     assert got is not None and want is not None
     assert cp.array_equal(got, want), (got, want)
+
+
+def _full_passes(monkeypatch):
+    """The launches of ``refit_pick``'s kernels over the whole output, by name (a list)."""
+    seen = []
+    real = cupy_refit._kernel
+
+    def counting(path, name):
+        fn = real(path, name)
+
+        def launch(grid, block, args):
+            seen.append((name.split("<")[0], int(args[7])))
+            return fn(grid, block, args)
+
+        return launch
+
+    monkeypatch.setattr(cupy_refit, "_kernel", counting)
+    return seen
+
+
+@pytest.mark.parametrize("exclude", [False, True])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_refit_pick_reads_a_real_result_once(dtype, exclude, monkeypatch):
+    """A real result of many rows: the smallest ratio of every SAMPLE_STEP-th row bounds the
+    spread, one selection pass over the output gives the generic choice."""
+    parts, pre = _case(dtype, (2,), True, True)
+    ex = None
+    if exclude:
+        ex = cp.zeros(parts[0].shape, dtype=cp.bool_)
+        ex[..., ::3, ::5] = True
+    want = refit.cancelled_entries(cxp, parts, pre, ex)
+    seen = _full_passes(monkeypatch)
+    got = cupy_refit.refit_pick(parts, pre, ex, False)
+    assert want is not None and cp.array_equal(got, want), (got, want)
+    total = parts[0].size
+    assert [s for s in seen if s[1] == total] == [("refit_select", total)]
+    assert ("refit_low", -(-70 // cupy_refit.SAMPLE_STEP) * 52 * 2) in seen
+
+
+def test_refit_pick_two_passes_without_a_sampled_ratio(monkeypatch):
+    """The sampled rows hold no positive ratio (zeros there): the selection finds no candidate,
+    then the smallest ratio of the whole output and the selection again give the generic
+    choice."""
+    parts, pre = _case("float64", (), False, False)
+    parts[0][:: cupy_refit.SAMPLE_STEP] = 0
+    want = refit.cancelled_entries(cxp, parts, pre, None)
+    seen = _full_passes(monkeypatch)
+    got = cupy_refit.refit_pick(parts, pre, None, False)
+    assert want is not None and cp.array_equal(got, want), (got, want)
+    total = parts[0].size
+    assert [s[0] for s in seen if s[1] == total] == ["refit_select", "refit_low", "refit_select"]
+
+
+def test_refit_pick_two_passes_where_the_bounded_spread_overflows(monkeypatch):
+    """More entries within the sample's spread than the buffers hold, but not within the true
+    one: the two passes give the generic choice."""
+    parts, pre = _case("float64", (), False, False)
+    q = refit.cancel_ratios(cxp, parts, pre)[0].reshape(-1)
+    pos = q[q > 0]
+    spread = 2.0**refit.REFIT_SPREAD_BITS
+    true_n = int(cp.count_nonzero(pos <= float(cp.min(pos)) * spread))
+    m = parts[0].shape[0]
+    sample = q.reshape(m, -1)[:: cupy_refit.SAMPLE_STEP].reshape(-1)
+    bounded_n = int(cp.count_nonzero((q > 0) & (q <= float(cp.min(sample[sample > 0])) * spread)))
+    assert true_n < bounded_n  # the case separates the two
+    monkeypatch.setattr(cupy_refit, "CAP", true_n)
+    want = refit.cancelled_entries(cxp, parts, pre, None)
+    seen = _full_passes(monkeypatch)
+    got = cupy_refit.refit_pick(parts, pre, None, False)
+    assert want is not None and cp.array_equal(got, want), (got, want)
+    total = parts[0].size
+    assert [s[0] for s in seen if s[1] == total] == ["refit_select", "refit_low", "refit_select"]
