@@ -14,7 +14,7 @@ from typing import Any, Literal, overload
 import array_api_compat
 
 from . import _engine, _prepared
-from ._config import get_config
+from ._config import get_config, one_reading
 from ._plan import Plan, clear, last_plan, record
 from ._precision import Precision, Request, parse
 from ._prepared import Array, Prepared
@@ -59,7 +59,7 @@ def _namespace_of(arrays, op):
         raise TypeError(f"{op}: operands come from different array libraries ({e})") from None
     for x in arrays:
         try:
-            ok = xp.isdtype(x.dtype, _KINDS)
+            ok = _kind_in(xp, x.dtype, "biufc", _KINDS)
         except (TypeError, ValueError):
             ok = False
         if not ok:
@@ -92,7 +92,7 @@ def _gemm(xp, a, b, request, op, prepared=(None, None), layouts=(None, None)):
     them (``Prepared.side``'s key)."""
     dt = a.dtype
     compute = dt
-    name = getattr(dt, "name", str(dt))  # numpy dtypes (numpy, dask) and cupy's
+    name = dt.name if hasattr(dt, "name") else str(dt)  # numpy dtypes (numpy, dask) and cupy's
     backend = _backend(xp)
     sides = _prepared.sides(prepared, layouts, op, request, name, backend, a, b)
     if name == "float16":  # computed at the float32 level, rounded like native
@@ -174,7 +174,16 @@ def _explained(out, explain):
 
 
 def _floating(xp, dt):
-    return xp.isdtype(dt, ("real floating", "complex floating"))
+    return _kind_in(xp, dt, "fc", ("real floating", "complex floating"))
+
+
+def _kind_in(xp, dt, kinds, names):
+    """``xp.isdtype(dt, names)`` from the dtype's one-letter kind where it has one (numpy's and
+    cupy's dtypes: ``kinds``, e.g. "fc"), which is a few times faster."""
+    kind = getattr(dt, "kind", None)
+    if isinstance(kind, str) and len(kind) == 1:
+        return kind in kinds
+    return xp.isdtype(dt, names)
 
 
 @overload
@@ -195,6 +204,7 @@ def matmul(
     precision: Precision = ...,
     explain: Literal[True],
 ) -> tuple[Array, Plan]: ...
+@one_reading
 def matmul(
     x1: Any, x2: Any, /, *, precision: Precision = None, explain: bool = False
 ) -> Any:  # the overloads above are the signature callers see
@@ -311,6 +321,7 @@ def tensordot(
     precision: Precision = ...,
     explain: Literal[True],
 ) -> tuple[Array, Plan]: ...
+@one_reading
 def tensordot(
     x1: Any,
     x2: Any,
@@ -436,6 +447,7 @@ def vecdot(
     precision: Precision = ...,
     explain: Literal[True],
 ) -> tuple[Array, Plan]: ...
+@one_reading
 def vecdot(
     x1: Any, x2: Any, /, *, axis: int = -1, precision: Precision = None, explain: bool = False
 ) -> Any:

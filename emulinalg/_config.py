@@ -3,9 +3,10 @@ and the environment variables, read here and nowhere else in the package.
 
 The environment gives the defaults of the :class:`Config` fields below; ``config()`` blocks
 override ``precision``, ``strategy`` and ``scheme`` on top of them. The variables are read
-whenever the config is asked for (:func:`get_config`, at least once per product), so a variable
-set before a call counts for it, also inside a ``config()`` block and in worker threads (dask's
-scheduler), which start from these defaults.
+whenever the config is asked for (:func:`get_config`), once per call of ``matmul``,
+``tensordot`` or ``vecdot`` (``one_reading``: the steps of a call all see the values it started
+with), so a variable set before a call counts for it, also inside a ``config()`` block and in
+worker threads (dask's scheduler), which start from these defaults.
 
 ``EMULINALG_AMX`` (field ``amx``)
     Unset (the default) or "1": numpy arrays take the amx backend where AMX is usable; "0"
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -75,6 +77,14 @@ _CONFIG: contextvars.ContextVar[tuple[tuple[str, Any], ...]] = contextvars.Conte
 )
 
 
+# The config a product call read when it started (``one_reading``); None outside calls. A call's
+# steps ask for the config a dozen times: one reading keeps the environment off the host path
+# of each step (what a small product that goes native pays on top of the native one).
+_CALL: contextvars.ContextVar[Config | None] = contextvars.ContextVar(
+    "emulinalg_call_config", default=None
+)
+
+
 def get_config() -> Config:
     """The defaults in force in this thread / asyncio task.
 
@@ -87,7 +97,27 @@ def get_config() -> Config:
         ``cupy_kernels``, ``fused``, ``dask_mode``; the module ``emulinalg._config`` says what
         each variable means).
     """
+    read = _CALL.get()
+    if read is not None:
+        return read
     return Config(**from_environ(), **dict(_CONFIG.get()))
+
+
+def one_reading(fn):
+    """Decorator of the product calls: ``get_config`` reads the environment and the ``config()``
+    blocks once per outermost call (per thread / task) and gives every step of it that reading."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if _CALL.get() is not None:  # an inner call: the outer one's reading
+            return fn(*args, **kwargs)
+        token = _CALL.set(get_config())
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _CALL.reset(token)
+
+    return call
 
 
 # "not given" (None is a precision); typed Any so that it can default the typed parameters
@@ -139,7 +169,9 @@ def config(
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
         changes["scheme"] = scheme
     token = _CONFIG.set(tuple(changes.items()))
+    reading = _CALL.set(None)  # a block inside a call (a callback) takes effect there too
     try:
         yield get_config()
     finally:
+        _CALL.reset(reading)
         _CONFIG.reset(token)

@@ -20,6 +20,7 @@ replaced per backend with ``set_cost_model``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -141,6 +142,7 @@ def _flops(dtype: str, m: int, n: int, k: int, batch: int) -> int:
     return 2 * m * n * k * batch * (4 if dtype.startswith("complex") else 1)
 
 
+@functools.lru_cache(maxsize=1024)  # asked before every performant product
 def likely_count(
     family: str, bits: float, k: int, weight: float | None = None
 ) -> OzakiI | OzakiII:

@@ -246,6 +246,36 @@ def test_environment_is_read_when_the_config_is_asked_for(monkeypatch):
     assert emulinalg.backends.for_namespace(np).name == "numpy"
 
 
+def test_a_call_reads_the_config_once(monkeypatch):
+    """The steps of one product call see the values the call started with (the config is read
+    once per call, ``_config.one_reading``), a ``config()`` block entered inside the call
+    counts there, and the next call reads the environment again."""
+    from emulinalg import _config
+
+    monkeypatch.delenv("EMULINALG_DASK_MODE", raising=False)
+    seen = []
+
+    @_config.one_reading
+    def call(inner=False):
+        seen.append(emulinalg.get_config().dask_mode)
+        monkeypatch.setenv("EMULINALG_DASK_MODE", "dd")  # changed during the call
+        seen.append(emulinalg.get_config().dask_mode)
+        with emulinalg.config(strategy="eager"):
+            cfg = emulinalg.get_config()
+            seen.append((cfg.strategy, cfg.dask_mode))
+        if not inner:
+            call(inner=True)  # an inner call: the outer one's reading
+        return emulinalg.get_config().strategy
+
+    assert call() == "performant"
+    assert seen == [None, None, ("eager", "dd"), None, None, ("eager", "dd")]
+    assert emulinalg.get_config().dask_mode == "dd"  # after the call: read again
+    # the product calls take one reading: a variable set before the call counts for it
+    monkeypatch.setenv("EMULINALG_AMX", "0")
+    assert np.array_equal(emulinalg.matmul(A, B), np.matmul(A, B))
+    assert emulinalg.last_plan().backend == "numpy"
+
+
 def test_only_the_config_reads_the_environment():
     """The library's modules read ``emulinalg.get_config()``, not ``os.environ``."""
     from pathlib import Path
