@@ -126,12 +126,9 @@ def test_refit_pick_reads_a_real_result_once(dtype, exclude, monkeypatch):
     assert ("refit_low", -(-70 // cupy_refit.SAMPLE_STEP) * 52 * 2) in seen
 
 
-def test_refit_pick_two_passes_without_a_sampled_ratio(monkeypatch):
-    """The sampled rows hold no positive ratio (zeros there): the selection finds no candidate,
-    then the smallest ratio of the whole output and the selection again give the generic
-    choice."""
-    parts, pre = _case("float64", (), False, False)
-    parts[0][:: cupy_refit.SAMPLE_STEP] = 0
+def _takes_two_passes(parts, pre, monkeypatch):
+    """``refit_pick`` gives the generic choice after the bounded selection, the smallest ratio of
+    the whole output and the selection again."""
     want = refit.cancelled_entries(cxp, parts, pre, None)
     seen = _full_passes(monkeypatch)
     got = cupy_refit.refit_pick(parts, pre, None, False)
@@ -140,9 +137,17 @@ def test_refit_pick_two_passes_without_a_sampled_ratio(monkeypatch):
     assert [s[0] for s in seen if s[1] == total] == ["refit_select", "refit_low", "refit_select"]
 
 
+def test_refit_pick_two_passes_without_a_sampled_ratio(monkeypatch):
+    """The sampled rows hold no positive ratio (zeros there): the bounded selection finds no
+    candidate."""
+    parts, pre = _case("float64", (), False, False)
+    parts[0][:: cupy_refit.SAMPLE_STEP] = 0
+    _takes_two_passes(parts, pre, monkeypatch)
+
+
 def test_refit_pick_two_passes_where_the_bounded_spread_overflows(monkeypatch):
     """More entries within the sample's spread than the buffers hold, but not within the true
-    one: the two passes give the generic choice."""
+    one."""
     parts, pre = _case("float64", (), False, False)
     q = refit.cancel_ratios(cxp, parts, pre)[0].reshape(-1)
     pos = q[q > 0]
@@ -153,9 +158,4 @@ def test_refit_pick_two_passes_where_the_bounded_spread_overflows(monkeypatch):
     bounded_n = int(cp.count_nonzero((q > 0) & (q <= float(cp.min(sample[sample > 0])) * spread)))
     assert true_n < bounded_n  # the case separates the two
     monkeypatch.setattr(cupy_refit, "CAP", true_n)
-    want = refit.cancelled_entries(cxp, parts, pre, None)
-    seen = _full_passes(monkeypatch)
-    got = cupy_refit.refit_pick(parts, pre, None, False)
-    assert want is not None and cp.array_equal(got, want), (got, want)
-    total = parts[0].size
-    assert [s[0] for s in seen if s[1] == total] == ["refit_select", "refit_low", "refit_select"]
+    _takes_two_passes(parts, pre, monkeypatch)
