@@ -179,9 +179,10 @@ def _floating(xp, dt):
 
 def _kind_in(xp, dt, kinds, names):
     """``xp.isdtype(dt, names)`` from the dtype's one-letter kind where it has one (numpy's and
-    cupy's dtypes: ``kinds``, e.g. "fc"), which is a few times faster."""
+    cupy's dtypes: ``kinds``, e.g. "fc"), which is a few times faster; dtypes numpy sees as
+    void (kind "V": structured, or another library's bfloat16 and float8) ask ``xp``."""
     kind = getattr(dt, "kind", None)
-    if isinstance(kind, str) and len(kind) == 1:
+    if isinstance(kind, str) and len(kind) == 1 and kind != "V":
         return kind in kinds
     return xp.isdtype(dt, names)
 

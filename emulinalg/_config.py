@@ -4,9 +4,10 @@ and the environment variables, read here and nowhere else in the package.
 The environment gives the defaults of the :class:`Config` fields below; ``config()`` blocks
 override ``precision``, ``strategy`` and ``scheme`` on top of them. The variables are read
 whenever the config is asked for (:func:`get_config`), once per call of ``matmul``,
-``tensordot`` or ``vecdot`` (``one_reading``: the steps of a call all see the values it started
-with), so a variable set before a call counts for it, also inside a ``config()`` block and in
-worker threads (dask's scheduler), which start from these defaults.
+``tensordot``, ``vecdot``, ``einsum`` or ``dot`` (``one_reading``: the steps of a call all see
+the values it started with; the chunk products of a dask result read them when it is computed),
+so a variable set before a call counts for it, also inside a ``config()`` block and in worker
+threads that do not copy the caller's context (they start from these defaults).
 
 ``EMULINALG_AMX`` (field ``amx``)
     Unset (the default) or "1": numpy arrays take the amx backend where AMX is usable; "0"

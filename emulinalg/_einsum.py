@@ -26,6 +26,7 @@ from ._api import (
     _precision,
     _prod,
 )
+from ._config import one_reading
 from ._plan import Plan, clear, last_plan
 from ._precision import Precision
 
@@ -51,6 +52,7 @@ def einsum(
     explain: Literal[True],
     optimize: bool | str | list = ...,
 ) -> tuple[Array, list[Plan]]: ...
+@one_reading
 def einsum(
     subscripts: str,
     /,
@@ -124,6 +126,7 @@ def dot(
 def dot(
     a: Array, b: Array, /, *, precision: Precision = ..., explain: Literal[True]
 ) -> tuple[Array, Plan]: ...
+@one_reading
 def dot(
     a: Any, b: Any, /, *, precision: Precision = None, explain: bool = False
 ) -> Any:  # the overloads above are the signature callers see

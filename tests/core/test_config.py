@@ -276,6 +276,27 @@ def test_a_call_reads_the_config_once(monkeypatch):
     assert emulinalg.last_plan().backend == "numpy"
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: emulinalg.matmul(A, B),
+        lambda: emulinalg.tensordot(A, B, axes=1),
+        lambda: emulinalg.vecdot(A, A),
+        lambda: emulinalg.einsum("ij,jk,kl->il", A, B, B.T),
+        lambda: emulinalg.dot(A, B),
+    ],
+    ids=["matmul", "tensordot", "vecdot", "einsum", "dot"],
+)
+def test_each_product_call_reads_the_environment_once(call, monkeypatch):
+    from emulinalg import _config
+
+    reads = []
+    real = _config.from_environ
+    monkeypatch.setattr(_config, "from_environ", lambda *a: reads.append(1) or real(*a))
+    call()
+    assert len(reads) == 1
+
+
 def test_only_the_config_reads_the_environment():
     """The library's modules read ``emulinalg.get_config()``, not ``os.environ``."""
     from pathlib import Path

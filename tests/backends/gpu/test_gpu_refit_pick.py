@@ -23,8 +23,8 @@ from emulinalg.backends.cupy import refit as cupy_refit  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 
-def _case(dtype, batch, zeros, nan):
-    m, k, n = 70, 40, 52
+def _case(dtype, batch, zeros, nan, m=70):
+    k, n = 40, 52
     cplx = dtype.startswith("complex")
     a = phi_matrix(batch + (m, k), 1.0, dtype, seed=3)
     b = phi_matrix(batch + (k, n), 1.0, dtype, seed=4)
@@ -46,8 +46,9 @@ def _case(dtype, batch, zeros, nan):
 @pytest.mark.parametrize("zeros,nan", [(False, False), (True, True)])
 @pytest.mark.parametrize("batch", [(), (3,)])
 @pytest.mark.parametrize("dtype", ["float64", "float32", "complex128", "complex64"])
-def test_refit_pick_is_the_generic_choice(dtype, batch, zeros, nan, exclude):
-    parts, pre = _case(dtype, batch, zeros, nan)
+@pytest.mark.parametrize("m", [70, 40])  # a real result: one pass from 64 rows on, else two
+def test_refit_pick_is_the_generic_choice(dtype, batch, zeros, nan, exclude, m):
+    parts, pre = _case(dtype, batch, zeros, nan, m)
     ex = None
     if exclude:
         ex = cp.zeros(parts[0].shape, dtype=cp.bool_)
