@@ -287,7 +287,7 @@ def test_tied_votes_do_not_take_the_uninformed_fallbacks(seed, shape):
     (``_spread_votes``, ``_quiet_votes``) placed them so that no split was taken (52 and 4,647
     native entries)."""
     rng = np.random.default_rng(seed)
-    rng.choice([5, 17, 40, 64, 96, 150], 3)
+    rng.choice([5, 17, 40, 64, 96, 150], 3)  # the sweep drew the shape here: same noise, operands
     noise = float(rng.choice([2.0**-52, 2.0**-45, 2.0**-60]))
     a, b, _ = mirrored(rng, *shape, planes=3, noise=noise)
     c, plan = run(a, b)
