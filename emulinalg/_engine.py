@@ -148,6 +148,7 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
             batch, outputs=batch * m * n,
         )  # fmt: skip
         if not _record_verdict(plan, ok, why):
+            plan._shape_verdict = True
             return backend.native_matmul(a, b), plan
 
     # The output's memory first, as the native product takes it: an output that cannot be

@@ -44,6 +44,9 @@ class Plan:
     native_entries: int = 0
     notes: list[str] = field(default_factory=list)
     shape: tuple[int, ...] = ()
+    # set where the cost model sent the whole product to native before any statistics (a
+    # verdict of the call's shapes and config alone, which a repeated call may reuse: _api)
+    _shape_verdict: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def emulated(self) -> bool:

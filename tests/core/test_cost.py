@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import emulinalg
-from emulinalg import _cost, _planner
+from emulinalg import _api, _cost, _planner
 from emulinalg.inputs import phi_matrix
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -387,3 +387,52 @@ def test_performant_asks_one_modulus_of_margin_before_the_statistics(monkeypatch
     ok, why = _planner.likely_faster(None, "test", level, "ozaki2", "float64", 512, 512, k)
     assert ok is faster
     assert f"OzakiII(moduli={fewest + 1}, mode=accurate) predicted" in why
+
+
+@pytest.mark.usefixtures("numpy_backend")
+def test_a_repeated_call_reuses_the_native_verdict_of_its_shapes(monkeypatch):
+    # The cost model's verdict before the statistics depends on the call's shapes, dtype and
+    # config alone: a repeated call reuses it (no planner, no front end) until the model changes.
+    asked = []
+    likely = _planner.likely_faster
+
+    def counting(*args, **kwargs):
+        asked.append(args[5:8])  # m, n, k
+        return likely(*args, **kwargs)
+
+    monkeypatch.setattr(_planner, "likely_faster", counting)
+    monkeypatch.setattr(_api, "_VERDICTS", {})  # none from earlier tests
+    a = phi_matrix((24, 40), 1.0, seed=11)
+    b = phi_matrix((40, 16), 1.0, seed=12)
+    first = emulinalg.matmul(a, b)
+    plan = emulinalg.last_plan()
+    assert not plan.emulated and plan.fallback.startswith("performant: native")
+    assert asked == [(24, 16, 40)]
+    a2 = phi_matrix((24, 40), 1.0, seed=13)  # other values, the same signature
+    np.testing.assert_array_equal(emulinalg.matmul(a2, b), a2 @ b)
+    again = emulinalg.last_plan()
+    assert asked == [(24, 16, 40)]  # the verdict was reused
+    assert str(again) == str(plan) and again is not plan
+    again.notes.append("mine")  # each call's plan is its own
+    emulinalg.matmul(a, b)
+    assert "mine" not in emulinalg.last_plan().notes
+    np.testing.assert_array_equal(first, a @ b)
+    at = np.asfortranarray(a)  # another layout of the same shapes: the same verdict
+    np.testing.assert_array_equal(emulinalg.matmul(at, b), a @ b)
+    assert asked == [(24, 16, 40)]
+    emulinalg.matmul(a[:, :32], b[:32])  # other shapes: the planner decides
+    assert asked[-1] == (24, 16, 32)
+    with emulinalg.config(strategy="eager"):  # another config: not the native verdict
+        emulinalg.matmul(a, b)
+    assert emulinalg.last_plan().emulated
+    try:  # another cost model: decided again, now emulated
+        emulinalg.set_cost_model("numpy", int_gemm_ops=math.inf, entry_seconds=0.0)
+        emulinalg.matmul(a, b)
+        assert emulinalg.last_plan().emulated
+    finally:
+        emulinalg.set_cost_model("numpy")
+    n = len(asked)
+    emulinalg.matmul(a, b)  # the built-in model again: its verdict stands
+    assert not emulinalg.last_plan().emulated and len(asked) == n
+    emulinalg.matmul(a.astype(np.float32), b.astype(np.float32))  # another dtype
+    assert len(asked) == n + 1

@@ -36,11 +36,13 @@ STEP_US = 10.0
 BLOCKING = ("Synchronize", "cudaMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cudaFree", "cuMemFree")
 
 
-def _trace(fn):
-    """The chrome trace (dict) and wall ms of one call of ``fn`` (warmed up)."""
+def _trace(fn, stack=True):
+    """The chrome trace (dict) and wall ms of one call of ``fn`` (warmed up). ``stack``: with
+    the Python tracer (which slows the host; without it the idle time is the unperturbed one)."""
     fn()
     cp.cuda.Device().synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=acts, with_stack=stack, with_modules=False) as prof:
         t0 = time.perf_counter()
         with record_function("emulinalg-product"):
             fn()
@@ -67,6 +69,14 @@ def _short(name):
     return name
 
 
+def _kernel_name(name):
+    """A kernel's name without its argument list and template noise, short enough to read."""
+    name = name.split("(")[0]
+    if name.startswith("void "):
+        name = name[5:]
+    return "fused GEMM (CUTLASS)" if "cutlass" in name else name[:60]
+
+
 def analyse(trace, top=30):
     ev = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
     window = [e for e in ev if e.get("name") == "emulinalg-product"]
@@ -91,6 +101,19 @@ def analyse(trace, top=30):
         last = max(last, t)
     if w1 > last:
         gaps.append((last, w1))
+    # each gap by the device work on either side of it ("start"/"end": the product's edges)
+    named = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"]), _kernel_name(e["name"]))
+                   for e in ev
+                   if e.get("cat") in GPU_CATS and w0 <= float(e["ts"]) <= w1)  # fmt: skip
+    ends = sorted((t, n) for _, t, n in named)
+    end_ts, start_ts = [t for t, _ in ends], [s0 for s0, _, _ in named]
+    around = collections.Counter()
+    for g0, g1 in gaps:
+        i = bisect.bisect_right(end_ts, g0 + 1e-3) - 1
+        before = ends[i][1] if i >= 0 else "start"
+        j = bisect.bisect_left(start_ts, g1 - 1e-3)
+        after = named[j][2] if j < len(named) else "end"
+        around[f"{before} -> {after}"] += (g1 - g0) / 1e3
     py = sorted(
         ((float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"]) for e in ev
          if e.get("cat") == "python_function" and e.get("tid") == main_tid
@@ -153,6 +176,7 @@ def analyse(trace, top=30):
         "idle_ms": round((w1 - w0 - busy_us) / 1e3, 3),
         "gaps": len(gaps),
         "idle_by_gap_width_ms": {k: round(v, 3) for k, v in gap_hist.items()},
+        "idle_by_neighbours_ms": table(around),
         "launches": launches,
         "python_events": len(py),
         "idle_by_emulinalg_function_ms": table(own),
@@ -193,9 +217,17 @@ def main():
         call()
         cp.cuda.Device().synchronize()
         plain = 1e3 * (time.perf_counter() - t0)
+        bare, bare_wall = _trace(call, stack=False)
+        cuda_only = analyse(bare)
         trace, wall = _trace(call)
         rec = {"dtype": dt, "N": args.N, "phi": args.phi, "precision": args.precision,
                "wall_ms_unprofiled": round(plain, 2), "wall_ms_profiled": round(wall, 2),
+               "without_python_tracer": {
+                   "wall_ms": round(bare_wall, 2),
+                   **{k: cuda_only.get(k) for k in ("window_ms", "device_busy_ms", "idle_ms",
+                                                     "gaps", "idle_by_gap_width_ms",
+                                                     "idle_by_neighbours_ms")},
+               },
                **analyse(trace), "plan": str(plans[-1])[:400]}  # fmt: skip
         print(json.dumps(rec, indent=1), flush=True)
         if args.out:

@@ -184,3 +184,27 @@ def test_namespace_and_plan():
         c = xp.matmul(ga, ga)
     assert isinstance(c, cp.ndarray)
     assert emulinalg.last_plan().backend == "cupy"
+
+
+def test_default_reuses_the_native_verdict_of_its_shapes(monkeypatch):
+    # A repeated default call whose shapes the cost model sends to cuBLAS reuses that verdict
+    # (emulinalg._api: the host time a small native product pays); the result is cuBLAS's.
+    from emulinalg import _api, _planner
+
+    asked = []
+    likely = _planner.likely_faster
+    monkeypatch.setattr(
+        _planner, "likely_faster", lambda *a, **k: asked.append(1) or likely(*a, **k)
+    )
+    monkeypatch.setattr(_api, "_VERDICTS", {})
+    ga = cp.asarray(phi_matrix((48, 40), 1, seed=21))
+    gb = cp.asarray(phi_matrix((40, 24), 1, seed=22))
+    for _ in range(3):
+        c = emulinalg.matmul(ga, gb)
+        assert isinstance(c, cp.ndarray)
+        assert _bits_equal(cp.asnumpy(c), cp.asnumpy(cp.matmul(ga, gb)))
+        plan = emulinalg.last_plan()
+        assert (
+            plan.backend == "cupy" and not plan.emulated and plan.fallback.startswith("performant")
+        )
+    assert len(asked) == 1
