@@ -5,7 +5,10 @@ Python (validation, the plan, the cost model's verdict). Best of 7 rounds of 2,0
 one JSON line per library (the difference is ``overhead_us``). Issue #24 allows a default
 product at N = 4096 (2.4 ms of DGEMM on the H200) 3 % over native.
 
-    python docs/benchmarks/tools/call_overhead.py [--cupy] [--out X.jsonl] [--tree LABEL]
+    python docs/benchmarks/tools/call_overhead.py [--cupy] [--out X.jsonl] [--tree LABEL] \
+        [--profile 20]
+
+``--profile N``: also the N host functions of most own time over 3,000 calls (cProfile).
 """
 
 from __future__ import annotations
@@ -32,11 +35,28 @@ def _best_us(fn, sync, calls=2000, rounds=7):
     return 1e6 * best
 
 
+def _profile(fn, sync, top, calls=3000):
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    sync()
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    print("\n".join(buf.getvalue().splitlines()[4:]), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cupy", action="store_true")
     p.add_argument("--out")
     p.add_argument("--tree", default="")
+    p.add_argument("--profile", type=int, default=0)
     args = p.parse_args()
     import numpy as np
 
@@ -57,6 +77,8 @@ def main():
         if args.out:
             with open(args.out, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")
+        if args.profile:
+            _profile(lambda a=a, b=b: emulinalg.matmul(a, b), sync, args.profile)
 
 
 if __name__ == "__main__":
