@@ -68,6 +68,13 @@ def narrowed_threshold(low, hist, cap):
     return float(low) * 2.0 ** ((b + 2) / NARROW_BINS_PER_BIT)
 
 
+def spread_threshold(low):
+    """The largest ratio q within the spread of the smallest positive one ``low`` (a float or an
+    array of them): low 2**REFIT_SPREAD_BITS. Every pick (``pick``, the backends' ``refit_pick``)
+    takes its spread from here."""
+    return low * 2.0**REFIT_SPREAD_BITS
+
+
 def refits_all(outputs, k):
     """Whether a product of ``outputs`` entries (all batches) and inner dimension ``k``
     recomputes every entry (``REFIT_ALL_WORK``)."""
@@ -144,7 +151,7 @@ def pick(xp, q, everything=False):
     low = float(xp.min(pos)) if q.shape[0] else math.inf
     idx = zero[:0]
     if low < math.inf:
-        idx = xp.nonzero(pos <= low * 2.0**REFIT_SPREAD_BITS)[0]
+        idx = xp.nonzero(pos <= spread_threshold(low))[0]
     return chosen(xp, zero, idx, xp.take(q, idx))
 
 

@@ -77,7 +77,7 @@ def _one_pass(parts, prescale, exclude):
     picks = []
     for zeros, idx, q in found:
         if q.shape[0]:  # refit.pick's spread around the smallest positive q
-            thr = float(np.min(q)) * 2.0**refit.REFIT_SPREAD_BITS
+            thr = refit.spread_threshold(float(np.min(q)))
             if thr == np.inf:  # pick's threshold would admit infinite q too: the blocks do
                 return None
             within = q <= thr
@@ -110,7 +110,7 @@ def _by_blocks(parts, prescale, exclude):
         got = [float(np.min(np.where(q > 0, q, np.inf), initial=np.inf))
                for q in _ratios(flat, factors, ex, rows, b)]  # fmt: skip
         low = got if low is None else [min(x, y) for x, y in zip(low, got)]
-    thr = [x * 2.0**refit.REFIT_SPREAD_BITS if x < np.inf else -1.0 for x in low]
+    thr = [refit.spread_threshold(x) if x < np.inf else -1.0 for x in low]
     zeros = [[] for _ in low]
     cands = [[] for _ in low]
     for b, rows in blocks:  # pass 2: the exact zeros and the candidates, in flat order

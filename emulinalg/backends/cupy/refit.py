@@ -61,10 +61,11 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
     common = (re, im if cplx else re, a1, a2, b1, b2, ex, _i64(total), _i32(m), _i32(n))
     low_fn = _kernel("refit_pick.cu", f"refit_low<{T}, {_tf(cplx)}>")
 
-    def smallest(args):
-        """Per measure the smallest positive ratio of the entries ``args`` give (inf: none)."""
+    def smallest(args, entries):
+        """Per measure the smallest positive ratio of the ``entries`` that ``args`` give (inf:
+        none)."""
         low = cp.full(W, _INF_BITS, dtype=cp.uint64)
-        low_fn(_grid(int(args[7])), (_THREADS,), (*args, low))
+        low_fn(_grid(entries), (_THREADS,), (*args, low))
         return low.view(cp.float64)
 
     counts = cp.zeros(2 * W, dtype=cp.uint64)
@@ -82,7 +83,8 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
         return counts.get()
 
     if not cplx and m >= 4 * SAMPLE_STEP:
-        low = smallest(_sampled_rows(common, re, exclude))
+        sample = _sampled_rows(common, re, exclude)
+        low = smallest(sample, sample[0].size)
         got = select(_spread(low), low)
         nz, nc = int(got[0]), int(got[1])
         # none: no positive ratio in the sample (the sample's smallest is a candidate); more
@@ -92,12 +94,12 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
                 return None
             # a few thousand candidates: trimmed and chosen on the host (no launches to wait for)
             q, idx, zero = cand_q[0, :nc].get(), cand_idx[0, :nc].get(), zero_idx[0, :nz].get()
-            keep = q <= q.min() * 2.0**_refit.REFIT_SPREAD_BITS  # the true smallest is among them
+            keep = q <= _refit.spread_threshold(q.min())  # the true smallest is among them
             q, idx = q[keep], idx[keep]
             order = np.argsort(idx)  # the buffers fill in any order
             chosen = _refit.chosen(_npx, np.sort(zero), idx[order], q[order])
             return cp.zeros(0, dtype=cp.int64) if chosen is None else cp.asarray(chosen)
-    low = smallest(common)
+    low = smallest(common, total)
     thr = _spread(low)
     got = select(thr, low)
     over = [w for w in range(W) if got[2 * w + 1] > CAP]
@@ -127,7 +129,7 @@ def _grid(entries):
 
 def _spread(low):
     """The spread's threshold per measure, low 2**REFIT_SPREAD_BITS (-1: none), on the device."""
-    return cp.where(low < np.inf, low * 2.0**_refit.REFIT_SPREAD_BITS, -1.0)
+    return cp.where(low < np.inf, _refit.spread_threshold(low), -1.0)
 
 
 def _sampled_rows(common, re, exclude):
