@@ -280,8 +280,8 @@ def _signature(x1, x2, precision):
     # (numpy's dtype characters of float32, float64, complex64, complex128: _EMULATED)
     if x1.ndim != 2 or x2.ndim != 2 or x1.dtype != x2.dtype or x1.dtype.char not in "fdFD":
         return None
-    try:
-        key = (t, x1.dtype, x1.shape, x2.shape, precision, get_config())
+    try:  # the precision's type too: True == 1, and only one of them is a valid precision
+        key = (t, x1.dtype, x1.shape, x2.shape, type(precision), precision, get_config())
         hash(key)
     except TypeError:  # an unhashable precision value: no memo
         return None

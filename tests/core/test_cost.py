@@ -436,3 +436,7 @@ def test_a_repeated_call_reuses_the_native_verdict_of_its_shapes(monkeypatch):
     assert not emulinalg.last_plan().emulated and len(asked) == n
     emulinalg.matmul(a.astype(np.float32), b.astype(np.float32))  # another dtype
     assert len(asked) == n + 1
+    emulinalg.matmul(a, b, precision=1)  # 1 bit: native by the verdict, kept
+    assert not emulinalg.last_plan().emulated
+    with pytest.raises(TypeError, match="precision=True"):  # equal to 1, and still invalid
+        emulinalg.matmul(a, b, precision=True)
