@@ -280,8 +280,10 @@ def _signature(x1, x2, precision):
     # (numpy's dtype characters of float32, float64, complex64, complex128: _EMULATED)
     if x1.ndim != 2 or x2.ndim != 2 or x1.dtype != x2.dtype or x1.dtype.char not in "fdFD":
         return None
+    # cupy: the current device too (the plan's note on the fused kernels is the device's own)
+    device = sys.modules["cupy"].cuda.runtime.getDevice() if t.__module__ != "numpy" else None
     try:  # the precision's type too: True == 1, and only one of them is a valid precision
-        key = (t, x1.dtype, x1.shape, x2.shape, type(precision), precision, get_config())
+        key = (t, x1.dtype, x1.shape, x2.shape, type(precision), precision, get_config(), device)
         hash(key)
     except TypeError:  # an unhashable precision value: no memo
         return None
@@ -294,26 +296,25 @@ def _reused_verdict(key, x1, x2):
     got = _VERDICTS.get(key)
     if got is None or _cost.get_cost_model(got.backend.name) is not got.model:
         return None
+    c = got.backend.native_matmul(x1, x2)  # a product that raises leaves no plan behind
     p = got.plan
     record(Plan(backend=p.backend, precision=p.precision, scheme=p.scheme, gemms=p.gemms,
                 k_block=p.k_block, fallback=p.fallback, native_entries=p.native_entries,
                 notes=list(p.notes), shape=p.shape))  # fmt: skip
-    return got.backend.native_matmul(x1, x2)
+    return c
 
 
-def _keep_verdict(key, backend):
+def _keep_verdict(key, backend, model):
     """Keep the native verdict of the call just made (signature ``key``) where the cost model
-    gave it from the shapes alone (before any statistics)."""
+    gave it from the shapes alone (before any statistics) and ``model``, the one in force when
+    the call began, still is (another thread may have set another during the call)."""
     plan = last_plan()
-    if plan is None or not plan._shape_verdict:
+    if plan is None or not plan._shape_verdict or _cost.get_cost_model(backend.name) is not model:
         return
     with _VERDICTS_LOCK:
         if len(_VERDICTS) >= _VERDICTS_MAX:
             _VERDICTS.clear()
-        _VERDICTS[key] = _Verdict(
-            dataclasses.replace(plan, notes=list(plan.notes)), backend,
-            _cost.get_cost_model(backend.name),
-        )  # fmt: skip
+        _VERDICTS[key] = _Verdict(dataclasses.replace(plan, notes=list(plan.notes)), backend, model)
 
 
 def _matmul(x1, x2, precision):
@@ -322,11 +323,13 @@ def _matmul(x1, x2, precision):
         got = _reused_verdict(key, x1, x2)
         if got is not None:
             return got
+    if key is None:
+        return _matmul_checked(x1, x2, precision)
+    backend = _backend(array_api_compat.array_namespace(x1))
+    model = None if backend is None else _cost.get_cost_model(backend.name)
     c = _matmul_checked(x1, x2, precision)
-    if key is not None:
-        backend = _backend(array_api_compat.array_namespace(x1))
-        if backend is not None and backend.name in ("numpy", "amx", "cupy"):
-            _keep_verdict(key, backend)
+    if backend is not None and backend.name in ("numpy", "amx", "cupy") and model is not None:
+        _keep_verdict(key, backend, model)
     return c
 
 

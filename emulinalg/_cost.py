@@ -330,7 +330,8 @@ def get_cost_model(backend_name: str) -> CostModel | None:
     -------
     CostModel or None
         None for a backend without a model (its products run as the strategy's default says:
-        native under "performant").
+        native under "performant"). The model in force, not a copy: change it with
+        ``set_cost_model`` (the verdicts made with a model are reused while it is in force).
     """
     with _LOCK:
         if backend_name in _USER:
@@ -406,6 +407,10 @@ def set_cost_model(backend_name: str, model: CostModel | None = None, **changes:
                                        if d not in given}  # fmt: skip
         new = dataclasses.replace(base, **{"source": "user", **changes})
         _check(new)
+        # the model keeps its own rates: a caller's dict changed later does not change it
+        # (decisions made with a model are reused while it is in force: emulinalg._api)
+        new = dataclasses.replace(new, native_flops=dict(new.native_flops),
+                                  native_curve=dict(new.native_curve))  # fmt: skip
         _USER[backend_name] = new
 
 

@@ -96,6 +96,15 @@ def rng():
     return np.random.default_rng(20260101)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_verdicts():
+    """Each test's products decide their cost-model verdicts anew: ``emulinalg._api`` keeps the
+    native ones per call signature, and a test may patch what decides them."""
+    from emulinalg import _api
+
+    _api._VERDICTS.clear()
+
+
 @pytest.fixture
 def numpy_backend(monkeypatch):
     """numpy arrays on the numpy backend (the CPU reference), also on CPUs where they default to

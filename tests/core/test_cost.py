@@ -440,3 +440,52 @@ def test_a_repeated_call_reuses_the_native_verdict_of_its_shapes(monkeypatch):
     assert not emulinalg.last_plan().emulated
     with pytest.raises(TypeError, match="precision=True"):  # equal to 1, and still invalid
         emulinalg.matmul(a, b, precision=True)
+
+
+@pytest.mark.usefixtures("numpy_backend")
+def test_a_reused_verdict_holds_only_for_its_own_model(monkeypatch):
+    # a model set while a call is deciding: that call's verdict is not kept for the new model
+    a = phi_matrix((20, 36), 1.0, seed=31)
+    b = phi_matrix((36, 12), 1.0, seed=32)
+    likely = _planner.likely_faster
+
+    def switching(*args, **kwargs):
+        got = likely(*args, **kwargs)  # decided with the built-in model ...
+        emulinalg.set_cost_model("numpy", int_gemm_ops=math.inf, entry_seconds=0.0)
+        return got  # ... which is no longer in force
+
+    monkeypatch.setattr(_planner, "likely_faster", switching)
+    try:
+        emulinalg.matmul(a, b)
+        assert not emulinalg.last_plan().emulated
+        monkeypatch.setattr(_planner, "likely_faster", likely)
+        emulinalg.matmul(a, b)  # the model in force emulates
+        assert emulinalg.last_plan().emulated
+        rates = {"float64": 1e10, "float32": 4e10}
+        emulinalg.set_cost_model("numpy")
+        emulinalg.set_cost_model("numpy", native_flops=rates)
+        emulinalg.matmul(a, b)
+        assert not emulinalg.last_plan().emulated
+        rates["float64"] = 1.0  # the caller's dict: the model kept its own copy
+        assert emulinalg.get_cost_model("numpy").native_flops["float64"] == 1e10
+    finally:
+        emulinalg.set_cost_model("numpy")
+
+
+@pytest.mark.usefixtures("numpy_backend")
+def test_a_reused_verdict_whose_product_raises_leaves_no_plan(monkeypatch):
+    from emulinalg.backends import numpy as backend
+
+    a = phi_matrix((20, 36), 1.0, seed=33)
+    b = phi_matrix((36, 12), 1.0, seed=34)
+    emulinalg.matmul(a, b)  # the verdict is kept
+    before = emulinalg.fallback_counts()
+
+    def failing(x, y):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(backend, "native_matmul", failing)
+    with pytest.raises(MemoryError):
+        emulinalg.matmul(a, b)
+    assert emulinalg.last_plan() is None
+    assert emulinalg.fallback_counts() == before
