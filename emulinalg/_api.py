@@ -7,7 +7,6 @@ are exact natively and never emulated.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import operator
 import sys
 import threading
@@ -297,11 +296,15 @@ def _reused_verdict(key, x1, x2):
     if got is None or _cost.get_cost_model(got.backend.name) is not got.model:
         return None
     c = got.backend.native_matmul(x1, x2)  # a product that raises leaves no plan behind
-    p = got.plan
-    record(Plan(backend=p.backend, precision=p.precision, scheme=p.scheme, gemms=p.gemms,
-                k_block=p.k_block, fallback=p.fallback, native_entries=p.native_entries,
-                notes=list(p.notes), shape=p.shape))  # fmt: skip
+    record(_copied(got.plan))
     return c
+
+
+def _copied(p):
+    """A plan with its own notes (each call's plan is the caller's to change)."""
+    return Plan(backend=p.backend, precision=p.precision, scheme=p.scheme, gemms=p.gemms,
+                k_block=p.k_block, fallback=p.fallback, native_entries=p.native_entries,
+                notes=list(p.notes), shape=p.shape)  # fmt: skip
 
 
 def _keep_verdict(key, backend, model):
@@ -314,21 +317,21 @@ def _keep_verdict(key, backend, model):
     with _VERDICTS_LOCK:
         if len(_VERDICTS) >= _VERDICTS_MAX:
             _VERDICTS.clear()
-        _VERDICTS[key] = _Verdict(dataclasses.replace(plan, notes=list(plan.notes)), backend, model)
+        _VERDICTS[key] = _Verdict(_copied(plan), backend, model)
 
 
 def _matmul(x1, x2, precision):
     key = _signature(x1, x2, precision)
-    if key is not None:
-        got = _reused_verdict(key, x1, x2)
-        if got is not None:
-            return got
     if key is None:
         return _matmul_checked(x1, x2, precision)
+    got = _reused_verdict(key, x1, x2)
+    if got is not None:
+        return got
+    # numpy's and cupy's arrays (``_signature``) always have a backend: numpy, amx or cupy
     backend = _backend(array_api_compat.array_namespace(x1))
-    model = None if backend is None else _cost.get_cost_model(backend.name)
+    model = _cost.get_cost_model(backend.name)
     c = _matmul_checked(x1, x2, precision)
-    if backend is not None and backend.name in ("numpy", "amx", "cupy") and model is not None:
+    if model is not None:
         _keep_verdict(key, backend, model)
     return c
 
