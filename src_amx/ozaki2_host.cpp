@@ -34,6 +34,7 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -51,10 +52,11 @@ namespace py = pybind11;
 namespace {
 
 // The residues, vectorized: the CUDA kernel's word arithmetic (element_words, residue_of) runs
-// one entry per thread; here the same integers are reached with exact float64 operations that
-// the compiler vectorizes (compiled for AVX-512F, AVX2 and the baseline; every operation is
-// exact, so all paths give the same residues, which tests/backends/amx/test_amx_host_pipeline.py
-// checks against Python integers and against emulinalg.algorithm.residues):
+// one entry per thread; here the same integers are reached with exact float64 operations,
+// vectorized (explicit AVX-512 loops, or portable ones compiled for AVX2 and the baseline; every
+// operation is exact, so all paths give the same residues, which
+// tests/backends/amx/test_amx_host_pipeline.py checks against Python integers and against
+// emulinalg.algorithm.residues):
 //   v  = |x| 2**shift                 as (|x| f1) f2, both powers of two: exact wherever v is
 //                                     normal (below, v < 1/2 however it rounds: X = 0)
 //   X  = h2 2**56 + h1 2**28 + h0     h2 = floor(v 2**-56) < 2**26, r1 = v - h2 2**56,
@@ -70,6 +72,17 @@ namespace {
 //                                     a tie gives r = 128, which becomes -128 (r - m for
 //                                     r > (m - 1) / 2).
 constexpr int kRun = 64;  // entries per vectorized run
+
+// Whether the explicit AVX-512 loops run (residue_run_avx512, crt_run_avx512): where the CPU
+// has AVX-512 F, DQ, CD, BW and VL, unless switched off (_amx.host_avx512(False), with which
+// the tests check the portable loops against them on the same CPU).
+bool cpu_has_avx512() {
+  __builtin_cpu_init();  // g_avx512's initializer may run before libgcc's own
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+std::atomic<bool> g_avx512{cpu_has_avx512()};
 
 struct ModConst {
   double m, inv, c28, c56, half, low;  // m, 1/m, 2**28 mod m, 2**56 mod m, (m - 1) / 2, -(m / 2)
@@ -188,7 +201,7 @@ __attribute__((always_inline)) inline void put_residues(const double* r, int len
 // (y == nullptr) planes out[l plane], or 3M planes re, im, re + im (sets `set` apart); out_len
 // values per plane (len, or kRun with zeros beyond len: a whole tile row of a panel).
 template <class T>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
+__attribute__((target_clones("avx2", "default"))) void residue_run_generic(
     const T* x, long long sx, const T* y, long long sy, int len, const double* f1,
     const double* f2, bool per_value, bool nearest, int nmod, signed char* out, long long so,
     long long plane, long long set, int out_len, bool stream) {
@@ -213,6 +226,94 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void residue_run(
     }
     put_residues(rr, out_len, out + 2 * set + l * plane, so, stream);
   }
+}
+
+// The symmetric residues of 8 entries' pieces (h0, h1, h2 at p + g) mod c.m, as int8 at o + g:
+// residues_mod's operations, fused where the product is exact (every product and sum here is
+// an exact integer below 2**53, so fusing changes no value).
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d
+residue8(const Pieces& p, int g, __m512d m, __m512d inv, __m512d c28, __m512d c56,
+         __m512d half) {
+  const __m512d s = _mm512_fmadd_pd(
+      c56, _mm512_load_pd(p.h2 + g), _mm512_fmadd_pd(c28, _mm512_load_pd(p.h1 + g),
+                                                     _mm512_load_pd(p.h0 + g)));
+  const __m512d q = _mm512_roundscale_pd(_mm512_mul_pd(s, inv),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512d u = _mm512_fnmadd_pd(q, m, s);
+  return _mm512_mask_sub_pd(u, _mm512_cmp_pd_mask(u, half, _CMP_GT_OQ), u, m);
+}
+
+// 64 int8 residues from 8 vectors of 8 (exact integers in [-128, 127]) in one zmm.
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512i
+pack64(const __m512d (&r)[8]) {
+  __m128i q[4];
+  for (int h = 0; h < 4; ++h)
+    q[h] = _mm512_cvtepi32_epi8(_mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm512_cvtpd_epi32(r[2 * h])), _mm512_cvtpd_epi32(r[2 * h + 1]),
+        1));
+  const __m512i lo = _mm512_inserti64x2(_mm512_castsi128_si512(q[0]), q[1], 1);
+  return _mm512_inserti64x2(_mm512_inserti64x2(lo, q[2], 2), q[3], 3);
+}
+
+// out_len residues of a run (zeros beyond the run's entries) to out[t so], as put_residues.
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline void
+emit_run(__m512i v, int out_len, signed char* out, long long so, bool stream) {
+  if (stream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), v);
+  } else if (so == 1 && out_len == kRun) {
+    _mm512_storeu_si512(out, v);
+  } else {
+    alignas(64) signed char o[kRun];
+    _mm512_store_si512(o, v);
+    for (int t = 0; t < out_len; ++t) out[t * so] = o[t];
+  }
+}
+
+// residue_run on CPUs with AVX-512 (F, DQ, BW, VL): the same residues, 8 entries at a time
+// through every modulus with the constants in registers and a run's 64 residues stored at once,
+// instead of residue_run_generic's passes over run-long arrays per modulus (what GCC makes of
+// the portable loops).
+template <class T>
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void residue_run_avx512(
+    const T* x, long long sx, const T* y, long long sy, int len, const double* f1,
+    const double* f2, bool per_value, bool nearest, int nmod, signed char* out, long long so,
+    long long plane, long long set, int out_len, bool stream) {
+  Pieces px, py;
+  pieces(x, sx, len, f1, f2, per_value, nearest, px);
+  if (y != nullptr) pieces(y, sy, len, f1, f2, per_value, nearest, py);
+  for (int l = 0; l < nmod; ++l) {
+    const ModConst& c = kModTable.c[l];
+    const __m512d m = _mm512_set1_pd(c.m), inv = _mm512_set1_pd(c.inv);
+    const __m512d c28 = _mm512_set1_pd(c.c28), c56 = _mm512_set1_pd(c.c56);
+    const __m512d half = _mm512_set1_pd(c.half), low = _mm512_set1_pd(c.low);
+    __m512d rr[8], ri[8];
+    for (int g = 0; g < 8; ++g) rr[g] = residue8(px, 8 * g, m, inv, c28, c56, half);
+    emit_run(pack64(rr), out_len, out + l * plane, so, stream);
+    if (y == nullptr) continue;
+    for (int g = 0; g < 8; ++g) ri[g] = residue8(py, 8 * g, m, inv, c28, c56, half);
+    emit_run(pack64(ri), out_len, out + set + l * plane, so, stream);
+    for (int g = 0; g < 8; ++g) {  // (re + im) mod m, as residue_run_generic
+      __m512d u = _mm512_add_pd(rr[g], ri[g]);
+      u = _mm512_mask_sub_pd(u, _mm512_cmp_pd_mask(u, half, _CMP_GT_OQ), u, m);
+      rr[g] = _mm512_mask_add_pd(u, _mm512_cmp_pd_mask(u, low, _CMP_LT_OQ), u, m);
+    }
+    emit_run(pack64(rr), out_len, out + 2 * set + l * plane, so, stream);
+  }
+}
+
+// One run of residues (residue_run_generic's contract), on the AVX-512 path where the CPU
+// has it.
+template <class T>
+inline void residue_run(const T* x, long long sx, const T* y, long long sy, int len,
+                        const double* f1, const double* f2, bool per_value, bool nearest,
+                        int nmod, signed char* out, long long so, long long plane, long long set,
+                        int out_len, bool stream) {
+  if (g_avx512.load(std::memory_order_relaxed))
+    residue_run_avx512(x, sx, y, sy, len, f1, f2, per_value, nearest, nmod, out, so, plane, set,
+                       out_len, stream);
+  else
+    residue_run_generic(x, sx, y, sy, len, f1, f2, per_value, nearest, nmod, out, so, plane, set,
+                        out_len, stream);
 }
 
 // Residue planes of the R x C lines x (element strides sr, sc; and y beside it for 3M, strides
@@ -512,43 +613,6 @@ __attribute__((target_clones("avx2", "default"))) void crt_sums_generic(
   }
 }
 
-// The same with AVX-512F, 8 entries at a time with their NW words and quotient in registers
-// across the moduli (the generic loops keep them in memory: 2x the time at 16 moduli): the
-// int8 residue sign-extended to each 64-bit lane, times the int32 digit by VPMULDQ (exact).
-template <int NW>
-__attribute__((target("avx512f"))) void crt_sums_avx512(
-    const signed char (*__restrict__ w)[kRun], int nmod, long long (*__restrict__ acc)[kRun],
-    double* __restrict__ qf) {
-  for (int t0 = 0; t0 < kRun; t0 += 8) {
-    __m512i a[NW];
-    for (int i = 0; i < NW; ++i) a[i] = _mm512_setzero_si512();
-    __m512d q = _mm512_setzero_pd();
-    for (int l = 0; l < nmod; ++l) {
-      const __m128i w8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[l] + t0));
-      const __m512i wl = _mm512_cvtepi8_epi64(w8);
-      for (int i = 0; i < NW; ++i)
-        a[i] = _mm512_add_epi64(
-            a[i], _mm512_mul_epi32(wl, _mm512_set1_epi64(emu_wdig[l * kDigitStride + i])));
-      const __m512d wd = _mm512_cvtepi32_pd(_mm256_cvtepi8_epi32(w8));
-      q = _mm512_add_pd(q, _mm512_mul_pd(wd, _mm512_set1_pd(emu_ratio[l])));
-    }
-    for (int i = 0; i < NW; ++i) _mm512_storeu_si512(acc[i] + t0, a[i]);
-    _mm512_storeu_pd(qf + t0, q);
-  }
-}
-
-using CrtSums = void (*)(const signed char (*)[kRun], int, long long (*)[kRun], double*);
-
-// crt_sums for nw words: the AVX-512 loop where the CPU has it, else the generic one.
-CrtSums crt_sums_for(int nw) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static_assert(kMaxCrtWords == 5, "crt_sums_for: one instance per word count");
-  constexpr CrtSums kAvx512[] = {nullptr, crt_sums_avx512<1>, crt_sums_avx512<2>,
-                                 crt_sums_avx512<3>, crt_sums_avx512<4>, crt_sums_avx512<5>};
-  if (avx512 && nw >= 1 && nw <= kMaxCrtWords) return kAvx512[nw];
-  return nullptr;
-}
-
 // c ? x : y by masks: GCC's if-conversion leaves many ternaries as branches, which stops the
 // loops below from vectorizing; both sides are always computed (and always defined). Every lane
 // value is 64 bits wide, so that all the loops vectorize with one lane count.
@@ -645,7 +709,7 @@ __attribute__((always_inline)) inline bool round_run(i64 (&a)[kMaxCrtWords][kRun
 
 // finish() for a run of len entries of a float64 (kind 0) or float32 (kind 1) output row;
 // false (nothing written) where round_run declines.
-__attribute__((target_clones("avx512f", "avx2", "default"))) bool crt_finish_run(
+__attribute__((target_clones("avx2", "default"))) bool crt_finish_run(
     const i64 (*__restrict__ acc)[kRun], const double* __restrict__ qf, int nw,
     const i64* __restrict__ off, int kind, int len, void* out) {
   i64 a[kMaxCrtWords][kRun];
@@ -672,6 +736,126 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool crt_finish_run
   return true;
 }
 
+// The AVX-512 CRT (F, DQ, CD, BW, VL): crt_sums_generic's sums and crt_finish_run's rounding
+// fused, 8 entries per vector with everything in registers (round_run's lane loops are passes
+// over run-long arrays in memory), the residues read from their planes and the results stored
+// as they come.
+#define EMU_AVX512_CRT __attribute__((target("avx512f,avx512dq,avx512cd,avx512bw,avx512vl")))
+
+// crt_finish_run's steps for 8 entries (lanes `valid`) with their words a and quotient qf:
+// q = rne(qf) (VCVTPD2QQ, round to nearest even), Y = X - qP, |Y| carried, its bit length
+// (VPLZCNTQ), the top 64 bits and a sticky bit by variable shifts (a count of 64 or more, or a
+// negative one read as unsigned, shifts everything out, as round_run's masks do), RNE to MANT
+// bits, stored at out. False (nothing stored) where an entry needs finish() (subnormal,
+// zero-rounding or overflowing results).
+template <int NW, int MANT, int EMIN, int EMAX>
+EMU_AVX512_CRT __attribute__((always_inline)) inline bool finish8(
+    __m512i (&a)[NW], __m512d qf, __mmask8 valid, long long mu_row, const int* nu, void* out) {
+  const __m512i lo32 = _mm512_set1_epi64(0xffffffffll), zero = _mm512_setzero_si512();
+  // Y = X - qP (|q| <= 2560: VPMULDQ of the low 32 bits is exact), then carried
+  const __m512i q = _mm512_cvt_roundpd_epi64(qf, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  for (int i = 0; i < NW; ++i)
+    a[i] = _mm512_sub_epi64(a[i], _mm512_mul_epi32(q, _mm512_set1_epi64(emu_pdig[i])));
+  for (int i = 0; i + 1 < NW; ++i) {
+    a[i + 1] = _mm512_add_epi64(a[i + 1], _mm512_srai_epi64(a[i], 32));
+    a[i] = _mm512_and_si512(a[i], lo32);
+  }
+  const __m512i neg = _mm512_srai_epi64(a[NW - 1], 63);  // all ones where Y < 0
+  for (int i = 0; i < NW; ++i) a[i] = _mm512_sub_epi64(_mm512_xor_si512(a[i], neg), neg);
+  for (int i = 0; i + 1 < NW; ++i) {
+    a[i + 1] = _mm512_add_epi64(a[i + 1], _mm512_srai_epi64(a[i], 32));
+    a[i] = _mm512_and_si512(a[i], lo32);
+  }
+  __m512i bl = zero;  // bit length of |Y|: its highest nonzero word's
+  for (int i = 0; i < NW; ++i) {
+    const __m512i len_i =
+        _mm512_sub_epi64(_mm512_set1_epi64(32 * i + 64), _mm512_lzcnt_epi64(a[i]));
+    bl = _mm512_mask_mov_epi64(bl, _mm512_test_epi64_mask(a[i], a[i]), len_i);
+  }
+  const __m512i nuv = _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(valid, nu));
+  const __m512i e_res =  // bl - 1 + off, off = -(mu + nu)
+      _mm512_sub_epi64(_mm512_sub_epi64(bl, _mm512_set1_epi64(1 + mu_row)), nuv);
+  const __mmask8 nonzero = _mm512_test_epi64_mask(bl, bl);
+  const __mmask8 slow = valid & nonzero &
+                        (_mm512_cmplt_epi64_mask(e_res, _mm512_set1_epi64(EMIN + MANT - 1)) |
+                         _mm512_cmpgt_epi64_mask(e_res, _mm512_set1_epi64(EMAX)));
+  if (slow) return false;
+  __m512i T = zero, sticky = zero;
+  const __m512i top = _mm512_sub_epi64(bl, _mm512_set1_epi64(64));
+  for (int i = 0; i < NW; ++i) {  // word i lands at bit d = 32 i - (bl - 64) of T
+    const __m512i d = _mm512_sub_epi64(_mm512_set1_epi64(32 * i), top);
+    const __m512i nd = _mm512_sub_epi64(zero, d);
+    const __m512i right = _mm512_srlv_epi64(a[i], nd);  // 0 unless -32 < d <= 0
+    T = _mm512_or_si512(T, _mm512_or_si512(_mm512_sllv_epi64(a[i], d), right));
+    const __m512i lost = _mm512_sub_epi64(a[i], _mm512_sllv_epi64(right, nd));
+    sticky = _mm512_mask_or_epi64(sticky, _mm512_cmplt_epi64_mask(d, zero), sticky, lost);
+  }
+  constexpr int kDrop = 64 - MANT;
+  __m512i keep = _mm512_srli_epi64(T, kDrop);
+  const __m512i rem = _mm512_and_si512(T, _mm512_set1_epi64((1ll << kDrop) - 1));
+  const __m512i half = _mm512_set1_epi64(1ll << (kDrop - 1));
+  const __mmask8 tie_up = _mm512_test_epi64_mask(sticky, sticky) |
+                          _mm512_test_epi64_mask(keep, _mm512_set1_epi64(1));
+  const __mmask8 up =
+      _mm512_cmpgt_epu64_mask(rem, half) | (_mm512_cmpeq_epi64_mask(rem, half) & tie_up);
+  keep = _mm512_mask_add_epi64(keep, up, keep, _mm512_set1_epi64(1));
+  // keep in [2**(MANT-1), 2**MANT]: its carry moves into the exponent field by itself
+  __m512i bits = _mm512_add_epi64(
+      _mm512_slli_epi64(_mm512_sub_epi64(e_res, _mm512_set1_epi64(MANT - 1 + EMIN)), MANT - 1),
+      keep);
+  bits = _mm512_maskz_mov_epi64(nonzero, bits);
+  bits = _mm512_or_si512(
+      bits, _mm512_and_si512(neg, _mm512_set1_epi64(MANT == 53 ? (1ll << 63) : 0x80000000ll)));
+  if (MANT == 53)
+    _mm512_mask_storeu_epi64(out, valid, bits);
+  else
+    _mm256_mask_storeu_epi32(out, valid, _mm512_cvtepi64_epi32(bits));
+  return true;
+}
+
+// One run of len <= kRun entries of an output row (residues at src, plane bytes apart; the
+// row's mu, the run's nu) to out, or false where finish8 declines (the caller then redoes the
+// whole run with finish(), overwriting what was stored). The sums of G groups of 8 run
+// together: the quotient's float additions are one dependent chain per entry.
+template <int NMOD, int MANT, int EMIN, int EMAX>
+EMU_AVX512_CRT bool crt_run_avx512(const signed char* src, long long plane, int len,
+                                   long long mu_row, const int* nu, void* out) {
+  constexpr int NW = kCrtWords[NMOD];
+  constexpr int G = 4;
+  constexpr int kOutBytes = MANT == 53 ? 8 : 4;
+  for (int g0 = 0; g0 < len; g0 += 8 * G) {
+    __m512i acc[G][NW];
+    __m512d qf[G];
+    __mmask8 valid[G];
+    for (int h = 0; h < G; ++h) {
+      const int cnt = std::max(0, std::min(8, len - g0 - 8 * h));
+      valid[h] = static_cast<__mmask8>((1u << cnt) - 1u);
+      for (int i = 0; i < NW; ++i) acc[h][i] = _mm512_setzero_si512();
+      qf[h] = _mm512_setzero_pd();
+    }
+    for (int l = 0; l < NMOD; ++l) {  // crt_sums_generic's sums, in modulus order
+      __m512i dig[NW];
+      for (int i = 0; i < NW; ++i) dig[i] = _mm512_set1_epi64(emu_wdig[l * kDigitStride + i]);
+      const __m512d ratio = _mm512_set1_pd(emu_ratio[l]);
+      for (int h = 0; h < G; ++h) {
+        const __m128i w8 = _mm_maskz_loadu_epi8(valid[h], src + l * plane + g0 + 8 * h);
+        const __m512i wl = _mm512_cvtepi8_epi64(w8);
+        for (int i = 0; i < NW; ++i)
+          acc[h][i] = _mm512_add_epi64(acc[h][i], _mm512_mul_epi32(wl, dig[i]));
+        const __m512d wd = _mm512_cvtepi32_pd(_mm256_cvtepi8_epi32(w8));
+        qf[h] = _mm512_add_pd(qf[h], _mm512_mul_pd(wd, ratio));
+      }
+    }
+    for (int h = 0; h < G && g0 + 8 * h < len; ++h) {
+      const int g = g0 + 8 * h;
+      if (!finish8<NW, MANT, EMIN, EMAX>(acc[h], qf[h], valid[h], mu_row, nu + g,
+                                         static_cast<char*>(out) + g * kOutBytes))
+        return false;
+    }
+  }
+  return true;
+}
+
 // Rows of the output shared out by OpenMP; each row in runs of kRun columns: the sums
 // (crt_sums) and the rounding (crt_finish_run) vectorized, ozaki2_crt.cu's finish() entry by
 // entry for double-double output and for runs with results beyond the normal range.
@@ -680,7 +864,7 @@ void crt_impl(const signed char* res, long long plane, int m, int n, const int* 
               int kind, void* hi, void* lo, void* hi_im, void* lo_im) {
   constexpr int NW = kCrtWords[NMOD];
   static_assert(NW <= kMaxCrtWords, "kMaxCrtWords");
-  const CrtSums sums = crt_sums_for(NW);
+  const bool fused = g_avx512.load(std::memory_order_relaxed);
 #pragma omp parallel for schedule(static)
   for (int row = 0; row < m; ++row) {
     alignas(64) signed char w[NMOD][kRun];
@@ -692,12 +876,20 @@ void crt_impl(const signed char* res, long long plane, int m, int n, const int* 
       for (int j0 = 0; j0 < n; j0 += kRun) {
         const int len = std::min(kRun, n - j0);
         const signed char* src = res + (p * NMOD) * plane + static_cast<long long>(row) * n + j0;
+        if (fused && kind != 2) {
+          char* o = static_cast<char*>(out_hi) +
+                    (static_cast<long long>(row) * n + j0) * (kind == 1 ? 4 : 8);
+          if (kind == 1 ? crt_run_avx512<NMOD, 24, -149, 127>(src, plane, len, mu[row],
+                                                               nu + j0, o)
+                        : crt_run_avx512<NMOD, 53, -1074, 1023>(src, plane, len, mu[row],
+                                                                nu + j0, o))
+            continue;
+        }
         for (int l = 0; l < NMOD; ++l) {
           std::memcpy(w[l], src + l * plane, len);
           if (len < kRun) std::memset(w[l] + len, 0, kRun - len);
         }
-        if (sums) sums(w, NMOD, acc, qf);
-        else crt_sums_generic(w, NMOD, NW, acc, qf);
+        crt_sums_generic(w, NMOD, NW, acc, qf);
         if (kind != 2) {
           alignas(64) i64 off[kRun];
           for (int t = 0; t < kRun; ++t) off[t] = -(mu[row] + nu[j0 + std::min(t, len - 1)]);
@@ -867,6 +1059,22 @@ void register_ozaki2_host(py::module_& m) {
         "Scheme II reconstruction from int8 residues (moduli, m, n), or (2, moduli, m, n) for the "
         "real and imaginary parts (then hi_im, lo_im): kind 0 float64, 1 float32, 2 "
         "double-double (hi, lo); bit-identical to emulinalg.algorithm.crt.reconstruct.");
+  m.def(
+      "host_avx512",
+      [](py::object on) {
+        const bool was = g_avx512.load();
+        if (!on.is_none()) {
+          const bool want = on.cast<bool>();
+          if (want && !cpu_has_avx512())
+            throw std::invalid_argument("host_avx512: this CPU lacks AVX-512 F/DQ/CD/BW/VL");
+          g_avx512.store(want);
+        }
+        return was;
+      },
+      py::arg("on") = py::none(),
+      "Whether the residues and the CRT run their explicit AVX-512 loops (the CPU has AVX-512 "
+      "F, DQ, CD, BW and VL) or the portable ones; on=True/False switches (process-wide, for "
+      "tests and measurements: both give the same bits), returning the setting before.");
   m.def(
       "crt_words", [](int n) { return n >= 2 && n <= kMaxModuli ? kCrtWords[n] : 0; },
       py::arg("n"), "Words of the CRT accumulator compiled for n moduli (0 outside 2..20).");

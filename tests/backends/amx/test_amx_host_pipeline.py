@@ -4,7 +4,9 @@ hook (``amx.ozaki2_product``), on the tile model.
 Bit for bit the generic ``emulinalg.algorithm.products.product`` (real and complex 3M, ties,
 float64, float32 and double-double, strided views); its residues against Python integers, its
 CRT against exact rounding; the panel products (``ozaki2_pack`` / ``ozaki2_multiply``) under
-every blocking, on AMX where available (marked ``amx``); calls from several threads.
+every blocking, on AMX where available (marked ``amx``); calls from several threads. Every test
+runs on both forms of the C++ residue and CRT loops: the explicit AVX-512 ones (where the CPU
+has them) and the portable ones.
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ from emulinalg.inputs import phi_matrix
 pytestmark = pytest.mark.skipif(
     _amx is None, reason="emulinalg._amx is not built (not x86-64, or no C++ compiler)"
 )
+
+
+@pytest.fixture(params=["avx512", "portable"], autouse=True)
+def host_loops(request):
+    """The C++ residue and CRT loops of this test: ``_amx.host_avx512``'s switch."""
+    try:
+        was = _amx.host_avx512(request.param == "avx512")
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    yield request.param
+    _amx.host_avx512(was)
 
 
 def _assert_product_equal(ar, ai, br, bi, moduli, out_dtype):
@@ -339,8 +352,8 @@ def test_host_residues_equal_python_integers(order, nearest, rng):
     """ozaki2_residues and ozaki2_residues3 (vectorized float64 pieces, runs along either memory
     axis, lines of 70 entries: a whole run of 64 and a partial one) against x 2**shift rounded
     to nearest or toward zero, mod m, in Python integers for all 20 moduli: integers up to
-    2**81, subnormals, +-0, shifts beyond 1023 and below -1022, lines whose integers are all 0
-    or 1."""
+    2**81 and a line up to the documented 2**96, subnormals, +-0, shifts beyond 1023 and below
+    -1022, lines whose integers are all 0 or 1."""
     from emulinalg.algorithm.moduli import MODULI
 
     R, C = 9, 70
@@ -357,6 +370,7 @@ def test_host_residues_equal_python_integers(order, nearest, rng):
     shift[3] = 0
     shift[4] = -1100  # every integer 0
     shift[5] = 0
+    shift[6] = 96 - np.frexp(np.abs(x[6]).max())[1]  # max |X| in [2**95, 2**96)
     y = x[:, ::-1] * rng.uniform(-1, 1, (R, C))  # imaginary parts within each line's range
     xs, ys = (x, y) if order == "C" else (np.asfortranarray(x), np.asfortranarray(y))
     got = _amx.ozaki2_residues(xs, shift, 20, True, nearest=nearest)
