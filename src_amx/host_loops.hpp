@@ -1,10 +1,12 @@
 // What the CPU stages (ozaki2_host.cpp, ozaki2_stats_host.cpp, bf16_host.cpp) share: a strided
-// float64 matrix's checked element strides, a loop over its entries, huge-page arrays, and two
-// exact float64 helpers (powers of two, round to nearest integer) their vectorized loops use.
+// float64 matrix's checked element strides, a loop over its entries, huge-page arrays, two
+// exact float64 helpers (powers of two, round to nearest integer) their vectorized loops use,
+// and the switch of their explicit AVX-512 loops.
 #pragma once
 #include <pybind11/numpy.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,22 @@
 #include "pack.hpp"  // alloc_bytes: the module's one allocation policy
 
 namespace emu_host {
+
+// Whether the explicit AVX-512 loops run (ozaki2_host.cpp's residues and CRT,
+// ozaki2_stats_host.cpp's suspect scans): where the CPU has AVX-512 F, DQ, CD, BW and VL (every
+// AMX CPU), unless switched off by _amx.host_avx512(False), with which the tests check the
+// portable loops against them on one CPU.
+inline bool cpu_has_avx512() {
+  __builtin_cpu_init();  // may run in a static initializer, before libgcc's own
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+inline std::atomic<bool>& avx512_switch() {
+  static std::atomic<bool> on{cpu_has_avx512()};
+  return on;
+}
+inline bool avx512_loops() { return avx512_switch().load(std::memory_order_relaxed); }
 
 // Element strides (rows, columns) of a 2-D matrix of `elem`-byte entries (float64: 8, float32:
 // 4) whose dimensions fit int; byte strides that are not whole elements (fields of a structured

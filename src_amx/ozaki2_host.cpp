@@ -34,7 +34,6 @@ inline void __syncthreads() {}  // declared for the kernels' text; no kernel wit
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -72,17 +71,6 @@ namespace {
 //                                     a tie gives r = 128, which becomes -128 (r - m for
 //                                     r > (m - 1) / 2).
 constexpr int kRun = 64;  // entries per vectorized run
-
-// Whether the explicit AVX-512 loops run (residue_run_avx512, crt_run_avx512): where the CPU
-// has AVX-512 F, DQ, CD, BW and VL, unless switched off (_amx.host_avx512(False), with which
-// the tests check the portable loops against them on the same CPU).
-bool cpu_has_avx512() {
-  __builtin_cpu_init();  // g_avx512's initializer may run before libgcc's own
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
-}
-std::atomic<bool> g_avx512{cpu_has_avx512()};
 
 struct ModConst {
   double m, inv, c28, c56, half, low;  // m, 1/m, 2**28 mod m, 2**56 mod m, (m - 1) / 2, -(m / 2)
@@ -308,7 +296,7 @@ inline void residue_run(const T* x, long long sx, const T* y, long long sy, int 
                         const double* f1, const double* f2, bool per_value, bool nearest,
                         int nmod, signed char* out, long long so, long long plane, long long set,
                         int out_len, bool stream) {
-  if (g_avx512.load(std::memory_order_relaxed))
+  if (emu_host::avx512_loops())
     residue_run_avx512(x, sx, y, sy, len, f1, f2, per_value, nearest, nmod, out, so, plane, set,
                        out_len, stream);
   else
@@ -864,7 +852,7 @@ void crt_impl(const signed char* res, long long plane, int m, int n, const int* 
               int kind, void* hi, void* lo, void* hi_im, void* lo_im) {
   constexpr int NW = kCrtWords[NMOD];
   static_assert(NW <= kMaxCrtWords, "kMaxCrtWords");
-  const bool fused = g_avx512.load(std::memory_order_relaxed);
+  const bool fused = emu_host::avx512_loops();
 #pragma omp parallel for schedule(static)
   for (int row = 0; row < m; ++row) {
     alignas(64) signed char w[NMOD][kRun];
@@ -1062,18 +1050,18 @@ void register_ozaki2_host(py::module_& m) {
   m.def(
       "host_avx512",
       [](py::object on) {
-        const bool was = g_avx512.load();
+        const bool was = emu_host::avx512_loops();
         if (!on.is_none()) {
           const bool want = on.cast<bool>();
-          if (want && !cpu_has_avx512())
+          if (want && !emu_host::cpu_has_avx512())
             throw std::invalid_argument("host_avx512: this CPU lacks AVX-512 F/DQ/CD/BW/VL");
-          g_avx512.store(want);
+          emu_host::avx512_switch().store(want);
         }
         return was;
       },
       py::arg("on") = py::none(),
-      "Whether the residues and the CRT run their explicit AVX-512 loops (the CPU has AVX-512 "
-      "F, DQ, CD, BW and VL) or the portable ones; on=True/False switches (process-wide, for "
+      "Whether the residues, the CRT and the refinement's scans run their explicit AVX-512 "
+      "loops (the CPU has AVX-512 F, DQ, CD, BW and VL) or the portable ones; on=True/False switches (process-wide, for "
       "tests and measurements: both give the same bits), returning the setting before.");
   m.def(
       "crt_words", [](int n) { return n >= 2 && n <= kMaxModuli ? kCrtWords[n] : 0; },

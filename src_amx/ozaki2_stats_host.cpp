@@ -45,6 +45,7 @@ inline unsigned __ballot_sync(unsigned, bool p) { return p; }
 #include <pybind11/pybind11.h>
 
 #ifdef _OPENMP
+#include <immintrin.h>
 #include <omp.h>
 #endif
 #include <algorithm>
@@ -674,6 +675,28 @@ py::tuple host_cert_entries(py::array_t<std::int32_t, py::array::c_style> F, int
 }
 
 
+// Bit t set where entry t < len (<= 64) of a run is a suspect of host_refine_step: its fails
+// code above lev and its need not bey. One compare per 64 bytes on AVX-512 BW (the scans pass
+// over every entry of the output, the suspects are few), a loop elsewhere.
+__attribute__((target("avx512f,avx512bw"))) std::uint64_t suspects64_avx512(
+    const std::uint8_t* pf, const std::uint8_t* pn, std::uint8_t lev, std::uint8_t bey,
+    int len) {
+  const __mmask64 valid = len >= 64 ? ~0ull : (1ull << len) - 1;
+  const __mmask64 over =
+      _mm512_cmpgt_epu8_mask(_mm512_maskz_loadu_epi8(valid, pf), _mm512_set1_epi8(char(lev)));
+  const __mmask64 kept =
+      _mm512_cmpneq_epu8_mask(_mm512_maskz_loadu_epi8(valid, pn), _mm512_set1_epi8(char(bey)));
+  return over & kept & valid;
+}
+inline std::uint64_t suspects64(const std::uint8_t* pf, const std::uint8_t* pn, std::uint8_t lev,
+                                std::uint8_t bey, int len) {
+  if (emu_host::avx512_loops()) return suspects64_avx512(pf, pn, lev, bey, len);
+  std::uint64_t bits = 0;
+  for (int t = 0; t < len; ++t)
+    bits |= static_cast<std::uint64_t>((pf[t] > lev) & (pn[t] != bey)) << t;
+  return bits;
+}
+
 // The sampled suspects' sums of host_refine_step walk B by blocks of kSampleCols columns (one
 // cache line of a row-major float64 B) and kSampleK rows (their lines stay in L1/L2 while the
 // block's slots pass), kSampleSlots slots of a block per task.
@@ -754,7 +777,11 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
   const std::uint8_t bey = static_cast<std::uint8_t>(beyond);
   if (level < 0 || level > 254) throw std::invalid_argument("refine_step: level is a uint8 code");
   const std::uint8_t lev = static_cast<std::uint8_t>(level);
-  auto suspect = [&](long long at) { return pf[at] > lev && pn[at] != bey; };
+  // the suspects among the (up to) 64 entries of row i from column j on
+  auto run = [&](int i, int j) {
+    const long long at = static_cast<long long>(i) * n + j;
+    return suspects64(pf + at, pn + at, lev, bey, std::min(64, n - j));
+  };
 
   std::vector<long long> off(static_cast<std::size_t>(m) + 1, 0);  // suspects before row i
   long long sus = 0, failing = -1;
@@ -763,9 +790,8 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
     py::gil_scoped_release nogil;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < m; ++i) {
-      const long long row = static_cast<long long>(i) * n;
       long long cnt = 0;
-      for (int j = 0; j < n; ++j) cnt += (pf[row + j] > lev) & (pn[row + j] != bey);
+      for (int j = 0; j < n; j += 64) cnt += __builtin_popcountll(run(i, j));
       off[static_cast<std::size_t>(i) + 1] = cnt;
     }
     for (int i = 0; i < m; ++i) off[i + 1] += off[i];
@@ -778,12 +804,19 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
       for (long long sl = 0; sl < slots; ++sl) {
         const long long r = sl * step;  // the suspect of rank r: its row, then its column
         const int i = static_cast<int>(std::upper_bound(off.begin(), off.end(), r) - off.begin()) - 1;
-        long long left = r - off[i], j = 0;
-        const long long row = static_cast<long long>(i) * n;
-        for (;; ++j)
-          if (suspect(row + j) && left-- == 0) break;
+        long long left = r - off[i];
+        int j = 0;
+        for (std::uint64_t bits = run(i, 0);; j += 64, bits = run(i, j)) {
+          const int c = __builtin_popcountll(bits);
+          if (left < c) {  // the left-th set bit of bits
+            for (; left > 0; --left) bits &= bits - 1;
+            j += __builtin_ctzll(bits);
+            break;
+          }
+          left -= c;
+        }
         si[sl] = i;
-        sj[sl] = static_cast<int>(j);
+        sj[sl] = j;
       }
       // The slots by blocks of kSampleCols columns: a block's slots walk K together, kSampleK
       // rows at a time, so that each line of B (row-major: a column's entries n apart) comes
@@ -873,28 +906,30 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
           long long rank = off[i], row_fail = 0;
           const long long row = static_cast<long long>(i) * n;
           const double qa = __dmul_rn(c4, pp[i]);
-          for (int j = 0; j < n; ++j) {
-            const long long at = row + j;
-            if (!suspect(at)) continue;
-            double lam = entry_lower(static_cast<double>(pF[at]), pma[i] != 0 || pmb[j] != 0,
-                                     fscale, fscale_mixed, pc != nullptr, pc ? pc[at] : 0.0f,
-                                     factor, abs_term);
-            const bool sampled = rank % step == 0;
-            const long long sl = rank / step;
-            if (native) {
-              lam = __dmul_rn(lam, theta);
-              if (sampled) {
-                const double own = S[sl] > scale[sl] ? S[sl] : scale[sl];
-                lam = own > lam ? own : lam;
+          for (int j0 = 0; j0 < n; j0 += 64) {
+            for (std::uint64_t bits = run(i, j0); bits; bits &= bits - 1) {
+              const int j = j0 + __builtin_ctzll(bits);
+              const long long at = row + j;
+              double lam = entry_lower(static_cast<double>(pF[at]), pma[i] != 0 || pmb[j] != 0,
+                                       fscale, fscale_mixed, pc != nullptr, pc ? pc[at] : 0.0f,
+                                       factor, abs_term);
+              const bool sampled = rank % step == 0;
+              const long long sl = rank / step;
+              if (native) {
+                lam = __dmul_rn(lam, theta);
+                if (sampled) {
+                  const double own = S[sl] > scale[sl] ? S[sl] : scale[sl];
+                  lam = own > lam ? own : lam;
+                }
+              } else if (sampled) {
+                lam = S[sl] > lam ? S[sl] : lam;
               }
-            } else if (sampled) {
-              lam = S[sl] > lam ? S[sl] : lam;
+              if (!cert_ok(lam, pna[i], pp[i], qa, pnb[j], pq[j], cR, 1.0)) {
+                ++row_fail;
+                if (static_cast<long long>(mine.size()) < patch_cap) mine.push_back(at);
+              }
+              ++rank;
             }
-            if (!cert_ok(lam, pna[i], pp[i], qa, pnb[j], pq[j], cR, 1.0)) {
-              ++row_fail;
-              if (static_cast<long long>(mine.size()) < patch_cap) mine.push_back(at);
-            }
-            ++rank;
           }
           total_fail += row_fail;
           if (row_fail) over.fetch_add(row_fail, std::memory_order_relaxed);

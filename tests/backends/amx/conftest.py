@@ -1,5 +1,5 @@
-"""Fixtures of the amx tests: the blocking knobs restored after a test, and the amx backend on
-the tile model and on AMX."""
+"""Fixtures of the amx tests: the blocking knobs restored after a test, the amx backend on the
+tile model and on AMX, and the C++ stages' loops (explicit AVX-512 or portable)."""
 
 from __future__ import annotations
 
@@ -27,3 +27,15 @@ def backend(request, monkeypatch):
 def amx_backend(monkeypatch):
     """The amx backend on the AMX tiles."""
     return force_amx_backend(monkeypatch, emulate=False)
+
+
+@pytest.fixture(params=["avx512", "portable"])
+def host_loops(request):
+    """The C++ stages' loops of this test (``_amx.host_avx512``'s switch): the explicit AVX-512
+    ones where the CPU has them (else skipped), then the portable ones."""
+    try:
+        was = _amx.host_avx512(request.param == "avx512")
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    yield request.param
+    _amx.host_avx512(was)

@@ -4,7 +4,8 @@ tile model.
 
 The prescale equals ``scaling.ozaki2_prescale`` exactly, and the certificate gives
 ``certificate.ozaki2_moduli_needed``'s count, mask and patch (the refinement, the exact step,
-the float32 GEMM fallback), real and complex; the bound GEMM's operands and line terms.
+the float32 GEMM fallback), real and complex; the bound GEMM's operands and line terms. Every
+test runs on both forms of the C++ loops (explicit AVX-512 where the CPU has it, portable).
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from _helpers import certificate_counts
 from emulinalg.algorithm.certificate import Target
 from emulinalg.inputs import phi_matrix
 
-pytestmark = pytest.mark.skipif(
-    _amx is None, reason="emulinalg._amx is not built (not x86-64, or no C++ compiler)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        _amx is None, reason="emulinalg._amx is not built (not x86-64, or no C++ compiler)"
+    ),
+    pytest.mark.usefixtures("host_loops"),  # the refinement's scans: both loops
+]
 
 
 def _assert_statistics_equal(ar, ai, br, bi, target, reference=None):

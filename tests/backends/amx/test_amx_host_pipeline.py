@@ -29,20 +29,12 @@ import emulinalg
 from emulinalg import OzakiII
 from emulinalg.inputs import phi_matrix
 
-pytestmark = pytest.mark.skipif(
-    _amx is None, reason="emulinalg._amx is not built (not x86-64, or no C++ compiler)"
-)
-
-
-@pytest.fixture(params=["avx512", "portable"], autouse=True)
-def host_loops(request):
-    """The C++ residue and CRT loops of this test: ``_amx.host_avx512``'s switch."""
-    try:
-        was = _amx.host_avx512(request.param == "avx512")
-    except ValueError as exc:
-        pytest.skip(str(exc))
-    yield request.param
-    _amx.host_avx512(was)
+pytestmark = [
+    pytest.mark.skipif(
+        _amx is None, reason="emulinalg._amx is not built (not x86-64, or no C++ compiler)"
+    ),
+    pytest.mark.usefixtures("host_loops"),
+]
 
 
 def _assert_product_equal(ar, ai, br, bi, moduli, out_dtype):
