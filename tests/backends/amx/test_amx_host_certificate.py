@@ -732,3 +732,28 @@ def test_magnitude_lower_matmul_bounds_the_product(shape, tiles, monkeypatch, rn
     bound = certificate.signed_error(k) * ab + certificate.lower_abs(k)
     assert np.all(np.abs(exact(sa, xb) - est) <= bound)
     assert bool(calls) == tiles  # the BF16 tile GEMM, or numpy's for small products
+
+
+@pytest.mark.parametrize("order", ["C", "F", "view"])
+def test_bf16_lower_truncates_toward_zero(order, rng):
+    """_amx.bf16_lower's bits are numpy's float32 truncation toward zero of each float64 entry
+    (the cast, stepped toward zero where it rounded away), high half: signed zeros, float32
+    subnormals and underflow, overflow to the largest float, +-inf, NaN kept a NaN; rows whose
+    length is no multiple of the vector's 8 entries; C and Fortran order and a strided view."""
+    x = rng.standard_normal((5, 203)) * np.exp2(rng.integers(-170, 140, (5, 203)))
+    x[0, :14] = [0.0, -0.0, 2.0**-149, 2.0**-150, -(2.0**-149) * 1.5, 2.0**-126 * 0.999, 3.4e38,
+                 3.5e38, -1e300, np.inf, -np.inf, 1.0 + 2.0**-30, -1.9999999, 5e-324]  # fmt: skip
+    x[1, 3] = np.nan
+    if order == "F":
+        x = np.asfortranarray(x)
+    elif order == "view":
+        x = np.ascontiguousarray(np.repeat(x, 2, axis=1))[:, ::2]
+    with np.errstate(over="ignore"):
+        f = x.astype(np.float32)
+    f = np.where(np.abs(f.astype(np.float64)) > np.abs(x), np.nextafter(f, np.float32(0)), f)
+    want = (f.view(np.uint32) >> 16).astype(np.uint16)
+    got = _amx.bf16_lower(x)
+    nan = np.isnan(x)
+    assert got.shape == x.shape and got.dtype == np.uint16
+    assert np.array_equal(got[~nan], want[~nan])
+    assert np.all((got[nan] & 0x7F80) == 0x7F80) and np.all((got[nan] & 0x7F) != 0)
