@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #define __global__
@@ -80,9 +81,15 @@ inline unsigned __umulhi(unsigned a, unsigned b) {
   return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32);
 }
 inline double __dsqrt_rn(double a) { return std::sqrt(a); }  // correctly rounded (IEEE)
+// The cast rounds to nearest; where that rose in magnitude (to inf included), the float one
+// step toward zero: its bit pattern less one (the sign bit stays), as nextafter(f, 0) but with
+// no library call, so that loops around it vectorize.
 inline float __double2float_rz(double x) {
   float f = static_cast<float>(x);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u -= std::fabs(static_cast<double>(f)) > std::fabs(x) ? 1u : 0u;
+  std::memcpy(&f, &u, sizeof f);
   return f;
 }
 template <class T>
