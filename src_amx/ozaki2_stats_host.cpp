@@ -304,8 +304,9 @@ py::tuple bound_operand(const py::object& xo, bool lines_are_rows, const py::obj
   }
   py::array_t<std::int64_t> shift(R), sums(R), nz(R), mixed(R);
   py::array_t<double> l1(R), sq(R);
-  py::array_t<signed char> out(lines_are_rows ? std::vector<py::ssize_t>{R, C}
-                                              : std::vector<py::ssize_t>{C, R});
+  // in huge pages: the bound GEMM's operand, written once (faults 2 MiB at a time)
+  auto out = emu_host::huge_page_array<signed char>(lines_are_rows ? std::vector<py::ssize_t>{R, C}
+                                                                   : std::vector<py::ssize_t>{C, R});
   const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
   const T* px = xv.p;
   std::int64_t *ps = shift.mutable_data(), *pv = sums.mutable_data(), *pz = nz.mutable_data();
