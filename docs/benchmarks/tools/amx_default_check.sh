@@ -6,6 +6,7 @@
 # `source .device/setup.sh`; logs under $OUT.
 #     STEPS="build plans demo tests" bash docs/benchmarks/tools/amx_default_check.sh
 #     STEPS="build bench complex" BENCH_SIZES=2048,4096,8192 bash docs/benchmarks/tools/amx_default_check.sh
+#     STEPS="build stages" bash docs/benchmarks/tools/amx_default_check.sh   (host_stages.py)
 # (build is skipped when an install from an earlier call on a warm machine is there.)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
@@ -57,8 +58,13 @@ bench() {  # bench DTYPE METHODS
         --warmup 1 --case-seconds 20 --ref-rows 4 --ref-cols 64 --torch --quiet \
         --out "$OUT/levels_$1.jsonl" --append
 }
+stages() {  # the residue panels and the CRT alone, explicit AVX-512 and portable loops
+    OMP_NUM_THREADS=$THREADS python3 "$ROOT/docs/benchmarks/tools/host_stages.py" \
+        --sizes "${STAGE_SIZES:-4096,8192}" --cases float64:16,float32:8,complex128:16 \
+        --repeat 3 --build "${BUILD_LABEL:-}" --out "$OUT/host_stages.jsonl"
+}
 export OUT SITE ROOT THREADS
-export -f build plans demo tests bench
+export -f build plans demo tests bench stages
 : >"$OUT/summary.txt"
 for s in $STEPS; do
     case $s in
@@ -68,6 +74,7 @@ for s in $STEPS; do
     tests) step tests "${TEST_S:-330}" tests ;;
     bench) step bench-f64 "${BENCH_S:-300}" bench float64 "${BENCH_F64:-float64,BF16xN(6,6)}"
            step bench-f32 "${BENCH_S:-300}" bench float32 "${BENCH_F32:-float32,BF16x3()}" ;;
+    stages) step stages "${STAGES_S:-240}" stages ;;
     complex) step bench-c128 "${BENCH_S:-300}" bench complex128 float64
              step bench-c64 "${BENCH_S:-300}" bench complex64 float32 ;;
     esac
