@@ -194,10 +194,139 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void line_terms(
   }
 }
 
+// |x| of 8 entries along memory, as float64.
+template <class T>
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d abs8(
+    const T* p) {
+  if constexpr (std::is_same_v<T, float>)
+    return _mm512_abs_pd(_mm512_cvtps_pd(_mm256_loadu_ps(p)));
+  else
+    return _mm512_abs_pd(_mm512_loadu_pd(p));
+}
+
+// line_terms on AVX-512 (F, DQ, BW, VL) for a line along memory written along memory (sx, sy,
+// so = 1): lane j of each vector is line_terms' partial sum j (the entries c = j mod kLanes, in
+// order), the tail past the last whole group goes to lane 0, and the lanes are added up in
+// line_terms' order: the same sums, the same bits.
+template <class T>
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void line_terms_avx512(
+    const T* __restrict__ x, const T* __restrict__ y, int C, Scale2 up, Scale2 dn,
+    signed char* __restrict__ out, LineTerms& lt) {
+  static_assert(kLanes == 8, "one vector of float64 partial sums");
+  const __m512d u0 = _mm512_set1_pd(up.f0), u1 = _mm512_set1_pd(up.f1);
+  const __m512d d0 = _mm512_set1_pd(dn.f0), d1 = _mm512_set1_pd(dn.f1);
+  const __m512d zero = _mm512_setzero_pd();
+  const __m512i one = _mm512_set1_epi64(1);
+  __m512i sum = _mm512_setzero_si512(), nz = sum, mixed = sum;
+  __m512d l1 = zero, sq = zero;
+  int c = 0;
+  for (; c + kLanes <= C; c += kLanes) {
+    const __m512d a = abs8(x + c);
+    __m256i b = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(a, u0), u1));
+    const __mmask8 za = _mm512_cmp_pd_mask(a, zero, _CMP_NEQ_UQ);  // a != 0.0
+    __m512d l = _mm512_mul_pd(_mm512_mul_pd(a, d0), d1);
+    nz = _mm512_mask_add_epi64(nz, za, nz, one);
+    if (y != nullptr) {
+      const __m512d w = abs8(y + c);
+      b = _mm256_add_epi32(b, _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(w, u0), u1)));
+      const __mmask8 zw = _mm512_cmp_pd_mask(w, zero, _CMP_NEQ_UQ);
+      nz = _mm512_mask_add_epi64(nz, zw, nz, one);
+      mixed = _mm512_mask_add_epi64(mixed, za & zw, mixed, one);
+      l = _mm512_add_pd(l, _mm512_mul_pd(_mm512_mul_pd(w, d0), d1));
+    }
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + c), _mm256_cvtepi32_epi8(b));
+    sum = _mm512_add_epi64(sum, _mm512_cvtepi32_epi64(b));
+    l1 = _mm512_add_pd(l1, l);
+    sq = _mm512_add_pd(sq, _mm512_mul_pd(l, l));
+  }
+  alignas(64) long long s8[kLanes], n8[kLanes], m8[kLanes];
+  alignas(64) double l8[kLanes], q8[kLanes];
+  _mm512_store_si512(s8, sum);
+  _mm512_store_si512(n8, nz);
+  _mm512_store_si512(m8, mixed);
+  _mm512_store_pd(l8, l1);
+  _mm512_store_pd(q8, sq);
+  for (; c < C; ++c) {  // the tail, into lane 0 (line_terms' one(c, 0))
+    const double a = abs_of(static_cast<double>(x[c]));
+    int b = static_cast<int>((a * up.f0) * up.f1);
+    long long z = a != 0.0;
+    double l = (a * dn.f0) * dn.f1;
+    if (y != nullptr) {
+      const double w = abs_of(static_cast<double>(y[c]));
+      b += static_cast<int>((w * up.f0) * up.f1);
+      z += w != 0.0;
+      m8[0] += (a != 0.0) & (w != 0.0);
+      l = l + (w * dn.f0) * dn.f1;
+    }
+    out[c] = static_cast<signed char>(b);
+    s8[0] += b;
+    n8[0] += z;
+    l8[0] = l8[0] + l;
+    q8[0] = q8[0] + l * l;
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    lt.sum += s8[j];
+    lt.nz += n8[j];
+    lt.mixed += m8[j];
+    lt.l1 = lt.l1 + l8[j];
+    lt.sq = lt.sq + q8[j];
+  }
+}
+
 // A line's exponent from line_exponents' code (exponent_of of its largest magnitude: INT32_MIN
 // for a zero line, taken as if its max were 1).
 inline int scanned_exponent(std::int32_t e) {
   return e == std::numeric_limits<std::int32_t>::min() ? 0 : e;
+}
+
+// block_terms' work on one entry of each of its len lines (consecutive in memory: x[t], y[t]),
+// on AVX-512 (F, DQ, BW, VL), 8 lines per vector with masked tails: the same operations in the
+// same order per line, the int8 bounds to out[t].
+template <class T>
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void block_row_avx512(
+    const T* __restrict__ x, const T* __restrict__ y, int len, const double* u0,
+    const double* u1, const double* d0, const double* d1, signed char* __restrict__ out,
+    long long* __restrict__ sum, long long* __restrict__ nz, long long* __restrict__ mixed,
+    double* __restrict__ l1, double* __restrict__ sq) {
+  const __m512d zero = _mm512_setzero_pd();
+  const __m512i one = _mm512_set1_epi64(1);
+  for (int t = 0; t < len; t += 8) {
+    const __mmask8 v = static_cast<__mmask8>(len - t >= 8 ? 0xff : (1u << (len - t)) - 1u);
+    __m512d a;
+    if constexpr (std::is_same_v<T, float>)
+      a = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(v, x + t));
+    else
+      a = _mm512_maskz_loadu_pd(v, x + t);
+    a = _mm512_abs_pd(a);
+    const __m512d U0 = _mm512_maskz_loadu_pd(v, u0 + t), U1 = _mm512_maskz_loadu_pd(v, u1 + t);
+    const __m512d D0 = _mm512_maskz_loadu_pd(v, d0 + t), D1 = _mm512_maskz_loadu_pd(v, d1 + t);
+    __m256i b = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(a, U0), U1));
+    __m512d l = _mm512_mul_pd(_mm512_mul_pd(a, D0), D1);
+    const __mmask8 za = _mm512_cmp_pd_mask(a, zero, _CMP_NEQ_UQ);
+    __m512i n = _mm512_mask_add_epi64(_mm512_maskz_loadu_epi64(v, nz + t), za,
+                                      _mm512_maskz_loadu_epi64(v, nz + t), one);
+    if (y != nullptr) {
+      __m512d w;
+      if constexpr (std::is_same_v<T, float>)
+        w = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(v, y + t));
+      else
+        w = _mm512_maskz_loadu_pd(v, y + t);
+      w = _mm512_abs_pd(w);
+      b = _mm256_add_epi32(b, _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(w, U0), U1)));
+      l = _mm512_add_pd(l, _mm512_mul_pd(_mm512_mul_pd(w, D0), D1));
+      const __mmask8 zw = _mm512_cmp_pd_mask(w, zero, _CMP_NEQ_UQ);
+      n = _mm512_mask_add_epi64(n, zw, n, one);
+      const __m512i mx = _mm512_maskz_loadu_epi64(v, mixed + t);
+      _mm512_mask_storeu_epi64(mixed + t, v, _mm512_mask_add_epi64(mx, za & zw, mx, one));
+    }
+    _mm_mask_storeu_epi8(out + t, v, _mm256_cvtepi32_epi8(b));
+    _mm512_mask_storeu_epi64(nz + t, v, n);
+    _mm512_mask_storeu_epi64(
+        sum + t, v, _mm512_add_epi64(_mm512_maskz_loadu_epi64(v, sum + t), _mm512_cvtepi32_epi64(b)));
+    _mm512_mask_storeu_pd(l1 + t, v, _mm512_add_pd(_mm512_maskz_loadu_pd(v, l1 + t), l));
+    _mm512_mask_storeu_pd(sq + t, v,
+                          _mm512_add_pd(_mm512_maskz_loadu_pd(v, sq + t), _mm512_mul_pd(l, l)));
+  }
 }
 
 // kBoundLines lines across memory (line t at x + t sx, entry c at + c sc; len <= kBoundLines of
@@ -230,13 +359,17 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
   // kLanes in lane 0, so that a line's l1 and sq are the same in either layout
   alignas(64) double l1[kLanes][kBoundLines] = {}, sq[kLanes][kBoundLines] = {};
   const int whole = C / kLanes * kLanes;
+  const bool fast = sx == 1 && ot == 1 && (y == nullptr || yx == 1) && emu_host::avx512_loops();
   for (int c = 0; c < C; ++c) {
     const int j = c < whole ? c % kLanes : 0;
     const T* __restrict__ xc = x + c * sc;
     signed char* __restrict__ oc_ = out + c * oc;
     double* __restrict__ l1j = l1[j];
     double* __restrict__ sqj = sq[j];
-    if (y == nullptr) {
+    if (fast) {
+      block_row_avx512(xc, y != nullptr ? y + c * yc : nullptr, len, u0, u1, d0, d1, oc_, sum,
+                       nz, mixed, l1j, sqj);
+    } else if (y == nullptr) {
       for (int t = 0; t < len; ++t) {
         const double a = abs_of(static_cast<double>(xc[t * sx]));
         const int b = static_cast<int>((a * u0[t]) * u1[t]);  // floor: in [0, 128)
@@ -345,8 +478,11 @@ py::tuple bound_operand(const py::object& xo, bool lines_are_rows, const py::obj
         }
         const int s = 5 - scanned_exponent(code) - cplx;
         LineTerms lt;
-        line_terms(xr, sc, yr, y.sc, C, Scale2(s + 1), Scale2(s - 5 + cplx), po + r * out_r,
-                   out_c, lt);
+        if (sc == 1 && (yr == nullptr || y.sc == 1) && out_c == 1 && emu_host::avx512_loops())
+          line_terms_avx512(xr, yr, C, Scale2(s + 1), Scale2(s - 5 + cplx), po + r * out_r, lt);
+        else
+          line_terms(xr, sc, yr, y.sc, C, Scale2(s + 1), Scale2(s - 5 + cplx), po + r * out_r,
+                     out_c, lt);
         put(r, s, lt);
       }
     }
