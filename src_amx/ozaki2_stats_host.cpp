@@ -156,58 +156,69 @@ struct LineTerms {
   double l1 = 0.0, sq = 0.0;
 };
 
-// A line along memory: its int8 bounds (out, stride so) and terms; y (or null) its imaginary part.
-template <class T>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void line_terms(
-    const T* __restrict__ x, long long sx, const T* __restrict__ y, long long sy,
-    int C, Scale2 up, Scale2 dn, signed char* __restrict__ out, long long so, LineTerms& lt) {
-  long long sum[kLanes] = {}, nz[kLanes] = {}, mixed[kLanes] = {};
-  double l1[kLanes] = {}, sq[kLanes] = {};
-  auto one = [&](int c, int j) {
-    const double a = abs_of(static_cast<double>(x[c * sx]));
+// A line's partial sums: entry c in lane c % kLanes, the tail past the last whole group of
+// kLanes in lane 0, added up in lane order (so the line's l1 and sq do not depend on how the
+// lanes were filled: line_terms, line_terms_avx512).
+struct LaneSums {
+  alignas(64) long long sum[kLanes] = {}, nz[kLanes] = {}, mixed[kLanes] = {};
+  alignas(64) double l1[kLanes] = {}, sq[kLanes] = {};
+  // the entry x (y: its imaginary part, or null) into lane j, its int8 bound to *out
+  template <class T>
+  void add(const T* x, const T* y, Scale2 up, Scale2 dn, signed char* out, int j) {
+    const double a = abs_of(static_cast<double>(*x));
     int b = static_cast<int>((a * up.f0) * up.f1);  // floor: the value is in [0, 128)
     long long z = a != 0.0;
     double l = (a * dn.f0) * dn.f1;
     if (y != nullptr) {
-      const double w = abs_of(static_cast<double>(y[c * sy]));
+      const double w = abs_of(static_cast<double>(*y));
       b += static_cast<int>((w * up.f0) * up.f1);
       z += w != 0.0;
       mixed[j] += (a != 0.0) & (w != 0.0);
       l = l + (w * dn.f0) * dn.f1;
     }
-    out[c * so] = static_cast<signed char>(b);
+    *out = static_cast<signed char>(b);
     sum[j] += b;
     nz[j] += z;
     l1[j] = l1[j] + l;
     sq[j] = sq[j] + l * l;
-  };
+  }
+  void into(LineTerms& lt) const {
+    for (int j = 0; j < kLanes; ++j) {
+      lt.sum += sum[j];
+      lt.nz += nz[j];
+      lt.mixed += mixed[j];
+      lt.l1 = lt.l1 + l1[j];
+      lt.sq = lt.sq + sq[j];
+    }
+  }
+};
+
+// A line along memory: its int8 bounds (out, stride so) and terms; y (or null) its imaginary part.
+template <class T>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void line_terms(
+    const T* __restrict__ x, long long sx, const T* __restrict__ y, long long sy,
+    int C, Scale2 up, Scale2 dn, signed char* __restrict__ out, long long so, LineTerms& lt) {
+  LaneSums ls;
   int c = 0;
   for (; c + kLanes <= C; c += kLanes)
-    for (int j = 0; j < kLanes; ++j) one(c + j, j);
-  for (; c < C; ++c) one(c, 0);
-  for (int j = 0; j < kLanes; ++j) {
-    lt.sum += sum[j];
-    lt.nz += nz[j];
-    lt.mixed += mixed[j];
-    lt.l1 = lt.l1 + l1[j];
-    lt.sq = lt.sq + sq[j];
-  }
+    for (int j = 0; j < kLanes; ++j)
+      ls.add(x + (c + j) * sx, y ? y + (c + j) * sy : nullptr, up, dn, out + (c + j) * so, j);
+  for (; c < C; ++c) ls.add(x + c * sx, y ? y + c * sy : nullptr, up, dn, out + c * so, 0);
+  ls.into(lt);
 }
 
-// |x| of 8 entries along memory, as float64.
+// |x| of 8 entries along memory (those of mask v; zeros in the others), as float64.
 template <class T>
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d abs8(
-    const T* p) {
+    const T* p, __mmask8 v = 0xff) {
   if constexpr (std::is_same_v<T, float>)
-    return _mm512_abs_pd(_mm512_cvtps_pd(_mm256_loadu_ps(p)));
+    return _mm512_abs_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(v, p)));
   else
-    return _mm512_abs_pd(_mm512_loadu_pd(p));
+    return _mm512_abs_pd(_mm512_maskz_loadu_pd(v, p));
 }
 
 // line_terms on AVX-512 (F, DQ, BW, VL) for a line along memory written along memory (sx, sy,
-// so = 1): lane j of each vector is line_terms' partial sum j (the entries c = j mod kLanes, in
-// order), the tail past the last whole group goes to lane 0, and the lanes are added up in
-// line_terms' order: the same sums, the same bits.
+// so = 1): lane j of each vector is LaneSums' lane j, the same sums, the same bits.
 template <class T>
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void line_terms_avx512(
     const T* __restrict__ x, const T* __restrict__ y, int C, Scale2 up, Scale2 dn,
@@ -239,38 +250,14 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void line_terms_av
     l1 = _mm512_add_pd(l1, l);
     sq = _mm512_add_pd(sq, _mm512_mul_pd(l, l));
   }
-  alignas(64) long long s8[kLanes], n8[kLanes], m8[kLanes];
-  alignas(64) double l8[kLanes], q8[kLanes];
-  _mm512_store_si512(s8, sum);
-  _mm512_store_si512(n8, nz);
-  _mm512_store_si512(m8, mixed);
-  _mm512_store_pd(l8, l1);
-  _mm512_store_pd(q8, sq);
-  for (; c < C; ++c) {  // the tail, into lane 0 (line_terms' one(c, 0))
-    const double a = abs_of(static_cast<double>(x[c]));
-    int b = static_cast<int>((a * up.f0) * up.f1);
-    long long z = a != 0.0;
-    double l = (a * dn.f0) * dn.f1;
-    if (y != nullptr) {
-      const double w = abs_of(static_cast<double>(y[c]));
-      b += static_cast<int>((w * up.f0) * up.f1);
-      z += w != 0.0;
-      m8[0] += (a != 0.0) & (w != 0.0);
-      l = l + (w * dn.f0) * dn.f1;
-    }
-    out[c] = static_cast<signed char>(b);
-    s8[0] += b;
-    n8[0] += z;
-    l8[0] = l8[0] + l;
-    q8[0] = q8[0] + l * l;
-  }
-  for (int j = 0; j < kLanes; ++j) {
-    lt.sum += s8[j];
-    lt.nz += n8[j];
-    lt.mixed += m8[j];
-    lt.l1 = lt.l1 + l8[j];
-    lt.sq = lt.sq + q8[j];
-  }
+  LaneSums ls;
+  _mm512_store_si512(ls.sum, sum);
+  _mm512_store_si512(ls.nz, nz);
+  _mm512_store_si512(ls.mixed, mixed);
+  _mm512_store_pd(ls.l1, l1);
+  _mm512_store_pd(ls.sq, sq);
+  for (; c < C; ++c) ls.add(x + c, y ? y + c : nullptr, up, dn, out + c, 0);  // the tail
+  ls.into(lt);
 }
 
 // A line's exponent from line_exponents' code (exponent_of of its largest magnitude: INT32_MIN
@@ -292,12 +279,7 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void block_row_avx
   const __m512i one = _mm512_set1_epi64(1);
   for (int t = 0; t < len; t += 8) {
     const __mmask8 v = static_cast<__mmask8>(len - t >= 8 ? 0xff : (1u << (len - t)) - 1u);
-    __m512d a;
-    if constexpr (std::is_same_v<T, float>)
-      a = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(v, x + t));
-    else
-      a = _mm512_maskz_loadu_pd(v, x + t);
-    a = _mm512_abs_pd(a);
+    const __m512d a = abs8(x + t, v);
     const __m512d U0 = _mm512_maskz_loadu_pd(v, u0 + t), U1 = _mm512_maskz_loadu_pd(v, u1 + t);
     const __m512d D0 = _mm512_maskz_loadu_pd(v, d0 + t), D1 = _mm512_maskz_loadu_pd(v, d1 + t);
     __m256i b = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(a, U0), U1));
@@ -306,12 +288,7 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void block_row_avx
     __m512i n = _mm512_mask_add_epi64(_mm512_maskz_loadu_epi64(v, nz + t), za,
                                       _mm512_maskz_loadu_epi64(v, nz + t), one);
     if (y != nullptr) {
-      __m512d w;
-      if constexpr (std::is_same_v<T, float>)
-        w = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(v, y + t));
-      else
-        w = _mm512_maskz_loadu_pd(v, y + t);
-      w = _mm512_abs_pd(w);
+      const __m512d w = abs8(y + t, v);
       b = _mm256_add_epi32(b, _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(w, U0), U1)));
       l = _mm512_add_pd(l, _mm512_mul_pd(_mm512_mul_pd(w, D0), D1));
       const __mmask8 zw = _mm512_cmp_pd_mask(w, zero, _CMP_NEQ_UQ);
