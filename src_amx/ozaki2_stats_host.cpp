@@ -44,8 +44,8 @@ inline unsigned __ballot_sync(unsigned, bool p) { return p; }
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#ifdef _OPENMP
 #include <immintrin.h>
+#ifdef _OPENMP
 #include <omp.h>
 #endif
 #include <algorithm>
