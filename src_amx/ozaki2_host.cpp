@@ -878,7 +878,7 @@ void crt_impl(const signed char* res, long long plane, int m, int n, const int* 
           if (len < kRun) std::memset(w[l] + len, 0, kRun - len);
         }
         crt_sums_generic(w, NMOD, NW, acc, qf);
-        if (kind != 2) {
+        if (kind != 2 && !fused) {  // where crt_run_avx512 declined, crt_finish_run would too
           alignas(64) i64 off[kRun];
           for (int t = 0; t < kRun; ++t) off[t] = -(mu[row] + nu[j0 + std::min(t, len - 1)]);
           char* o = static_cast<char*>(out_hi) +
