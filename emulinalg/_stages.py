@@ -33,8 +33,8 @@ member                      stage (reference implementation)
 ``product_workspace(ar,``   the bytes ``ozaki2_product`` allocates besides its inputs and
 ``ai, br, bi, moduli)``     output, for the plan (none)
 ``refit_pick(parts,``       the refit's entries, same result as ``refit.cancelled_entries``
-``prescale, exclude,``      (an index array, possibly empty)
-``everything)``
+``prescale, exclude,``      (an index array, possibly empty), or left on the device as a
+``everything)``             ``refit.Deferred`` (the refit then reads its validity once)
 ``balance_sides(re, im,``   the complex part check's operand sides, same result as
 ``e)``                      ``parts.balance_sides``
 ``balance_fine(t_lo, s,``   its test, same result as ``parts.balance_fine``

@@ -23,6 +23,8 @@ part's, against the same bound) and the entries of the picks are refit together.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from . import operands, products
 from .moduli import MAX_MODULI
@@ -46,26 +48,34 @@ PRODUCT_BLOCK = 512
 # A backend's one-pass choice (``refit_pick``) buffers the entries within the spread; where a
 # measure has more than its buffer holds it narrows the spread to a bin edge of log2(q / low),
 # in bins of 1/NARROW_BINS_PER_BIT bit, that still holds the REFIT_ENTRIES smallest
-# (``narrowed_threshold``)
+# (``narrowed_thresholds``)
 NARROW_BINS_PER_BIT = 8
 NARROW_BINS = REFIT_SPREAD_BITS * NARROW_BINS_PER_BIT
 
 
-def narrowed_threshold(low, hist, cap):
-    """A threshold thr <= low 2**REFIT_SPREAD_BITS such that the entries with 0 < q <= thr
-    hold the REFIT_ENTRIES smallest ratios (so ``chosen`` picks the same entries from them) and
-    about at most ``cap`` entries, or None where no bin edge does. ``low``: the smallest
-    positive q; ``hist``: the counts of the entries within the spread per bin
-    floor(log2(q / low) NARROW_BINS_PER_BIT), clamped to [0, NARROW_BINS - 1]. The edge is one
-    bin above the one where REFIT_ENTRIES are reached: a q that log2's rounding put in a lower
-    bin is still below it. The caller counts again below the threshold."""
-    cum = [0]
-    for h in hist:
-        cum.append(cum[-1] + int(h))
-    b = next((i for i in range(len(hist)) if cum[i + 1] >= REFIT_ENTRIES), None)
-    if b is None or b + 2 >= len(hist) or cum[b + 2] > cap:
-        return None
-    return float(low) * 2.0 ** ((b + 2) / NARROW_BINS_PER_BIT)
+# 2**(i / NARROW_BINS_PER_BIT) as Python computes it, for the bin edges of
+# ``narrowed_thresholds`` on any device (its pow need not round as the host's does)
+_EDGE_FACTORS = tuple(2.0 ** (i / NARROW_BINS_PER_BIT) for i in range(NARROW_BINS + 2))
+
+
+def narrowed_thresholds(xp, low, hist, cap):
+    """Per measure a threshold thr <= low 2**REFIT_SPREAD_BITS such that the entries with
+    0 < q <= thr hold the REFIT_ENTRIES smallest ratios (so ``chosen`` picks the same entries
+    from them) and about at most ``cap`` entries, and whether a bin edge does that (where not,
+    thr is meaningless). ``low`` (W,): the smallest positive q; ``hist`` (W, NARROW_BINS): the
+    counts of the entries within the spread per bin floor(log2(q / low) NARROW_BINS_PER_BIT),
+    clamped to [0, NARROW_BINS - 1]. The edge is one bin above the one where REFIT_ENTRIES are
+    reached: a q that log2's rounding put in a lower bin is still below it. The caller counts
+    again below the threshold. Array operations only, so that a device decides without a
+    read-back."""
+    h = xp.astype(hist, xp.int64)
+    cum = xp.cumulative_sum(h, axis=-1)  # the entries in bins 0..i
+    bins = xp.arange(NARROW_BINS, dtype=xp.int64)
+    b = xp.min(xp.where(cum >= REFIT_ENTRIES, bins, NARROW_BINS), axis=-1)  # the first there
+    below = xp.sum(xp.where(bins <= xp.expand_dims(b + 1, axis=-1), h, 0), axis=-1)
+    ok = (b + 2 < NARROW_BINS) & (below <= cap)
+    factors = xp.asarray(_EDGE_FACTORS, dtype=xp.float64)
+    return low * xp.take(factors, xp.minimum(b + 2, NARROW_BINS + 1)), ok
 
 
 def spread_threshold(low):
@@ -169,6 +179,49 @@ def chosen(xp, zero, idx, q):
     return xp.sort(xp.concat([zero, idx]))
 
 
+_NO_INDEX = (1 << 63) - 1  # a padded slot of ``chosen_fixed``'s and ``Deferred``'s arrays
+
+
+class Deferred(NamedTuple):
+    """A backend's pick (``refit_pick``) left on its device, so that the host queues the
+    recomputation without waiting for the pick's counts: ``idx`` (S,) int64 flat indices,
+    ascending in the slots where ``valid`` (S,) bool holds and the largest int64 in the others
+    (``chosen_fixed``'s form); ``ok`` a 0-d bool array, false where these are not the pick's
+    entries (its buffers overflowed: ``redo()`` then gives the hook's synchronous answer, an
+    index array or None for the generic code). ``refit`` reads ``ok`` and the count once, after
+    its writes are queued, and where ``ok`` is false puts the old values back and picks again."""
+
+    idx: Any
+    valid: Any
+    ok: Any
+    redo: Callable
+
+
+def chosen_fixed(xp, zero, nz, idx, q, nc):
+    """``chosen``'s rule in fixed-size arrays, for a device that should not wait for the counts:
+    ``zero`` (cap,) int64 the flat positions of exact zeros, the first ``nz`` valid, ``idx`` and
+    ``q`` (cap,) the candidates (positions and ratios), the first ``nc`` valid, each in any
+    order (``nz``/``nc`` 0-d integer arrays, at most cap). The candidates are trimmed to the
+    spread of their smallest ratio (``spread_threshold``) first. Returns ``(picked, valid)``,
+    both (2 REFIT_ENTRIES,): ``chosen``'s indices ascending in the first ``sum(valid)`` slots,
+    int64 max in the others."""
+    cap = zero.shape[0]
+    slot = xp.arange(cap, dtype=xp.int64)
+    big = xp.asarray(_NO_INDEX, dtype=xp.int64)
+    zs = xp.sort(xp.where(slot < nz, zero, big))[:REFIT_ENTRIES]
+    qv = xp.where(slot < nc, q, xp.inf)
+    qv = xp.where(qv <= spread_threshold(xp.min(qv)), qv, xp.inf)
+    iv = xp.where(qv < xp.inf, idx, big)
+    by_idx = xp.argsort(iv, stable=True)  # ties of q in flat order: sort by index first
+    by_q = xp.argsort(xp.take(qv, by_idx), stable=True)[:REFIT_ENTRIES]
+    top = xp.take(iv, xp.take(by_idx, by_q))
+    picked = xp.sort(xp.concat([zs, top]))
+    n = picked.shape[0]
+    if n < 2 * REFIT_ENTRIES:  # cap < REFIT_ENTRIES: padded to the fixed size
+        picked = xp.concat([picked, xp.full(2 * REFIT_ENTRIES - n, _NO_INDEX, dtype=xp.int64)])
+    return picked, picked < big
+
+
 def union(xp, picks):
     """The union of ``pick``'s results (None: none), ascending; None when all are None."""
     picks = [x for x in picks if x is not None]
@@ -181,9 +234,12 @@ def cancelled_entries(xp, parts, prescale, exclude=None, everything=False, hook=
     """Flat indices (into the (..., m, n) output) of the entries to refit, or None when there
     are none: the ``union`` of the ``pick`` of each of ``cancel_ratios`` (``everything``: the
     modulus's alone, which holds every finite entry). ``hook``: a backend's ``refit_pick``
-    (same arguments, the same indices, possibly empty, or None to decline)."""
+    (same arguments, the same indices, possibly empty, or None to decline; or a ``Deferred``,
+    returned as it is)."""
     if hook is not None:
         got = hook(parts, prescale, exclude, everything)
+        if isinstance(got, Deferred):
+            return got
         if got is not None:
             return got if got.shape[0] else None
     ratios = cancel_ratios(xp, parts, prescale, exclude)
@@ -208,10 +264,26 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
     if cancelled:
         every = refits_all(outputs, ar.shape[-1])
         idx = cancelled_entries(xp, plain, prescale, exclude, every, pick_hook)
+    if isinstance(idx, Deferred):
+        return _refit_deferred(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude,
+                               extra, product, inplace, idx)  # fmt: skip
     if extra is not None:
         idx = extra if idx is None else xp.unique_values(xp.concat([extra, idx]))
     if idx is None:
         return parts, 0
+    vals = _recompute(xp, ar, ai, br, bi, prescale, mode, out_dtype, idx, outputs, product)
+    out = []
+    for p, v in zip(parts, vals):
+        if out_dtype == "dd":
+            out.append(tuple(_put(xp, x, idx, y, inplace) for x, y in zip(p, v)))
+        else:
+            out.append(_put(xp, p, idx, v, inplace))
+    return tuple(out), int(idx.shape[0])
+
+
+def _recompute(xp, ar, ai, br, bi, prescale, mode, out_dtype, idx, outputs, product):
+    """``recomputed``'s values (``product``: the backend's hook) of the flat output entries
+    ``idx`` (in their order, repeats allowed) of a product of ``outputs`` entries."""
     m, k = ar.shape[-2], ar.shape[-1]
     n = br.shape[-1]
     s, t, e, f = (xp.reshape(v, (-1,)) for v in prescale)
@@ -233,15 +305,57 @@ def refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude=None, ex
 
     sub = (xp.take(s, rows), xp.take(t, cols), xp.take(e, rows), xp.take(f, cols))
     work = min(products.ENTRY_WORK, outputs // WORK_SHARE)
-    vals = recomputed(xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), sub, mode, out_dtype,
-                      work, product)  # fmt: skip
+    return recomputed(xp, lines_a(ar), lines_a(ai), lines_b(br), lines_b(bi), sub, mode,
+                      out_dtype, work, product)  # fmt: skip
+
+
+def merged(xp, idx, valid, extra):
+    """``Deferred``'s padded indices ``idx`` (``valid``) with the flat indices ``extra`` (any
+    order, repeats allowed) added, in the same form: ascending, each once, padded with the
+    largest int64 (the generic path's ``unique_values`` of both, at a fixed size)."""
+    big = xp.asarray(_NO_INDEX, dtype=xp.int64)
+    both = xp.sort(xp.concat([xp.where(valid, idx, big), xp.astype(extra, xp.int64)]))
+    again = xp.concat([xp.zeros(1, dtype=xp.bool), both[1:] == both[:-1]])
+    both = xp.sort(xp.where(again, big, both))
+    return both, both < big
+
+
+def _refit_deferred(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude, extra,
+                    product, inplace, d):  # fmt: skip
+    """``refit`` of a ``Deferred`` pick ``d``: the recomputation and the writes are queued
+    first, then ``d.ok`` and the count are read at once. Padded slots read and write the
+    first slot's entry (entry 0 where no slot is valid) with the value that slot writes, so
+    every write of an entry writes the same value."""
+    idx, valid = d.idx, d.valid
+    if extra is not None:
+        idx, valid = merged(xp, idx, valid, extra)
+    zero = xp.zeros((), dtype=xp.int64)
+    safe = xp.where(valid, idx, xp.where(valid[0], idx[0], zero))
+    plain = [p[0] if out_dtype == "dd" else p for p in parts]
+    vals = _recompute(xp, ar, ai, br, bi, prescale, mode, out_dtype, safe,
+                      math.prod(plain[0].shape), product)  # fmt: skip
+    written = []
+
+    def put(x, v):
+        flat = xp.reshape(x if inplace else xp.asarray(x, copy=True), (-1,))
+        old = xp.take(flat, safe)
+        v = xp.astype(v, flat.dtype)
+        flat[safe] = xp.where(valid, v, xp.where(valid[0], v[0], old[0]))
+        written.append((flat, old))
+        return xp.reshape(flat, x.shape)
+
     out = []
     for p, v in zip(parts, vals):
-        if out_dtype == "dd":
-            out.append(tuple(_put(xp, x, idx, y, inplace) for x, y in zip(p, v)))
-        else:
-            out.append(_put(xp, p, idx, v, inplace))
-    return tuple(out), int(idx.shape[0])
+        out.append(tuple(map(put, p, v)) if out_dtype == "dd" else put(p, v))
+    flags = xp.stack([xp.astype(d.ok, xp.int64), xp.sum(xp.astype(valid, xp.int64))])
+    ok, count = (int(v) for v in flags.tolist())  # the one read-back
+    if ok:
+        return tuple(out), count
+    if inplace:  # the parts were written: their old values back, then the synchronous pick
+        for flat, old in written:
+            flat[safe] = old
+    return refit(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclude, extra,
+                 product=product, pick_hook=lambda *_: d.redo(), inplace=inplace)  # fmt: skip
 
 
 def entry_lines(idx, m, n):

@@ -90,6 +90,9 @@ inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
 inline unsigned atomicExch(unsigned* p, unsigned v) {
   return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
 }

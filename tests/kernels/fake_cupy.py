@@ -40,6 +40,10 @@ class ndarray(np.ndarray):
     def data(self):
         return _Ptr(self.ctypes.data)
 
+    def get(self):
+        """cupy's copy to the host: a plain numpy array."""
+        return np.array(self)
+
 
 def _wrap(x):
     return np.asarray(x).view(ndarray)
@@ -153,6 +157,62 @@ class _Kernel:
         f = np.where(f.astype(np.float64) > X, np.nextafter(f, np.float32(0)), f)  # rz
         bits = (f.view(np.uint32) >> 16).astype(np.uint16)
         _view(out, np.uint16, (B, Rpad, Cp), (Rpad * Cp, Cp, 1))[...] = bits
+
+    # refit_pick.cu ----------------------------------------------------------------------------
+
+    def _refit_ratios(self, targs, re_, im, a1, a2, b1, b2, exclude, total, m, n):
+        """refit.cancel_ratios of the (B, m, n) parts with the kernels' line factors, flat."""
+        from emulinalg.algorithm import refit
+
+        total, m, n = int(total), int(m), int(n)
+        B = total // (m * n)
+        dt = np.float32 if targs[0] == "float" else np.float64
+        parts = [_view(x, dt, (B, m, n), (m * n, n, 1))
+                 for x in ((re_, im) if targs[1] == "true" else (re_,))]  # fmt: skip
+        fa = [_view(x, np.float64, (B, m, 1), (m, 1, 1)) for x in (a1, a2)]
+        fb = [_view(x, np.float64, (B, 1, n), (n, n, 1)) for x in (b1, b2)]
+        ex = None
+        if isinstance(exclude, np.ndarray):
+            ex = _view(exclude, np.uint8, (B, m, n), (m * n, n, 1)) != 0
+        qs = refit.cancel_ratios(np, parts, None, ex, factors=(fa[0], fa[1], fb[0], fb[1]))
+        return [q.reshape(-1) for q in qs]
+
+    def _refit_low(self, grid, block, targs, *args):
+        assert block == (_THREADS_1D,) and len(grid) == 1
+        low = args[-1]
+        out = _view(low, np.uint64, (3,), (1,))
+        for w, q in enumerate(self._refit_ratios(targs, *args[:-1])):
+            pos = q[q > 0]
+            if pos.size:  # atomicMin of the bits
+                out[w] = min(int(out[w]), int(np.float64(pos.min()).view(np.uint64)))
+
+    def _refit_select(self, grid, block, targs, *args):
+        assert block == (_THREADS_1D,) and len(grid) == 1
+        thr, low, cap, counts, zero_idx, cand_idx, cand_q, hist, skip = args[10:]
+        if isinstance(skip, np.ndarray) and int(_view(skip, np.uint64, (1,), (1,))[0]):
+            return  # the launch returns at once
+        cap = int(cap)
+        qs = self._refit_ratios(targs, *args[:10])
+        W = len(qs)
+        th, lo = (_view(x, np.float64, (W,), (1,)) for x in (thr, low))
+        cnt = _view(counts, np.uint64, (2 * W,), (1,))
+        zi, ci = (_view(x, np.int64, (W, cap), (cap, 1)) for x in (zero_idx, cand_idx))
+        cq = _view(cand_q, np.float64, (W, cap), (cap, 1))
+        h = _view(hist, np.uint64, (W, 64), (64, 1))
+        for w, q in enumerate(qs):
+            zeros = np.nonzero(q == 0)[0][::-1]  # appended in any order: here the reverse
+            cand = np.nonzero((q > 0) & (q <= th[w]))[0][::-1]
+            for x, out, c in ((zeros, zi, 2 * w), (cand, ci, 2 * w + 1)):
+                s0 = int(cnt[c])
+                take = x[: max(0, cap - s0)]
+                out[w, s0 : s0 + take.size] = take
+                cnt[c] += np.uint64(x.size)
+            s0 = int(cnt[2 * w + 1]) - cand.size
+            take = cand[: max(0, cap - s0)]
+            cq[w, s0 : s0 + take.size] = q[take]
+            if cand.size:
+                b = np.floor(np.log2(q[cand] / lo[w]) * 8).astype(np.int64).clip(0, 63)
+                h[w] += np.bincount(b, minlength=64).astype(np.uint64)
 
     # ozaki2_stats.cu --------------------------------------------------------------------------
 
@@ -411,6 +471,10 @@ _RESIDUE_PARAMS = (
     "int C, int Rpad, int Cp, int rows_contiguous, const int* shift, long long shift_sb, "
     "unsigned* planes"
 )
+_REFIT_PARAMS = (
+    "const T* re, const T* im, const double* a1, const double* a2, const double* b1, "
+    "const double* b2, const unsigned char* exclude, long long total, int m, int n"
+)
 _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "ozaki2_residues": _RESIDUE_PARAMS,
     "ozaki2_residues_mma": _RESIDUE_PARAMS,
@@ -455,6 +519,10 @@ _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "unsigned long long* words, double* p, double* q",
     "line_shifts": "const long long* s, const double* v, long long n, double q_down, "
     "long long* out",
+    "refit_low": _REFIT_PARAMS + ", unsigned long long* low",
+    "refit_select": _REFIT_PARAMS + ", const double* thr, const double* low, int cap, "
+    "unsigned long long* counts, long long* zero_idx, long long* cand_idx, double* cand_q, "
+    "unsigned long long* hist, const unsigned long long* skip",
     "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, int l2, "
     "const double* e, double scale, double* norm, double* alpha",
     "cert_entries": "const T* F, const float* c32, long long n_p, long long c_pitch, int B, "
@@ -468,7 +536,8 @@ _BARRIERS = {"ozaki2_residues": True, "ozaki2_residues_mma": True, "ozaki2_crt":
              "bf16_lower": False, "line_max_exponent": True, "bound_operand": True,
              "cert_operand": True, "cert_line_terms": False, "cert_entries": True,
              "bound_max": True, "suspect_ranks": True, "refine_suspects": True,
-             "refine_test": True, "cert_exact_factors": False, "line_shifts": False}  # fmt: skip
+             "refine_test": True, "cert_exact_factors": False, "line_shifts": False,
+             "refit_low": True, "refit_select": True}  # fmt: skip
 _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "double": ctypes.c_double}
 _LIBS: dict = {}
 
@@ -628,11 +697,16 @@ def make_module(native=False):
     cp.zeros = lambda shape, dtype=np.float64: _wrap(np.zeros(shape, dtype))
     cp.asarray = _wrap
     cp.asnumpy = lambda x: np.array(x)  # a host copy, a plain numpy array
-    cp.ascontiguousarray = lambda x: _wrap(np.ascontiguousarray(x))
+    cp.ascontiguousarray = lambda x, dtype=None: _wrap(np.ascontiguousarray(x, dtype=dtype))
     cp.broadcast_to = lambda x, shape: _wrap(np.broadcast_to(x, shape))
     cp.matmul = lambda a, b: _wrap(np.matmul(a, b))
     cp.maximum = lambda a, b: _wrap(np.maximum(a, b))
     cp.where = lambda c, a, b: _wrap(np.where(c, a, b))
+    cp.sort = lambda x: _wrap(np.sort(x))
+    cp.any, cp.all = (lambda x: _wrap(np.any(x))), (lambda x: _wrap(np.all(x)))
+    cp.minimum = lambda a, b: _wrap(np.minimum(a, b))
+    cp.zeros_like = lambda x: _wrap(np.zeros_like(x))
+    cp.argsort = lambda x: _wrap(np.argsort(x, kind="stable"))
     cp.ndarray = _ndarray_factory
     cp.RawModule = type("RawModule", (RawModule,), {"native": native})
     cp.ElementwiseKernel = _ElementwiseKernel

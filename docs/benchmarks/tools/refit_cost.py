@@ -1,7 +1,7 @@
 """What the refit of the most cancelled entries costs a level product, unprofiled (GPU
 diagnostics, issue #24): the eager level timed with the refit (``_planner.refits``) on and off,
-interleaved, on the same operands. The refit's device work is about 1.2 ms at N = 16384; the rest
-of the difference is its tail on the host (the read-back of the choice, then small launches).
+and with its pick read back before the recomputation is queued (``refit_pick(...,
+defer=False)``, the form before the deferred pick), interleaved, on the same operands.
 
     python3 docs/benchmarks/tools/refit_cost.py --out X.jsonl [--rows float64:1,float32:0.5]
 """
@@ -17,7 +17,11 @@ import cupy as cp
 
 import emulinalg
 from emulinalg import _planner
+from emulinalg.backends.cupy import refit as cupy_refit
 from emulinalg.inputs import phi_matrix
+
+# the variants: (refit on, its pick deferred)
+VARIANTS = {"deferred": (True, True), "read_back": (True, False), "off": (False, True)}
 
 
 def main():
@@ -28,13 +32,16 @@ def main():
     p.add_argument("--out")
     args = p.parse_args()
     refits = _planner.refits
+    pick_defaults = cupy_refit.refit_pick.__defaults__  # (exclude, everything, defer)
     for row in args.rows.split(","):
         dt, phi = row.split(":")
         a = cp.asarray(phi_matrix((args.N, args.N), float(phi), dt, seed=1))
         b = cp.asarray(phi_matrix((args.N, args.N), float(phi), dt, seed=2))
 
-        def run(refit, a=a, b=b):
+        def run(variant, a=a, b=b):
+            refit, defer = VARIANTS[variant]
             _planner.refits = refits if refit else (lambda *_: False)
+            cupy_refit.refit_pick.__defaults__ = pick_defaults[:2] + (defer,)
             cp.cuda.Device().synchronize()
             t = time.perf_counter()
             with emulinalg.config(strategy="eager"):
@@ -42,16 +49,18 @@ def main():
             cp.cuda.Device().synchronize()
             return 1e3 * (time.perf_counter() - t)
 
-        run(True), run(False)
-        ts = {True: [], False: []}
+        for v in VARIANTS:
+            run(v)
+        ts = {v: [] for v in VARIANTS}
         for _ in range(args.rounds):
-            for refit in (True, False):
-                ts[refit].append(round(run(refit), 2))
+            for v in VARIANTS:
+                ts[v].append(round(run(v), 2))
         _planner.refits = refits
-        rec = {"dtype": dt, "N": args.N, "phi": float(phi),
-               "with_refit_ms": sorted(ts[True]), "without_refit_ms": sorted(ts[False]),
-               "with_refit_median_ms": round(statistics.median(ts[True]), 2),
-               "without_refit_median_ms": round(statistics.median(ts[False]), 2)}  # fmt: skip
+        cupy_refit.refit_pick.__defaults__ = pick_defaults
+        rec = {"dtype": dt, "N": args.N, "phi": float(phi), "rounds": args.rounds}
+        for v in VARIANTS:
+            rec[f"{v}_ms"] = sorted(ts[v])
+            rec[f"{v}_median_ms"] = round(statistics.median(ts[v]), 2)
         print(json.dumps(rec), flush=True)
         if args.out:
             with open(args.out, "a") as fh:

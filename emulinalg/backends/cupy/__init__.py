@@ -14,8 +14,9 @@ The backend's members (``emulinalg._stages`` declares them) come from its module
 - ``certificate``: ``ozaki2_certificate`` (the count, mask and patch of
   ``emulinalg.algorithm.certificate.ozaki2_moduli_needed``), its terms and limits from
   ``emulinalg.algorithm.certificate_plan``;
-- ``refit``: ``refit_pick``, the refit's choice of entries in two passes over the output (the
-  entries of ``emulinalg.algorithm.refit.cancelled_entries``);
+- ``refit``: ``refit_pick``, the refit's choice of entries in passes over the output (the
+  entries of ``emulinalg.algorithm.refit.cancelled_entries``), a real result's chosen on the
+  device without a read-back (``refit.Deferred``);
 - ``balance``: ``balance_sides``/``balance_fine``, the complex part check's balance test
   (``emulinalg.algorithm.parts.balanced``) in two fused passes where the generic code makes a
   dozen elementwise ones;

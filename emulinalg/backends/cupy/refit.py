@@ -4,7 +4,7 @@ elementwise passes and scans over the output for it.
 
 Two passes: the smallest ratio per measure, then the selection of the entries within its spread;
 a third where a measure has more of those than the buffers hold, as a complex result's modulus
-does, with the spread narrowed (``refit.narrowed_threshold``). A real result of many rows takes
+does, with the spread narrowed (``refit.narrowed_thresholds``). A real result of many rows takes
 one pass: the smallest ratio of every ``SAMPLE_STEP``-th row is at least the smallest one, so
 its spread holds the whole true spread and, as a real result's spread holds few entries, fits
 the buffers; the true smallest ratio, which is among them, then trims them to the true spread."""
@@ -24,6 +24,7 @@ from .kernels import _THREADS, _i32, _i64, _kernel, _tf, kernels_enabled
 CAP = 1 << 16
 _INF_BITS = 0x7FF0000000000000
 _MAX_BLOCKS = 132 * 16  # grid-stride loops: a few waves of the H200's 132 SMs
+_PER = 4  # entries per thread and step (refit_pick.cu's kPer)
 # A real result's first pass reads every SAMPLE_STEP-th row (results of fewer rows than
 # 4 * SAMPLE_STEP take the two passes); the sample's smallest ratio is some 16x the smallest one
 # on random data, so its spread holds ~16 x 256 entries (a buffer overflow, which costs the
@@ -31,11 +32,13 @@ _MAX_BLOCKS = 132 * 16  # grid-stride loops: a few waves of the H200's 132 SMs
 SAMPLE_STEP = 16
 
 
-def refit_pick(parts, prescale, exclude=None, everything=False):
+def refit_pick(parts, prescale, exclude=None, everything=False, defer=True):
     """``refit.cancelled_entries(cupy, parts, prescale, exclude, everything)`` in the kernels:
     the flat indices to refit (possibly empty), or None to decline (a product that refits
     every entry, non-contiguous parts, more than ``CAP`` zeros in a measure, or more than ``CAP``
-    candidates that ``refit.narrowed_threshold`` cannot narrow)."""
+    candidates that ``refit.narrowed_thresholds`` cannot narrow). With ``defer``, a
+    ``refit.Deferred``: the entries chosen on the device (``refit.chosen_fixed``), no read-back
+    here, its ``redo`` this function without ``defer``."""
     if everything or not kernels_enabled():
         return None
     re = parts[0]
@@ -75,16 +78,28 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
     hist = cp.zeros((W, _refit.NARROW_BINS), dtype=cp.uint64)
     fn = _kernel("refit_pick.cu", f"refit_select<{T}, {_tf(cplx)}>")
 
+    def launch_select(thr, low, cnt=counts, hst=hist, skip=None):
+        cnt.fill(0)
+        hst.fill(0)
+        args = (*common, thr, low, _i32(CAP), cnt, zero_idx, cand_idx, cand_q, hst)
+        fn(_grid(total), (_THREADS,), (*args, np.uint64(0) if skip is None else skip))
+
     def select(thr, low):
-        counts.fill(0)
-        hist.fill(0)
-        fn(_grid(total), (_THREADS,), (*common, thr, low, _i32(CAP), counts, zero_idx, cand_idx,
-                                       cand_q, hist))  # fmt: skip
+        launch_select(thr, low)
         return counts.get()
+
+    def redo():
+        return refit_pick(parts, prescale, exclude, everything, defer=False)
 
     if not cplx and m >= 4 * SAMPLE_STEP:
         sample = _sampled_rows(common, re, exclude)
         low = smallest(sample, sample[0].size)
+        if defer:  # the sync path's test below, on the device: ok where it would pick here
+            launch_select(_spread(low), low)
+            nz, nc = (counts[w].astype(cp.int64) for w in (0, 1))
+            picked, valid = _refit.chosen_fixed(cxp, zero_idx[0], nz, cand_idx[0], cand_q[0], nc)
+            ok = (nc > 0) & (nc <= CAP) & (nz <= CAP)
+            return _refit.Deferred(picked, valid, ok, redo)
         got = select(_spread(low), low)
         nz, nc = int(got[0]), int(got[1])
         # none: no positive ratio in the sample (the sample's smallest is a candidate); more
@@ -101,15 +116,18 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
             return cp.zeros(0, dtype=cp.int64) if chosen is None else cp.asarray(chosen)
     low = smallest(common, total)
     thr = _spread(low)
+    if defer:
+        return _two_passes_deferred(cxp, launch_select, low, thr, counts, hist, zero_idx,
+                                    cand_idx, cand_q, redo)  # fmt: skip
     got = select(thr, low)
     over = [w for w in range(W) if got[2 * w + 1] > CAP]
     if over and got[0::2].max() <= CAP:  # candidates beyond the buffer: narrow the spread
-        bins, lows, thr = hist.get(), low.get(), thr.get()
+        narrowed, can = _refit.narrowed_thresholds(cxp, low, hist, CAP)
+        can, narrowed, thr = (cp.asnumpy(x) for x in (can, narrowed, thr))
+        if not all(can[w] for w in over):
+            return None
         for w in over:
-            narrowed = _refit.narrowed_threshold(lows[w], bins[w], CAP)
-            if narrowed is None:
-                return None
-            thr[w] = min(thr[w], narrowed)
+            thr[w] = min(thr[w], narrowed[w])
         got = select(cp.asarray(thr), low)
     if got.max() > CAP:
         return None
@@ -123,8 +141,36 @@ def refit_pick(parts, prescale, exclude=None, everything=False):
     return cp.zeros(0, dtype=cp.int64) if chosen is None else chosen
 
 
+def _two_passes_deferred(xp, launch_select, low, thr, counts, hist, zero_idx, cand_idx, cand_q,
+                         redo):  # fmt: skip
+    """The two passes' choice left on the device (``refit.Deferred``): the selection, then
+    again with each overflowed measure's spread narrowed (a launch that returns at once where
+    none overflowed), each measure's entries by ``refit.chosen_fixed`` and their union; ok
+    where the synchronous form picks the same (no decline, every count within the buffers)."""
+    W = low.shape[0]
+    launch_select(thr, low)
+    first = counts.astype(cp.int64)
+    over = first[1::2] > CAP
+    anyover = cp.any(over)
+    narrowed, can = _refit.narrowed_thresholds(xp, low, hist, CAP)
+    again = cp.zeros(2 * W, dtype=cp.uint64)
+    launch_select(cp.where(over, cp.minimum(thr, narrowed), thr), low, again,
+                  cp.zeros_like(hist), (~anyover).astype(cp.uint64).reshape(1))  # fmt: skip
+    got = cp.where(anyover, again.astype(cp.int64), first)
+    ok = cp.all(got <= CAP) & (~anyover | (cp.all(first[0::2] <= CAP) & cp.all(can | ~over)))
+    idx = valid = None
+    for w in range(W):
+        pick, pv = _refit.chosen_fixed(xp, zero_idx[w], got[2 * w], cand_idx[w], cand_q[w],
+                                       got[2 * w + 1])  # fmt: skip
+        if idx is None:
+            idx, valid = pick, pv
+        else:
+            idx, valid = _refit.merged(xp, idx, valid, pick)
+    return _refit.Deferred(idx, valid, ok, redo)
+
+
 def _grid(entries):
-    return (min(_MAX_BLOCKS, -(-entries // _THREADS)),)
+    return (min(_MAX_BLOCKS, -(-entries // (_THREADS * _PER))),)
 
 
 def _spread(low):

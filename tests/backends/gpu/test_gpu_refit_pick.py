@@ -54,22 +54,29 @@ def test_refit_pick_is_the_generic_choice(dtype, batch, zeros, nan, exclude, m):
         ex = cp.zeros(parts[0].shape, dtype=cp.bool_)
         ex[..., ::7, ::5] = True
     want = refit.cancelled_entries(cxp, parts, pre, ex)
-    got = cupy_refit.refit_pick(parts, pre, ex, False)
+    got = cupy_refit.refit_pick(parts, pre, ex, False, defer=False)
     assert got is not None
     if want is None:
         assert got.shape[0] == 0
     else:
         assert got.dtype == cp.int64 and cp.array_equal(got, want), (got, want)
+    # deferred: chosen on the device, the same entries
+    deferred = cupy_refit.refit_pick(parts, pre, ex, False)
+    assert isinstance(deferred, refit.Deferred) and bool(deferred.ok)
+    assert cp.array_equal(deferred.idx[deferred.valid], got)
+    assert not deferred.valid[int(deferred.valid.sum()) :].any()
     # the engine's route: the hook through cancelled_entries
     hooked = refit.cancelled_entries(cxp, parts, pre, ex, hook=cupy_refit.refit_pick)
-    assert (hooked is None) == (want is None)
+    assert isinstance(hooked, refit.Deferred)
 
 
 def test_refit_pick_declines_beyond_its_buffers(monkeypatch):
     parts, pre = _case("float64", (), True, False)
     monkeypatch.setattr(cupy_refit, "CAP", 2)
-    assert cupy_refit.refit_pick(parts, pre, None, False) is None
+    assert cupy_refit.refit_pick(parts, pre, None, False, defer=False) is None
     assert cupy_refit.refit_pick(parts, pre, None, True) is None  # every entry: generic
+    deferred = cupy_refit.refit_pick(parts, pre, None, False)
+    assert not bool(deferred.ok) and deferred.redo() is None
 
 
 @pytest.mark.parametrize("dtype", ["complex128", "complex64"])
@@ -85,9 +92,11 @@ def test_refit_pick_narrows_a_wide_spread(dtype, monkeypatch):
     cap = 2 * refit.REFIT_ENTRIES
     assert wide > 4 * cap  # the modulus's spread holds far more than the buffer
     monkeypatch.setattr(cupy_refit, "CAP", cap)
-    got = cupy_refit.refit_pick(parts, pre, None, False)
+    got = cupy_refit.refit_pick(parts, pre, None, False, defer=False)
     assert got is not None and want is not None
     assert cp.array_equal(got, want), (got, want)
+    deferred = cupy_refit.refit_pick(parts, pre, None, False)  # narrowed on the device
+    assert bool(deferred.ok) and cp.array_equal(deferred.idx[deferred.valid], want)
 
 
 def _full_passes(monkeypatch):
@@ -120,7 +129,7 @@ def test_refit_pick_reads_a_real_result_once(dtype, exclude, monkeypatch):
         ex[..., ::3, ::5] = True
     want = refit.cancelled_entries(cxp, parts, pre, ex)
     seen = _full_passes(monkeypatch)
-    got = cupy_refit.refit_pick(parts, pre, ex, False)
+    got = cupy_refit.refit_pick(parts, pre, ex, False, defer=False)
     assert want is not None and cp.array_equal(got, want), (got, want)
     total = parts[0].size
     assert [s for s in seen if s[1] == total] == [("refit_select", total)]
@@ -132,7 +141,7 @@ def _takes_two_passes(parts, pre, monkeypatch):
     the whole output and the selection again."""
     want = refit.cancelled_entries(cxp, parts, pre, None)
     seen = _full_passes(monkeypatch)
-    got = cupy_refit.refit_pick(parts, pre, None, False)
+    got = cupy_refit.refit_pick(parts, pre, None, False, defer=False)
     assert want is not None and cp.array_equal(got, want), (got, want)
     total = parts[0].size
     assert [s[0] for s in seen if s[1] == total] == ["refit_select", "refit_low", "refit_select"]
@@ -160,3 +169,38 @@ def test_refit_pick_two_passes_where_the_bounded_spread_overflows(monkeypatch):
     assert true_n < bounded_n  # the case separates the two
     monkeypatch.setattr(cupy_refit, "CAP", true_n)
     _takes_two_passes(parts, pre, monkeypatch)
+
+
+@pytest.mark.parametrize("cap", [None, 3])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
+def test_refit_with_the_deferred_pick_writes_the_generic_refit(dtype, cap, monkeypatch):
+    """``refit.refit`` with the backend's hooks (the deferred pick, its Scheme II product) on a
+    result in place: the generic refit's values bit for bit and its count; with tiny buffers
+    (``cap``) the deferred pick is not ok, its writes are undone and the refit picks again."""
+    from emulinalg.backends.cupy import products as cupy_products
+
+    monkeypatch.setattr(refit, "REFIT_ALL_WORK", 0)  # the most cancelled, not every entry
+    if cap is not None:
+        monkeypatch.setattr(cupy_refit, "CAP", cap)
+    m, k, n = 300, 40, 260
+    a = phi_matrix((m, k), 1.0, dtype, seed=21)
+    b = phi_matrix((k, n), 1.0, dtype, seed=22)
+    split = [a.real, a.imag if a.dtype.kind == "c" else None, b.real,
+             b.imag if b.dtype.kind == "c" else None]  # fmt: skip
+    split = [None if x is None else np.ascontiguousarray(x, dtype=np.float64) for x in split]
+    pre = ozaki2_prescale(np, npb.int_matmul, *split, "accurate")
+    c = np.matmul(a, b)
+    c[7, :5] = 0
+    out = "float32" if dtype == "float32" else "float64"
+    parts = [np.ascontiguousarray(x) for x in ((c.real, c.imag) if c.dtype.kind == "c" else (c,))]
+    import array_api_compat.numpy as xnp
+
+    want, n_want = refit.refit(xnp, *split, tuple(p.copy() for p in parts), pre, "accurate", out)
+    dev = [None if x is None else cp.asarray(x) for x in split]
+    got, n_got = refit.refit(cxp, *dev, tuple(cp.asarray(p) for p in parts),
+                             tuple(map(cp.asarray, pre)), "accurate", out, inplace=True,
+                             product=cupy_products.ozaki2_product,
+                             pick_hook=cupy_refit.refit_pick)  # fmt: skip
+    assert n_got == n_want > 0
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(cp.asnumpy(g), w)
