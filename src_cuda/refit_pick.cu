@@ -19,7 +19,10 @@
 //
 // Parts are (B, m, n) contiguous (T float or double); the line factors a1, a2 (B m) and
 // b1, b2 (B n) are refit.line_factors'; ``exclude`` (uint8, or null) marks entries taken from
-// the native product (q = inf).
+// the native product (q = inf). Both kernels walk rows 0, rstep, 2 rstep, ... of each matrix
+// (refit_low: rstep > 1 for a sample of rows; total: the entries walked) in blocks of (32, 8)
+// threads: thread x of block column bx takes columns 128 bx + 4 x .. + 3, whose factors stay in
+// its registers, and rows y, y + 8, ... of the block row's share (grid (ceil(n / 128), any)).
 
 namespace {
 
@@ -33,90 +36,62 @@ __device__ __forceinline__ double part_ratio(double p, double a1, double b1, dou
     return __dmul_rn(__dmul_rn(__dmul_rn(fabs(p), a1), b1), __dmul_rn(a2, b2));
 }
 
-// Entries per thread and step: their loads are issued together (one entry of 4-8 bytes per
-// thread in flight leaves the memory system far below its rate).
-constexpr int kPer = 4;
+constexpr int kCols = 4;  // columns per thread (blockDim.x = 32: 128 per block column)
 
-// A grid-stride walk over groups of kPer consecutive flat indices i = (b m + r) n + j of
-// (B, m, n) entries that keeps (b, r, j) of a group's first entry without a 64-bit division
-// per step: each step adds the stride's own quotient and remainder.
-struct Walk {
-  long long i, b, r, total, stride, dr;
-  int j, dj, m, n;
-  __device__ Walk(long long total_, int m_, int n_)
-      : i((blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x) * kPer), total(total_),
-        stride(static_cast<long long>(gridDim.x) * kThreads * kPer), m(m_), n(n_) {
-    const long long row = i / n;
-    j = static_cast<int>(i - row * n);
-    b = row / m;
-    r = row - b * m;
-    dr = stride / n;
-    dj = static_cast<int>(stride - dr * n);
-  }
-  __device__ bool more() const { return i < total; }
-  __device__ void next() {
-    i += stride;
-    j += dj;
-    r += dr;
-    if (j >= n) {
-      j -= n;
-      ++r;
-    }
-    if (r >= m) {  // into a later matrix of the batch
-      b += r / m;
-      r %= m;
-    }
-  }
-  // The lines (row of A: b m + r, column of B: b n + j, batch-flattened) of entry i + u.
-  __device__ void lines(int u, long long& row, long long& col) const {
-    long long bb = b, rr = r;
-    int jj = j + u;
-    while (jj >= n) {  // at most kPer - 1 rows on (n < kPer)
-      jj -= n;
-      ++rr;
-    }
-    if (rr >= m) {
-      bb += rr / m;
-      rr %= m;
-    }
-    row = bb * m + rr;
-    col = bb * n + jj;
-  }
-};
-
-// The ratios q[u][w] of the group's entries i + u (inf beyond total), per measure w.
-template <typename T, bool Cplx>
-__device__ __forceinline__ void ratios(const T* re, const T* im, const double* a1,
-                                       const double* a2, const double* b1, const double* b2,
-                                       const unsigned char* exclude, const Walk& w,
-                                       double (&q)[kPer][3]) {
-    T x[kPer], y[kPer];
-    bool ex[kPer];
+// Calls visit(i, q) for the entries i (flat index) of the thread's columns and rows, q[w] their
+// ratios per measure (inf: excluded, not finite); see above for the walk.
+template <typename T, bool Cplx, class Visit>
+__device__ __forceinline__ void walk(const T* __restrict__ re, const T* __restrict__ im,
+                                     const double* __restrict__ a1, const double* __restrict__ a2,
+                                     const double* __restrict__ b1, const double* __restrict__ b2,
+                                     const unsigned char* __restrict__ exclude, int B, int m,
+                                     int n, int rstep, Visit visit) {
+    const int j0 = (blockIdx.x * 32 + threadIdx.x) * kCols;
+    if (j0 >= n) return;
+    const int ms = (m + rstep - 1) / rstep;  // walked rows per matrix
+    const long long rows = static_cast<long long>(B) * ms;
+    long long bcur = -1;
+    double g1[kCols], g2[kCols];
+    for (long long s = blockIdx.y * 8LL + threadIdx.y; s < rows; s += gridDim.y * 8LL) {
+        const long long b = s / ms;
+        const long long R = b * m + (s - b * ms) * rstep;  // the batch-flattened row
+        if (b != bcur) {  // the columns' factors of matrix b
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) {  // the loads first, all of them
-        const long long i = w.i + u;
-        const bool in = i < w.total;
-        x[u] = in ? re[i] : T(0);
-        y[u] = (Cplx && in) ? im[i] : T(0);
-        ex[u] = !in || (exclude != nullptr && exclude[i] != 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-        long long row, col;
-        w.lines(u, row, col);
-        if (w.i + u >= w.total) row = col = 0;  // a line that exists; the entry is excluded
-        const double f1 = a1[row], f2 = a2[row], g1 = b1[col], g2 = b2[col];
-        const double v0 = part_ratio(static_cast<double>(x[u]), f1, g1, f2, g2);
-        if (!Cplx) {
-            q[u][0] = (!ex[u] && v0 >= 0) ? v0 : EMUL_INF;  // nan -> inf
-            continue;
+            for (int c = 0; c < kCols; ++c) {
+                const bool in = j0 + c < n;
+                g1[c] = in ? b1[b * n + j0 + c] : 0.0;
+                g2[c] = in ? b2[b * n + j0 + c] : 0.0;
+            }
+            bcur = b;
         }
-        const double v1 = part_ratio(static_cast<double>(y[u]), f1, g1, f2, g2);
-        const double mod = __dsqrt_rn(__dadd_rn(__dmul_rn(v0, v0), __dmul_rn(v1, v1)));
-        q[u][0] = (!ex[u] && mod >= 0) ? mod : EMUL_INF;
-        const double w0 = v0 > 0 ? v0 : EMUL_INF, w1 = v1 > 0 ? v1 : EMUL_INF;  // a zero part
-        q[u][1] = (!ex[u] && w0 >= 0) ? w0 : EMUL_INF;
-        q[u][2] = (!ex[u] && w1 >= 0) ? w1 : EMUL_INF;
+        const double f1 = a1[R], f2 = a2[R];
+        const long long i0 = R * n + j0;
+        T x[kCols], y[kCols];
+        bool ex[kCols];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {  // the loads first, all of them
+            const bool in = j0 + c < n;
+            x[c] = in ? re[i0 + c] : T(0);
+            y[c] = (Cplx && in) ? im[i0 + c] : T(0);
+            ex[c] = !in || (exclude != nullptr && exclude[i0 + c] != 0);
+        }
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            if (j0 + c >= n) break;
+            double q[3];
+            const double v0 = part_ratio(static_cast<double>(x[c]), f1, g1[c], f2, g2[c]);
+            if (!Cplx) {
+                q[0] = (!ex[c] && v0 >= 0) ? v0 : EMUL_INF;  // nan -> inf
+            } else {
+                const double v1 = part_ratio(static_cast<double>(y[c]), f1, g1[c], f2, g2[c]);
+                const double mod = __dsqrt_rn(__dadd_rn(__dmul_rn(v0, v0), __dmul_rn(v1, v1)));
+                q[0] = (!ex[c] && mod >= 0) ? mod : EMUL_INF;
+                const double w0 = v0 > 0 ? v0 : EMUL_INF, w1 = v1 > 0 ? v1 : EMUL_INF;  // zero part
+                q[1] = (!ex[c] && w0 >= 0) ? w0 : EMUL_INF;
+                q[2] = (!ex[c] && w1 >= 0) ? w1 : EMUL_INF;
+            }
+            visit(i0 + c, q);
+        }
     }
 }
 
@@ -125,68 +100,64 @@ __device__ __forceinline__ void ratios(const T* re, const T* im, const double* a
 template <typename T, bool Cplx>
 __global__ void __launch_bounds__(kThreads)
     refit_low(const T* re, const T* im, const double* a1, const double* a2, const double* b1,
-              const double* b2, const unsigned char* exclude, long long total, int m, int n,
-              unsigned long long* low) {
+              const double* b2, const unsigned char* exclude, long long total, int B, int m,
+              int n, int rstep, unsigned long long* low) {
     constexpr int W = Cplx ? 3 : 1;
     double best[W];
     for (int w = 0; w < W; ++w) best[w] = EMUL_INF;
-    double q[kPer][3];
-    for (Walk it(total, m, n); it.more(); it.next()) {
-        ratios<T, Cplx>(re, im, a1, a2, b1, b2, exclude, it, q);
-#pragma unroll
-        for (int u = 0; u < kPer; ++u)
-            for (int w = 0; w < W; ++w)
-                if (q[u][w] > 0 && q[u][w] < best[w]) best[w] = q[u][w];
-    }
+    walk<T, Cplx>(re, im, a1, a2, b1, b2, exclude, B, m, n, rstep,
+                  [&](long long, const double (&q)[3]) {
+                      for (int w = 0; w < W; ++w)
+                          if (q[w] > 0 && q[w] < best[w]) best[w] = q[w];
+                  });
+    const int t = threadIdx.y * 32 + threadIdx.x;
     __shared__ double part[W][kThreads / 32];
     for (int w = 0; w < W; ++w) {
         double v = best[w];
         for (int off = 16; off > 0; off >>= 1) v = fmin(v, __shfl_down_sync(0xffffffffu, v, off));
-        if ((threadIdx.x & 31) == 0) part[w][threadIdx.x >> 5] = v;
+        if ((t & 31) == 0) part[w][t >> 5] = v;
     }
     __syncthreads();
-    if (threadIdx.x < W) {
+    if (t < W) {
         double v = EMUL_INF;
-        for (int k = 0; k < kThreads / 32; ++k) v = fmin(v, part[threadIdx.x][k]);
-        if (v < EMUL_INF) atomicMin(low + threadIdx.x, static_cast<unsigned long long>(__double_as_longlong(v)));
+        for (int k = 0; k < kThreads / 32; ++k) v = fmin(v, part[t][k]);
+        if (v < EMUL_INF) atomicMin(low + t, static_cast<unsigned long long>(__double_as_longlong(v)));
     }
 }
 
 template <typename T, bool Cplx>
 __global__ void __launch_bounds__(kThreads)
     refit_select(const T* re, const T* im, const double* a1, const double* a2, const double* b1,
-                 const double* b2, const unsigned char* exclude, long long total, int m, int n,
-                 const double* thr, const double* low, int cap, unsigned long long* counts,
-                 long long* zero_idx, long long* cand_idx, double* cand_q,
-                 unsigned long long* hist, const unsigned long long* skip) {
+                 const double* b2, const unsigned char* exclude, long long total, int B, int m,
+                 int n, int rstep, const double* thr, const double* low, int cap,
+                 unsigned long long* counts, long long* zero_idx, long long* cand_idx,
+                 double* cand_q, unsigned long long* hist, const unsigned long long* skip) {
     if (skip != nullptr && *skip) return;  // the whole grid: no barrier is reached
     constexpr int W = Cplx ? 3 : 1;
+    const int t = threadIdx.y * 32 + threadIdx.x;
     __shared__ unsigned int bins[W * kHistBins];  // this block's histogram, added once at the end
-    for (int k = threadIdx.x; k < W * kHistBins; k += kThreads) bins[k] = 0;
+    for (int k = t; k < W * kHistBins; k += kThreads) bins[k] = 0;
     __syncthreads();
-    double q[kPer][3];
-    for (Walk it(total, m, n); it.more(); it.next()) {
-        ratios<T, Cplx>(re, im, a1, a2, b1, b2, exclude, it, q);
-        for (int u = 0; u < kPer; ++u) {
-            for (int w = 0; w < W; ++w) {
-                const double v = q[u][w];
-                if (v == 0) {
-                    unsigned long long s = atomicAdd(counts + 2 * w, 1ull);
-                    if (s < static_cast<unsigned long long>(cap)) zero_idx[w * cap + s] = it.i + u;
-                } else if (v <= thr[w]) {
-                    unsigned long long s = atomicAdd(counts + 2 * w + 1, 1ull);
-                    if (s < static_cast<unsigned long long>(cap)) {
-                        cand_idx[w * cap + s] = it.i + u;
-                        cand_q[w * cap + s] = v;
-                    }
-                    int b = static_cast<int>(floor(log2(v / low[w]) * kNarrowBins));
-                    b = b < 0 ? 0 : (b >= kHistBins ? kHistBins - 1 : b);
-                    atomicAdd(bins + w * kHistBins + b, 1u);
+    walk<T, Cplx>(re, im, a1, a2, b1, b2, exclude, B, m, n, rstep,
+                  [&](long long i, const double (&q)[3]) {
+        for (int w = 0; w < W; ++w) {
+            const double v = q[w];
+            if (v == 0) {
+                unsigned long long s = atomicAdd(counts + 2 * w, 1ull);
+                if (s < static_cast<unsigned long long>(cap)) zero_idx[w * cap + s] = i;
+            } else if (v <= thr[w]) {
+                unsigned long long s = atomicAdd(counts + 2 * w + 1, 1ull);
+                if (s < static_cast<unsigned long long>(cap)) {
+                    cand_idx[w * cap + s] = i;
+                    cand_q[w * cap + s] = v;
                 }
+                int b = static_cast<int>(floor(log2(v / low[w]) * kNarrowBins));
+                b = b < 0 ? 0 : (b >= kHistBins ? kHistBins - 1 : b);
+                atomicAdd(bins + w * kHistBins + b, 1u);
             }
         }
-    }
+    });
     __syncthreads();
-    for (int k = threadIdx.x; k < W * kHistBins; k += kThreads)
+    for (int k = t; k < W * kHistBins; k += kThreads)
         if (bins[k]) atomicAdd(hist + k, static_cast<unsigned long long>(bins[k]));
 }

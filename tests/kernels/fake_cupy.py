@@ -160,39 +160,42 @@ class _Kernel:
 
     # refit_pick.cu ----------------------------------------------------------------------------
 
-    def _refit_ratios(self, targs, re_, im, a1, a2, b1, b2, exclude, total, m, n):
-        """refit.cancel_ratios of the (B, m, n) parts with the kernels' line factors, flat."""
+    def _refit_ratios(self, targs, re_, im, a1, a2, b1, b2, exclude, total, B, m, n, rstep):
+        """refit.cancel_ratios of every rstep-th row of the (B, m, n) parts with the kernels'
+        line factors: the flat indices and ratios of the entries the walk visits."""
         from emulinalg.algorithm import refit
 
-        total, m, n = int(total), int(m), int(n)
-        B = total // (m * n)
+        B, m, n, rstep = int(B), int(m), int(n), int(rstep)
+        assert int(total) == B * -(-m // rstep) * n  # the entries walked
         dt = np.float32 if targs[0] == "float" else np.float64
-        parts = [_view(x, dt, (B, m, n), (m * n, n, 1))
+        parts = [_view(x, dt, (B, m, n), (m * n, n, 1))[:, ::rstep]
                  for x in ((re_, im) if targs[1] == "true" else (re_,))]  # fmt: skip
-        fa = [_view(x, np.float64, (B, m, 1), (m, 1, 1)) for x in (a1, a2)]
+        fa = [_view(x, np.float64, (B, m, 1), (m, 1, 1))[:, ::rstep] for x in (a1, a2)]
         fb = [_view(x, np.float64, (B, 1, n), (n, n, 1)) for x in (b1, b2)]
         ex = None
         if isinstance(exclude, np.ndarray):
-            ex = _view(exclude, np.uint8, (B, m, n), (m * n, n, 1)) != 0
+            ex = (_view(exclude, np.uint8, (B, m, n), (m * n, n, 1)) != 0)[:, ::rstep]
         qs = refit.cancel_ratios(np, parts, None, ex, factors=(fa[0], fa[1], fb[0], fb[1]))
-        return [q.reshape(-1) for q in qs]
+        flat = np.arange(B * m * n).reshape(B, m, n)[:, ::rstep].reshape(-1)
+        return flat, [q.reshape(-1) for q in qs]
 
     def _refit_low(self, grid, block, targs, *args):
-        assert block == (_THREADS_1D,) and len(grid) == 1
-        low = args[-1]
-        out = _view(low, np.uint64, (3,), (1,))
-        for w, q in enumerate(self._refit_ratios(targs, *args[:-1])):
+        n = int(args[10])
+        assert block == (32, 8) and grid[0] == -(-n // 128) and 1 <= grid[1] <= 65535
+        out = _view(args[-1], np.uint64, (3,), (1,))
+        for w, q in enumerate(self._refit_ratios(targs, *args[:-1])[1]):
             pos = q[q > 0]
             if pos.size:  # atomicMin of the bits
                 out[w] = min(int(out[w]), int(np.float64(pos.min()).view(np.uint64)))
 
     def _refit_select(self, grid, block, targs, *args):
-        assert block == (_THREADS_1D,) and len(grid) == 1
-        thr, low, cap, counts, zero_idx, cand_idx, cand_q, hist, skip = args[10:]
+        n = int(args[10])
+        assert block == (32, 8) and grid[0] == -(-n // 128) and 1 <= grid[1] <= 65535
+        thr, low, cap, counts, zero_idx, cand_idx, cand_q, hist, skip = args[12:]
         if isinstance(skip, np.ndarray) and int(_view(skip, np.uint64, (1,), (1,))[0]):
             return  # the launch returns at once
         cap = int(cap)
-        qs = self._refit_ratios(targs, *args[:10])
+        flat, qs = self._refit_ratios(targs, *args[:12])
         W = len(qs)
         th, lo = (_view(x, np.float64, (W,), (1,)) for x in (thr, low))
         cnt = _view(counts, np.uint64, (2 * W,), (1,))
@@ -205,7 +208,7 @@ class _Kernel:
             for x, out, c in ((zeros, zi, 2 * w), (cand, ci, 2 * w + 1)):
                 s0 = int(cnt[c])
                 take = x[: max(0, cap - s0)]
-                out[w, s0 : s0 + take.size] = take
+                out[w, s0 : s0 + take.size] = flat[take]
                 cnt[c] += np.uint64(x.size)
             s0 = int(cnt[2 * w + 1]) - cand.size
             take = cand[: max(0, cap - s0)]
@@ -473,7 +476,8 @@ _RESIDUE_PARAMS = (
 )
 _REFIT_PARAMS = (
     "const T* re, const T* im, const double* a1, const double* a2, const double* b1, "
-    "const double* b2, const unsigned char* exclude, long long total, int m, int n"
+    "const double* b2, const unsigned char* exclude, long long total, int B, int m, int n, "
+    "int rstep"
 )
 _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "ozaki2_residues": _RESIDUE_PARAMS,

@@ -18,13 +18,13 @@ import numpy as np
 
 from emulinalg.algorithm import refit as _refit
 
-from .kernels import _THREADS, _i32, _i64, _kernel, _tf, kernels_enabled
+from .kernels import _i32, _i64, _kernel, _tf, kernels_enabled
 
 # Entries per measure the selection keeps (beyond it: the generic code decides)
 CAP = 1 << 16
 _INF_BITS = 0x7FF0000000000000
-_MAX_BLOCKS = 132 * 16  # grid-stride loops: a few waves of the H200's 132 SMs
-_PER = 4  # entries per thread and step (refit_pick.cu's kPer)
+_MAX_BLOCKS = 132 * 16  # row-stride loops: a few waves of the H200's 132 SMs
+_BLOCK = (32, 8)  # refit_pick.cu's walk: 4 columns per thread, 128 per block column
 # A real result's first pass reads every SAMPLE_STEP-th row (results of fewer rows than
 # 4 * SAMPLE_STEP take the two passes); the sample's smallest ratio is some 16x the smallest one
 # on random data, so its spread holds ~16 x 256 entries (a buffer overflow, which costs the
@@ -61,14 +61,21 @@ def refit_pick(parts, prescale, exclude=None, everything=False, defer=True):
         return None
     T = "double" if re.dtype == cp.float64 else "float"
     ex = np.uint64(0) if exclude is None else exclude.view(cp.uint8)  # null: none
-    common = (re, im if cplx else re, a1, a2, b1, b2, ex, _i64(total), _i32(m), _i32(n))
+    B = total // (m * n)
+
+    def walked(rstep):
+        """The kernels' arguments up to the walk's: every rstep-th row of each matrix."""
+        rows = B * -(-m // rstep)
+        return (re, im if cplx else re, a1, a2, b1, b2, ex, _i64(rows * n), _i32(B), _i32(m),
+                _i32(n), _i32(rstep))  # fmt: skip
+
+    common = walked(1)
     low_fn = _kernel("refit_pick.cu", f"refit_low<{T}, {_tf(cplx)}>")
 
-    def smallest(args, entries):
-        """Per measure the smallest positive ratio of the ``entries`` that ``args`` give (inf:
-        none)."""
+    def smallest(args):
+        """Per measure the smallest positive ratio of the entries ``args`` walk (inf: none)."""
         low = cp.full(W, _INF_BITS, dtype=cp.uint64)
-        low_fn(_grid(entries), (_THREADS,), (*args, low))
+        low_fn(_grid(args), _BLOCK, (*args, low))
         return low.view(cp.float64)
 
     counts = cp.zeros(2 * W, dtype=cp.uint64)
@@ -82,7 +89,7 @@ def refit_pick(parts, prescale, exclude=None, everything=False, defer=True):
         cnt.fill(0)
         hst.fill(0)
         args = (*common, thr, low, _i32(CAP), cnt, zero_idx, cand_idx, cand_q, hst)
-        fn(_grid(total), (_THREADS,), (*args, np.uint64(0) if skip is None else skip))
+        fn(_grid(common), _BLOCK, (*args, np.uint64(0) if skip is None else skip))
 
     def select(thr, low):
         launch_select(thr, low)
@@ -92,8 +99,7 @@ def refit_pick(parts, prescale, exclude=None, everything=False, defer=True):
         return refit_pick(parts, prescale, exclude, everything, defer=False)
 
     if not cplx and m >= 4 * SAMPLE_STEP:
-        sample = _sampled_rows(common, re, exclude)
-        low = smallest(sample, sample[0].size)
+        low = smallest(walked(SAMPLE_STEP))
         if defer:  # the sync path's test below, on the device: ok where it would pick here
             launch_select(_spread(low), low)
             nz, nc = (counts[w].astype(cp.int64) for w in (0, 1))
@@ -114,7 +120,7 @@ def refit_pick(parts, prescale, exclude=None, everything=False, defer=True):
             order = np.argsort(idx)  # the buffers fill in any order
             chosen = _refit.chosen(_npx, np.sort(zero), idx[order], q[order])
             return cp.zeros(0, dtype=cp.int64) if chosen is None else cp.asarray(chosen)
-    low = smallest(common, total)
+    low = smallest(common)
     thr = _spread(low)
     if defer:
         return _two_passes_deferred(cxp, launch_select, low, thr, counts, hist, zero_idx,
@@ -169,22 +175,14 @@ def _two_passes_deferred(xp, launch_select, low, thr, counts, hist, zero_idx, ca
     return _refit.Deferred(idx, valid, ok, redo)
 
 
-def _grid(entries):
-    return (min(_MAX_BLOCKS, -(-entries // (_THREADS * _PER))),)
+def _grid(args):
+    """refit_pick.cu's grid for the walk ``args``: a block column per 128 columns, block rows
+    to about _MAX_BLOCKS blocks (any grid gives the same result)."""
+    rows, n = int(args[7]) // int(args[10]), int(args[10])
+    gx = -(-n // 128)
+    return (gx, max(1, min(-(-rows // 8), _MAX_BLOCKS // gx, 65535)))
 
 
 def _spread(low):
     """The spread's threshold per measure, low 2**REFIT_SPREAD_BITS (-1: none), on the device."""
     return cp.where(low < np.inf, _refit.spread_threshold(low), -1.0)
-
-
-def _sampled_rows(common, re, exclude):
-    """``refit_low``'s arguments ``common`` (a real result's) for every ``SAMPLE_STEP``-th row of
-    each matrix of the batch: those rows and their line factors copied contiguous."""
-    _, _, a1, a2, b1, b2, _, _, _, n = common
-    lead, m = re.shape[:-2], re.shape[-2]
-    rows = (slice(None),) * len(lead) + (slice(None, None, SAMPLE_STEP),)
-    sub = cp.ascontiguousarray(re[rows])
-    fa = [cp.ascontiguousarray(v.reshape(lead + (m,))[rows]).reshape(-1) for v in (a1, a2)]
-    ex = np.uint64(0) if exclude is None else cp.ascontiguousarray(exclude[rows]).view(cp.uint8)
-    return (sub, sub, fa[0], fa[1], b1, b2, ex, _i64(sub.size), _i32(sub.shape[-2]), n)
