@@ -1,7 +1,9 @@
 """What the refit of the most cancelled entries costs a level product, unprofiled (GPU
 diagnostics, issue #24): the eager level timed with the refit (``_planner.refits``) on and off,
 and with its pick read back before the recomputation is queued (``refit_pick(...,
-defer=False)``, the form before the deferred pick), interleaved, on the same operands.
+defer=False)``, the form before the deferred pick), interleaved (the order rotated each round),
+on the same operands; back to back, or with a pause before each call (``--pause``: the GPU
+idle, as before a single product).
 
     python3 docs/benchmarks/tools/refit_cost.py --out X.jsonl [--rows float64:1,float32:0.5]
 """
@@ -29,6 +31,7 @@ def main():
     p.add_argument("-N", type=int, default=16384)
     p.add_argument("--rows", default="float64:1,float32:0.5")
     p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--pause", type=float, default=0.0, help="seconds idle before each call")
     p.add_argument("--out")
     args = p.parse_args()
     refits = _planner.refits
@@ -43,6 +46,8 @@ def main():
             _planner.refits = refits if refit else (lambda *_: False)
             cupy_refit.refit_pick.__defaults__ = pick_defaults[:2] + (defer,)
             cp.cuda.Device().synchronize()
+            if args.pause:
+                time.sleep(args.pause)
             t = time.perf_counter()
             with emulinalg.config(strategy="eager"):
                 emulinalg.matmul(a, b)
@@ -52,12 +57,14 @@ def main():
         for v in VARIANTS:
             run(v)
         ts = {v: [] for v in VARIANTS}
-        for _ in range(args.rounds):
-            for v in VARIANTS:
+        names = list(VARIANTS)
+        for r in range(args.rounds):
+            for v in names[r % len(names) :] + names[: r % len(names)]:
                 ts[v].append(round(run(v), 2))
         _planner.refits = refits
         cupy_refit.refit_pick.__defaults__ = pick_defaults
-        rec = {"dtype": dt, "N": args.N, "phi": float(phi), "rounds": args.rounds}
+        rec = {"dtype": dt, "N": args.N, "phi": float(phi), "rounds": args.rounds,
+               "pause_s": args.pause}  # fmt: skip
         for v in VARIANTS:
             rec[f"{v}_ms"] = sorted(ts[v])
             rec[f"{v}_median_ms"] = round(statistics.median(ts[v]), 2)
