@@ -215,3 +215,29 @@ def assert_quiet_demo(argv, recwarn, caplog, capfd, main=None):
     printed = [line for line in (out + err).splitlines() if any(w in line.lower() for w in noisy)]
     assert not printed, printed
     return out, err.splitlines()
+
+
+def refit_case(m, k, n, dtype, seed):
+    """A product for the refit tests: the float64 parts of A and B (``ar, ai, br, bi``, None
+    for a real operand's imaginary part), their Scheme II prescale, the native product's parts
+    (contiguous, a row of exact zeros) standing in for a level's output, and its dtype's name;
+    and the generic refit of those parts (``refit.refit`` on numpy: values and count)."""
+    import array_api_compat.numpy as xnp
+
+    from emulinalg.algorithm import refit
+    from emulinalg.algorithm.scaling import ozaki2_prescale
+    from emulinalg.backends import numpy as npb
+    from emulinalg.inputs import phi_matrix
+
+    a = phi_matrix((m, k), 1.0, dtype, seed=seed)
+    b = phi_matrix((k, n), 1.0, dtype, seed=seed + 1)
+    cplx = a.dtype.kind == "c"
+    split = [a.real, a.imag if cplx else None, b.real, b.imag if cplx else None]
+    split = [None if x is None else np.ascontiguousarray(x, dtype=np.float64) for x in split]
+    pre = ozaki2_prescale(np, npb.int_matmul, *split, "accurate")
+    c = np.matmul(a, b)
+    c[5, :4] = 0
+    out = "float32" if dtype == "float32" else "float64"
+    parts = [np.ascontiguousarray(x) for x in ((c.real, c.imag) if cplx else (c,))]
+    want = refit.refit(xnp, *split, tuple(p.copy() for p in parts), pre, "accurate", out)
+    return split, pre, parts, out, want

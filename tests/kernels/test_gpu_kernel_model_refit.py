@@ -9,6 +9,7 @@ from __future__ import annotations
 import array_api_compat.numpy as xnp
 import numpy as np
 import pytest
+from _helpers import refit_case
 
 from emulinalg.algorithm import refit
 from emulinalg.algorithm.scaling import ozaki2_prescale
@@ -118,18 +119,7 @@ def test_refit_with_the_deferred_pick_writes_the_generic_refit(cpu_backend, monk
     monkeypatch.setattr(refit, "REFIT_ALL_WORK", 0)  # the most cancelled, not every entry
     if cap is not None:
         monkeypatch.setattr(be.refit, "CAP", cap)
-    m, k, n = 70, 24, 29
-    a = phi_matrix((m, k), 1.0, dtype, seed=21)
-    b = phi_matrix((k, n), 1.0, dtype, seed=22)
-    split = [a.real, a.imag if a.dtype.kind == "c" else None, b.real,
-             b.imag if b.dtype.kind == "c" else None]  # fmt: skip
-    split = [None if x is None else np.ascontiguousarray(x, dtype=np.float64) for x in split]
-    pre = ozaki2_prescale(np, npb.int_matmul, *split, "accurate")
-    c = np.matmul(a, b)
-    c[5, :4] = 0
-    out = "float32" if dtype == "float32" else "float64"
-    parts = [np.ascontiguousarray(x) for x in ((c.real, c.imag) if c.dtype.kind == "c" else (c,))]
-    want, n_want = refit.refit(xnp, *split, tuple(p.copy() for p in parts), pre, "accurate", out)
+    split, pre, parts, out, (want, n_want) = refit_case(70, 24, 29, dtype, 21)
     dev = [None if x is None else cp.asarray(x) for x in split]
     got, n_got = refit.refit(xnp, *dev, tuple(cp.asarray(p.copy()) for p in parts),
                              tuple(map(cp.asarray, pre)), "accurate", out, inplace=True,
