@@ -329,11 +329,13 @@ def _refit_deferred(xp, ar, ai, br, bi, parts, prescale, mode, out_dtype, exclud
     idx, valid = d.idx, d.valid
     if extra is not None:
         idx, valid = merged(xp, idx, valid, extra)
+    plain = [p[0] if out_dtype == "dd" else p for p in parts]
+    outputs = math.prod(plain[0].shape)
+    if idx.shape[0] > outputs:  # the valid slots, a prefix, are distinct entries: at most all
+        idx, valid = idx[:outputs], valid[:outputs]
     zero = xp.zeros((), dtype=xp.int64)
     safe = xp.where(valid, idx, xp.where(valid[0], idx[0], zero))
-    plain = [p[0] if out_dtype == "dd" else p for p in parts]
-    vals = _recompute(xp, ar, ai, br, bi, prescale, mode, out_dtype, safe,
-                      math.prod(plain[0].shape), product)  # fmt: skip
+    vals = _recompute(xp, ar, ai, br, bi, prescale, mode, out_dtype, safe, outputs, product)
     written = []
 
     def put(x, v):

@@ -120,3 +120,27 @@ def test_deferred_pick_of_no_entries_writes_nothing(monkeypatch):
                          "float64", exclude=ex, pick_hook=hook, inplace=True)  # fmt: skip
     assert n == 0
     np.testing.assert_array_equal(got[0], parts[0])
+
+
+def test_deferred_pick_of_a_small_output_recomputes_at_most_its_entries(monkeypatch):
+    """A product of fewer output entries than the deferred pick's slots (a few long dot
+    products): the padded slots beyond the output's size are not recomputed (each slot gathers
+    a line of A and of B of length k)."""
+    monkeypatch.setattr(refit, "REFIT_ALL_WORK", 0)
+    split, parts, pre = _case(4, m=1, k=50, n=5)
+    seen = []
+    real = refit._recompute
+    monkeypatch.setattr(refit, "_recompute", lambda *a: seen.append(a[8].shape[0]) or real(*a))
+    want, n_want = refit.refit(np, *split, _copy(parts), pre, "accurate", "float64")
+    hook, _ = _deferred()
+
+    def padded(*args):  # the backends' fixed size: 2 REFIT_ENTRIES slots
+        d = hook(*args)
+        pad = np.full(2 * refit.REFIT_ENTRIES - d.idx.shape[0], refit._NO_INDEX, dtype=np.int64)
+        idx = np.concatenate([d.idx, pad])
+        return refit.Deferred(idx, idx < refit._NO_INDEX, d.ok, d.redo)
+
+    seen.clear()
+    got, n = refit.refit(np, *split, _copy(parts), pre, "accurate", "float64", pick_hook=padded)
+    assert n == n_want and seen == [5]
+    np.testing.assert_array_equal(got[0], want[0])
