@@ -205,14 +205,13 @@ class _Kernel:
         for w, q in enumerate(qs):
             zeros = np.nonzero(q == 0)[0][::-1]  # appended in any order: here the reverse
             cand = np.nonzero((q > 0) & (q <= th[w]))[0][::-1]
-            for x, out, c in ((zeros, zi, 2 * w), (cand, ci, 2 * w + 1)):
+            for x, out, ratios, c in ((zeros, zi, None, 2 * w), (cand, ci, cq, 2 * w + 1)):
                 s0 = int(cnt[c])
                 take = x[: max(0, cap - s0)]
                 out[w, s0 : s0 + take.size] = flat[take]
+                if ratios is not None:
+                    ratios[w, s0 : s0 + take.size] = q[take]
                 cnt[c] += np.uint64(x.size)
-            s0 = int(cnt[2 * w + 1]) - cand.size
-            take = cand[: max(0, cap - s0)]
-            cq[w, s0 : s0 + take.size] = q[take]
             if cand.size:
                 b = np.floor(np.log2(q[cand] / lo[w]) * 8).astype(np.int64).clip(0, 63)
                 h[w] += np.bincount(b, minlength=64).astype(np.uint64)

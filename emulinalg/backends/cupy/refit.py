@@ -128,13 +128,10 @@ def refit_pick(parts, prescale, exclude=None, everything=False, defer=True):
     got = select(thr, low)
     over = [w for w in range(W) if got[2 * w + 1] > CAP]
     if over and got[0::2].max() <= CAP:  # candidates beyond the buffer: narrow the spread
-        narrowed, can = _refit.narrowed_thresholds(cxp, low, hist, CAP)
-        can, narrowed, thr = (cp.asnumpy(x) for x in (can, narrowed, thr))
-        if not all(can[w] for w in over):
+        thr, fine = _narrowed(cxp, thr, low, hist, cp.asarray(got[1::2] > CAP))
+        if not bool(fine):
             return None
-        for w in over:
-            thr[w] = min(thr[w], narrowed[w])
-        got = select(cp.asarray(thr), low)
+        got = select(thr, low)
     if got.max() > CAP:
         return None
     picks = []
@@ -158,12 +155,12 @@ def _two_passes_deferred(xp, launch_select, low, thr, counts, hist, zero_idx, ca
     first = counts.astype(cp.int64)
     over = first[1::2] > CAP
     anyover = cp.any(over)
-    narrowed, can = _refit.narrowed_thresholds(xp, low, hist, CAP)
+    narrowed, fine = _narrowed(xp, thr, low, hist, over)
     again = cp.zeros(2 * W, dtype=cp.uint64)
-    launch_select(cp.where(over, cp.minimum(thr, narrowed), thr), low, again,
-                  cp.zeros_like(hist), (~anyover).astype(cp.uint64).reshape(1))  # fmt: skip
+    launch_select(narrowed, low, again, cp.zeros_like(hist),
+                  (~anyover).astype(cp.uint64).reshape(1))  # fmt: skip
     got = cp.where(anyover, again.astype(cp.int64), first)
-    ok = cp.all(got <= CAP) & (~anyover | (cp.all(first[0::2] <= CAP) & cp.all(can | ~over)))
+    ok = cp.all(got <= CAP) & (~anyover | (cp.all(first[0::2] <= CAP) & fine))
     idx = valid = None
     for w in range(W):
         pick, pv = _refit.chosen_fixed(xp, zero_idx[w], got[2 * w], cand_idx[w], cand_q[w],
@@ -173,6 +170,14 @@ def _two_passes_deferred(xp, launch_select, low, thr, counts, hist, zero_idx, ca
         else:
             idx, valid = _refit.merged(xp, idx, valid, pick)
     return _refit.Deferred(idx, valid, ok, redo)
+
+
+def _narrowed(xp, thr, low, hist, over):
+    """The thresholds with each overflowed measure's (``over`` (W,) bool) spread narrowed to
+    ``refit.narrowed_thresholds``' bin edge, and whether every overflowed one could be (0-d),
+    on the device: the synchronous and the deferred passes narrow alike."""
+    edge, can = _refit.narrowed_thresholds(xp, low, hist, CAP)
+    return cp.where(over, cp.minimum(thr, edge), thr), cp.all(can | ~over)
 
 
 def _grid(args):
