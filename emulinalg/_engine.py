@@ -274,7 +274,7 @@ def _emulate(
     ``k_split``: the contraction splits left (0: entries beyond stay native), ``first_split``:
     whether this is a product's first (``support.k_classes``' ``progress``); where the split is
     taken, ``c`` is a ``_KSplit``."""
-    native_mask = prescale = patch = None
+    native_mask = prescale = patch = t_lower = None
     if isinstance(request, SCHEMES):
         scheme = request
     else:
@@ -288,11 +288,13 @@ def _emulate(
             if check.split:
                 return _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name,
                               out, performant, check)  # fmt: skip
+            t_lower, check = check.lower, None  # m x n: for the certificate only
         with stage("statistics"):
             choice = _choose(
                 xp, backend, ar, ai, br, bi, request, family, real_name, exponents, hook_ops,
-                sides,
+                sides, t_lower,
             )  # fmt: skip
+        t_lower = None
         scheme, prescale, native_mask, patch = choice[:4]
         beyond_note = ""
         if choice.own:
@@ -752,11 +754,13 @@ class _Choice(NamedTuple):
 
 def _choose(
     xp, backend, ar, ai, br, bi, level: Level, family, real_name, exponents=None, hook_ops=None,
-    sides=(None, None),
+    sides=(None, None), t_lower=None,
 ):  # fmt: skip
     """The level's configuration on these operands: a fixed one (``_planner.fixed_scheme``) or
     the certificate's (the smallest count of the family certifying the level on every entry it
-    can, settled by ``_planner.settle``)."""
+    can, settled by ``_planner.settle``). ``t_lower``: a complex product's part check's lower
+    bound of T (``parts.PartCheck.lower``), which Scheme II's certificate also takes
+    (``certificate.parts_lower``)."""
     backend = stages(backend)
     k, outputs = ar.shape[-1], _outputs(ar, br)
     fixed = _planner.fixed_scheme(level, family, k, ai is not None, real_name)
@@ -769,6 +773,7 @@ def _choose(
         if prescale is None:  # generic: the certificate's fallback then takes these too
             ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
             prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate", sides)
+        prescale.parts_lower = certificate.parts_lower(xp, t_lower, k)
 
     def certify(lev):  # (count, beyond, patch) of the family's certificate for a level
         target = _planner.target_for(lev, k, backend, outputs)

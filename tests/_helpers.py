@@ -241,3 +241,17 @@ def refit_case(m, k, n, dtype, seed):
     parts = [np.ascontiguousarray(x) for x in ((c.real, c.imag) if cplx else (c,))]
     want = refit.refit(xnp, *split, tuple(p.copy() for p in parts), pre, "accurate", out)
     return split, pre, parts, out, want
+
+
+def parts_lower_of(ar, ai, br, bi):
+    """A complex product's ``Prescale.parts_lower`` as the engine makes it on the numpy backend:
+    the part check's stage 0 lower bound of T (``parts.balance_sides``' sides, the backend's
+    ``certificate.magnitude_lower``) through ``certificate.parts_lower``."""
+    from emulinalg._stages import stages
+    from emulinalg.algorithm import certificate, parts
+    from emulinalg.backends import numpy as npb
+
+    ea, eb = parts._line_exponents(np, ar, ai, br, bi)
+    ta, tb = parts.balance_sides(np, ar, ai, ea)[0], parts.balance_sides(np, br, bi, eb)[0]
+    t_lo = certificate.magnitude_lower(np, stages(npb), ta, tb)
+    return certificate.parts_lower(np, t_lo, ar.shape[-1])

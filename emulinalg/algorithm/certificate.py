@@ -47,7 +47,10 @@ no extra cost); only when that leaves entries beyond every count does it also ru
 ``magnitude_lower``: magnitudes of the line-normalized operands truncated toward zero to float32
 (or to bfloat16 by a backend's tensor-core hook), one low-precision GEMM, and its rounding
 removed by the factor 1 - (k+2) 2**-22 and an absolute (k+2) 2**-149 for the subnormal range:
-all terms are >= 0, so truncation only lowers the sum. Scheme I always uses ``magnitude_lower``.
+all terms are >= 0, so truncation only lowers the sum. A complex product on the complex route
+also has its part check's lower bound of T = (|Ar| + |Ai|)(|Br| + |Bi|), whose half bounds the
+moduli's |A||B| (``parts_lower``): the larger of the two per entry, from the first pass on.
+Scheme I always uses ``magnitude_lower``.
 
 The count: with y = 2**-L_n the shifts satisfy 2**-mu_i <= 2 y alpha_i (alpha_i = 2**-s_i
 sqrt(e_i) from the N-independent prescale), so both forms read y (2 G + y Q) <= R per entry
@@ -377,6 +380,34 @@ def scaled_lower(xp, F, complex_, both=None):
     return xp.where(both, ldexp(xp, F, -fexp_mixed), ldexp(xp, F, -fexp))
 
 
+def parts_lower(xp, t_lower, k):
+    """The complex part check's lower bound of T = (|Ar| + |Ai|)(|Br| + |Bi|) (``t_lower``,
+    line-normalized by the complex line exponents, as the certificate's operands: ``parts.
+    PartCheck.lower``) as a lower bound of the line-normalized |A||B| of the moduli, in the form
+    the certificate takes a GEMM's FP32 sums: float32 values c whose ``sums_lower`` is the bound
+    (so a backend's certificate kernels take it where they take the bf16 GEMM's sums). Per term
+    |a| |b| >= (|Re a| + |Im a|)(|Re b| + |Im b|) / 2 (|z| >= (|Re z| + |Im z|) / sqrt(2)), so
+    T / 2 <= |A||B|: on ordinary complex inputs about 0.7 |A||B|, where the bound GEMM's
+    ``bound_lower`` (a floor of 5 bits per entry, and 2**-11 for the sqrt(2)) is about 0.4 and
+    falls to a few percent on entries far below their lines' maxima. None where the sums'
+    factor leaves nothing (k > LOWER_K_MAX).
+
+    One product and one cast: T (1/2 - 2**-24) rounded to float32 is at most T / 2 in float32's
+    normal range (the rounding adds at most 2**-24 relative) and above it by at most 2**-150 in
+    its subnormal range, which ``sums_lower``'s absolute term, (k + 2) 2**-149, takes off."""
+    if t_lower is None or k > LOWER_K_MAX:
+        return None
+    return xp.astype(t_lower * (0.5 - 2.0**-24), xp.float32)
+
+
+def sums_lower(xp, c, k):
+    """The lower bound of a product of non-negative operands from its FP32 sums ``c`` (any order
+    of the sums, operands truncated toward zero): max(float64(c) (1 - (k+2) 2**-22) - (k+2)
+    2**-149, 0), ``magnitude_lower``'s float32 path and the kernels' ``gemm_lower``."""
+    cc = cert_constants(k)
+    return xp.maximum(xp.astype(c, xp.float64) * cc.factor - cc.abs_term, 0.0)
+
+
 def ozaki2_moduli_needed(
     xp, backend, ar, ai, br, bi, prescale, target, hook_ops=None, sides=(None, None)
 ):
@@ -418,6 +449,10 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower, sides=(
     parts, na, nb = normalized(xp, ar, ai, br, bi, cc.norm, sides)
     mixed = getattr(prescale, "mixed", None)
     first = None if lower is None else bound_lower(xp, lower, cplx, mixed)
+    pl = getattr(prescale, "parts_lower", None)
+    if pl is not None:  # the part check's (``parts_lower``): the larger per entry
+        g = sums_lower(xp, pl, k)
+        first = g if first is None else xp.maximum(first, g)
 
     def counts(gl):
         lam = first if gl is None else (gl if first is None else xp.maximum(first, gl))

@@ -40,6 +40,9 @@ to three stages, each only where the one before leaves a part of some entry not 
    the lower bound of sqrt(k) ||terms_p||_2 from one more GEMM of the stacked squares. Entries
    still undecided count as failing (the safe side).
 
+Stage 0's lower bound of T also serves the complex route's certificate: T / 2 is a lower bound
+of |A||B| of the moduli (``certificate.parts_lower``), mostly well above the bound GEMM's.
+
 The stages read only the operands: the dask layer computes them over its chunks and decides
 with ``decide`` as the engine does (the exact zeros are the engine's; the sums may differ in
 their last bits, so only an entry within about k 2**-24 of a threshold can decide
@@ -84,12 +87,15 @@ class PartCheck(NamedTuple):
     """``part_check``'s result: ``split`` (some part of some entry is not fine), ``part`` ("real",
     "imaginary" or "real and imaginary": the parts not fine), ``share`` (the smallest upper bound
     of a failing part's sums relative to its entry's T: how small the part is), ``stages``
-    (how many stages decided)."""
+    (how many stages decided), ``lower`` (where the complex route runs: stage 0's lower bound of
+    T, line-normalized, (..., m, n) float64, which bounds the certificate's |A||B| from below,
+    ``certificate.parts_lower``; None otherwise)."""
 
     split: bool
     part: str = ""
     share: float = 1.0
     stages: int = 1
+    lower: object = None
 
 
 def _line_exponents(xp, ar, ai, br, bi, lines=None):
@@ -121,7 +127,8 @@ def _stacked(xp, gemm, xa, xb):
 
 
 def balanced(xp, lower, signed, ar, ai, br, bi, form, lines=None, hooks=(None, None)):
-    """Whether the balance of the parts alone shows every part of every entry fine (stage 0):
+    """``(fine, t_lo)``: whether the balance of the parts alone shows every part of every entry
+    fine (stage 0), and T's lower bound ``t_lo`` (..., m, n) it took:
     with T = (|Ar| + |Ai|)(|Br| + |Bi|) = P_re + P_im and D = (|Ar| - |Ai|)(|Br| - |Bi|) =
     P_re - P_im, each part's sums are P_p = (T +- D) / 2 >= (T - |D|) / 2. T from ``lower`` (as
     in ``stage_sums``) and D, of either sign, from ``signed`` (``certificate.signed_estimate``:
@@ -145,7 +152,7 @@ def balanced(xp, lower, signed, ar, ai, br, bi, form, lines=None, hooks=(None, N
              xp.expand_dims(xp.max(tb, axis=-2) == 0, axis=-2))  # fmt: skip
     terms = balance_terms(k, form.slack)
     got = None if fine_hook is None else fine_hook(t_lo, s, terms, *empty)
-    return balance_fine(xp, t_lo, s, terms, *empty) if got is None else got
+    return (balance_fine(xp, t_lo, s, terms, *empty) if got is None else got), t_lo
 
 
 def balance_sides(xp, re, im, e):
@@ -263,19 +270,24 @@ def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=
     if k == 0:  # no terms: every part exact
         return PartCheck(False, stages=0)
     done = materialize or (lambda bounds: (xp, bounds))
-    if balanced(xp, lower, signed, ar, ai, br, bi, form, lines, hooks):
-        return PartCheck(False, stages=0)
+    fine, t_lo = balanced(xp, lower, signed, ar, ai, br, bi, form, lines, hooks)
+    if fine:
+        return PartCheck(False, stages=0, lower=t_lo)
+
+    def kept(res):  # the complex route keeps T's lower bound for its certificate
+        return res if res.split else res._replace(lower=t_lo)
+
     dxp, bounds = done(stage_sums(xp, lower, ar, ai, br, bi, lines))
     res = decide(dxp, bounds, form, k, final=False)
     if res is not None and not res.split:
-        return res
+        return kept(res)
     dxp, bounds = done(exact_zeros(xp, int_matmul, ar, ai, br, bi, bounds))
     res = decide(dxp, bounds, form, k, final=False)
     if res is not None:
-        return res._replace(stages=2)
+        return kept(res._replace(stages=2))
     if form.native:
         dxp, bounds = done(with_kappa(xp, lower, ar, ai, br, bi, bounds, lines))
-    return decide(dxp, bounds, form, k, final=True)._replace(stages=3)
+    return kept(decide(dxp, bounds, form, k, final=True)._replace(stages=3))
 
 
 # The split route (``_engine._split``, the dask layer's split graph): the stacked product's

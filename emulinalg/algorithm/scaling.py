@@ -134,17 +134,22 @@ class Prescale(tuple):
     not known). A backend's prescale stage may keep its own object in ``lower`` (its
     certificate stage reads it) and the line sums of the certificate's norms in ``line_sums``
     (``((l1 of A, l1 of B), (squares of A, squares of B))`` of the normalized lines, or None).
-    ``release()`` drops ``lower`` once the certificate is done (the product does not need it)."""
+    ``parts_lower``: a complex product's other lower bound of |A||B| from its part check
+    (``certificate.parts_lower``: float32 (..., m, n)), set by the engine, or None.
+    ``release()`` drops ``lower`` and ``parts_lower`` once the certificate is done (the product
+    does not need them)."""
 
     def __new__(cls, s, t, e, f, lower=None, mixed=None, line_sums=None):
         self = super().__new__(cls, (s, t, e, f))
         self.lower = lower
         self.mixed = mixed
         self.line_sums = line_sums
+        self.parts_lower = None
         return self
 
     def release(self):
         self.lower = None
+        self.parts_lower = None
 
 
 class LineStats(NamedTuple):

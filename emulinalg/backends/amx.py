@@ -350,8 +350,9 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     made by ``ozaki2_prescale``, what ``_host_ok`` refuses).
 
     The first pass takes the lower bound of |A||B| from the prescale's bound GEMM F
-    (``certificate.bound_lower``) and its line norms (``target``'s form: l1, or l2 from the sums of
-    squares). Only when it leaves entries beyond every count: the magnitudes of the
+    (``certificate.bound_lower``; with a complex product's ``Prescale.parts_lower`` in the place of
+    the GEMM sums below, the larger per entry) and its line norms (``target``'s form: l1, or l2
+    from the sums of squares). Only when it leaves entries beyond every count: the magnitudes of the
     line-normalized operands truncated toward zero (``ozaki2_cert_operand``), their GEMM, as
     ``certificate.magnitude_lower`` with this backend's ``magnitude_lower_matmul`` (bfloat16 on
     the tiles from ``SMALL_BOUND_WORK`` multiply-adds on; below, float32 in numpy's BLAS), and a
@@ -409,7 +410,14 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     if not all(np.all(t[1:] <= t[:-1]) and np.all(t >= 0) for t in tables):
         tables = (None, None)
 
+    pl = getattr(prescale, "parts_lower", None)  # taken as FP32 sums (the first pass's)
+    pl = None if pl is None else np.ascontiguousarray(pl, dtype=np.float32)
+
     def counts(c32):  # certificate.ozaki2_passes' pass: ((c32, need, count, beyond, x), beyond)
+        if c32 is None:
+            c32 = pl
+        elif pl is not None:  # the larger sums per entry: the lower bound is monotone in them
+            c32 = np.maximum(c32, pl, out=c32)
         res = entries(alpha, beta, cc.thresholds, plan.min_count, c32, tables)
         need, count, _, n_out = res[:4]
         return (c32, need, count, n_out, res[4:]), n_out

@@ -91,6 +91,42 @@ def test_bound_gemm_bounds_are_exact_bounds(kind, seed):
         assert np.array_equal(lam[4], loose[4]) and np.array_equal(lam[:4], 2.0 * loose[:4])
 
 
+@pytest.mark.parametrize("kind", ["complex", "one-part", "some-mixed", "balanced"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_parts_lower_bounds_the_moduli_product(kind, seed):
+    """``certificate.parts_lower`` of the part check's lower bound of T (the engine's, through
+    ``_helpers.parts_lower_of``) is below the exact line-normalized sum of |a||b| (python-flint
+    balls), and equals it within the float32 sums' factor where every entry has |Re| = |Im|
+    (the case where T / 2 is |A||B|); above the bound GEMM's on most entries of ordinary inputs."""
+    from _helpers import parts_lower_of
+
+    rng = np.random.default_rng(seed)
+    m, k, n = 6, 23, 5
+    if kind == "balanced":  # |Re| = |Im|: |a| |b| = (|Re a| + |Im a|)(|Re b| + |Im b|) / 2
+        ar = rng.integers(-8, 9, (m, k)) * np.exp2(rng.integers(-6, 6, (m, k)))
+        br = rng.integers(-8, 9, (k, n)) * np.exp2(rng.integers(-6, 6, (k, n)))
+        ai, bi = ar * rng.choice([-1.0, 1.0], (m, k)), br * rng.choice([-1.0, 1.0], (k, n))
+    else:
+        ar, ai, br, bi = _operands(rng, m, k, n, kind)
+    (nar, nai, nbr, nbi), _, _ = certificate.normalized(xp, ar, ai, br, bi)
+    g = certificate.sums_lower(xp, parts_lower_of(ar, ai, br, bi), k)
+    factor = 1 - 3 * (k + 2) * 2.0**-22  # the sums, the bound GEMM and sums_lower each
+    for i in range(m):
+        for j in range(n):
+            exact = flint.arb(0)
+            for h in range(k):
+                a = flint.arb(float(nar[i, h])) ** 2 + flint.arb(float(nai[i, h])) ** 2
+                b = flint.arb(float(nbr[h, j])) ** 2 + flint.arb(float(nbi[h, j])) ** 2
+                exact += a.sqrt() * b.sqrt()
+            assert flint.arb(float(g[i, j])) <= exact.lower() or g[i, j] == 0
+            if kind == "balanced":
+                assert flint.arb(float(g[i, j])) >= exact.upper() * factor
+    if kind == "complex":  # ordinary complex entries: mostly above the bound GEMM's
+        pre = scaling.ozaki2_prescale(xp, npb.int_matmul, ar, ai, br, bi, "accurate")
+        lam = certificate.bound_lower(xp, pre.lower, True, pre.mixed)
+        assert np.mean(g > lam) > 0.5
+
+
 def test_real_data_held_as_complex_takes_no_extra_modulus():
     """A real product and the same product held as complex128 with zero imaginary parts: the
     certificate's bounds are as tight for the complex operands (the per-line count of entries

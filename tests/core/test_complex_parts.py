@@ -309,7 +309,7 @@ def test_balance_of_the_parts_decides_only_what_holds(case):
     def signed(x, y):
         return certificate.signed_estimate(xp, npb, x, y)
 
-    got = parts.balanced(xp, lower, signed, ar, ai, br, bi, form)
+    got = parts.balanced(xp, lower, signed, ar, ai, br, bi, form)[0]
     P, _ = _exact_sums(ar, ai, br, bi)
     T = P[0] + P[1]
     holds = bool(np.all(np.minimum(P[0], P[1]) >= T / form.slack))
@@ -388,7 +388,7 @@ def test_flushed_subnormals_do_not_hide_a_part(hidden, slack):
         return certificate.signed_estimate(xp, be, x, y)
 
     form = parts.PartForm(slack, slack == _planner.PART_SLACK, "")
-    assert not parts.balanced(xp, lower, signed, ar, ai, br, bi, form)
+    assert not parts.balanced(xp, lower, signed, ar, ai, br, bi, form)[0]
     assert parts.part_check(xp, lower, signed, be.int_matmul, ar, ai, br, bi, form).split
     one = parts.stage_sums(xp, lower, ar, ai, br, bi)
     assert one.hi[0][0, 0] >= P[0][0, 0]
@@ -411,7 +411,7 @@ def test_part_check_edges_raise_and_warn_nothing():
     br = np.full((4, 2), 0.5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert parts.balanced(xp, lower, signed, ar, ar.copy(), br, br.copy(), form)
+        assert parts.balanced(xp, lower, signed, ar, ar.copy(), br, br.copy(), form)[0]
         e = np.zeros((3, 0))
         f = np.zeros((0, 2))
         assert not parts.part_check(xp, lower, signed, npb.int_matmul, e, e, f, f, form).split

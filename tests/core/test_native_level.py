@@ -116,6 +116,34 @@ def test_level_count_is_within_one_of_the_fewest_that_match_native(dtype, phi, k
             assert not _reaches(lower, native), f"{info}\n{n - 2} moduli reach native: {lower}"
 
 
+@pytest.mark.slow
+def test_complex_level_takes_the_part_checks_bound(monkeypatch):
+    """complex128 at k = 512, phi = 1: the part check's lower bound of |A||B| (T / 2,
+    ``certificate.parts_lower``) certifies one modulus fewer than the bound GEMM's alone (16),
+    and the level's bits still reach native's, whole and per part, on 64 rows against the exact
+    product; OzakiII(14)'s componentwise bits do not."""
+    a = phi_matrix((512, 512), 1.0, "complex128", seed=1)
+    b = phi_matrix((512, 512), 1.0, "complex128", seed=2)
+    rows = slice(0, 512, 8)
+    ref = exact_matmul(a[rows], b)
+
+    def bits(c):
+        acc = accuracy(c[rows], a[rows], b, ref)
+        assert acc["nonfinite_mismatch"] == 0
+        return [acc[f"bits_{m}{p}"] for p in ("", "_re", "_im") for m in ("maxrel", "cw")]
+
+    native = bits(np.matmul(a, b))
+    c, plan = _level(a, b)
+    got = bits(c)
+    assert all(x >= y for x, y in zip(got, native)), (got, native, str(plan))
+    assert _count(plan) == 15, str(plan)
+    with emulinalg.config(strategy="eager"):
+        fewer = bits(emulinalg.matmul(a, b, precision=OzakiII(moduli=14)))
+    assert not all(x >= y for x, y in zip(fewer[1::2], native[1::2])), (fewer, native)
+    monkeypatch.setattr(certificate, "parts_lower", lambda *args: None)
+    assert _count(_level(a, b)[1]) == 16
+
+
 def test_level_takes_the_entries_it_cannot_certify_from_native():
     """Wide ranges inside lines (φ = 4): what no count certifies is native, visibly."""
     a, b, ref, native = _case("float64", 4, 4096, seed=3)

@@ -991,13 +991,17 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
             pq = got if got is not None else pq
         return [int(v) for v in w], need
 
-    c32 = None
-    w, need = entries(None, False)
+    pl = getattr(prescale, "parts_lower", None)  # the first pass's FP32 sums where given
+    if pl is not None:
+        pl = np.ascontiguousarray(np.broadcast_to(pl, ar.shape[:-2] + (m, n)).reshape(B, m, n))
+    w, need = entries(pl, False)
     if w[nth]:
         kp, nb16 = _ceil(k, BF16_ALIGN), _ceil(n, BF16_ALIGN)
         a16, _ = cert_operand(*a, s.reshape(B, m), m, kp, False, chunk)
         b16, _ = cert_operand(*b, t.reshape(B, n), nb16, kp, True, chunk)
         c32 = bf16_gemm(a16, b16)
+        if pl is not None:
+            c32[..., :n] = np.maximum(c32[..., :n], pl)
         w, need = entries(c32, True)
     beyond = (need == MAX_MODULI + 1).reshape(ar.shape[:-2] + (m, n))
     if w[nth] == need.size:

@@ -12,6 +12,7 @@ import functools
 import gpu_kernel_model as model
 import numpy as np
 import pytest
+from _helpers import parts_lower_of
 from _kernel_model_helpers import (
     REFINE_CASES,
     TARGETS,
@@ -38,9 +39,11 @@ HOST_STAT_CASES = [(((), 1, 1, 1), 1), (((), 9, 70, 17), 4), (((3,), 5, 21, 6), 
 WIDE_STAT_CASES = [(((), 70, 6, 260), 1), (((2,), 37, 5, 259), 1)]
 
 
-def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None):
+def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None, parts=False):
     """emulinalg/backends/cupy/'s prescale and certificate hooks (on the CPU stand-in) against the
-    generic code, which uses the same bf16 lower-bound hook: bit for bit, per ``Target``."""
+    generic code, which uses the same bf16 lower-bound hook: bit for bit, per ``Target``;
+    ``parts``: with a complex product's part-check bound (``Prescale.parts_lower``) on both.
+    Returns the certificates."""
     to_dev = to_dev or cp.asarray
     want_pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     g = [None if x is None else to_dev(x) for x in (ar, ai, br, bi)]
@@ -48,10 +51,16 @@ def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None):
     assert pre is not None
     _same_prescale(pre, want_pre)
     assert be.ozaki2_prescale(*g, "fast") is None  # left to the generic code
+    if parts:
+        want_pre.parts_lower = parts_lower_of(ar, ai, br, bi)
+        pre.parts_lower = cp.asarray(want_pre.parts_lower)
     generic = _generic_cert_backend(be.magnitude_lower_matmul)
+    got = []
     for b in targets:
         want = certificate.ozaki2_moduli_needed(np, generic, ar, ai, br, bi, want_pre, b)
         _same_certificate(be.ozaki2_certificate(*g, pre, b), want)
+        got.append(want)
+    return got
 
 
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
@@ -61,6 +70,16 @@ def test_host_code_statistics(cpu_backend, case, cplx):
     shape, phi = case
     ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=23)
     _stat_vs_generic(be, cp, ar, ai, br, bi, TARGETS)
+
+
+def test_host_code_statistics_parts_lower(cpu_backend):
+    """A complex product's part-check bound (``Prescale.parts_lower``) as the first pass's FP32
+    sums in the kernels: the generic decisions, which it changes."""
+    be, cp = cpu_backend
+    ar, ai, br, bi = _stat_operands(((), 40, 500, 30), 1, True, seed=84)
+    with_parts = _stat_vs_generic(be, cp, ar, ai, br, bi, TARGETS, parts=True)
+    without = _stat_vs_generic(be, cp, ar, ai, br, bi, TARGETS)
+    assert repr(with_parts) != repr(without)
 
 
 @pytest.mark.parametrize("case", WIDE_STAT_CASES, ids=str)

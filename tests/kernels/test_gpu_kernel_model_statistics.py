@@ -8,9 +8,12 @@ fallback, the refinement, the exact step's line factors, the line terms.
 
 from __future__ import annotations
 
+import itertools
+
 import gpu_kernel_model as model
 import numpy as np
 import pytest
+from _helpers import parts_lower_of
 from _kernel_model_helpers import (
     REFINE_CASES,
     TARGETS,
@@ -73,6 +76,32 @@ def test_model_certificate_equals_generic(case, cplx, target):
     mpre = model.ozaki2_prescale(ar, ai, br, bi, k_block=16)
     got = model.ozaki2_certificate(ar, ai, br, bi, mpre, target, chunk=32)
     _same_certificate(got, want)
+
+
+def test_model_certificate_parts_lower_equals_generic():
+    """A complex product's part-check bound (``Prescale.parts_lower``) in the first pass and,
+    with it, in the bf16 GEMM's pass (rows spanning 2**+-40 leave entries beyond F's bound): the
+    model's decisions are the generic code's, and the bound takes counts off."""
+    moved = 0
+    cases = [(STAT_CASES[2], 0), (STAT_CASES[5], 0), (STAT_CASES[7], 0), ((((), 40, 500, 30), 1),
+             0), ((((), 6, 40, 5), 1), 40)]  # fmt: skip
+    for (case, spread), target in itertools.product(cases, TARGETS):
+        shape, phi = case
+        ar, ai, br, bi = _stat_operands(shape, phi, True, seed=31 + target.bits)
+        if spread:
+            rng = np.random.default_rng(5)
+            for x in (ar, ai):
+                x *= np.ldexp(1.0, rng.integers(-spread, spread, x.shape))
+        be = _generic_cert_backend(model.magnitude_lower_matmul)
+        pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
+        without = certificate.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
+        pre.parts_lower = parts_lower_of(ar, ai, br, bi)
+        want = certificate.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
+        mpre = model.ozaki2_prescale(ar, ai, br, bi, k_block=16)
+        mpre.parts_lower = pre.parts_lower
+        _same_certificate(model.ozaki2_certificate(ar, ai, br, bi, mpre, target, chunk=32), want)
+        moved += repr(want) != repr(without)
+    assert moved  # the bound decides somewhere
 
 
 def test_model_certificate_gemm_fallback():

@@ -62,9 +62,10 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     ``ozaki2_prescale``).
 
     The line norms of ``target``'s form (l1, or l2 from the prescale's sums of squares). One pass
-    over the prescale's bound GEMM F applies ``certificate.bound_lower``, finds each entry's
-    smallest certifying count in the certificate's float64 operations (in order, no FMA) and counts
-    the entries at the largest one and beyond every count. The exact step
+    over the prescale's bound GEMM F applies ``certificate.bound_lower`` (a complex product's
+    ``Prescale.parts_lower`` taken as the bf16 GEMM's sums: the larger bound per entry), finds
+    each entry's smallest certifying count in the certificate's float64 operations (in order, no
+    FMA) and counts the entries at the largest one and beyond every count. The exact step
     (``certificate.exact_passes`` one count lower: the exact line factors of that count,
     ``cert_exact_factors``, and the counts' kernel again with those in place of alpha, beta at
     threshold 1) takes a count off where it fails on the beyond entries only. For 2-D products
@@ -129,13 +130,13 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     def step_word(i):
         return nth + 10 + 9 * i  # cw_step
 
-    def entries(c32):
+    def entries(c32, last):
         """The counts' pass, the exact step, then (2-D products) the refinement's steps, each
         conditioned on the device by the words of the passes before it, and one read-back of
         the words (ozaki2_stats.cu); the steps past _SPECULATIVE_STEPS are launched (and read
         back) only where the ones before took their counts off."""
         gemm = c32 is not None
-        last = _i32(gemm)  # a first pass with beyond entries is followed by a second one
+        last = _i32(last)  # a first pass with beyond entries is followed by a second one
         w = cp.zeros((step_word(steps) + patch_cap,), dtype=cp.uint64)
         head = (F, c32 if gemm else F, _i64(n_p), _i64(c32.shape[-1] if gemm else 0), _i32(B),
                 _i32(m), _i32(n), _i32(rows_per_block), _i32(fexp))  # fmt: skip
@@ -200,8 +201,19 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
             got = [int(v) for v in cp.asnumpy(w)]
         return got
 
+    pl = getattr(prescale, "parts_lower", None)  # FP32 sums as the bf16 GEMM's: the first pass's
+    if pl is not None:  # rows padded as the GEMM's output (the kernels load 16 bytes at once)
+        sums = cp.zeros((B, m, _ceil(n, _BF16_ALIGN)), dtype=cp.float32)
+        sums[..., :n] = cp.broadcast_to(pl, ops.batch + (m, n)).reshape(B, m, n)
+        pl = sums
+
     def counts(c32):  # certificate.ozaki2_passes' pass: (the words, entries beyond)
-        w = entries(c32)
+        last = c32 is not None
+        if c32 is None:
+            c32 = pl
+        elif pl is not None:  # the larger sums per entry: gemm_lower is monotone
+            c32[..., :n] = cp.maximum(c32[..., :n], pl[..., :n])
+        w = entries(c32, last)
         return w, w[nth]
 
     def wide():  # the rarer passes below read float64 operands

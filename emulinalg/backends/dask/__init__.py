@@ -178,8 +178,10 @@ def matmul(xp, backend, a, b, request, cfg):
         fam = "Scheme I" if scheme_family == "ozaki1" else "Scheme II"
         what = f"{request} level, {fam} configuration chosen per block at compute time"
     plan.scheme = f"blocked: [{chunk_backend.name}] {what}"
+    t_lower = None
     if shared and _planner.part_checked(request, dtype_name.startswith("complex")):
         ops, bad, check = _part_route(a, b, request, real_name, chunk_backend)
+        t_lower = check.lower
         if check.split:
             plan.scheme += "; complex parts split: one real product of the stacked parts"
             plan.notes.append(_planner.split_note(check))
@@ -187,7 +189,7 @@ def matmul(xp, backend, a, b, request, cfg):
             plan.notes.extend(notes)
             return c, plan
     if shared:
-        c, notes = _shared_graph(a, b, request)
+        c, notes = _shared_graph(a, b, request, t_lower=t_lower)
         plan.notes.extend(notes)
         return c, plan
     # The graph decided to emulate: every block does (an edge block must not turn native).

@@ -24,40 +24,43 @@ def _line_norms(xp, aterms, bterms, k, norm):
     return xp.expand_dims(na, axis=-1), xp.expand_dims(nb, axis=-2)
 
 
-def _lam(xp, F, fallback, low, q, cplx, aterms, bterms):
+def _lam(xp, F, pl, fallback, low, q, cplx, aterms, bterms, k):
     """The lower bound of the normalized |A||B| of one output block: F's bound (with the lines'
-    mixed counts for complex), and with the second pass (``fallback``) the larger of it and the
-    K-summed magnitude lower bound ``low`` (``certificate.certify_moduli``'s lam)."""
+    mixed counts for complex), the larger of it and the part check's ``pl`` where given
+    (``certificate.parts_lower``'s block), and with the second pass (``fallback``) the larger of
+    that and the K-summed magnitude lower bound ``low`` (``certificate.certify_moduli``'s lam)."""
     mixed = (aterms[..., 3], bterms[..., 3]) if cplx else None
     lam = certificate.bound_lower(xp, F, cplx, mixed)
+    if pl is not None:
+        lam = xp.maximum(lam, certificate.sums_lower(xp, pl, k))
     if not fallback:
         return lam
     return xp.maximum(lam, certificate.summed_lower(low["lam"], q))
 
 
-def _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target):
+def _block_terms(xp, F, pl, fallback, low, q, cplx, aterms, bterms, k, target):
     """The certificate's terms of one output block: ``(cc, lam, na, nb)``, the constants of
     ``certificate.cert_constants`` for the whole k, the lower bound of the normalized |A||B|
     (``_lam``) and the whole lines' norms in the form the target asks."""
     cc = certificate.cert_constants(k, target, cplx)
-    lam = _lam(xp, F, fallback, low, q, cplx, aterms, bterms)
+    lam = _lam(xp, F, pl, fallback, low, q, cplx, aterms, bterms, k)
     na, nb = _line_norms(xp, aterms, bterms, k, cc.norm)
     return cc, lam, na, nb
 
 
-def _certified_need(xp, F, fallback, low, q, e, f, aterms, bterms, k, cplx, target):
+def _certified_need(xp, F, pl, fallback, low, q, e, f, aterms, bterms, k, cplx, target):
     """The count each entry of one output block needs (``certificate.ozaki2_needed``) from its
     lower bound of the normalized |A||B| and the whole-matrix terms of its rows and columns."""
-    cc, lam, na, nb = _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target)
+    cc, lam, na, nb = _block_terms(xp, F, pl, fallback, low, q, cplx, aterms, bterms, k, target)
     return certificate.ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
 
 
-def _cert_block(F, e, f, aterms, bterms, k, cplx, target):
+def _cert_block(F, pl, e, f, aterms, bterms, k, cplx, target):
     """The needed count per entry of one output block with the bound GEMM's lower bound alone
     (``certificate.bound_lower``: exact, the engine's first pass)."""
     xp, backend = _xp_backend(F)
     with _chunk_quiet(xp, backend):
-        return _certified_need(xp, F, False, None, 1, e, f, aterms, bterms, k, cplx, target)
+        return _certified_need(xp, F, pl, False, None, 1, e, f, aterms, bterms, k, cplx, target)
 
 
 def _fallback_task(summary):
@@ -66,7 +69,7 @@ def _fallback_task(summary):
     return bool((np.asarray(summary)[..., 1] > 0).any())
 
 
-def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cplx, target):
+def _cert_fallback_block(need, fallback, low, F, pl, e, f, aterms, bterms, k, q, cplx, target):
     """The final needed counts of one output block: the first pass's where no entry of the
     whole product was beyond, else with lam = max(F's bound, the K-summed magnitude lower
     bound) per entry (``certificate.ozaki2_moduli_needed``'s second pass)."""
@@ -74,7 +77,8 @@ def _cert_fallback_block(need, fallback, low, F, e, f, aterms, bterms, k, q, cpl
         return need
     xp, backend = _xp_backend(F)
     with _chunk_quiet(xp, backend):
-        return _certified_need(xp, F, fallback, low, q, e, f, aterms, bterms, k, cplx, target)
+        return _certified_need(xp, F, pl, fallback, low, q, e, f, aterms, bterms, k, cplx,
+                               target)  # fmt: skip
 
 
 def _beyond(xp, need):
@@ -139,11 +143,12 @@ def _exact_runs(cfg):
     return cfg["certified"] and certificate.exact_step_runs(cfg["count"])
 
 
-def _exact_fails(xp, need, count, low, fallback, F, e, f, aterms, bterms, k, q, cplx, target):
+def _exact_fails(xp, need, count, low, fallback, F, pl, e, f, aterms, bterms, k, q, cplx,
+                 target):  # fmt: skip
     """``(fail, lam, na, nb)`` of one output block: the certifiable entries that ``count``
     moduli do not certify with the exact shifts (``certificate.exact_failures``), and the
     terms."""
-    cc, lam, na, nb = _block_terms(xp, F, fallback, low, q, cplx, aterms, bterms, k, target)
+    cc, lam, na, nb = _block_terms(xp, F, pl, fallback, low, q, cplx, aterms, bterms, k, target)
     fail = certificate.exact_failures(xp, cc, count, cc.cR * lam, na, nb, e, f, _beyond(xp, need))
     return fail, lam, na, nb
 
@@ -152,15 +157,15 @@ def _exact_fails(xp, need, count, low, fallback, F, e, f, aterms, bterms, k, q, 
 # fewer with the exact shifts, and one task taking that count where none does.
 
 
-def _exact_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *, k, q, cplx, target):
+def _exact_block(need, cfg, low, fallback, F, pl, e, f, aterms, bterms, *, k, q, cplx, target):
     """The number of failures at the count task's count - 1 of one output block, as a host
     array of shape (1, ..., 1); -1 where the exact step does not run."""
     n = -1
     if _exact_runs(cfg):
         xp, backend = _xp_backend(need)
         with _chunk_quiet(xp, backend):
-            fail, *_ = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, e, f, aterms,
-                                    bterms, k, q, cplx, target)  # fmt: skip
+            fail, *_ = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, pl, e, f,
+                                    aterms, bterms, k, q, cplx, target)  # fmt: skip
             n = int(xp.count_nonzero(fail))
     return np.full((1,) * need.ndim, n, dtype=np.int64)
 

@@ -44,7 +44,7 @@ def _refine_runs(cfg):
 # returns at once when its step does not run (None).
 
 
-def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q, cplx, target,
+def _suspects_block(need, cfg, low, fallback, F, pl, e, f, aterms, bterms, *ix, k, q, cplx, target,
                     row0, col0):  # fmt: skip
     """The entries of one output block that fail the count - 1 with the exact shifts
     (``certificate.certify_moduli``'s suspects): ``{"n": how many, "rows", "cols": their global
@@ -54,7 +54,7 @@ def _suspects_block(need, cfg, low, fallback, F, e, f, aterms, bterms, *ix, k, q
         return None
     xp, backend = _xp_backend(need)
     with _chunk_quiet(xp, backend):
-        fail, lam, na, nb = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, e, f,
+        fail, lam, na, nb = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, pl, e, f,
                                          aterms, bterms, k, q, cplx, target)  # fmt: skip
         total = int(xp.count_nonzero(fail))
         if total > refinement.suspects_limit(target):

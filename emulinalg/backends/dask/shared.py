@@ -138,14 +138,16 @@ def _shared_config(request, k, cplx, real_name):
     return None, "accurate"
 
 
-def _shared_graph(a, b, request, arrays=None, split=None):
+def _shared_graph(a, b, request, arrays=None, split=None, t_lower=None):
     """The lazy Scheme II product with shared preprocessing (module docstring) and notes.
     ``arrays``: a dict that receives the lazy statistics ``e``, ``f`` and ``need`` (None where
     not made) and, with a certificate, the K-summed line terms ``aterms``, ``bterms`` and the
     ``norm`` they hold, for tests that compare them with the engine's. ``split=(m, n)``: ``a``
     and ``b`` are the stacked float64 parts [Ar; Ai], [Br, Bi] of a complex product's split
     route (``_engine._split``): the product in double-double (complex128 hi + i lo), its refit
-    as the engine's with the entries whose combined parts cancel most."""
+    as the engine's with the entries whose combined parts cancel most. ``t_lower``: a complex
+    product's part check's lower bound of T (lazy, ``parts.PartCheck.lower``), which the
+    certificate also takes (``certificate.parts_lower``), as the engine's."""
     import dask
     import dask.array as da
     from dask.array.utils import meta_from_array
@@ -291,7 +293,17 @@ def _shared_graph(a, b, request, arrays=None, split=None):
     if certify:
         cert_kw = {"dtype": np.int64, "concatenate": True, "meta": meta(nd, np.int64), "k": k,
                    "cplx": cplx, "target": target}  # fmt: skip
-        terms = [F, out, e, rows, f, cols, aterms, rows + (p,), bterms, cols + (p,)]
+        pl = None
+        if t_lower is not None:
+            import array_api_compat
+
+            pl = certificate.parts_lower(array_api_compat.array_namespace(t_lower), t_lower, k)
+        if pl is not None:  # the output blocks' chunks
+            shape = tuple(max(x, y) for x, y in zip(a.shape[:-2], b.shape[:-2]))
+            pl = da.broadcast_to(pl, shape + (a.shape[-2], b.shape[-1]))
+            pl = pl.rechunk(tuple(F.chunks[d] for d in range(nd)))
+        terms = [F, out, pl, None if pl is None else out, e, rows, f, cols, aterms, rows + (p,),
+                 bterms, cols + (p,)]  # fmt: skip
 
         def summarize(ns, token):
             return da.blockwise(cert._cert_summary, out + (p,), ns, out, adjust_chunks=one(*out),
@@ -323,7 +335,7 @@ def _shared_graph(a, b, request, arrays=None, split=None):
                             **cert_kw)  # fmt: skip
         count_args += [summarize(need, "emulinalg-cert-summary-final"), out + (p,)]
         if above:  # the entries the dtype's level takes natively (the same lower bounds)
-            oterms = terms[:6] + [own_terms[0], rows + (p,), own_terms[1], cols + (p,)]
+            oterms = terms[:8] + [own_terms[0], rows + (p,), own_terms[1], cols + (p,)]
             okw = dict(cert_kw, target=own)
             own_need = da.blockwise(cert._cert_block, out, *oterms, token="emulinalg-own-cert",
                                     **okw)  # fmt: skip

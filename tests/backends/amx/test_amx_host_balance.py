@@ -117,7 +117,8 @@ def test_balance_hooks_decide_a_complex_product_as_the_numpy_backend(rng, monkey
         got = parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form,
                                hooks=hooks)  # fmt: skip
         want = parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form)
-        assert got == want
+        assert got._replace(lower=None) == want._replace(lower=None)
+        assert np.array_equal(got.lower, want.lower)  # T's bound, which the certificate takes
         assert calls.count("balance_sides") == 2 and calls.count("balance_fine") == 1
 
 

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 from _amx_helpers import _amx, _pipeline_inputs
-from _helpers import certificate_counts
+from _helpers import certificate_counts, parts_lower_of
 
 from emulinalg.algorithm.certificate import Target
 from emulinalg.inputs import phi_matrix
@@ -28,11 +28,12 @@ pytestmark = [
 ]
 
 
-def _assert_statistics_equal(ar, ai, br, bi, target, reference=None):
+def _assert_statistics_equal(ar, ai, br, bi, target, reference=None, parts=False):
     """amx.ozaki2_prescale == scaling.ozaki2_prescale (values and dtypes), and
     amx.ozaki2_certificate's (count, beyond) == certificate.ozaki2_moduli_needed's for ``target``
     (a ``certificate.Target``, or a number of bits: the strict form, then the native one), the
-    generic code on the numpy backend's stages (or ``reference``'s)."""
+    generic code on the numpy backend's stages (or ``reference``'s); ``parts``: with a complex
+    product's part-check bound (``Prescale.parts_lower``) on both."""
     import array_api_compat.numpy as xp
 
     from emulinalg.algorithm import certificate
@@ -46,6 +47,8 @@ def _assert_statistics_equal(ar, ai, br, bi, target, reference=None):
     for got, want in zip(pre, want_pre):
         assert got.dtype == want.dtype and np.array_equal(got, want)
     assert pre.lower.dtype == np.int32 and np.array_equal(pre.lower, want_pre.lower)  # F
+    if parts:
+        pre.parts_lower = want_pre.parts_lower = parts_lower_of(ar, ai, br, bi)
     targets = (target,)
     if not isinstance(target, certificate.Target):
         targets = (certificate.Target(target), certificate.Target(target, "native"))
@@ -500,9 +503,10 @@ def test_host_bound_operand_takes_the_scanned_exponents(rng):
         _amx.ozaki2_bound_operand(a, True, None, bad)
 
 
+@pytest.mark.parametrize("parts", [False, True], ids=["", "parts_lower"])
 @pytest.mark.parametrize("case", ["phi", "imaginary", "wide"])
 @pytest.mark.parametrize("bits", [24, 53])
-def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch, rng):
+def test_host_statistics_complex_equal_the_generic_ones(case, bits, parts, monkeypatch, rng):
     """The C++ statistics on complex operands (max(|re|, |im|) exponents and magnitudes,
     floor(|re|) + floor(|im|) bounds, |re| + |im| norms): prescale identical, certificate
     decisions equal to certificate.ozaki2_moduli_needed's."""
@@ -516,7 +520,8 @@ def test_host_statistics_complex_equal_the_generic_ones(case, bits, monkeypatch,
     elif case == "wide":
         a = a * np.exp2(rng.integers(-300, 300, (31, 1)))
         a[4] = 0
-    _assert_statistics_equal(np.real(a)[::-1], np.imag(a)[::-1], np.real(b), np.imag(b), bits)
+    _assert_statistics_equal(np.real(a)[::-1], np.imag(a)[::-1], np.real(b), np.imag(b), bits,
+                             parts=parts)  # fmt: skip
 
 
 def test_host_cert_entries_refuses_thresholds_it_cannot_count():
