@@ -476,7 +476,8 @@ def _part_check(xp, backend, ar, ai, br, bi, level, family, real_name, exponents
 
     lines = _scanned_lines(xp, exponents, ar, br)
     return complex_parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form,
-                                    lines=lines, hooks=(st.balance_sides, st.balance_fine))
+                                    lines=lines, hooks=(st.balance_sides, st.balance_fine,
+                                                        st.balance_stage))  # fmt: skip
 
 
 def _scanned_lines(xp, exponents, ar, br):
@@ -759,8 +760,8 @@ def _choose(
     """The level's configuration on these operands: a fixed one (``_planner.fixed_scheme``) or
     the certificate's (the smallest count of the family certifying the level on every entry it
     can, settled by ``_planner.settle``). ``t_lower``: a complex product's part check's lower
-    bound of T (``parts.PartCheck.lower``), which Scheme II's certificate also takes
-    (``certificate.parts_lower``)."""
+    bound of T as the certificate takes it (``parts.PartCheck.lower``, from
+    ``certificate.parts_lower``), for Scheme II's certificate."""
     backend = stages(backend)
     k, outputs = ar.shape[-1], _outputs(ar, br)
     fixed = _planner.fixed_scheme(level, family, k, ai is not None, real_name)
@@ -773,7 +774,7 @@ def _choose(
         if prescale is None:  # generic: the certificate's fallback then takes these too
             ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
             prescale = ozaki2_prescale(xp, backend.int_matmul, ar, ai, br, bi, "accurate", sides)
-        prescale.parts_lower = certificate.parts_lower(xp, t_lower, k)
+        prescale.parts_lower = t_lower
 
     def certify(lev):  # (count, beyond, patch) of the family's certificate for a level
         target = _planner.target_for(lev, k, backend, outputs)

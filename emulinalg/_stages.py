@@ -39,6 +39,8 @@ member                      stage (reference implementation)
 ``e)``                      ``parts.balance_sides``
 ``balance_fine(t_lo, s,``   its test, same result as ``parts.balance_fine``
 ``terms, rows, cols)``
+``balance_stage(ar, ai,``   the whole balance test with its GEMMs, same result as
+``br, bi, ea, eb, terms)``  ``parts.balanced``
 ``bf16_product(ar, ai,``    the BF16 schedule's product (``algorithm.bf16``)
 ``br, bi, scheme, dt)``
 ``k_block(k, bound)``       the K-block of its integer GEMMs, for the plan (none)
@@ -98,6 +100,7 @@ _OPTIONAL = (
     "refit_pick",
     "balance_sides",
     "balance_fine",
+    "balance_stage",
     "bf16_product",
     "k_block",
 )
@@ -124,6 +127,7 @@ class Stages:
     refit_pick: Callable | None = None
     balance_sides: Callable | None = None
     balance_fine: Callable | None = None
+    balance_stage: Callable | None = None
     bf16_product: Callable | None = None
     k_block: Callable | None = None
     block_entries: int | None = None

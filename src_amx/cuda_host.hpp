@@ -84,6 +84,7 @@ inline double __dsqrt_rn(double a) { return std::sqrt(a); }  // correctly rounde
 // The cast rounds to nearest; where that rose in magnitude (to inf included), the float one
 // step toward zero: its bit pattern less one (the sign bit stays), as nextafter(f, 0) but with
 // no library call, so that loops around it vectorize.
+inline float __double2float_rn(double x) { return static_cast<float>(x); }
 inline float __double2float_rz(double x) {
   float f = static_cast<float>(x);
   std::uint32_t u;

@@ -57,7 +57,14 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .certificate import lower_abs, magnitude_upper, signed_error, upper_of, upper_terms
+from .certificate import (
+    lower_abs,
+    magnitude_upper,
+    parts_lower,
+    signed_error,
+    upper_of,
+    upper_terms,
+)
 from .scaling import max_exponent
 from .xputil import dd_add, ldexp
 
@@ -88,8 +95,8 @@ class PartCheck(NamedTuple):
     "imaginary" or "real and imaginary": the parts not fine), ``share`` (the smallest upper bound
     of a failing part's sums relative to its entry's T: how small the part is), ``stages``
     (how many stages decided), ``lower`` (where the complex route runs: stage 0's lower bound of
-    T, line-normalized, (..., m, n) float64, which bounds the certificate's |A||B| from below,
-    ``certificate.parts_lower``; None otherwise)."""
+    T as ``certificate.parts_lower`` gives it, FP32 sums (..., m, n) line-normalized, the
+    certificate's other lower bound of |A||B|; None otherwise)."""
 
     split: bool
     part: str = ""
@@ -126,33 +133,40 @@ def _stacked(xp, gemm, xa, xb):
     return s[..., :n], s[..., n:]
 
 
-def balanced(xp, lower, signed, ar, ai, br, bi, form, lines=None, hooks=(None, None)):
-    """``(fine, t_lo)``: whether the balance of the parts alone shows every part of every entry
-    fine (stage 0), and T's lower bound ``t_lo`` (..., m, n) it took:
-    with T = (|Ar| + |Ai|)(|Br| + |Bi|) = P_re + P_im and D = (|Ar| - |Ai|)(|Br| - |Bi|) =
-    P_re - P_im, each part's sums are P_p = (T +- D) / 2 >= (T - |D|) / 2. T from ``lower`` (as
-    in ``stage_sums``) and D, of either sign, from ``signed`` (``certificate.signed_estimate``:
-    within ``signed_error`` of sum ||Ar| - |Ai|| ||Br| - |Bi|| <= T): two GEMMs of the operands'
-    size, where the stacked one of stage 1 is four times that. Every entry is fine where
-    (T - |D|) / 2 >= T / slack, entries in all-zero lines (no term at all) included. False says
-    nothing: the stages decide. ``lines``: ``_line_exponents``' result, when made already;
-    ``hooks``: a backend's fused kernels of ``balance_sides`` and ``balance_fine`` (same
-    arguments and results; None declines)."""
+def balanced(xp, lower, signed, ar, ai, br, bi, form, lines=None, hooks=(None, None, None)):
+    """``(fine, pl)``: whether the balance of the parts alone shows every part of every entry
+    fine (stage 0), and ``certificate.parts_lower`` of the lower bound of T it took (the
+    certificate's other lower bound of |A||B|, FP32 sums (..., m, n); None where k is beyond
+    its range): with T = (|Ar| + |Ai|)(|Br| + |Bi|) = P_re + P_im and D = (|Ar| - |Ai|)(|Br| -
+    |Bi|) = P_re - P_im, each part's sums are P_p = (T +- D) / 2 >= (T - |D|) / 2. T from
+    ``lower`` (as in ``stage_sums``) and D, of either sign, from ``signed``
+    (``certificate.signed_estimate``: within ``signed_error`` of sum ||Ar| - |Ai|| ||Br| - |Bi||
+    <= T): two GEMMs of the operands' size, where the stacked one of stage 1 is four times that.
+    Every entry is fine where (T - |D|) / 2 >= T / slack, entries in all-zero lines (no term at
+    all) included. False says nothing: the stages decide. ``lines``: ``_line_exponents``'
+    result, when made already; ``hooks``: a backend's fused kernels of ``balance_sides`` and
+    ``balance_fine`` (same arguments and results), and of the whole stage (``(ar, ai, br, bi,
+    ea, eb, terms)`` with the line exponents and ``balance_terms``: the same result, its GEMMs
+    the backend's ``lower`` and ``signed``); each None, or returning None, declines."""
     ea, eb = _line_exponents(xp, ar, ai, br, bi, lines)
-    side_hook, fine_hook = hooks
+    side_hook, fine_hook, stage_hook = hooks
+    k = ar.shape[-1]
+    terms = balance_terms(k, form.slack)
+    got = None if stage_hook is None else stage_hook(ar, ai, br, bi, ea, eb, terms)
+    if got is not None:
+        return got
 
     def sides(re, im, e):
         got = None if side_hook is None else side_hook(re, im, e)
         return balance_sides(xp, re, im, e) if got is None else got
 
     (ta, da), (tb, db) = sides(ar, ai, ea), sides(br, bi, eb)
-    k = ar.shape[-1]
     t_lo, s = lower(ta, tb), signed(da, db)
     empty = (xp.expand_dims(xp.max(ta, axis=-1) == 0, axis=-1),
              xp.expand_dims(xp.max(tb, axis=-2) == 0, axis=-2))  # fmt: skip
-    terms = balance_terms(k, form.slack)
     got = None if fine_hook is None else fine_hook(t_lo, s, terms, *empty)
-    return (balance_fine(xp, t_lo, s, terms, *empty) if got is None else got), t_lo
+    fine = balance_fine(xp, t_lo, s, terms, *empty) if got is None else got
+    return fine, parts_lower(xp, t_lo, k)
 
 
 def balance_sides(xp, re, im, e):
@@ -255,7 +269,7 @@ def decide(xp, bounds, form, k, final):
 
 
 def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=None,
-               lines=None, hooks=(None, None)):
+               lines=None, hooks=(None, None, None)):
     """``PartCheck`` of a complex product (``ar`` ... the finite float64 parts, (..., m, k) and
     (..., k, n); ``ai`` or ``bi`` may be all zero but not None): the sums' bounds, then, only
     where some part of some entry is not fine by them, the exact zeros and (native form) kappa
@@ -270,12 +284,12 @@ def part_check(xp, lower, signed, int_matmul, ar, ai, br, bi, form, materialize=
     if k == 0:  # no terms: every part exact
         return PartCheck(False, stages=0)
     done = materialize or (lambda bounds: (xp, bounds))
-    fine, t_lo = balanced(xp, lower, signed, ar, ai, br, bi, form, lines, hooks)
+    fine, pl = balanced(xp, lower, signed, ar, ai, br, bi, form, lines, hooks)
     if fine:
-        return PartCheck(False, stages=0, lower=t_lo)
+        return PartCheck(False, stages=0, lower=pl)
 
     def kept(res):  # the complex route keeps T's lower bound for its certificate
-        return res if res.split else res._replace(lower=t_lo)
+        return res if res.split else res._replace(lower=pl)
 
     dxp, bounds = done(stage_sums(xp, lower, ar, ai, br, bi, lines))
     res = decide(dxp, bounds, form, k, final=False)

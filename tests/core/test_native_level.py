@@ -29,7 +29,7 @@ from _helpers import graded_case
 import emulinalg
 from emulinalg import OzakiII, _planner
 from emulinalg._precision import Level
-from emulinalg.algorithm import certificate, refit, scaling
+from emulinalg.algorithm import certificate, parts, refit, scaling
 from emulinalg.algorithm.moduli import crt_constants
 from emulinalg.backends import numpy as npb
 from emulinalg.inputs import phi_matrix
@@ -140,7 +140,7 @@ def test_complex_level_takes_the_part_checks_bound(monkeypatch):
     with emulinalg.config(strategy="eager"):
         fewer = bits(emulinalg.matmul(a, b, precision=OzakiII(moduli=14)))
     assert not all(x >= y for x, y in zip(fewer[1::2], native[1::2])), (fewer, native)
-    monkeypatch.setattr(certificate, "parts_lower", lambda *args: None)
+    monkeypatch.setattr(parts, "parts_lower", lambda *args: None)
     assert _count(_level(a, b)[1]) == 16
 
 

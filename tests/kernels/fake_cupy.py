@@ -158,6 +158,48 @@ class _Kernel:
         bits = (f.view(np.uint32) >> 16).astype(np.uint16)
         _view(out, np.uint16, (B, Rpad, Cp), (Rpad * Cp, Cp, 1))[...] = bits
 
+    # balance.cu -------------------------------------------------------------------------------
+
+    def _balance_sides(self, grid, block, targs, re, im, sb, sr, sc, B, R, C, Rpad, Cp, rows,
+                       e, t16, d16, nonzero):  # fmt: skip
+        B, R, C, Rpad, Cp, rows = (int(x) for x in (B, R, C, Rpad, Cp, rows))
+        dt = np.float32 if targs[0] == "float" else np.float64
+        st = (int(sb), int(sr), int(sc))
+        x, y = (np.abs(_strided_any(v, dt, (B, R, C), st).astype(np.float64)) for v in (re, im))
+        lines = _view(e, np.int64, (B * (R if rows else C),), (1,))
+        ex = lines.reshape((B, R, 1) if rows else (B, 1, C))
+        x, y = np.ldexp(x, -ex), np.ldexp(y, -ex)
+        for v, out in ((x + y, t16), (x - y, d16)):
+            f = v.astype(np.float32)
+            rose = np.abs(f.astype(np.float64)) > np.abs(v)  # the cast toward zero
+            f = np.where(rose, np.nextafter(f, np.float32(0)), f)
+            full = np.zeros((B, Rpad, Cp), dtype=np.uint16)
+            full[:, :R, :C] = (f.view(np.uint32) >> 16).astype(np.uint16)
+            _view(out, np.uint16, (B, Rpad, Cp), (Rpad * Cp, Cp, 1))[...] = full
+        nz = (x + y != 0).any(axis=2 if rows else 1).reshape(-1)
+        flags = _view(nonzero, np.int32, (nz.size,), (1,))
+        flags[nz] = 1
+
+    def _balance_out(self, grid, block, targs, cT, cD, pitch, B, m, n, nz_rows, nz_cols, c,
+                     factor, abs_term, pl, bad):  # fmt: skip
+        B, m, n, pitch = int(B), int(m), int(n), int(pitch)
+        sums = [_view(v, np.float32, (B, m, n), (m * pitch, pitch, 1)).astype(np.float64)
+                for v in (cT, cD)]  # fmt: skip
+        c = _view(c, np.float64, (12,), (1,))
+        t_lo = np.maximum(sums[0] * float(factor) - float(abs_term), 0.0)
+        s = sums[1] * float(factor)
+        t_hi = (((t_lo + c[0]) / c[1] + c[2]) / c[3]) * c[4]
+        d_hi = ((np.abs(s) + c[5] * t_hi) + c[6]) * c[7]
+        part_lo = (t_lo * c[8] - d_hi * c[9]) * c[10]
+        empty = (_view(nz_rows, np.int32, (B, m, 1), (m, 1, 1)) == 0) | (
+            _view(nz_cols, np.int32, (B, 1, n), (n, 1, 1)) == 0
+        )
+        if not (empty | (part_lo >= t_hi * c[11])).all():
+            _view(bad, np.uint32, (1,), (1,))[0] = 1
+        out = _view(pl, np.float32, (B, m, pitch), (m * pitch, pitch, 1))
+        out[...] = 0.0
+        out[..., :n] = (t_lo * (0.5 - 2.0**-24)).astype(np.float32)
+
     # refit_pick.cu ----------------------------------------------------------------------------
 
     def _refit_ratios(self, targs, re_, im, a1, a2, b1, b2, exclude, total, B, m, n, rstep):
@@ -486,6 +528,12 @@ _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "void* out1, void* out2, void* out3",
     "bf16_lower": "const double* x, long long sb, long long sr, long long sc, int B, int R, "
     "int C, int Rpad, int Cp, unsigned short* out",
+    "balance_sides": "const In* re, const In* im, long long sb, long long sr, long long sc, "
+    "int B, int R, int C, int Rpad, int Cp, int rows_are_lines, const long long* e, "
+    "unsigned short* t16, unsigned short* d16, int* nonzero",
+    "balance_out": "const float* cT, const float* cD, long long pitch, int B, int m, int n, "
+    "const int* nz_rows, const int* nz_cols, const double* c, double factor, double abs_term, "
+    "float* pl, unsigned* bad",
     "line_max_exponent": "const In* re, const In* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int rows_contiguous, int chunk, int* emax",
     "bound_operand": "const In* re, const In* im, long long sb, long long sr, "
@@ -536,7 +584,8 @@ _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "unsigned long long* hist, const unsigned long long* skip",
 }
 _BARRIERS = {"ozaki2_residues": True, "ozaki2_residues_mma": True, "ozaki2_crt": False,
-             "bf16_lower": False, "line_max_exponent": True, "bound_operand": True,
+             "bf16_lower": False, "balance_sides": False, "balance_out": False,
+             "line_max_exponent": True, "bound_operand": True,
              "cert_operand": True, "cert_line_terms": False, "cert_entries": True,
              "bound_max": True, "suspect_ranks": True, "refine_suspects": True,
              "refine_test": True, "cert_exact_factors": False, "line_shifts": False,
@@ -695,6 +744,8 @@ def make_module(native=False):
         return _wrap(buf.view(dtype).reshape(shape))
 
     cp.empty = empty  # garbage-filled: every element the kernels own must be written
+    cp.empty_like = lambda x, dtype=None: empty(x.shape, x.dtype if dtype is None else dtype)
+    cp.ndarray = ndarray
     cp.bool_ = np.bool_
     cp.full = lambda shape, value, dtype=None: _wrap(np.full(shape, value, dtype=dtype))
     cp.zeros = lambda shape, dtype=np.float64: _wrap(np.zeros(shape, dtype))

@@ -34,6 +34,7 @@ KERNELS = {
         f"ozaki2_crt_s8<{n}, {cuda.crt_words(n)}, {p}>" for n in (2, 15, 20) for p in (1, 3)
     ),
     "bf16_lower.cu": ("bf16_lower",),
+    "balance.cu": ("balance_sides<double>", "balance_sides<float>", "balance_out"),
     "refit_pick.cu": tuple(
         f"{k}<{t}, {c}>" for k in ("refit_low", "refit_select") for t in ("double", "float")
         for c in ("false", "true")

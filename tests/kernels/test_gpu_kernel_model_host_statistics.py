@@ -52,8 +52,13 @@ def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None, parts=False):
     _same_prescale(pre, want_pre)
     assert be.ozaki2_prescale(*g, "fast") is None  # left to the generic code
     if parts:
-        want_pre.parts_lower = parts_lower_of(ar, ai, br, bi)
-        pre.parts_lower = cp.asarray(want_pre.parts_lower)
+        want_pre.parts_lower = pl = parts_lower_of(ar, ai, br, bi)
+        pre.parts_lower = cp.asarray(pl)
+        if parts == "padded":  # a view of rows padded as the bf16 GEMM's (balance_stage's)
+            n_p = -(-pl.shape[-1] // 8) * 8
+            base = cp.asarray(np.full(pl.shape[:-1] + (n_p,), -1.0, dtype=np.float32))
+            base[..., : pl.shape[-1]] = pl
+            pre.parts_lower = base[..., : pl.shape[-1]]
     generic = _generic_cert_backend(be.magnitude_lower_matmul)
     got = []
     for b in targets:
@@ -78,6 +83,9 @@ def test_host_code_statistics_parts_lower(cpu_backend):
     be, cp = cpu_backend
     ar, ai, br, bi = _stat_operands(((), 40, 500, 30), 1, True, seed=84)
     with_parts = _stat_vs_generic(be, cp, ar, ai, br, bi, TARGETS, parts=True)
+    assert repr(_stat_vs_generic(be, cp, ar, ai, br, bi, TARGETS, parts="padded")) == repr(
+        with_parts
+    )
     without = _stat_vs_generic(be, cp, ar, ai, br, bi, TARGETS)
     assert repr(with_parts) != repr(without)
 

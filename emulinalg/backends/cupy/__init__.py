@@ -17,9 +17,10 @@ The backend's members (``emulinalg._stages`` declares them) come from its module
 - ``refit``: ``refit_pick``, the refit's choice of entries in passes over the output (the
   entries of ``emulinalg.algorithm.refit.cancelled_entries``), a real result's chosen on the
   device without a read-back (``refit.Deferred``);
-- ``balance``: ``balance_sides``/``balance_fine``, the complex part check's balance test
-  (``emulinalg.algorithm.parts.balanced``) in two fused passes where the generic code makes a
-  dozen elementwise ones;
+- ``balance``: the complex part check's balance test (``emulinalg.algorithm.parts.balanced``):
+  ``balance_stage``, one pass per operand into the bf16 GEMMs' operands and one over their sums
+  (the test and the certificate's bound), or ``balance_sides``/``balance_fine`` where it
+  declines, where the generic code makes a dozen elementwise passes;
 - ``kernels``: the NVRTC modules and launch helpers the others share.
 
 Everything else (Scheme I, the fast-mode prescale) is the shared Array API code running on cupy
@@ -33,7 +34,7 @@ import contextlib
 
 from ..cuda import fused as _fused
 from . import balance, certificate, gemm, kernels, products, refit, statistics
-from .balance import balance_fine, balance_sides
+from .balance import balance_fine, balance_sides, balance_stage
 from .certificate import ozaki2_certificate
 from .gemm import int_matmul, k_block, magnitude_lower_matmul, native_matmul
 from .kernels import kernels_enabled
@@ -45,6 +46,7 @@ __all__ = [
     "balance",
     "balance_fine",
     "balance_sides",
+    "balance_stage",
     "block_entries",
     "certificate",
     "dask_mode",

@@ -1,16 +1,34 @@
-"""The complex part check's balance test (``emulinalg.algorithm.parts.balanced``) in two fused
-kernels: the operands' sides in one pass per operand (``balance_sides``) and the test over the
-output in one pass and cupy's all() (``balance_fine``), where the generic code makes a dozen
-elementwise passes. The same float64 operations in the same order, each rounded on its own
-(no FMA)."""
+"""The complex part check's balance test (``emulinalg.algorithm.parts.balanced``) in fused
+kernels: the whole stage (``balance_stage``: per operand one pass writing the two bf16 GEMMs'
+operands, the GEMMs, one pass over their sums for the test and the certificate's bound,
+``src_cuda/balance.cu``), or, where it declines, the operands' sides in one pass per operand
+(``balance_sides``) and the test over the output in one pass and cupy's all()
+(``balance_fine``), where the generic code makes a dozen elementwise passes. The same float64
+operations in the same order, each rounded on its own (no FMA)."""
 
 from __future__ import annotations
 
 import functools
+import math
 
 import cupy as cp
+import numpy as np
 
-from .kernels import kernels_enabled
+from emulinalg.algorithm import certificate
+
+from .gemm import _bf16_gemm
+from .kernels import (
+    _BF16_ALIGN,
+    _MAX_GRID_YZ,
+    _THREADS,
+    _ceil,
+    _i32,
+    _i64,
+    _in_type,
+    _kernel,
+    _strides,
+    kernels_enabled,
+)
 
 
 @functools.cache
@@ -71,3 +89,61 @@ def balance_fine(t_lo, s, terms, empty_rows, empty_cols):
         return None
     c = cp.asarray(terms, dtype=cp.float64)
     return bool(cp.all(_fine_kernel()(t_lo, s, empty_rows, empty_cols, c)))
+
+
+def balance_stage(ar, ai, br, bi, ea, eb, terms):
+    """``parts.balanced(cupy, lower, signed, ...)``'s result ``(fine, pl)`` with this backend's
+    bf16 ``lower`` and ``signed`` (``gemm.magnitude_lower_matmul``), from the line exponents
+    ``ea`` (..., m, 1), ``eb`` (..., 1, n) and ``parts.balance_terms``: one pass per operand
+    writes the truncated bf16 sides the GEMMs read (no float64 sides), and one pass over the two
+    GEMMs' FP32 sums makes the test and ``certificate.parts_lower``'s FP32 bound in rows padded
+    as the GEMM's output (the certificate's kernels read it as they read that GEMM's sums).
+    None declines: operands of other types or batches, k beyond the bf16 bound's range."""
+    if not kernels_enabled() or ar.dtype not in (cp.float32, cp.float64):  # the backend's arrays
+        return None
+    if any(x.dtype != ar.dtype for x in (ai, br, bi)) or ar.ndim != br.ndim or ar.ndim < 2:
+        return None
+    batch = ar.shape[:-2]
+    m, k = ar.shape[-2:]
+    n = br.shape[-1]
+    if br.shape[:-2] != batch or ai.shape != ar.shape or bi.shape != br.shape or 0 in (m, k, n):
+        return None
+    if ea.shape != batch + (m, 1) or eb.shape != batch + (1, n):
+        return None
+    cc = certificate.cert_constants(k)
+    if k > certificate.LOWER_K_MAX or cc.factor <= 0:
+        return None
+    B = math.prod(batch)
+    kp, n_p = _ceil(k, _BF16_ALIGN), _ceil(n, _BF16_ALIGN)
+    a_t, a_d, nz_a = _sides(ar, ai, ea, B, m, k, m, kp, True)
+    b_t, b_d, nz_b = _sides(br, bi, eb, B, k, n, kp, n_p, False)
+    c_t, c_d = _bf16_gemm(a_t, b_t), _bf16_gemm(a_d, b_d)  # (B, m, n_p) each
+    del a_t, a_d, b_t, b_d
+    pl = cp.empty((B, m, n_p), dtype=cp.float32)
+    bad = cp.zeros((1,), dtype=cp.uint32)
+    grid = (-(-n_p // _THREADS), min(B * m, _MAX_GRID_YZ))
+    args = (c_t, c_d, _i64(n_p), _i32(B), _i32(m), _i32(n), nz_a, nz_b,
+            cp.asarray(np.asarray(terms, dtype=np.float64)), np.float64(cc.factor),
+            np.float64(cc.abs_term),
+            pl, bad)  # fmt: skip
+    _kernel("balance.cu", "balance_out")(grid, (_THREADS,), args)
+    return not bool(bad.get()[0]), pl[..., :n].reshape(batch + (m, n))
+
+
+def _sides(re, im, e, B, R, C, Rpad, Cp, rows_are_lines):
+    """balance.cu's sides of one operand (B, R, C): the bf16 bits of t and d (B, Rpad, Cp) and
+    whether each line holds a nonzero t (int32)."""
+    re3, im3 = (x.reshape((B, R, C)) for x in (re, im))
+    t16 = cp.empty((B, Rpad, Cp), dtype=cp.uint16)
+    d16 = cp.empty_like(t16)
+    nonzero = cp.zeros((B * (R if rows_are_lines else C),), dtype=cp.int32)
+    if _strides(re3) != _strides(im3):  # the kernel takes one set of strides for both parts
+        re3, im3 = cp.ascontiguousarray(re3), cp.ascontiguousarray(im3)
+    sb, sr, sc = _strides(re3)
+    lines = cp.ascontiguousarray(e, dtype=cp.int64).reshape(-1)
+    fn = _kernel("balance.cu", f"balance_sides<{_in_type(re3)}>")
+    grid = (-(-Cp // _THREADS), min(B * Rpad, _MAX_GRID_YZ))
+    args = (re3, im3, _i64(sb), _i64(sr), _i64(sc), _i32(B), _i32(R), _i32(C), _i32(Rpad),
+            _i32(Cp), _i32(rows_are_lines), lines, t16, d16, nonzero)  # fmt: skip
+    fn(grid, (_THREADS,), args)
+    return t16, d16, nonzero

@@ -202,10 +202,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
         return got
 
     pl = getattr(prescale, "parts_lower", None)  # FP32 sums as the bf16 GEMM's: the first pass's
-    if pl is not None:  # rows padded as the GEMM's output (the kernels load 16 bytes at once)
-        sums = cp.zeros((B, m, _ceil(n, _BF16_ALIGN)), dtype=cp.float32)
-        sums[..., :n] = cp.broadcast_to(pl, ops.batch + (m, n)).reshape(B, m, n)
-        pl = sums
+    if pl is not None:
+        pl = _padded_rows(pl, ops.batch, B, m, n)
 
     def counts(c32):  # certificate.ozaki2_passes' pass: (the words, entries beyond)
         last = c32 is not None
@@ -248,6 +246,21 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
         at = step_word(steps)
         patch = cp.asarray(np.sort(np.array(w[at : at + w[W + 7]], dtype=np.int64)))
     return w[W + 5] + plan.min_count, beyond, patch
+
+
+def _padded_rows(pl, batch, B, m, n):
+    """``Prescale.parts_lower`` (..., m, n) float32 in rows padded as the bf16 GEMM's output
+    (B, m, n_p) (the kernels load 16 bytes at once): the array it is a view of where
+    ``balance.balance_stage`` made it so, else a padded copy."""
+    n_p = _ceil(n, _BF16_ALIGN)
+    base = getattr(pl, "base", None)
+    if (base is not None and base.size == B * m * n_p and base.dtype == cp.float32
+            and base.flags.c_contiguous and pl.data.ptr == base.data.ptr
+            and pl.shape == batch + (m, n) and pl.strides[-2:] == (4 * n_p, 4)):  # fmt: skip
+        return base.reshape(B, m, n_p)
+    sums = cp.zeros((B, m, n_p), dtype=cp.float32)
+    sums[..., :n] = cp.broadcast_to(pl, batch + (m, n)).reshape(B, m, n)
+    return sums
 
 
 def _this():

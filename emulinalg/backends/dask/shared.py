@@ -146,8 +146,8 @@ def _shared_graph(a, b, request, arrays=None, split=None, t_lower=None):
     and ``b`` are the stacked float64 parts [Ar; Ai], [Br, Bi] of a complex product's split
     route (``_engine._split``): the product in double-double (complex128 hi + i lo), its refit
     as the engine's with the entries whose combined parts cancel most. ``t_lower``: a complex
-    product's part check's lower bound of T (lazy, ``parts.PartCheck.lower``), which the
-    certificate also takes (``certificate.parts_lower``), as the engine's."""
+    product's part check's lower bound of T as the certificate takes it (lazy,
+    ``parts.PartCheck.lower``), as the engine's."""
     import dask
     import dask.array as da
     from dask.array.utils import meta_from_array
@@ -293,11 +293,7 @@ def _shared_graph(a, b, request, arrays=None, split=None, t_lower=None):
     if certify:
         cert_kw = {"dtype": np.int64, "concatenate": True, "meta": meta(nd, np.int64), "k": k,
                    "cplx": cplx, "target": target}  # fmt: skip
-        pl = None
-        if t_lower is not None:
-            import array_api_compat
-
-            pl = certificate.parts_lower(array_api_compat.array_namespace(t_lower), t_lower, k)
+        pl = t_lower
         if pl is not None:  # the output blocks' chunks
             shape = tuple(max(x, y) for x, y in zip(a.shape[:-2], b.shape[:-2]))
             pl = da.broadcast_to(pl, shape + (a.shape[-2], b.shape[-1]))

@@ -113,7 +113,7 @@ def test_balance_hooks_decide_a_complex_product_as_the_numpy_backend(rng, monkey
         def spy(f, calls=calls):
             return lambda *a: calls.append(f.__name__) or f(*a)
 
-        hooks = (spy(amx.balance_sides), spy(amx.balance_fine))
+        hooks = (spy(amx.balance_sides), spy(amx.balance_fine), None)
         got = parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form,
                                hooks=hooks)  # fmt: skip
         want = parts.part_check(xp, lower, signed, st.int_matmul, ar, ai, br, bi, form)

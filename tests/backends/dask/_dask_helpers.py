@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 import pytest
-from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern
+from _helpers import RTOL, assert_close_to, assert_same_nonfinite_pattern, parts_lower_of
 
 import emulinalg
 import emulinalg.backends
@@ -70,6 +70,8 @@ def _engine_certificate(A, B, precision=None):
     ar, ai = operands.zero_nonfinite(np, ar, ai)
     br, bi = operands.zero_nonfinite(np, br, bi)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
+    if _planner.part_checked(_level(A, precision), ai is not None):  # the part check's bound
+        pre.parts_lower = parts_lower_of(ar, ai, br, bi)
     target = _target(A, precision)
     return certificate.ozaki2_moduli_needed(np, numpy_backend, ar, ai, br, bi, pre, target)
 

@@ -73,3 +73,27 @@ def test_fused_balance_declines_what_it_does_not_take():
     assert balance.balance_sides(x, x.astype(cp.float32), cp.zeros((3, 1), dtype=cp.int64)) is None
     e = cp.zeros((0, 1), dtype=bool)
     assert balance.balance_fine(cp.zeros((0, 4)), cp.zeros((0, 4)), (1.0,) * 12, e, e.T) is None
+
+
+@pytest.mark.parametrize("k", [24, 300])
+@pytest.mark.parametrize("batch", [(), (2,)])
+@pytest.mark.parametrize("ratio", [1.0, 1e-3])
+def test_balance_stage_is_the_generic_stage(k, batch, ratio):
+    """``balance_stage`` (bf16 sides written by the sides' pass, one pass over the GEMMs' sums):
+    the generic ``parts.balanced``'s decision and certificate bound bit for bit."""
+    ar, ai, br, bi = _operands(batch, k, ratio, seed=k + 7 * len(batch))
+    ea, eb = parts._line_exponents(cxp, ar, ai, br, bi)
+    st = stages(cupy_backend)
+
+    def lower(x, y):
+        return certificate.magnitude_lower(cxp, st, x, y)
+
+    def signed(x, y):
+        return certificate.signed_estimate(cxp, st, x, y)
+
+    for slack in (1.5, 4.0, 1e6):
+        form = parts.PartForm(slack, True, "")
+        want = parts.balanced(cxp, lower, signed, ar, ai, br, bi, form)
+        got = balance.balance_stage(ar, ai, br, bi, ea, eb, parts.balance_terms(k, slack))
+        assert got is not None and got[0] == want[0], (slack, want[0])
+        assert got[1].dtype == cp.float32 and cp.array_equal(got[1], want[1])
