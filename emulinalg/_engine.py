@@ -312,7 +312,8 @@ def _emulate(
         if choice.note:
             plan.notes.append(choice.note)
         elif choice.certified:
-            target = _planner.target_for(request, ar.shape[-1], backend, _outputs(ar, br))
+            target = _planner.target_for(request, ar.shape[-1], backend, _outputs(ar, br),
+                                         ai is not None)  # fmt: skip
             plan.notes.append(certificate.guarantee_note(target, family))
         m, n, k = ar.shape[-2], br.shape[-1], ar.shape[-1]
         if verdict is None:
@@ -777,7 +778,7 @@ def _choose(
         prescale.parts_lower = t_lower
 
     def certify(lev):  # (count, beyond, patch) of the family's certificate for a level
-        target = _planner.target_for(lev, k, backend, outputs)
+        target = _planner.target_for(lev, k, backend, outputs, ai is not None)
         if family == "ozaki2":
             return certificate.ozaki2_moduli_needed(
                 xp, backend, ar, ai, br, bi, prescale, target, hook_ops, sides

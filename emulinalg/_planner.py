@@ -52,13 +52,14 @@ def family(scheme_setting):
     return "ozaki1" if scheme_setting == "ozaki1" else "ozaki2"
 
 
-def target_for(level, k, backend=None, outputs=None):
+def target_for(level, k, backend=None, outputs=None, complex_=False):
     """The certificate's ``certificate.Target`` for a ``_precision.Level``: the named levels
     ("float64", "float32": as accurate as the native GEMM of that precision) take the native
-    form with the backend's ``native_weight`` from k = NATIVE_MIN_K on; a number of bits (and a
-    named level at smaller k) takes the strict certificate."""
+    form with the backend's ``native_weight`` (of its complex GEMM for a complex product,
+    ``complex_``) from k = NATIVE_MIN_K on; a number of bits (and a named level at smaller k)
+    takes the strict certificate."""
     if level.name in LEVELS and k >= NATIVE_MIN_K:
-        return Target(level.bits, "native", native_weight(backend, k, outputs))
+        return Target(level.bits, "native", native_weight(backend, k, outputs, complex_))
     return Target(level.bits, "strict")
 
 
@@ -83,7 +84,7 @@ def likely_faster(
     multiplies blocks of it). ``backend``: the module whose native error the weight models
     (None: the default), ``outputs`` the product's output entries (``certificate.native_error``)."""
     ck = k if cert_k is None else cert_k
-    target = target_for(level, ck, backend, outputs)
+    target = target_for(level, ck, backend, outputs, dtype_name.startswith("complex"))
     weight = target.weight if target.guarantee == "native" else None
     guess = _cost.likely_count(fam, level.bits, ck, weight)
     if isinstance(guess, OzakiII) and guess.moduli < MAX_MODULI:

@@ -51,7 +51,8 @@ loop; None: ``_engine.BLOCK_ENTRIES``), ``narrow_statistics`` (its statistics st
 float32 parts as they are), ``narrow_products`` (so do its ``ozaki2_product`` and
 ``refit_pick``: the engine then gives float32 inputs' parts to every stage as they are, and
 widens them only for generic code, ``operands.wide``), ``native_error_rms`` /
-``native_chain_k`` (its native GEMM's measured rounding error, ``certificate.native_error``),
+``native_chain_k`` (its native GEMM's measured rounding error, ``certificate.native_error``;
+``native_error_rms_complex`` its complex GEMM's per part where it differs, else None),
 ``dask_mode`` (the dask graph its chunks default to), and ``plan_note()`` (a line for every
 plan, e.g. why another backend is not running).
 """
@@ -134,13 +135,14 @@ class Stages:
     narrow_statistics: bool = False
     narrow_products: bool = False
     native_error_rms: float = NATIVE_ERROR_RMS
+    native_error_rms_complex: float | None = None
     native_chain_k: Any = None
     dask_mode: str = "shared"
     plan_note: Callable[[], str] = lambda: ""
 
 
 _FACTS = ("block_entries", "narrow_statistics", "narrow_products", "native_error_rms",
-          "native_chain_k", "dask_mode", "plan_note")  # fmt: skip
+          "native_error_rms_complex", "native_chain_k", "dask_mode", "plan_note")  # fmt: skip
 
 
 def stages(backend) -> Stages:

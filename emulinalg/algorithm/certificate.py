@@ -121,16 +121,20 @@ def guarantee_note(target, family="ozaki2"):
     )
 
 
-def native_error(backend, k, outputs=None):
+def native_error(backend, k, outputs=None, complex_=False):
     """The native GEMM's rounding-error rms at inner dimension ``k`` relative to
     u sqrt(k) ||a_i o b_j||_2 (Higham & Mary's model: independent rounding errors of the
-    partial sums), from the backend's ``native_error_rms`` and ``native_chain_k`` (a number, or
-    a function of k and the number of output entries ``outputs``, None when not known: a GEMM
-    library may split k where the output is too small to fill the device)."""
+    partial sums; ``complex_``: per part of a complex GEMM's entries, with the moduli in
+    ||a_i o b_j||_2), from the backend's ``native_error_rms`` (``native_error_rms_complex``
+    where it declares one) and ``native_chain_k`` (a number, or a function of k and the number
+    of output entries ``outputs``, None when not known: a GEMM library may split k where the
+    output is too small to fill the device)."""
     if backend is None:
         return NATIVE_ERROR_RMS
     st = stages(backend)
     rms, kb = st.native_error_rms, st.native_chain_k
+    if complex_ and st.native_error_rms_complex is not None:
+        rms = st.native_error_rms_complex
     if callable(kb):
         kb = kb(k, outputs)
     if kb is None or k <= kb:
@@ -138,11 +142,12 @@ def native_error(backend, k, outputs=None):
     return rms * math.sqrt(kb / k)
 
 
-def native_weight(backend, k, outputs=None):
+def native_weight(backend, k, outputs=None, complex_=False):
     """``Target.weight`` of the native form: sigma (the Hoeffding scale of the emulation's
     error, >= sqrt(3) times its standard deviation where the rounding errors are uniform) at
-    most sqrt(3) NATIVE_STD_RATIO times the native GEMM's rms (``native_error``)."""
-    return math.sqrt(3.0) * NATIVE_STD_RATIO * native_error(backend, k, outputs)
+    most sqrt(3) NATIVE_STD_RATIO times the native GEMM's rms (``native_error``; ``complex_``:
+    a complex product's, per part)."""
+    return math.sqrt(3.0) * NATIVE_STD_RATIO * native_error(backend, k, outputs, complex_)
 
 
 class CertConstants(NamedTuple):

@@ -567,4 +567,5 @@ narrow_products = True
 # The native product numpy users get here is numpy's OpenBLAS: its error model, as the numpy
 # backend's (``emulinalg.algorithm.certificate.native_error``).
 native_error_rms = _numpy_backend.native_error_rms
+native_error_rms_complex = _numpy_backend.native_error_rms_complex
 native_chain_k = _numpy_backend.native_chain_k

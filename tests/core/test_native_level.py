@@ -318,6 +318,29 @@ def test_target_names_the_backend_native_model():
     assert _planner.target_for(Level(53, "53 bits"), 4096, npb).guarantee == "strict"
 
 
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+def test_complex_target_models_the_native_complex_gemm_per_part(dtype):
+    """A complex product's native form compares each part's error with numpy's complex GEMM's
+    per part (``native_error_rms_complex``), measured here on the same kind of inputs: the
+    model asks no more error than numpy's per-part rms relative to u sqrt(k) ||a_i o b_j||_2
+    (moduli) at k = 256 and 1024 (within the sample's noise), and that rms is well below the
+    real GEMM's model -- which would let the emulation's error be about twice native's."""
+    u = 2.0**-53 if dtype == "complex128" else 2.0**-24
+    for k in (256, 1024):
+        a = phi_matrix((48, k), 0.5, dtype, seed=k)
+        b = phi_matrix((k, 48), 0.5, dtype, seed=k + 1)
+        hi, lo = exact_matmul(a, b)
+        err = (np.matmul(a, b).astype(np.complex128) - hi) - lo
+        scale = u * math.sqrt(k) * np.sqrt(np.abs(a) ** 2 @ np.abs(b) ** 2)
+        per_part = math.sqrt(np.mean((np.abs(err) / scale) ** 2) / 2)
+        model = certificate.native_error(npb, k, complex_=True)
+        assert model <= 1.15 * per_part, (k, per_part, model)  # not more lenient than native
+        assert per_part < 0.7 * certificate.native_error(npb, k), (k, per_part)
+    t = _planner.target_for(Level(53, "float64"), 4096, npb, complex_=True)
+    assert t.weight == pytest.approx(_planner.target_for(Level(53, "float64"), 4096, npb).weight
+                                     * npb.native_error_rms_complex / npb.native_error_rms)
+
+
 # ----------------------------------------------------------------------------------------------
 # the refit
 # ----------------------------------------------------------------------------------------------

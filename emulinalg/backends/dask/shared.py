@@ -165,13 +165,13 @@ def _shared_graph(a, b, request, arrays=None, split=None, t_lower=None):
     certify = fixed is None
     # the engine's Target: its weight models the chunks' backend's native GEMM over the whole k
     outputs = math.prod(a.shape[:-1]) * b.shape[-1]
-    target = target_for(request, k, _chunk_backend(a), outputs) if certify else None
+    target = target_for(request, k, _chunk_backend(a), outputs, cplx) if certify else None
     norm = certificate.cert_constants(k, target, cplx).norm if certify else None
     # above the dtype's level: the dtype level's certificate too (as the in-core engine)
     above = certify and above_dtype(request, real_name)
     own = None
     if above:
-        own = target_for(level_for_dtype(real_name), k, _chunk_backend(a), outputs)
+        own = target_for(level_for_dtype(real_name), k, _chunk_backend(a), outputs, cplx)
     f64 = np.float64
 
     def meta(ndim, dtype):

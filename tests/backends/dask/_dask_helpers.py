@@ -55,12 +55,13 @@ def _level(A, precision=None):
     return parse(precision)
 
 
-def _target(A, precision=None):
+def _target(A, precision=None, complex_=False):
     """The in-core engine's ``Target`` for numpy operands like ``A`` (its rho from the numpy
-    chunks' backend and the whole k)."""
+    chunks' backend and the whole k; ``complex_``: a complex product on the complex route)."""
     return _planner.target_for(
-        _level(A, precision), A.shape[-1], emulinalg.backends.for_namespace(np)
-    )
+        _level(A, precision), A.shape[-1], emulinalg.backends.for_namespace(np),
+        complex_=complex_,
+    )  # fmt: skip
 
 
 def _engine_certificate(A, B, precision=None):
@@ -72,7 +73,7 @@ def _engine_certificate(A, B, precision=None):
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
     if _planner.part_checked(_level(A, precision), ai is not None):  # the part check's bound
         pre.parts_lower = parts_lower_of(ar, ai, br, bi)
-    target = _target(A, precision)
+    target = _target(A, precision, ai is not None)
     return certificate.ozaki2_moduli_needed(np, numpy_backend, ar, ai, br, bi, pre, target)
 
 
@@ -108,9 +109,12 @@ def _f_only_beyond(A, B, precision=None):
     br, bi = operands.parts(np, B)
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, "accurate")
     k, cplx = ar.shape[-1], ai is not None
-    cc = certificate.cert_constants(k, _target(A, precision), cplx)
+    cc = certificate.cert_constants(k, _target(A, precision, cplx), cplx)
     _, na, nb = certificate.normalized(np, ar, ai, br, bi, cc.norm)
-    R = cc.cR * certificate.bound_lower(np, pre.lower, cplx)
+    lam = certificate.bound_lower(np, pre.lower, cplx)
+    if _planner.part_checked(_level(A, precision), cplx):  # and the part check's bound
+        lam = np.maximum(lam, certificate.sums_lower(np, parts_lower_of(ar, ai, br, bi), k))
+    R = cc.cR * lam
     return certificate.ozaki2_needed(np, cc, R, na, nb, pre[2], pre[3]) == certificate.BEYOND
 
 
