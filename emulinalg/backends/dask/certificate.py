@@ -56,8 +56,9 @@ def _certified_need(xp, F, pl, fallback, low, q, e, f, aterms, bterms, k, cplx, 
 
 
 def _cert_block(F, pl, e, f, aterms, bterms, k, cplx, target):
-    """The needed count per entry of one output block with the bound GEMM's lower bound alone
-    (``certificate.bound_lower``: exact, the engine's first pass)."""
+    """The needed count per entry of one output block with the first pass's lower bound: the
+    bound GEMM's (``certificate.bound_lower``: exact) and, for a complex product on the complex
+    route, the part check's ``pl`` (``_lam``), as the engine's first pass."""
     xp, backend = _xp_backend(F)
     with _chunk_quiet(xp, backend):
         return _certified_need(xp, F, pl, False, None, 1, e, f, aterms, bterms, k, cplx, target)
@@ -71,8 +72,8 @@ def _fallback_task(summary):
 
 def _cert_fallback_block(need, fallback, low, F, pl, e, f, aterms, bterms, k, q, cplx, target):
     """The final needed counts of one output block: the first pass's where no entry of the
-    whole product was beyond, else with lam = max(F's bound, the K-summed magnitude lower
-    bound) per entry (``certificate.ozaki2_moduli_needed``'s second pass)."""
+    whole product was beyond, else with lam = max(the first pass's bound, the K-summed
+    magnitude lower bound) per entry (``certificate.ozaki2_moduli_needed``'s second pass)."""
     if not fallback:
         return need
     xp, backend = _xp_backend(F)
