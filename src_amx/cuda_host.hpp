@@ -36,6 +36,9 @@ struct alignas(16) longlong2 {
 struct alignas(16) double2 {
   double x, y;
 };
+struct alignas(8) float2 {
+  float x, y;
+};
 // cp.async (ozaki2_stats.cu's ring of rows): the copy at once; groups need no waiting. The
 // kernels' CPU tests (tests/kernels/cuda_host_shim.h) define EMU_STRICT_CP_ASYNC and their own,
 // which holds each copy back until its group is waited for.

@@ -66,6 +66,16 @@ struct Tile {
   double im[CPLX ? kTile : 1][kTile + 1];
 };
 
+// A complex entry's parts, interleaved at p (aligned to their pair): one 16-byte (8-byte) load.
+__device__ __forceinline__ void load_pair(const double* p, double& re, double& im) {
+  const double2 v = *reinterpret_cast<const double2*>(p);
+  re = v.x, im = v.y;
+}
+__device__ __forceinline__ void load_pair(const float* p, float& re, float& im) {
+  const float2 v = *reinterpret_cast<const float2*>(p);
+  re = v.x, im = v.y;
+}
+
 // One thread's 4 entries of a 32 x 32 tile, held in registers; In (float or double): the
 // operand's type (float32 entries widen exactly on the store).
 template <typename In, bool CPLX>
@@ -74,11 +84,12 @@ struct TileFetch {
   In re[kN], im[CPLX ? kN : 1];
 
   // Tile rows r0.., columns c0.. at offset base (zeros outside R x C), as ozaki2_residues.cu
-  // loads.
+  // loads. pair (CPLX): the parts interleaved, as a complex array's (pim = pre + 1, every
+  // entry at a multiple of 2 sizeof(In) bytes): both in one load.
   __device__ __forceinline__ void load(const In* __restrict__ pre,
                                        const In* __restrict__ pim, long long base,
                                        long long sr, long long sc, int r0, int c0, int R, int C,
-                                       int rows_contiguous) {
+                                       int rows_contiguous, int pair = 0) {
     const int a = threadIdx.x & (kTile - 1), z = threadIdx.x >> 5;
     const int r = r0 + (rows_contiguous ? a : z), c = c0 + (rows_contiguous ? z : a);
     // entry i lies 8 i further along the columns (rows_contiguous) or the rows
@@ -89,8 +100,14 @@ struct TileFetch {
       re[i] = In(0);
       if constexpr (CPLX) im[i] = In(0);
       if (kZStep * i < left) {
+        if constexpr (CPLX) {
+          if (pair) {
+            load_pair(pre + o + i * step, re[i], im[i]);
+            continue;
+          }
+          im[i] = pim[o + i * step];
+        }
         re[i] = pre[o + i * step];
-        if constexpr (CPLX) im[i] = pim[o + i * step];
       }
     }
   }
@@ -106,14 +123,15 @@ struct TileFetch {
   }
 };
 
-// Tile rows r0.., columns c0.. of batch b into shared memory (zeros outside R x C).
+// Tile rows r0.., columns c0.. of batch b into shared memory (zeros outside R x C); pair: as
+// TileFetch::load.
 template <typename In, bool CPLX>
 __device__ __forceinline__ void load_tile(Tile<CPLX>& s, const In* __restrict__ re,
                                           const In* __restrict__ im, long long base,
                                           long long sr, long long sc, int r0, int c0, int R,
-                                          int C, int rows_contiguous) {
+                                          int C, int rows_contiguous, int pair = 0) {
   TileFetch<In, CPLX> f;
-  f.load(re, im, base, sr, sc, r0, c0, R, C, rows_contiguous);
+  f.load(re, im, base, sr, sc, r0, c0, R, C, rows_contiguous, pair);
   f.store(s, rows_contiguous);
 }
 
@@ -204,11 +222,12 @@ __device__ __forceinline__ unsigned pack4(int a, int b, int c, int d) {
 // thread keeps the largest magnitude (as bits: they order as the values for x >= 0) of 4 columns
 // of one tile row over the chunk; 8 threads per row are combined through shared memory and the
 // row's exponent goes to emax with one atomicMax per row and chunk (a max: any order is exact).
+// pair: the parts interleaved (TileFetch::load).
 template <typename In, bool CPLX>
 __global__ void __launch_bounds__(kThreads)
     line_max_exponent(const In* __restrict__ re, const In* __restrict__ im, long long sb,
                       long long sr, long long sc, int B, int R, int C, int rows_contiguous,
-                      int chunk, int* __restrict__ emax) {
+                      int chunk, int pair, int* __restrict__ emax) {
   __shared__ Tile<CPLX> tile;
   __shared__ unsigned long long red[kThreads];
   const int t = threadIdx.x;
@@ -219,7 +238,7 @@ __global__ void __launch_bounds__(kThreads)
       unsigned long long best = 0;
       for (int c0 = cbeg; c0 < cend; c0 += kTile) {
         __syncthreads();  // the previous tile (and the previous rows' red) has been read
-        load_tile<In, CPLX>(tile, re, im, b * sb, sr, sc, r0, c0, R, C, rows_contiguous);
+        load_tile<In, CPLX>(tile, re, im, b * sb, sr, sc, r0, c0, R, C, rows_contiguous, pair);
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -267,13 +286,16 @@ __device__ __forceinline__ void cp_async_wait() {
 // memory, filled kDepth - 1 tiles ahead by cp.async. A slot's tile is stored along the operand's
 // contiguous axis: line-major [line][k] when k is contiguous, k-major [k][line] when the lines
 // are (B's columns of a row-major B), in rows of kLd entries (16-byte aligned; padded by one
-// chunk, so that the line-major 16-byte reads of 8 lanes cover all 32 banks).
+// chunk, so that the line-major 16-byte reads of 8 lanes cover all 32 banks). Complex parts
+// interleaved in memory (bound_fetch's pair mode) are stored so, (re, im) pairs in rows of kLdP.
 template <typename In, bool CPLX>
 struct BoundRing {
   static constexpr int kE = 16 / static_cast<int>(sizeof(In));  // entries per 16-byte chunk
   static constexpr int kLd = kTile + kE;
+  static constexpr int kLdP = 2 * kTile + kE;  // pair mode: a row of kTile (re, im) pairs
   static constexpr int kPart = kTile * kLd;  // entries of one part's tile
   static constexpr int kSlot = (CPLX ? 2 : 1) * kPart;
+  static_assert(kTile * kLdP <= 2 * kPart, "a pair-mode tile fits a complex slot");
   static constexpr int kSlotBytes = kSlot * static_cast<int>(sizeof(In));
   static constexpr int kDepth = kSlotBytes <= 4608 ? 4 : kSlotBytes <= 9216 ? 3 : 2;  // <= 36 KB
   static constexpr int kRowChunks = kTile / kE;              // chunks per stored row
@@ -306,10 +328,12 @@ struct BoundTile {
   }
 };
 
-// The warp's copies of tile p into `slot` (zeros outside R x C). With `vec` (the contiguous
+// The warp's copies of tile p into `slot` (zeros outside R x C). With `vec` 1 (the contiguous
 // axis has stride 1, and every chunk's address is 16-byte aligned) a whole chunk inside the
 // operand is one cp.async; other chunks, and every chunk without `vec`, are loaded entry by entry
-// and stored at once.
+// and stored at once. `vec` 2 (CPLX, pair mode): the parts interleaved as a complex array's (im =
+// re + 1, the contiguous axis at stride 2, every chunk 16-byte aligned): a chunk holds kE / 2
+// (re, im) pairs, copied as they are into rows of kLdP.
 template <typename In, bool CPLX>
 __device__ __forceinline__ void bound_fetch(In* slot, const BoundTile& p,
                                             const In* __restrict__ re, const In* __restrict__ im,
@@ -322,6 +346,29 @@ __device__ __forceinline__ void bound_fetch(In* slot, const BoundTile& p,
   const int o0 = line_major ? p.r0 : p.c0, i0 = line_major ? p.c0 : p.r0;
   const int olim = line_major ? R : C, ilim = line_major ? C : R;
   const long long base = static_cast<long long>(p.b) * sb;
+  if constexpr (CPLX) {
+    if (vec == 2) {
+      constexpr int kC = G::kE / 2, kChunks = 2 * G::kRowChunks;  // pairs per chunk, per row
+#pragma unroll
+      for (int u = 0; u < kTile * kChunks / 32; ++u) {
+        const int idx = lane + 32 * u, o = idx / kChunks, ch = idx % kChunks;
+        const int oo = o0 + o, ii = i0 + kC * ch;
+        const long long at = base + oo * so + ii * si;
+        In* dst = slot + o * G::kLdP + G::kE * ch;
+        if (oo < olim && ii + kC <= ilim) {
+          cp_async16(dst, re + at);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kC; ++e) {
+            const bool in = oo < olim && ii + e < ilim;
+            dst[2 * e] = in ? re[at + e * si] : In(0);
+            dst[2 * e + 1] = in ? im[at + e * si] : In(0);
+          }
+        }
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int u = 0; u < kTile * G::kRowChunks / 32; ++u) {
     const int idx = lane + 32 * u, o = idx / G::kRowChunks, ch = idx % G::kRowChunks;
@@ -380,6 +427,27 @@ __device__ __forceinline__ void bound_read4(const In* t, int line_major, int lan
   }
 }
 
+// Entries 4g .. 4g + 3 of line `lane` of a pair-mode tile (bound_fetch's vec 2), both parts.
+template <typename In>
+__device__ __forceinline__ void bound_read4_pair(const In* t, int line_major, int lane, int g,
+                                                 double (&xr)[4], double (&xi)[4]) {
+  constexpr int kLdP = BoundRing<In, true>::kLdP;
+  if (line_major) {
+    In lo[4], hi[4];  // pairs 4g, 4g + 1 and 4g + 2, 4g + 3
+    load4(t + lane * kLdP + 8 * g, lo);
+    load4(t + lane * kLdP + 8 * g + 4, hi);
+    xr[0] = lo[0], xi[0] = lo[1], xr[1] = lo[2], xi[1] = lo[3];
+    xr[2] = hi[0], xi[2] = hi[1], xr[3] = hi[2], xi[3] = hi[3];
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      In a, b;
+      load_pair(t + (4 * g + j) * kLdP + 2 * lane, a, b);
+      xr[j] = a, xi[j] = b;
+    }
+  }
+}
+
 // One block is one warp; the grid's warps split the B x ceil(Rpad / 32) x ceil(Cp / 128) chunks
 // of 4 tiles (the last of a row may have fewer), taken in the order (b, row tile, chunk), into
 // equal contiguous ranges (the host sizes the grid to what the device holds at once), and each
@@ -392,7 +460,8 @@ __device__ __forceinline__ void bound_read4(const In* t, int line_major, int lan
 // (e = 5 - cplx - s) over its 128 columns, 32 sequential sums of 4 columns added in order, and
 // of x**2, in column order (the same for any grid; the line's norm then adds Cp / 128 partials,
 // not Cp / 32; the squares give the native form's l2 norm). Cp is a multiple of
-// 16; rows_contiguous: the lines are the contiguous axis (k-major slots); vec: as bound_fetch.
+// 16; rows_contiguous: the lines are the contiguous axis (k-major slots); vec: as bound_fetch
+// (2: complex parts interleaved).
 template <typename In, bool CPLX>
 __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
     bound_operand(const In* __restrict__ re, const In* __restrict__ im, long long sb,
@@ -459,8 +528,12 @@ __global__ void __launch_bounds__(32, (BoundRing<In, CPLX>::kMinBlocks))
 #pragma unroll
     for (int g = 0; g < 8; ++g) {
       double xr[4], xi[4];
-      bound_read4(t, lm, lane, g, xr);
-      if constexpr (CPLX) bound_read4(t + G::kPart, lm, lane, g, xi);
+      if (CPLX && vec == 2) {
+        bound_read4_pair(t, lm, lane, g, xr, xi);
+      } else {
+        bound_read4(t, lm, lane, g, xr);
+        if constexpr (CPLX) bound_read4(t + G::kPart, lm, lane, g, xi);
+      }
       int v[4];
       double l1 = 0.0;
 #pragma unroll
@@ -1576,7 +1649,7 @@ __global__ void __launch_bounds__(kThreads)
 #define EMU_LINE_INSTANCES(In, CPLX)                                                          \
   template __global__ void line_max_exponent<In, CPLX>(const In*, const In*, long long,        \
                                                        long long, long long, int, int, int, int, \
-                                                       int, int*);                             \
+                                                       int, int, int*);                        \
   template __global__ void bound_operand<In, CPLX>(                                            \
       const In*, const In*, long long, long long, long long, int, int, int, int, int, int, int, \
       const int*, long long*, unsigned*, unsigned long long*, unsigned long long*,              \

@@ -247,17 +247,21 @@ def magnitude_lower(xp, backend, xa, xb):
     if k > LOWER_K_MAX:
         return backend.native_matmul(xa, xb) * cc.native_factor
     hook = stages(backend).magnitude_lower_matmul
-    if hook is not None:  # e.g. one bfloat16 tensor-core GEMM, already a lower bound
-        s = xp.astype(hook(xa, xb), xp.float64, copy=False)
-    else:
-        s = xp.astype(
-            backend.native_matmul(down_to_float32(xp, xa), down_to_float32(xp, xb)), xp.float64
+    if hook is None:
+        return sums_lower(
+            xp, backend.native_matmul(down_to_float32(xp, xa), down_to_float32(xp, xb)), k
         )
-        s = s * cc.factor
-    if isinstance(s, np.ndarray):  # made here: in place, no output-sized temporaries
-        s -= cc.abs_term
+    # e.g. one bfloat16 tensor-core GEMM, its sums already a lower bound
+    return _minus_abs(xp, xp.astype(hook(xa, xb), xp.float64, copy=False), cc.abs_term)
+
+
+def _minus_abs(xp, s, abs_term):
+    """max(s - abs_term, 0), in place where s is a numpy array made by the caller (no
+    output-sized temporaries)."""
+    if isinstance(s, np.ndarray):
+        s -= abs_term
         return np.maximum(s, 0.0, out=s)
-    return xp.maximum(s - cc.abs_term, 0.0)
+    return xp.maximum(s - abs_term, 0.0)
 
 
 # bfloat16 truncation keeps 8 significant bits: a truncated entry is above (1 - 2**-7) times the
@@ -410,7 +414,12 @@ def sums_lower(xp, c, k):
     of the sums, operands truncated toward zero): max(float64(c) (1 - (k+2) 2**-22) - (k+2)
     2**-149, 0), ``magnitude_lower``'s float32 path and the kernels' ``gemm_lower``."""
     cc = cert_constants(k)
-    return xp.maximum(xp.astype(c, xp.float64) * cc.factor - cc.abs_term, 0.0)
+    s = xp.astype(c, xp.float64)  # a new array: scaled in place below
+    if isinstance(s, np.ndarray):
+        s *= cc.factor
+    else:
+        s = s * cc.factor
+    return _minus_abs(xp, s, cc.abs_term)
 
 
 def ozaki2_moduli_needed(

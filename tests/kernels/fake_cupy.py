@@ -71,6 +71,27 @@ def _strided_any(arg, dtype, shape, strides):
     return as_strided(x.view(dtype), shape, [s * np.dtype(dtype).itemsize for s in strides])
 
 
+def _is_pairs(re_, im, strides, size):
+    """statistics._interleaved: the parts a complex array's, each entry aligned to its pair."""
+    re_a, im_a = np.asarray(re_), np.asarray(im)
+    return (im_a.ctypes.data == re_a.ctypes.data + size and re_a.ctypes.data % (2 * size) == 0
+            and all(int(s) % 2 == 0 for s in strides))  # fmt: skip
+
+
+def _assert_lines(re_, im, strides, rows_contig, cplx, narrow):
+    """kernels._rows_contiguous: the lines' axis walked along memory where its stride is 1, or 2
+    for interleaved complex parts, and the contraction axis' is not."""
+    _, sr, sc = (int(s) for s in strides)
+    unit = 2 if cplx and _is_pairs(re_, im, strides, 4 if narrow else 8) else 1
+    assert int(rows_contig) == int(sr == unit and sc != unit)
+
+
+def _assert_pairs(targs, re_, im, strides):
+    """A kernel's pair mode: the parts interleaved as a complex array's, each entry aligned to
+    its pair (statistics._interleaved), so that one load takes both."""
+    assert targs[-1] == "true" and _is_pairs(re_, im, strides, 4 if targs[0] == "float" else 8)
+
+
 # ----------------------------------------------------------------------------------------------
 # kernels
 # ----------------------------------------------------------------------------------------------
@@ -108,8 +129,9 @@ class _Kernel:
         nmod, cplx, near = int(targs[0]), targs[1] == "true", targs[2] == "true"
         B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
-        assert int(rows_contig) == int(sr == 1 and sc != 1)
-        dt = np.float32 if targs[3:] == ["float"] else np.float64  # the kernels' In
+        narrow = targs[3:] == ["float"]
+        _assert_lines(re_, im, (sb, sr, sc), rows_contig, cplx, narrow)
+        dt = np.float32 if narrow else np.float64  # the kernels' In
         X = _strided_any(re_, dt, (B, R, C), (int(sb), int(sr), int(sc))).astype(np.float64)
         Xi = (_strided_any(im, dt, (B, R, C), (int(sb), int(sr), int(sc))).astype(np.float64)
               if cplx else None)  # fmt: skip
@@ -270,11 +292,13 @@ class _Kernel:
         return X, Xi
 
     def _line_max_exponent(self, grid, block, targs, re_, im, sb, sr, sc, B, R, C, rows_contig,
-                           chunk, emax):  # fmt: skip
+                           chunk, pair, emax):  # fmt: skip
         B, R, C, chunk = int(B), int(R), int(C), int(chunk)
         assert block == (256,) and chunk % 32 == 0 and grid[0] == -(-C // chunk)
         assert grid[1] <= 65535 and grid[2] <= 65535
-        assert int(rows_contig) == int(sr == 1 and sc != 1)
+        _assert_lines(re_, im, (sb, sr, sc), rows_contig, targs[1] == "true", targs[0] == "float")
+        if int(pair):  # the parts interleaved, each entry aligned to its pair
+            _assert_pairs(targs, re_, im, (sb, sr, sc))
         X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
         out = _view(emax, np.int32, (B, R), (R, 1))
         out[...] = np.maximum(out, model.line_max_exponent(X, Xi))  # atomicMax
@@ -286,11 +310,14 @@ class _Kernel:
         assert block == (32,) and len(grid) == 1
         assert 1 <= grid[0] <= max(1, B * -(-Rpad // 32) * -(-Cp // 128))
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
-        assert int(rows_contig) == int(sr == 1 and sc != 1)
-        if int(vec):  # 16-byte chunks along the contiguous axis
+        _assert_lines(re_, im, (sb, sr, sc), rows_contig, targs[1] == "true", targs[0] == "float")
+        if int(vec):  # 16-byte chunks along the contiguous axis (2: of interleaved pairs)
             e = 16 // np.dtype(np.float32 if targs[0] == "float" else np.float64).itemsize
             inner, outer = (sr, sc) if int(rows_contig) else (sc, sr)
-            assert int(inner) == 1 and int(outer) % e == 0 and int(sb) % e == 0
+            assert int(inner) == int(vec) and int(outer) % e == 0 and int(sb) % e == 0
+            if int(vec) == 2:
+                assert targs[-1] == "true"
+                _assert_pairs(targs, re_, im, (sb, sr, sc))
         X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
         em = _view(emax, np.int32, (B, R), (R, 1))
         s, p, vs, zs, mx, part = model.bound_operand(X, Xi, em, Rpad, Cp)
@@ -323,7 +350,7 @@ class _Kernel:
         assert block == (256,) and chunk % 32 == 0 and grid[0] == -(-Cp // chunk)
         assert grid[1] <= 65535 and grid[2] <= 65535 and Rpad >= R and Cp >= C
         assert (Rpad if int(k_major) else Cp) % 4 == 0  # 4 entries per 8-byte store
-        assert int(rows_contig) == int(sr == 1 and sc != 1)
+        _assert_lines(re_, im, (sb, sr, sc), rows_contig, targs[0] == "true", False)
         X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
         sh = _view(shift, np.int64, (B, R), (R, 1))
         o, part = model.cert_operand(X, Xi, sh, Rpad, Cp, bool(int(k_major)), chunk)
@@ -535,7 +562,7 @@ _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "const int* nz_rows, const int* nz_cols, const double* c, double factor, double abs_term, "
     "float* pl, unsigned* bad",
     "line_max_exponent": "const In* re, const In* im, long long sb, long long sr, "
-    "long long sc, int B, int R, int C, int rows_contiguous, int chunk, int* emax",
+    "long long sc, int B, int R, int C, int rows_contiguous, int chunk, int pair, int* emax",
     "bound_operand": "const In* re, const In* im, long long sb, long long sr, "
     "long long sc, int B, int R, int C, int Rpad, int Cp, int rows_contiguous, int vec, "
     "const int* emax, long long* shift, unsigned* out, unsigned long long* sums, "

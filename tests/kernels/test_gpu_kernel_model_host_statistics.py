@@ -289,6 +289,48 @@ def test_host_code_bound_planes_warps(cpu_backend, cplx, dtype, n, warps, monkey
         assert _same(partial, want[5])
 
 
+@pytest.mark.parametrize("warps", [1, 3])
+@pytest.mark.parametrize("dtype, n", [("float64", 33), ("float64", 36), ("float32", 33),
+                                      ("float32", 36)])  # fmt: skip
+def test_host_code_interleaved_parts(cpu_backend, dtype, n, warps, monkeypatch):
+    """A complex array's parts as the engine hands them over (views at stride 2, im one entry
+    after re): line_max_exponent and bound_operand load each entry's pair at once (pair mode;
+    bound_operand copies chunks of pairs where they are 16-byte aligned: A's rows 172 entries
+    apart, B's rows of 36, not float32 rows of 33) and give the model's values bit for bit
+    (k = 170: a chunk cut by k, padding rows and columns, a batch of 2, special lines)."""
+    be, cp = cpu_backend
+    monkeypatch.setattr(be.statistics, "_BOUND_WARPS", warps)
+    ops64 = _stat_operands(((2,), 37, 170, n), 1, True, seed=6, special=dtype == "float64")
+    ar, ai, br, bi = (x.astype(dtype) for x in ops64)
+    ctype = np.complex64 if dtype == "float32" else np.complex128
+    abuf = cp.asarray(np.zeros((2, 37, 172), dtype=ctype))  # rows 172 entries apart
+    abuf[..., :170] = ar + 1j * ai
+    A = abuf[..., :170]
+    Bm = cp.asarray((br + 1j * bi).astype(ctype))
+    ops = be.kernels._Operands(A.real, A.imag, Bm.real, Bm.imag)
+    B, m, k, kp, n_p = ops.B, ops.m, ops.k, ops.kp, ops.n_p
+    assert be.statistics._interleaved(*ops.a, ops.a_strides)
+    assert be.statistics._interleaved(*ops.b, ops.b_strides)
+    assert be.statistics._chunk_aligned(*ops.a, ops.a_strides) == 2
+    aligned_b = n == 36 or dtype == "float64"
+    assert be.statistics._chunk_aligned(*ops.b, ops.b_strides) == (2 if aligned_b else 0)
+    sides = (
+        (ops.a, ops.a_strides, m, m, (ar, ai)),
+        (ops.b, ops.b_strides, n, n_p, [np.swapaxes(x, -1, -2) for x in (br, bi)]),
+    )
+    for dev, strides, R, Rpad, (X, Xi) in sides:
+        X, Xi = X.astype(np.float64), Xi.astype(np.float64)
+        emax = model.line_max_exponent(X, Xi)
+        assert _same(np.asarray(be.statistics._line_max_exponent(*dev, strides, B, R, k)), emax)
+        got = be.statistics._bound_planes(*dev, strides, B, R, Rpad, k, kp, cp.asarray(emax))
+        want = model.bound_operand(X, Xi, emax, Rpad, kp)
+        shift, planes, sums, nz, mixed, partial = (np.asarray(x) for x in got)
+        assert _same(shift, want[0]) and _same(planes[0, 0], want[1])
+        for g, w in zip((sums, nz, mixed), want[2:5]):
+            assert _same(g, w.astype(np.uint64))
+        assert _same(partial, want[5])
+
+
 @pytest.mark.parametrize("warps", [1, 2, 5])
 @pytest.mark.parametrize("R, Rpad", [(32, 36), (32, 64), (33, 40)])
 def test_host_code_bound_planes_padded_rows(cpu_backend, R, Rpad, warps, monkeypatch):

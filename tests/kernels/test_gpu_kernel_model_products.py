@@ -388,14 +388,30 @@ def test_residue_kernel_planes_equal_generic_residues(
 ):
     """Each residue kernel compiled for the CPU, driven as ``ozaki2_product`` drives it (A's
     rows and B's columns, which are contiguous in memory, with their shifts and paddings),
-    writes the generic ``residues`` of the scaled operands bit for bit, and zeros beyond."""
+    writes the generic ``residues`` of the scaled operands bit for bit, and zeros beyond;
+    complex operands as separate parts and as a complex array's interleaved ones (B's columns
+    then walked along memory at stride 2)."""
     be, cp = native_backend
     ar, ai, br, bi = _operands(shape, 4, cplx, seed=n)
     pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
     c = crt_constants(n)
     mu, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
-    dev = [None if v is None else cp.asarray(v) for v in (ar, ai, br, bi)]
+    layouts = [[None if v is None else cp.asarray(v) for v in (ar, ai, br, bi)]]
+    if cplx:
+        A, B_ = cp.asarray(ar + 1j * ai), cp.asarray(br + 1j * bi)
+        layouts.append([A.real, A.imag, B_.real, B_.imag])
+    for dev in layouts:
+        _check_residue_planes(be, cp, dev, (ar, ai, br, bi), (mu, nu), c, n, nearest, kernel)
+
+
+def _check_residue_planes(be, cp, dev, host, shifts, c, n, nearest, kernel):
+    """``test_residue_kernel_planes_equal_generic_residues`` on one layout of the operands."""
+    ar, ai, br, bi = host
+    mu, nu = shifts
+    cplx = ai is not None
     ops = be.kernels._Operands(*dev, cp.asarray(mu), cp.asarray(nu))
+    if cplx and dev[0].base is not None and dev[0].base is dev[1].base:  # interleaved
+        assert be.kernels._rows_contiguous(*ops.b, ops.b_strides) == 1
     B, m, k, nn, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
     pa = be.products._residue_planes(
         ops.a[0], ops.a[1], ops.a_strides, m, m, k, kp, ops.mu, m, n, nearest, kernel=kernel

@@ -135,6 +135,28 @@ def _resident_blocks(expr, threads):
     return _resident(_modules[(cp.cuda.Device().id, "ozaki2_stats.cu", expr)], threads)
 
 
+def _interleaved(re, im, strides):
+    """Whether the parts are a complex array's, interleaved: im one entry after re, every entry
+    aligned to its pair (even element ``strides``). The kernels then load both parts of an
+    entry at once (a complex array's parts are views at stride 2: one load each would take two
+    accesses per entry, and entry by entry where chunks are copied)."""
+    if im is None:
+        return False
+    size = re.itemsize
+    return (im.data.ptr == re.data.ptr + size and im.strides == re.strides
+            and re.data.ptr % (2 * size) == 0 and all(s % 2 == 0 for s in strides))  # fmt: skip
+
+
+def _rows_contiguous(re, im, strides):
+    """int32 1 where the kernels walk an operand's lines (the rows of the logical (B, R, C)
+    operand with element ``strides``) along memory: their axis has stride 1, or 2 for a complex
+    array's interleaved parts (``_interleaved``), and the contraction axis does not; else 0 (the
+    kernels' loads then walk the contraction axis)."""
+    _, sr, sc = strides
+    unit = 2 if _interleaved(re, im, strides) else 1
+    return _i32(sr == unit and sc != unit)
+
+
 class _Operands:
     """A and B of one call as the kernels see them: (B, lines, k) float64 views with element
     strides, the shifts as int32 (B, lines), and the padded sizes."""

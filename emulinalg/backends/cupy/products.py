@@ -31,6 +31,7 @@ from .kernels import (
     _kernel,
     _Operands,
     _resident,
+    _rows_contiguous,
     _stats_kernel,
     _tf,
     kernels_enabled,
@@ -85,7 +86,7 @@ def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, 
     args = (
         re, im if cplx else re, _i64(sb), _i64(sr), _i64(sc),
         _i32(B), _i32(rows), _i32(k), _i32(rows_pad), _i32(kp),
-        _i32(sr == 1 and sc != 1), shift, _i64(shift_sb), planes,
+        _rows_contiguous(re, im, strides), shift, _i64(shift_sb), planes,
     )  # fmt: skip
     fn(grid, (_THREADS,), args)
     return planes

@@ -18,8 +18,10 @@ from .kernels import (
     _i32,
     _i64,
     _in_type,
+    _interleaved,
     _Operands,
     _resident_blocks,
+    _rows_contiguous,
     _stats_kernel,
     _tf,
     kernels_enabled,
@@ -44,19 +46,19 @@ def _line_args(re, im, strides):
     return (re, re if im is None else im, _i64(sb), _i64(sr), _i64(sc))
 
 
-def _rows_contiguous(strides):
-    return _i32(strides[1] == 1 and strides[2] != 1)
-
-
 def _chunk_aligned(re, im, strides):
-    """Whether bound_operand may copy 16-byte chunks along the operand's contiguous axis (as
-    ``_rows_contiguous`` picks it): that axis has stride 1, and the parts' addresses and the
-    other strides are multiples of 16 bytes."""
+    """How bound_operand may copy 16-byte chunks along the operand's contiguous axis (as
+    ``_rows_contiguous`` picks it): 1 where that axis has stride 1 and the parts' addresses and
+    the other strides are multiples of 16 bytes; 2 where the parts are interleaved
+    (``_interleaved``: the axis at stride 2) and the chunks of pairs so aligned; else 0."""
     sb, sr, sc = strides
     e = 16 // re.itemsize
-    inner, outer = (sr, sc) if _rows_contiguous(strides) else (sc, sr)
+    inner, outer = (sr, sc) if _rows_contiguous(re, im, strides) else (sc, sr)
     ptrs = [x.data.ptr for x in (re, im) if x is not None]
-    return inner == 1 and outer % e == 0 and sb % e == 0 and all(p % 16 == 0 for p in ptrs)
+    aligned = outer % e == 0 and sb % e == 0 and ptrs[0] % 16 == 0
+    if inner == 2 and _interleaved(re, im, strides):
+        return 2 if aligned else 0
+    return 1 if inner == 1 and aligned and all(p % 16 == 0 for p in ptrs) else 0
 
 
 def _line_grid(cols, chunk, rows, B):
@@ -69,7 +71,8 @@ def _line_max_exponent(re, im, strides, B, R, C):
     emax = cp.full((B, R), _INT_MIN, dtype=cp.int32)
     fn = _stats_kernel(f"line_max_exponent<{_in_type(re)}, {_tf(im is not None)}>")
     args = _line_args(re, im, strides) + (
-        _i32(B), _i32(R), _i32(C), _rows_contiguous(strides), _i32(_STAT_CHUNK), emax,
+        _i32(B), _i32(R), _i32(C), _rows_contiguous(re, im, strides), _i32(_STAT_CHUNK),
+        _i32(_interleaved(re, im, strides)), emax,
     )  # fmt: skip
     fn(_line_grid(C, _STAT_CHUNK, R, B), (_THREADS,), args)
     return emax
@@ -163,7 +166,7 @@ class _BoundLaunch:
         warps = _BOUND_WARPS or _resident_blocks(expr, 32)
         self.grid = (max(1, min(chunks, warps)),)
         self.args = _line_args(re, im, strides) + (
-            _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides),
+            _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(re, im, strides),
             _i32(_chunk_aligned(re, im, strides)), emax, shift, planes, sums, nz, mixed, partial,
         )  # fmt: skip
         self.out = (shift, planes, sums, nz, mixed, partial)
@@ -256,7 +259,7 @@ def _cert_operand(re, im, strides, B, R, Rpad, C, Cp, k_major, shift):
     sh = cp.ascontiguousarray(shift.reshape(B, R).astype(cp.int64, copy=False))
     fn = _stats_kernel(f"cert_operand<{_tf(im is not None)}>")
     args = _line_args(re, im, strides) + (
-        _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(strides),
+        _i32(B), _i32(R), _i32(C), _i32(Rpad), _i32(Cp), _rows_contiguous(re, im, strides),
         _i32(k_major), _i32(_STAT_CHUNK), sh, partial, out,
     )  # fmt: skip
     fn(_line_grid(Cp, _STAT_CHUNK, Rpad, B), (_THREADS,), args)
