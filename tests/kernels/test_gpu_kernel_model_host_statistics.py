@@ -39,14 +39,15 @@ HOST_STAT_CASES = [(((), 1, 1, 1), 1), (((), 9, 70, 17), 4), (((3,), 5, 21, 6), 
 WIDE_STAT_CASES = [(((), 70, 6, 260), 1), (((2,), 37, 5, 259), 1)]
 
 
-def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None, parts=False):
+def _stat_vs_generic(be, cp, ar, ai, br, bi, targets, to_dev=None, parts=False, dev=None):
     """emulinalg/backends/cupy/'s prescale and certificate hooks (on the CPU stand-in) against the
     generic code, which uses the same bf16 lower-bound hook: bit for bit, per ``Target``;
-    ``parts``: with a complex product's part-check bound (``Prescale.parts_lower``) on both.
-    Returns the certificates."""
+    ``parts``: with a complex product's part-check bound (``Prescale.parts_lower``) on both;
+    ``dev``: the device parts to hand the hooks (default ``to_dev`` of each part). Returns the
+    certificates."""
     to_dev = to_dev or cp.asarray
     want_pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, "accurate")
-    g = [None if x is None else to_dev(x) for x in (ar, ai, br, bi)]
+    g = dev or [None if x is None else to_dev(x) for x in (ar, ai, br, bi)]
     pre = be.ozaki2_prescale(*g, "accurate")
     assert pre is not None
     _same_prescale(pre, want_pre)
@@ -75,6 +76,20 @@ def test_host_code_statistics(cpu_backend, case, cplx):
     shape, phi = case
     ar, ai, br, bi = _stat_operands(shape, phi, cplx, seed=23)
     _stat_vs_generic(be, cp, ar, ai, br, bi, TARGETS)
+
+
+@pytest.mark.parametrize("case", HOST_STAT_CASES[1:] + WIDE_STAT_CASES, ids=str)
+def test_host_code_statistics_interleaved(cpu_backend, case):
+    """The prescale and certificate hooks given a complex array's parts as the engine hands them
+    over (views at stride 2: line scans and bound operands in pair mode, B's columns walked
+    along memory) equal the generic code bit for bit."""
+    be, cp = cpu_backend
+    shape, phi = case
+    ar, ai, br, bi = _stat_operands(shape, phi, True, seed=29)
+    A, B = cp.asarray(ar + 1j * ai), cp.asarray(br + 1j * bi)
+    dev = [A.real, A.imag, B.real, B.imag]
+    assert be.kernels._interleaved(dev[2], dev[3], be.kernels._strides(dev[2]))
+    _stat_vs_generic(be, cp, ar, ai, br, bi, TARGETS, dev=dev)
 
 
 def test_host_code_statistics_parts_lower(cpu_backend):
