@@ -254,6 +254,16 @@ def test_host_code_statistics_views_chunks_and_k_blocks(cpu_backend, monkeypatch
     _stat_vs_generic(be, cp, a3, None, b3, None, (Target(53, "native"),), to_dev=bcast)
 
 
+def _same_bound_planes(got, want):
+    """``statistics._bound_planes``' result equals the model's ``bound_operand`` bit for bit:
+    shifts, int8 operand, line terms (sums, nonzero parts, mixed entries) and partials."""
+    shift, planes, sums, nz, mixed, partial = (np.asarray(x) for x in got)
+    assert _same(shift, want[0]) and _same(planes[0, 0], want[1])
+    for g, w in zip((sums, nz, mixed), want[2:5]):
+        assert _same(g, w.astype(np.uint64))
+    assert _same(partial, want[5])
+
+
 @pytest.mark.parametrize("warps", [1, 3, 100])
 @pytest.mark.parametrize("dtype, n", [("float64", 33), ("float64", 36), ("float32", 36)])
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
@@ -297,11 +307,7 @@ def test_host_code_bound_planes_warps(cpu_backend, cplx, dtype, n, warps, monkey
         emax = model.line_max_exponent(X, Xi)
         got = be.statistics._bound_planes(*dev, strides, B, R, Rpad, k, kp, cp.asarray(emax))
         want = model.bound_operand(X, Xi, emax, Rpad, kp)
-        shift, planes, sums, nz, mixed, partial = (np.asarray(x) for x in got)
-        assert _same(shift, want[0]) and _same(planes[0, 0], want[1])
-        for g, w in zip((sums, nz, mixed), want[2:5]):
-            assert _same(g, w.astype(np.uint64))
-        assert _same(partial, want[5])
+        _same_bound_planes(got, want)
 
 
 @pytest.mark.parametrize("warps", [1, 3])
@@ -339,11 +345,7 @@ def test_host_code_interleaved_parts(cpu_backend, dtype, n, warps, monkeypatch):
         assert _same(np.asarray(be.statistics._line_max_exponent(*dev, strides, B, R, k)), emax)
         got = be.statistics._bound_planes(*dev, strides, B, R, Rpad, k, kp, cp.asarray(emax))
         want = model.bound_operand(X, Xi, emax, Rpad, kp)
-        shift, planes, sums, nz, mixed, partial = (np.asarray(x) for x in got)
-        assert _same(shift, want[0]) and _same(planes[0, 0], want[1])
-        for g, w in zip((sums, nz, mixed), want[2:5]):
-            assert _same(g, w.astype(np.uint64))
-        assert _same(partial, want[5])
+        _same_bound_planes(got, want)
 
 
 @pytest.mark.parametrize("warps", [1, 2, 5])
@@ -362,11 +364,7 @@ def test_host_code_bound_planes_padded_rows(cpu_backend, R, Rpad, warps, monkeyp
     want = model.bound_operand(X, None, emax, Rpad, Cp)
     got = be.statistics._bound_planes(cp.asarray(X), None, (R * C, C, 1), B, R, Rpad, C, Cp,
                            cp.asarray(emax))  # fmt: skip
-    shift, planes, sums, nz, mixed, partial = (np.asarray(x) for x in got)
-    assert _same(shift, want[0]) and _same(planes[0, 0], want[1])
-    for g, w in zip((sums, nz, mixed), want[2:5]):
-        assert _same(g, w.astype(np.uint64))
-    assert _same(partial, want[5])
+    _same_bound_planes(got, want)
 
 
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
