@@ -316,7 +316,6 @@ class _Kernel:
             inner, outer = (sr, sc) if int(rows_contig) else (sc, sr)
             assert int(inner) == int(vec) and int(outer) % e == 0 and int(sb) % e == 0
             if int(vec) == 2:
-                assert targs[-1] == "true"
                 _assert_pairs(targs, re_, im, (sb, sr, sc))
         X, Xi = self._operand(targs, re_, im, sb, sr, sc, B, R, C)
         em = _view(emax, np.int32, (B, R), (R, 1))
