@@ -610,7 +610,7 @@ _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "unsigned long long* hist, const unsigned long long* skip",
 }
 _BARRIERS = {"ozaki2_residues": True, "ozaki2_residues_mma": True, "ozaki2_crt": False,
-             "bf16_lower": False, "balance_sides": False, "balance_out": False,
+             "bf16_lower": False, "balance_sides": True, "balance_out": False,
              "line_max_exponent": True, "bound_operand": True,
              "cert_operand": True, "cert_line_terms": False, "cert_entries": True,
              "bound_max": True, "suspect_ranks": True, "refine_suspects": True,

@@ -38,9 +38,22 @@ CASES = [  # (batch, m, k, n, ratio, dtype)
 ]
 
 
+def _layouts(cp, ar, ai, br, bi):
+    """The operands as separate parts, and as a complex array's interleaved parts (views at
+    stride 2: the kernels load an entry's two parts at once)."""
+    yield [cp.asarray(x) for x in (ar, ai, br, bi)]
+    A, B = cp.asarray(ar + 1j * ai), cp.asarray(br + 1j * bi)
+    yield [A.real, A.imag, B.real, B.imag]
+
+
+@pytest.mark.parametrize("blocks", [None, 1], ids=["grid", "one-block-row"])
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_balance_stage_is_the_generic_stage(cpu_backend, case):
+def test_balance_stage_is_the_generic_stage(cpu_backend, case, blocks, monkeypatch):
+    """Both layouts of the parts, on the backend's grid and on one block row (each block row
+    then walks every row and batch entry)."""
     be, cp = cpu_backend
+    if blocks is not None:
+        monkeypatch.setattr(be.balance, "_BLOCKS", blocks)
     ar, ai, br, bi = _operands(*case, seed=len(str(case)))
     k = ar.shape[-1]
     st = _generic_cert_backend(be.magnitude_lower_matmul)
@@ -56,13 +69,13 @@ def test_balance_stage_is_the_generic_stage(cpu_backend, case):
     decisions = []
     for slack in (1.5, 4.0, 1e6):
         want = parts.balanced(np, lower, signed, *wide, parts.PartForm(slack, True, ""))
-        got = be.balance.balance_stage(*(cp.asarray(x) for x in (ar, ai, br, bi)),
-                                       cp.asarray(ea), cp.asarray(eb),
-                                       parts.balance_terms(k, slack))  # fmt: skip
-        assert got is not None and got[0] == want[0], (slack, want[0])
-        pl = np.asarray(got[1])
-        assert pl.dtype == np.float32 and pl.shape == want[1].shape
-        assert np.array_equal(pl, want[1])
+        for dev in _layouts(cp, ar, ai, br, bi):
+            got = be.balance.balance_stage(*dev, cp.asarray(ea), cp.asarray(eb),
+                                           parts.balance_terms(k, slack))  # fmt: skip
+            assert got is not None and got[0] == want[0], (slack, want[0])
+            pl = np.asarray(got[1])
+            assert pl.dtype == np.float32 and pl.shape == want[1].shape
+            assert np.array_equal(pl, want[1])
         decisions.append(want[0])
     assert decisions[-1] == (case[4] == 1.0)  # balanced parts pass at a large slack only
 

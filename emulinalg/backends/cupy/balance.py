@@ -121,13 +121,25 @@ def balance_stage(ar, ai, br, bi, ea, eb, terms):
     del a_t, a_d, b_t, b_d
     pl = cp.empty((B, m, n_p), dtype=cp.float32)
     bad = cp.zeros((1,), dtype=cp.uint32)
-    grid = (-(-n_p // _THREADS), min(B * m, _MAX_GRID_YZ))
+    grid = _grid(n_p, B * m)
     args = (c_t, c_d, _i64(n_p), _i32(B), _i32(m), _i32(n), nz_a, nz_b,
             cp.asarray(np.asarray(terms, dtype=np.float64)), np.float64(cc.factor),
             np.float64(cc.abs_term),
             pl, bad)  # fmt: skip
     _kernel("balance.cu", "balance_out")(grid, (_THREADS,), args)
     return not bool(bad.get()[0]), pl[..., :n].reshape(batch + (m, n))
+
+
+# balance.cu's blocks per launch (a few waves of the H200's 132 SMs; any grid gives the same
+# result): a block takes 1024 entries of a row (4 per thread), block rows every grid.y-th row
+_BLOCKS = 132 * 16
+_BLOCK_SPAN = 4 * _THREADS
+
+
+def _grid(cols, rows):
+    """balance.cu's grid for ``rows`` rows of ``cols`` entries."""
+    gx = -(-cols // _BLOCK_SPAN)
+    return (gx, max(1, min(rows, _BLOCKS // gx, _MAX_GRID_YZ)))
 
 
 def _sides(re, im, e, B, R, C, Rpad, Cp, rows_are_lines):
@@ -142,7 +154,7 @@ def _sides(re, im, e, B, R, C, Rpad, Cp, rows_are_lines):
     sb, sr, sc = _strides(re3)
     lines = cp.ascontiguousarray(e, dtype=cp.int64).reshape(-1)
     fn = _kernel("balance.cu", f"balance_sides<{_in_type(re3)}>")
-    grid = (-(-Cp // _THREADS), min(B * Rpad, _MAX_GRID_YZ))
+    grid = _grid(Cp, B * Rpad)
     args = (re3, im3, _i64(sb), _i64(sr), _i64(sc), _i32(B), _i32(R), _i32(C), _i32(Rpad),
             _i32(Cp), _i32(rows_are_lines), lines, t16, d16, nonzero)  # fmt: skip
     fn(grid, (_THREADS,), args)
