@@ -38,6 +38,17 @@ __device__ __forceinline__ double part_ratio(double p, double a1, double b1, dou
 
 constexpr int kCols = 4;  // columns per thread (blockDim.x = 32: 128 per block column)
 
+// kCols consecutive entries from p (16-byte aligned) in 16-byte loads.
+__device__ __forceinline__ void load_cols(const double* p, double (&v)[kCols]) {
+    const double2 a = reinterpret_cast<const double2*>(p)[0];
+    const double2 b = reinterpret_cast<const double2*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+__device__ __forceinline__ void load_cols(const float* p, float (&v)[kCols]) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+
 // Calls visit(i, q) for the entries i (flat index) of the thread's columns and rows, q[w] their
 // ratios per measure (inf: excluded, not finite); see above for the walk.
 template <typename T, bool Cplx, class Visit>
@@ -48,6 +59,10 @@ __device__ __forceinline__ void walk(const T* __restrict__ re, const T* __restri
                                      int n, int rstep, Visit visit) {
     const int j0 = (blockIdx.x * 32 + threadIdx.x) * kCols;
     if (j0 >= n) return;
+    // every row's kCols columns 16-byte aligned in both parts: vector loads
+    const bool vec = n % kCols == 0 &&
+                     ((reinterpret_cast<unsigned long long>(re) |
+                       reinterpret_cast<unsigned long long>(Cplx ? im : re)) & 15) == 0;
     const int ms = (m + rstep - 1) / rstep;  // walked rows per matrix
     const long long rows = static_cast<long long>(B) * ms;
     long long bcur = -1;
@@ -68,13 +83,20 @@ __device__ __forceinline__ void walk(const T* __restrict__ re, const T* __restri
         const long long i0 = R * n + j0;
         T x[kCols], y[kCols];
         bool ex[kCols];
+        if (vec && j0 + kCols <= n) {  // the loads first, all of them: 16-byte vectors
+            load_cols(re + i0, x);
+            if (Cplx) load_cols(im + i0, y);
+        } else {
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) {  // the loads first, all of them
-            const bool in = j0 + c < n;
-            x[c] = in ? re[i0 + c] : T(0);
-            y[c] = (Cplx && in) ? im[i0 + c] : T(0);
-            ex[c] = !in || (exclude != nullptr && exclude[i0 + c] != 0);
+            for (int c = 0; c < kCols; ++c) {
+                const bool in = j0 + c < n;
+                x[c] = in ? re[i0 + c] : T(0);
+                y[c] = (Cplx && in) ? im[i0 + c] : T(0);
+            }
         }
+#pragma unroll
+        for (int c = 0; c < kCols; ++c)
+            ex[c] = j0 + c >= n || (exclude != nullptr && exclude[i0 + c] != 0);
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
             if (j0 + c >= n) break;

@@ -67,11 +67,12 @@ def test_refit_pick_is_the_generic_choice(cpu_backend, dtype, m, zeros, defer):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("n,batch", [(1, ()), (3, ()), (5, (2,)), (29, (3,))])
-@pytest.mark.parametrize("dtype", ["float32", "complex64"])
+@pytest.mark.parametrize("n,batch", [(1, ()), (3, ()), (5, (2,)), (29, (3,)), (32, ()), (36, (2,))])
+@pytest.mark.parametrize("dtype", ["float32", "complex64", "float64", "complex128"])
 def test_refit_pick_walks_narrow_and_batched_results(cpu_backend, dtype, n, batch):
-    """Results of fewer columns than a thread's group of entries (a group spans rows) and
-    batches (a group crosses into the next matrix)."""
+    """Results of fewer columns than a thread's group of entries (a group spans rows),
+    batches (a group crosses into the next matrix), and rows of a multiple of the group (its
+    entries loaded as 16-byte vectors)."""
     be, cp = cpu_backend
     parts, pre = _case(cp, dtype, 66, n=n, batch=batch)
     want = refit.cancelled_entries(xnp, [np.asarray(p) for p in parts], pre)
