@@ -1,5 +1,8 @@
 """Prepared operands (``emulinalg.prepare``): bit-identical to the unprepared products, what they
-reuse, the snapshot, and the refusals where a product breaks what they were prepared for."""
+reuse, the snapshot, and the refusals where a product breaks what they were prepared for. The
+tests of what the generic stages reuse (and of a backend mismatch) run on the numpy backend
+(``numpy_backend``: on AMX CPUs numpy arrays default to the amx backend, whose statistics and
+residues are its own code)."""
 
 from __future__ import annotations
 
@@ -82,7 +85,7 @@ def test_namespace_takes_prepared_and_exact_reference(eager):
         np.testing.assert_array_equal(xp.matmul(a, p), a @ b)
 
 
-def test_reuse_is_real(eager, monkeypatch):
+def test_reuse_is_real(eager, numpy_backend, monkeypatch):
     """The second product takes the prepared side's line statistics and residues from the
     preparation: line_statistics runs for the other operand only."""
     a = phi_matrix((40, 64), 1, seed=9)
@@ -103,7 +106,7 @@ def test_reuse_is_real(eager, monkeypatch):
     assert "line statistics" in note and "residues of 40/40 lines" in note
 
 
-def test_residues_follow_changed_shifts(eager):
+def test_residues_follow_changed_shifts(eager, numpy_backend):
     """Scheme II's shifts depend on the other operand: the lines whose shift changed get new
     residues, the others keep theirs, and the result is the unprepared one's."""
     a = phi_matrix((30, 64), 1, seed=11)
@@ -128,7 +131,7 @@ def test_nonfinite_prepared_operand(eager):
     _check(lambda x, **kw: emulinalg.matmul(x, b, **kw), a, None)
 
 
-def test_snapshot_is_not_the_callers_array(eager):
+def test_snapshot_is_not_the_callers_array(eager, numpy_backend):
     a = phi_matrix((16, 70), 1, seed=15)
     b = phi_matrix((70, 8), 1, seed=16)
     want = emulinalg.matmul(a, b)
@@ -140,7 +143,7 @@ def test_snapshot_is_not_the_callers_array(eager):
     assert "float64" in repr(p)
 
 
-def test_refusals(eager):
+def test_refusals(eager, numpy_backend):
     a = phi_matrix((16, 70), 1, seed=17)
     b = phi_matrix((70, 8), 1, seed=18)
     p = emulinalg.prepare(a, precision="float64")
@@ -204,7 +207,7 @@ def test_matmul_operator(eager):
         p @ a
 
 
-def test_kept_pieces_are_read_only(eager):
+def test_kept_pieces_are_read_only(eager, numpy_backend):
     """A step writing into a kept piece would corrupt the next product: numpy refuses."""
     a = phi_matrix((16, 70), 1, seed=19)
     b = phi_matrix((70, 8), 1, seed=20)

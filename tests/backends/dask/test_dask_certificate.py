@@ -22,6 +22,7 @@ from _dask_helpers import (
     _engine_certificate,
     _f_only_beyond,
     _key_name,
+    _numpy_in_core,
     _patch_inputs,
 )
 
@@ -115,7 +116,7 @@ def test_certificate_fallback_like_in_core(sync, monkeypatch, kind, dtype, preci
 
 
 def _in_core_count(A, B, precision):
-    with emulinalg.config(strategy="eager"):
+    with _numpy_in_core(), emulinalg.config(strategy="eager"):
         emulinalg.matmul(A, B, precision=precision)
     plan = emulinalg.last_plan()
     return int(plan.scheme.split("=")[1].split(",")[0]), plan

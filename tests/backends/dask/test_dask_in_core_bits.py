@@ -19,6 +19,7 @@ from _dask_helpers import (
     _count_task_result,
     _eager,
     _engine_certificate,
+    _numpy_in_core,
     _split,
     _split_certificate,
 )
@@ -125,7 +126,8 @@ def test_rounding_switch_at_large_k(sync, monkeypatch, moduli, dtype):
         mp.setattr(
             products, "rounds_to_nearest", lambda n, k, mode: not rounds_to_nearest(n, k, mode)
         )
-        other = _eager(emulinalg.matmul, A, B, precision=scheme)
+        with _numpy_in_core():  # the generic residues (the amx backend's are its own code)
+            other = _eager(emulinalg.matmul, A, B, precision=scheme)
     assert not _bits_equal(out, other).all()
 
 
