@@ -17,6 +17,8 @@
 // an entry fails it, and pl = float32(t_lo (1/2 - 2^-24)) (certificate.parts_lower), zero in
 // the padding columns n .. pitch.
 
+#include "exact_scale.cuh"
+
 // Both kernels: a warp takes 128 consecutive entries of a row (kV = 4 per lane, 32 apart, so each
 // load and store of the warp is contiguous), a block 8 warps; block rows walk every gridDim.y-th
 // row. Any grid gives the same result (emulinalg/backends/cupy/balance.py sizes it to a few
@@ -29,25 +31,6 @@ __device__ __forceinline__ unsigned short bf16_toward_zero(double v) {  // as bf
   return static_cast<unsigned short>(__float_as_uint(__double2float_rz(v)) >> 16);
 }
 
-// RN(x 2**p) for p in [-1074, 1100], as ldexp: 2**p exact (above 2**1023 in two exact steps).
-__device__ __forceinline__ double pow2_exact(int p) {
-  return p >= -1022 ? __longlong_as_double(static_cast<long long>(p + 1023) << 52)
-                    : __longlong_as_double(1ll << (p + 1074));
-}
-__device__ __forceinline__ double scale_exact(double x, int p) {
-  if (p > 1023) return __dmul_rn(__dmul_rn(x, pow2_exact(p - 64)), pow2_exact(64));
-  return __dmul_rn(x, pow2_exact(p));
-}
-
-// A complex entry's parts interleaved at p (aligned to their pair): one load.
-__device__ __forceinline__ void load_parts(const double* p, double& x, double& y) {
-  const double2 v = *reinterpret_cast<const double2*>(p);
-  x = v.x, y = v.y;
-}
-__device__ __forceinline__ void load_parts(const float* p, double& x, double& y) {
-  const float2 v = *reinterpret_cast<const float2*>(p);
-  x = v.x, y = v.y;
-}
 
 template <typename In>
 __global__ void __launch_bounds__(256)
@@ -81,7 +64,9 @@ __global__ void __launch_bounds__(256)
         s[i] = static_cast<int>(-e[line]);
         const long long at = b * sb + r * sr + c * sc;
         if (pair) {
-          load_parts(re + at, x[i], y[i]);
+          In u, w;
+          load_pair(re + at, u, w);
+          x[i] = static_cast<double>(u), y[i] = static_cast<double>(w);
         } else {
           x[i] = static_cast<double>(re[at]);
           y[i] = static_cast<double>(im[at]);
@@ -93,7 +78,7 @@ __global__ void __launch_bounds__(256)
     for (int i = 0; i < kV; ++i) {
       const int c = c0 + 32 * i;
       if (c >= Cp) continue;
-      const double u = scale_exact(fabs(x[i]), s[i]), v = scale_exact(fabs(y[i]), s[i]);
+      const double u = scale2(fabs(x[i]), s[i]), v = scale2(fabs(y[i]), s[i]);
       const double t = __dadd_rn(u, v), d = __dsub_rn(u, v);
       if (t != 0.0) {
         any = true;

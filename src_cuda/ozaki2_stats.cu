@@ -52,6 +52,7 @@
 // operation, the same as ldexp (numpy's and CUDA's), also for subnormal results.
 //
 // kBoundMax (scaling.BOUND_MAX) is in the generated constants:
+#include "exact_scale.cuh"
 #include "ozaki2_tables.h"
 
 namespace {
@@ -65,16 +66,6 @@ struct Tile {
   double re[kTile][kTile + 1];  // +1: conflict-free column access
   double im[CPLX ? kTile : 1][kTile + 1];
 };
-
-// A complex entry's parts, interleaved at p (aligned to their pair): one 16-byte (8-byte) load.
-__device__ __forceinline__ void load_pair(const double* p, double& re, double& im) {
-  const double2 v = *reinterpret_cast<const double2*>(p);
-  re = v.x, im = v.y;
-}
-__device__ __forceinline__ void load_pair(const float* p, float& re, float& im) {
-  const float2 v = *reinterpret_cast<const float2*>(p);
-  re = v.x, im = v.y;
-}
 
 // One thread's 4 entries of a 32 x 32 tile, held in registers; In (float or double): the
 // operand's type (float32 entries widen exactly on the store).
@@ -149,18 +140,6 @@ __device__ __forceinline__ int exponent_of(double x) {
   if (b == 0) return kIntMin;
   const int eb = static_cast<int>(b >> 52);
   return eb != 0 ? eb - 1023 : -1011 - __clzll(static_cast<long long>(b));  // subnormal
-}
-
-// 2**p for p in [-1074, 1023].
-__device__ __forceinline__ double pow2(int p) {
-  return p >= -1022 ? __longlong_as_double(static_cast<long long>(p + 1023) << 52)
-                    : __longlong_as_double(1ll << (p + 1074));
-}
-
-// RN(|x| 2**p), x * 2**p < 2**8, p in [-1074, 1100]: above 2**1023 the first step is exact.
-__device__ __forceinline__ double scale2(double x, int p) {
-  if (p > 1023) return __dmul_rn(__dmul_rn(x, pow2(p - 64)), pow2(64));
-  return __dmul_rn(x, pow2(p));
 }
 
 // floor(v) for 0 <= v < 128 (truncation = floor for v >= 0).
