@@ -31,7 +31,6 @@ __device__ __forceinline__ unsigned short bf16_toward_zero(double v) {  // as bf
   return static_cast<unsigned short>(__float_as_uint(__double2float_rz(v)) >> 16);
 }
 
-
 template <typename In>
 __global__ void __launch_bounds__(256)
     balance_sides(const In* __restrict__ re, const In* __restrict__ im, long long sb,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 
 import numpy as np
 import pytest
@@ -51,15 +50,9 @@ def _numpy_in_core():
     decisions are the generic code's (its own tasks), which that backend runs in core; on AMX
     CPUs the amx backend's certificate is another valid bound (its own magnitude GEMM), whose
     entries beyond every count may differ from the generic ones."""
-    old = os.environ.get("EMULINALG_AMX")
-    os.environ["EMULINALG_AMX"] = "0"
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # the numpy_backend fixture's setting
+        mp.setenv("EMULINALG_AMX", "0")
         yield
-    finally:
-        if old is None:
-            del os.environ["EMULINALG_AMX"]
-        else:
-            os.environ["EMULINALG_AMX"] = old
 
 
 def _eager(fn, *args, **kw):
