@@ -46,6 +46,7 @@ def main():
 
     def use(tag):
         _cuda.source_dir = (lambda: new_dir) if tag == "new" else (lambda: old_dir)
+        _cuda.source.cache_clear()  # (cached by file name: else both compile the first's text)
         kernels._modules = caches[tag]
 
     pick = re.compile(args.kernels)
