@@ -109,7 +109,8 @@ class CostModel:
         fitted_stats = not math.isinf(self.stats_flops) or self.stats_entry_seconds > 0
         if isinstance(scheme, OzakiII):
             count = scheme.moduli
-            gemms = count * (3 if cplx else 1) + (scheme.mode == "accurate" and not fitted_stats)
+            per = (2 if scheme.gaussian else 3) if cplx else 1  # 3M, or the Gaussian moduli's 2
+            gemms = count * per + (scheme.mode == "accurate" and not fitted_stats)
         else:
             count = scheme.slices
             gemms = scheme.gemms * (4 if cplx else 1)
@@ -523,7 +524,8 @@ def calibrate(
         cplx = r["dtype"].startswith("complex")
         m, n, k, b = r["m"], r["n"], r["k"], r.get("batch", 1)
         if isinstance(scheme, OzakiII):
-            count, gemms = scheme.moduli, scheme.moduli * (3 if cplx else 1)
+            per = (2 if scheme.gaussian else 3) if cplx else 1
+            count, gemms = scheme.moduli, scheme.moduli * per
         else:
             count, gemms = scheme.slices, scheme.gemms * (4 if cplx else 1)
         ops += gemms * 2 * m * n * k * b
@@ -588,8 +590,10 @@ def _fit_statistics(stats: list[tuple[float, float, float]]) -> tuple[float, flo
 
 def _parse_scheme(text: str) -> OzakiI | OzakiII | None:
     if text.startswith("OzakiII("):
-        inner = dict(p.split("=") for p in text[8:-1].split(", "))
-        return OzakiII(moduli=int(inner["moduli"]), mode=inner.get("mode", "accurate"))
+        items = text[8:-1].split(", ")
+        inner = dict(p.split("=") for p in items if "=" in p)
+        return OzakiII(moduli=int(inner["moduli"]), mode=inner.get("mode", "accurate"),
+                       gaussian="gaussian" in items)  # fmt: skip
     if text.startswith("OzakiI("):
         return OzakiI(slices=int(text[7:-1].split("=")[1]))
     return None

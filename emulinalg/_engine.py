@@ -277,6 +277,8 @@ def _emulate(
     native_mask = prescale = patch = t_lower = None
     if isinstance(request, SCHEMES):
         scheme = request
+        if isinstance(scheme, OzakiII) and scheme.gaussian and ai is None:  # real: the moduli
+            scheme = OzakiII(moduli=scheme.moduli, mode=scheme.mode)
     else:
         family = _planner.family(family)
         if family != "ozaki2":  # Scheme I's certificate (_choose) and product are generic
@@ -668,6 +670,9 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     m = ar.shape[-2]
     backend = stages(backend)
     fused = backend.ozaki2_product
+    gaussian = isinstance(scheme, OzakiII) and scheme.gaussian and ai is not None
+    if gaussian:  # the backends' own products take the moduli: the generic product
+        fused = None
     if not (isinstance(scheme, OzakiII) and fused is not None):
         ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
@@ -694,7 +699,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     if isinstance(scheme, OzakiII) and rows < m and b_planes is None:
         # B's residues once for all row blocks
         b_planes = residues.b_residue_planes(
-            xp, br, bi, prescale, scheme.moduli, scheme.mode, rows * br.shape[-1]
+            xp, br, bi, prescale, scheme.moduli, scheme.mode, rows * br.shape[-1], gaussian
         )
     out = None
     for r0 in range(0, m, rows):
@@ -707,7 +712,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
             a_p = None if a_planes is None else [tuple(p[..., sl, :] for p in g) for g in a_planes]
             blk = products.product(
                 xp, imm, a_r, a_i, br, bi, scheme.moduli, scheme.mode, out_dtype, pre, b_planes,
-                a_p,
+                a_p, gaussian,
             )  # fmt: skip
         else:
             blk = slices.product(xp, imm, a_r, a_i, br, bi, scheme.slices, out_dtype)
@@ -728,12 +733,13 @@ def _kept_planes(xp, ar, ai, br, bi, scheme, prescale, sides):
     (``residues.kept_planes``), None for the others."""
     if sides == (None, None):
         return None, None
-    c = crt_constants(scheme.moduli)
+    gaussian = scheme.gaussian and ai is not None
+    c = crt_constants(scheme.moduli, gaussian)
     mu, nu = ozaki2_shifts(xp, prescale, c.L, c.Q_down)
-    near = scaling.rounds_to_nearest(scheme.moduli, ar.shape[-1], scheme.mode)
+    near = scaling.rounds_to_nearest(scheme.moduli, ar.shape[-1], scheme.mode, gaussian)
     ops = ((ar, ai, mu, -1), (br, bi, nu, -2))
     return tuple(
-        None if use is None else residues.kept_planes(xp, use, *op, scheme.moduli, near)
+        None if use is None else residues.kept_planes(xp, use, *op, scheme.moduli, near, gaussian)
         for use, op in zip(sides, ops)
     )
 
@@ -769,6 +775,8 @@ def _choose(
     if fixed is not None:
         return _Choice(fixed.scheme, None, None, None, False, fixed.note, False)
     prescale = None
+    # complex products modulo the Gaussian moduli where the backend's stages take them
+    gaussian = family == "ozaki2" and ai is not None and backend.gaussian_moduli
     if family == "ozaki2":
         hook_ops = hook_ops or (ar, ai, br, bi)
         prescale = _backend_prescale(backend, *hook_ops, "accurate", exponents)
@@ -781,7 +789,7 @@ def _choose(
         target = _planner.target_for(lev, k, backend, outputs, ai is not None)
         if family == "ozaki2":
             return certificate.ozaki2_moduli_needed(
-                xp, backend, ar, ai, br, bi, prescale, target, hook_ops, sides
+                xp, backend, ar, ai, br, bi, prescale, target, hook_ops, sides, gaussian
             )
         return (*certificate.ozaki1_slices_needed(xp, backend, ar, ai, br, bi, target), None)
 
@@ -799,7 +807,8 @@ def _choose(
     scheme = None
     if settled.count is not None:
         scheme = (
-            OzakiII(moduli=settled.count, mode="accurate")
+            # the most accurate configuration (not certified): the moduli's 20 hold more bits
+            OzakiII(moduli=settled.count, mode="accurate", gaussian=gaussian and settled.certified)
             if family == "ozaki2"
             else OzakiI(slices=settled.count)
         )

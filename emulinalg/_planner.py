@@ -233,11 +233,13 @@ def refits(request, scheme, k, prescaled):
 
 def gemm_count(scheme, complex_):
     """The low-precision GEMMs ``scheme`` runs: BF16 products and Scheme I slice pairs 4M for
-    complex, Scheme II 3M per modulus plus the accurate mode's bound GEMM."""
+    complex, Scheme II 3M per modulus (2 with the Gaussian moduli) plus the accurate mode's
+    bound GEMM."""
     if isinstance(scheme, (BF16x3, BF16xN)):
         return scheme.gemms * (4 if complex_ else 1)
     if isinstance(scheme, OzakiII):
-        return scheme.moduli * (3 if complex_ else 1) + (scheme.mode == "accurate")
+        per = (2 if scheme.gaussian else 3) if complex_ else 1
+        return scheme.moduli * per + (scheme.mode == "accurate")
     return scheme.gemms * (4 if complex_ else 1)
 
 

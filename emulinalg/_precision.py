@@ -83,6 +83,12 @@ class OzakiII:
     mode : {"accurate", "fast"}
         Scaling: "accurate" bounds ``|A||B|`` with one extra INT8 GEMM; "fast" uses Cauchy-Schwarz
         on row/column norms (scale-invariant form).
+    gaussian : bool
+        Complex products modulo the Gaussian moduli (241, 233, 229, 221, ...: odd, every prime
+        factor 1 mod 4), where the complex product splits into two real ones: two INT8 GEMMs
+        per modulus instead of 3M's three (``emulinalg.algorithm.moduli``). Their moduli are
+        smaller: n Gaussian moduli hold about as many bits as n - 1 of the others. Real
+        products take the first moduli whatever this says.
 
     Raises
     ------
@@ -97,6 +103,7 @@ class OzakiII:
 
     moduli: int
     mode: str = "accurate"
+    gaussian: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -106,6 +113,8 @@ class OzakiII:
             raise ValueError(
                 f"OzakiII mode must be 'accurate' or 'fast', got {self.mode!r}; {ACCEPTED}"
             )
+        if not isinstance(self.gaussian, bool):
+            raise TypeError(f"OzakiII gaussian must be a bool, got {self.gaussian!r}")
 
     @property
     def gemms(self) -> int:
@@ -113,7 +122,8 @@ class OzakiII:
         return self.moduli + (self.mode == "accurate")
 
     def __str__(self) -> str:
-        return f"OzakiII(moduli={self.moduli}, mode={self.mode})"
+        g = ", gaussian" if self.gaussian else ""
+        return f"OzakiII(moduli={self.moduli}, mode={self.mode}{g})"
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,11 @@ float32 parts as they are), ``narrow_products`` (so do its ``ozaki2_product`` an
 widens them only for generic code, ``operands.wide``), ``native_error_rms`` /
 ``native_chain_k`` (its native GEMM's measured rounding error, ``certificate.native_error``;
 ``native_error_rms_complex`` its complex GEMM's per part where it differs, else None),
-``dask_mode`` (the dask graph its chunks default to), and ``plan_note()`` (a line for every
-plan, e.g. why another backend is not running).
+``dask_mode`` (the dask graph its chunks default to), ``gaussian_moduli`` (its certificate
+and Scheme II product take complex products modulo the Gaussian moduli,
+``moduli.GAUSSIAN_MODULI``: two INT8 GEMMs per modulus instead of 3M's three; the engine then
+certifies and runs them so), and ``plan_note()`` (a line for every plan, e.g. why another
+backend is not running).
 """
 
 from __future__ import annotations
@@ -138,11 +141,13 @@ class Stages:
     native_error_rms_complex: float | None = None
     native_chain_k: Any = None
     dask_mode: str = "shared"
+    gaussian_moduli: bool = False
     plan_note: Callable[[], str] = lambda: ""
 
 
 _FACTS = ("block_entries", "narrow_statistics", "narrow_products", "native_error_rms",
-          "native_error_rms_complex", "native_chain_k", "dask_mode", "plan_note")  # fmt: skip
+          "native_error_rms_complex", "native_chain_k", "dask_mode", "gaussian_moduli",
+          "plan_note")  # fmt: skip
 
 
 def stages(backend) -> Stages:

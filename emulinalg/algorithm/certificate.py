@@ -80,8 +80,12 @@ from .scaling import half_log_shift, magnitude, max_exponent, rounds_to_nearest
 from .xputil import ldexp
 
 TAU = 0.25  # the strict certificate's share of 2**-bits
-# 2**-L_n for n = MIN_MODULI .. MAX_MODULI (decreasing): the certificate's per-count thresholds
+# 2**-L_n for n = MIN_MODULI .. MAX_MODULI (decreasing): the certificate's per-count thresholds,
+# of the moduli (``MODULI``) and of the Gaussian moduli (complex products, ``GAUSSIAN_MODULI``)
 THRESHOLDS = tuple(2.0 ** -crt_constants(n).L for n in range(MIN_MODULI, MAX_MODULI + 1))
+GAUSSIAN_THRESHOLDS = tuple(
+    2.0 ** -crt_constants(n, True).L for n in range(MIN_MODULI, MAX_MODULI + 1)
+)
 BEYOND = MAX_MODULI + 1  # ``ozaki2_needed``'s value for entries no count certifies
 EXCLUDED = 2.0**512  # a threshold no entry passes (a count the guarantee cannot use)
 # The native form asks the emulation's rounding-error standard deviation to be at most this
@@ -166,11 +170,13 @@ class CertConstants(NamedTuple):
     norm: str  # the line norms of G: "l1" (strict) or "l2" (native)
     thresholds: tuple  # per count n = MIN_MODULI..: 2**-L_n, 2 2**-L_n where truncating, or
     # EXCLUDED (a count the form cannot use: the native form needs rounding to nearest)
+    gaussian: bool = False  # the counts are of the Gaussian moduli (complex products)
 
 
-def cert_constants(k, target=None, complex_=False) -> CertConstants:
+def cert_constants(k, target=None, complex_=False, gaussian=False) -> CertConstants:
     """``CertConstants`` for inner dimension ``k``, the ``Target`` (None: only the guarantee-free
-    fields are meaningful) and the operands' kind.
+    fields are meaningful) and the operands' kind (``gaussian``: complex operands whose counts
+    are of ``moduli.GAUSSIAN_MODULI``).
 
     The forms are written as y (2 G + y Q) <= cR lam with y = 2**-L_n: rounding to nearest
     (d = 1/2) gives y G + c k y**2 alpha beta (strict) or y G + c sqrt(k) y**2 alpha beta
@@ -186,12 +192,14 @@ def cert_constants(k, target=None, complex_=False) -> CertConstants:
     else:
         c4 = 2.0 * c * k
         cR = None if bits is None else 2.0 * TAU * 2.0**-bits
+    gaussian = bool(gaussian and complex_)
+    base = GAUSSIAN_THRESHOLDS if gaussian else THRESHOLDS
     th = []
     for i, n in enumerate(range(MIN_MODULI, MAX_MODULI + 1)):
-        if rounds_to_nearest(n, k, "accurate"):
-            th.append(THRESHOLDS[i])
+        if rounds_to_nearest(n, k, "accurate", gaussian):
+            th.append(base[i])
         else:
-            th.append(EXCLUDED if native else 2.0 * THRESHOLDS[i])
+            th.append(EXCLUDED if native else 2.0 * base[i])
     return CertConstants(
         factor=1.0 - (k + 2) * 2.0**-22,
         native_factor=1.0 - (k + 2) * 2.0**-52,
@@ -203,6 +211,7 @@ def cert_constants(k, target=None, complex_=False) -> CertConstants:
         cR=cR,
         norm="l2" if native else "l1",
         thresholds=tuple(th),
+        gaussian=gaussian,
     )
 
 
@@ -423,8 +432,9 @@ def sums_lower(xp, c, k):
 
 
 def ozaki2_moduli_needed(
-    xp, backend, ar, ai, br, bi, prescale, target, hook_ops=None, sides=(None, None)
-):
+    xp, backend, ar, ai, br, bi, prescale, target, hook_ops=None, sides=(None, None),
+    gaussian=False,
+):  # fmt: skip
     """``(count, beyond, patch)``: the smallest number of moduli certifying ``target`` (a
     ``Target``) on every entry that the maximum certifies, except the entries ``patch`` (flat
     indices, or None) that the level recomputes with MAX_MODULI moduli, and the mask of entries
@@ -439,18 +449,21 @@ def ozaki2_moduli_needed(
     arguments and result; it returns None to decline), given ``hook_ops`` in place of ``(ar,
     ai, br, bi)`` when not None (the same values, float32 for a backend with
     ``narrow_statistics``). ``sides``: the prepared operands' ``operands.SideUse`` (or None),
-    which keep their line norms (``normalized``)."""
-    hook = stages(backend).ozaki2_certificate
+    which keep their line norms (``normalized``). ``gaussian``: the counts of a complex product
+    modulo ``moduli.GAUSSIAN_MODULI`` (the generic code: the hooks count the moduli)."""
+    hook = None if gaussian else stages(backend).ozaki2_certificate
     res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, target)
     if res is not None:
         return tuple(res) + (None,) * (3 - len(res))
     ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)  # a narrow_products backend's parts
     return certify_moduli(
-        xp, backend, ar, ai, br, bi, prescale, target, getattr(prescale, "lower", None), sides
-    )
+        xp, backend, ar, ai, br, bi, prescale, target, getattr(prescale, "lower", None), sides,
+        gaussian,
+    )  # fmt: skip
 
 
-def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower, sides=(None, None)):
+def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower, sides=(None, None),
+                   gaussian=False):  # fmt: skip
     """``ozaki2_moduli_needed`` in Array API code, with ``lower`` the bound GEMM F (..., m, n)
     (or None: the GEMM lower bound alone); a backend's certificate hook may call it for the
     cases its kernels do not take."""
@@ -459,7 +472,7 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower, sides=(
     _, _, e, f = prescale
     cplx = ai is not None
     k = ar.shape[-1]
-    cc = cert_constants(k, target, cplx)
+    cc = cert_constants(k, target, cplx, gaussian)
     parts, na, nb = normalized(xp, ar, ai, br, bi, cc.norm, sides)
     mixed = getattr(prescale, "mixed", None)
     first = None if lower is None else bound_lower(xp, lower, cplx, mixed)
@@ -495,7 +508,7 @@ def certify_moduli(xp, backend, ar, ai, br, bi, prescale, target, lower, sides=(
             xp.take(xp.reshape(nb, (-1,)), idx % n)  # fmt: skip
 
     count, patch = refinement.refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target,
-                                               count, suspects)  # fmt: skip
+                                               count, suspects, gaussian=cc.gaussian)  # fmt: skip
     return count, beyond, patch
 
 
@@ -591,10 +604,11 @@ def exact_line_factors(xp, cc, count, e, scale):
     bisection's y alpha_i: the test at threshold 1 is then the test of the exact shifts, and a
     truncating count (threshold 2 y) doubles it. A count the form cannot use gives EXCLUDED; a
     zero line bound 0 (the line and its products are zero, as is its alpha)."""
-    c = crt_constants(count)
+    c = crt_constants(count, cc.gaussian)
     e = xp.astype(e, xp.float64)
     t = half_log_shift(xp, c.L, c.Q_down, e)
-    rel = cc.thresholds[count - MIN_MODULI] / THRESHOLDS[count - MIN_MODULI]
+    base = GAUSSIAN_THRESHOLDS if cc.gaussian else THRESHOLDS
+    rel = cc.thresholds[count - MIN_MODULI] / base[count - MIN_MODULI]
     x = ldexp(xp, xp.full(t.shape, 0.5 * scale * min(rel, EXCLUDED), dtype=xp.float64), -t)
     return xp.where(e > 0, x, 0.0)
 

@@ -91,7 +91,7 @@ def count_table(cc):
     import array_api_compat.numpy as xnp
 
     counts = range(MIN_MODULI, MIN_MODULI + len(cc.thresholds))
-    q_down = [crt_constants(c).Q_down for c in counts]
+    q_down = [crt_constants(c, cc.gaussian).Q_down for c in counts]
     f0 = [
         float(exact_line_factors(xnp, cc, c, xnp.asarray([q], dtype=xnp.float64), cc.scale)[0])
         for c, q in zip(counts, q_down)

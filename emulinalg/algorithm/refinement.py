@@ -63,7 +63,7 @@ def refine_moduli(xp, backend, ar, ai, br, bi, prescale, target, count, suspects
 
 
 def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspects,
-                     patching=True):  # fmt: skip
+                     patching=True, gaussian=False):  # fmt: skip
     """``(count, patch)``: the count after the suspect refinement (one count at a time, while
     every suspect passes, at most REFINE_STEPS), and the flat indices of the entries the level
     recomputes with MAX_MODULI moduli (None: none): whether the entries that fail
@@ -90,7 +90,8 @@ def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspe
     Patch: when the suspects that still fail are at most ``patch_limit(m, n)``, the count
     drops by one all the same and those entries are recomputed with MAX_MODULI moduli after the
     product (they passed ``count``, so the maximum certifies them): a few dot products instead
-    of one INT8 GEMM per modulus over the whole output."""
+    of one INT8 GEMM per modulus over the whole output. ``gaussian``: the counts are of the
+    Gaussian moduli (``certificate.cert_constants``)."""
     if count is None or ar.ndim != 2 or br.ndim != 2:
         return count, None
     m, k = ar.shape
@@ -110,7 +111,8 @@ def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspe
         sidx = xp.take(idx, pick)
         S, S2 = suspect_sums(xp, ar, ai, br, bi, sidx // n, sidx % n, native)
         e_r, f_c = xp.take(e, idx // n), xp.take(f, idx % n)
-        fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2, pick)
+        fail = refine_failures(xp, k, target, cplx, count, lam, S, e_r, f_c, na, nb, S2, pick,
+                               gaussian)  # fmt: skip
         return idx.shape[0], int(xp.count_nonzero(fail)), lambda: xp.take(idx, xp.nonzero(fail)[0])
 
     return refine_loop(count, tested, m, n, patching)
@@ -177,15 +179,16 @@ def refine_sample(xp, total):
     return xp.arange(0, total, step)
 
 
-def refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None):
+def refine_failures(xp, k, target, complex_, count, lam, S, e, f, na, nb, S2=None, pick=None,
+                    gaussian=False):  # fmt: skip
     """Per suspect, whether it fails ``count - 1`` (``refine_and_patch``'s test): 1-D arrays
     over the suspects of their lower bound ``lam`` so far, the prescale's e_i, f_j and line
     norms; ``S`` (and for the native form ``S2``) the float64 sums of the line-normalized
     magnitude products (and of their squares) of the sampled suspects at positions ``pick``
     (None: all), in any order; their rounding is removed by ``1 - (k+2) 2**-52`` and
     ``(2k+2) 2**-1074`` (all terms are >= 0). Then the exact-shift test at count - 1
-    (``certificate.exact_passes``)."""
-    cc = cert_constants(k, target, complex_)
+    (``certificate.exact_passes``). ``gaussian``: as ``refine_and_patch``'s."""
+    cc = cert_constants(k, target, complex_, gaussian)
     if pick is None:
         pick = xp.arange(lam.shape[0])
     S = xp.maximum(S * cc.native_factor - cc.native_abs_term, 0.0)

@@ -251,9 +251,10 @@ def scale_to_integers(xp, x, shift, axis, nearest=False):
 E_PER_K = 129 * 129 / 4
 
 
-def rounds_to_nearest(moduli, k, mode):
+def rounds_to_nearest(moduli, k, mode, gaussian=False):
     """Whether Scheme II rounds its scaled operands to nearest (ties to even) instead of
-    truncating them, for ``moduli`` moduli, inner dimension ``k`` and scaling ``mode``.
+    truncating them, for ``moduli`` moduli (``gaussian``: of ``moduli.GAUSSIAN_MODULI``), inner
+    dimension ``k`` and scaling ``mode``.
 
     Rounding to nearest halves the worst-case error of each scaled entry (|delta| <= 1/2) and
     makes it symmetric about zero whatever the signs of the data, which the level's
@@ -263,4 +264,4 @@ def rounds_to_nearest(moduli, k, mode):
     2**(mu-s) (Ā + 1.25 z) / 2, so |A'B'| <= 1.25**2 (P - 1) / 4 < 0.391 P: the symmetric CRT
     representative and its float quotient stay exact. Fast mode (Cauchy-Schwarz shifts) and
     smaller counts truncate."""
-    return mode == "accurate" and 16 * E_PER_K * k <= crt_constants(moduli).Q_down
+    return mode == "accurate" and 16 * E_PER_K * k <= crt_constants(moduli, gaussian).Q_down

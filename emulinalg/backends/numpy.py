@@ -104,3 +104,6 @@ native_chain_k = 256
 # Its complex GEMMs are more accurate per part: rms 0.153 at k = 256 (the modulus error's 0.216
 # over sqrt 2), then as the real ones' chains (docs/benchmarks/ci-cpu/native_error_*.jsonl)
 native_error_rms_complex = 0.15
+# The generic Scheme II product and certificate take complex products modulo the Gaussian
+# moduli: two integer GEMMs per modulus instead of 3M's three (``algorithm.moduli``)
+gaussian_moduli = True

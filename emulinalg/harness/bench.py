@@ -107,7 +107,8 @@ def parse_method(text: str) -> Method:
 
     Accepted: ``float64``, ``float32``, a bit count (``40``), any of them with a family in
     brackets (``float64[ozaki1]``), ``OzakiII(moduli=14, mode=fast)`` (also ``OzakiII(14,
-    fast)``, ``OzakiII(14)``: accurate mode) and ``OzakiI(slices=7)`` (also ``OzakiI(7)``).
+    fast)``, ``OzakiII(14)``: accurate mode; ``OzakiII(16, gaussian)`` or ``gaussian=true``:
+    complex products modulo the Gaussian moduli) and ``OzakiI(slices=7)`` (also ``OzakiI(7)``).
 
     Raises
     ------
@@ -144,11 +145,16 @@ def parse_method(text: str) -> Method:
                 vals = dict(zip(("slices", "products"), pos)) | kw
                 spec = emulinalg.BF16xN(**{key: int(v) for key, v in vals.items()})
             elif name in ("ozakiii", "ozaki2"):
-                keys = ("moduli", "mode")
-                vals = dict(zip(keys, pos)) | kw
+                gaussian = "gaussian" in (p.lower() for p in pos)
+                pos = [p for p in pos if p.lower() != "gaussian"]
+                vals = dict(zip(("moduli", "mode"), pos)) | kw
+                flag = str(vals.get("gaussian", gaussian)).lower()
+                if flag not in ("true", "false"):
+                    raise ValueError(f"gaussian={vals['gaussian']!r}: true or false")
                 spec = emulinalg.OzakiII(
-                    moduli=int(vals["moduli"]), mode=vals.get("mode", "accurate").lower()
-                )
+                    moduli=int(vals["moduli"]), mode=vals.get("mode", "accurate").lower(),
+                    gaussian=flag == "true",
+                )  # fmt: skip
             else:
                 vals = dict(zip(("slices",), pos)) | kw
                 spec = emulinalg.OzakiI(slices=int(vals["slices"]))

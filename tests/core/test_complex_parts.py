@@ -459,9 +459,13 @@ def test_part_form_of_each_route():
     ],
 )
 @pytest.mark.parametrize("dtype", ["complex128", "complex64"])
-def test_dask_takes_the_same_route_bit_for_bit(dtype, ratio, shape, chunks):
+def test_dask_takes_the_same_route_bit_for_bit(dtype, ratio, shape, chunks, monkeypatch):
     da = pytest.importorskip("dask.array")
     import dask
+
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(npb, "gaussian_moduli", False)  # the dask graphs' complex route: 3M
 
     a, b = small_part(shape, dtype, ratio, seed=9)
     a[3, 0] = np.nan if ratio == 1e-8 else a[3, 0]  # rows with NaN: native, as in core

@@ -117,11 +117,16 @@ def test_level_count_is_within_one_of_the_fewest_that_match_native(dtype, phi, k
 
 
 @pytest.mark.slow
-def test_complex_level_takes_the_part_checks_bound(monkeypatch):
+@pytest.mark.parametrize(("gaussian", "count"), [(False, 15), (True, 16)])
+def test_complex_level_takes_the_part_checks_bound(monkeypatch, gaussian, count):
     """complex128 at k = 512, phi = 1: the part check's lower bound of |A||B| (T / 2,
-    ``certificate.parts_lower``) certifies one modulus fewer than the bound GEMM's alone (16),
-    and the level's bits still reach native's, whole and per part, on 64 rows against the exact
-    product; OzakiII(14)'s componentwise bits do not."""
+    ``certificate.parts_lower``) certifies one modulus fewer than the bound GEMM's alone (15 of
+    the moduli instead of 16, or 16 Gaussian ones instead of 17: the numpy backend's
+    ``gaussian_moduli``), and the level's bits still reach native's, whole and per part, on 64
+    rows against the exact product; one modulus fewer's componentwise bits do not."""
+    from emulinalg.backends import numpy as npb
+
+    monkeypatch.setattr(npb, "gaussian_moduli", gaussian)
     a = phi_matrix((512, 512), 1.0, "complex128", seed=1)
     b = phi_matrix((512, 512), 1.0, "complex128", seed=2)
     rows = slice(0, 512, 8)
@@ -136,12 +141,13 @@ def test_complex_level_takes_the_part_checks_bound(monkeypatch):
     c, plan = _level(a, b)
     got = bits(c)
     assert all(x >= y for x, y in zip(got, native)), (got, native, str(plan))
-    assert _count(plan) == 15, str(plan)
+    assert _count(plan) == count and ("gaussian" in plan.scheme) == gaussian, str(plan)
     with emulinalg.config(strategy="eager"):
-        fewer = bits(emulinalg.matmul(a, b, precision=OzakiII(moduli=14)))
+        scheme = OzakiII(moduli=count - 1, gaussian=gaussian)
+        fewer = bits(emulinalg.matmul(a, b, precision=scheme))
     assert not all(x >= y for x, y in zip(fewer[1::2], native[1::2])), (fewer, native)
     monkeypatch.setattr(parts, "parts_lower", lambda *args: None)
-    assert _count(_level(a, b)[1]) == 16
+    assert _count(_level(a, b)[1]) == count + 1
 
 
 def test_level_takes_the_entries_it_cannot_certify_from_native():

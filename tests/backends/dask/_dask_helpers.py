@@ -49,9 +49,13 @@ def _numpy_in_core():
     """numpy products inside the block on the numpy backend (``EMULINALG_AMX=0``): the graph's
     decisions are the generic code's (its own tasks), which that backend runs in core; on AMX
     CPUs the amx backend's certificate is another valid bound (its own magnitude GEMM), whose
-    entries beyond every count may differ from the generic ones."""
+    entries beyond every count may differ from the generic ones. The dask graphs run complex
+    products with 3M (they do not declare ``gaussian_moduli``): so does the in-core product."""
+    from emulinalg.backends import numpy as npb
+
     with pytest.MonkeyPatch.context() as mp:  # the numpy_backend fixture's setting
         mp.setenv("EMULINALG_AMX", "0")
+        mp.setattr(npb, "gaussian_moduli", False)
         yield
 
 
