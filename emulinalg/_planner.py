@@ -35,6 +35,7 @@ from ._precision import (
     OzakiI,
     OzakiII,
 )
+from ._stages import stages
 from .algorithm import refit
 from .algorithm.certificate import Target, native_weight
 from .algorithm.moduli import MAX_MODULI, MIN_MODULI, crt_constants
@@ -91,6 +92,13 @@ def likely_faster(
         # one modulus of margin: the certificate often asks one more than the fewest, and a
         # verdict the statistics turn round costs their time on top of the native product
         guess = OzakiII(moduli=guess.moduli + 1, mode=guess.mode)
+    if isinstance(guess, OzakiII) and dtype_name.startswith("complex") and (
+        backend is not None and stages(backend).gaussian_moduli
+    ):  # the Gaussian moduli holding as many bits (two GEMMs per modulus)
+        L = crt_constants(guess.moduli).L
+        g = next((g for g in range(guess.moduli, MAX_MODULI + 1)
+                  if crt_constants(g, True).L >= L), MAX_MODULI)  # fmt: skip
+        guess = OzakiII(moduli=g, mode=guess.mode, gaussian=True)
     return faster(backend_name, guess, dtype_name, m, n, k, batch)
 
 

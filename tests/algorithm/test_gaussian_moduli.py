@@ -190,3 +190,29 @@ def test_explicit_gaussian_scheme(numpy_backend):
     assert _parse_scheme(str(OzakiII(12, "fast", True))) == OzakiII(12, "fast", True)
     for text in ("OzakiII(16, gaussian)", "OzakiII(moduli=16, gaussian=true)"):  # the bench's
         assert parse_method(text).precision == OzakiII(16, gaussian=True)
+
+
+def test_cost_and_performant_guess_count_the_gaussian_moduli(monkeypatch):
+    """The cost model charges the Gaussian moduli two GEMMs each (3M: three), and the
+    performant verdict's guess for a complex product on a backend with ``gaussian_moduli`` is
+    the Gaussian count holding the bits of the moduli's guess."""
+    from emulinalg import _cost, _planner
+    from emulinalg._precision import parse
+
+    model = _cost.CostModel(native_flops={"complex128": 1e12}, int_gemm_ops=8e12,
+                            entry_seconds=0.0)  # fmt: skip
+    N = 4096
+    t3m = model.emulated_seconds(OzakiII(16), "complex128", N, N, N)
+    tg = model.emulated_seconds(OzakiII(16, gaussian=True), "complex128", N, N, N)
+    assert tg / t3m == pytest.approx((2 * 16 + 1) / (3 * 16 + 1))
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name: model)
+    args = (npb, "numpy", parse("float64"), "ozaki2", "complex128", N, N, N)
+
+    def guessed(gaussian):
+        monkeypatch.setattr(npb, "gaussian_moduli", gaussian)
+        why = _planner.likely_faster(*args)[1]
+        assert ("gaussian)" in why) == gaussian, why
+        return int(why.split("OzakiII(moduli=")[1].split(",")[0])
+
+    n, g = guessed(False), guessed(True)
+    assert crt_constants(g, True).L >= crt_constants(n).L > crt_constants(g - 1, True).L
