@@ -795,6 +795,10 @@ def _choose(
 
     count, beyond, patch = certify(level)
     any_beyond = beyond is not None and bool(xp.any(beyond))
+    if gaussian and any_beyond:  # the moduli's 20 hold more bits than the Gaussian 20: 3M
+        gaussian = False
+        count, beyond, patch = certify(level)
+        any_beyond = beyond is not None and bool(xp.any(beyond))
     own_beyond = None
     if _planner.needs_own_level(level, real_name, any_beyond):
         own_beyond = certify(level_for_dtype(real_name))[1]
@@ -807,8 +811,7 @@ def _choose(
     scheme = None
     if settled.count is not None:
         scheme = (
-            # the most accurate configuration (not certified): the moduli's 20 hold more bits
-            OzakiII(moduli=settled.count, mode="accurate", gaussian=gaussian and settled.certified)
+            OzakiII(moduli=settled.count, mode="accurate", gaussian=gaussian)
             if family == "ozaki2"
             else OzakiI(slices=settled.count)
         )

@@ -88,17 +88,17 @@ def likely_faster(
     target = target_for(level, ck, backend, outputs, dtype_name.startswith("complex"))
     weight = target.weight if target.guarantee == "native" else None
     guess = _cost.likely_count(fam, level.bits, ck, weight)
-    if isinstance(guess, OzakiII) and guess.moduli < MAX_MODULI:
-        # one modulus of margin: the certificate often asks one more than the fewest, and a
-        # verdict the statistics turn round costs their time on top of the native product
-        guess = OzakiII(moduli=guess.moduli + 1, mode=guess.mode)
     if isinstance(guess, OzakiII) and dtype_name.startswith("complex") and (
         backend is not None and stages(backend).gaussian_moduli
-    ):  # the Gaussian moduli holding as many bits (two GEMMs per modulus)
+    ):  # the fewest Gaussian moduli holding as many bits (two GEMMs per modulus)
         L = crt_constants(guess.moduli).L
         g = next((g for g in range(guess.moduli, MAX_MODULI + 1)
                   if crt_constants(g, True).L >= L), MAX_MODULI)  # fmt: skip
         guess = OzakiII(moduli=g, mode=guess.mode, gaussian=True)
+    if isinstance(guess, OzakiII) and guess.moduli < MAX_MODULI:
+        # one modulus of margin: the certificate often asks one more than the fewest, and a
+        # verdict the statistics turn round costs their time on top of the native product
+        guess = OzakiII(moduli=guess.moduli + 1, mode=guess.mode, gaussian=guess.gaussian)
     return faster(backend_name, guess, dtype_name, m, n, k, batch)
 
 

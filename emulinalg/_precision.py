@@ -113,8 +113,11 @@ class OzakiII:
             raise ValueError(
                 f"OzakiII mode must be 'accurate' or 'fast', got {self.mode!r}; {ACCEPTED}"
             )
-        if not isinstance(self.gaussian, bool):
-            raise TypeError(f"OzakiII gaussian must be a bool, got {self.gaussian!r}")
+        g = self.gaussian
+        if type(g).__module__ == "numpy" and type(g).__name__ in ("bool", "bool_"):
+            object.__setattr__(self, "gaussian", bool(g))  # a numpy bool scalar
+        elif not isinstance(g, bool):
+            raise TypeError(f"OzakiII gaussian must be a bool, got {g!r}")
 
     @property
     def gemms(self) -> int:

@@ -187,6 +187,7 @@ def test_explicit_gaussian_scheme(numpy_backend):
     assert plan.scheme == "OzakiII(moduli=16, mode=accurate)" and plan.gemms == 17
     with pytest.raises(TypeError, match="gaussian"):
         OzakiII(16, gaussian=1)
+    assert OzakiII(16, gaussian=np.True_) == OzakiII(16, gaussian=True)
     assert _parse_scheme(str(OzakiII(12, "fast", True))) == OzakiII(12, "fast", True)
     for text in ("OzakiII(16, gaussian)", "OzakiII(moduli=16, gaussian=true)"):  # the bench's
         assert parse_method(text).precision == OzakiII(16, gaussian=True)
@@ -214,5 +215,27 @@ def test_cost_and_performant_guess_count_the_gaussian_moduli(monkeypatch):
         assert ("gaussian)" in why) == gaussian, why
         return int(why.split("OzakiII(moduli=")[1].split(",")[0])
 
-    n, g = guessed(False), guessed(True)
-    assert crt_constants(g, True).L >= crt_constants(n).L > crt_constants(g - 1, True).L
+    n, g = guessed(False), guessed(True)  # each the fewest of its family and one of margin
+    assert crt_constants(g - 1, True).L >= crt_constants(n - 1).L > crt_constants(g - 2, True).L
+
+
+def test_entries_beyond_the_gaussian_moduli_take_the_moduli(numpy_backend):
+    """Entries whose exponents spread over 2**+-20 within rows and columns: the Gaussian
+    moduli's 20 (70 bits of L) leave some beyond every count, the moduli's (76.7) do not, so
+    the level certifies with the moduli (3M) instead of taking those entries natively; its
+    bits reach native's per part."""
+    rng = np.random.default_rng(1)
+    m, k, n, s = 96, 128, 96, 20
+
+    def spread(shape):
+        x = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+        return x * 2.0 ** rng.uniform(-s, s, shape)
+
+    a, b = spread((m, k)), spread((k, n))
+    with emulinalg.config(strategy="eager"):
+        c, plan = emulinalg.matmul(a, b, explain=True)
+    assert plan.native_entries == 0 and "gaussian" not in plan.scheme, str(plan)
+    ref = exact_matmul(a, b)
+    got, nat = accuracy(c, a, b, ref), accuracy(a @ b, a, b, ref)
+    for key in ("bits_maxrel", "bits_cw", "bits_cw_re", "bits_cw_im"):
+        assert got[key] >= nat[key], (key, got[key], nat[key])
