@@ -109,8 +109,9 @@ class CostModel:
         fitted_stats = not math.isinf(self.stats_flops) or self.stats_entry_seconds > 0
         if isinstance(scheme, OzakiII):
             count = scheme.moduli
-            per = (2 if scheme.gaussian else 3) if cplx else 1  # 3M, or the Gaussian moduli's 2
-            gemms = count * per + (scheme.mode == "accurate" and not fitted_stats)
+            gemms = count * scheme.gemms_per_modulus(cplx) + (
+                scheme.mode == "accurate" and not fitted_stats
+            )
         else:
             count = scheme.slices
             gemms = scheme.gemms * (4 if cplx else 1)
@@ -524,8 +525,7 @@ def calibrate(
         cplx = r["dtype"].startswith("complex")
         m, n, k, b = r["m"], r["n"], r["k"], r.get("batch", 1)
         if isinstance(scheme, OzakiII):
-            per = (2 if scheme.gaussian else 3) if cplx else 1
-            count, gemms = scheme.moduli, scheme.moduli * per
+            count, gemms = scheme.moduli, scheme.moduli * scheme.gemms_per_modulus(cplx)
         else:
             count, gemms = scheme.slices, scheme.gemms * (4 if cplx else 1)
         ops += gemms * 2 * m * n * k * b

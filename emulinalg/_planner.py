@@ -246,8 +246,7 @@ def gemm_count(scheme, complex_):
     if isinstance(scheme, (BF16x3, BF16xN)):
         return scheme.gemms * (4 if complex_ else 1)
     if isinstance(scheme, OzakiII):
-        per = (2 if scheme.gaussian else 3) if complex_ else 1
-        return scheme.moduli * per + (scheme.mode == "accurate")
+        return scheme.moduli * scheme.gemms_per_modulus(complex_) + (scheme.mode == "accurate")
     return scheme.gemms * (4 if complex_ else 1)
 
 

@@ -124,6 +124,11 @@ class OzakiII:
         """INT8 GEMMs per real product: one per modulus, plus the accurate-mode bound GEMM."""
         return self.moduli + (self.mode == "accurate")
 
+    def gemms_per_modulus(self, complex_: bool) -> int:
+        """INT8 GEMMs per modulus: one for real products, 3M's three for complex ones, two with
+        the Gaussian moduli."""
+        return (2 if self.gaussian else 3) if complex_ else 1
+
     def __str__(self) -> str:
         g = ", gaussian" if self.gaussian else ""
         return f"OzakiII(moduli={self.moduli}, mode={self.mode}{g})"

@@ -48,7 +48,7 @@ def parts_of_uv(xp, U, V, m, inv):
     ``inv`` = (1/2, 1/(2 iota)) mod m (< 241), from the integer-valued products U, V of k
     residue products each (|U|, |V| <= k 120**2): the float64 sums and multiples are exact for
     k below 2**53 / (2 120**2 241), about 1.3e9."""
-    U, V = xp.astype(U, xp.float64), xp.astype(V, xp.float64)
+    U, V = xp.astype(U, xp.float64, copy=False), xp.astype(V, xp.float64, copy=False)
     return symmetric_mod(xp, (U + V) * inv[0], m), symmetric_mod(xp, (U - V) * inv[1], m)
 
 
