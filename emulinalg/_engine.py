@@ -671,8 +671,9 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     backend = stages(backend)
     fused = backend.ozaki2_product
     gaussian = isinstance(scheme, OzakiII) and scheme.gaussian and ai is not None
-    if gaussian:  # the backends' own products take the moduli: the generic product
+    if gaussian and not backend.gaussian_moduli:  # its own product takes the moduli: generic
         fused = None
+    extra = {"gaussian": True} if gaussian else {}  # (the hooks of other backends lack it)
     if not (isinstance(scheme, OzakiII) and fused is not None):
         ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators
@@ -686,10 +687,10 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
             prescale = ozaki2_prescale(xp, imm, ar, ai, br, bi, scheme.mode, sides)
     if isinstance(scheme, OzakiII) and fused is not None:
         # The backend's kernels bound their own memory: B's residues are made once.
-        res = fused(ar, ai, br, bi, scheme.moduli, scheme.mode, out_dtype, prescale)
+        res = fused(ar, ai, br, bi, scheme.moduli, scheme.mode, out_dtype, prescale, **extra)
         if res is not None:
             size = backend.product_workspace
-            ws = None if size is None else size(ar, ai, br, bi, scheme.moduli)
+            ws = None if size is None else size(ar, ai, br, bi, scheme.moduli, **extra)
             return (tuple(x for part in res for x in part) if out_dtype == "dd" else res), m, ws
     ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)  # the generic loop's
     rows = block_rows(backend, ar, ai, br, out_dtype)

@@ -30,3 +30,16 @@ template <int M>
 __device__ __forceinline__ int symmetric(int u) {
   return u > (M - 1) / 2 ? u - M : u;
 }
+
+// Modulus l of the moduli (kModuli) or, GAUSS, of the Gaussian moduli (complex products: planes
+// u = re + iota im and v = re - iota im, products U and V, Re = (U + V) / 2 and
+// Im = (U - V) / (2 iota) mod m); the inverses as residues in [0, m): 1/2 = (m + 1) / 2 (m odd)
+// and 1/(2 iota) = -iota / 2 (iota**2 = -1).
+template <bool GAUSS>
+__host__ __device__ constexpr int modulus_of(int l) {
+  return GAUSS ? kGaussianModuli[l] : kModuli[l];
+}
+__host__ __device__ constexpr int gaussian_inv2(int l) { return (kGaussianModuli[l] + 1) / 2; }
+__host__ __device__ constexpr int gaussian_inv2iota(int l) {
+  return (kGaussianModuli[l] - kGaussianIota[l]) * gaussian_inv2(l) % kGaussianModuli[l];
+}

@@ -3,7 +3,9 @@
 //
 // Same arithmetic as emulinalg.algorithm's products.product, crt.reconstruct and
 // rounding.unscale, so the output is bit-identical to the numpy reference:
-//   W_l = symmetric(T_l mod m_l)             (3M: Re = T1 - T2, Im = T3 - T1 - T2, mod m_l)
+//   W_l = symmetric(T_l mod m_l)             (3M: Re = T1 - T2, Im = T3 - T1 - T2, mod m_l;
+//                                             Gaussian moduli: Re = (U + V)/2,
+//                                             Im = (U - V)/(2 iota), mod m_l)
 //   X   = sum_l W_l * weight_l               exact, in NW int64 accumulators of 32-bit digits
 //   q   = rint(sum_l W_l * ratio_l)          float64, in order, no FMA (as numpy does)
 //   Y   = X - q P                            exact; |Y| <= P/4 makes q the exact quotient
@@ -13,9 +15,9 @@
 // The weights and P are balanced int32 digits (|d| < 2**31), so each term W_l * d is one
 // mul.wide.s32 and the int64 sums stay below 2**45: no carries until the end.
 //
-// Layout: prod holds (nkb, P, NMOD, B, mc, n_p) INT32 (K-blocks, 3M products T1/T2/T3 or the
-// real product, moduli, batch, rows of this chunk, padded columns); entry (b, i, j) of the chunk
-// is output row r0 + i of batch b. mu is (B, m_full), nu is (B, n), the outputs (B, m_full, n).
+// Layout: prod holds (nkb, P, NMOD, B, mc, n_p) INT32 (K-blocks, 3M products T1/T2/T3, the
+// Gaussian moduli's U/V (GAUSS) or the real product, moduli, batch, rows of this chunk, padded
+// columns); entry (b, i, j) of the chunk is output row r0 + i of batch b. mu is (B, m_full), nu is (B, n), the outputs (B, m_full, n).
 #include "ozaki2_common.cuh"
 
 // Filled by the backend for this module's number of moduli (emulinalg/backends/cuda/__init__.py:
@@ -184,21 +186,24 @@ __device__ __forceinline__ void finish(long long (&acc)[NW], double qf, int off,
 // one load latency per modulus. Real: all moduli at once; complex: 6 (registers).
 template <int NMOD, bool CPLX>
 constexpr int kGroup = CPLX ? 6 : NMOD;
+// Products per modulus: real 1, 3M 3, the Gaussian moduli's 2.
+template <bool CPLX, bool GAUSS>
+constexpr int kProducts = CPLX ? (GAUSS ? 2 : 3) : 1;
 
 // Adds the terms of moduli L..LEND-1: W_l * weight_l to the words, W_l * ratio_l to the
 // quotient estimate. raw[p * G + (L - L0)]: product p of modulus L (first K-block), loaded by
 // accumulate_group; src points at this entry in the first plane of the first K-block (further
 // K-blocks are read here, when KB: nkb > 1).
-template <int L, int LEND, int L0, int G, int NMOD, int NW, bool CPLX, bool KB>
-__device__ __forceinline__ void accumulate(const int (&raw)[(CPLX ? 3 : 1) * G],
+template <int L, int LEND, int L0, int G, int NMOD, int NW, bool CPLX, bool GAUSS, bool KB>
+__device__ __forceinline__ void accumulate(const int (&raw)[kProducts<CPLX, GAUSS> * G],
                                            const int* __restrict__ src, long long plane,
                                            long long kb_stride, int nkb,
                                            long long (&acc)[CPLX ? 2 : 1][NW],
                                            double (&qf)[CPLX ? 2 : 1]) {
   if constexpr (L < LEND) {
-    constexpr int m = kModuli[L];
+    constexpr int m = modulus_of<GAUSS>(L);
     constexpr int NP = CPLX ? 2 : 1;  // output parts
-    constexpr int NT = CPLX ? 3 : 1;  // products per modulus
+    constexpr int NT = kProducts<CPLX, GAUSS>;
     int u[NT];
 #pragma unroll
     for (int p = 0; p < NT; ++p) {
@@ -212,7 +217,10 @@ __device__ __forceinline__ void accumulate(const int (&raw)[(CPLX ? 3 : 1) * G],
       }
     }
     int w[NP];
-    if constexpr (CPLX) {
+    if constexpr (GAUSS) {  // u in [0, m): sums below 2**17
+      w[0] = symmetric<m>((u[0] + u[1]) * gaussian_inv2(L) % m);
+      w[1] = symmetric<m>((u[0] - u[1] + m) * gaussian_inv2iota(L) % m);
+    } else if constexpr (CPLX) {
       int re = u[0] - u[1];  // T1 - T2
       re += re < 0 ? m : 0;
       int im = u[2] - u[0] - u[1] + 2 * m;  // T3 - T1 - T2, in [2, 3m)
@@ -231,19 +239,20 @@ __device__ __forceinline__ void accumulate(const int (&raw)[(CPLX ? 3 : 1) * G],
       // numpy's quotient + w * ratio: two roundings, never fused into an FMA
       qf[p] = __dadd_rn(qf[p], __dmul_rn(static_cast<double>(w[p]), emu_ratio[L]));
     }
-    accumulate<L + 1, LEND, L0, G, NMOD, NW, CPLX, KB>(raw, src, plane, kb_stride, nkb, acc, qf);
+    accumulate<L + 1, LEND, L0, G, NMOD, NW, CPLX, GAUSS, KB>(raw, src, plane, kb_stride, nkb, acc,
+                                                            qf);
   }
 }
 
 // Moduli L0..NMOD-1 in groups of G: one burst of loads, then the group's terms (in modulus
 // order, as before: the same operations in the same order).
-template <int L0, int G, int NMOD, int NW, bool CPLX, bool KB>
+template <int L0, int G, int NMOD, int NW, bool CPLX, bool GAUSS, bool KB>
 __device__ __forceinline__ void accumulate_group(const int* __restrict__ src, long long plane,
                                                  long long kb_stride, int nkb,
                                                  long long (&acc)[CPLX ? 2 : 1][NW],
                                                  double (&qf)[CPLX ? 2 : 1]) {
   if constexpr (L0 < NMOD) {
-    constexpr int NT = CPLX ? 3 : 1;
+    constexpr int NT = kProducts<CPLX, GAUSS>;
     constexpr int LEND = L0 + G < NMOD ? L0 + G : NMOD;
     int raw[NT * G];
 #pragma unroll
@@ -251,14 +260,16 @@ __device__ __forceinline__ void accumulate_group(const int* __restrict__ src, lo
 #pragma unroll
       for (int g = 0; g < LEND - L0; ++g) raw[p * G + g] = __ldg(src + (p * NMOD + L0 + g) * plane);
     }
-    accumulate<L0, LEND, L0, G, NMOD, NW, CPLX, KB>(raw, src, plane, kb_stride, nkb, acc, qf);
-    accumulate_group<LEND, G, NMOD, NW, CPLX, KB>(src, plane, kb_stride, nkb, acc, qf);
+    accumulate<L0, LEND, L0, G, NMOD, NW, CPLX, GAUSS, KB>(raw, src, plane, kb_stride, nkb, acc,
+                                                         qf);
+    accumulate_group<LEND, G, NMOD, NW, CPLX, GAUSS, KB>(src, plane, kb_stride, nkb, acc, qf);
   }
 }
 
 }  // namespace
 
-template <int NMOD, int NW, bool CPLX>
+// GAUSS (complex): the products are the Gaussian moduli's U and V, and the tables theirs.
+template <int NMOD, int NW, bool CPLX, bool GAUSS = false>
 __global__ void __launch_bounds__(256)
     ozaki2_crt(const int* __restrict__ prod, long long kb_stride, int nkb, long long plane, int B,
                int mc, int n, int n_p, int m_full, int r0, const int* __restrict__ mu,
@@ -284,9 +295,11 @@ __global__ void __launch_bounds__(256)
       }
       constexpr int G = kGroup<NMOD, CPLX>;
       if (nkb == 1)  // the usual case, without the K-block loops
-        accumulate_group<0, G, NMOD, NW, CPLX, false>(prod + at, plane, kb_stride, nkb, acc, qf);
+        accumulate_group<0, G, NMOD, NW, CPLX, GAUSS && CPLX, false>(prod + at, plane, kb_stride,
+                                                                     nkb, acc, qf);
       else
-        accumulate_group<0, G, NMOD, NW, CPLX, true>(prod + at, plane, kb_stride, nkb, acc, qf);
+        accumulate_group<0, G, NMOD, NW, CPLX, GAUSS && CPLX, true>(prod + at, plane, kb_stride,
+                                                                    nkb, acc, qf);
       const long long idx = orow * n + j;
       finish<NW>(acc[0], qf[0], off, kind, out0, out1, idx);
       if constexpr (CPLX) finish<NW>(acc[1], qf[1], off, kind, out2, out3, idx);
@@ -303,4 +316,8 @@ __global__ void __launch_bounds__(256)
 EMU_CRT_INSTANCE(18, 5, false)
 EMU_CRT_INSTANCE(20, 5, true)
 EMU_CRT_INSTANCE(8, 3, false)
+template __global__ void ozaki2_crt<16, 4, true, true>(const int*, long long, int, long long, int,
+                                                       int, int, int, int, int, const int*,
+                                                       const int*, int, void*, void*, void*,
+                                                       void*);
 #endif

@@ -17,7 +17,8 @@
 //     and finish() instead, entry by entry (crt_s8_exact: the previous kernel's code).
 //   - Four columns per thread (kCols): one 32-bit load per plane, vector stores.
 //
-// Layout: res holds (NP, NMOD, B, mc, ldr) int8 (the real product, Re and Im, or the 3M products;
+// Layout: res holds (NP, NMOD, B, mc, ldr) int8 (the real product, Re and Im, the 3M products,
+// or with GAUSS the Gaussian moduli's U and V, NP = 2;
 // moduli; batch; rows of this chunk; columns, ldr >= n apart); entry (b, i, j) of the chunk is
 // output row r0 + i of batch b. mu is (B, m_full), nu is (B, n), the outputs (B, m_full, n).
 // Any ldr and alignment work, but only ldr % kCols == 0 with a kCols-byte aligned res (the
@@ -92,18 +93,44 @@ __device__ __forceinline__ void accumulate_s8_3m(const signed char* __restrict__
   }
 }
 
-// One entry, written by finish(): part p (NP = 3: both parts) of the entry at src in part 0's
-// first plane.
-template <int NMOD, int NW, int NP>
+// The Gaussian moduli's residues U, V (planes L, NMOD + L from src) of moduli L..NMOD-1 into
+// Re = (U + V) / 2 and Im = (U - V) / (2 iota), mod m_l, as ozaki2_crt.cu's accumulate.
+template <int L, int NMOD, int NW>
+__device__ __forceinline__ void accumulate_s8_uv(const signed char* __restrict__ src,
+                                                 long long plane, long long (&acc)[2][NW],
+                                                 double (&qf)[2]) {
+  if constexpr (L < NMOD) {
+    constexpr int m = kGaussianModuli[L];
+    const int u0 = mod_pos<m>(__ldg(src + L * plane));
+    const int u1 = mod_pos<m>(__ldg(src + (NMOD + L) * plane));
+    const int w[2] = {symmetric<m>((u0 + u1) * gaussian_inv2(L) % m),
+                      symmetric<m>((u0 - u1 + m) * gaussian_inv2iota(L) % m)};
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+#pragma unroll
+      for (int i = 0; i < NW; ++i)
+        acc[p][i] = mad_wide(acc[p][i], w[p], emu_wdig[L * kDigitStride + i]);
+      qf[p] = __dadd_rn(qf[p], __dmul_rn(static_cast<double>(w[p]), emu_ratio[L]));
+    }
+    accumulate_s8_uv<L + 1, NMOD, NW>(src, plane, acc, qf);
+  }
+}
+
+// One entry, written by finish(): part p (NP = 3 or GAUSS: both parts) of the entry at src in
+// part 0's first plane.
+template <int NMOD, int NW, int NP, bool GAUSS>
 __device__ __forceinline__ void crt_s8_exact(const signed char* __restrict__ src, long long plane,
                                              int p, int off, int kind, void* out0, void* out1,
                                              void* out2, void* out3, long long idx) {
-  if constexpr (NP == 3) {
+  if constexpr (NP == 3 || GAUSS) {
     long long acc[2][NW];
     double qf[2] = {0.0, 0.0};
 #pragma unroll
     for (int i = 0; i < NW; ++i) acc[0][i] = acc[1][i] = 0;
-    accumulate_s8_3m<0, NMOD, NW>(src, plane, acc, qf);
+    if constexpr (GAUSS)
+      accumulate_s8_uv<0, NMOD, NW>(src, plane, acc, qf);
+    else
+      accumulate_s8_3m<0, NMOD, NW>(src, plane, acc, qf);
     finish<NW>(acc[0], qf[0], off, kind, out0, out1, idx);
     finish<NW>(acc[1], qf[1], off, kind, out2, out3, idx);
   } else {
@@ -192,11 +219,51 @@ __host__ __device__ constexpr bool sym_mul_exact() {
 // symmetric(x mod M) for |x| <= 383 (differences of int8 residues), without a division.
 template <int M>
 __device__ __forceinline__ int symmetric_small(int x) {
-  static_assert(M / 2 + 2 * M >= 383 && 383 + M / 2 + 2 * M < 1024 && sym_mul_exact<M>(),
+  constexpr int K = (383 - M / 2 + M - 1) / M;  // x + M/2 + K M >= 0
+  static_assert(383 + M / 2 + K * M < 1024 && sym_mul_exact<M>(),
                 "symmetric_small: modulus out of range");
-  const unsigned u = static_cast<unsigned>(x + M / 2 + 2 * M);  // in [0, 1024)
-  const int k = static_cast<int>(__umulhi(u, kSymMul<M>));     // floor((x + M/2) / M) + 2
-  return x + 2 * M - k * M;
+  const unsigned u = static_cast<unsigned>(x + M / 2 + K * M);  // in [0, 1024)
+  const int k = static_cast<int>(__umulhi(u, kSymMul<M>));     // floor((x + M/2) / M) + K
+  return x + K * M - k * M;
+}
+
+// symmetric(x mod M) for |x| < 2**15, without a division: floor(u / M) = __umulhi(u,
+// kSymMul<M>) for every u < 2**24 (kSymMul<M> M = 2**32 + e with e < M, so u kSymMul<M> / 2**32
+// exceeds u / M by u e / (M 2**32) < 1 / M).
+template <int M>
+__device__ __forceinline__ int symmetric_mid(int x) {
+  constexpr int K = ((1 << 15) + M - 1) / M;                   // K M >= 2**15
+  const unsigned u = static_cast<unsigned>(x + M / 2 + K * M);  // in (0, 2**17)
+  const int k = static_cast<int>(__umulhi(u, kSymMul<M>));     // floor((x + M/2) / M) + K
+  return x + K * M - k * M;
+}
+
+// The Gaussian moduli: U's and V's residue words of modulus L (planes L, NMOD + L from src) into
+// the Re and Im terms, as accumulate_s8_uv (the same symmetric residues from any int8 residues):
+// Re = (U + V) / 2, halving an even representative; Im = symmetric(U - V) c with c the
+// symmetric residue of 1 / (2 iota) (|product| <= 128 * 120).
+template <int L, int NMOD, int KW>
+__device__ __forceinline__ void accumulate_f64_uv(const signed char* __restrict__ src,
+                                                  long long plane, double (&acc)[2][kCols][KW],
+                                                  double (&qf)[2][kCols]) {
+  if constexpr (L < NMOD) {
+    constexpr int m = kGaussianModuli[L];
+    constexpr int c = gaussian_inv2iota(L) > (m - 1) / 2 ? gaussian_inv2iota(L) - m
+                                                         : gaussian_inv2iota(L);
+    unsigned raw[2][kWords];
+#pragma unroll
+    for (int p = 0; p < 2; ++p) load_words(src + (p * NMOD + L) * plane, raw[p]);
+#pragma unroll
+    for (int t = 0; t < kCols; ++t) {
+      const int w1 = sbyte(raw[0][t / 4], t % 4), w2 = sbyte(raw[1][t / 4], t % 4);
+      const int s = w1 + w2;  // in [-256, 254]; m odd: s + m is even where s is odd
+      add_term<KW>(L, static_cast<double>(symmetric_small<m>((s + (s & 1) * m) >> 1)), acc[0][t],
+                   qf[0][t]);
+      add_term<KW>(L, static_cast<double>(symmetric_mid<m>(symmetric_small<m>(w1 - w2) * c)),
+                   acc[1][t], qf[1][t]);
+    }
+    accumulate_f64_uv<L + 1, NMOD, KW>(src, plane, acc, qf);
+  }
 }
 
 // 3M: the three products' residue words of modulus L (planes L, NMOD + L, 2 NMOD + L from src)
@@ -354,16 +421,19 @@ __device__ __forceinline__ unsigned finish_fast(const double (&acc)[kCols][KW],
 }
 
 // kCols entries of every part by the float64 path; returns the mask of entries (bit
-// p * kCols + t; NP = 3: t, both parts) left to the integer path.
-template <int NMOD, int NW, int NP, bool F32>
+// p * kCols + t; NP = 3 or GAUSS: t, both parts) left to the integer path.
+template <int NMOD, int NW, int NP, bool GAUSS, bool F32>
 __device__ __forceinline__ unsigned crt_s8_fast(const signed char* __restrict__ src,
                                                 long long plane, const int (&off)[kCols],
                                                 unsigned valid,
                                                 void* out0, void* out2, long long idx0) {
   constexpr int KW = kCrtF64Words[NMOD];
-  if constexpr (NP == 3) {
+  if constexpr (NP == 3 || GAUSS) {
     double acc[2][kCols][KW], qf[2][kCols];
-    accumulate_f64_3m<0, NMOD, KW>(src, plane, acc, qf);
+    if constexpr (GAUSS)
+      accumulate_f64_uv<0, NMOD, KW>(src, plane, acc, qf);
+    else
+      accumulate_f64_3m<0, NMOD, KW>(src, plane, acc, qf);
     const unsigned s0 = finish_fast<NW, KW, F32>(acc[0], qf[0], off, valid, out0, idx0);
     const unsigned s1 = finish_fast<NW, KW, F32>(acc[1], qf[1], off, valid, out2, idx0);
     return s0 | s1;
@@ -388,18 +458,19 @@ __device__ __forceinline__ unsigned crt_s8_fast(const signed char* __restrict__ 
 // Blocks of 256 threads per SM the register count must allow: 64 registers for four real
 // columns of up to three digits, 80 with four, 128 for 3M's two parts (a macro for
 // tools/device/crt_bench.py's variants).
-template <int NMOD, int NP>
+template <int NMOD, int NP, bool GAUSS>
 #ifdef EMU_CRT_S8_MIN_BLOCKS
 constexpr int kMinBlocks = EMU_CRT_S8_MIN_BLOCKS;
 #else
-constexpr int kMinBlocks = NP == 3 || kCols == 8 ? 2 : kCrtF64Words[NMOD] <= 3 ? 4 : 3;
+constexpr int kMinBlocks = NP == 3 || GAUSS || kCols == 8 ? 2 : kCrtF64Words[NMOD] <= 3 ? 4 : 3;
 #endif
 
-// NP: the planes' parts, 1 (real), 2 (Re and Im residues) or 3 (the 3M products T1, T2, T3,
-// combined here into the two output parts). Each thread takes kCols consecutive columns
+// NP: the planes' parts, 1 (real), 2 (Re and Im residues; with GAUSS the Gaussian moduli's U
+// and V, combined here into the two output parts, with their tables) or 3 (the 3M products T1,
+// T2, T3, combined here). Each thread takes kCols consecutive columns
 // (emulinalg/backends/cuda/fused.py sizes the grid; any grid gives the same result).
-template <int NMOD, int NW, int NP>
-__global__ void __launch_bounds__(256, kMinBlocks<NMOD, NP>)
+template <int NMOD, int NW, int NP, bool GAUSS = false>
+__global__ void __launch_bounds__(256, kMinBlocks<NMOD, NP, GAUSS>)
     ozaki2_crt_s8(const signed char* __restrict__ res, long long plane, int B, int mc, int n,
                   int ldr, int m_full, int r0, const int* __restrict__ mu,
                   const int* __restrict__ nu, int kind, void* out0, void* out1, void* out2,
@@ -422,20 +493,21 @@ __global__ void __launch_bounds__(256, kMinBlocks<NMOD, NP>)
         off[t] = t < cnt ? -(mui + nu[static_cast<long long>(b) * n + j0 + t]) : 0;
       const signed char* src = res + row * ldr + j0;
       const long long idx0 = orow * n + j0;
-      unsigned slow;  // entries for the integer path (bit p * kCols + t; NP = 3: t)
+      constexpr bool kGauss = GAUSS && NP == 2;
+      unsigned slow;  // entries for the integer path (bit p * kCols + t; NP = 3, GAUSS: t)
       if (vec && kind == kFloat64)
-        slow = crt_s8_fast<NMOD, NW, NP, false>(src, plane, off, valid, out0, out2, idx0);
+        slow = crt_s8_fast<NMOD, NW, NP, kGauss, false>(src, plane, off, valid, out0, out2, idx0);
       else if (vec && kind == kFloat32)
-        slow = crt_s8_fast<NMOD, NW, NP, true>(src, plane, off, valid, out0, out2, idx0);
+        slow = crt_s8_fast<NMOD, NW, NP, kGauss, true>(src, plane, off, valid, out0, out2, idx0);
       else  // double-double, or rows not aligned for the word loads: all by the integer path
-        slow = NP == 2 ? valid | valid << kCols : valid;
+        slow = NP == 2 && !kGauss ? valid | valid << kCols : valid;
 #pragma unroll 1
       for (; slow != 0; slow &= slow - 1) {
         const int e = __ffs(static_cast<int>(slow)) - 1, t = e % kCols;
         // off[t] again: indexing off by a run-time t would put it in local memory
         const int o = -(mui + nu[static_cast<long long>(b) * n + j0 + t]);
-        crt_s8_exact<NMOD, NW, NP>(src + t, plane, e / kCols, o, kind, out0, out1, out2, out3,
-                                   idx0 + t);
+        crt_s8_exact<NMOD, NW, NP, kGauss>(src + t, plane, e / kCols, o, kind, out0, out1, out2,
+                                           out3, idx0 + t);
       }
     }
   }
@@ -451,4 +523,8 @@ EMU_CRT_S8_INSTANCE(18, 5, 1)
 EMU_CRT_S8_INSTANCE(20, 5, 2)
 EMU_CRT_S8_INSTANCE(8, 3, 1)
 EMU_CRT_S8_INSTANCE(16, 4, 3)
+template __global__ void ozaki2_crt_s8<16, 4, 2, true>(const signed char*, long long, int, int,
+                                                       int, int, int, int, const int*,
+                                                       const int*, int, void*, void*, void*,
+                                                       void*);
 #endif

@@ -66,18 +66,41 @@ __device__ __forceinline__ unsigned pack4(int a, int b, int c, int d) {
          ((static_cast<unsigned>(c) & 0xffu) << 16) | (static_cast<unsigned>(d) << 24);
 }
 
-// Residues of the 4 entries for moduli L..NMOD-1, one packed word per plane.
-template <int L, int NMOD, bool CPLX>
+// Symmetric residue of a + c b for symmetric residues a, b and |c| < M (the Gaussian planes:
+// |a + c b| < 2**16).
+template <int M>
+__device__ __forceinline__ int residue_lin(int a, int b, int c) {
+  int r = (a + c * b) % M;
+  r += r < 0 ? M : 0;
+  return symmetric<M>(r);
+}
+
+// Residues of the 4 entries for moduli L..NMOD-1, one packed word per plane (GAUSS: the planes
+// u = re + iota im and v = re - iota im).
+template <int L, int NMOD, bool CPLX, bool GAUSS>
 __device__ __forceinline__ void store_residues(const Words (&wr)[4], const Words (&wi)[4],
                                                unsigned* __restrict__ planes, long long plane,
                                                long long at) {
   if constexpr (L < NMOD) {
-    constexpr int m = kModuli[L];
+    constexpr int m = modulus_of<GAUSS>(L);
     int xr[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) xr[j] = residue_of<m>(wr[j]);
-    planes[(L * plane + at) >> 2] = pack4(xr[0], xr[1], xr[2], xr[3]);
-    if constexpr (CPLX) {
+    if constexpr (GAUSS) {
+      constexpr int iota = kGaussianIota[L];
+      int xu[4], xv[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int xi = residue_of<m>(wi[j]);
+        xu[j] = residue_lin<m>(xr[j], xi, iota);
+        xv[j] = residue_lin<m>(xr[j], xi, -iota);
+      }
+      planes[(L * plane + at) >> 2] = pack4(xu[0], xu[1], xu[2], xu[3]);
+      planes[((NMOD + L) * plane + at) >> 2] = pack4(xv[0], xv[1], xv[2], xv[3]);
+    } else {
+      planes[(L * plane + at) >> 2] = pack4(xr[0], xr[1], xr[2], xr[3]);
+    }
+    if constexpr (CPLX && !GAUSS) {
       int xi[4], xs[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -87,13 +110,13 @@ __device__ __forceinline__ void store_residues(const Words (&wr)[4], const Words
       planes[((NMOD + L) * plane + at) >> 2] = pack4(xi[0], xi[1], xi[2], xi[3]);
       planes[((2 * NMOD + L) * plane + at) >> 2] = pack4(xs[0], xs[1], xs[2], xs[3]);
     }
-    store_residues<L + 1, NMOD, CPLX>(wr, wi, planes, plane, at);
+    store_residues<L + 1, NMOD, CPLX, GAUSS>(wr, wi, planes, plane, at);
   }
 }
 
 }  // namespace
 
-template <int NMOD, bool CPLX, bool NEAR, typename In = double>
+template <int NMOD, bool CPLX, bool NEAR, typename In = double, bool GAUSS = false>
 __global__ void __launch_bounds__(kThreads, CPLX ? 2 : 3)
     ozaki2_residues(const In* __restrict__ re, const In* __restrict__ im, long long sb,
                     long long sr, long long sc, int B, int R, int C, int Rpad, int Cp,
@@ -136,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : 3)
         if constexpr (CPLX) wi[j] = element_words<NEAR>(tim[rr][cc + j], tsh[rr]);
       }
       const long long at = (static_cast<long long>(b) * Rpad + r) * Cp + c;  // byte offset
-      store_residues<0, NMOD, CPLX>(wr, wi, planes, plane, at);
+      store_residues<0, NMOD, CPLX, GAUSS && CPLX>(wr, wi, planes, plane, at);
     }
   }
 }
@@ -146,4 +169,5 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : 3)
 OZAKI2_RESIDUES_INSTANCE(ozaki2_residues, 18, false, true);
 OZAKI2_RESIDUES_INSTANCE(ozaki2_residues, 20, true, true);
 OZAKI2_RESIDUES_INSTANCE(ozaki2_residues, 18, false, false);
+OZAKI2_RESIDUES_GAUSS_INSTANCE(ozaki2_residues, 16, true);
 #endif

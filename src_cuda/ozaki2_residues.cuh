@@ -10,7 +10,8 @@
 // Rpad, Cp) of int8, row-major with Cp (a multiple of 16) as the leading dimension: A's planes are
 // A' itself, B's are B'^T, which is cuBLAS's "TN" INT8 GEMM. Rows >= R and columns >= C are written
 // as zeros, so the planes need no memset. Complex operands (CPLX) get P = 3 plane sets: re, im and
-// re + im (mod m) for the 3M products.
+// re + im (mod m) for the 3M products, or with GAUSS (complex, the Gaussian moduli
+// kGaussianModuli) P = 2: u = re + iota im and v = re - iota im (mod m).
 //
 // |X| <= 2**82 (the scaling keeps max|x| * 2**(shift - s) < 2**6 and shift - s <= floor(L) <= 76,
 // see scaling.ozaki2_shifts). Both kernels reduce sign(x) (|X| mod 2**96) for any entry, which is
@@ -27,6 +28,10 @@
   template __global__ void K<NMOD, CPLX, NEAR>(const double*, const double*, long long,        \
                                                long long, long long, int, int, int, int, int, \
                                                int, const int*, long long, unsigned*)
+#define OZAKI2_RESIDUES_GAUSS_INSTANCE(K, NMOD, NEAR)                                          \
+  template __global__ void K<NMOD, true, NEAR, double, true>(                                 \
+      const double*, const double*, long long, long long, long long, int, int, int, int, int, \
+      int, const int*, long long, unsigned*)
 #endif
 
 // |X| = hi 2**64 + lo (hi mod 2**32: |X| mod 2**96), X = x * 2**shift rounded to nearest, ties

@@ -22,6 +22,10 @@
 // s_re + s_im the same way (|s| < 2**20). tests/kernels/test_gpu_kernel_model_products.py checks
 // the reduction for every s in range and every modulus.
 //
+// Gaussian moduli (GAUSS, complex): the planes u = re + iota im and v = re - iota im. The im
+// sum reduces to its residue r (odd m: |r| <= 120, the low byte sign-extended), and
+// s_re +- iota r (|iota r| < 2**15, so |s| < 2**20) reduce as the 3M plane does.
+//
 // Work. Each block walks every gridDim.x-th tile of 16 rows x 64 columns (as many blocks as fit
 // on the device at once), loading the next tile's doubles into registers while it works on the
 // current one. Each thread turns 4 entries into their 16 digit bytes (one 16-byte slot in shared
@@ -49,11 +53,12 @@ constexpr unsigned kMagicBits = 0x4B400000u;  // 1.5 * 2**23
 constexpr float kMagic = 12582912.0f;
 
 // Per modulus: the 16 digit weights as int8, 4 per word (a row of the MMA's A operand), rn(1/m)
-// (0 for 256) and m.
+// (0 for 256), m and (Gaussian moduli) iota.
 struct ModulusConsts {
   unsigned w[4];
   float inv;
   int m;
+  int iota;
 };
 struct ModulusTable {
   ModulusConsts c[kMaxModuli];
@@ -63,10 +68,10 @@ constexpr int symmetric_rep(unsigned u, unsigned m) {
   return u > (m - 1) / 2 ? static_cast<int>(u) - static_cast<int>(m) : static_cast<int>(u);
 }
 
-constexpr ModulusTable make_modulus_table() {
+constexpr ModulusTable make_modulus_table(bool gauss) {
   ModulusTable t{};
   for (int l = 0; l < kMaxModuli; ++l) {
-    const unsigned m = static_cast<unsigned>(kModuli[l]);
+    const unsigned m = static_cast<unsigned>(gauss ? kGaussianModuli[l] : kModuli[l]);
     unsigned place[13] = {};  // the digit bytes' place values mod m: lo bytes, hi bytes
     for (int k = 0; k < 7; ++k) place[k] = pow2mod(8 * k, m);
     for (int k = 0; k < 6; ++k) place[7 + k] = pow2mod(52 + 8 * k, m);
@@ -84,11 +89,13 @@ constexpr ModulusTable make_modulus_table() {
     }
     t.c[l].inv = m == 256 ? 0.0f : 1.0f / static_cast<float>(m);
     t.c[l].m = static_cast<int>(m);
+    t.c[l].iota = gauss ? kGaussianIota[l] : 0;
   }
   return t;
 }
 
-__constant__ ModulusTable kModulusTable = make_modulus_table();
+__constant__ ModulusTable kModulusTable = make_modulus_table(false);
+__constant__ ModulusTable kGaussianTable = make_modulus_table(true);
 
 // 2**e as a double, -1022 <= e <= 1023.
 __device__ __forceinline__ double pow2(int e) {
@@ -236,12 +243,13 @@ __device__ __forceinline__ void put_pair(uint4& out, int j, unsigned r0, unsigne
 // One row of a tile, moduli l0 - g .. l0 - g + 15 (this lane: l0 and l0 + 8, the latter only
 // where HI): 8 MMAs (entries in slot order), their residues, one 16-byte store per plane and
 // modulus of this lane (entries 16q .. 16q + 15).
-template <int NMOD, bool CPLX, bool HI>
+template <int NMOD, bool CPLX, bool HI, bool GAUSS>
 __device__ __forceinline__ void row_pass(const uint4* re_slots, const uint4* im_slots, int g, int q,
                                          int l0, unsigned a_lo, unsigned a_hi, int m_lo, int m_hi,
-                                         float inv_lo, float inv_hi, bool store,
-                                         unsigned char* out, long long plane, long long at) {
-  constexpr int NP = CPLX ? 2 : 1, kOut = CPLX ? 3 : 1;
+                                         float inv_lo, float inv_hi, int i_lo, int i_hi,
+                                         bool store, unsigned char* out, long long plane,
+                                         long long at) {
+  constexpr int NP = CPLX ? 2 : 1, kOut = GAUSS ? 2 : CPLX ? 3 : 1;
   constexpr bool hi = HI;
   uint4 olo[kOut], ohi[kOut];
 #pragma unroll
@@ -260,13 +268,20 @@ __device__ __forceinline__ void row_pass(const uint4* re_slots, const uint4* im_
       const float inv = k < 2 ? inv_lo : inv_hi;
       float f[NP];
 #pragma unroll
-      for (int p = 0; p < NP; ++p) {
-        f[p] = __uint_as_float(static_cast<unsigned>(d[p][k])) - kMagic;
-        u[p][k] = reduce(static_cast<unsigned>(d[p][k]), f[p], m, inv);
+      for (int p = 0; p < NP; ++p) f[p] = __uint_as_float(static_cast<unsigned>(d[p][k])) - kMagic;
+      if constexpr (GAUSS) {
+        const int iota = k < 2 ? i_lo : i_hi;
+        const int r = static_cast<signed char>(reduce(static_cast<unsigned>(d[1][k]), f[1], m, inv));
+        const int t = iota * r;
+        u[0][k] = reduce(static_cast<unsigned>(d[0][k] + t), f[0] + static_cast<float>(t), m, inv);
+        u[1][k] = reduce(static_cast<unsigned>(d[0][k] - t), f[0] - static_cast<float>(t), m, inv);
+      } else {
+#pragma unroll
+        for (int p = 0; p < NP; ++p) u[p][k] = reduce(static_cast<unsigned>(d[p][k]), f[p], m, inv);
+        if constexpr (CPLX)
+          u[2][k] = reduce(static_cast<unsigned>(d[0][k]) + static_cast<unsigned>(d[1][k]),
+                           f[0] + f[1], m, inv);
       }
-      if constexpr (CPLX)
-        u[2][k] = reduce(static_cast<unsigned>(d[0][k]) + static_cast<unsigned>(d[1][k]),
-                         f[0] + f[1], m, inv);
     }
 #pragma unroll
     for (int p = 0; p < kOut; ++p) {
@@ -287,7 +302,7 @@ __device__ __forceinline__ void row_pass(const uint4* re_slots, const uint4* im_
 
 }  // namespace
 
-template <int NMOD, bool CPLX, bool NEAR, typename In = double>
+template <int NMOD, bool CPLX, bool NEAR, typename In = double, bool GAUSS = false>
 __global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
     ozaki2_residues_mma(const In* __restrict__ re, const In* __restrict__ im,
                         long long sb, long long sr, long long sc, int B, int R, int C, int Rpad,
@@ -304,16 +319,21 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
   // With 8 moduli ptxas rematerialized a_lo from kModulusTable before each MMA (32 addresses
   // per warp, served one at a time by the constant cache; see the header). A shuffle's result
   // cannot be rematerialized, so it stays in a register.
-  const unsigned a_lo0 = g < NMOD ? kModulusTable.c[g].w[q] : 0u;
+  constexpr bool kGauss = GAUSS && CPLX;
+  const ModulusTable& tab = kGauss ? kGaussianTable : kModulusTable;
+  const unsigned a_lo0 = g < NMOD ? tab.c[g].w[q] : 0u;
   const unsigned a_lo = NMOD <= 8 ? __shfl_sync(0xffffffffu, a_lo0, lane) : a_lo0;
-  const unsigned a_hi = l8 < NMOD ? kModulusTable.c[l8].w[q] : 0u;
-  const unsigned a_t1 = l1 < NMOD ? kModulusTable.c[l1].w[q] : 0u;
-  const float inv_lo = g < NMOD ? kModulusTable.c[g].inv : 0.0f;
-  const float inv_hi = l8 < NMOD ? kModulusTable.c[l8].inv : 0.0f;
-  const float inv_t1 = l1 < NMOD ? kModulusTable.c[l1].inv : 0.0f;
-  const int m_lo = g < NMOD ? kModulusTable.c[g].m : 0;
-  const int m_hi = l8 < NMOD ? kModulusTable.c[l8].m : 0;
-  const int m_t1 = l1 < NMOD ? kModulusTable.c[l1].m : 0;
+  const unsigned a_hi = l8 < NMOD ? tab.c[l8].w[q] : 0u;
+  const unsigned a_t1 = l1 < NMOD ? tab.c[l1].w[q] : 0u;
+  const float inv_lo = g < NMOD ? tab.c[g].inv : 0.0f;
+  const float inv_hi = l8 < NMOD ? tab.c[l8].inv : 0.0f;
+  const float inv_t1 = l1 < NMOD ? tab.c[l1].inv : 0.0f;
+  const int m_lo = g < NMOD ? tab.c[g].m : 0;
+  const int m_hi = l8 < NMOD ? tab.c[l8].m : 0;
+  const int m_t1 = l1 < NMOD ? tab.c[l1].m : 0;
+  const int i_lo = kGauss && g < NMOD ? tab.c[g].iota : 0;
+  const int i_hi = kGauss && l8 < NMOD ? tab.c[l8].iota : 0;
+  const int i_t1 = kGauss && l1 < NMOD ? tab.c[l1].iota : 0;
 
   const long long plane = static_cast<long long>(B) * Rpad * Cp;  // bytes per plane
   unsigned char* const out = reinterpret_cast<unsigned char*>(planes);
@@ -369,16 +389,19 @@ __global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
         // passes would not fit the registers); the second's rows g + 8 are computed, not stored.
 #pragma unroll 1
         for (int T = 0; T < NT; ++T)
-          row_pass<NMOD, CPLX, true>(slots[0][row], slots[NP - 1][row], g, q, 16 * T + g,
-                                     T ? a_t1 : a_lo, T ? 0u : a_hi, T ? m_t1 : m_lo,
-                                     T ? 0 : m_hi, T ? inv_t1 : inv_lo, T ? 0.0f : inv_hi,
-                                     store, out, plane, at);
+          row_pass<NMOD, CPLX, true, kGauss>(slots[0][row], slots[NP - 1][row], g, q, 16 * T + g,
+                                             T ? a_t1 : a_lo, T ? 0u : a_hi, T ? m_t1 : m_lo,
+                                             T ? 0 : m_hi, T ? inv_t1 : inv_lo,
+                                             T ? 0.0f : inv_hi, T ? i_t1 : i_lo, T ? 0 : i_hi,
+                                             store, out, plane, at);
       } else {
-        row_pass<NMOD, CPLX, (8 < NMOD)>(slots[0][row], slots[NP - 1][row], g, q, g, a_lo, a_hi,
-                                         m_lo, m_hi, inv_lo, inv_hi, store, out, plane, at);
+        row_pass<NMOD, CPLX, (8 < NMOD), kGauss>(slots[0][row], slots[NP - 1][row], g, q, g,
+                                                 a_lo, a_hi, m_lo, m_hi, inv_lo, inv_hi, i_lo,
+                                                 i_hi, store, out, plane, at);
         if constexpr (NT > 1)  // moduli 16 .. NMOD - 1 in rows g < NMOD - 16, no rows g + 8
-          row_pass<NMOD, CPLX, false>(slots[0][row], slots[NP - 1][row], g, q, 16 + g, a_t1, 0u,
-                                      m_t1, 0, inv_t1, 0.0f, store, out, plane, at);
+          row_pass<NMOD, CPLX, false, kGauss>(slots[0][row], slots[NP - 1][row], g, q, 16 + g,
+                                              a_t1, 0u, m_t1, 0, inv_t1, 0.0f, i_t1, 0, store,
+                                              out, plane, at);
       }
     }
     __syncthreads();  // the slots are read before the next tile's are written
@@ -393,4 +416,7 @@ OZAKI2_RESIDUES_INSTANCE(ozaki2_residues_mma, 20, true, true);
 OZAKI2_RESIDUES_INSTANCE(ozaki2_residues_mma, 16, true, false);
 OZAKI2_RESIDUES_INSTANCE(ozaki2_residues_mma, 20, false, false);
 OZAKI2_RESIDUES_INSTANCE(ozaki2_residues_mma, 8, false, true);
+OZAKI2_RESIDUES_GAUSS_INSTANCE(ozaki2_residues_mma, 16, true);
+OZAKI2_RESIDUES_GAUSS_INSTANCE(ozaki2_residues_mma, 20, false);
+OZAKI2_RESIDUES_GAUSS_INSTANCE(ozaki2_residues_mma, 8, true);
 #endif

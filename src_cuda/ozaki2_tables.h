@@ -10,6 +10,12 @@
 constexpr int kMaxModuli = 20;
 constexpr int kModuli[kMaxModuli] = {256, 255, 253, 251, 247, 241, 239, 233, 229, 227,
                                      223, 217, 211, 199, 197, 193, 191, 181, 179, 173};
+// GAUSSIAN_MODULI (complex products, two GEMMs per modulus): odd, every prime factor 1 mod 4,
+// and per modulus iota, the smallest square root of -1 (moduli.sqrt_minus_one).
+constexpr int kGaussianModuli[kMaxModuli] = {241, 233, 229, 221, 205, 197, 193, 181, 173, 157,
+                                             149, 137, 113, 109, 101, 97, 89, 73, 61, 53};
+constexpr int kGaussianIota[kMaxModuli] = {64, 89, 107, 21, 32, 14, 81, 19, 80, 28,
+                                           44, 37, 15, 33, 10, 22, 34, 27, 11, 23};
 
 // crt_words(n): 32-bit words of the exact CRT accumulator for n moduli (0 and 1 moduli are
 // refused at run time; 1 keeps their template instances valid), and the most of them.

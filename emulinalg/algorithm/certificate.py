@@ -450,9 +450,12 @@ def ozaki2_moduli_needed(
     ai, br, bi)`` when not None (the same values, float32 for a backend with
     ``narrow_statistics``). ``sides``: the prepared operands' ``operands.SideUse`` (or None),
     which keep their line norms (``normalized``). ``gaussian``: the counts of a complex product
-    modulo ``moduli.GAUSSIAN_MODULI`` (the generic code: the hooks count the moduli)."""
-    hook = None if gaussian else stages(backend).ozaki2_certificate
-    res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, target)
+    modulo ``moduli.GAUSSIAN_MODULI`` (the hook of a backend that declares ``gaussian_moduli``
+    is given ``gaussian=True``; other backends' hooks count the moduli: the generic code)."""
+    st = stages(backend)
+    hook = None if gaussian and not st.gaussian_moduli else st.ozaki2_certificate
+    extra = {"gaussian": True} if gaussian else {}
+    res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, target, **extra)
     if res is not None:
         return tuple(res) + (None,) * (3 - len(res))
     ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)  # a narrow_products backend's parts

@@ -53,13 +53,14 @@ class CertificatePlan(NamedTuple):
     refine_terms: tuple  # (native_factor, native_abs_term, l1fac): the suspects' sums' terms
 
 
-def plan(k, target, complex_, m, n, ndim=2) -> CertificatePlan:
+def plan(k, target, complex_, m, n, ndim=2, gaussian=False) -> CertificatePlan:
     """``CertificatePlan`` of an (m, k) @ (k, n) product (per batch) certified for ``target``
     (``certificate.Target``), with ``ndim`` the operands' dimensions (2: the refinement runs;
-    batched products stop after the exact step, as ``refinement.refine_and_patch``).
+    batched products stop after the exact step, as ``refinement.refine_and_patch``);
+    ``gaussian``: the counts of the Gaussian moduli (``cert_constants``).
 
     The refinement's limits are read from ``refinement`` at each call (tests change them)."""
-    cc = cert_constants(k, target, complex_)
+    cc = cert_constants(k, target, complex_, gaussian)
     native = cc.norm == "l2"
     fexp, fexp_mixed = bound_lower_exponents(complex_)
     return CertificatePlan(

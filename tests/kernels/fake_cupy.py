@@ -25,7 +25,7 @@ import gpu_kernel_model as model
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from emulinalg.algorithm.moduli import MODULI
+from emulinalg.algorithm.moduli import GAUSSIAN_MODULI, MODULI, crt_constants
 
 
 class _Ptr:
@@ -125,27 +125,37 @@ class _Kernel:
 
     def _residues(self, targs, re_, im, sb, sr, sc, B, R, C, Rpad, Cp, rows_contig, shift,
                   shift_sb, planes, digits):  # fmt: skip
-        """Either residue kernel through the model (``digits``: the MMA kernel's arithmetic)."""
+        """Either residue kernel through the model (``digits``: the MMA kernel's arithmetic);
+        targs [NMOD, CPLX, NEAR(, In(, GAUSS))]: GAUSS the Gaussian moduli's planes u, v."""
         nmod, cplx, near = int(targs[0]), targs[1] == "true", targs[2] == "true"
+        assert targs[3:4] in ([], ["double"], ["float"]) and targs[4:] in ([], ["false"], ["true"])
+        gauss = targs[4:] == ["true"]
+        assert cplx or not gauss
         B, R, C, Rpad, Cp = int(B), int(R), int(C), int(Rpad), int(Cp)
         assert Cp % 16 == 0 and Rpad >= R and Cp >= C
-        narrow = targs[3:] == ["float"]
+        narrow = "float" in targs[3:4]
         _assert_lines(re_, im, (sb, sr, sc), rows_contig, cplx, narrow)
         dt = np.float32 if narrow else np.float64  # the kernels' In
         X = _strided_any(re_, dt, (B, R, C), (int(sb), int(sr), int(sc))).astype(np.float64)
         Xi = (_strided_any(im, dt, (B, R, C), (int(sb), int(sr), int(sc))).astype(np.float64)
               if cplx else None)  # fmt: skip
         S = _view(shift, np.int32, (B, R), (int(shift_sb), 1)).astype(np.int64)
-        out = _view(planes, np.int8, (3 if cplx else 1, nmod, B, Rpad, Cp),
+        P = 1 if not cplx else 2 if gauss else 3
+        out = _view(planes, np.int8, (P, nmod, B, Rpad, Cp),
                     (nmod * B * Rpad * Cp, B * Rpad * Cp, Rpad * Cp, Cp, 1))  # fmt: skip
-        out[...] = model.residue_planes(X, Xi, S, MODULI[:nmod], Rpad, Cp, near, digits)
+        moduli = (GAUSSIAN_MODULI if gauss else MODULI)[:nmod]
+        iota = crt_constants(nmod, True).iota if gauss else None
+        out[...] = model.residue_planes(X, Xi, S, moduli, Rpad, Cp, near, digits, iota)
 
     def _ozaki2_crt(self, grid, block, targs, prod, kb_stride, nkb, plane, B, mc, n, n_p,
                     m_full, r0, mu, nu, kind, o0, o1, o2, o3):  # fmt: skip
         nmod, nw, cplx = int(targs[0]), int(targs[1]), targs[2] == "true"
+        assert targs[3:] in ([], ["false"], ["true"])
+        gauss = targs[3:] == ["true"]  # the Gaussian moduli's U, V per modulus
+        assert cplx or not gauss
         B, mc, n, n_p, m_full, r0, nkb = (int(v) for v in (B, mc, n, n_p, m_full, r0, nkb))
         assert block == (32, 8) and grid[0] * 32 >= n and grid[1] <= 65535
-        P = 3 if cplx else 1
+        P = 1 if not cplx else 2 if gauss else 3
         C = _view(prod, np.int32, (nkb, P, nmod, B, mc, n_p),
                   (int(kb_stride), nmod * int(plane), int(plane), mc * n_p, n_p, 1))  # fmt: skip
         mu_flat = _view(mu, np.int32, (B * m_full,), (1,))
@@ -158,7 +168,8 @@ class _Kernel:
             "pdig": g["emu_pdig"].tolist(),
             "ratios": g["emu_ratio"].tolist(),
         }
-        W = model.reduced_products(np.asarray(C)[..., :n], MODULI[:nmod], cplx)
+        moduli = (GAUSSIAN_MODULI if gauss else MODULI)[:nmod]
+        W = model.reduced_products(np.asarray(C)[..., :n], moduli, cplx, gauss)
         off = -(mus[:, :, None].astype(np.int64) + nus[:, None, :].astype(np.int64))
         kind = int(kind)
         out_dtype = {0: "float64", 1: "float32", 2: "dd"}[kind]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulinalg.algorithm.moduli import MIN_MODULI, crt_constants
+from emulinalg.algorithm.moduli import GAUSSIAN_MODULI, MIN_MODULI, crt_constants
 from emulinalg.algorithm.scaling import BOUND_MAX, ozaki2_shifts, rounds_to_nearest
 from emulinalg.backends.cuda import MAX_WORDS, crt_tables
 
@@ -174,14 +174,28 @@ def digit_residue(words, m):
     return reduce_sum(digit_sum(words, m), m)
 
 
-def residue_planes(re, im, shift, moduli, rows_pad, kp, nearest=False, digits=False):
+def _symmetric(u, m):
+    return np.where(u > (m - 1) // 2, u - m, u)
+
+
+def gaussian_sum(rr, ri, iota, m):
+    """Symmetric residue of rr + iota ri (symmetric residues rr, ri; iota a signed int, |iota|
+    < m): the word kernel's Gaussian planes (its residue_lin), |rr + iota ri| < 2**16."""
+    return _symmetric(np.mod(rr + np.int64(iota) * ri, m), m)
+
+
+def residue_planes(re, im, shift, moduli, rows_pad, kp, nearest=False, digits=False, iota=None):
     """Planes (P, n_mod, B, rows_pad, kp) int8 of the logical operand (B, R, C) (rows = lines
     scaled by ``shift`` (B, R) and rounded as ``element_words``, C the contraction axis),
     zero-padded: either kernel's output, by the arithmetic of ``ozaki2_residues.cu``'s words or
     (``digits``) of ``ozaki2_residues_mma.cu``'s digit sums (3M's third plane: the digit sums of
-    re and im added, one reduction)."""
+    re and im added, one reduction). ``iota`` (one per modulus, with ``im``): the Gaussian
+    planes u = re + iota im, v = re - iota im (P = 2); the MMA kernel reduces the imaginary
+    digit sum to r_im, then s_re + iota r_im and s_re - iota r_im, each by reduce_sum; the word
+    kernel adds the symmetric residues (gaussian_sum)."""
     B, R, C = re.shape
-    P = 1 if im is None else 3
+    gauss = iota is not None and im is not None
+    P = 1 if im is None else 2 if gauss else 3
     out = np.zeros((P, len(moduli), B, rows_pad, kp), dtype=np.int8)
     sh = np.broadcast_to(np.asarray(shift)[:, :, None], (B, R, C))
     parts = [x for x in (re, im) if x is not None]
@@ -192,12 +206,20 @@ def residue_planes(re, im, shift, moduli, rows_pad, kp, nearest=False, digits=Fa
     for ell, m in enumerate(moduli):
         if digits:
             sums = [digit_sum(w, m) for w in words]
-            res = [reduce_sum(s, m) for s in sums]
-            if im is not None:
-                res.append(reduce_sum(sums[0] + sums[1], m))
+            if gauss:
+                r_im = reduce_sum(sums[1], m)
+                t = np.int64(int(iota[ell])) * r_im
+                res = [reduce_sum(sums[0] + t, m), reduce_sum(sums[0] - t, m)]
+            else:
+                res = [reduce_sum(s, m) for s in sums]
+                if im is not None:
+                    res.append(reduce_sum(sums[0] + sums[1], m))
         else:
             res = [residue_of(neg, w, m) for neg, w in words]
-            if im is not None:
+            if gauss:
+                io = int(iota[ell])
+                res = [gaussian_sum(res[0], res[1], io, m), gaussian_sum(res[0], res[1], -io, m)]
+            elif im is not None:
                 res.append(residue_sum(res[0], res[1], m))
         for p, r in enumerate(res):
             out[p, ell, :, :R, :C] = r
@@ -237,19 +259,32 @@ def mod_pos(T, m):
     return np.where(r < 0, r + m, r)
 
 
-def reduced_products(C, moduli, cplx):
-    """Per modulus and part: W_l (symmetric) from the K-blocked INT32 products."""
-    nkb = C.shape[0]
+def _accumulated(C, p, ell, m):
+    """Product p of modulus ell added over the K-blocks mod m, in [0, m)."""
+    u = mod_pos(C[0, p, ell], m)
+    for kb in range(1, C.shape[0]):
+        u = u + mod_pos(C[kb, p, ell], m)
+        u = np.where(u >= m, u - m, u)
+    return u
+
+
+def reduced_products(C, moduli, cplx, gaussian=False):
+    """Per modulus and part: W_l (symmetric) from the K-blocked INT32 products; ``gaussian``
+    (complex, ``moduli`` the Gaussian ones): the two products U, V per modulus give
+    Re = (U + V) / 2 and Im = (U - V) / (2 iota) mod m."""
     W = []
+    gauss = cplx and gaussian
+    if gauss:
+        c = crt_constants(len(moduli), True)
+        assert tuple(moduli) == c.moduli == GAUSSIAN_MODULI[: len(moduli)]
     for ell, m in enumerate(moduli):
-        us = []
-        for p in range(3 if cplx else 1):
-            u = mod_pos(C[0, p, ell], m)
-            for kb in range(1, nkb):
-                u = u + mod_pos(C[kb, p, ell], m)
-                u = np.where(u >= m, u - m, u)
-            us.append(u)
-        if cplx:
+        us = [_accumulated(C, p, ell, m) for p in range(1 if not cplx else 2 if gauss else 3)]
+        if gauss:
+            U, V = us  # in [0, m): U + V < 2m, U - V + m in (0, 2m), times an inverse < m
+            re = np.mod((U + V) * np.int64(c.inv2[ell]), m)
+            im = np.mod((U - V + m) * np.int64(c.inv2iota[ell]), m)
+            parts = [re, im]
+        elif cplx:
             re = us[0] - us[1]
             re = np.where(re < 0, re + m, re)
             im = us[2] - us[0] - us[1] + 2 * m
@@ -258,7 +293,7 @@ def reduced_products(C, moduli, cplx):
             parts = [re, im]
         else:
             parts = [us[0]]
-        W.append([np.where(u > (m - 1) // 2, u - m, u) for u in parts])
+        W.append([_symmetric(u, m) for u in parts])
     return W
 
 
@@ -386,13 +421,15 @@ def finish(neg, v, off, out_dtype):
     return hi, lo
 
 
-def crt(C, mu, nu, n, cplx, out_dtype):
-    """Parts (..., m, n) from INT32 products C (nkb, P, n_mod, B, m, n_p); mu (B, m), nu (B, n)."""
-    c = crt_constants(n)
-    tables = crt_tables(n)
+def crt(C, mu, nu, n, cplx, out_dtype, gaussian=False):
+    """Parts (..., m, n) from INT32 products C (nkb, P, n_mod, B, m, n_p); mu (B, m), nu (B, n);
+    ``gaussian`` (complex): the Gaussian moduli's products U, V (P = 2) and their tables."""
+    gauss = cplx and gaussian
+    c = crt_constants(n, gauss)
+    tables = crt_tables(n, gauss)
     assert len(tables["wdig"][0]) == MAX_WORDS
     ncols = nu.shape[-1]
-    W = reduced_products(C[..., :ncols], c.moduli, cplx)
+    W = reduced_products(C[..., :ncols], c.moduli, cplx, gauss)
     off = -(mu[:, :, None].astype(np.int64) + nu[:, None, :].astype(np.int64))
     return tuple(
         crt_entry([W[ell][p] for ell in range(n)], tables, off, out_dtype)
@@ -405,9 +442,12 @@ def crt(C, mu, nu, n, cplx, out_dtype):
 # ----------------------------------------------------------------------------------------------
 
 
-def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, k_block=K_BLOCK):
-    """The model of ``backends.cupy.ozaki2_product`` on numpy arrays."""
-    c = crt_constants(moduli)
+def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, k_block=K_BLOCK,
+                   gaussian=False):  # fmt: skip
+    """The model of ``backends.cupy.ozaki2_product`` on numpy arrays (``gaussian``: complex
+    operands modulo the Gaussian moduli, two planes and products per modulus)."""
+    gauss = gaussian and ai is not None
+    c = crt_constants(moduli, gauss)
     mu, nu = ozaki2_shifts(np, prescale, c.L, c.Q_down)
     batch = ar.shape[:-2]
     m, k = ar.shape[-2:]
@@ -419,11 +459,12 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, k_block=K_
     ai3 = None if ai is None else ai.reshape(B, m, k)
     bi3 = None if bi is None else np.swapaxes(bi.reshape(B, k, n), -1, -2)
     mu2, nu2 = mu.reshape(B, m), nu.reshape(B, n)
-    near = rounds_to_nearest(moduli, k, mode)
-    pa = residue_planes(a3, ai3, mu2, c.moduli, m, kp, near)
-    pb = residue_planes(b3, bi3, nu2, c.moduli, n_p, kp, near)
+    near = rounds_to_nearest(moduli, k, mode, gauss)
+    iota = c.iota if gauss else None
+    pa = residue_planes(a3, ai3, mu2, c.moduli, m, kp, near, iota=iota)
+    pb = residue_planes(b3, bi3, nu2, c.moduli, n_p, kp, near, iota=iota)
     C = int8_gemms(pa, pb, k_block)
-    parts = crt(C, mu2, nu2, moduli, ai is not None, out_dtype)
+    parts = crt(C, mu2, nu2, moduli, ai is not None, out_dtype, gauss)
     shape = batch + (m, n)
     if out_dtype == "dd":
         return tuple((h.reshape(shape), l_.reshape(shape)) for h, l_ in parts)

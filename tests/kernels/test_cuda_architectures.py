@@ -23,16 +23,19 @@ KERNELS = {
         f"{k}.cu": tuple(
             f"{k}<{n}, {c}, {r}{t}>" for n in (2, 8, 20) for c in ("false", "true")
             for r in ("false", "true") for t in ("", ", float")
+        ) + tuple(  # the Gaussian moduli's planes
+            f"{k}<{n}, true, {r}, {t}, true>" for n in (2, 8, 16, 20) for r in ("false", "true")
+            for t in ("double", "float")
         )
         for k in ("ozaki2_residues", "ozaki2_residues_mma")
     },
     "ozaki2_crt.cu": tuple(
         f"ozaki2_crt<{n}, {cuda.crt_words(n)}, {c}>" for n in (2, 15, 20)
         for c in ("false", "true")
-    ),
+    ) + tuple(f"ozaki2_crt<{n}, {cuda.crt_words(n)}, true, true>" for n in (2, 16, 20)),
     "ozaki2_crt_s8.cu": tuple(
         f"ozaki2_crt_s8<{n}, {cuda.crt_words(n)}, {p}>" for n in (2, 15, 20) for p in (1, 3)
-    ),
+    ) + tuple(f"ozaki2_crt_s8<{n}, {cuda.crt_words(n)}, 2, true>" for n in (2, 16, 20)),
     "bf16_lower.cu": ("bf16_lower",),
     "balance.cu": ("balance_sides<double>", "balance_sides<float>", "balance_out"),
     "refit_pick.cu": tuple(

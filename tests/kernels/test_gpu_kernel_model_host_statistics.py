@@ -444,7 +444,8 @@ def test_host_code_statistics_decline(cpu_backend, monkeypatch):
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
 def test_engine_choose_uses_the_hooks(cpu_backend, cplx):
     """emulinalg._engine._choose with the hooks equals it without them (the generic code with
-    the same bf16 lower bound): scheme, prescale and mask."""
+    the same bf16 lower bound, and the same family of moduli: complex products modulo the
+    Gaussian moduli, which the cupy backend declares): scheme, prescale and mask."""
     import types
 
     from emulinalg import _engine
@@ -454,8 +455,9 @@ def test_engine_choose_uses_the_hooks(cpu_backend, cplx):
     ar, ai, br, bi = _stat_operands(((2,), 11, 45, 8), 1, cplx, seed=31)
     generic = types.SimpleNamespace(
         int_matmul=npb.int_matmul, magnitude_lower_matmul=be.magnitude_lower_matmul,
-        native_matmul=np.matmul,
+        native_matmul=np.matmul, gaussian_moduli=be.gaussian_moduli,
     )  # fmt: skip
+    assert be.gaussian_moduli
     g = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
     for level in (Level(53, "float64"), Level(24, "float32"), Level(80, "80 bits")):
         want = _engine._choose(np, generic, ar, ai, br, bi, level, "ozaki2", "float64")
@@ -470,7 +472,8 @@ def test_engine_choose_uses_the_hooks(cpu_backend, cplx):
 
 def test_engine_run_uses_the_prescale_hook(cpu_backend, monkeypatch):
     """emulinalg._engine._run for an explicit accurate-mode scheme takes the prescale from the
-    hook (then the fused product) and equals the generic numpy product bit for bit."""
+    hook (then the fused product) and equals the generic numpy product bit for bit, for the
+    moduli and (complex) the Gaussian moduli."""
     import types
 
     from emulinalg import _engine
@@ -484,13 +487,14 @@ def test_engine_run_uses_the_prescale_hook(cpu_backend, monkeypatch):
     ar, ai, br, bi = _stat_operands(((), 9, 30, 7), 1, True, seed=5)
     g = [cp.asarray(x) for x in (ar, ai, br, bi)]
     for mode in ("accurate", "fast"):
-        scheme = OzakiII(moduli=13, mode=mode)
-        with npb.quiet():
-            want = _engine._run(np, generic, ar, ai, br, bi, scheme, "float64", None)[0]
-        got = _engine._run(np, be, *g, scheme, "float64", None)[0]
-        for x, y in zip(got, want):
-            assert _same(np.asarray(x), y)
-    assert calls == ["accurate", "fast"]
+        for gaussian in (False, True):
+            scheme = OzakiII(moduli=13, mode=mode, gaussian=gaussian)
+            with npb.quiet():
+                want = _engine._run(np, generic, ar, ai, br, bi, scheme, "float64", None)[0]
+            got = _engine._run(np, be, *g, scheme, "float64", None)[0]
+            for x, y in zip(got, want, strict=True):
+                assert _same(np.asarray(x), y)
+    assert calls == ["accurate", "accurate", "fast", "fast"]
 
 
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])

@@ -3,7 +3,8 @@ per row cuBLAS before, the default level (strategy "eager"; with ``--default`` a
 strategy, which may take cuBLAS), GEMMul8's accurate mode at the level's count and one below,
 cuBLAS after; effective bits of each against the exact product of the first ``--ref-rows`` rows
 and ``--ref-cols`` columns (computed on the host before anything is timed); and the row's
-zero-overhead bound: the level's INT8 GEMMs (3 per modulus for complex, 3M) at the INT8 rate of
+zero-overhead bound: the level's INT8 GEMMs (complex: 3 per modulus with 3M, 2 with the Gaussian
+moduli, which hold fewer bits per count: GEMMul8 then also two below the count) at the INT8 rate of
 one N x N x N GEMM of full-range int8 planes timed in the same row (the fused kernel's INT32
 epilogue where it runs). One JSON line per row. GEMMul8 is a measuring stick, loaded from
 ``--g8`` (``.device/peers/build.sh``); never a dependency of the project.
@@ -84,10 +85,13 @@ def _row(g8, dt, n, phi, ref, args):
         rec["default_s"] = timed(default, repeat=args.repeat)
     found = re.search(r"moduli=(\d+)", rec["plan"])
     count = int(found.group(1)) if found else 0
+    gaussian = bool(re.search(r"moduli=\d+, mode=\w+, gaussian", rec["plan"]))
+    per = (2 if gaussian else 3) if dt.startswith("complex") else 1
     if count:
         rec["int8_gemm_s"] = _int8_gemm_s(n, args.repeat)
-        rec["bound_s"] = count * (3 if dt.startswith("complex") else 1) * rec["int8_gemm_s"]
-    for mod in (count, count - 1):
+        rec["bound_s"] = count * per * rec["int8_gemm_s"]
+    g8_counts = (count, count - 1, count - 2) if gaussian else (count, count - 1)
+    for mod in g8_counts:
         if dt in G8_MAX and 2 <= mod <= G8_MAX[dt]:
             run = functools.partial(g8.matmul, a, b, mod, False)
             rec[f"g8_{mod}_bits"] = bits(run()[0])
@@ -98,7 +102,7 @@ def _row(g8, dt, n, phi, ref, args):
     for key in ("default", "bound"):
         if f"{key}_s" in rec:
             rec[f"{key}_speedup"] = round(nat / rec[f"{key}_s"], 3)
-    for mod in (count, count - 1):
+    for mod in g8_counts:
         if f"g8_{mod}_s" in rec:
             rec[f"g8_{mod}_speedup"] = round(nat / rec[f"g8_{mod}_s"], 3)
     rec["date"] = datetime.date.today().isoformat()

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from emulinalg.algorithm.moduli import MODULI, crt_constants
+from emulinalg.algorithm.moduli import GAUSSIAN_MODULI, MODULI, crt_constants
 from emulinalg.algorithm.scaling import BOUND_MAX
 
 _INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.(?:cuh|cu|h))"\s*$', re.MULTILINE)
@@ -135,15 +135,18 @@ def _balanced_digits(x: int, nw: int, bits: int = WORD_BITS, top=False) -> tuple
 @cache
 def crt_words(n: int) -> int:
     """Words of the exact accumulator for ``n`` moduli: the weights (< P), P and the result
-    (|X| <= P/4) are all below 2**(32 nw - 1), so nw balanced int32 digits hold them."""
+    (|X| <= P/4) are all below 2**(32 nw - 1), so nw balanced int32 digits hold them. The
+    Gaussian moduli's P is smaller at every count (each of them is below its rank's modulus),
+    so their tables take the same count (``crt_tables`` checks)."""
     return (crt_constants(n).P.bit_length() + 1 + WORD_BITS - 1) // WORD_BITS
 
 
 @cache
-def crt_tables(n: int) -> dict:
-    """The ``__constant__`` tables of ``ozaki2_crt.cu`` for ``n`` moduli (row-major, padded to
-    20 moduli x MAX_WORDS digits): weight digits, P digits, the float64 weight ratios."""
-    c = crt_constants(n)
+def crt_tables(n: int, gaussian: bool = False) -> dict:
+    """The ``__constant__`` tables of ``ozaki2_crt.cu`` for ``n`` moduli (of
+    ``GAUSSIAN_MODULI`` with ``gaussian``; row-major, padded to 20 moduli x MAX_WORDS digits):
+    weight digits, P digits, the float64 weight ratios."""
+    c = crt_constants(n, gaussian)
     nw = crt_words(n)
     wdig = [[0] * MAX_WORDS for _ in range(len(MODULI))]
     for ell, w in enumerate(c.weights):
@@ -154,12 +157,12 @@ def crt_tables(n: int) -> dict:
     return {"nw": nw, "wdig": wdig, "pdig": pdig, "ratios": ratios}
 
 
-def _f64_digits_exact(n: int, nw: int) -> bool:
+def _f64_digits_exact(n: int, nw: int, gaussian: bool = False) -> bool:
     """Whether ``nw`` radix-2**F64_DIGIT_BITS digits keep every float64 sum of
     ``ozaki2_crt_s8.cu`` exact for ``n`` moduli: per digit position, sum_l |w_l d_l| + |q d_P| <
     2**53 for any int8 residues (|w| <= 128) and the quotient they give (|q| <= sum_l 128
     ratio_l, plus one for the rounding); the last digit may exceed the radix."""
-    c = crt_constants(n)
+    c = crt_constants(n, gaussian)
     wd = [_balanced_digits(w, nw, F64_DIGIT_BITS, top=True) for w in c.weights]
     pd = _balanced_digits(c.P, nw, F64_DIGIT_BITS, top=True)
     qmax = int(sum(128 * r for r in c.weight_ratios)) + 2
@@ -176,12 +179,16 @@ def crt_f64_words(n: int) -> int:
     raise ValueError("internal: CRT constants do not fit the float64 digit table")
 
 
-def crt_f64_table_arrays(n: int) -> dict:
-    """``ozaki2_crt_s8.cu``'s own ``__constant__`` tables for ``n`` moduli, by symbol:
-    ``emu_wdig_f64`` (float64, 20 x MAX_F64_WORDS, row-major: the weights' balanced
-    radix-2**F64_DIGIT_BITS digits) and ``emu_pdig_f64`` (P's); fresh copies."""
-    c = crt_constants(n)
+def crt_f64_table_arrays(n: int, gaussian: bool = False) -> dict:
+    """``ozaki2_crt_s8.cu``'s own ``__constant__`` tables for ``n`` moduli (of
+    ``GAUSSIAN_MODULI`` with ``gaussian``), by symbol: ``emu_wdig_f64`` (float64, 20 x
+    MAX_F64_WORDS, row-major: the weights' balanced radix-2**F64_DIGIT_BITS digits) and
+    ``emu_pdig_f64`` (P's); fresh copies. The kernel's digit count is the moduli's
+    (``crt_f64_words``), checked here to hold the Gaussian constants too."""
+    c = crt_constants(n, gaussian)
     nw = crt_f64_words(n)
+    if gaussian and not _f64_digits_exact(max(n, 2), nw, True):
+        raise ValueError("internal: Gaussian CRT constants do not fit the float64 digit table")
     wdig = np.zeros((len(MODULI), MAX_F64_WORDS), dtype=np.float64)
     for ell, w in enumerate(c.weights):
         wdig[ell, :nw] = _balanced_digits(w, nw, F64_DIGIT_BITS, top=True)  # < 2**53: exact
@@ -203,11 +210,11 @@ def out_pointers(outs, out_dtype, cplx):
     return list(outs) + [outs[0]] * (4 - len(outs))
 
 
-def crt_table_arrays(n: int) -> dict:
-    """``crt_tables(n)`` as the kernels' arrays, by symbol: ``emu_wdig`` (int32, 20 x
+def crt_table_arrays(n: int, gaussian: bool = False) -> dict:
+    """``crt_tables(n, gaussian)`` as the kernels' arrays, by symbol: ``emu_wdig`` (int32, 20 x
     MAX_WORDS, row-major), ``emu_pdig`` (int32) and ``emu_ratio`` (float64); fresh copies (the
     cupy backend uploads them, the CPU stages of src_amx copy them in)."""
-    t = crt_tables(n)
+    t = crt_tables(n, gaussian)
     return {
         "emu_wdig": np.array(t["wdig"], dtype=np.int32).ravel(),
         "emu_pdig": np.array(t["pdig"], dtype=np.int32),
@@ -230,6 +237,7 @@ def tables_header() -> str:
     n = len(MODULI)
     words = [1, 1] + [crt_words(i) for i in range(2, n + 1)]
     f64_words = [crt_f64_words(i) for i in range(n + 1)]
+    gauss_iota = list(crt_constants(n, True).iota)
     return f"""\
 // Generated by `python -m emulinalg.backends.cuda > src_cuda/ozaki2_tables.h` from the Python
 // tables (emulinalg.algorithm.moduli and .scaling, emulinalg.backends.cuda): do not edit.
@@ -242,6 +250,10 @@ def tables_header() -> str:
 // MODULI: pairwise coprime, each at most 256, so every residue fits INT8.
 constexpr int kMaxModuli = {n};
 {array("constexpr int kModuli[kMaxModuli]", MODULI, 10)}
+// GAUSSIAN_MODULI (complex products, two GEMMs per modulus): odd, every prime factor 1 mod 4,
+// and per modulus iota, the smallest square root of -1 (moduli.sqrt_minus_one).
+{array("constexpr int kGaussianModuli[kMaxModuli]", GAUSSIAN_MODULI, 10)}
+{array("constexpr int kGaussianIota[kMaxModuli]", gauss_iota, 10)}
 
 // crt_words(n): 32-bit words of the exact CRT accumulator for n moduli (0 and 1 moduli are
 // refused at run time; 1 keeps their template instances valid), and the most of them.

@@ -6,9 +6,10 @@ persistent warp-specialized schedule) over all moduli reduces the INT32 accumula
 in its epilogue and stores the symmetric residue as int8, and ``ozaki2_crt_s8.cu`` reconstructs
 from those bytes: a quarter of the product traffic, the same integers, so the same bits.
 
-- ``int8_mod_products(pa, pb, n)``: the residue planes of the products (complex: 3M's three
-  per modulus), or None where the fused kernel does not apply (not built, no compute capability
-  9.0 device, K beyond 2**16, empty shapes); the caller then keeps the cuBLAS path.
+- ``int8_mod_products(pa, pb, n, gaussian)``: the residue planes of the products (complex: 3M's
+  three per modulus, or the Gaussian moduli's two), or None where the fused kernel does not
+  apply (not built, no compute capability 9.0 device, K beyond 2**16, empty shapes); the caller
+  then keeps the cuBLAS path.
 - ``crt_s8(...)``: the CRT pass over those planes, with the arguments of
   ``emulinalg/backends/cupy/products.py``'s ``_crt``.
 - ``int32_products(pa, pb)``: the same GEMM with an identity epilogue (INT32 out, cuBLAS's
@@ -26,7 +27,7 @@ from functools import cache
 import numpy as np
 
 from emulinalg import get_config
-from emulinalg.algorithm.moduli import MODULI
+from emulinalg.algorithm.moduli import GAUSSIAN_MODULI, MODULI
 
 from . import (
     OUT_KIND,
@@ -54,7 +55,7 @@ swizzle = 4
 raster = 2  # 0: heuristic, 1: along M, 2: along N
 
 _capable: dict = {}  # (cupy, device id) -> compute capability ("90")
-_tables: dict = {}  # (cupy, device id, n, B, P) -> device int32 moduli per GEMM batch index
+_tables: dict = {}  # (cupy, device id, n, B, P, gaussian) -> device int32 moduli per batch index
 _kernels: dict = {}  # (cupy, device id, expr) -> compiled CRT kernel
 
 
@@ -93,12 +94,14 @@ def why_unavailable() -> str:
     return "" if cc == "90" else f"compute capability {cc[:-1]}.{cc[-1]}, the kernels are sm_90a"
 
 
-def _moduli_table(cp, n, B, P=1):
-    """int32 device array: m_l for GEMM batch index (p * n + l) * B + b (the planes' order)."""
-    key = (id(cp), cp.cuda.Device().id, n, B, P)
+def _moduli_table(cp, n, B, P=1, gaussian=False):
+    """int32 device array: m_l for GEMM batch index (p * n + l) * B + b (the planes' order), of
+    ``GAUSSIAN_MODULI`` with ``gaussian``."""
+    key = (id(cp), cp.cuda.Device().id, n, B, P, gaussian)
     t = _tables.get(key)
     if t is None:
-        t = cp.asarray(np.tile(np.repeat(np.asarray(MODULI[:n], dtype=np.int32), B), P))
+        mods = (GAUSSIAN_MODULI if gaussian else MODULI)[:n]
+        t = cp.asarray(np.tile(np.repeat(np.asarray(mods, dtype=np.int32), B), P))
         # queued on the current stream; later GEMMs may run on another one
         cp.cuda.get_current_stream().synchronize()
         _tables[key] = t
@@ -119,7 +122,7 @@ def _planes_ok(cp, pa, pb):
     return min(pa.shape[1], pa.shape[2], m, kp, n_p) > 0 and kp % _ALIGN == 0
 
 
-def int8_mod_products(pa, pb, moduli):
+def int8_mod_products(pa, pb, moduli, gaussian=False):
     """INT8 residues of the products of the A planes (P, n, B, m, kp) and the B planes
     (P, n, B, n_p, kp) of ``emulinalg/backends/cupy/products.py``'s ``_residue_planes``: planes
     (P, n, B, m, ldc) whose entry (0, l, b, i, j), j < n_p, is symmetric((A B^T)[i, j] mod
@@ -127,17 +130,18 @@ def int8_mod_products(pa, pb, moduli):
     up to 16 (TMA rows), columns n_p.. are not written.
 
     One fused GEMM launch over all P * n * B matrices on the current stream (P = 3: complex
-    3M's three products per modulus, combined by ``crt_s8``). ``moduli`` is the count n of
-    ``ozaki2_product`` (the planes must hold that many). Returns None, without launching
-    anything, where the fused kernel does not apply: not ``available()``, kp > 2**16, or an
-    empty or unexpected shape. Only for residue planes: other INT8 GEMMs of the backend (the
+    3M's three products per modulus; ``gaussian``: P = 2, the planes u and v of the Gaussian
+    moduli, reduced modulo ``GAUSSIAN_MODULI[l]``; both combined by ``crt_s8``). ``moduli`` is
+    the count n of ``ozaki2_product`` (the planes must hold that many). Returns None, without
+    launching anything, where the fused kernel does not apply: not ``available()``, kp > 2**16,
+    or an empty or unexpected shape. Only for residue planes: other INT8 GEMMs of the backend (the
     prescale's bound operands) take ``int32_products``' INT32 sums.
     """
     if not available():
         return None
     import cupy as cp
 
-    if not _planes_ok(cp, pa, pb) or pa.shape[0] not in (1, 3):
+    if not _planes_ok(cp, pa, pb) or pa.shape[0] not in ((2,) if gaussian else (1, 3)):
         return None
     P, n, B, m, kp = pa.shape
     if kp > MAX_K or moduli != n or n > len(MODULI):
@@ -145,7 +149,7 @@ def int8_mod_products(pa, pb, moduli):
     n_p = pb.shape[-2]
     ldc = -(-n_p // _ALIGN) * _ALIGN
     out = cp.empty((P, n, B, m, ldc), dtype=cp.int8)
-    table = _moduli_table(cp, n, B, P)
+    table = _moduli_table(cp, n, B, P, gaussian)
     _module().gemm_s8_mod_batched(
         pa.data.ptr, pb.data.ptr, out.data.ptr, m, n_p, kp, kp, kp, ldc, P * n * B,
         m * kp, n_p * kp, m * ldc, table.data.ptr, 1, cp.cuda.get_current_stream().ptr,
@@ -188,8 +192,8 @@ def configs() -> list:
 # ----------------------------------------------------------------------------------------------
 
 
-def _crt_kernel(cp, n, parts):
-    expr = f"ozaki2_crt_s8<{n}, {crt_words(n)}, {parts}>"
+def _crt_kernel(cp, n, parts, gaussian=False):
+    expr = f"ozaki2_crt_s8<{n}, {crt_words(n)}, {parts}{', true' if gaussian else ''}>"
     key = (id(cp), cp.cuda.Device().id, expr)  # id(cp): the CPU tests' stand-in keeps its own
     fn = _kernels.get(key)
     if fn is not None:
@@ -200,7 +204,7 @@ def _crt_kernel(cp, n, parts):
             # one program text: source() inlines ozaki2_crt.cu and the headers
             code = source("ozaki2_crt_s8.cu")
             mod = cp.RawModule(code=code, options=("--std=c++17",), name_expressions=(expr,))
-            tables = {**crt_table_arrays(n), **crt_f64_table_arrays(n)}
+            tables = {**crt_table_arrays(n, gaussian), **crt_f64_table_arrays(n, gaussian)}
             for sym, arr in tables.items():
                 cp.ndarray(arr.shape, arr.dtype, memptr=mod.get_global(sym)).set(arr)
             # The copies are queued on the current stream; kernels may run on any other one.
@@ -210,20 +214,21 @@ def _crt_kernel(cp, n, parts):
     return fn
 
 
-def crt_s8(res, n, cplx, mu32, nu32, r0, outs, out_dtype):
+def crt_s8(res, n, cplx, mu32, nu32, r0, outs, out_dtype, gaussian=False):
     """Rows r0.. of the outputs from the INT8 residue planes ``res`` (NP, n, B, mc, ldr) of one
-    chunk (complex: NP = 2, the Re and Im residues, or NP = 3, 3M's three products as
-    ``int8_mod_products`` gives them): ``ozaki2_crt_s8.cu``. Arguments and result as
+    chunk (complex: NP = 2, the Re and Im residues, or with ``gaussian`` the Gaussian moduli's
+    U and V, or NP = 3, 3M's three products as ``int8_mod_products`` gives them):
+    ``ozaki2_crt_s8.cu``. Arguments and result as
     ``emulinalg/backends/cupy/products.py``'s ``_crt`` (``outs``: the (B, m, n) output arrays,
     hi[, lo] per part, in part order); bit-identical to it on the same products."""
     import cupy as cp
 
     NP, nmod, B, mc, ldr = res.shape
-    parts = (2, 3) if cplx else (1,)
+    parts = ((2,) if gaussian else (2, 3)) if cplx else (1,)
     if nmod != n or NP not in parts or res.dtype != cp.int8:
         raise ValueError("crt_s8: planes do not match the moduli / parts")
     m_full, ncols = outs[0].shape[-2:]
-    fn = _crt_kernel(cp, n, NP)
+    fn = _crt_kernel(cp, n, NP, bool(gaussian and cplx))
     o = out_pointers(outs, out_dtype, cplx)
     rows = B * mc
     grid = (-(-ncols // (32 * CRT_COLUMNS)), min(-(-rows // 8), _MAX_GRID_Y))

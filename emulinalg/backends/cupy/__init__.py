@@ -50,6 +50,7 @@ __all__ = [
     "block_entries",
     "certificate",
     "dask_mode",
+    "gaussian_moduli",
     "gemm",
     "int_matmul",
     "k_block",
@@ -102,6 +103,10 @@ narrow_products = True
 # double-double (emulinalg/backends/dask/; the shared graph's generic steps measured 7x slower
 # here)
 dask_mode = "dd"
+# complex Scheme II products modulo the Gaussian moduli: the residue kernels write the planes
+# u = re + iota im and v = re - iota im, two INT8 GEMMs per modulus (3M: three), the CRT kernels
+# combine U and V; the certificate counts with their constants (``ozaki2_certificate``)
+gaussian_moduli = True
 
 
 # cuBLAS's GEMMs add all of k in one chain per entry where the output fills the GPU: their

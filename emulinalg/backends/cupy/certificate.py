@@ -55,11 +55,12 @@ def _line_terms(partial, B, R, ev, scale, l1fac, l2):
     return norm, alpha
 
 
-def ozaki2_certificate(ar, ai, br, bi, prescale, target):
+def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
     """``emulinalg.algorithm.certificate.ozaki2_moduli_needed(cupy, backend, ar, ai, br, bi,
-    prescale, target)`` (with this backend's bf16 ``magnitude_lower_matmul``) in the kernels of
-    ``ozaki2_stats.cu``: ``(count, beyond, patch)``, or None to decline (a prescale not made by
-    ``ozaki2_prescale``).
+    prescale, target, gaussian=gaussian)`` (with this backend's bf16 ``magnitude_lower_matmul``)
+    in the kernels of ``ozaki2_stats.cu``: ``(count, beyond, patch)``, or None to decline (a
+    prescale not made by ``ozaki2_prescale``). ``gaussian``: the counts of the Gaussian moduli
+    (complex products; their constants, ``certificate_plan.plan``).
 
     The line norms of ``target``'s form (l1, or l2 from the prescale's sums of squares). One pass
     over the prescale's bound GEMM F applies ``certificate.bound_lower`` (a complex product's
@@ -90,7 +91,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     B, m, n = ops.B, ops.m, ops.n
     if 0 in (B, m, k, n):
         return None
-    plan = certificate_plan.plan(k, target, cplx, m, n, max(ar.ndim, br.ndim))
+    plan = certificate_plan.plan(k, target, cplx, m, n, max(ar.ndim, br.ndim), gaussian)
     cc = plan.constants
     s, t, e, f = prescale
     l2 = plan.native
@@ -231,7 +232,9 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
         Fv = F[..., :n].reshape(ops.batch + (m, n))
         a64, ai64, b64, bi64 = wide()
         xp = array_api_compat.array_namespace(a64)
-        return certificate.certify_moduli(xp, _this(), a64, ai64, b64, bi64, prescale, target, Fv)
+        return certificate.certify_moduli(
+            xp, _this(), a64, ai64, b64, bi64, prescale, target, Fv, gaussian=gaussian
+        )
     n_out = w[nth]
     if n_out == B * m * n:
         return None, (need == certificate.BEYOND).reshape(ops.batch + (m, n)), None

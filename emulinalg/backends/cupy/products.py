@@ -4,7 +4,10 @@ float64 to the int8 residues of every modulus in the GEMM's layout (``ozaki2_res
 strided-batched INT8 GEMM per K-block over all moduli (and batch, and 3M products), or the fused
 CUTLASS GEMM with its mod-m epilogue (``backends.cuda.fused``), and one pass from the products
 to the correctly rounded result (``ozaki2_crt.cu``): the same integers and the same exact
-reconstruction as ``emulinalg.algorithm.products.product``, so bit-identical results.
+reconstruction as ``emulinalg.algorithm.products.product``, so bit-identical results. Complex
+products take 3M's three GEMMs per modulus, or modulo the Gaussian moduli two (``gaussian``: the
+residue kernels write the planes u = re + iota im and v = re - iota im, the CRT kernels combine
+U and V into the parts).
 """
 
 from __future__ import annotations
@@ -62,18 +65,22 @@ RESIDUE_KERNEL = "ozaki2_residues_mma"
 
 
 def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, nearest,
-                    kernel=None):  # fmt: skip
+                    kernel=None, gaussian=False):  # fmt: skip
     """int8 planes (P, n, B, rows_pad, kp) of the logical operand (B, rows, k) given by ``re``
     (and ``im``) with element ``strides``, lines scaled by ``shift`` (B lines of ``rows``, batch
     stride ``shift_sb``) and rounded to nearest (``nearest``) or toward zero, as
     ``scaling.scale_to_integers``, by ``kernel`` (one of ``RESIDUE_KERNELS``; default
-    ``RESIDUE_KERNEL``)."""
+    ``RESIDUE_KERNEL``). P: 1 (real), 3 (complex: re, im, re + im) or 2 (complex with
+    ``gaussian``: u, v modulo the Gaussian moduli)."""
     kernel = kernel or RESIDUE_KERNEL
     B = re.shape[0]
     cplx = im is not None
-    planes = cp.empty((3 if cplx else 1, n, B, rows_pad, kp), dtype=cp.int8)
-    narrow = ", float" if re.dtype == cp.float32 else ""  # the kernels' In (default double)
-    fn = _kernel(f"{kernel}.cu", f"{kernel}<{n}, {_tf(cplx)}, {_tf(nearest)}{narrow}>")
+    gauss = gaussian and cplx
+    planes = cp.empty((_planes_per_modulus(cplx, gauss), n, B, rows_pad, kp), dtype=cp.int8)
+    In = "float" if re.dtype == cp.float32 else "double"  # the kernels' In (default double)
+    targs = f"{n}, {_tf(cplx)}, {_tf(nearest)}"
+    targs += f", {In}, true" if gauss else (", float" if In == "float" else "")
+    fn = _kernel(f"{kernel}.cu", f"{kernel}<{targs}>")
     sb, sr, sc = strides
     if kernel == "ozaki2_residues_mma":
         # tiles of 16 rows x 64 columns, each block every grid-th: as many blocks as fit at once
@@ -92,16 +99,23 @@ def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, 
     return planes
 
 
-def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype):
+def _planes_per_modulus(cplx, gaussian):
+    """Residue planes (and INT8 GEMMs) per modulus: real 1, 3M 3, the Gaussian moduli 2."""
+    return (2 if gaussian else 3) if cplx else 1
+
+
+def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype, gaussian=False):
     """Rows r0.. of the outputs from the INT32 products of one chunk: ``ozaki2_crt.cu``.
-    ``outs``: the (B, m, n) output arrays (hi[, lo] per part, in part order)."""
+    ``outs``: the (B, m, n) output arrays (hi[, lo] per part, in part order); ``gaussian``: the
+    products are the Gaussian moduli's U and V."""
     nkb, _, _, B, mc, n_p = prod.shape
     m_full, ncols = outs[0].shape[-2:]
     nw = _cuda.crt_words(n)
+    gauss = bool(gaussian and cplx)
     fn = _kernel(
         "ozaki2_crt.cu",
-        f"ozaki2_crt<{n}, {nw}, {'true' if cplx else 'false'}>",
-        tables=lambda: _cuda.crt_table_arrays(n),
+        f"ozaki2_crt<{n}, {nw}, {_tf(cplx)}{', true' if gauss else ''}>",
+        tables=lambda: _cuda.crt_table_arrays(n, gauss),
     )
     o = _cuda.out_pointers(outs, out_dtype, cplx)
     rows = B * mc
@@ -147,7 +161,7 @@ def _chunking(B, m, n_p, kp, moduli, P):
     return (tiled if tiled <= most else rows), row_bytes, fused_ok
 
 
-def product_workspace(ar, ai, br, bi, moduli):
+def product_workspace(ar, ai, br, bi, moduli, gaussian=False):
     """Device bytes ``ozaki2_product`` allocates besides its inputs and outputs for these
     operands (``ar`` (..., m, k), ``br`` (..., k, n)): B's residue planes, made once, and one
     chunk of A's planes with its products (``_chunking``); None where it would decline."""
@@ -158,15 +172,16 @@ def product_workspace(ar, ai, br, bi, moduli):
         B *= d
     m, k, n = ar.shape[-2], ar.shape[-1], br.shape[-1]
     kp, n_p = _ceil(k, _KP_ALIGN), _ceil(n, _NP_ALIGN)
-    P = 1 if ai is None else 3
+    P = _planes_per_modulus(ai is not None, gaussian)
     rows, row_bytes, _ = _chunking(B, m, n_p, kp, moduli, P)
     return P * moduli * B * n_p * kp + rows * row_bytes
 
 
-def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
+def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, gaussian=False):
     """Scheme II product in the CUDA kernels: same contract and bit-identical output as
     ``emulinalg.algorithm.products.product(cupy, int_matmul, ar, ai, br, bi, moduli, mode,
-    out_dtype, prescale)``.
+    out_dtype, prescale, gaussian=gaussian)`` (``gaussian``: a complex product modulo
+    ``moduli.GAUSSIAN_MODULI``, two INT8 GEMMs per modulus).
 
     ``ar``/``br`` are float64 (or, all of them, float32: ``narrow_products``) cupy arrays
     (..., m, k)/(..., k, n), ``ai``/``bi`` the imaginary parts or None, ``prescale`` from
@@ -180,40 +195,44 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
         x is not None and x.dtype != ar.dtype for x in (ai, br, bi)
     ):
         return None
-    c = crt_constants(moduli)
+    cplx = ai is not None
+    gaussian = bool(gaussian and cplx)
+    c = crt_constants(moduli, gaussian)
     mu, nu = _shifts(prescale, c)
     ops = _Operands(ar, ai, br, bi, mu, nu)
     B, m, k, n, kp, n_p = ops.B, ops.m, ops.k, ops.n, ops.kp, ops.n_p
-    cplx = ai is not None
-    P = 3 if cplx else 1
-    near = rounds_to_nearest(moduli, k, mode)
+    P = _planes_per_modulus(cplx, gaussian)
+    near = rounds_to_nearest(moduli, k, mode, gaussian)
     with stage("slicing"):
         pb = _residue_planes(
-            ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli, near
+            ops.b[0], ops.b[1], ops.b_strides, n, n_p, k, kp, ops.nu, n, moduli, near,
+            gaussian=gaussian,
         )
     dt = cp.float32 if out_dtype == "float32" else cp.float64
     per_part = 2 if out_dtype == "dd" else 1
     outs = [cp.empty((B, m, n), dtype=dt) for _ in range((2 if cplx else 1) * per_part)]
     # The fused CUTLASS GEMM (src_cuda/) writes INT8 residues: 1 byte per product entry, not 4
-    # (complex: 3M's three products per modulus, combined in the CRT pass).
+    # (complex: 3M's three products per modulus, or the Gaussian moduli's two, combined in the
+    # CRT pass).
     rows, _, fused_ok = _chunking(B, m, n_p, kp, moduli, P)
     for r0 in range(0, m, rows):
         r1 = min(m, r0 + rows)
         a_re, a_im = (None if x is None else x[:, r0:r1] for x in ops.a)
         with stage("slicing"):
             pa = _residue_planes(
-                a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli, near
+                a_re, a_im, ops.a_strides, r1 - r0, r1 - r0, k, kp, ops.mu[:, r0:], m, moduli, near,
+                gaussian=gaussian,
             )  # fmt: skip
         with stage("products"):
-            prod = _fused.int8_mod_products(pa, pb, moduli) if fused_ok else None
+            prod = _fused.int8_mod_products(pa, pb, moduli, gaussian) if fused_ok else None
             if prod is None:
                 prod = _int8_products(pa, pb)
         del pa
         with stage("reconstruction"):
             if prod.dtype == cp.int8:
-                _fused.crt_s8(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype)
+                _fused.crt_s8(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype, gaussian)
             else:
-                _crt(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype)
+                _crt(prod, moduli, cplx, ops.mu, ops.nu, r0, outs, out_dtype, gaussian)
         del prod
     shape = ops.batch + (m, n)
     outs = [x.reshape(shape) for x in outs]

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from _gpu_helpers import require_gpu
 
-from emulinalg.algorithm.moduli import MODULI, crt_constants
+from emulinalg.algorithm.moduli import GAUSSIAN_MODULI, MODULI, crt_constants
 from emulinalg.backends.cuda import source_dir
 
 
@@ -150,12 +150,12 @@ _EDGE_INTS = [0, 1, 3, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63, 2**63 +
               2**64, 2**64 + 1, 2**96 - 1, 2**96]  # fmt: skip
 
 
-def _edge_targets(rng, n, size, f32, off):
+def _edge_targets(rng, n, size, f32, off, gaussian=False):
     """Integers Y (Python ints, |Y| < P / 2) whose rounding with these offsets lands on the
     edges of ozaki2_crt_s8.cu's float64 path: zero, small, around 2**63 and the word
     boundaries, ties and near-ties, and results at the subnormal / overflow thresholds of the
-    output format (the integer path's share)."""
-    P = crt_constants(n).P
+    output format (the integer path's share). P: of the Gaussian moduli with ``gaussian``."""
+    P = crt_constants(n, gaussian).P
     bits = P.bit_length() - 2  # |Y| < 2**bits <= P / 2
     edges = (-151, -150, -149, -148, -127, -126, -125, 126, 127, 128) if f32 else (
         -1076, -1075, -1074, -1073, -1023, -1022, -1021, 1022, 1023, 1024)  # fmt: skip
@@ -180,11 +180,12 @@ def _edge_targets(rng, n, size, f32, off):
     return out
 
 
-def _residues_of(rng, ys, n, spread):
-    """int8 symmetric residues (n, len(ys)) of the integers ys; with ``spread``, some moved by
-    +-m_l within int8 (the same class, outside the symmetric range)."""
-    r = np.array([[(y % m) for y in ys] for m in MODULI[:n]], dtype=np.int64)
-    ms = np.array(MODULI[:n], dtype=np.int64)[:, None]
+def _residues_of(rng, ys, n, spread, mods=MODULI):
+    """int8 symmetric residues (n, len(ys)) of the integers ys modulo ``mods[:n]``; with
+    ``spread``, some moved by +-m_l within int8 (the same class, outside the symmetric
+    range)."""
+    r = np.array([[(y % m) for y in ys] for m in mods[:n]], dtype=np.int64)
+    ms = np.array(mods[:n], dtype=np.int64)[:, None]
     r = np.where(r > (ms - 1) // 2, r - ms, r)
     if spread:
         step = np.where(r < 0, ms, -ms) * (rng.random(r.shape) < 0.3)
@@ -258,6 +259,69 @@ def test_crt_s8_edges_equal_int32_crt(fake_native, monkeypatch, n, planes, ldr, 
         assert np.any(np.isinf(v)) and np.any((v != 0) & (np.abs(v) < tiny))
         normal = np.isfinite(v) & (np.abs(v) >= tiny)
         assert np.any(v == 0) and np.count_nonzero(normal) > v.size // 3
+
+
+@pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
+@pytest.mark.parametrize(
+    "n", [pytest.param(n, marks=() if n in (8, 16) else pytest.mark.slow) for n in (2, 8, 16, 20)]
+)
+def test_crt_s8_gaussian_equals_int32_crt_and_3m(fake_native, monkeypatch, n, out_dtype):
+    """The Gaussian moduli's CRT (U = Re + iota Im, V = Re - iota Im modulo GAUSSIAN_MODULI, as
+    the fused GEMM writes them for complex products): ozaki2_crt_s8.cu and ozaki2_crt.cu give
+    the same bits, and the same as the 3M path of the moduli from residues of the same
+    integers (an independent route to Re and Im): edge integers as above, residues moved
+    outside the symmetric range, a row tail of 3 columns."""
+    from emulinalg.backends.cuda import fused
+
+    be, cp = fake_native
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    f32 = out_dtype == "float32"
+    rng = np.random.default_rng(77 * n + f32)
+    B, mc, ncols, ldr, m_full, r0 = 2, 5, 35, 40, 9, 3
+    span = crt_constants(n, True).P.bit_length()
+    centers = np.array([149, 126, -127, 0] if f32 else [1074, 1022, -1023, 0]) + span // 2
+    mu = centers[np.arange(B * m_full).reshape(B, m_full) % 4] + rng.integers(
+        -span // 4, span // 4 + 1, (B, m_full))  # fmt: skip
+    nu = rng.integers(-span // 4, span // 4 + 1, (B, ncols))
+    mu, nu = mu.astype(np.int32), nu.astype(np.int32)
+    off = -(mu[:, r0 : r0 + mc, None] + nu[:, None, :])
+    size = B * mc * ncols
+    parts = [_edge_targets(rng, n, size, f32, off.ravel(), gaussian=True) for _ in range(2)]
+    c = crt_constants(n, True)
+    gm = np.array(GAUSSIAN_MODULI[:n], dtype=np.int64)[:, None]
+    iota = np.array(c.iota, dtype=np.int64)[:, None]
+    re, im = (_residues_of(rng, p, n, False, GAUSSIAN_MODULI) for p in parts)
+    uv = []
+    for sign in (1, -1):  # u, v: symmetric, some moved by +-m within int8
+        r = np.mod(re + sign * iota * im, gm)
+        r = np.where(r > (gm - 1) // 2, r - gm, r)
+        moved = r + np.where(r < 0, gm, -gm) * (rng.random(r.shape) < 0.3)
+        uv.append(np.where((moved >= -128) & (moved <= 127), moved, r))
+    w = np.full((2, n, B, mc, ldr), 77, dtype=np.int8)
+    w[..., :ncols] = np.stack(uv).reshape(2, n, B, mc, ncols)
+    prod_uv = np.ascontiguousarray(w[..., :ncols].astype(np.int32))[None]
+    # 3M planes of the moduli from the same integers: T1 = Re, T2 = 0, T3 = Re + Im
+    re3, im3 = (_residues_of(rng, p, n, False) for p in parts)
+    prod_3m = np.stack([re3, np.zeros_like(re3), re3 + im3]).reshape(3, n, B, mc, ncols)
+    prod_3m = np.ascontiguousarray(prod_3m.astype(np.int32))[None]
+    dt = np.float32 if f32 else np.float64
+    nout = 2 * (2 if out_dtype == "dd" else 1)
+
+    def outs():
+        return [cp.asarray(np.full((B, m_full, ncols), 0.5, dtype=dt)) for _ in range(nout)]
+
+    args = (cp.asarray(mu), cp.asarray(nu), r0)
+    want, got32, got8 = outs(), outs(), outs()
+    be.products._crt(cp.asarray(prod_3m), n, True, *args, want, out_dtype)
+    be.products._crt(cp.asarray(prod_uv), n, True, *args, got32, out_dtype, True)
+    fused.crt_s8(cp.asarray(w), n, True, *args, got8, out_dtype, True)
+    for g32, g8, x in zip(got32, got8, want):
+        g32, g8, x = np.asarray(g32), np.asarray(g8), np.asarray(x)
+        assert np.array_equal(g32.view(np.uint8), x.view(np.uint8))
+        assert np.array_equal(g8.view(np.uint8), x.view(np.uint8))
+        assert np.all(g8[:, :r0] == 0.5) and np.all(g8[:, r0 + mc :] == 0.5)
+    v = np.asarray(want[0])[:, r0 : r0 + mc]
+    assert np.count_nonzero(np.isfinite(v) & (v != 0)) > v.size // 3
 
 
 def test_crt_s8_source_inlines_the_int32_crt():
@@ -389,18 +453,38 @@ def test_fused_errors(gpu):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+def test_fused_mod_reduces_the_gaussian_moduli(gpu):
+    """Complex products modulo the Gaussian moduli: planes u and v (P = 2) in one launch, each
+    reduced modulo GAUSSIAN_MODULI[l], as cuBLAS's INT32 products reduced in cupy."""
+    cp, _cuda, cb, fused = gpu
+    n, B, m, n_p, k = 16, 2, 130, 70, 1000
+    kp = -(-k // 16) * 16
+    pa = cp.concatenate([_planes(cp, n, B, m, kp, k, seed=s) for s in (7, 8)])
+    pb = cp.concatenate([_planes(cp, n, B, n_p, kp, k, seed=s) for s in (9, 10)])
+    ref32 = cb.gemm._cublas_int8_products(pa, pb)
+    got = fused.int8_mod_products(pa, pb, n, gaussian=True)
+    assert got is not None and got.shape[:4] == (2, n, B, m)
+    ms = cp.asarray(GAUSSIAN_MODULI[:n], dtype=cp.int64)[:, None, None, None]
+    r = cp.mod(ref32[0].astype(cp.int64), ms)
+    assert bool(cp.all(got[..., :n_p] == cp.where(r > (ms - 1) // 2, r - ms, r)))
+    assert fused.int8_mod_products(pa[:1], pb[:1], n, gaussian=True) is None  # u and v
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["real", "complex", "gaussian"])
 @pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
 @pytest.mark.parametrize("case", [((), 1, 1, 1), ((), 7, 68, 61), ((2,), 129, 257, 65),
                                   ((), 300, 1000, 200)], ids=str)  # fmt: skip
-def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out_dtype, cplx):
-    """Real products and complex 3M (three products per modulus in one fused launch, combined
-    in the INT8 CRT) bit for bit as the cuBLAS INT32 path."""
+def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out_dtype, kind):
+    """Real products, complex 3M (three products per modulus in one fused launch, combined in
+    the INT8 CRT) and complex modulo the Gaussian moduli (two) bit for bit as the cuBLAS INT32
+    path."""
     from emulinalg.algorithm.scaling import ozaki2_prescale
     from emulinalg.inputs import phi_matrix
 
     cp, _cuda, cb, fused = gpu
     batch, m, k, n = case
+    cplx, gauss = kind != "real", kind == "gaussian"
     dt = "complex128" if cplx else "float64"
     a = cp.asarray(phi_matrix(batch + (m, k), 1.0, dt, seed=5))
     b = cp.asarray(phi_matrix(batch + (k, n), 1.0, dt, seed=6))
@@ -417,10 +501,10 @@ def test_scheme2_through_fused_path_is_bit_identical(gpu, monkeypatch, case, out
     monkeypatch.setattr(
         fused, "int8_mod_products", lambda *a_: calls.append(1) or mod_products(*a_)
     )
-    got = cb.ozaki2_product(a, ai, b, bi, 18, "accurate", out_dtype, pre)
+    got = cb.ozaki2_product(a, ai, b, bi, 18, "accurate", out_dtype, pre, gauss)
     assert calls
     monkeypatch.setattr(fused, "available", lambda: False)
-    want = cb.ozaki2_product(a, ai, b, bi, 18, "accurate", out_dtype, pre)
+    want = cb.ozaki2_product(a, ai, b, bi, 18, "accurate", out_dtype, pre, gauss)
     flat = lambda r: [x for p in r for x in (p if isinstance(p, tuple) else (p,))]  # noqa: E731
     for g, w in zip(flat(got), flat(want)):
         assert g.dtype == w.dtype and g.shape == w.shape

@@ -34,15 +34,19 @@ def _flat(parts):
     return out
 
 
-def _hook_vs_generic(ar, ai, br, bi, n, mode, out_dtype, to_gpu=cp.asarray):
-    """The kernels and the numpy generic path on the same inputs and prescale, bit for bit."""
+def _hook_vs_generic(ar, ai, br, bi, n, mode, out_dtype, to_gpu=cp.asarray, gaussian=False):
+    """The kernels and the numpy generic path on the same inputs and prescale, bit for bit
+    (``gaussian``: complex products modulo the Gaussian moduli, both)."""
     pre = ozaki2_prescale(np, numpy_backend.int_matmul, ar, ai, br, bi, mode)
     with numpy_backend.quiet():
         want = products.product(
-            np, numpy_backend.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre
+            np, numpy_backend.int_matmul, ar, ai, br, bi, n, mode, out_dtype, pre,
+            gaussian=gaussian,
         )
     g = [None if x is None else to_gpu(x) for x in (ar, ai, br, bi)]
-    got = cupy_backend.ozaki2_product(*g, n, mode, out_dtype, tuple(cp.asarray(x) for x in pre))
+    got = cupy_backend.ozaki2_product(
+        *g, n, mode, out_dtype, tuple(cp.asarray(x) for x in pre), gaussian=gaussian
+    )
     assert got is not None, "the kernels declined"
     got, want = _flat(got), _flat(want)
     assert len(got) == len(want)
@@ -61,15 +65,19 @@ HOOK_CASES = [  # ((batch, m, k, n), phi)
 ]
 
 
+# real, complex with 3M, complex modulo the Gaussian moduli
+KINDS = pytest.mark.parametrize("kind", ["real", "complex", "gaussian"])
+
+
 @pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
 @pytest.mark.parametrize("n", [2, 8, 14, 17, 20])
-@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@KINDS
 @pytest.mark.parametrize("case", HOOK_CASES, ids=str)
-def test_ozaki2_kernels_bit_for_bit(case, cplx, n, mode, out_dtype):
+def test_ozaki2_kernels_bit_for_bit(case, kind, n, mode, out_dtype):
     shape, phi = case
-    ar, ai, br, bi = _operands(shape, phi, cplx, seed=n + len(shape[0]))
-    _hook_vs_generic(ar, ai, br, bi, n, mode, out_dtype)
+    ar, ai, br, bi = _operands(shape, phi, kind != "real", seed=n + len(shape[0]))
+    _hook_vs_generic(ar, ai, br, bi, n, mode, out_dtype, gaussian=kind == "gaussian")
 
 
 @pytest.mark.parametrize(
@@ -78,19 +86,20 @@ def test_ozaki2_kernels_bit_for_bit(case, cplx, n, mode, out_dtype):
      ("overflow", 512, 514)],
 )  # fmt: skip
 @pytest.mark.parametrize("out_dtype", ["float64", "float32", "dd"])
-@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
-def test_ozaki2_kernels_extreme_ranges(what, scale_a, scale_b, out_dtype, cplx):
+@KINDS
+def test_ozaki2_kernels_extreme_ranges(what, scale_a, scale_b, out_dtype, kind):
     if out_dtype == "float32":  # the same situations in float32's range
         scale_a, scale_b = (scale_a * 149) // 1074, (scale_b * 149) // 1074
-    ar, ai, br, bi = _operands(((), 6, 9, 7), 1, cplx, seed=11, scale_a=scale_a, scale_b=scale_b)
-    _hook_vs_generic(ar, ai, br, bi, 17, "accurate", out_dtype)
+    ar, ai, br, bi = _operands(((), 6, 9, 7), 1, kind != "real", seed=11, scale_a=scale_a,
+                               scale_b=scale_b)  # fmt: skip
+    _hook_vs_generic(ar, ai, br, bi, 17, "accurate", out_dtype, gaussian=kind == "gaussian")
 
 
-@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@KINDS
 @pytest.mark.parametrize("out_dtype", ["float64", "dd"])
-def test_ozaki2_kernels_k_blocks(cplx, out_dtype):
-    ar, ai, br, bi = _operands(((), 3, 70000, 2), 1, cplx, seed=5)  # 2 INT32 K-blocks
-    _hook_vs_generic(ar, ai, br, bi, 20, "accurate", out_dtype)
+def test_ozaki2_kernels_k_blocks(kind, out_dtype):
+    ar, ai, br, bi = _operands(((), 3, 70000, 2), 1, kind != "real", seed=5)  # 2 INT32 K-blocks
+    _hook_vs_generic(ar, ai, br, bi, 20, "accurate", out_dtype, gaussian=kind == "gaussian")
 
 
 @pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
