@@ -116,7 +116,7 @@ class CostModel:
             count = scheme.slices
             gemms = scheme.gemms * (4 if cplx else 1)
         mnk = m * n * k * batch
-        entries = (m * k + k * n + m * n) * batch * (3 if cplx else 1)
+        entries = (m * k + k * n + m * n) * batch * _entry_planes(scheme, cplx)
         rate = (_interpolate_rate(self.int_gemm_curve, 2.0 * mnk) if self.int_gemm_curve
                 else self.int_gemm_ops)  # fmt: skip
         return (
@@ -126,6 +126,14 @@ class CostModel:
             + m * n * batch * self.stats_entry_seconds
             + self.fixed_seconds
         )
+
+
+def _entry_planes(scheme, cplx: bool) -> int:
+    """Planes per modulus (or slice) that the per-entry stages write and read: Scheme II's
+    GEMMs per modulus (3M's three, the Gaussian moduli's two), else 3 for complex."""
+    if isinstance(scheme, OzakiII):
+        return scheme.gemms_per_modulus(cplx)
+    return 3 if cplx else 1
 
 
 def _interpolate_rate(points: tuple[tuple[float, float], ...], flops: float) -> float:
@@ -533,7 +541,7 @@ def calibrate(
         if st.get("products"):
             gemm_by_size.setdefault(2.0 * m * n * k * b, []).append(
                 gemms * 2 * m * n * k * b / st["products"])
-        ent += count * (m * k + k * n + m * n) * b * (3 if cplx else 1)
+        ent += count * (m * k + k * n + m * n) * b * _entry_planes(scheme, cplx)
         ent_s += st.get("slicing", 0.0) + st.get("reconstruction", 0.0) + st.get("scaling", 0.0)
         if st.get("statistics"):
             stats.append((2.0 * m * n * k * b, float(m * n * b), st["statistics"]))
