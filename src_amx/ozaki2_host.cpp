@@ -4,7 +4,9 @@
 // integers (below). The outputs are bit-identical to emulinalg.algorithm's numpy code
 // (products.product; tests/backends/amx/ checks it). Real products, and complex ones by 3M
 // (three planes per operand: re, im, re + im; three GEMMs per modulus combined into the real and
-// imaginary residues).
+// imaginary residues) or modulo the Gaussian moduli (kGaussianModuli: two planes u = re + iota
+// im, v = re - iota im; two GEMMs per modulus, U and V combined into Re = (U + V) / 2 and
+// Im = (U - V) / (2 iota)).
 //
 //   residues: float64 lines x (shift per line) -> int8 symmetric residues of x 2**shift rounded
 //             to nearest (ties to even) or toward zero, as
@@ -74,18 +76,19 @@ constexpr int kRun = 64;  // entries per vectorized run
 
 struct ModConst {
   double m, inv, c28, c56, half, low;  // m, 1/m, 2**28 mod m, 2**56 mod m, (m - 1) / 2, -(m / 2)
+  double iota;                         // the Gaussian moduli's square root of -1 (else 0)
 };
 struct ModTable {
   ModConst c[kMaxModuli];
-  ModTable() {
+  explicit ModTable(bool gauss) {
     for (int l = 0; l < kMaxModuli; ++l) {
-      const unsigned m = kModuli[l];
+      const unsigned m = gauss ? kGaussianModuli[l] : kModuli[l];
       c[l] = {double(m), 1.0 / m, double(pow2mod(28, m)), double(pow2mod(56, m)),
-              double((m - 1) / 2), -double(m / 2)};
+              double((m - 1) / 2), -double(m / 2), gauss ? double(kGaussianIota[l]) : 0.0};
     }
   }
 };
-const ModTable kModTable;
+const ModTable kModTable(false), kGaussTable(true);
 
 // 2**p for p in [-1074, 1023], exactly; 0 below.
 inline double pow2_or_zero(int p) { return p < -1074 ? 0.0 : emu_host::pow2(p); }
@@ -186,23 +189,41 @@ __attribute__((always_inline)) inline void put_residues(const double* r, int len
 }
 
 // One run of up to kRun entries of a line (or across lines: per_value) to every plane: real
-// (y == nullptr) planes out[l plane], or 3M planes re, im, re + im (sets `set` apart); out_len
-// values per plane (len, or kRun with zeros beyond len: a whole tile row of a panel).
+// (y == nullptr) planes out[l plane], or 3M planes re, im, re + im (sets `set` apart), or with
+// `gauss` the Gaussian moduli's planes u = re + iota im, v = re - iota im; out_len values per
+// plane (len, or kRun with zeros beyond len: a whole tile row of a panel).
 template <class T>
 __attribute__((target_clones("avx2", "default"))) void residue_run_generic(
     const T* x, long long sx, const T* y, long long sy, int len, const double* f1,
-    const double* f2, bool per_value, bool nearest, int nmod, signed char* out, long long so,
-    long long plane, long long set, int out_len, bool stream) {
+    const double* f2, bool per_value, bool nearest, int nmod, bool gauss, signed char* out,
+    long long so, long long plane, long long set, int out_len, bool stream) {
   Pieces px, py;
   pieces(x, sx, len, f1, f2, per_value, nearest, px);
   if (y != nullptr) pieces(y, sy, len, f1, f2, per_value, nearest, py);
   alignas(64) double rr[kRun], ri[kRun];
+  const ModTable& tab = gauss && y != nullptr ? kGaussTable : kModTable;
   for (int l = 0; l < nmod; ++l) {
-    const ModConst& c = kModTable.c[l];
+    const ModConst& c = tab.c[l];
     residues_mod(px, c, rr);
-    put_residues(rr, out_len, out + l * plane, so, stream);
-    if (y == nullptr) continue;
+    if (y == nullptr) {
+      put_residues(rr, out_len, out + l * plane, so, stream);
+      continue;
+    }
     residues_mod(py, c, ri);
+    if (&tab == &kGaussTable) {  // re +- iota im: |.| < 2**15, exact; one rounded quotient
+      const double m = c.m, inv = c.inv, half = c.half, iota = c.iota;
+      alignas(64) double rv[kRun];
+      for (int t = 0; t < kRun; ++t) {
+        const double s = rr[t] + iota * ri[t], d = rr[t] - iota * ri[t];
+        double u = s - m * std::nearbyint(s * inv), v = d - m * std::nearbyint(d * inv);
+        rr[t] = u > half ? u - m : u;
+        rv[t] = v > half ? v - m : v;
+      }
+      put_residues(rr, out_len, out + l * plane, so, stream);
+      put_residues(rv, out_len, out + set + l * plane, so, stream);
+      continue;
+    }
+    put_residues(rr, out_len, out + l * plane, so, stream);
     put_residues(ri, out_len, out + set + l * plane, so, stream);
     // (re + im) mod m from the two symmetric residues; the constants in locals (else GCC
     // reloads them after each store and leaves the loop scalar, with a branch per entry)
@@ -264,21 +285,42 @@ emit_run(__m512i v, int out_len, signed char* out, long long so, bool stream) {
 template <class T>
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void residue_run_avx512(
     const T* x, long long sx, const T* y, long long sy, int len, const double* f1,
-    const double* f2, bool per_value, bool nearest, int nmod, signed char* out, long long so,
-    long long plane, long long set, int out_len, bool stream) {
+    const double* f2, bool per_value, bool nearest, int nmod, bool gauss, signed char* out,
+    long long so, long long plane, long long set, int out_len, bool stream) {
   Pieces px, py;
   pieces(x, sx, len, f1, f2, per_value, nearest, px);
   if (y != nullptr) pieces(y, sy, len, f1, f2, per_value, nearest, py);
+  gauss = gauss && y != nullptr;
+  const ModTable& tab = gauss ? kGaussTable : kModTable;
   for (int l = 0; l < nmod; ++l) {
-    const ModConst& c = kModTable.c[l];
+    const ModConst& c = tab.c[l];
     const __m512d m = _mm512_set1_pd(c.m), inv = _mm512_set1_pd(c.inv);
     const __m512d c28 = _mm512_set1_pd(c.c28), c56 = _mm512_set1_pd(c.c56);
     const __m512d half = _mm512_set1_pd(c.half), low = _mm512_set1_pd(c.low);
     __m512d rr[8], ri[8];
     for (int g = 0; g < 8; ++g) rr[g] = residue8(px, 8 * g, m, inv, c28, c56, half);
-    emit_run(pack64(rr), out_len, out + l * plane, so, stream);
-    if (y == nullptr) continue;
+    if (y == nullptr) {
+      emit_run(pack64(rr), out_len, out + l * plane, so, stream);
+      continue;
+    }
     for (int g = 0; g < 8; ++g) ri[g] = residue8(py, 8 * g, m, inv, c28, c56, half);
+    if (gauss) {  // re +- iota im, as residue_run_generic: exact, one rounded quotient
+      const __m512d iota = _mm512_set1_pd(c.iota);
+      __m512d rv[8];
+      for (int g = 0; g < 8; ++g) {
+        const __m512d s = _mm512_fmadd_pd(iota, ri[g], rr[g]);
+        const __m512d d = _mm512_fnmadd_pd(iota, ri[g], rr[g]);
+        const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        const __m512d u = _mm512_fnmadd_pd(_mm512_roundscale_pd(_mm512_mul_pd(s, inv), rn), m, s);
+        const __m512d v = _mm512_fnmadd_pd(_mm512_roundscale_pd(_mm512_mul_pd(d, inv), rn), m, d);
+        rr[g] = _mm512_mask_sub_pd(u, _mm512_cmp_pd_mask(u, half, _CMP_GT_OQ), u, m);
+        rv[g] = _mm512_mask_sub_pd(v, _mm512_cmp_pd_mask(v, half, _CMP_GT_OQ), v, m);
+      }
+      emit_run(pack64(rr), out_len, out + l * plane, so, stream);
+      emit_run(pack64(rv), out_len, out + set + l * plane, so, stream);
+      continue;
+    }
+    emit_run(pack64(rr), out_len, out + l * plane, so, stream);
     emit_run(pack64(ri), out_len, out + set + l * plane, so, stream);
     for (int g = 0; g < 8; ++g) {  // (re + im) mod m, as residue_run_generic
       __m512d u = _mm512_add_pd(rr[g], ri[g]);
@@ -295,13 +337,13 @@ template <class T>
 inline void residue_run(const T* x, long long sx, const T* y, long long sy, int len,
                         const double* f1, const double* f2, bool per_value, bool nearest,
                         int nmod, signed char* out, long long so, long long plane, long long set,
-                        int out_len, bool stream) {
+                        int out_len, bool stream, bool gauss = false) {
   if (emu_host::avx512_loops())
-    residue_run_avx512(x, sx, y, sy, len, f1, f2, per_value, nearest, nmod, out, so, plane, set,
-                       out_len, stream);
+    residue_run_avx512(x, sx, y, sy, len, f1, f2, per_value, nearest, nmod, gauss, out, so,
+                       plane, set, out_len, stream);
   else
-    residue_run_generic(x, sx, y, sy, len, f1, f2, per_value, nearest, nmod, out, so, plane, set,
-                        out_len, stream);
+    residue_run_generic(x, sx, y, sy, len, f1, f2, per_value, nearest, nmod, gauss, out, so,
+                        plane, set, out_len, stream);
 }
 
 // Residue planes of the R x C lines x (element strides sr, sc; and y beside it for 3M, strides
@@ -311,7 +353,7 @@ inline void residue_run(const T* x, long long sx, const T* y, long long sy, int 
 void residues_all(const double* x, long long sr, long long sc, const double* y, long long yr,
                   long long yc, int R, int C, const int* shift, bool nearest, int nmod,
                   signed char* out, long long plane, long long set, long long out_r,
-                  long long out_c) {
+                  long long out_c, bool gauss = false) {
   const ShiftFactors f = shift_factors(shift, R);
   if (std::llabs(sr) < std::llabs(sc)) {
 #pragma omp parallel for schedule(static)
@@ -320,7 +362,7 @@ void residues_all(const double* x, long long sr, long long sc, const double* y, 
       for (int c = 0; c < C; ++c)
         residue_run(x + r0 * sr + c * sc, sr, y ? y + r0 * yr + c * yc : nullptr, yr, len,
                     &f.f1[r0], &f.f2[r0], true, nearest, nmod, out + r0 * out_r + c * out_c,
-                    out_r, plane, set, len, false);
+                    out_r, plane, set, len, false, gauss);
     }
     return;
   }
@@ -330,7 +372,7 @@ void residues_all(const double* x, long long sr, long long sc, const double* y, 
       residue_run(x + r * sr + c0 * sc, sc, y ? y + r * yr + c0 * yc : nullptr, yc,
                   std::min(kRun, C - c0), &f.f1[r], &f.f2[r], false, nearest, nmod,
                   out + r * out_r + c0 * out_c, out_c, plane, set, std::min(kRun, C - c0),
-                  false);
+                  false, gauss);
 }
 
 // ---- Scheme II on packed panels: the residues written straight into the tile GEMM's int8
@@ -346,7 +388,8 @@ constexpr long long kMaxK = (1ll << 17) - 1;  // kernel.hpp's kMaxKS8: exact int
 // The residue panels of a product's operands: per operand `sets` x `nmod` panels one after the
 // other (`panel` bytes each): A's rows in 16-row blocks (ablocks = whole 32-row register
 // blocks), B's columns in VNNI 16-column blocks; ktiles K tiles of 64. Complex (sets = 3): the
-// residues of re, im and re + im (3M).
+// residues of re, im and re + im (3M); with `gauss` (sets = 2) u = re + iota im and
+// v = re - iota im modulo the Gaussian moduli.
 struct Ozaki2Panels {
   // shared: an ozaki2_multiply in flight keeps its own references (release_operands in another
   // Python thread only drops the object's)
@@ -354,6 +397,7 @@ struct Ozaki2Panels {
   amx::PooledBytes res;  // the products' residues (parts, nmod, m, n), int8: the CRT's input
   long long m = 0, n = 0, k = 0, ablocks = 0, bblocks = 0, ktiles = 0, apanel = 0, bpanel = 0;
   int nmod = 0, sets = 1;
+  bool gauss = false;    // complex, modulo the Gaussian moduli (kGaussianModuli)
   bool stream = false;   // panels written with non-temporal stores
   bool nearest = false;  // the scaled operands rounded to nearest (else toward zero)
   // The tiles of panel (set, l) in the stack at `stack` (a's or b's bytes; panel bytes each).
@@ -386,7 +430,7 @@ void pack_rows(const T* x, long long sr, long long sc, const T* y, long long yr,
         const long long c0 = kt * kRun;
         residue_run(x + i * sr + c0 * sc, sc, y ? y + i * yr + c0 * yc : nullptr, yc,
                     static_cast<int>(std::min<long long>(kRun, P.k - c0)), &f.f1[i], &f.f2[i],
-                    false, P.nearest, P.nmod, out, 1, P.apanel, set, kRun, P.stream);
+                    false, P.nearest, P.nmod, out, 1, P.apanel, set, kRun, P.stream, P.gauss);
       }
     }
     if (P.stream) _mm_sfence();  // streamed rows visible before the region's closing barrier
@@ -420,7 +464,7 @@ void pack_columns(const T* x, long long sr, long long sc, const T* y, long long 
           }
           residue_run(x + kk * sr + j0 * sc, sc, y ? y + kk * yr + j0 * yc : nullptr, yc, len,
                       &f.f1[j0], &f.f2[j0], true, P.nearest, P.nmod, o, 1, 4 * kRun,
-                      static_cast<long long>(P.nmod) * 4 * kRun, kRun, false);
+                      static_cast<long long>(P.nmod) * 4 * kRun, kRun, false, P.gauss);
         }
         const long long kt = q / amx::kTileRows, r = q % amx::kTileRows;
         for (int u = 0; u < q_all; ++u) {
@@ -448,13 +492,14 @@ void pack_columns(const T* x, long long sr, long long sc, const T* y, long long 
   }
 }
 
-// Both operands' residue panels (real, or 3M sets when both imaginary parts are given).
+// Both operands' residue panels (real, or 3M sets when both imaginary parts are given, or the
+// Gaussian moduli's two sets with `gaussian`).
 template <class T>
 std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array& br_in,
                                          py::array_t<int, py::array::c_style> mu,
                                          py::array_t<int, py::array::c_style> nu, int nmod,
                                          const py::object& ai, const py::object& bi,
-                                         const py::object& stream, bool nearest) {
+                                         const py::object& stream, bool nearest, bool gaussian) {
   check_moduli(nmod);
   if (ai.is_none() != bi.is_none())
     throw std::invalid_argument("ozaki2_pack: give both imaginary parts or neither");
@@ -476,7 +521,8 @@ std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array
   P->k = ar.shape(1);
   P->n = br.shape(1);
   P->nmod = nmod;
-  P->sets = cplx ? 3 : 1;
+  P->gauss = cplx && gaussian;
+  P->sets = cplx ? (P->gauss ? 2 : 3) : 1;
   P->nearest = nearest;
   P->ablocks = amx::ceil_div(P->m, amx::kRegRows) * 2;
   P->bblocks = amx::ceil_div(P->n, amx::kRegCols) * 2;
@@ -505,10 +551,10 @@ std::shared_ptr<Ozaki2Panels> pack(py::array ar, py::array br,
                                    py::array_t<int, py::array::c_style> mu,
                                    py::array_t<int, py::array::c_style> nu, int nmod,
                                    py::object ai, py::object bi, py::object stream,
-                                   bool nearest) {
+                                   bool nearest, bool gaussian) {
   if (emu_host::is_float32(ar) && emu_host::is_float32(br))
-    return pack_parts<float>(ar, br, mu, nu, nmod, ai, bi, stream, nearest);
-  return pack_parts<double>(ar, br, mu, nu, nmod, ai, bi, stream, nearest);
+    return pack_parts<float>(ar, br, mu, nu, nmod, ai, bi, stream, nearest, gaussian);
+  return pack_parts<double>(ar, br, mu, nu, nmod, ai, bi, stream, nearest, gaussian);
 }
 
 // out (int8, m x n, C-contiguous, writable) or ValueError.
@@ -532,8 +578,9 @@ bool mod_gemm(const amx::TileSource& a, const amx::TileSource& b, int m_l, signe
 }
 
 // Modulus l's product on the panels, as int8 residues: real -> re; complex (3M) -> re = T1 -
-// T2, im = T3 - T1 - T2 (each T reduced in its GEMM's epilogue; the ring operations after it
-// give the same residues as reducing the int32 combinations).
+// T2, im = T3 - T1 - T2; the Gaussian moduli -> re = (U + V) / 2, im = (U - V) / (2 iota) (each
+// product reduced in its GEMM's epilogue; the ring operations after it give the same residues
+// as reducing the int32 combinations).
 void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool emulate,
               int threads) {
   if (l < 0 || l >= P.nmod) throw std::invalid_argument("ozaki2_multiply: no such modulus");
@@ -547,15 +594,39 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
     throw std::runtime_error("ozaki2_multiply: AMX is not available: " +
                              st.reason + " (emulate=True runs the tile model)");
   signed char* pre = residue_out(re, P, "re");
-  const bool cplx = P.sets == 3;
+  const bool cplx = P.sets > 1;
   if (cplx == im.is_none())
     throw std::invalid_argument("ozaki2_multiply: im is needed exactly for complex panels");
   signed char* pim = cplx ? residue_out(im, P, "im") : nullptr;
-  const int m_l = kModuli[l];
+  const int m_l = P.gauss ? kGaussianModuli[l] : kModuli[l];
   bool ok = true;
   py::gil_scoped_release nogil;
   if (!cplx) {
     ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads);
+  } else if (P.gauss) {
+    ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads) &&
+         mod_gemm(ta(1), tb(1), m_l, pim, P, emulate, threads);
+    // No division per entry (it cost more than the GEMMs): Re = (U + V) / 2 halves an even
+    // representative (|U + V| <= m - 1; m odd), Im = (U - V) c with c the symmetric residue of
+    // 1 / (2 iota), |(U - V) c| < m**2 / 2 < 2**15, reduced by its nearest quotient in float64
+    // (exact: the rounding of x / m is far below 1 / (2m), and the magic constant rounds to
+    // the nearest integer for |x / m| < 2**51).
+    const int half = (m_l - 1) / 2, inv2iota = (m_l - kGaussianIota[l]) * ((m_l + 1) / 2) % m_l;
+    const int c = inv2iota > half ? inv2iota - m_l : inv2iota;
+    const double md = m_l, inv = 1.0 / m_l, magic = 6755399441055744.0;  // 1.5 * 2**52
+    const long long size = P.m * P.n;
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < size; ++i) {
+      const int u = pre[i], v = pim[i];
+      int s = u + v;
+      s = (s + (s & 1) * m_l) >> 1;  // an even representative halved
+      s -= s > half ? m_l : 0;
+      s += s < -half ? m_l : 0;
+      const double d = static_cast<double>((u - v) * c);
+      const double q = (d * inv + magic) - magic;
+      pre[i] = static_cast<signed char>(s);
+      pim[i] = static_cast<signed char>(static_cast<int>(d - md * q));
+    }
   } else {
     amx::PooledBytes t3(static_cast<std::size_t>(P.m * P.n));
     signed char* p3 = reinterpret_cast<signed char*>(t3.get());
@@ -936,10 +1007,11 @@ py::array_t<signed char> residues(py::array_t<double> x, py::array_t<int, py::ar
 }
 
 // 3M residue planes (3, nmod, R, C) (or (3, nmod, C, R)) of the complex operand re + i im (same
-// shape) with shift (R,): re, im, re + im.
+// shape) with shift (R,): re, im, re + im; with `gaussian` (2, nmod, ...): u = re + iota im and
+// v = re - iota im modulo the Gaussian moduli.
 py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> im,
                                    py::array_t<int, py::array::c_style> shift, int nmod,
-                                   bool lines_are_rows, bool nearest) {
+                                   bool lines_are_rows, bool nearest, bool gaussian) {
   check_moduli(nmod);
   const auto [sr, sc] = emu_host::matrix_strides(re, "residues3");
   const auto [yr, yc] = emu_host::matrix_strides(im, "residues3");
@@ -950,8 +1022,8 @@ py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> i
     throw std::invalid_argument("residues3: shift must have one entry per line");
   const long long plane = static_cast<long long>(R) * C;
   auto out = emu_host::huge_page_array<signed char>(
-      lines_are_rows ? std::vector<py::ssize_t>{3, nmod, R, C}
-                     : std::vector<py::ssize_t>{3, nmod, C, R});
+      lines_are_rows ? std::vector<py::ssize_t>{gaussian ? 2 : 3, nmod, R, C}
+                     : std::vector<py::ssize_t>{gaussian ? 2 : 3, nmod, C, R});
   const long long out_r = lines_are_rows ? C : 1, out_c = lines_are_rows ? 1 : R;
   const double *px = re.data(), *py_ = im.data();
   const int* ps = shift.data();
@@ -959,7 +1031,7 @@ py::array_t<signed char> residues3(py::array_t<double> re, py::array_t<double> i
   {
     py::gil_scoped_release nogil;
     residues_all(px, sr, sc, py_, yr, yc, R, C, ps, nearest, nmod, po, plane, nmod * plane,
-                 out_r, out_c);
+                 out_r, out_c, gaussian);
   }
   return out;
 }
@@ -1069,12 +1141,13 @@ void register_ozaki2_host(py::module_& m) {
   py::class_<Ozaki2Panels, std::shared_ptr<Ozaki2Panels>>(
       m, "Ozaki2Panels", "Scheme II residue panels of a product's operands (ozaki2_pack)")
       .def_property_readonly("moduli", [](const Ozaki2Panels& p) { return p.nmod; })
-      .def_property_readonly("complex", [](const Ozaki2Panels& p) { return p.sets == 3; })
+      .def_property_readonly("complex", [](const Ozaki2Panels& p) { return p.sets > 1; })
+      .def_property_readonly("gaussian", [](const Ozaki2Panels& p) { return p.gauss; })
       .def_property_readonly(
           "residues",
           [](py::object self) {
             const auto& p = self.cast<const Ozaki2Panels&>();
-            const std::vector<py::ssize_t> shape{p.sets == 3 ? 2 : 1, p.nmod, p.m, p.n};
+            const std::vector<py::ssize_t> shape{p.sets > 1 ? 2 : 1, p.nmod, p.m, p.n};
             return py::array_t<signed char>(
                 shape, reinterpret_cast<signed char*>(p.res.get()), self);
           },
@@ -1090,10 +1163,11 @@ void register_ozaki2_host(py::module_& m) {
           "still running keeps them until it returns; the residues stay).");
   m.def("ozaki2_pack", &pack, py::arg("ar"), py::arg("br"), py::arg("mu"), py::arg("nu"),
         py::arg("moduli"), py::arg("ai") = py::none(), py::arg("bi") = py::none(), py::kw_only(),
-        py::arg("stream") = py::none(), py::arg("nearest") = false,
+        py::arg("stream") = py::none(), py::arg("nearest") = false, py::arg("gaussian") = false,
         "Scheme II residues of A (m, k) with row shifts mu and of B (k, n) with column shifts nu "
         "for the first `moduli` moduli, written straight into the int8 tile panels of the GEMMs "
-        "(with ai, bi: the 3M sets re, im, re + im). The scaled operands are rounded to nearest, "
+        "(with ai, bi: the 3M sets re, im, re + im, or with gaussian the sets u = re + iota im, "
+        "v = re - iota im of the first `moduli` Gaussian moduli). The scaled operands are rounded to nearest, "
         "ties to even (nearest: emulinalg.algorithm.scaling.rounds_to_nearest), or toward zero. "
         "Panels come from the panel cache. stream: write them with non-temporal stores (None: from 64 "
         "MiB of panels on; same bytes).");
@@ -1101,10 +1175,12 @@ void register_ozaki2_host(py::module_& m) {
         py::arg("im") = py::none(), py::kw_only(), py::arg("emulate") = false,
         py::arg("threads") = 0,
         "Modulus l's product on ozaki2_pack's panels into int8 residues re (m, n) (complex: re "
-        "and im, 3M): one tile GEMM per product, reduced modulo m_l in its epilogue (the "
+        "and im, from 3M's three products or the Gaussian moduli's two): one tile GEMM per product, reduced modulo m_l in its epilogue (the "
         "symmetric residues of gemm_s8s8s32 on the residue planes).");
   m.def("ozaki2_residues3", &residues3, py::arg("re"), py::arg("im"), py::arg("shift"),
         py::arg("moduli"), py::arg("lines_are_rows") = true, py::kw_only(),
-        py::arg("nearest") = false,
-        "3M residue planes (3, moduli, ...) of re + i im: re, im and re + im, as ozaki2_residues.");
+        py::arg("nearest") = false, py::arg("gaussian") = false,
+        "3M residue planes (3, moduli, ...) of re + i im: re, im and re + im, as ozaki2_residues "
+        "(gaussian: (2, moduli, ...), u = re + iota im and v = re - iota im modulo the Gaussian "
+        "moduli).");
 }

@@ -128,9 +128,10 @@ def _gemm_s8(amx, a, b):
     return acc  # |sum| <= k * 2**14: exact in float64 for any k below 2**39
 
 
-def _crt_arrays(n):
-    """``ozaki2_crt``'s digit tables for n moduli, in its argument order."""
-    t = crt_table_arrays(n)
+def _crt_arrays(n, gaussian=False):
+    """``ozaki2_crt``'s digit tables for n moduli (of the Gaussian moduli with ``gaussian``), in
+    its argument order."""
+    t = crt_table_arrays(n, gaussian)
     return t["emu_wdig"], t["emu_pdig"], t["emu_ratio"]
 
 
@@ -162,13 +163,14 @@ def _host_ok(amx, ar, ai, br, bi):
     )
 
 
-def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
+def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, gaussian=False):
     """Scheme II product in ``emulinalg._amx``'s C++ (OpenMP): the residues written straight
     into the int8 tile panels (``ozaki2_pack``), one tile GEMM per modulus reduced to int8
-    residues in its epilogue (``ozaki2_multiply``; 3M for complex: T1, T2, T3 -> Re, Im), the
-    CRT (the CUDA sources' arithmetic compiled for the CPU): same contract and bit-identical
-    output as ``emulinalg.algorithm.products.product(numpy, int_matmul, ...)``. 2-D operands
-    with k <= ``MAX_K``; returns None to decline (batches, longer K: generic path)."""
+    residues in its epilogue (``ozaki2_multiply``; 3M for complex: T1, T2, T3 -> Re, Im, or with
+    ``gaussian`` the Gaussian moduli's U, V -> Re, Im), the CRT (the CUDA sources' arithmetic
+    compiled for the CPU): same contract and bit-identical output as
+    ``emulinalg.algorithm.products.product(numpy, int_matmul, ..., gaussian=gaussian)``. 2-D
+    operands with k <= ``MAX_K``; returns None to decline (batches, longer K: generic path)."""
     amx = _module()
     cplx = ai is not None
     if out_dtype not in OUT_KIND or prescale is None:
@@ -179,14 +181,16 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
     from emulinalg.algorithm.moduli import crt_constants
     from emulinalg.algorithm.scaling import ozaki2_shifts, rounds_to_nearest
 
-    c = crt_constants(moduli)
+    gaussian = bool(gaussian and cplx)
+    c = crt_constants(moduli, gaussian)
     mu, nu = ozaki2_shifts(np, prescale, c.L, c.Q_down)
     mu32 = np.ascontiguousarray(mu, dtype=np.int32)
     nu32 = np.ascontiguousarray(nu, dtype=np.int32)
     m, n = ar.shape[0], br.shape[1]
-    near = rounds_to_nearest(moduli, ar.shape[-1], mode)
+    near = rounds_to_nearest(moduli, ar.shape[-1], mode, gaussian)
     with stage("slicing"):  # the residues straight into the GEMMs' int8 tile panels
-        panels = amx.ozaki2_pack(ar, br, mu32, nu32, moduli, ai, bi, nearest=near)
+        panels = amx.ozaki2_pack(ar, br, mu32, nu32, moduli, ai, bi, nearest=near,
+                                 gaussian=gaussian)  # fmt: skip
     res = panels.residues  # (parts, moduli, m, n) from the panel cache, alive with the panels
     with stage("products"):  # each GEMM reduced modulo m_l in its epilogue (3M: three)
         for ell in range(moduli):
@@ -199,7 +203,8 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale):
         outs = [amx.empty((m, n), dt) for _ in range(len(res))]
         los = [amx.empty((m, n), "float64") if out_dtype == "dd" else None for _ in range(len(res))]
         amx.ozaki2_crt(
-            res if cplx else res[0], mu32, nu32, OUT_KIND[out_dtype], *_crt_arrays(moduli),
+            res if cplx else res[0], mu32, nu32, OUT_KIND[out_dtype],
+            *_crt_arrays(moduli, gaussian),
             outs[0], los[0], outs[-1] if cplx else None, los[-1] if cplx else None,
         )  # fmt: skip
     if out_dtype == "dd":
@@ -344,10 +349,11 @@ def ozaki2_prescale(ar, ai, br, bi, mode, exponents=None):
     return Prescale(s, t, e, f, lower=F, mixed=mixed, line_sums=((la, lb), (qa, qb)))
 
 
-def ozaki2_certificate(ar, ai, br, bi, prescale, target):
-    """``emulinalg.algorithm.certificate.ozaki2_moduli_needed(numpy, backend, ...)`` with the
-    per-entry certificate in C++: ``(count, beyond, patch)``, or None to decline (a prescale not
-    made by ``ozaki2_prescale``, what ``_host_ok`` refuses).
+def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
+    """``emulinalg.algorithm.certificate.ozaki2_moduli_needed(numpy, backend, ...,
+    gaussian=gaussian)`` with the per-entry certificate in C++: ``(count, beyond, patch)``, or
+    None to decline (a prescale not made by ``ozaki2_prescale``, what ``_host_ok`` refuses).
+    ``gaussian``: the counts of the Gaussian moduli (their constants, ``certificate_plan``).
 
     The first pass takes the lower bound of |A||B| from the prescale's bound GEMM F
     (``certificate.bound_lower``; with a complex product's ``Prescale.parts_lower`` in the place of
@@ -379,7 +385,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target):
     k = ar.shape[-1]
     cplx = ai is not None
     m, n = lower.shape
-    plan = certificate_plan.plan(k, target, cplx, m, n, ar.ndim)
+    plan = certificate_plan.plan(k, target, cplx, m, n, ar.ndim, gaussian)
     cc = plan.constants
     if not plan.gemm_lower:  # never with k <= MAX_K
         return None
@@ -569,3 +575,7 @@ narrow_products = True
 native_error_rms = _numpy_backend.native_error_rms
 native_error_rms_complex = _numpy_backend.native_error_rms_complex
 native_chain_k = _numpy_backend.native_chain_k
+# complex Scheme II products modulo the Gaussian moduli (two tile GEMMs per modulus, 3M's three):
+# ozaki2_pack writes u = re + iota im and v = re - iota im, ozaki2_multiply combines U and V, and
+# the certificate counts with their constants (``ozaki2_certificate``)
+gaussian_moduli = True

@@ -68,21 +68,23 @@ def _bits(c, a, b, ref, rows, cols):
 def _row(g8, dt, n, phi, ref, args):
     ha, hb = _inputs(dt, n, phi)
     a, b = cp.asarray(ha), cp.asarray(hb)
-    rec = {"dtype": dt, "n": n, "phi": phi, "repeat": args.repeat}
+    # short products (a few ms) drift more between calls than the long ones: more repeats
+    repeat = args.repeat * (4 if n <= 4096 else 1)
+    rec = {"dtype": dt, "n": n, "phi": phi, "repeat": repeat}
     bits = functools.partial(_bits, a=ha, b=hb, ref=ref, rows=args.ref_rows, cols=args.ref_cols)
     native = functools.partial(cp.matmul, a, b)
     rec["native_bits"] = bits(native())
-    rec["native_before_s"] = timed(native, repeat=args.repeat)
+    rec["native_before_s"] = timed(native, repeat=repeat)
     with emulinalg.config(strategy="eager"):
         level = functools.partial(emulinalg.matmul, a, b)
         rec["level_bits"] = bits(level())
         rec["plan"] = str(emulinalg.last_plan())
-        rec["level_s"] = timed(level, repeat=args.repeat)
+        rec["level_s"] = timed(level, repeat=repeat)
     if args.default:  # the default strategy: the cost model may take cuBLAS
         default = functools.partial(emulinalg.matmul, a, b)
         rec["default_bits"] = bits(default())
         rec["default_plan"] = str(emulinalg.last_plan())
-        rec["default_s"] = timed(default, repeat=args.repeat)
+        rec["default_s"] = timed(default, repeat=repeat)
     found = re.search(r"moduli=(\d+)", rec["plan"])
     count = int(found.group(1)) if found else 0
     gaussian = bool(re.search(r"moduli=\d+, mode=\w+, gaussian", rec["plan"]))
@@ -95,8 +97,8 @@ def _row(g8, dt, n, phi, ref, args):
         if dt in G8_MAX and 2 <= mod <= G8_MAX[dt]:
             run = functools.partial(g8.matmul, a, b, mod, False)
             rec[f"g8_{mod}_bits"] = bits(run()[0])
-            rec[f"g8_{mod}_s"] = timed(run, repeat=args.repeat)
-    rec["native_after_s"] = timed(native, repeat=args.repeat)
+            rec[f"g8_{mod}_s"] = timed(run, repeat=repeat)
+    rec["native_after_s"] = timed(native, repeat=repeat)
     nat = 0.5 * (rec["native_before_s"] + rec["native_after_s"])
     rec["level_speedup"] = round(nat / rec["level_s"], 3)
     for key in ("default", "bound"):

@@ -135,7 +135,7 @@ def run_size(n, repeat, counts, sampler, emit):
     best = rates[best_name]
     for key, count in counts.items():
         dtype, phi = key
-        gemms = count * (3 if dtype.startswith("complex") else 1)
+        gemms = count * (3 if dtype.startswith("complex") else 1)  # complex: 3M's counts
         t_native = native[dtype]
         emit({"N": n, "variant": "bound", "dtype": dtype, "phi": phi, "moduli": count,
               "int8_gemms": gemms, "native_ms": t_native, "rate_kernel": best_name,

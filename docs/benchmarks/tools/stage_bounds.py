@@ -68,7 +68,8 @@ def bounds(rec, bandwidth, int8):
     n_mod, N = moduli_of(rec["plan"]), rec["N"]
     cplx = rec["dtype"].startswith("complex")
     s = {"float64": 8, "float32": 4, "complex128": 8, "complex64": 4}[rec["dtype"]]
-    parts, planes = (2, 3) if cplx else (1, 1)
+    gaussian = bool(re.search(r"moduli=\d+, mode=\w+, gaussian", rec["plan"]))
+    parts, planes = (2, 2 if gaussian else 3) if cplx else (1, 1)  # the Gaussian moduli: u, v
     e = N * N
     ops = 2.0 * N**3
     src = 2 * parts * s * e  # A and B read once
