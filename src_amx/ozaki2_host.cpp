@@ -215,7 +215,7 @@ __attribute__((target_clones("avx2", "default"))) void residue_run_generic(
       alignas(64) double rv[kRun];
       for (int t = 0; t < kRun; ++t) {
         const double s = rr[t] + iota * ri[t], d = rr[t] - iota * ri[t];
-        double u = s - m * std::nearbyint(s * inv), v = d - m * std::nearbyint(d * inv);
+        double u = s - m * emu_host::rne(s * inv), v = d - m * emu_host::rne(d * inv);
         rr[t] = u > half ? u - m : u;
         rv[t] = v > half ? v - m : v;
       }
@@ -609,21 +609,20 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
     // No division per entry (it cost more than the GEMMs): Re = (U + V) / 2 halves an even
     // representative (|U + V| <= m - 1; m odd), Im = (U - V) c with c the symmetric residue of
     // 1 / (2 iota), |(U - V) c| < m**2 / 2 < 2**15, reduced by its nearest quotient in float64
-    // (exact: the rounding of x / m is far below 1 / (2m), and the magic constant rounds to
-    // the nearest integer for |x / m| < 2**51).
+    // (exact: the rounding of x / m is far below 1 / (2m); emu_host::rne rounds to nearest).
     const int half = (m_l - 1) / 2, inv2iota = (m_l - kGaussianIota[l]) * ((m_l + 1) / 2) % m_l;
     const int c = inv2iota > half ? inv2iota - m_l : inv2iota;
-    const double md = m_l, inv = 1.0 / m_l, magic = 6755399441055744.0;  // 1.5 * 2**52
+    const double md = m_l, inv = 1.0 / m_l;
     const long long size = P.m * P.n;
 #pragma omp parallel for schedule(static)
     for (long long i = 0; i < size; ++i) {
       const int u = pre[i], v = pim[i];
       int s = u + v;
-      s = (s + (s & 1) * m_l) >> 1;  // an even representative halved
+      s = (s + (s & 1) * m_l) / 2;  // an even representative halved (exact)
       s -= s > half ? m_l : 0;
       s += s < -half ? m_l : 0;
       const double d = static_cast<double>((u - v) * c);
-      const double q = (d * inv + magic) - magic;
+      const double q = emu_host::rne(d * inv);
       pre[i] = static_cast<signed char>(s);
       pim[i] = static_cast<signed char>(static_cast<int>(d - md * q));
     }

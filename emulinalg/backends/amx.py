@@ -8,9 +8,10 @@ unsigned [0, 255] slices, for now) and everything else are the numpy backend's.
 
 A whole Scheme II product (``ozaki2_product``) runs in ``emulinalg._amx``'s C++
 (``src_amx/ozaki2_host.cpp``): the residues written straight into the tile GEMMs' int8 panels,
-one tile GEMM per modulus (three for complex, 3M) reduced modulo m_l in its epilogue, and the
-CRT (the cupy backend's CUDA sources compiled for the CPU, vectorized), bit-identical to the
-generic numpy code, which is tens of times slower at those stages.
+one tile GEMM per modulus (complex: three with 3M, two modulo the Gaussian moduli) reduced
+modulo m_l in its epilogue, and the CRT (the cupy backend's CUDA sources compiled for the CPU,
+vectorized), bit-identical to the generic numpy code, which is tens of times slower at those
+stages.
 
 The backend is chosen only where :func:`usable` is True; it never executes an AMX instruction
 elsewhere. ``EMULATE = True`` runs the same kernels on ``emulinalg._amx``'s scalar tile model
@@ -192,7 +193,7 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, gaussian=F
         panels = amx.ozaki2_pack(ar, br, mu32, nu32, moduli, ai, bi, nearest=near,
                                  gaussian=gaussian)  # fmt: skip
     res = panels.residues  # (parts, moduli, m, n) from the panel cache, alive with the panels
-    with stage("products"):  # each GEMM reduced modulo m_l in its epilogue (3M: three)
+    with stage("products"):  # each GEMM reduced modulo m_l in its epilogue (3M: three; u, v: two)
         for ell in range(moduli):
             amx.ozaki2_multiply(
                 panels, ell, res[0, ell], res[1, ell] if cplx else None, emulate=EMULATE
