@@ -64,6 +64,20 @@ __device__ __forceinline__ void accumulate_s8(const signed char* __restrict__ sr
   }
 }
 
+// Modulus L's terms of both parts (symmetric residues w): W_p weight_L into the words, numpy's
+// quotient + W_p ratio_L (two roundings, never an FMA).
+template <int L, int NW>
+__device__ __forceinline__ void add_parts_s8(const int (&w)[2], long long (&acc)[2][NW],
+                                             double (&qf)[2]) {
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+#pragma unroll
+    for (int i = 0; i < NW; ++i)
+      acc[p][i] = mad_wide(acc[p][i], w[p], emu_wdig[L * kDigitStride + i]);
+    qf[p] = __dadd_rn(qf[p], __dmul_rn(static_cast<double>(w[p]), emu_ratio[L]));
+  }
+}
+
 // The 3M products' residues W1, W2, W3 (planes 0, NMOD, 2 NMOD from src) of moduli L..NMOD-1
 // into Re = W1 - W2 and Im = W3 - W1 - W2, mod m_l, as ozaki2_crt.cu's accumulate combines its
 // INT32 sums (the same classes mod m_l, so the same symmetric residues and the same bits).
@@ -81,14 +95,7 @@ __device__ __forceinline__ void accumulate_s8_3m(const signed char* __restrict__
     int im = u2 - u0 - u1 + 2 * m;  // T3 - T1 - T2, in [2, 3m)
     im -= im >= m ? m : 0;
     im -= im >= m ? m : 0;
-    const int w[2] = {symmetric<m>(re), symmetric<m>(im)};
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-#pragma unroll
-      for (int i = 0; i < NW; ++i)
-        acc[p][i] = mad_wide(acc[p][i], w[p], emu_wdig[L * kDigitStride + i]);
-      qf[p] = __dadd_rn(qf[p], __dmul_rn(static_cast<double>(w[p]), emu_ratio[L]));
-    }
+    add_parts_s8<L, NW>({symmetric<m>(re), symmetric<m>(im)}, acc, qf);
     accumulate_s8_3m<L + 1, NMOD, NW>(src, plane, acc, qf);
   }
 }
@@ -103,15 +110,9 @@ __device__ __forceinline__ void accumulate_s8_uv(const signed char* __restrict__
     constexpr int m = kGaussianModuli[L];
     const int u0 = mod_pos<m>(__ldg(src + L * plane));
     const int u1 = mod_pos<m>(__ldg(src + (NMOD + L) * plane));
-    const int w[2] = {symmetric<m>((u0 + u1) * gaussian_inv2(L) % m),
-                      symmetric<m>((u0 - u1 + m) * gaussian_inv2iota(L) % m)};
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-#pragma unroll
-      for (int i = 0; i < NW; ++i)
-        acc[p][i] = mad_wide(acc[p][i], w[p], emu_wdig[L * kDigitStride + i]);
-      qf[p] = __dadd_rn(qf[p], __dmul_rn(static_cast<double>(w[p]), emu_ratio[L]));
-    }
+    add_parts_s8<L, NW>({symmetric<m>((u0 + u1) * gaussian_inv2(L) % m),
+                         symmetric<m>((u0 - u1 + m) * gaussian_inv2iota(L) % m)},
+                        acc, qf);
     accumulate_s8_uv<L + 1, NMOD, NW>(src, plane, acc, qf);
   }
 }
