@@ -135,9 +135,11 @@ def test_real_data_held_as_complex_takes_no_extra_modulus(monkeypatch):
     complex path scales differently, so not bit for bit) and its imaginary part is zero. The
     complex product with the moduli and 3M (the Gaussian moduli hold fewer bits per count:
     tests/algorithm/test_gaussian_moduli.py)."""
+    from emulinalg.backends import amx
     from emulinalg.backends import numpy as npb
 
-    monkeypatch.setattr(npb, "gaussian_moduli", False)
+    for backend in (npb, amx):  # numpy arrays' backend here, either
+        monkeypatch.setattr(backend, "gaussian_moduli", False)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((200, 200)), rng.standard_normal((200, 200))
     ref = exact_matmul(a, b)
