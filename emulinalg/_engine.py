@@ -25,13 +25,14 @@ from ._precision import (
     OzakiII,
     level_for_dtype,
 )
-from ._stages import stages
+from ._stages import gaussian_keywords, stages
 from ._timing import stage
 from .algorithm import (
     bf16,
     certificate,
     operands,
     products,
+    refinement,
     refit,
     residues,
     scaling,
@@ -353,12 +354,19 @@ def _emulate(
             "working memory sized to the inputs and output (docs/limitations.md)"
         )
     cancelled = _planner.refits(request, scheme, ar.shape[-1], prescale is not None)
-    extra = None
+    extra = lines = None
     if more is not None and cancelled:
         extra = more(parts, prescale, native_mask)
+    if isinstance(patch, refinement.LinePatch):
+        lines, patch = patch, None
+        if lines.entries.shape[0]:
+            patch = xp.asarray(lines.entries, device=parts[0].device)
     if cancelled or patch is not None:
         parts = _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask,
                                patch, cancelled, plan, extra, backend)  # fmt: skip
+    if lines is not None:
+        parts = _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out, real_name)
+        plan.notes.append(_lines_note(lines, scheme))
     plan.scheme = str(scheme)
     plan.gemms = _planner.gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
@@ -601,6 +609,60 @@ def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask
     return tuple(x for g in grouped for x in g) if dd else tuple(grouped)
 
 
+def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out, real_name):
+    """``parts`` (a 2-D product's, written in place; "dd": (hi, lo) pairs flattened, the low
+    parts 0 there) with the rows ``lines.rows`` and columns ``lines.cols`` of the output taken
+    from the native product of the operands' parts in the inputs' ``real_name`` precision
+    (complex: one complex GEMM, as the native product of the inputs), and the entries of its
+    block: a ``refinement.LinePatch``'s."""
+    dd = out == "dd"
+    real = getattr(xp, real_name)
+    ar, ai, br, bi = (x if x is None or x.dtype == real else xp.astype(x, real)
+                      for x in (ar, ai, br, bi))  # fmt: skip
+    targets = [parts[i : i + 2] for i in range(0, len(parts), 2)] if dd else [(p,) for p in parts]
+
+    def native(a_r, a_i, b_r, b_i):
+        if a_i is None:
+            return [backend.native_matmul(a_r, b_r)]
+        dt = xp.complex128 if a_r.dtype == xp.float64 else xp.complex64
+        c = backend.native_matmul(make_complex(xp, a_r, a_i, dt), make_complex(xp, b_r, b_i, dt))
+        return [xp.real(c), xp.imag(c)]
+
+    def take(x, idx, axis):
+        return None if x is None else xp.take(x, idx, axis=axis)
+
+    dev = parts[0].device
+    block = lines.block if lines.block is not None else (lines.rows[:0], lines.cols[:0])
+    for rows, cols in ((lines.rows, None), (None, lines.cols), block):
+        if 0 in (len(x) for x in (rows, cols) if x is not None):
+            continue
+        i = None if rows is None else xp.asarray(rows, device=dev)
+        j = None if cols is None else xp.asarray(cols, device=dev)
+        a_r, a_i = (x if i is None else take(x, i, 0) for x in (ar, ai))
+        b_r, b_i = (x if j is None else take(x, j, 1) for x in (br, bi))
+        if i is None:
+            at = (slice(None), j)
+        elif j is None:
+            at = (i, slice(None))
+        else:
+            at = (xp.reshape(i, (-1, 1)), xp.reshape(j, (1, -1)))
+        for group, v in zip(targets, native(a_r, a_i, b_r, b_i)):
+            for x, val in zip(group, (xp.astype(v, group[0].dtype), 0.0)):  # (hi, lo): lo 0
+                x[at] = val
+    return parts
+
+
+def _lines_note(lines, scheme):
+    """The plan's note of a ``refinement.LinePatch``."""
+    what = [f"{len(lines.rows)} rows", f"{len(lines.cols)} columns"]
+    if lines.block is not None:
+        what.append(f"a block of {len(lines.block[0])} x {len(lines.block[1])} entries")
+    return (
+        f"patch: {', '.join(what)} where {scheme} does not certify the native product's error "
+        "taken from the native product (refinement.line_patch)"
+    )
+
+
 def _real_of(parts):
     return "float32" if parts[0].dtype.itemsize == 4 else "float64"
 
@@ -673,7 +735,7 @@ def _run(xp, backend, ar, ai, br, bi, scheme, out_dtype, prescale, exponents=Non
     gaussian = isinstance(scheme, OzakiII) and scheme.gaussian and ai is not None
     if gaussian and not backend.gaussian_moduli:  # its own product takes the moduli: generic
         fused = None
-    extra = {"gaussian": True} if gaussian else {}  # (the hooks of other backends lack it)
+    extra = gaussian_keywords(gaussian)
     if not (isinstance(scheme, OzakiII) and fused is not None):
         ar, ai, br, bi = operands.wide(xp, ar, ai, br, bi)
     if isinstance(scheme, (BF16x3, BF16xN)):  # its own kernels: no exact accumulators

@@ -72,6 +72,12 @@ class OzakiI:
         return f"OzakiI(slices={self.slices})"
 
 
+def gemms_per_modulus(complex_: bool, gaussian: bool = False) -> int:
+    """INT8 GEMMs (and residue planes) per modulus of a Scheme II product: one for real
+    products, 3M's three for complex ones, two with the Gaussian moduli."""
+    return (2 if gaussian else 3) if complex_ else 1
+
+
 @dataclass(frozen=True)
 class OzakiII:
     """Ozaki Scheme II with the first ``moduli`` INT8 moduli (256, 255, 253, 251, ...).
@@ -125,9 +131,8 @@ class OzakiII:
         return self.moduli + (self.mode == "accurate")
 
     def gemms_per_modulus(self, complex_: bool) -> int:
-        """INT8 GEMMs per modulus: one for real products, 3M's three for complex ones, two with
-        the Gaussian moduli."""
-        return (2 if self.gaussian else 3) if complex_ else 1
+        """INT8 GEMMs per modulus of this scheme's products (``gemms_per_modulus``)."""
+        return gemms_per_modulus(complex_, self.gaussian)
 
     def __str__(self) -> str:
         g = ", gaussian" if self.gaussian else ""

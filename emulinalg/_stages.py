@@ -150,6 +150,13 @@ _FACTS = ("block_entries", "narrow_statistics", "narrow_products", "native_error
           "plan_note")  # fmt: skip
 
 
+def gaussian_keywords(gaussian):
+    """The keywords of a hook call for a complex product modulo the Gaussian moduli: the hooks
+    of a backend that declares ``gaussian_moduli`` take ``gaussian=True``; other backends' hooks
+    lack the keyword (they are called for the moduli only)."""
+    return {"gaussian": True} if gaussian else {}
+
+
 def stages(backend) -> Stages:
     """The resolved ``Stages`` of a backend module (or object; a ``Stages`` is returned as it
     is). A required member that is missing raises TypeError when called (a partial backend

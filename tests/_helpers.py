@@ -255,3 +255,26 @@ def parts_lower_of(ar, ai, br, bi):
     ta, tb = parts.balance_sides(np, ar, ai, ea)[0], parts.balance_sides(np, br, bi, eb)[0]
     t_lo = certificate.magnitude_lower(np, stages(npb), ta, tb)
     return certificate.parts_lower(np, t_lo, ar.shape[-1])
+
+
+def same_patch(got, want):
+    """Whether two certificates' patches are equal: None, flat indices (any array library) or
+    ``refinement.LinePatch`` (rows, columns, block and entries alike)."""
+    from emulinalg.algorithm.refinement import LinePatch
+
+    if got is None or want is None:
+        return got is None and want is None
+    if isinstance(got, LinePatch) or isinstance(want, LinePatch):
+        if not (isinstance(got, LinePatch) and isinstance(want, LinePatch)):
+            return False
+        if (got.block is None) != (want.block is None):
+            return False
+        pairs = [(got.rows, want.rows), (got.cols, want.cols), (got.entries, want.entries)]
+        pairs += list(zip(got.block, want.block)) if got.block is not None else []
+        return all(np.array_equal(_host(x), _host(y)) for x, y in pairs)
+    return np.array_equal(_host(got), _host(want))
+
+
+def _host(x):
+    get = getattr(x, "get", None)
+    return np.asarray(x if get is None or isinstance(x, np.ndarray) else get())

@@ -72,7 +72,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._precision import MAX_SLICES, MIN_SLICES
-from .._stages import NATIVE_ERROR_RMS, stages
+from .._stages import NATIVE_ERROR_RMS, gaussian_keywords, stages
 from . import operands
 from .moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from .operands import once
@@ -454,7 +454,7 @@ def ozaki2_moduli_needed(
     is given ``gaussian=True``; other backends' hooks count the moduli: the generic code)."""
     st = stages(backend)
     hook = None if gaussian and not st.gaussian_moduli else st.ozaki2_certificate
-    extra = {"gaussian": True} if gaussian else {}
+    extra = gaussian_keywords(gaussian)
     res = None if hook is None else hook(*(hook_ops or (ar, ai, br, bi)), prescale, target, **extra)
     if res is not None:
         return tuple(res) + (None,) * (3 - len(res))

@@ -46,23 +46,31 @@ class CertificatePlan(NamedTuple):
     # the float64 GEMM of ``certify_moduli``)
     steps: int  # refinement steps: ``refinement.REFINE_STEPS`` for 2-D products, else 0
     suspects_max: int  # the most suspects a step takes (``SUSPECTS_MAX`` native, else
-    # ``REFINE_ENTRIES``); more end the refinement
+    # ``REFINE_ENTRIES``; the native form's m n where ``streaming``); more end the refinement
     sample: int  # ``REFINE_ENTRIES``: the suspects a step sums (an even sample beyond)
     patch_cap: int  # the most entries the patch takes (``patch_limit(m, n)``, >= 0)
+    lines: bool  # whether a patch may take lines (``refinement.takes_lines``; 2-D products)
+    fails_cap: int  # the most failing entries a step reports (``fails_limit(m, n, lines)``)
     theta_max: float  # the native form's cap on theta: min(THETA_MAX, sqrt(k))
     refine_terms: tuple  # (native_factor, native_abs_term, l1fac): the suspects' sums' terms
 
 
-def plan(k, target, complex_, m, n, ndim=2, gaussian=False) -> CertificatePlan:
+def plan(k, target, complex_, m, n, ndim=2, gaussian=False, streaming=False) -> CertificatePlan:
     """``CertificatePlan`` of an (m, k) @ (k, n) product (per batch) certified for ``target``
     (``certificate.Target``), with ``ndim`` the operands' dimensions (2: the refinement runs;
     batched products stop after the exact step, as ``refinement.refine_and_patch``);
-    ``gaussian``: the counts of the Gaussian moduli (``cert_constants``).
+    ``gaussian``: the counts of the Gaussian moduli (``cert_constants``). ``streaming``: the
+    backend's step reads its suspects where they lie (no array per suspect), so the native form
+    takes all of them (SUSPECTS_MAX bounds the generic step's memory).
 
     The refinement's limits are read from ``refinement`` at each call (tests change them)."""
     cc = cert_constants(k, target, complex_, gaussian)
     native = cc.norm == "l2"
     fexp, fexp_mixed = bound_lower_exponents(complex_)
+    lines = ndim == 2 and refinement.takes_lines(target)
+    suspects_max = refinement.suspects_limit(target)
+    if native and streaming:
+        suspects_max = max(suspects_max, m * n)
     return CertificatePlan(
         constants=cc,
         complex=bool(complex_),
@@ -75,9 +83,11 @@ def plan(k, target, complex_, m, n, ndim=2, gaussian=False) -> CertificatePlan:
         min_count=MIN_MODULI,
         gemm_lower=k <= LOWER_K_MAX and cc.factor > 0,
         steps=refinement.REFINE_STEPS if ndim == 2 else 0,
-        suspects_max=refinement.SUSPECTS_MAX if native else refinement.REFINE_ENTRIES,
+        suspects_max=suspects_max,
         sample=refinement.REFINE_ENTRIES,
         patch_cap=max(refinement.patch_limit(m, n), 0),
+        lines=lines,
+        fails_cap=refinement.fails_limit(m, n, lines),
         theta_max=min(refinement.THETA_MAX, math.sqrt(k)),
         refine_terms=(cc.native_factor, cc.native_abs_term, cc.l1fac),
     )

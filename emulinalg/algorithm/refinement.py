@@ -7,8 +7,10 @@ better information: ``refine_and_patch`` takes off one count at a time (at most 
 while every suspect passes with its dot products of magnitudes (all of them, at most
 REFINE_ENTRIES, for the strict form; an even sample of REFINE_ENTRIES giving theta for the
 native form). When at most ``patch_limit(m, n)`` still fail, the count drops all the same and
-those entries are recomputed with MAX_MODULI moduli after the product (``refit``). Only 2-D
-products are refined and patched (batched ones stop after the exact shifts).
+those entries are recomputed with MAX_MODULI moduli after the product (``refit``). Where more
+fail but they lie in a few rows of A and columns of B (the native form only, ``line_patch``),
+the count drops too and those lines are taken from the native product. Only 2-D products are
+refined and patched (batched ones stop after the exact shifts).
 
 References: Uchino, Ozaki, Imamura, arXiv:2602.02549 (the error bound of Scheme II, Lemma 2);
 Higham & Mary, SIAM J. Sci. Comput. 2019 (the model of rounding errors of the native form).
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import math
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from .certificate import cert_constants, exact_line_factors, passes
 from .moduli import MIN_MODULI
@@ -37,6 +41,13 @@ THETA_MAX = 16.0
 # of length k per entry and modulus.
 PATCH_ENTRIES = 256
 PATCH_SHARE = 64
+# The native form's line patch (``line_patch``): the failing entries of one count fewer often
+# fill a few rows of A (or columns of B) whose largest entry stands far above the rest: the
+# Scheme II error of such a line follows its largest entry, the native GEMM's its terms. Those
+# lines may come from the native product (the native form's target is its error) where they
+# hold at most 1/LINE_SHARE of the output: a native GEMM of that share, against one modulus of
+# about fifteen.
+LINE_SHARE = 64
 REFINE_STEPS = 4  # counts the refinement may take off, one at a time
 # ``refine_failures`` tests the suspects in blocks of about 1/TEST_BLOCKS of them (at least
 # TEST_MIN_ENTRIES): its work arrays then stay a fraction of the suspects' own.
@@ -47,6 +58,19 @@ TEST_MIN_ENTRIES = 1 << 16
 def patch_limit(m, n):
     """How many entries of an (m, n) product (per batch) ``refine_and_patch`` may patch."""
     return min(PATCH_ENTRIES, (m * n) // PATCH_SHARE)
+
+
+def takes_lines(target):
+    """Whether the refinement may patch whole lines from the native product (``line_patch``):
+    the native form's target is the native product's error; the strict form's is not."""
+    return target.guarantee == "native"
+
+
+def fails_limit(m, n, lines=False):
+    """How many failing entries a step of an (m, n) product reports (per batch) for its patch:
+    ``patch_limit(m, n)``, and with ``lines`` (``takes_lines``) as many more as the lines of
+    ``line_patch`` may hold."""
+    return max(patch_limit(m, n), 0) + ((m * n) // LINE_SHARE if lines else 0)
 
 
 def suspects_limit(target):
@@ -66,7 +90,8 @@ def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspe
                      patching=True, gaussian=False):  # fmt: skip
     """``(count, patch)``: the count after the suspect refinement (one count at a time, while
     every suspect passes, at most REFINE_STEPS), and the flat indices of the entries the level
-    recomputes with MAX_MODULI moduli (None: none): whether the entries that fail
+    recomputes with MAX_MODULI moduli (None: none; a ``LinePatch`` where the native form takes
+    lines from the native product, ``line_patch``): whether the entries that fail
     ``count - 1`` (``suspects(count)``: their flat indices in the (m, n) output, their lower
     bound of |A||B| so far and their line norms na, nb; None when there are too many) pass it
     with more information than the cheap bounds. Only 2-D products.
@@ -90,8 +115,9 @@ def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspe
     Patch: when the suspects that still fail are at most ``patch_limit(m, n)``, the count
     drops by one all the same and those entries are recomputed with MAX_MODULI moduli after the
     product (they passed ``count``, so the maximum certifies them): a few dot products instead
-    of one INT8 GEMM per modulus over the whole output. ``gaussian``: the counts are of the
-    Gaussian moduli (``certificate.cert_constants``)."""
+    of one INT8 GEMM per modulus over the whole output; for the native form also where more
+    fail but a few lines hold all but ``patch_limit(m, n)`` of them (``line_patch``).
+    ``gaussian``: the counts are of the Gaussian moduli (``certificate.cert_constants``)."""
     if count is None or ar.ndim != 2 or br.ndim != 2:
         return count, None
     m, k = ar.shape
@@ -115,20 +141,22 @@ def refine_and_patch(xp, backend, ar, ai, br, bi, prescale, target, count, suspe
                                gaussian)  # fmt: skip
         return idx.shape[0], int(xp.count_nonzero(fail)), lambda: xp.take(idx, xp.nonzero(fail)[0])
 
-    return refine_loop(count, tested, m, n, patching)
+    return refine_loop(count, tested, m, n, patching, takes_lines(target))
 
 
-def refine_loop(count, tested, m, n, patching=True):
+def refine_loop(count, tested, m, n, patching=True, lines=False):
     """``refine_and_patch``'s loop on an (m, n) product from ``count``: ``tested(c)`` is one
     step's test one count below c, ``(suspects, failing, failed)``: how many suspects (None:
-    more than the step takes), how many of them fail and a callable giving the failing ones'
-    flat indices, ascending; ``step_after`` decides. A backend's kernels give ``tested`` where
-    the generic code would read every suspect (``refine_and_patch``'s own)."""
+    more than the step takes), how many of them fail (at least ``fails_limit(m, n, lines) + 1``
+    where more do) and a callable giving the failing ones' flat indices, ascending (all of
+    them where at most ``fails_limit`` fail); ``step_after`` decides, ``lines`` as its. A
+    backend's kernels give ``tested`` where the generic code would read every suspect
+    (``refine_and_patch``'s own)."""
     step = Step(count, True, None)
     for _ in range(REFINE_STEPS):
         if not (step.going and step_runs(step.count)):
             break
-        step = step_after(step.count, *tested(step.count), m, n, patching)
+        step = step_after(step.count, *tested(step.count), m, n, patching, lines)
     return step.count, step.patch
 
 
@@ -137,7 +165,21 @@ class Step(NamedTuple):
 
     count: int
     going: bool  # the loop takes another step (at most REFINE_STEPS)
-    patch: Any  # the flat indices of the entries recomputed (the loop then stops), or None
+    patch: Any  # the flat indices of the entries recomputed (the loop then stops), a
+    # ``LinePatch``, or None
+
+
+class LinePatch(NamedTuple):
+    """A patch with lines (``line_patch``): the ``rows`` of A and ``cols`` of B (ascending int64
+    numpy arrays) whose output lines come from the native product, the ``block`` (None, or the
+    pair of them: rows R, columns C) whose entries (i, j), i in R, j in C, do too, and the
+    failing entries outside them (``entries``: ascending flat indices, an int64 numpy array, at
+    most ``patch_limit(m, n)``) recomputed with MAX_MODULI moduli as a patch's."""
+
+    rows: Any
+    cols: Any
+    block: Any
+    entries: Any
 
 
 def step_runs(count):
@@ -156,19 +198,98 @@ def next_step(xp, count, idx, fail=None, m=0, n=0, patching=True):
                       lambda: xp.take(idx, xp.nonzero(fail)[0]), m, n, patching)  # fmt: skip
 
 
-def step_after(count, suspects, failing, failed, m=0, n=0, patching=True):
+def step_after(count, suspects, failing, failed, m=0, n=0, patching=True, lines=False):
     """The decision of one step of ``refine_and_patch``'s loop at ``count``: ``suspects`` how
     many (None: too many, the loop stops), ``failing`` how many of them fail ``count - 1``,
     ``failed()`` their flat indices. One count fewer where none fails (the loop goes on), or
-    where at most ``patch_limit(m, n)`` do, which are then the patch (the loop stops); else the
-    same count (it stops)."""
+    where at most ``patch_limit(m, n)`` do, which are then the patch (the loop stops), or, with
+    ``lines`` (``takes_lines``), where at most ``fails_limit(m, n, True)`` do and ``line_patch``
+    covers them, its ``LinePatch`` (the loop stops); else the same count (it stops)."""
     if suspects is None:
         return Step(count, False, None)
     if suspects == 0 or failing == 0:
         return Step(count - 1, True, None)
     if patching and failing <= patch_limit(m, n):
         return Step(count - 1, False, failed())
+    if patching and lines and failing <= fails_limit(m, n, True):
+        patch = line_patch(failed(), m, n)
+        if patch is not None:
+            return Step(count - 1, False, patch)
     return Step(count, False, None)
+
+
+def kernel_patch(count, failed, m, n, lines=False):
+    """``(count, patch)`` of a step that a backend's kernels decided as ``step_after`` does, but
+    with ``fails_limit(m, n, lines)`` in the place of the patch's limit: they took one count off
+    (to ``count``) with the failing entries' flat indices ``failed`` (ascending, at most that
+    many). ``step_after``'s decision on those: the entry patch, a ``LinePatch``, or the count back
+    up and no patch."""
+    step = step_after(count + 1, 1, failed.shape[0], lambda: failed, m, n, True, lines)
+    return step.count, step.patch
+
+
+def line_patch(failed, m, n):
+    """The ``LinePatch`` of the failing entries ``failed`` (ascending flat indices into an
+    (m, n) product, any array library) or None. Lines are taken greedily, each time the one
+    with the most failures not yet covered per entry it holds (a row of n entries against a
+    column of m; ties: rows first, then the lowest index), until the failures left are at most
+    ``patch_limit(m, n)`` (the entries), or the block of the rows and columns that hold them
+    fits and holds as large a share of failures as the next line (or that line does not fit);
+    None where more than (m n) / LINE_SHARE entries would be in lines and block together.
+
+    Both shapes are common where a few rows of A (columns of B) hold an entry far above the
+    rest: their lines fail nearly throughout, and rows and columns of moderately large entries
+    fail where they cross."""
+    idx = _host(failed).astype(np.int64, copy=False)
+    r, c = idx // n, idx % n
+    rows_fail, cols_fail = np.bincount(r, minlength=m), np.bincount(c, minlength=n)
+    by_col = np.argsort(c, kind="stable")
+    row_at = np.searchsorted(r, np.arange(m + 1))  # flat order: ascending rows
+    col_at = np.searchsorted(c[by_col], np.arange(n + 1))
+    live = np.ones(idx.shape[0], dtype=bool)
+    left, held, budget = idx.shape[0], 0, (m * n) // LINE_SHARE
+    rows, cols = [], []
+    while True:
+        if left <= patch_limit(m, n):
+            return _line_patch(rows, cols, None, idx[live])
+        i, j = int(np.argmax(rows_fail)), int(np.argmax(cols_fail))
+        row = int(rows_fail[i]) * m >= int(cols_fail[j]) * n
+        size = n if row else m
+        # the block of the rows and columns with failures left, where it fits and holds as
+        # large a share of failures as the best line (else that line, where it fits)
+        br, bc = np.count_nonzero(rows_fail), np.count_nonzero(cols_fail)
+        best = int(rows_fail[i] if row else cols_fail[j])
+        if held + br * bc <= budget and (left * size >= best * br * bc or held + size > budget):
+            block = (np.nonzero(rows_fail)[0], np.nonzero(cols_fail)[0])
+            return _line_patch(rows, cols, block, idx[:0])
+        held += size
+        if held > budget:
+            return None
+        if row:
+            at = np.arange(row_at[i], row_at[i + 1])
+            rows.append(i)
+        else:
+            at = by_col[col_at[j] : col_at[j + 1]]
+            cols.append(j)
+        at = at[live[at]]
+        live[at] = False
+        left -= at.shape[0]
+        rows_fail -= np.bincount(r[at], minlength=m)  # the line's own count falls to 0
+        cols_fail -= np.bincount(c[at], minlength=n)
+
+
+def _line_patch(rows, cols, block, entries):
+    def ints(x):
+        return np.sort(np.asarray(x, dtype=np.int64))
+
+    block = None if block is None else (ints(block[0]), ints(block[1]))
+    return LinePatch(ints(rows), ints(cols), block, entries)
+
+
+def _host(x):
+    """A numpy copy of an array of any library (a device array's ``get``)."""
+    get = getattr(x, "get", None)
+    return np.asarray(x if get is None or isinstance(x, np.ndarray) else get())
 
 
 def refine_sample(xp, total):

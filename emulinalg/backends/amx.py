@@ -370,7 +370,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
     refinement step's suspects come from that one pass (a pass per count where the factors do
     not fall with the count). ``refinement.refine_loop``'s steps run in one C++ call each
     (``ozaki2_refine_step``: the suspects, a sample's dot products of magnitudes, every
-    suspect's refined test, which stops once more fail than the patch takes). Every term and limit
+    suspect's refined test, which stops once more fail than the plan's ``fails_cap``; the native
+    form's step takes all its suspects: none is held in an array). Every term and limit
     comes from ``emulinalg.algorithm.certificate_plan``, every decision from ``refinement``. The
     same decisions as the generic code except where a test is decided within a few ulps (the
     norms' and the sample's sums run in another order)."""
@@ -386,7 +387,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
     k = ar.shape[-1]
     cplx = ai is not None
     m, n = lower.shape
-    plan = certificate_plan.plan(k, target, cplx, m, n, ar.ndim, gaussian)
+    plan = certificate_plan.plan(k, target, cplx, m, n, ar.ndim, gaussian, streaming=True)
     cc = plan.constants
     if not plan.gemm_lower:  # never with k <= MAX_K
         return None
@@ -469,13 +470,13 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
             ar, ai, br, bi, s64, t64, need, certificate.BEYOND, codes, level, lower, c32,
             plan.fexp, plan.fexp_mixed, ma, mb, plan.lower_terms, na, p, nb, q, native,
             plan.refine_terms, plan.theta_max,
-            plan.suspects_max, plan.sample, plan.patch_cap,
+            plan.suspects_max, plan.sample, plan.fails_cap,
         )  # fmt: skip
         if sus > plan.suspects_max:
             return None, 0, None
         return sus, max(fails, 0), lambda: patch
 
-    count, patch = refinement.refine_loop(count, tested, m, n)
+    count, patch = refinement.refine_loop(count, tested, m, n, lines=plan.lines)
     return count, beyond, patch
 
 

@@ -209,6 +209,82 @@ def test_float32_dominant_entries_in_both_operands_keep_native_bits():
     assert _reaches(_bits(accuracy(c, a, b, ref)), native), str(plan)
 
 
+def _dominant_lines(case):
+    """Operands whose failures one modulus below the certificate's count lie in a few lines:
+    256 x 256 x 256, phi = 0.5, one entry of row 5 of A and one of column 9 of B raised 100 or
+    1000 times (Scheme II's error in those lines follows that entry, native's its terms), and
+    512 x 512 x 512 phi-matrices where the largest entries of a few lines do that alone."""
+    dtype, x = case
+    if dtype == "float64":
+        a = phi_matrix((256, 256), 0.5, seed=3)
+        b = phi_matrix((256, 256), 0.5, seed=4)
+        a[5, 7] *= x
+        b[11, 9] *= x
+        return a, b
+    phi, seed = x
+    return (phi_matrix((512, 512), phi, dtype, seed=seed),
+            phi_matrix((512, 512), phi, dtype, seed=seed + 100))  # fmt: skip
+
+
+_LINE_CASES = [
+    ("float64", 1e2, "float64"),
+    ("float64", 1e3, "float64"),
+    ("float64", 1e2, "dd"),
+    pytest.param("float32", (1.0, 1), "float32", marks=pytest.mark.slow),
+    pytest.param("complex128", (2.0, 2), "complex128", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("dtype", "x", "out"), _LINE_CASES)
+def test_lines_the_count_cannot_certify_come_from_native(dtype, x, out, monkeypatch):
+    """refinement.line_patch: where the failures of one modulus fewer lie in a few lines (and
+    a block where lines cross), those come from the native product and the count drops by one,
+    with the bits still native's; without lines (LINE_SHARE too small) the count stays."""
+    from emulinalg import _engine
+    from emulinalg.algorithm import refinement
+
+    a, b = _dominant_lines((dtype, x))
+    ref = exact_matmul(a, b)
+    native = _bits(accuracy(np.matmul(a, b), a, b, ref))
+    got = {}
+    real = _engine._native_lines
+
+    def spy(*args):
+        got["lines"] = args[7]
+        return real(*args)
+
+    monkeypatch.setattr(_engine, "_native_lines", spy)
+    if out == "dd":  # the double-double result of the float64 level: its low parts 0 there
+        from emulinalg._config import get_config
+        from emulinalg._precision import level_for_dtype
+
+        with emulinalg.config(strategy="eager"):
+            (c, lo), plan = _engine.matmul(xp, npb, a, b, level_for_dtype("float64"),
+                                           get_config(), dd=True)  # fmt: skip
+    else:
+        c, plan = _level(a, b)
+    lines = got["lines"]
+    assert "refinement.line_patch" in " ".join(plan.notes), str(plan)
+    if dtype == "float64":
+        assert lines.rows.tolist() == [5]  # the row of the raised entry
+    assert _reaches(_bits(accuracy(c, a, b, ref)), native), str(plan)
+    if "split into" not in str(plan):  # (a split's lines are of its stacked real product)
+        # the native products of those lines (np.take's contiguous copies, as the engine takes
+        # them: OpenBLAS's sums follow the layout)
+        assert np.array_equal(c[lines.rows], np.matmul(np.take(a, lines.rows, 0), b))
+        if lines.cols.shape[0]:
+            assert np.array_equal(c[:, lines.cols], np.matmul(a, np.take(b, lines.cols, 1)))
+        if lines.block is not None:
+            r, cl = lines.block
+            assert np.array_equal(c[np.ix_(r, cl)], np.matmul(np.take(a, r, 0), np.take(b, cl, 1)))
+    if out == "dd":
+        assert not lo[lines.rows].any()
+    monkeypatch.setattr(refinement, "LINE_SHARE", 1 << 40)
+    _, plan2 = _level(a, b)
+    assert _count(plan2) == _count(plan) + 1, (str(plan), str(plan2))
+    assert "refinement.line_patch" not in " ".join(plan2.notes)
+
+
 def test_k_2_17_keeps_native_bits():
     k = 1 << 17
     a, b = phi_matrix((4, k), 1.0, seed=5), phi_matrix((k, 4), 1.0, seed=6)

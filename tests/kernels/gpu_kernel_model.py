@@ -988,7 +988,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     steps = refinement.REFINE_STEPS if ar.ndim == 2 and br.ndim == 2 else 0
     limit = refinement.SUSPECTS_MAX if l2 else refinement.REFINE_ENTRIES
     re = refinement.REFINE_ENTRIES
-    patch_cap = max(refinement.patch_limit(m, n), 0)
+    lines = steps > 0 and refinement.takes_lines(target)
+    patch_cap = refinement.fails_limit(m, n, lines)  # the kernels' patch; kernel_patch decides
     theta_cap = min(refinement.THETA_MAX, math.sqrt(k))
 
     def entries(c32, last):
@@ -1047,11 +1048,13 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     beyond = (need == MAX_MODULI + 1).reshape(ar.shape[:-2] + (m, n))
     if w[nth] == need.size:
         return None, beyond, None
-    patch = None
-    if w[W + 6]:
-        at = cw_step(nth, steps)
-        patch = np.sort(np.array(w[at : at + w[W + 7]], dtype=np.int64))
-    return w[W + 5] + MIN_MODULI, beyond, patch
+    count = w[W + 5] + MIN_MODULI
+    if not w[W + 6]:
+        return count, beyond, None
+    at = cw_step(nth, steps)
+    failed = np.sort(np.array(w[at : at + w[W + 7]], dtype=np.int64))
+    count, patch = refinement.kernel_patch(count, failed, m, n, lines)
+    return count, beyond, patch
 
 
 def entry_lower(low, c32, i, j, cplx, cc):

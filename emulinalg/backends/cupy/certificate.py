@@ -10,7 +10,7 @@ import array_api_compat
 import cupy as cp
 import numpy as np
 
-from emulinalg.algorithm import certificate, certificate_plan
+from emulinalg.algorithm import certificate, certificate_plan, refinement
 
 from .gemm import _bf16_gemm, magnitude_lower_matmul, native_matmul
 from .kernels import (
@@ -120,7 +120,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
     line_grid = (min(-(-(B * (m + n)) // _THREADS), 4096),)
 
     # refinement.refine_and_patch's steps (none for batched products)
-    steps, limit, re, patch_cap = plan.steps, plan.suspects_max, plan.sample, plan.patch_cap
+    # (the kernels take a patch of up to fails_cap entries; refinement.kernel_patch decides)
+    steps, limit, re, patch_cap = plan.steps, plan.suspects_max, plan.sample, plan.fails_cap
     total, nseg = m * n, -(-(m * n) // 128)
     cap = max(re, 1)  # sample slots
     grid_seg = (min(-(-total // 1024), _SEG_BLOCKS),)  # suspect_ranks and refine_test: the same
@@ -131,6 +132,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
     def step_word(i):
         return nth + 10 + 9 * i  # cw_step
 
+    words = []  # the last pass's control words on the device
+
     def entries(c32, last):
         """The counts' pass, the exact step, then (2-D products) the refinement's steps, each
         conditioned on the device by the words of the passes before it, and one read-back of
@@ -139,6 +142,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
         gemm = c32 is not None
         last = _i32(last)  # a first pass with beyond entries is followed by a second one
         w = cp.zeros((step_word(steps) + patch_cap,), dtype=cp.uint64)
+        words[:] = [w]  # the patch's indices are read from the last pass's words
         head = (F, c32 if gemm else F, _i64(n_p), _i64(c32.shape[-1] if gemm else 0), _i32(B),
                 _i32(m), _i32(n), _i32(rows_per_block), _i32(fexp))  # fmt: skip
         counts = _stats_kernel(f"cert_entries<{_f_type(F)}, {_tf(gemm)}>")
@@ -196,10 +200,11 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
 
         first = min(steps, _SPECULATIVE_STEPS)
         refine_steps(0, first)
-        got = [int(v) for v in cp.asnumpy(w)]
+        control = step_word(steps)  # the control words; the patch's indices only where taken
+        got = [int(v) for v in cp.asnumpy(w[:control])]
         if first < steps and not got[step_word(first) + 3]:  # the steps so far all went on
             refine_steps(first, steps)
-            got = [int(v) for v in cp.asnumpy(w)]
+            got = [int(v) for v in cp.asnumpy(w[:control])]
         return got
 
     pl = getattr(prescale, "parts_lower", None)  # FP32 sums as the bf16 GEMM's: the first pass's
@@ -244,11 +249,15 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
         sus = w[P + 1] - n_out
         if not w[P + 3] and 1 <= sus <= limit and re >= 1 and w[P + 6] != sus:
             raise RuntimeError("internal: the certificate's suspects were not all tested")
-    patch = None
-    if w[W + 6]:
-        at = step_word(steps)
-        patch = cp.asarray(np.sort(np.array(w[at : at + w[W + 7]], dtype=np.int64)))
-    return w[W + 5] + plan.min_count, beyond, patch
+    count = w[W + 5] + plan.min_count
+    if not w[W + 6]:
+        return count, beyond, None
+    at = step_word(steps)
+    failed = np.sort(cp.asnumpy(words[0][at : at + w[W + 7]]).astype(np.int64))
+    count, patch = refinement.kernel_patch(count, failed, m, n, plan.lines)
+    if isinstance(patch, np.ndarray):
+        patch = cp.asarray(patch)
+    return count, beyond, patch
 
 
 def _padded_rows(pl, batch, B, m, n):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
+from emulinalg._precision import gemms_per_modulus
 from emulinalg._timing import stage
 from emulinalg.algorithm.moduli import crt_constants
 from emulinalg.algorithm.scaling import rounds_to_nearest
@@ -100,8 +101,8 @@ def _residue_planes(re, im, strides, rows, rows_pad, k, kp, shift, shift_sb, n, 
 
 
 def _planes_per_modulus(cplx, gaussian):
-    """Residue planes (and INT8 GEMMs) per modulus: real 1, 3M 3, the Gaussian moduli 2."""
-    return (2 if gaussian else 3) if cplx else 1
+    """Residue planes per modulus: its INT8 GEMMs (``_precision.gemms_per_modulus``)."""
+    return gemms_per_modulus(cplx, gaussian)
 
 
 def _crt(prod, n, cplx, mu32, nu32, r0, outs, out_dtype, gaussian=False):

@@ -1,5 +1,5 @@
 """Fixtures of the dask tests: a real distributed cluster (one per module), dask's synchronous
-scheduler, and the in-core engine without its contraction split."""
+scheduler, and the in-core engine without its contraction split and its line patch."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ distributed = pytest.importorskip("distributed", reason="distributed is not inst
 import dask  # noqa: E402
 
 from emulinalg import _engine  # noqa: E402
+from emulinalg.algorithm import refinement  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -18,6 +19,14 @@ def in_core_without_split(monkeypatch):
     engine's bits and decisions: the engine's without its split (in this process; the tests'
     inputs have no symmetry zeros, so worker processes that split change nothing)."""
     monkeypatch.setattr(_engine, "K_SPLITS", 0)
+
+
+@pytest.fixture(autouse=True)
+def in_core_without_lines(monkeypatch):
+    """The graphs' refinement patches entries only (no ``refinement.line_patch``: lines from
+    the native product, docs/limitations.md), and the tests hold them to the in-core engine's
+    decisions: the engine's without lines (no entries may go to them)."""
+    monkeypatch.setattr(refinement, "LINE_SHARE", 1 << 62)
 
 
 @pytest.fixture(scope="module")

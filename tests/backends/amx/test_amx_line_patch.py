@@ -1,0 +1,71 @@
+"""The amx backend's certificate takes the native form's line patch (``refinement.line_patch``)
+as the generic one does: its C++ refinement step reports up to ``fails_limit`` failing entries,
+and the level through the amx backend (the tile model, and AMX where present) takes the numpy
+backend's count and lines, whose entries are the native product's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _amx_helpers import AMX_AVAILABLE, _amx, force_amx_backend
+
+import emulinalg
+from emulinalg import _engine
+from emulinalg.inputs import phi_matrix
+
+pytestmark = [
+    pytest.mark.skipif(
+        _amx is None, reason="emulinalg._amx is not built (not x86-64, or no C++ compiler)"
+    ),
+    pytest.mark.usefixtures("host_loops"),
+]
+
+
+def _case(name):
+    if name == "float32":  # phi-matrices whose row 328 fails throughout one modulus below
+        return (phi_matrix((512, 512), 1.0, "float32", seed=1),
+                phi_matrix((512, 512), 1.0, "float32", seed=101))  # fmt: skip
+    a, b = phi_matrix((256, 256), 0.5, seed=3), phi_matrix((256, 256), 0.5, seed=4)
+    a[5, 7] *= 100.0  # row 5 and a block where rows and columns of large entries cross
+    b[11, 9] *= 100.0
+    return a, b
+
+
+def _level(monkeypatch, a, b, emulate):
+    seen = []
+    real = _engine._native_lines
+
+    def spy(*args):
+        seen.append(args[7])
+        return real(*args)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(_engine, "_native_lines", spy)
+        if emulate is not None:
+            force_amx_backend(mp, emulate)
+        else:
+            mp.setenv("EMULINALG_AMX", "0")
+        with emulinalg.config(strategy="eager"):
+            c = emulinalg.matmul(a, b, precision="float32" if a.dtype == np.float32 else "float64")
+        plan = emulinalg.last_plan()
+    assert len(seen) == 1, str(plan)
+    return c, plan, seen[0]
+
+
+@pytest.mark.parametrize("emulate", [True, pytest.param(False, marks=pytest.mark.amx)])
+@pytest.mark.parametrize("name", ["float64", "float32"])
+def test_amx_level_takes_the_generic_lines(name, emulate, monkeypatch):
+    if not emulate and not AMX_AVAILABLE:
+        pytest.skip("no AMX tiles on this CPU")
+    a, b = _case(name)
+    c, plan, lines = _level(monkeypatch, a, b, emulate)
+    want, want_plan, want_lines = _level(monkeypatch, a, b, None)
+    assert plan.backend == "amx" and want_plan.backend == "numpy"
+    assert plan.scheme == want_plan.scheme
+    assert lines.rows.tolist() == want_lines.rows.tolist()
+    assert lines.cols.tolist() == want_lines.cols.tolist()
+    assert (lines.block is None) == (want_lines.block is None)
+    if lines.block is not None:
+        assert all(np.array_equal(x, y) for x, y in zip(lines.block, want_lines.block))
+    assert np.array_equal(c[lines.rows], want[lines.rows])  # both the native product's
+    assert np.array_equal(lines.entries, want_lines.entries)
