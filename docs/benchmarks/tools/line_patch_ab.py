@@ -1,0 +1,58 @@
+"""The certificate's line patch (refinement.line_patch) on and off: the dtype's level of an N x N
+x N phi = 1 product on the numpy arrays' default backend (medians of 3 after a warm-up, beside
+numpy.matmul), and the bits (max-rel / componentwise) of every N/8-th row and up to four rows the
+patch took from the native product, against the exact product. One JSON line on stdout.
+
+    python docs/benchmarks/tools/line_patch_ab.py ON N DTYPE    # ON: 1 lines, 0 none
+
+Run on and off in separate processes, alternating (ci-cpu/line_patch_2026-12-05.jsonl).
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+
+import emulinalg
+from emulinalg.algorithm import refinement
+from emulinalg.harness.machine import cpu_description
+from emulinalg.inputs import phi_matrix
+from emulinalg.reference import accuracy, exact_matmul
+
+
+def main(on, N, dt):
+    if not on:  # no entries may go to lines
+        refinement.LINE_SHARE = 1 << 62
+    a = phi_matrix((N, N), 1.0, dt, seed=1)
+    b = phi_matrix((N, N), 1.0, dt, seed=2)
+    level = "float32" if dt in ("float32", "complex64") else "float64"
+    times, native_times = [], []
+    with emulinalg.config(strategy="eager"):
+        emulinalg.matmul(a, b, precision=level)
+        for _ in range(3):
+            t = time.perf_counter()
+            c = emulinalg.matmul(a, b, precision=level)
+            times.append(time.perf_counter() - t)
+    plan = emulinalg.last_plan()
+    for _ in range(2):
+        t = time.perf_counter()
+        nat = a @ b
+        native_times.append(time.perf_counter() - t)
+    took = np.nonzero((c == nat).all(axis=1))[0][:4]  # rows the patch took from native
+    rows = sorted(set(range(0, N, N // 8)) | {int(r) for r in took})
+    ref = exact_matmul(a[rows], b)
+    e, n = accuracy(c[rows], a[rows], b, ref), accuracy(nat[rows], a[rows], b, ref)
+    t, tn = float(np.median(times)), float(np.median(native_times))
+    return dict(
+        machine=cpu_description(), backend=plan.backend, dtype=dt, N=N, phi=1.0, lines=bool(on),
+        scheme=plan.scheme, seconds=t, native_seconds=tn, x_native=tn / t,
+        rows_measured=len(rows),
+        bits=[round(e["bits_maxrel"], 1), round(e["bits_cw"], 1)],
+        native_bits=[round(n["bits_maxrel"], 1), round(n["bits_cw"], 1)],
+        patch=[x for x in plan.notes if x.startswith("patch")],
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])), flush=True)
