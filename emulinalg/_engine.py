@@ -12,6 +12,8 @@ import re
 from dataclasses import replace
 from typing import NamedTuple
 
+import numpy as np
+
 from . import _planner
 from ._plan import Plan
 from ._precision import (
@@ -216,8 +218,10 @@ def _product(xp, backend, a, b, request, cfg, out, uses, k_splits=None, native_o
         native_mask = bad if native_mask is None else (native_mask | bad)
     if native_mask is not None:
         plan.native_entries = int(xp.count_nonzero(native_mask))
-        if native_out is None:  # else the caller (_k_split) takes them from its whole product
-            c = _with_native(xp, backend, a, b, c, native_mask)
+    if plan._lines is not None:  # a line patch's entries (those not also in the mask)
+        plan.native_entries += _line_entries(xp, plan._lines, native_mask, m, n)
+    if native_mask is not None and native_out is None:  # else the caller (_k_split) takes
+        c = _with_native(xp, backend, a, b, c, native_mask)  # them from its whole product
     if native_out is not None:
         native_out.append(native_mask)
     return c, plan
@@ -354,19 +358,22 @@ def _emulate(
             "working memory sized to the inputs and output (docs/limitations.md)"
         )
     cancelled = _planner.refits(request, scheme, ar.shape[-1], prescale is not None)
-    extra = lines = None
-    if more is not None and cancelled:
-        extra = more(parts, prescale, native_mask)
+    extra = None
     if isinstance(patch, refinement.LinePatch):
+        # the lines first: the refit's pick then sees their native values (and recomputes the
+        # most cancelled of them too)
         lines, patch = patch, None
         if lines.entries.shape[0]:
             patch = xp.asarray(lines.entries, device=parts[0].device)
+        parts = _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out)
+        plan.notes.append(_lines_note(lines, scheme))
+        if fold is None:  # (a split's lines are of its stacked real product)
+            plan._lines = lines
+    if more is not None and cancelled:
+        extra = more(parts, prescale, native_mask)
     if cancelled or patch is not None:
         parts = _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask,
                                patch, cancelled, plan, extra, backend)  # fmt: skip
-    if lines is not None:
-        parts = _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out, real_name)
-        plan.notes.append(_lines_note(lines, scheme))
     plan.scheme = str(scheme)
     plan.gemms = _planner.gemm_count(scheme, complex_=ai is not None)
     plan.k_block = _k_block(backend, scheme, ar.shape[-1])
@@ -436,6 +443,7 @@ def _k_split(
         if mask is not None:
             native = mask if native is None else (native | mask)
         schemes.append(sub.scheme)
+        plan.notes.extend(f"class {len(schemes)}: {x}" for x in sub.notes if x.startswith("patch:"))
         gemms += sub.gemms
         again = again or any(note.startswith("symmetry zeros") for note in sub.notes)
     # entries a class did not certify, and sums that overflowed in a class, are the native
@@ -609,24 +617,45 @@ def _refit_entries(xp, ar, ai, br, bi, parts, prescale, scheme, out, native_mask
     return tuple(x for g in grouped for x in g) if dd else tuple(grouped)
 
 
-def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out, real_name):
+def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
     """``parts`` (a 2-D product's, written in place; "dd": (hi, lo) pairs flattened, the low
-    parts 0 there) with the rows ``lines.rows`` and columns ``lines.cols`` of the output taken
-    from the native product of the operands' parts in the inputs' ``real_name`` precision
-    (complex: one complex GEMM, as the native product of the inputs), and the entries of its
-    block: a ``refinement.LinePatch``'s."""
+    parts 0 there) with the rows ``lines.rows`` and columns ``lines.cols`` of the output and the
+    entries of its block (a ``refinement.LinePatch``'s) taken from float64 native products of
+    the operands' parts (float32 parts widened: at or above either level's native product).
+    Complex: Re = Ar Br - Ai Bi and Im = Ar Bi + Ai Br, the four real products of a native
+    complex GEMM. Each product is summed over pieces of K of
+    about sqrt(k) (at least LINE_K_MIN), so that its rounding errors stay below the native
+    GEMM's blocked sums (a GEMV's one chain of k does not). Only the lines are copied (and a
+    whole operand where its parts are float32, widened)."""
     dd = out == "dd"
-    real = getattr(xp, real_name)
-    ar, ai, br, bi = (x if x is None or x.dtype == real else xp.astype(x, real)
-                      for x in (ar, ai, br, bi))  # fmt: skip
     targets = [parts[i : i + 2] for i in range(0, len(parts), 2)] if dd else [(p,) for p in parts]
 
+    def conv(x):  # float64 products (float32 parts widened: above either level's native)
+        return x if x is None or x.dtype == xp.float64 else xp.astype(x, xp.float64)
+
+    def products(a_r, a_i, b_r, b_i):
+        mm = backend.native_matmul
+        re = mm(a_r, b_r)
+        if a_i is not None and b_i is not None:
+            re = re - mm(a_i, b_i)
+        if len(targets) == 1:
+            return [re]
+        im = [mm(x, y) for x, y in ((a_r, b_i), (a_i, b_r)) if x is not None and y is not None]
+        return [re, xp.zeros_like(re) if not im else im[0] if len(im) == 1 else im[0] + im[1]]
+
     def native(a_r, a_i, b_r, b_i):
-        if a_i is None:
-            return [backend.native_matmul(a_r, b_r)]
-        dt = xp.complex128 if a_r.dtype == xp.float64 else xp.complex64
-        c = backend.native_matmul(make_complex(xp, a_r, a_i, dt), make_complex(xp, b_r, b_i, dt))
-        return [xp.real(c), xp.imag(c)]
+        # by pieces of K of about sqrt(k): a line's GEMM (a GEMV for one line) sums all of k in
+        # one chain, above the native GEMM's blocked chains; these chains are shorter
+        a_r, a_i, b_r, b_i = (conv(x) for x in (a_r, a_i, b_r, b_i))
+        k = a_r.shape[-1]
+        step = max(LINE_K_MIN, 1 << math.ceil(math.log2(max(1.0, math.sqrt(k)))))
+        total = None
+        for k0 in range(0, k, step):
+            ka, kb = (slice(None), slice(k0, k0 + step)), (slice(k0, k0 + step), slice(None))
+            part = products(*(None if x is None else x[s] for x, s in
+                              zip((a_r, a_i, b_r, b_i), (ka, ka, kb, kb))))  # fmt: skip
+            total = part if total is None else [t + p for t, p in zip(total, part)]
+        return total
 
     def take(x, idx, axis):
         return None if x is None else xp.take(x, idx, axis=axis)
@@ -652,9 +681,38 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out, real_name):
     return parts
 
 
+# The shortest pieces of K of a line patch's native products (``_native_lines``)
+LINE_K_MIN = 32
+
+
+def _line_entries(xp, lines, native_mask, m, n):
+    """How many entries of an (m, n) output a ``refinement.LinePatch``'s lines and block hold
+    outside ``native_mask`` (None: none)."""
+    rows, cols = lines.rows, lines.cols
+    r_b, c_b = lines.block if lines.block is not None else (rows[:0], cols[:0])
+    r_b, c_b = r_b[~np.isin(r_b, rows)], c_b[~np.isin(c_b, cols)]
+    held = len(rows) * n + len(cols) * m - len(rows) * len(cols) + len(r_b) * len(c_b)
+    if native_mask is None:
+        return held
+    dev = native_mask.device
+
+    def count(r, c):
+        x = native_mask
+        x = x if r is None else xp.take(x, xp.asarray(r, device=dev), axis=0)
+        x = x if c is None else xp.take(x, xp.asarray(c, device=dev), axis=1)
+        return int(xp.count_nonzero(x))
+
+    masked = count(rows, None) + count(None, cols) - count(rows, cols) + count(r_b, c_b)
+    return held - masked
+
+
 def _lines_note(lines, scheme):
     """The plan's note of a ``refinement.LinePatch``."""
-    what = [f"{len(lines.rows)} rows", f"{len(lines.cols)} columns"]
+
+    def count(n, word):
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    what = [count(len(lines.rows), "row"), count(len(lines.cols), "column")]
     if lines.block is not None:
         what.append(f"a block of {len(lines.block[0])} x {len(lines.block[1])} entries")
     return (

@@ -7,6 +7,7 @@ import contextvars
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -28,7 +29,8 @@ class Plan:
     fallback : str or None
         Why the product, or part of it, was computed natively.
     native_entries : int
-        Output entries taken from the native product (non-finite inputs, uncertifiable entries).
+        Output entries taken from the native product (non-finite inputs, uncertifiable entries,
+        the lines and block of the certificate's line patch).
     notes : list of str
         Further decisions (bound used, counts).
     shape : tuple of int
@@ -47,6 +49,9 @@ class Plan:
     # set where the cost model sent the whole product to native before any statistics (a
     # verdict of the call's shapes and config alone, which a repeated call may reuse: _api)
     _shape_verdict: bool = field(default=False, init=False, repr=False, compare=False)
+    # the certificate's line patch (``refinement.LinePatch``), whose entries ``native_entries``
+    # counts (the engine's bookkeeping)
+    _lines: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def emulated(self) -> bool:

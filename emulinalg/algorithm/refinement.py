@@ -240,7 +240,7 @@ def line_patch(failed, m, n):
     Both shapes are common where a few rows of A (columns of B) hold an entry far above the
     rest: their lines fail nearly throughout, and rows and columns of moderately large entries
     fail where they cross."""
-    idx = _host(failed).astype(np.int64, copy=False)
+    idx = np.unique(_host(failed).astype(np.int64, copy=False))  # sorted, each once
     r, c = idx // n, idx % n
     rows_fail, cols_fail = np.bincount(r, minlength=m), np.bincount(c, minlength=n)
     by_col = np.argsort(c, kind="stable")
@@ -262,6 +262,10 @@ def line_patch(failed, m, n):
         if held + br * bc <= budget and (left * size >= best * br * bc or held + size > budget):
             block = (np.nonzero(rows_fail)[0], np.nonzero(cols_fail)[0])
             return _line_patch(rows, cols, block, idx[:0])
+        # A line's failures per entry only fall as lines are taken, and a block holds at least
+        # the failures left: where neither the budget's lines nor any block can be enough, stop
+        if (left - patch_limit(m, n)) * size > (budget - held) * best and held + left > budget:
+            return None
         held += size
         if held > budget:
             return None
@@ -274,8 +278,8 @@ def line_patch(failed, m, n):
         at = at[live[at]]
         live[at] = False
         left -= at.shape[0]
-        rows_fail -= np.bincount(r[at], minlength=m)  # the line's own count falls to 0
-        cols_fail -= np.bincount(c[at], minlength=n)
+        np.subtract.at(rows_fail, r[at], 1)  # the line's own count falls to 0
+        np.subtract.at(cols_fail, c[at], 1)
 
 
 def _line_patch(rows, cols, block, entries):

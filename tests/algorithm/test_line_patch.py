@@ -113,3 +113,31 @@ def test_kernel_patch_settles_what_the_kernels_took():
     assert count == 14 and patch.rows.tolist() == [3] and patch.entries.tolist() == [7]
     spread = np.arange(600) * 109  # no lines cover these: the count goes back up
     assert refinement.kernel_patch(14, spread, M, N, True) == (15, None)
+
+
+def test_unsorted_and_repeated_failures_are_covered_once():
+    m = n = 512
+    idx = np.union1d(_flat([10], np.arange(n), n), np.arange(199) * 1031 % (m * n))
+    want = line_patch(idx, m, n)
+    rng = np.random.default_rng(0)
+    got = line_patch(np.concatenate([rng.permutation(idx), idx[:5]]), m, n)
+    assert want.rows.tolist() == got.rows.tolist() == [10]
+    assert np.array_equal(got.entries, want.entries) and _covered(got, idx, n).all()
+
+
+def test_hopeless_failures_stop_early():
+    """Scattered failures in a wide product (8 x 2**19): no budget's lines nor block covers
+    them, which the greedy loop sees at its first line (without the bound, thousands)."""
+    m, n = 8, 1 << 19
+    idx = np.random.default_rng(1).choice(m * n, fails_limit(m, n, True), replace=False)
+    calls = []
+    real = np.subtract.at
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(np.subtract, "at", counted, raising=False)
+        assert line_patch(idx, m, n) is None
+    assert len(calls) <= 2

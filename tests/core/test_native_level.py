@@ -269,20 +269,51 @@ def test_lines_the_count_cannot_certify_come_from_native(dtype, x, out, monkeypa
         assert lines.rows.tolist() == [5]  # the row of the raised entry
     assert _reaches(_bits(accuracy(c, a, b, ref)), native), str(plan)
     if "split into" not in str(plan):  # (a split's lines are of its stacked real product)
-        # the native products of those lines (np.take's contiguous copies, as the engine takes
-        # them: OpenBLAS's sums follow the layout)
-        assert np.array_equal(c[lines.rows], np.matmul(np.take(a, lines.rows, 0), b))
-        if lines.cols.shape[0]:
-            assert np.array_equal(c[:, lines.cols], np.matmul(a, np.take(b, lines.cols, 1)))
-        if lines.block is not None:
-            r, cl = lines.block
-            assert np.array_equal(c[np.ix_(r, cl)], np.matmul(np.take(a, r, 0), np.take(b, cl, 1)))
+        # those lines' bits reach the native product's on the same entries
+        pieces = [(lines.rows, None)] + [(None, lines.cols)] * bool(lines.cols.shape[0])
+        for r, cl in pieces + ([lines.block] if lines.block is not None else []):
+            ta = a if r is None else a[r]
+            tb = b if cl is None else b[:, cl]
+            sub = c if r is None else c[r]
+            sub = sub if cl is None else sub[:, cl]
+            nat = np.matmul(a, b)
+            nat = nat if r is None else nat[r]
+            nat = nat if cl is None else nat[:, cl]
+            ref_l = exact_matmul(ta, tb)
+            got_l, nat_l = _bits(accuracy(sub, ta, tb, ref_l)), _bits(accuracy(nat, ta, tb, ref_l))
+            assert _reaches(got_l, nat_l), (r, cl, got_l, nat_l)
+        held = len(lines.rows) * a.shape[0] + len(lines.cols) * b.shape[1]  # (no overlaps here)
+        held += 0 if lines.block is None else len(lines.block[0]) * len(lines.block[1])
+        assert plan.native_entries == held, str(plan)
     if out == "dd":
         assert not lo[lines.rows].any()
     monkeypatch.setattr(refinement, "LINE_SHARE", 1 << 40)
     _, plan2 = _level(a, b)
     assert _count(plan2) == _count(plan) + 1, (str(plan), str(plan2))
     assert "refinement.line_patch" not in " ".join(plan2.notes)
+
+
+def test_lines_keep_the_refit_and_the_level_precision():
+    """The line patch takes its lines before the refit (a cancelled entry in a line is still
+    recomputed with the most moduli: entry (5, 44) cancels here), and at the level's precision:
+    float32 inputs at precision="float64" get float64 products in their lines (against the
+    float64 product rounded to float32), not float32 ones."""
+    a, b = _dominant_lines(("float64", 100.0))
+    b[7, 44] = -(a[5] @ b[:, 44] - a[5, 7] * b[7, 44]) / a[5, 7]
+    ref = exact_matmul(a, b)
+    c, plan = _level(a, b)
+    assert "refinement.line_patch" in " ".join(plan.notes), str(plan)
+    assert _reaches(_bits(accuracy(c, a, b, ref)), _bits(accuracy(a @ b, a, b, ref))), str(plan)
+    a32 = phi_matrix((256, 256), 0.5, seed=1)
+    b32 = phi_matrix((256, 256), 0.5, seed=1001)
+    a32[5, 7] *= 100.0
+    b32[11, 9] *= 100.0
+    a32, b32 = a32.astype(np.float32), b32.astype(np.float32)
+    ref = exact_matmul(a32, b32)
+    c, plan = _level(a32, b32, "float64")
+    assert "refinement.line_patch" in " ".join(plan.notes), str(plan)
+    wide = (a32.astype(np.float64) @ b32.astype(np.float64)).astype(np.float32)
+    assert _reaches(_bits(accuracy(c, a32, b32, ref)), _bits(accuracy(wide, a32, b32, ref)))
 
 
 def test_k_2_17_keeps_native_bits():

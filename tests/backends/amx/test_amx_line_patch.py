@@ -67,5 +67,5 @@ def test_amx_level_takes_the_generic_lines(name, emulate, monkeypatch):
     assert (lines.block is None) == (want_lines.block is None)
     if lines.block is not None:
         assert all(np.array_equal(x, y) for x, y in zip(lines.block, want_lines.block))
-    assert np.array_equal(c[lines.rows], want[lines.rows])  # both the native product's
+    assert np.array_equal(c[lines.rows], want[lines.rows])  # both from float64 products
     assert np.array_equal(lines.entries, want_lines.entries)

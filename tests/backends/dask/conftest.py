@@ -23,9 +23,10 @@ def in_core_without_split(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def in_core_without_lines(monkeypatch):
-    """The graphs' refinement patches entries only (no ``refinement.line_patch``: lines from
-    the native product, docs/limitations.md), and the tests hold them to the in-core engine's
-    decisions: the engine's without lines (no entries may go to them)."""
+    """The shared graphs' refinement patches entries only (no ``refinement.line_patch``: lines
+    from the native product, docs/limitations.md), and the tests hold them to the in-core
+    engine's decisions: the engine's without lines here (no entries may go to them; the "dd"
+    mode's block products, which run the engine, then take none either in this process)."""
     monkeypatch.setattr(refinement, "LINE_SHARE", 1 << 62)
 
 
