@@ -26,7 +26,7 @@ import numpy as np
 from .certificate import cert_constants, exact_line_factors, passes
 from .moduli import MIN_MODULI
 from .scaling import magnitude, max_exponent
-from .xputil import ldexp
+from .xputil import ldexp, to_host
 
 # The suspect refinement (``refine_moduli``) runs when at most this many entries stand in the
 # way of one modulus fewer: its dot products then cost a small fraction of one INT8 GEMM. The
@@ -240,7 +240,7 @@ def line_patch(failed, m, n):
     Both shapes are common where a few rows of A (columns of B) hold an entry far above the
     rest: their lines fail nearly throughout, and rows and columns of moderately large entries
     fail where they cross."""
-    idx = np.unique(_host(failed).astype(np.int64, copy=False))  # sorted, each once
+    idx = np.unique(to_host(failed).astype(np.int64, copy=False))  # sorted, each once
     r, c = idx // n, idx % n
     rows_fail, cols_fail = np.bincount(r, minlength=m), np.bincount(c, minlength=n)
     by_col = np.argsort(c, kind="stable")
@@ -288,12 +288,6 @@ def _line_patch(rows, cols, block, entries):
 
     block = None if block is None else (ints(block[0]), ints(block[1]))
     return LinePatch(ints(rows), ints(cols), block, entries)
-
-
-def _host(x):
-    """A numpy copy of an array of any library (a device array's ``get``)."""
-    get = getattr(x, "get", None)
-    return np.asarray(x if get is None or isinstance(x, np.ndarray) else get())
 
 
 def refine_sample(xp, total):

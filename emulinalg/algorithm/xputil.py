@@ -103,6 +103,15 @@ def floor_mod(xp, x, m):
     return xp.where(r >= m, r - m, r)
 
 
+def to_host(x):
+    """A numpy array of ``x`` (any array library: a device array's ``get``; numpy arrays and
+    sequences through ``np.asarray``)."""
+    import numpy as np
+
+    get = getattr(x, "get", None)
+    return np.asarray(x if get is None or isinstance(x, np.ndarray) else get())
+
+
 @functools.cache
 def _host_module():
     try:
