@@ -623,10 +623,10 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
     entries of its block (a ``refinement.LinePatch``'s) taken from float64 native products of
     the operands' parts (float32 parts widened: at or above either level's native product).
     Complex: Re = Ar Br - Ai Bi and Im = Ar Bi + Ai Br, the four real products of a native
-    complex GEMM. Each product is summed over pieces of K of
-    about sqrt(k) (at least LINE_K_MIN), so that its rounding errors stay below the native
-    GEMM's blocked sums (a GEMV's one chain of k does not). Only the lines are copied (and a
-    whole operand where its parts are float32, widened)."""
+    complex GEMM. Each product is summed over pieces of K of about sqrt(k) (at least
+    LINE_K_MIN), so that its rounding errors stay below the native GEMM's blocked sums (a
+    GEMV's one chain of k does not). Only the lines are copied (and a whole operand where its
+    parts are float32, widened)."""
     dd = out == "dd"
     targets = [parts[i : i + 2] for i in range(0, len(parts), 2)] if dd else [(p,) for p in parts]
 
