@@ -623,11 +623,13 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
     entries of its block (a ``refinement.LinePatch``'s) taken from float64 native products of
     the operands' parts (float32 parts widened: at or above either level's native product).
     Complex: Re = Ar Br - Ai Bi and Im = Ar Bi + Ai Br, the four real products of a native
-    complex GEMM. Each product is summed over pieces of K of about sqrt(k) (at least
-    LINE_K_MIN), so that its rounding errors stay below the native GEMM's blocked sums (a
-    GEMV's one chain of k does not). Only the lines are copied (and a whole operand where its
+    complex GEMM. Where the backend declares ``line_pieces``, each product is summed over pieces
+    of K of about sqrt(k) (at least LINE_K_MIN), so that its rounding errors stay below the
+    native GEMM's blocked sums (a GEMV's one chain of k does not); elsewhere its GEMM of the
+    lines splits k itself. Only the lines are copied (and a whole operand where its
     parts are float32, widened)."""
     dd = out == "dd"
+    pieces = stages(backend).line_pieces
     targets = [parts[i : i + 2] for i in range(0, len(parts), 2)] if dd else [(p,) for p in parts]
 
     def conv(x):  # float64 products (float32 parts widened: above either level's native)
@@ -648,7 +650,7 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
         # one chain, above the native GEMM's blocked chains; these chains are shorter
         a_r, a_i, b_r, b_i = (conv(x) for x in (a_r, a_i, b_r, b_i))
         k = a_r.shape[-1]
-        step = max(LINE_K_MIN, 1 << math.ceil(math.log2(max(1.0, math.sqrt(k)))))
+        step = max(LINE_K_MIN, 1 << math.ceil(math.log2(max(1.0, math.sqrt(k))))) if pieces else k
         total = None
         for k0 in range(0, k, step):
             ka, kb = (slice(None), slice(k0, k0 + step)), (slice(k0, k0 + step), slice(None))

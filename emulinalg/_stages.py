@@ -56,7 +56,10 @@ widens them only for generic code, ``operands.wide``), ``native_error_rms`` /
 ``dask_mode`` (the dask graph its chunks default to), ``gaussian_moduli`` (its certificate
 and Scheme II product take complex products modulo the Gaussian moduli,
 ``moduli.GAUSSIAN_MODULI``: two INT8 GEMMs per modulus instead of 3M's three; the engine then
-certifies and runs them so), and ``plan_note()`` (a line for every plan, e.g. why another
+certifies and runs them so), ``line_pieces`` (its native GEMM of a few output lines sums all
+of k in one chain, a GEMV for one line, so the line patch sums pieces of K:
+``_engine._native_lines``; False where its GEMMs of few lines split k themselves), and
+``plan_note()`` (a line for every plan, e.g. why another
 backend is not running).
 """
 
@@ -142,12 +145,13 @@ class Stages:
     native_chain_k: Any = None
     dask_mode: str = "shared"
     gaussian_moduli: bool = False
+    line_pieces: bool = True
     plan_note: Callable[[], str] = lambda: ""
 
 
 _FACTS = ("block_entries", "narrow_statistics", "narrow_products", "native_error_rms",
           "native_error_rms_complex", "native_chain_k", "dask_mode", "gaussian_moduli",
-          "plan_note")  # fmt: skip
+          "line_pieces", "plan_note")  # fmt: skip
 
 
 def gaussian_keywords(gaussian):

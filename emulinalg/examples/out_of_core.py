@@ -40,6 +40,7 @@ import time
 import numpy as np
 
 from emulinalg import _extras
+from emulinalg.algorithm.xputil import to_host
 
 
 def phi_block(block_id=None, block_info=None, phi=1.0, seed=0, stream=0, cupy=False):
@@ -84,10 +85,6 @@ def operand(shape, chunks, phi, seed, stream, cupy=False):
 
 def _split(n, c):
     return (c,) * (n // c) + ((n % c,) if n % c else ())
-
-
-def _host(x):
-    return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
 
 
 def _sync(x):
@@ -184,7 +181,7 @@ def run(
     if incore:  # first, so that its workspace never meets the held chunks
         say("in-core emulated product of the whole operands (materialised once) ...")
         C, inc_seconds, inc_plan = _incore(client, a, b, precision, max(1, repeat), threads)
-        inc = {"c": _host(C[rsel, :][:, csel]), "seconds": inc_seconds, "plan": str(inc_plan)}
+        inc = {"c": to_host(C[rsel, :][:, csel]), "seconds": inc_seconds, "plan": str(inc_plan)}
         del C
     if persist:
         say("operands computed and held (persist) ...")
@@ -235,13 +232,13 @@ def run(
         if run_i >= warmup:
             times.append(time.perf_counter() - t0)
     seconds = float(np.median(times))
-    c_s, total = _host(c_s), _host(total)
+    c_s, total = to_host(c_s), to_host(total)
 
     say(f"computed in {seconds:.1f} s; grading {len(rsel)} x {len(csel)} sampled entries ...")
     # Grade: exact and native on the sampled entries, a group of columns at a time (B is never
     # held whole here); the maxima of the per-group errors are the maxima over all of them.
     (a_rows,) = _gather(client, threads, a[rsel, :])
-    a_rows_h = _host(a_rows)
+    a_rows_h = to_host(a_rows)
     nat_whole = nat_seconds = None
     if native == "whole":  # timed after a warm-up call
         A, B = _gather(client, threads, a, b)
@@ -251,16 +248,16 @@ def run(
         C = A @ B
         _sync(C)
         nat_seconds = time.perf_counter() - t0
-        nat_whole = _host(C[rsel, :][:, csel])
+        nat_whole = to_host(C[rsel, :][:, csel])
         A = B = C = None
     worst = {"emulated": [0.0, 0.0], "native": [0.0, 0.0], "incore": [0.0, 0.0]}
     mismatch = 0
     for g0 in range(0, len(csel), 256):
         group = csel[g0 : g0 + 256]
         (b_g,) = _gather(client, threads, b[:, group])
-        b_g_h = _host(b_g)
+        b_g_h = to_host(b_g)
         ref = exact_matmul(a_rows_h, b_g_h)
-        nat = nat_whole[:, g0 : g0 + 256] if nat_whole is not None else _host(a_rows @ b_g)
+        nat = nat_whole[:, g0 : g0 + 256] if nat_whole is not None else to_host(a_rows @ b_g)
         graded = [("emulated", c_s[:, g0 : g0 + 256]), ("native", nat)]
         if inc is not None:
             graded.append(("incore", inc["c"][:, g0 : g0 + 256]))

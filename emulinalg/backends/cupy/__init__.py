@@ -56,6 +56,7 @@ __all__ = [
     "k_block",
     "kernels",
     "kernels_enabled",
+    "line_pieces",
     "line_scan",
     "magnitude_lower_matmul",
     "name",
@@ -115,6 +116,10 @@ gaussian_moduli = True
 # docs/benchmarks/h200/native_error_2026-12-01.jsonl). Small outputs are split along k, which
 # is more accurate (the graded suite's 32 x 32 products): the chains of OpenBLAS are assumed.
 native_error_rms = 0.29
+# cuBLAS's GEMMs of a few output lines (the line patch's, ``_engine._native_lines``) split k
+# themselves: one call over all of k (its GEMVs over pieces of K fell below its own product's
+# bits on the same lines: docs/benchmarks/h100/NOTES.md, 2026-12-06)
+line_pieces = False
 
 
 def native_chain_k(k, outputs):

@@ -84,11 +84,6 @@ def _block_index(ix):
     return tuple(int(v[0]) for v in ix)
 
 
-def _host(x):
-    """A small device array on the host (numpy arrays as they are)."""
-    return x.get() if hasattr(x, "get") else np.asarray(x)
-
-
 def _identity(x, axis=None, keepdims=None):
     return x
 

@@ -11,7 +11,7 @@ from emulinalg.algorithm import refinement
 from emulinalg.algorithm.scaling import (
     magnitude,
 )
-from emulinalg.algorithm.xputil import ldexp
+from emulinalg.algorithm.xputil import ldexp, to_host
 
 from .blocks import (
     _BLOCKS,
@@ -20,7 +20,6 @@ from .blocks import (
     _chunk_quiet,
     _finite_parts,
     _flatten,
-    _host,
     _identity,
     _line_exponent,
     _lsum,
@@ -151,7 +150,7 @@ def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
             fail = refinement.refine_failures(xp, k, target, cplx, count, lam, sums["S"], e, f,
                                               na, nb, sums["S2"], sel["pick"])  # fmt: skip
             step = refinement.next_step(xp, count, sel["idx"], fail, m, n)
-    patch = None if step.patch is None else _host(step.patch)
+    patch = None if step.patch is None else to_host(step.patch)
     return dict(cfg, count=step.count, refining=step.going, patch=patch)
 
 

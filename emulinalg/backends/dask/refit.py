@@ -13,7 +13,7 @@ from emulinalg._planner import (
 )
 from emulinalg.algorithm import parts as complex_parts
 from emulinalg.algorithm import refit
-from emulinalg.algorithm.xputil import make_complex
+from emulinalg.algorithm.xputil import make_complex, to_host
 
 from . import crt as modular
 from .blocks import (
@@ -22,7 +22,6 @@ from .blocks import (
     _chunk_quiet,
     _finite_parts,
     _flatten,
-    _host,
     _prescale_shift,
     _xp_backend,
 )
@@ -128,7 +127,8 @@ def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape,
         for ratio in ratios:
             ratio = xp.reshape(ratio, (-1,))
             local = refit.pick(xp, ratio, every)
-            found.append(None if local is None else (_host(xp.take(ratio, local)), _host(local)))
+            taken = None if local is None else (to_host(xp.take(ratio, local)), to_host(local))
+            found.append(taken)
     where = _block_index(ix)
     res = []
     for x in found:
@@ -264,7 +264,7 @@ def _split_candidates(rr, nrr, ii, nii, ri, nri, ir, nir, a0, e0, a1, e1, b0, f0
         local = refit.pick(xp, q)
         if local is None:
             return None
-        ratio, local = _host(xp.take(q, local)), _host(local)
+        ratio, local = to_host(xp.take(q, local)), to_host(local)
     where = _block_index(ix)
     coords = np.unravel_index(local, re[0].shape)
     glob = tuple(c + starts[d][bl] for d, (c, bl) in enumerate(zip(coords, where)))
