@@ -626,8 +626,8 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
     complex GEMM. Where the backend declares ``line_pieces``, each product is summed over pieces
     of K of about sqrt(k) (at least LINE_K_MIN), so that its rounding errors stay below the
     native GEMM's blocked sums (a GEMV's one chain of k does not); elsewhere its GEMM of the
-    lines splits k itself. Only the lines are copied (and a whole operand where its
-    parts are float32, widened)."""
+    lines splits k itself. Only the lines are copied (and widened where the parts are
+    float32), a piece of K at a time."""
     dd = out == "dd"
     pieces = stages(backend).line_pieces
     targets = [parts[i : i + 2] for i in range(0, len(parts), 2)] if dd else [(p,) for p in parts]
@@ -645,22 +645,34 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
         im = [mm(x, y) for x, y in ((a_r, b_i), (a_i, b_r)) if x is not None and y is not None]
         return [re, xp.zeros_like(re) if not im else im[0] if len(im) == 1 else im[0] + im[1]]
 
-    def native(a_r, a_i, b_r, b_i):
+    def native(i, j):
         # by pieces of K of about sqrt(k): a line's GEMM (a GEMV for one line) sums all of k in
-        # one chain, above the native GEMM's blocked chains; these chains are shorter
-        a_r, a_i, b_r, b_i = (conv(x) for x in (a_r, a_i, b_r, b_i))
-        k = a_r.shape[-1]
+        # one chain, above the native GEMM's blocked chains; these chains are shorter. Each
+        # piece gathers its own lines: small buffers that the allocator reuses (fresh pages
+        # of a whole gathered operand cost more than its copy), widened piece by piece.
+        k = ar.shape[-1]
         step = max(LINE_K_MIN, 1 << math.ceil(math.log2(max(1.0, math.sqrt(k))))) if pieces else k
         total = None
         for k0 in range(0, k, step):
-            ka, kb = (slice(None), slice(k0, k0 + step)), (slice(k0, k0 + step), slice(None))
-            part = products(*(None if x is None else x[s] for x, s in
-                              zip((a_r, a_i, b_r, b_i), (ka, ka, kb, kb))))  # fmt: skip
-            total = part if total is None else [t + p for t, p in zip(total, part)]
+            ks = slice(k0, k0 + step)
+            ops = [lines_of(x, (slice(None), ks), i, 0) for x in (ar, ai)]
+            ops += [lines_of(x, (ks, slice(None)), j, 1) for x in (br, bi)]
+            part = products(*ops)
+            if total is None:
+                total = part
+            else:
+                for t, q in zip(total, part):
+                    t += q
         return total
 
-    def take(x, idx, axis):
-        return None if x is None else xp.take(x, idx, axis=axis)
+    def lines_of(x, piece, idx, axis):  # the lines idx (along axis) of a piece of K
+        if x is None:
+            return None
+        if idx is None:
+            return conv(x[piece])
+        if axis == 0:  # indexed, not taken: a take copies a strided piece whole first
+            return conv(x[idx, piece[1]])
+        return conv(xp.take(x[piece], idx, axis=1))  # a piece of rows: contiguous
 
     dev = parts[0].device
     block = lines.block if lines.block is not None else (lines.rows[:0], lines.cols[:0])
@@ -669,15 +681,13 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
             continue
         i = None if rows is None else xp.asarray(rows, device=dev)
         j = None if cols is None else xp.asarray(cols, device=dev)
-        a_r, a_i = (x if i is None else take(x, i, 0) for x in (ar, ai))
-        b_r, b_i = (x if j is None else take(x, j, 1) for x in (br, bi))
         if i is None:
             at = (slice(None), j)
         elif j is None:
             at = (i, slice(None))
         else:
             at = (xp.reshape(i, (-1, 1)), xp.reshape(j, (1, -1)))
-        for group, v in zip(targets, native(a_r, a_i, b_r, b_i)):
+        for group, v in zip(targets, native(i, j)):
             for x, val in zip(group, (xp.astype(v, group[0].dtype), 0.0)):  # (hi, lo): lo 0
                 x[at] = val
     return parts
