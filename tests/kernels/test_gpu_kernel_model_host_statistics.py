@@ -634,3 +634,41 @@ def test_cert_operand_takes_float64_only(cpu_backend):
     shift = cp.asarray(np.zeros(4, dtype=np.int64))
     with pytest.raises(TypeError, match="float64"):
         be.statistics._cert_operand(*ops.a, ops.a_strides, 1, 4, 4, 16, 16, False, shift)
+
+
+def test_engine_line_patch_takes_one_gemm_over_k(cpu_backend, monkeypatch):
+    """The native form's line patch on the cupy backend's host code: its certificate kernels
+    and ``refinement.kernel_patch`` give the numpy backend's count and lines, and the lines come
+    from one native GEMM of the line over all of k (``line_pieces`` off: cuBLAS splits k
+    itself), the numpy backend's from pieces of K."""
+    import emulinalg
+    from emulinalg import _engine, get_config
+    from emulinalg._precision import parse
+    from emulinalg.backends import numpy as numpy_backend
+    from emulinalg.inputs import phi_matrix
+
+    be, cp = cpu_backend
+    a, b = phi_matrix((256, 256), 0.5, seed=3), phi_matrix((256, 256), 0.5, seed=4)
+    a[5, 7] *= 100.0  # row 5 fails one modulus below, and a block where large lines cross
+    b[11, 9] *= 100.0
+    seen = []
+    real = _engine._native_lines
+
+    def spy(*args):
+        seen.append(args[7])
+        return real(*args)
+
+    monkeypatch.setattr(_engine, "_native_lines", spy)
+    with emulinalg.config(strategy="eager"):
+        want, want_plan = _engine.matmul(np, numpy_backend, a, b, parse("float64"), get_config())
+        got, plan = _engine.matmul(np, be, cp.asarray(a), cp.asarray(b), parse("float64"),
+                                   get_config())  # fmt: skip
+    assert len(seen) == 2 and "refinement.line_patch" in str(plan), str(plan)
+    (lines_np, lines_cp), got = seen, np.asarray(got)
+    assert plan.scheme == want_plan.scheme
+    assert [np.asarray(x).tolist() for x in lines_cp[:2]] == [x.tolist() for x in lines_np[:2]]
+    assert np.array_equal(np.asarray(lines_cp.entries), lines_np.entries)
+    rows = lines_np.rows
+    assert rows.tolist() == [5]
+    assert np.array_equal(got[rows], np.matmul(a[rows], b))  # one GEMM of the line over k
+    assert not np.array_equal(want[rows], np.matmul(a[rows], b))  # numpy's: pieces of K
