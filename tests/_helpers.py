@@ -274,3 +274,45 @@ def same_patch(got, want):
         pairs += list(zip(got.block, want.block)) if got.block is not None else []
         return all(np.array_equal(to_host(x), to_host(y)) for x, y in pairs)
     return np.array_equal(to_host(got), to_host(want))
+
+
+def line_patch_case(name):
+    """Operands whose level takes a line patch (``refinement.line_patch``): "float32", phi
+    = 1 matrices whose row 328 fails throughout one modulus below; "float64", row 5 and a block
+    where rows and columns of raised entries cross."""
+    from emulinalg.inputs import phi_matrix
+
+    if name == "float32":
+        return (phi_matrix((512, 512), 1.0, "float32", seed=1),
+                phi_matrix((512, 512), 1.0, "float32", seed=101))  # fmt: skip
+    a, b = phi_matrix((256, 256), 0.5, seed=3), phi_matrix((256, 256), 0.5, seed=4)
+    a[5, 7] *= 100.0
+    b[11, 9] *= 100.0
+    return a, b
+
+
+def level_lines(monkeypatch, a, b, setup=None):
+    """``(c, plan, lines)``: the dtype's level of ``a @ b`` (eager; ``setup(mp)`` picks the
+    backend, else the numpy backend) and the ``LinePatch`` its ``_engine._native_lines`` took
+    (exactly one)."""
+    import emulinalg
+    from emulinalg import _engine
+
+    seen = []
+    real = _engine._native_lines
+
+    def spy(*args):
+        seen.append(args[7])
+        return real(*args)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(_engine, "_native_lines", spy)
+        if setup is not None:
+            setup(mp)
+        else:
+            mp.setenv("EMULINALG_AMX", "0")
+        with emulinalg.config(strategy="eager"):
+            c = emulinalg.matmul(a, b, precision="float32" if a.dtype == np.float32 else "float64")
+        plan = emulinalg.last_plan()
+    assert len(seen) == 1, str(plan)
+    return c, plan, seen[0]

@@ -12,7 +12,7 @@ import functools
 import gpu_kernel_model as model
 import numpy as np
 import pytest
-from _helpers import parts_lower_of
+from _helpers import line_patch_case, parts_lower_of
 from _kernel_model_helpers import (
     REFINE_CASES,
     TARGETS,
@@ -645,12 +645,9 @@ def test_engine_line_patch_takes_one_gemm_over_k(cpu_backend, monkeypatch):
     from emulinalg import _engine, get_config
     from emulinalg._precision import parse
     from emulinalg.backends import numpy as numpy_backend
-    from emulinalg.inputs import phi_matrix
 
     be, cp = cpu_backend
-    a, b = phi_matrix((256, 256), 0.5, seed=3), phi_matrix((256, 256), 0.5, seed=4)
-    a[5, 7] *= 100.0  # row 5 fails one modulus below, and a block where large lines cross
-    b[11, 9] *= 100.0
+    a, b = line_patch_case("float64")  # row 5 and a block where raised lines cross
     seen = []
     real = _engine._native_lines
 

@@ -8,10 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _amx_helpers import AMX_AVAILABLE, _amx, force_amx_backend
-
-import emulinalg
-from emulinalg import _engine
-from emulinalg.inputs import phi_matrix
+from _helpers import level_lines, line_patch_case
 
 pytestmark = [
     pytest.mark.skipif(
@@ -21,35 +18,10 @@ pytestmark = [
 ]
 
 
-def _case(name):
-    if name == "float32":  # phi-matrices whose row 328 fails throughout one modulus below
-        return (phi_matrix((512, 512), 1.0, "float32", seed=1),
-                phi_matrix((512, 512), 1.0, "float32", seed=101))  # fmt: skip
-    a, b = phi_matrix((256, 256), 0.5, seed=3), phi_matrix((256, 256), 0.5, seed=4)
-    a[5, 7] *= 100.0  # row 5 and a block where rows and columns of large entries cross
-    b[11, 9] *= 100.0
-    return a, b
-
-
 def _level(monkeypatch, a, b, emulate):
-    seen = []
-    real = _engine._native_lines
-
-    def spy(*args):
-        seen.append(args[7])
-        return real(*args)
-
-    with monkeypatch.context() as mp:
-        mp.setattr(_engine, "_native_lines", spy)
-        if emulate is not None:
-            force_amx_backend(mp, emulate)
-        else:
-            mp.setenv("EMULINALG_AMX", "0")
-        with emulinalg.config(strategy="eager"):
-            c = emulinalg.matmul(a, b, precision="float32" if a.dtype == np.float32 else "float64")
-        plan = emulinalg.last_plan()
-    assert len(seen) == 1, str(plan)
-    return c, plan, seen[0]
+    return level_lines(
+        monkeypatch, a, b, None if emulate is None else lambda mp: force_amx_backend(mp, emulate)
+    )
 
 
 @pytest.mark.parametrize("emulate", [True, pytest.param(False, marks=pytest.mark.amx)])
@@ -57,7 +29,7 @@ def _level(monkeypatch, a, b, emulate):
 def test_amx_level_takes_the_generic_lines(name, emulate, monkeypatch):
     if not emulate and not AMX_AVAILABLE:
         pytest.skip("no AMX tiles on this CPU")
-    a, b = _case(name)
+    a, b = line_patch_case(name)
     c, plan, lines = _level(monkeypatch, a, b, emulate)
     want, want_plan, want_lines = _level(monkeypatch, a, b, None)
     assert plan.backend == "amx" and want_plan.backend == "numpy"

@@ -11,43 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _gpu_helpers import require_gpu
+from _helpers import level_lines, line_patch_case
 
-import emulinalg
-from emulinalg import _engine
-from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy
 
 cp = require_gpu()
 
 pytestmark = pytest.mark.gpu
-
-
-def _case(name):
-    if name == "float32":  # phi-matrices whose row 328 fails throughout one modulus below
-        return (phi_matrix((512, 512), 1.0, "float32", seed=1),
-                phi_matrix((512, 512), 1.0, "float32", seed=101))  # fmt: skip
-    a, b = phi_matrix((256, 256), 0.5, seed=3), phi_matrix((256, 256), 0.5, seed=4)
-    a[5, 7] *= 100.0  # row 5 and a block where rows and columns of large entries cross
-    b[11, 9] *= 100.0
-    return a, b
-
-
-def _level(monkeypatch, a, b):
-    seen = []
-    real = _engine._native_lines
-
-    def spy(*args):
-        seen.append(args[7])
-        return real(*args)
-
-    with monkeypatch.context() as mp:
-        mp.setattr(_engine, "_native_lines", spy)
-        mp.setenv("EMULINALG_AMX", "0")
-        with emulinalg.config(strategy="eager"):
-            c = emulinalg.matmul(a, b, precision="float32" if a.dtype == np.float32 else "float64")
-        plan = emulinalg.last_plan()
-    assert len(seen) == 1, str(plan)
-    return c, plan, seen[0]
 
 
 def _host(x):
@@ -56,9 +26,9 @@ def _host(x):
 
 @pytest.mark.parametrize("name", ["float64", "float32"])
 def test_cupy_level_takes_the_numpy_lines(name, monkeypatch):
-    a, b = _case(name)
-    c, plan, lines = _level(monkeypatch, cp.asarray(a), cp.asarray(b))
-    _, want_plan, want_lines = _level(monkeypatch, a, b)
+    a, b = line_patch_case(name)
+    c, plan, lines = level_lines(monkeypatch, cp.asarray(a), cp.asarray(b))
+    _, want_plan, want_lines = level_lines(monkeypatch, a, b)
     assert plan.backend == "cupy" and want_plan.backend == "numpy"
     assert plan.scheme == want_plan.scheme
     assert _host(lines.rows).tolist() == _host(want_lines.rows).tolist()
