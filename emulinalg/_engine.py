@@ -651,7 +651,7 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
         # piece gathers its own lines: small buffers that the allocator reuses (fresh pages
         # of a whole gathered operand cost more than its copy), widened piece by piece.
         k = ar.shape[-1]
-        step = max(LINE_K_MIN, 1 << math.ceil(math.log2(max(1.0, math.sqrt(k))))) if pieces else k
+        step = line_step(k) if pieces else k
         total = None
         for k0 in range(0, k, step):
             ks = slice(k0, k0 + step)
@@ -672,7 +672,10 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
             return conv(x[piece])
         if axis == 0:  # indexed, not taken: a take copies a strided piece whole first
             return conv(x[idx, piece[1]])
-        return conv(xp.take(x[piece], idx, axis=1))  # a piece of rows: contiguous
+        y = x[piece]  # the rows of a C-ordered B: taken (its gather and GEMM are the faster)
+        flags = getattr(y, "flags", None)
+        strided = flags is not None and not flags.c_contiguous  # B.T's, a complex part's
+        return conv(y[:, idx] if strided else xp.take(y, idx, axis=1))
 
     dev = parts[0].device
     block = lines.block if lines.block is not None else (lines.rows[:0], lines.cols[:0])
@@ -695,6 +698,12 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
 
 # The shortest pieces of K of a line patch's native products (``_native_lines``)
 LINE_K_MIN = 32
+
+
+def line_step(k):
+    """The pieces of K of a line patch's native products (``line_pieces``): about sqrt(k), at
+    least LINE_K_MIN."""
+    return max(LINE_K_MIN, 1 << math.ceil(math.log2(max(1.0, math.sqrt(k)))))
 
 
 def _line_entries(xp, lines, native_mask, m, n):

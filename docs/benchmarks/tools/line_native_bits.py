@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 import numpy as np
 
+from emulinalg._engine import line_step
 from emulinalg.inputs import phi_matrix
 from emulinalg.reference import accuracy
 
@@ -51,7 +51,7 @@ def main(argv=None):
             a[5, 7] *= 100.0
             b[11, 9] *= 100.0
             ga, gb = xp.asarray(a), xp.asarray(b)
-            step = max(32, 1 << math.ceil(math.log2(math.sqrt(k))))
+            step = line_step(k)  # the numpy backend's pieces
             pieces = sum(ga[5:6, k0 : k0 + step] @ gb[k0 : k0 + step] for k0 in range(0, k, step))
             rows = {
                 "whole product": host(ga @ gb)[5:6],
