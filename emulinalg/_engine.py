@@ -273,12 +273,12 @@ def _emulate(
     line exponents of these operands, for its prescale; ``hook_ops``: the operands for its
     statistics hooks (``_hook_operands``; default: the float64 parts). A complex product at a
     level whose parts the complex route cannot keep runs split (``_split``), which passes the
-    cost model's ``verdict`` on a scheme (default ``_planner.faster``), ``fold``, mapping its
-    native mask onto the output's, and ``more(parts, prescale, native_mask)``, more entries for
-    the refit (flat indices or None). ``sides``: the prepared operands' ``operands.SideUse``.
-    ``k_split``: the contraction splits left (0: entries beyond stay native), ``first_split``:
-    whether this is a product's first (``support.k_classes``' ``progress``); where the split is
-    taken, ``c`` is a ``_KSplit``."""
+    cost model's ``verdict(scheme, native_share)`` (default ``_planner.faster``), ``fold``,
+    mapping its native mask onto the output's, and ``more(parts, prescale, native_mask)``, more
+    entries for the refit (flat indices or None). ``sides``: the prepared operands'
+    ``operands.SideUse``. ``k_split``: the contraction splits left (0: entries beyond stay
+    native), ``first_split``: whether this is a product's first (``support.k_classes``'
+    ``progress``); where the split is taken, ``c`` is a ``_KSplit``."""
     native_mask = prescale = patch = t_lower = None
     if isinstance(request, SCHEMES):
         scheme = request
@@ -325,10 +325,14 @@ def _emulate(
         m, n, k = ar.shape[-2], br.shape[-1], ar.shape[-1]
         if verdict is None:
 
-            def verdict(scheme):
-                return _planner.faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0])
+            def verdict(scheme, share):
+                return _planner.faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0],
+                                       share)  # fmt: skip
 
-        if performant and not _record_verdict(plan, *verdict(scheme)):
+        share = 0.0  # of the output, a line patch's native products
+        if isinstance(patch, refinement.LinePatch):
+            share = _line_entries(xp, patch, None, m, n) / (m * n)
+        if performant and not _record_verdict(plan, *verdict(scheme, share)):
             return None, None  # the statistics asked for more than native's time allows
         shown = native_mask if fold is None or native_mask is None else fold(native_mask)
         count = 0 if native_mask is None else int(xp.count_nonzero(shown))
@@ -535,8 +539,9 @@ def _split(xp, backend, ar, ai, br, bi, request, family, plan, dtype_name, out, 
     def fold(mask):
         return block(mask, 0, 0) | block(mask, 0, 1) | block(mask, 1, 0) | block(mask, 1, 1)
 
-    def verdict(scheme):
-        return _planner.split_faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0])
+    def verdict(scheme, share):
+        return _planner.split_faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0],
+                                     share)  # fmt: skip
 
     def combine(hi, lo):
         return complex_parts.combine(

@@ -102,26 +102,33 @@ def likely_faster(
     return faster(backend_name, guess, dtype_name, m, n, k, batch)
 
 
-def faster(backend_name, scheme, dtype_name, m, n, k, batch=1):
+def faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_share=0.0):
     """``(faster, why)``: the cost model's verdict on ``scheme`` against the native product,
-    with the line the plan records (a note when faster, the fallback reason otherwise)."""
+    with the line the plan records (a note when faster, the fallback reason otherwise).
+    ``native_share``: the share of the output a line patch takes from native products (their
+    time, that share of the native product's, is added to the emulation's)."""
     model = _cost.get_cost_model(backend_name)
     if model is None:
         return False, (
             f"performant: native is faster than emulation on the {backend_name} backend at this "
             "precision: no cost model (strategy='eager' emulates anyway)"
         )
-    t_emu = model.emulated_seconds(scheme, dtype_name, m, n, k, batch)
     t_nat = model.native_seconds(dtype_name, m, n, k, batch)
+    t_emu = model.emulated_seconds(scheme, dtype_name, m, n, k, batch) + native_share * t_nat
+    what = f"{scheme}{_lines_share(native_share)}"
     if t_emu < t_nat:
         return True, (
-            f"performant: {scheme} predicted {t_emu:.3g} s < native {t_nat:.3g} s ({model.source})"
+            f"performant: {what} predicted {t_emu:.3g} s < native {t_nat:.3g} s ({model.source})"
         )
     return False, (
         f"performant: native is faster than emulation on the {backend_name} backend at this "
-        f"precision: {scheme} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source}) "
+        f"precision: {what} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source}) "
         "(strategy='eager' emulates anyway)"
     )
+
+
+def _lines_share(share):
+    return f" with its line patch ({share:.2g} of the output native)" if share else ""
 
 
 class Fixed(NamedTuple):
@@ -290,20 +297,21 @@ def part_form(level, fam, k, outputs, real_name, backend=None):
     return PartForm(PART_SLACK_STRICT, False, "strict form")
 
 
-def split_faster(backend_name, scheme, dtype_name, m, n, k, batch=1):
+def split_faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_share=0.0):
     """``(faster, why)`` as ``faster``, for the split route: ``scheme`` on the real (..., 2m, k)
     x (..., k, 2n) product of the stacked parts against the native complex product."""
     model = _cost.get_cost_model(backend_name)
     if model is None:
-        return faster(backend_name, scheme, dtype_name, m, n, k, batch)
-    t_emu = model.emulated_seconds(scheme, "float64", 2 * m, 2 * n, k, batch)
+        return faster(backend_name, scheme, dtype_name, m, n, k, batch, native_share)
     t_nat = model.native_seconds(dtype_name, m, n, k, batch)
+    t_emu = model.emulated_seconds(scheme, "float64", 2 * m, 2 * n, k, batch) + native_share * t_nat
+    what = f"{scheme} on the split parts{_lines_share(native_share)}"
     if t_emu < t_nat:
-        why = f"{scheme} on the split parts predicted {t_emu:.3g} s < native {t_nat:.3g} s"
+        why = f"{what} predicted {t_emu:.3g} s < native {t_nat:.3g} s"
         return True, f"performant: {why}"
     return False, (
         f"performant: native is faster than emulation on the {backend_name} backend at this "
-        f"precision: {scheme} on the split parts predicted {t_emu:.3g} s vs native "
+        f"precision: {what} predicted {t_emu:.3g} s vs native "
         f"{t_nat:.3g} s ({model.source}) (strategy='eager' emulates anyway)"
     )
 

@@ -489,3 +489,42 @@ def test_a_reused_verdict_whose_product_raises_leaves_no_plan(monkeypatch):
         emulinalg.matmul(a, b)
     assert emulinalg.last_plan() is None
     assert emulinalg.fallback_counts() == before
+
+
+def test_the_verdict_counts_a_line_patchs_native_products(monkeypatch):
+    """A line patch's rows, columns and block come from native products: the verdict after the
+    statistics adds that share of the native product's time to the emulation's."""
+    from _helpers import line_patch_case
+
+    from emulinalg import OzakiII
+
+    scheme = OzakiII(moduli=14)
+    model = _cost.CostModel(
+        native_flops={"float64": 1e12}, int_gemm_ops=1e14, entry_seconds=1e-10,
+        stats_flops=1e14, fixed_seconds=1e-3, source="test",
+    )  # fmt: skip
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name: model)
+    args = ("x", scheme, "float64", 8192, 8192, 8192)
+    t_emu = model.emulated_seconds(scheme, "float64", 8192, 8192, 8192)
+    t_nat = model.native_seconds("float64", 8192, 8192, 8192)
+    share = (1 - t_emu / t_nat) * 1.01  # just enough native work to turn the verdict
+    assert _planner.faster(*args)[0]
+    ok, why = _planner.faster(*args, native_share=share)
+    assert not ok and "line patch" in why
+    assert not _planner.split_faster(*args, native_share=10.0)[0]
+    # the engine passes the share of the patch it took (a model where emulation always wins)
+    fast = _cost.CostModel(
+        native_flops={"float64": 1e9}, int_gemm_ops=1e18, entry_seconds=0.0,
+        stats_flops=math.inf, fixed_seconds=0.0, source="test",
+    )  # fmt: skip
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name: fast)
+    seen = []
+    real = _planner.faster
+    monkeypatch.setattr(_planner, "faster", lambda *a: seen.append(a[-1]) or real(*a))
+    monkeypatch.setenv("EMULINALG_AMX", "0")
+    a, b = line_patch_case("float64")
+    emulinalg.matmul(a, b)
+    plan = emulinalg.last_plan()
+    assert plan.emulated and "refinement.line_patch" in str(plan), str(plan)
+    # every native entry here is the patch's
+    assert seen[-1] == pytest.approx(plan.native_entries / (256 * 256)) and seen[-1] > 0
