@@ -35,13 +35,20 @@ def test_cupy_level_takes_the_numpy_lines(name, monkeypatch):
     assert _host(lines.cols).tolist() == _host(want_lines.cols).tolist()
     assert (lines.block is None) == (want_lines.block is None)
     assert np.array_equal(_host(lines.entries), _host(want_lines.entries))
-    # the whole product and the lines' rows (float64 products of cuBLAS's: line_pieces off) at
-    # or above cuBLAS's own product of the inputs' precision, against the exact product
-    native = _host(cp.matmul(cp.asarray(a), cp.asarray(b)))
-    rows = _host(lines.rows)
-    for sel in (slice(None), rows):
-        got = accuracy(_host(c)[sel], a[sel], b)
-        ref = accuracy(native[sel], a[sel], b)
+    # the whole product, the lines and the block (float64 products of cuBLAS's: line_pieces
+    # off) at or above cuBLAS's own product of the inputs' precision on the same entries,
+    # against the exact product
+    native, got_c = _host(cp.matmul(cp.asarray(a), cp.asarray(b))), _host(c)
+    every = slice(None)
+    sel = [(every, every), (_host(lines.rows), every)]
+    if len(lines.cols):
+        sel.append((every, _host(lines.cols)))
+    if lines.block is not None:
+        sel.append(tuple(_host(x) for x in lines.block))
+    for r, cl in sel:
+        ta, tb = a[r], b[:, cl]
+        got = accuracy(got_c[r][:, cl], ta, tb)
+        ref = accuracy(native[r][:, cl], ta, tb)
         assert got["nonfinite_mismatch"] == 0
-        assert got["bits_maxrel"] >= ref["bits_maxrel"], (sel, got, ref)
-        assert got["bits_cw"] >= ref["bits_cw"], (sel, got, ref)
+        assert got["bits_maxrel"] >= ref["bits_maxrel"], (r, cl, got, ref)
+        assert got["bits_cw"] >= ref["bits_cw"], (r, cl, got, ref)
