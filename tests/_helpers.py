@@ -316,3 +316,25 @@ def level_lines(monkeypatch, a, b, setup=None):
         plan = emulinalg.last_plan()
     assert len(seen) == 1, str(plan)
     return c, plan, seen[0]
+
+
+def assert_lines_reach(c, native, a, b, lines):
+    """A ``LinePatch``'s rows, columns (where it has some) and block of the product ``c`` at or
+    above ``native``'s bits (max-rel and componentwise) on the same entries, against the exact
+    product (host arrays)."""
+    from emulinalg.algorithm.xputil import to_host
+    from emulinalg.reference import accuracy, exact_matmul
+
+    every = slice(None)
+    sel = [(to_host(lines.rows), every)]
+    if len(lines.cols):
+        sel.append((every, to_host(lines.cols)))
+    if lines.block is not None:
+        sel.append(tuple(to_host(x) for x in lines.block))
+    for r, cl in sel:
+        ta, tb = a[r], b[:, cl]
+        ref = exact_matmul(ta, tb)
+        got, nat = (accuracy(x[r][:, cl], ta, tb, ref) for x in (c, native))
+        assert got["nonfinite_mismatch"] == nat["nonfinite_mismatch"] == 0
+        assert got["bits_maxrel"] >= nat["bits_maxrel"], (r, cl, got, nat)
+        assert got["bits_cw"] >= nat["bits_cw"], (r, cl, got, nat)

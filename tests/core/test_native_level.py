@@ -24,7 +24,7 @@ import math
 import array_api_compat.numpy as xp
 import numpy as np
 import pytest
-from _helpers import graded_case
+from _helpers import assert_lines_reach, graded_case
 
 import emulinalg
 from emulinalg import OzakiII, _planner
@@ -269,19 +269,7 @@ def test_lines_the_count_cannot_certify_come_from_native(dtype, x, out, monkeypa
         assert lines.rows.tolist() == [5]  # the row of the raised entry
     assert _reaches(_bits(accuracy(c, a, b, ref)), native), str(plan)
     if "split into" not in str(plan):  # (a split's lines are of its stacked real product)
-        # those lines' bits reach the native product's on the same entries
-        pieces = [(lines.rows, None)] + [(None, lines.cols)] * bool(lines.cols.shape[0])
-        for r, cl in pieces + ([lines.block] if lines.block is not None else []):
-            ta = a if r is None else a[r]
-            tb = b if cl is None else b[:, cl]
-            sub = c if r is None else c[r]
-            sub = sub if cl is None else sub[:, cl]
-            nat = np.matmul(a, b)
-            nat = nat if r is None else nat[r]
-            nat = nat if cl is None else nat[:, cl]
-            ref_l = exact_matmul(ta, tb)
-            got_l, nat_l = _bits(accuracy(sub, ta, tb, ref_l)), _bits(accuracy(nat, ta, tb, ref_l))
-            assert _reaches(got_l, nat_l), (r, cl, got_l, nat_l)
+        assert_lines_reach(c, np.matmul(a, b), a, b, lines)  # on the same entries
         held = len(lines.rows) * a.shape[0] + len(lines.cols) * b.shape[1]  # (no overlaps here)
         held += 0 if lines.block is None else len(lines.block[0]) * len(lines.block[1])
         assert plan.native_entries == held, str(plan)

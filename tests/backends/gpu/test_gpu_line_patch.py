@@ -11,17 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _gpu_helpers import require_gpu
-from _helpers import level_lines, line_patch_case
+from _helpers import assert_lines_reach, level_lines, line_patch_case
 
+from emulinalg.algorithm.xputil import to_host
 from emulinalg.reference import accuracy
 
 cp = require_gpu()
 
 pytestmark = pytest.mark.gpu
-
-
-def _host(x):
-    return x.get() if isinstance(x, cp.ndarray) else np.asarray(x)
 
 
 @pytest.mark.parametrize("name", ["float64", "float32"])
@@ -31,24 +28,16 @@ def test_cupy_level_takes_the_numpy_lines(name, monkeypatch):
     _, want_plan, want_lines = level_lines(monkeypatch, a, b)
     assert plan.backend == "cupy" and want_plan.backend == "numpy"
     assert plan.scheme == want_plan.scheme
-    assert _host(lines.rows).tolist() == _host(want_lines.rows).tolist()
-    assert _host(lines.cols).tolist() == _host(want_lines.cols).tolist()
+    assert to_host(lines.rows).tolist() == to_host(want_lines.rows).tolist()
+    assert to_host(lines.cols).tolist() == to_host(want_lines.cols).tolist()
     assert (lines.block is None) == (want_lines.block is None)
-    assert np.array_equal(_host(lines.entries), _host(want_lines.entries))
+    assert np.array_equal(to_host(lines.entries), to_host(want_lines.entries))
     # the whole product, the lines and the block (float64 products of cuBLAS's: line_pieces
     # off) at or above cuBLAS's own product of the inputs' precision on the same entries,
     # against the exact product
-    native, got_c = _host(cp.matmul(cp.asarray(a), cp.asarray(b))), _host(c)
-    every = slice(None)
-    sel = [(every, every), (_host(lines.rows), every)]
-    if len(lines.cols):
-        sel.append((every, _host(lines.cols)))
-    if lines.block is not None:
-        sel.append(tuple(_host(x) for x in lines.block))
-    for r, cl in sel:
-        ta, tb = a[r], b[:, cl]
-        got = accuracy(got_c[r][:, cl], ta, tb)
-        ref = accuracy(native[r][:, cl], ta, tb)
-        assert got["nonfinite_mismatch"] == 0
-        assert got["bits_maxrel"] >= ref["bits_maxrel"], (r, cl, got, ref)
-        assert got["bits_cw"] >= ref["bits_cw"], (r, cl, got, ref)
+    native, got_c = to_host(cp.matmul(cp.asarray(a), cp.asarray(b))), to_host(c)
+    got, ref = (accuracy(x, a, b) for x in (got_c, native))
+    assert got["nonfinite_mismatch"] == 0
+    assert got["bits_maxrel"] >= ref["bits_maxrel"], (got, ref)
+    assert got["bits_cw"] >= ref["bits_cw"], (got, ref)
+    assert_lines_reach(got_c, native, a, b, lines)
