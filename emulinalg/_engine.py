@@ -329,11 +329,12 @@ def _emulate(
                 return _planner.faster(backend.name, scheme, dtype_name, m, n, k, plan.shape[0],
                                        share)  # fmt: skip
 
-        share = 0.0  # of the output, a line patch's native products
-        if isinstance(patch, refinement.LinePatch):
-            share = _line_entries(xp, patch, None, m, n) / (m * n)
-        if performant and not _record_verdict(plan, *verdict(scheme, share)):
-            return None, None  # the statistics asked for more than native's time allows
+        if performant:
+            share = 0.0  # of the output, a line patch's native products
+            if isinstance(patch, refinement.LinePatch):
+                share = _line_entries(xp, patch, None, m, n) / (m * n)
+            if not _record_verdict(plan, *verdict(scheme, share)):
+                return None, None  # the statistics asked for more than native's time allows
         shown = native_mask if fold is None or native_mask is None else fold(native_mask)
         count = 0 if native_mask is None else int(xp.count_nonzero(shown))
         if count and k_split:
