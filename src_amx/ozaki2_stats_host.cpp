@@ -811,12 +811,48 @@ inline std::uint64_t suspects64(const std::uint8_t* pf, const std::uint8_t* pn, 
   return bits;
 }
 
+// The refined test of host_refine_step for the entries of row i from column j0 on (len <= 64,
+// the bits of `sus` set): entry_lower times theta (native) and the exact test of cert_ok, as
+// the scalar step did per suspect, for the whole run at once (plain loops over the run, which
+// the clones vectorize; every operation the scalar one's). Bit t of the result is set where
+// suspect t fails; the sampled suspects are the caller's (their bound is raised).
+template <bool GEMM>
+__attribute__((always_inline)) inline std::uint64_t refine_run_of(
+    const std::int32_t* __restrict__ F, const float* __restrict__ c, bool mixa,
+    const std::int64_t* __restrict__ mixb, const double* __restrict__ nb,
+    const double* __restrict__ q, double na_i, double p_i, double qa, double fscale,
+    double fscale_mixed, double factor, double abs_term, double cR, double theta, int len) {
+  unsigned char bad[64];
+  for (int t = 0; t < len; ++t) {
+    const double lam = entry_lower(static_cast<double>(F[t]), mixa | (mixb[t] != 0), fscale,
+                                   fscale_mixed, GEMM, GEMM ? c[t] : 0.0f, factor, abs_term);
+    bad[t] = !cert_ok(__dmul_rn(lam, theta), na_i, p_i, qa, nb[t], q[t], cR, 1.0);
+  }
+  std::uint64_t bits = 0;
+  for (int t = 0; t < len; ++t) bits |= static_cast<std::uint64_t>(bad[t]) << t;
+  return bits;
+}
+__attribute__((target_clones("avx512f", "avx2", "default"))) std::uint64_t refine_run(
+    const std::int32_t* __restrict__ F, const float* __restrict__ c, bool mixa,
+    const std::int64_t* __restrict__ mixb, const double* __restrict__ nb,
+    const double* __restrict__ q, double na_i, double p_i, double qa, double fscale,
+    double fscale_mixed, double factor, double abs_term, double cR, bool native, double theta,
+    int len, std::uint64_t sus) {
+  const double th = native ? theta : 1.0;  // lam 1.0 = lam: the strict form's bound as it is
+  const std::uint64_t bits =
+      c != nullptr ? refine_run_of<true>(F, c, mixa, mixb, nb, q, na_i, p_i, qa, fscale,
+                                         fscale_mixed, factor, abs_term, cR, th, len)
+                   : refine_run_of<false>(F, c, mixa, mixb, nb, q, na_i, p_i, qa, fscale,
+                                          fscale_mixed, factor, abs_term, cR, th, len);
+  return bits & sus;
+}
+
 // The sampled suspects' sums of host_refine_step walk B by blocks of kSampleCols columns (one
-// cache line of a row-major float64 B) and kSampleK rows (their lines stay in L1/L2 while the
-// block's slots pass), kSampleSlots slots of a block per task.
+// cache line of a row-major float64 B), kSampleSlots slots of a block per task, side by side
+// (independent sums: not one chain of dependent additions per slot).
 constexpr int kSampleCols = 8;
-constexpr int kSampleK = 256;
 constexpr long long kSampleSlots = 16;  // slots per task
+constexpr int kSamplePrefetch = 32;     // rows of B ahead
 
 // One step of refinement.refine_and_patch at count c, as ozaki2_stats.cu's suspect_ranks,
 // refine_suspects and refine_test: the suspects are the entries with need != beyond that fail
@@ -932,9 +968,9 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
         si[sl] = i;
         sj[sl] = j;
       }
-      // The slots by blocks of kSampleCols columns: a block's slots walk K together, kSampleK
-      // rows at a time, so that each line of B (row-major: a column's entries n apart) comes
-      // from memory once per block instead of once per slot. Each slot's sums stay in h order.
+      // The slots by blocks of kSampleCols columns: a block's slots walk K together, so that
+      // each line of B (row-major: a column's entries n apart) comes from memory once per task
+      // instead of once per slot. Each slot's sums stay in h order.
       const long long nblk = (n + kSampleCols - 1) / kSampleCols;
       std::vector<long long> first(static_cast<std::size_t>(nblk) + 1, 0), order(slots);
       for (long long sl = 0; sl < slots; ++sl) ++first[sj[sl] / kSampleCols + 1];
@@ -951,34 +987,51 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
       std::vector<double> acc(slots, 0.0), acc2(slots, 0.0);
       const int cp = cplx ? 1 : 0;
       const long long ntask = static_cast<long long>(task.size());
-      // one task's sums, from the operand parts as float32 or float64
+      // one task's sums, from the operand parts as float32 or float64: its slots side by side
+      // (independent sums, each in h order), walking K once
       auto sums = [&](long long q, const auto& P) {
         const auto &A = P.a, &B = P.b, &YA = P.ya, &YB = P.yb;
         const long long b = sj[order[task[q]]] / kSampleCols;
-        const long long o_end = std::min(task[q] + kSampleSlots, first[b + 1]);
-        for (int h0 = 0; h0 < k; h0 += kSampleK) {
-          const int h1 = std::min(k, h0 + kSampleK);
-          for (long long o = task[q]; o < o_end; ++o) {
-            const long long sl = order[o];
-            const int i = si[sl], j = sj[sl];
-            const int ea = static_cast<int>(sa[i]) - 5 + cp, eb = static_cast<int>(sb[j]) - 5 + cp;
-            double t1 = acc[sl], t2 = acc2[sl];
-            for (int h = h0; h < h1; ++h) {
-              double x = abs_of(static_cast<double>(A.p[i * A.sr + h * A.sc]));
-              double y = abs_of(static_cast<double>(B.p[h * B.sr + j * B.sc]));
-              if (cplx) {
-                const double xi = abs_of(static_cast<double>(YA.p[i * YA.sr + h * YA.sc]));
-                const double yi = abs_of(static_cast<double>(YB.p[h * YB.sr + j * YB.sc]));
-                x = xi > x ? xi : x;
-                y = yi > y ? yi : y;
-              }
-              const double term = __dmul_rn(scale2(x, ea), scale2(y, eb));
-              t1 = __dadd_rn(t1, term);
-              if (native) t2 = __dadd_rn(t2, __dmul_rn(term, term));
+        const int ns = static_cast<int>(std::min(task[q] + kSampleSlots, first[b + 1]) - task[q]);
+        long long ia[kSampleSlots], jb[kSampleSlots], iy[kSampleSlots], jy[kSampleSlots];
+        double fa[kSampleSlots], ga[kSampleSlots], fb[kSampleSlots], gb[kSampleSlots];
+        double t1[kSampleSlots], t2[kSampleSlots];
+        for (int u = 0; u < ns; ++u) {  // scale2's factors: x 2**p as (x f) g
+          const long long sl = order[task[q] + u];
+          const int i = si[sl], j = sj[sl];
+          const int ea = static_cast<int>(sa[i]) - 5 + cp, eb = static_cast<int>(sb[j]) - 5 + cp;
+          fa[u] = ea > 1023 ? pow2(ea - 64) : pow2(ea);
+          ga[u] = ea > 1023 ? pow2(64) : 1.0;
+          fb[u] = eb > 1023 ? pow2(eb - 64) : pow2(eb);
+          gb[u] = eb > 1023 ? pow2(64) : 1.0;
+          ia[u] = i * A.sr, jb[u] = j * B.sc, iy[u] = i * YA.sr, jy[u] = j * YB.sc;
+          t1[u] = t2[u] = 0.0;
+        }
+        for (int h = 0; h < k; ++h) {
+          const auto *ah = A.p + h * A.sc, *bh = B.p + h * B.sr;
+          // the block's line of B kSamplePrefetch rows on: rows of a row-major B lie a page
+          // or more apart, where the hardware's prefetchers do not follow
+          if (h + kSamplePrefetch < k) __builtin_prefetch(bh + kSamplePrefetch * B.sr + jb[0]);
+          const auto *yah = cplx ? YA.p + h * YA.sc : nullptr, *ybh = cplx ? YB.p + h * YB.sr : nullptr;
+          for (int u = 0; u < ns; ++u) {
+            double x = abs_of(static_cast<double>(ah[ia[u]]));
+            double y = abs_of(static_cast<double>(bh[jb[u]]));
+            if (cplx) {
+              const double xi = abs_of(static_cast<double>(yah[iy[u]]));
+              const double yi = abs_of(static_cast<double>(ybh[jy[u]]));
+              x = xi > x ? xi : x;
+              y = yi > y ? yi : y;
             }
-            acc[sl] = t1;
-            acc2[sl] = t2;
+            const double term = __dmul_rn(__dmul_rn(__dmul_rn(x, fa[u]), ga[u]),
+                                          __dmul_rn(__dmul_rn(y, fb[u]), gb[u]));
+            t1[u] = __dadd_rn(t1[u], term);
+            if (native) t2[u] = __dadd_rn(t2[u], __dmul_rn(term, term));
           }
+        }
+        for (int u = 0; u < ns; ++u) {
+          const long long sl = order[task[q] + u];
+          acc[sl] = t1[u];
+          acc2[sl] = t2[u];
         }
       };
 #pragma omp parallel for schedule(dynamic, 1)
@@ -1021,29 +1074,38 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
           const long long row = static_cast<long long>(i) * n;
           const double qa = __dmul_rn(c4, pp[i]);
           for (int j0 = 0; j0 < n; j0 += 64) {
-            for (std::uint64_t bits = run(i, j0); bits; bits &= bits - 1) {
-              const int j = j0 + __builtin_ctzll(bits);
-              const long long at = row + j;
+            const std::uint64_t bits = run(i, j0);
+            if (!bits) continue;
+            const int len = std::min(64, n - j0), cnt = __builtin_popcountll(bits);
+            const long long at0 = row + j0;
+            std::uint64_t bad = refine_run(pF + at0, pc ? pc + at0 : nullptr, pma[i] != 0,
+                                           pmb + j0, pnb + j0, pq + j0, pna[i], pp[i], qa,
+                                           fscale, fscale_mixed, factor, abs_term, cR, native,
+                                           theta, len, bits);
+            // the sampled suspects of the run (ranks rank .. rank + cnt - 1, every step-th):
+            // their bound raised to the sampled sums' bound, tested again
+            for (long long r = (rank + step - 1) / step * step; r < rank + cnt; r += step) {
+              std::uint64_t b = bits;
+              for (long long s = r - rank; s > 0; --s) b &= b - 1;
+              const int t = __builtin_ctzll(b), j = j0 + t;
+              const long long at = at0 + t, sl = r / step;
               double lam = entry_lower(static_cast<double>(pF[at]), pma[i] != 0 || pmb[j] != 0,
                                        fscale, fscale_mixed, pc != nullptr, pc ? pc[at] : 0.0f,
                                        factor, abs_term);
-              const bool sampled = rank % step == 0;
-              const long long sl = rank / step;
+              double own = S[sl];
               if (native) {
                 lam = __dmul_rn(lam, theta);
-                if (sampled) {
-                  const double own = S[sl] > scale[sl] ? S[sl] : scale[sl];
-                  lam = own > lam ? own : lam;
-                }
-              } else if (sampled) {
-                lam = S[sl] > lam ? S[sl] : lam;
+                own = S[sl] > scale[sl] ? S[sl] : scale[sl];
               }
-              if (!cert_ok(lam, pna[i], pp[i], qa, pnb[j], pq[j], cR, 1.0)) {
-                ++row_fail;
-                if (static_cast<long long>(mine.size()) < patch_cap) mine.push_back(at);
-              }
-              ++rank;
+              lam = own > lam ? own : lam;
+              const std::uint64_t bit = 1ull << t;
+              bad = cert_ok(lam, pna[i], pp[i], qa, pnb[j], pq[j], cR, 1.0) ? bad & ~bit
+                                                                            : bad | bit;
             }
+            rank += cnt;
+            row_fail += __builtin_popcountll(bad);
+            for (; bad && static_cast<long long>(mine.size()) < patch_cap; bad &= bad - 1)
+              mine.push_back(at0 + __builtin_ctzll(bad));
           }
           total_fail += row_fail;
           if (row_fail) over.fetch_add(row_fail, std::memory_order_relaxed);
