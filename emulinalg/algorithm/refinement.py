@@ -240,7 +240,9 @@ def line_patch(failed, m, n):
     Both shapes are common where a few rows of A (columns of B) hold an entry far above the
     rest: their lines fail nearly throughout, and rows and columns of moderately large entries
     fail where they cross."""
-    idx = np.unique(to_host(failed).astype(np.int64, copy=False))  # sorted, each once
+    idx = to_host(failed).astype(np.int64, copy=False)
+    if idx.shape[0] > 1 and not np.all(idx[1:] > idx[:-1]):  # the kernels' are ascending
+        idx = np.unique(idx)  # sorted, each once
     r, c = idx // n, idx % n
     rows_fail, cols_fail = np.bincount(r, minlength=m), np.bincount(c, minlength=n)
     by_col = np.argsort(c, kind="stable")
