@@ -1084,9 +1084,10 @@ py::tuple host_refine_step(py::array ar, py::object ai, py::array br, py::object
                                            theta, len, bits);
             // the sampled suspects of the run (ranks rank .. rank + cnt - 1, every step-th):
             // their bound raised to the sampled sums' bound, tested again
+            std::uint64_t b = bits;  // the suspects from rank `at_rank` on
+            long long at_rank = rank;
             for (long long r = (rank + step - 1) / step * step; r < rank + cnt; r += step) {
-              std::uint64_t b = bits;
-              for (long long s = r - rank; s > 0; --s) b &= b - 1;
+              for (; at_rank < r; ++at_rank) b &= b - 1;
               const int t = __builtin_ctzll(b), j = j0 + t;
               const long long at = at0 + t, sl = r / step;
               double lam = entry_lower(static_cast<double>(pF[at]), pma[i] != 0 || pmb[j] != 0,
