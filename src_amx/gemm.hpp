@@ -7,7 +7,8 @@
 // All: C (m x n) = A (m x k) B (k x n), contiguous row-major; threads <= 0 means OpenMP's
 // default (OMP_NUM_THREADS). Return false only if the emulation's shape checks failed.
 // gemm_s8s8s32_*: int8 x int8 -> int32, exact for k <= kMaxKS8 (kernel.hpp).
-// gemm_s8_mod_tiles_*: Scheme II's int8 GEMM on packed panels, reduced modulo m into int8.
+// gemm_s8_mod_tiles_*: Scheme II's int8 GEMM on packed panels, reduced modulo m into int8
+// (kc > 0: K tiles per chunk for this call, in the place of the blocking's).
 // gemm_bf16bf16f32_*: bf16 (uint16 bit patterns) x bf16 -> fp32 (TDPBF16PS rounding).
 // gemm_bf16_slices_*: slice products (kernel.hpp): c is float* (fused: all pairs in FP32
 // tiles) or, with widen, double* (each pair's FP32 chunk sums added in FP64);
@@ -35,7 +36,8 @@ bool gemm_bf16bf16f32_emulated(const std::uint16_t* a, const std::uint16_t* b, f
 
 bool gemm_s8_mod_tiles_emulated(const TileSource& a, const TileSource& b, int modulus,
                                 std::int8_t* out, std::int64_t ldo, std::int64_t m,
-                                std::int64_t n, std::int64_t ktiles, int threads);
+                                std::int64_t n, std::int64_t ktiles, int threads,
+                                std::int64_t kc = 0);
 bool gemm_bf16_slices_emulated(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
                                const std::int32_t* pairs, int count, bool widen, void* c,
                                std::int64_t m, std::int64_t n, std::int64_t k, int threads);
@@ -51,7 +53,7 @@ bool gemm_bf16bf16f32_amx(const std::uint16_t* a, const std::uint16_t* b, float*
                           std::int64_t m, std::int64_t n, std::int64_t k, int threads);
 bool gemm_s8_mod_tiles_amx(const TileSource& a, const TileSource& b, int modulus,
                            std::int8_t* out, std::int64_t ldo, std::int64_t m, std::int64_t n,
-                           std::int64_t ktiles, int threads);
+                           std::int64_t ktiles, int threads, std::int64_t kc = 0);
 bool gemm_bf16_slices_amx(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,
                           const std::int32_t* pairs, int count, bool widen, void* c,
                           std::int64_t m, std::int64_t n, std::int64_t k, int threads);

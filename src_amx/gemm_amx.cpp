@@ -19,8 +19,8 @@ bool gemm_bf16bf16f32_amx(const std::uint16_t* a, const std::uint16_t* b, float*
 
 bool gemm_s8_mod_tiles_amx(const TileSource& a, const TileSource& b, int modulus,
                            std::int8_t* out, std::int64_t ldo, std::int64_t m, std::int64_t n,
-                           std::int64_t ktiles, int threads) {
-    return gemm_s8_mod_tiles<AmxTileOps>(a, b, modulus, out, ldo, m, n, ktiles, threads);
+                           std::int64_t ktiles, int threads, std::int64_t kc) {
+    return gemm_s8_mod_tiles<AmxTileOps>(a, b, modulus, out, ldo, m, n, ktiles, threads, kc);
 }
 
 bool gemm_bf16_slices_amx(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,

@@ -18,8 +18,10 @@ bool gemm_bf16bf16f32_emulated(const std::uint16_t* a, const std::uint16_t* b, f
 
 bool gemm_s8_mod_tiles_emulated(const TileSource& a, const TileSource& b, int modulus,
                                 std::int8_t* out, std::int64_t ldo, std::int64_t m,
-                                std::int64_t n, std::int64_t ktiles, int threads) {
-    return gemm_s8_mod_tiles<EmulatedTileOps>(a, b, modulus, out, ldo, m, n, ktiles, threads);
+                                std::int64_t n, std::int64_t ktiles, int threads,
+                                std::int64_t kc) {
+    return gemm_s8_mod_tiles<EmulatedTileOps>(a, b, modulus, out, ldo, m, n, ktiles, threads,
+                                              kc);
 }
 
 bool gemm_bf16_slices_emulated(const std::uint16_t* a, int na, const std::uint16_t* b, int nb,

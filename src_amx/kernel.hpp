@@ -614,7 +614,7 @@ bool gemm(const typename Traits::In* a, const typename Traits::In* b, typename T
 template <class Ops>
 bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, std::int8_t* out,
                        std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t ktiles,
-                       int threads) {
+                       int threads, std::int64_t kc = 0) {
     threads = resolve_threads(threads);
     if (m == 0 || n == 0) return true;
     if (ktiles == 0) {
@@ -624,6 +624,7 @@ bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, st
     const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
     Tuning tuning = current_tuning();
+    if (kc > 0) tuning.kc = kc;  // the caller's K chunk (the amx backend's timed choice)
     // Unless kc is set, K in chunks of up to 128 tiles (K = 8192, the size measured): no int32
     // partial sums in memory up to there (18 GEMMs of 8192^3 on the AMX host: 1.71 s against
     // 1.90 s with the plain GEMM's default kc = 64); beyond, the outer operand's strip

@@ -569,12 +569,14 @@ signed char* residue_out(const py::object& o, const Ozaki2Panels& P, const char*
 }
 
 bool mod_gemm(const amx::TileSource& a, const amx::TileSource& b, int m_l, signed char* out,
-              const Ozaki2Panels& P, bool emulate, int threads) {
+              const Ozaki2Panels& P, bool emulate, int threads, long long kc) {
   auto* o = reinterpret_cast<std::int8_t*>(out);
 #ifdef EMULINALG_AMX_COMPILED
-  if (!emulate) return amx::gemm_s8_mod_tiles_amx(a, b, m_l, o, P.n, P.m, P.n, P.ktiles, threads);
+  if (!emulate)
+    return amx::gemm_s8_mod_tiles_amx(a, b, m_l, o, P.n, P.m, P.n, P.ktiles, threads, kc);
 #endif
-  return amx::gemm_s8_mod_tiles_emulated(a, b, m_l, o, P.n, P.m, P.n, P.ktiles, threads);
+  return amx::gemm_s8_mod_tiles_emulated(a, b, m_l, o, P.n, P.m, P.n, P.ktiles, threads,
+                                          kc);
 }
 
 // Modulus l's product on the panels, as int8 residues: real -> re; complex (3M) -> re = T1 -
@@ -582,7 +584,9 @@ bool mod_gemm(const amx::TileSource& a, const amx::TileSource& b, int m_l, signe
 // product reduced in its GEMM's epilogue; the ring operations after it give the same residues
 // as reducing the int32 combinations).
 void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool emulate,
-              int threads) {
+              int threads, long long kc) {
+  if (kc < 0 || kc > (1 << 20))
+    throw std::invalid_argument("ozaki2_multiply: kc in [0, 2**20] (0: the blocking's)");
   if (l < 0 || l >= P.nmod) throw std::invalid_argument("ozaki2_multiply: no such modulus");
   const std::shared_ptr<amx::PooledBytes> pa = P.a, pb = P.b;  // read with the GIL held
   if (!pa || !pb)
@@ -602,10 +606,10 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
   bool ok = true;
   py::gil_scoped_release nogil;
   if (!cplx) {
-    ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads);
+    ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads, kc);
   } else if (P.gauss) {
-    ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads) &&
-         mod_gemm(ta(1), tb(1), m_l, pim, P, emulate, threads);
+    ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads, kc) &&
+         mod_gemm(ta(1), tb(1), m_l, pim, P, emulate, threads, kc);
     // No division per entry (it cost more than the GEMMs): Re = (U + V) / 2 halves an even
     // representative (|U + V| <= m - 1; m odd), Im = (U - V) c with c the symmetric residue of
     // 1 / (2 iota), |(U - V) c| < m**2 / 2 < 2**15, reduced by its nearest quotient in float64
@@ -629,9 +633,9 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
   } else {
     amx::PooledBytes t3(static_cast<std::size_t>(P.m * P.n));
     signed char* p3 = reinterpret_cast<signed char*>(t3.get());
-    ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads) &&
-         mod_gemm(ta(1), tb(1), m_l, pim, P, emulate, threads) &&
-         mod_gemm(ta(2), tb(2), m_l, p3, P, emulate, threads);
+    ok = mod_gemm(ta(0), tb(0), m_l, pre, P, emulate, threads, kc) &&
+         mod_gemm(ta(1), tb(1), m_l, pim, P, emulate, threads, kc) &&
+         mod_gemm(ta(2), tb(2), m_l, p3, P, emulate, threads, kc);
     const long long size = P.m * P.n;
 #pragma omp parallel for schedule(static)
     for (long long i = 0; i < size; ++i) {  // |t1 - t2|, |t3 - t1 - t2| < 3 m: two corrections
@@ -1172,10 +1176,11 @@ void register_ozaki2_host(py::module_& m) {
         "MiB of panels on; same bytes).");
   m.def("ozaki2_multiply", &multiply, py::arg("panels"), py::arg("l"), py::arg("re"),
         py::arg("im") = py::none(), py::kw_only(), py::arg("emulate") = false,
-        py::arg("threads") = 0,
+        py::arg("threads") = 0, py::arg("kc") = 0,
         "Modulus l's product on ozaki2_pack's panels into int8 residues re (m, n) (complex: re "
         "and im, from 3M's three products or the Gaussian moduli's two): one tile GEMM per product, reduced modulo m_l in its epilogue (the "
-        "symmetric residues of gemm_s8s8s32 on the residue planes).");
+        "symmetric residues of gemm_s8s8s32 on the residue planes). kc > 0: K tiles per chunk "
+        "for this call in the place of the blocking's (the residues do not depend on it).");
   m.def("ozaki2_residues3", &residues3, py::arg("re"), py::arg("im"), py::arg("shift"),
         py::arg("moduli"), py::arg("lines_are_rows") = true, py::kw_only(),
         py::arg("nearest") = false, py::arg("gaussian") = false,

@@ -20,6 +20,8 @@ instead (slow; for tests on machines without AMX).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from . import numpy as _numpy_backend
@@ -34,6 +36,49 @@ K_BLOCK = (MAX_K // 64) * 64  # whole 64-deep K tiles per block beyond MAX_K
 EMULATE = False  # run the scalar tile model instead of AMX (tests)
 # ``magnitude_lower_matmul`` runs products of fewer multiply-adds (m n k) in numpy's float64 GEMM
 SMALL_BOUND_WORK = 1 << 20
+
+# The mod GEMMs' K chunk, chosen once per process by timing (the residues are exact under any
+# blocking): K in one chunk (0: the kernel's default, no partial sums in memory; the faster where
+# two hyperthreads share a core's L1, as on the 16-vCPU host) or CHUNK_KC K tiles per chunk (A's
+# strip held in L1, C's partial sums in L2; the faster on cores of their own: 1.4-1.8x on the
+# 2-core workstation). docs/benchmarks/ci-cpu/README.md (2026-12-06) has the figures.
+CHUNK_KC = 8
+CHUNK_TIMED = 4  # the first product's mod GEMMs timed, the two alternating
+CHUNK_MIN = 2048  # m, n and k of a product whose GEMMs are timed (smaller: the default)
+CHUNK_MARGIN = 0.95  # CHUNK_KC is taken where its time is below this share of the default's
+_chunk_kc = None  # the choice (0 or CHUNK_KC), None until a product has timed both
+
+
+def mod_chunks(amx, m, n, k, moduli):
+    """The K chunk of each of a product's mod GEMMs (``ozaki2_multiply``'s ``kc``; 0: the
+    blocking's) and whether their times decide ``_chunk_kc`` (``_choose_chunk``): 0 where a user
+    set the K chunk (``set_blocking``'s kc, ``EMULINALG_AMX_BLOCKING``); the choice once made;
+    else, on a product of at least CHUNK_MIN per side with more than CHUNK_TIMED moduli, the
+    first CHUNK_TIMED alternating between the two and the rest the default until they are
+    timed."""
+    if amx.blocking()["kc"] != 0:
+        return [0] * moduli, False
+    if _chunk_kc is not None:
+        return [_chunk_kc] * moduli, False
+    if min(m, n, k) < CHUNK_MIN or moduli <= CHUNK_TIMED:
+        return [0] * moduli, False
+    # CHUNK_KC first: a first GEMM's warm-up then counts against it, not against the default
+    timed = [CHUNK_KC * ((ell + 1) % 2) for ell in range(CHUNK_TIMED)]
+    return timed + [0] * (moduli - CHUNK_TIMED), True
+
+
+def chunk_choice(times):
+    """``_chunk_kc`` from ``{kc: [seconds, ...]}`` of the timed GEMMs: CHUNK_KC where its total
+    is below CHUNK_MARGIN of the default's, else 0."""
+    return CHUNK_KC if sum(times[CHUNK_KC]) < CHUNK_MARGIN * sum(times[0]) else 0
+
+
+def _choose_chunk(times):
+    """Sets ``_chunk_kc`` (``chunk_choice``) for the rest of the process; returns it."""
+    global _chunk_kc
+    _chunk_kc = chunk_choice(times)
+    return _chunk_kc
+
 
 quiet = _numpy_backend.quiet
 native_matmul = _numpy_backend.native_matmul
@@ -193,11 +238,16 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, gaussian=F
         panels = amx.ozaki2_pack(ar, br, mu32, nu32, moduli, ai, bi, nearest=near,
                                  gaussian=gaussian)  # fmt: skip
     res = panels.residues  # (parts, moduli, m, n) from the panel cache, alive with the panels
+    chunks, timing = mod_chunks(amx, m, n, ar.shape[1], moduli)
+    times = {0: [], CHUNK_KC: []}
     with stage("products"):  # each GEMM reduced modulo m_l in its epilogue (3M: three; u, v: two)
         for ell in range(moduli):
-            amx.ozaki2_multiply(
-                panels, ell, res[0, ell], res[1, ell] if cplx else None, emulate=EMULATE
-            )
+            t0 = time.perf_counter()
+            amx.ozaki2_multiply(panels, ell, res[0, ell], res[1, ell] if cplx else None,
+                                emulate=EMULATE, kc=chunks[ell])  # fmt: skip
+            times[chunks[ell]].append(time.perf_counter() - t0)
+            if timing and ell + 1 == CHUNK_TIMED:
+                chunks[CHUNK_TIMED:] = [_choose_chunk(times)] * (moduli - CHUNK_TIMED)
     panels.release_operands()  # back to the panel cache now; the residues stay for the CRT
     with stage("reconstruction"):
         dt = "float32" if out_dtype == "float32" else "float64"

@@ -251,6 +251,15 @@ def test_host_panel_products_equal_reduced_exact_products(
                 assert np.array_equal(re, want[ell][0]), (spec, threads, ell)
                 if cplx:
                     assert np.array_equal(im, want[ell][1]), (spec, threads, ell)
+    _amx.set_blocking("default")
+    panels = _amx.ozaki2_pack(a, b, mu, nu, nmod, ai, bi, **near)
+    for kc in (1, 3, 8):  # a call's own K chunk (the amx backend's timed choice)
+        for ell in range(nmod):
+            re = np.full((m, n), 99, np.int8)
+            im = np.full((m, n), 99, np.int8) if cplx else None
+            _amx.ozaki2_multiply(panels, ell, re, im, emulate=True, kc=kc)
+            assert np.array_equal(re, want[ell][0]), (kc, ell)
+            assert not cplx or np.array_equal(im, want[ell][1]), (kc, ell)
 
 
 @amx_only
