@@ -20,6 +20,7 @@ instead (slow; for tests on machines without AMX).
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -38,29 +39,38 @@ EMULATE = False  # run the scalar tile model instead of AMX (tests)
 SMALL_BOUND_WORK = 1 << 20
 
 # The mod GEMMs' K chunk, chosen once per process by timing (the residues are exact under any
-# blocking): K in one chunk (0: the kernel's default, no partial sums in memory; the faster where
-# two hyperthreads share a core's L1, as on the 16-vCPU host) or CHUNK_KC K tiles per chunk (A's
-# strip held in L1, C's partial sums in L2; the faster on cores of their own: 1.4-1.8x on the
-# 2-core workstation). docs/benchmarks/ci-cpu/README.md (2026-12-06) has the figures.
+# blocking): the kernel's default (0: K in one chunk up to 128 K tiles, no partial sums in
+# memory; the faster in a round robin on the 16-vCPU host, whose hyperthread pairs share a core's
+# L1) or CHUNK_KC K tiles per chunk (A's strip held in L1, C's partial sums in L2; the faster on
+# cores of their own: the mod GEMMs 1.3-1.4x on the 2-core workstation). docs/benchmarks/ci-cpu/README.md
+# (2026-12-06) has the figures. Under EMULATE the tile model is what is timed (tests).
 CHUNK_KC = 8
-CHUNK_TIMED = 4  # the first product's mod GEMMs timed, the two alternating
-CHUNK_MIN = 2048  # m, n and k of a product whose GEMMs are timed (smaller: the default)
-CHUNK_MARGIN = 0.95  # CHUNK_KC is taken where its time is below this share of the default's
+CHUNK_TIMED = 6  # the first large product's first mod GEMMs timed, the two alternating
+CHUNK_MIN = 2048  # m, n and k of the product that times them
+CHUNK_MARGIN = 0.95  # CHUNK_KC is taken where its fastest GEMM is below this share of the default's
 _chunk_kc = None  # the choice (0 or CHUNK_KC), None until a product has timed both
+_chunk_lock = threading.Lock()  # held by the product that times (others take the default)
+
+
+def mod_chunk():
+    """The mod GEMMs' K chunk this process chose by timing (``mod_chunks``): CHUNK_KC, 0 (the
+    kernel's default), or None before a product of at least CHUNK_MIN per side has run."""
+    return _chunk_kc
 
 
 def mod_chunks(amx, m, n, k, moduli):
     """The K chunk of each of a product's mod GEMMs (``ozaki2_multiply``'s ``kc``; 0: the
-    blocking's) and whether their times decide ``_chunk_kc`` (``_choose_chunk``): 0 where a user
-    set the K chunk (``set_blocking``'s kc, ``EMULINALG_AMX_BLOCKING``); the choice once made;
-    else, on a product of at least CHUNK_MIN per side with more than CHUNK_TIMED moduli, the
-    first CHUNK_TIMED alternating between the two and the rest the default until they are
-    timed."""
+    blocking's) and whether their times decide ``_chunk_kc`` (``_choose_chunk``, then releasing
+    ``_chunk_lock``): 0 where a user set the K chunk (``set_blocking``'s kc,
+    ``EMULINALG_AMX_BLOCKING``; kc=128 pins the kernel's default up to K = 8192); the choice
+    once made; else, on a product of at least CHUNK_MIN per side with more than CHUNK_TIMED
+    moduli that takes the lock, the first CHUNK_TIMED alternating between CHUNK_KC and 0 and
+    the rest the default until they are timed; 0 everywhere on the others."""
     if amx.blocking()["kc"] != 0:
         return [0] * moduli, False
     if _chunk_kc is not None:
         return [_chunk_kc] * moduli, False
-    if min(m, n, k) < CHUNK_MIN or moduli <= CHUNK_TIMED:
+    if min(m, n, k) < CHUNK_MIN or moduli <= CHUNK_TIMED or not _chunk_lock.acquire(False):
         return [0] * moduli, False
     # CHUNK_KC first: a first GEMM's warm-up then counts against it, not against the default
     timed = [CHUNK_KC * ((ell + 1) % 2) for ell in range(CHUNK_TIMED)]
@@ -68,9 +78,10 @@ def mod_chunks(amx, m, n, k, moduli):
 
 
 def chunk_choice(times):
-    """``_chunk_kc`` from ``{kc: [seconds, ...]}`` of the timed GEMMs: CHUNK_KC where its total
-    is below CHUNK_MARGIN of the default's, else 0."""
-    return CHUNK_KC if sum(times[CHUNK_KC]) < CHUNK_MARGIN * sum(times[0]) else 0
+    """``_chunk_kc`` from ``{kc: [seconds, ...]}`` of the timed GEMMs: CHUNK_KC where its
+    fastest is below CHUNK_MARGIN of the default's fastest (the fastest of each: a GEMM slowed
+    by other work on the machine does not decide), else 0."""
+    return CHUNK_KC if min(times[CHUNK_KC]) < CHUNK_MARGIN * min(times[0]) else 0
 
 
 def _choose_chunk(times):
@@ -240,14 +251,19 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, gaussian=F
     res = panels.residues  # (parts, moduli, m, n) from the panel cache, alive with the panels
     chunks, timing = mod_chunks(amx, m, n, ar.shape[1], moduli)
     times = {0: [], CHUNK_KC: []}
-    with stage("products"):  # each GEMM reduced modulo m_l in its epilogue (3M: three; u, v: two)
-        for ell in range(moduli):
-            t0 = time.perf_counter()
-            amx.ozaki2_multiply(panels, ell, res[0, ell], res[1, ell] if cplx else None,
-                                emulate=EMULATE, kc=chunks[ell])  # fmt: skip
-            times[chunks[ell]].append(time.perf_counter() - t0)
-            if timing and ell + 1 == CHUNK_TIMED:
-                chunks[CHUNK_TIMED:] = [_choose_chunk(times)] * (moduli - CHUNK_TIMED)
+    try:
+        with stage("products"):  # each GEMM reduced mod m_l in its epilogue (3M: three; u, v: two)
+            for ell in range(moduli):
+                t0 = time.perf_counter()
+                amx.ozaki2_multiply(panels, ell, res[0, ell], res[1, ell] if cplx else None,
+                                    emulate=EMULATE, kc=chunks[ell])  # fmt: skip
+                if timing and ell < CHUNK_TIMED:
+                    times[chunks[ell]].append(time.perf_counter() - t0)
+                    if ell + 1 == CHUNK_TIMED:
+                        chunks[CHUNK_TIMED:] = [_choose_chunk(times)] * (moduli - CHUNK_TIMED)
+    finally:
+        if timing:
+            _chunk_lock.release()
     panels.release_operands()  # back to the panel cache now; the residues stay for the CRT
     with stage("reconstruction"):
         dt = "float32" if out_dtype == "float32" else "float64"

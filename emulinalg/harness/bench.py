@@ -574,6 +574,10 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
         )
         if "torch_seconds" in base and t > 0:  # against the faster of numpy and torch
             rec["speedup_best_native"] = min(t_nat, base["torch_seconds"]) / t
+        if rec["backend"] == "amx":  # the mod GEMMs' K chunk this process timed
+            from emulinalg.backends import amx
+
+            rec["amx_mod_chunk"] = amx.mod_chunk()
         if stages is not None:
             rec["stages"] = stages
         emit(rec)

@@ -373,6 +373,9 @@ def test_amx_family_runs_products_on_the_amx_backend(monkeypatch):
     rec = got["OzakiII(moduli=14, mode=accurate)"]
     assert rec["backend"] == "amx"
     assert rec["bits_maxrel"] == want["OzakiII(moduli=14, mode=accurate)"]["bits_maxrel"]
+    # the mod GEMMs' K chunk this process timed (none at this size), on amx records only
+    assert rec["amx_mod_chunk"] == amx.mod_chunk()
+    assert "amx_mod_chunk" not in want["OzakiII(moduli=14, mode=accurate)"]
     assert os.environ.get("EMULINALG_AMX") == before  # only while the products run
 
 

@@ -24,18 +24,23 @@ class _Blocking:
 
 def test_the_first_large_product_times_both_chunks_then_keeps_the_choice(monkeypatch):
     monkeypatch.setattr(amx, "_chunk_kc", None)
-    big, kc = amx.CHUNK_MIN, amx.CHUNK_KC
+    big, kc, timed = amx.CHUNK_MIN, amx.CHUNK_KC, amx.CHUNK_TIMED
     chunks, timing = amx.mod_chunks(_Blocking(), big, big, big, 15)
-    assert timing and chunks == [kc, 0, kc, 0] + [0] * 11
+    assert timing and chunks == [kc, 0] * (timed // 2) + [0] * (15 - timed)
+    # the timing product holds the lock: a concurrent first product takes the default, untimed
+    assert amx.mod_chunks(_Blocking(), big, big, big, 15) == ([0] * 15, False)
+    amx._chunk_lock.release()
     # small products, few moduli and a user's K chunk are not timed
     assert amx.mod_chunks(_Blocking(), big - 1, big, big, 15) == ([0] * 15, False)
-    assert amx.mod_chunks(_Blocking(), big, big, big, amx.CHUNK_TIMED) == ([0] * 4, False)
+    assert amx.mod_chunks(_Blocking(), big, big, big, timed) == ([0] * timed, False)
     assert amx.mod_chunks(_Blocking(kc=3), big, big, big, 15) == ([0] * 15, False)
-    # the times decide, with a margin for the default
-    assert amx.chunk_choice({kc: [1.0, 1.0], 0: [1.2, 1.2]}) == kc
-    assert amx.chunk_choice({kc: [1.0, 1.0], 0: [1.03, 1.03]}) == 0
-    assert amx.chunk_choice({kc: [1.3, 1.2], 0: [1.0, 1.0]}) == 0
-    assert amx._choose_chunk({kc: [1.0, 1.0], 0: [2.0, 2.0]}) == kc
+    assert not amx._chunk_lock.locked()
+    # the fastest of each decides, with a margin for the default
+    assert amx.chunk_choice({kc: [1.0, 5.0, 1.1], 0: [1.2, 1.3, 1.2]}) == kc
+    assert amx.chunk_choice({kc: [1.0, 1.0, 1.0], 0: [1.03, 3.0, 1.1]}) == 0
+    assert amx.chunk_choice({kc: [1.3, 1.2, 1.2], 0: [1.0, 1.0, 1.0]}) == 0
+    assert amx.mod_chunk() is None
+    assert amx._choose_chunk({kc: [1.0], 0: [2.0]}) == kc and amx.mod_chunk() == kc
     # then every product takes the choice, untimed; a user's K chunk still wins
     assert amx.mod_chunks(_Blocking(), 64, 64, 64, 9) == ([kc] * 9, False)
     assert amx.mod_chunks(_Blocking(kc=2), 64, 64, 64, 9) == ([0] * 9, False)
@@ -70,8 +75,9 @@ def test_a_product_gives_the_same_result_under_the_chosen_chunk(backend, monkeyp
     with emulinalg.config(strategy="eager"):
         got = emulinalg.matmul(a, b, precision="float64")
     assert amx._chunk_kc == chosen
-    kc = amx.CHUNK_KC
-    assert seen[: amx.CHUNK_TIMED] == [kc, 0, kc, 0] and len(seen) > amx.CHUNK_TIMED
+    kc, timed = amx.CHUNK_KC, amx.CHUNK_TIMED
+    assert seen[:timed] == [kc, 0] * (timed // 2) and len(seen) > timed
+    assert not amx._chunk_lock.locked()
     assert set(seen[amx.CHUNK_TIMED :]) == {chosen}
     assert np.array_equal(got, want)
 
