@@ -42,13 +42,13 @@ SMALL_BOUND_WORK = 1 << 20
 # blocking): the kernel's default (0: K in one chunk up to 128 K tiles, no partial sums in
 # memory; the faster in a round robin on the 16-vCPU host, whose hyperthread pairs share a core's
 # L1) or CHUNK_KC K tiles per chunk (A's strip held in L1, C's partial sums in L2; the faster on
-CHUNK_MARGIN = 0.95  # CHUNK_KC is taken where its fastest GEMM is below this share of the
-# default's fastest
-# (2026-12-06) has the figures. Under EMULATE the tile model is what is timed (tests).
+# cores of their own: the mod GEMMs 1.3-1.4x on the 2-core workstation).
+# docs/benchmarks/ci-cpu/README.md (2026-12-06) has the figures. Under EMULATE the tile model is
+# what is timed (tests).
 CHUNK_KC = 8
 CHUNK_TIMED = 6  # the first large product's first mod GEMMs timed, the two alternating
 CHUNK_MIN = 2048  # m, n and k of the product that times them
-CHUNK_MARGIN = 0.95  # CHUNK_KC is taken where its fastest GEMM is below this share of the default's
+CHUNK_MARGIN = 0.95  # CHUNK_KC where its fastest GEMM is below this share of the default's fastest
 _chunk_kc = None  # the choice (0 or CHUNK_KC), None until a product has timed both
 _chunk_lock = threading.Lock()  # held by the product that times (others take the default)
 
