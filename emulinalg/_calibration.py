@@ -26,6 +26,9 @@ _LOCK = threading.Lock()
 N_NATIVE = 4096  # square sizes of the timed GEMMs: big enough to run at the device's rate
 N_INT8 = 8192
 COPY_BYTES = 1 << 28
+# What ``measure`` times, in the cache's file name: rates an earlier form measured differently
+# (r1: the INT8 rate of a cuBLAS GEMM with padding copies) are measured again
+RATES_FORMAT = "r2"
 
 
 def cache_dir():
@@ -40,7 +43,8 @@ def cache_path(backend_name, device):
     from . import __version__
 
     slug = re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-").lower()
-    return os.path.join(cache_dir(), f"rates-{backend_name}-{slug}-{__version__}.json")
+    return os.path.join(cache_dir(),
+                        f"rates-{backend_name}-{slug}-{__version__}-{RATES_FORMAT}.json")
 
 
 _NAMES: dict = {}  # device id -> name
@@ -79,7 +83,8 @@ def _median_seconds(fn, repeat=3):
 
 def measure(backend_name="cupy"):
     """``_cost.DeviceRates`` of the current device, measured: cuBLAS's GEMM per dtype at
-    N_NATIVE, the INT8 GEMM the schemes run (``backends.cupy.gemm.gemm_s8``) at N_INT8, and a
+    N_NATIVE, the INT8 GEMM the schemes run (``backends.cupy.gemm._int8_products`` on one pair
+    of full-range residue planes: the fused kernel where it runs, else cuBLAS) at N_INT8, and a
     device copy of COPY_BYTES.
 
     Raises
@@ -90,7 +95,7 @@ def measure(backend_name="cupy"):
         raise ValueError(f"calibration measures GPUs (cupy), not {backend_name!r}")
     import cupy as cp
 
-    from .backends.cupy.gemm import gemm_s8
+    from .backends.cupy.gemm import _int8_products
 
     rng = cp.random.default_rng(0)
     native = {}
@@ -102,10 +107,11 @@ def measure(backend_name="cupy"):
         native[dt] = flops / _median_seconds(lambda a=a, b=b: a @ b)
         del a, b
     n = N_INT8
-    a8 = rng.integers(-128, 128, (n, n)).astype(cp.int8)
-    b8 = rng.integers(-128, 128, (n, n)).astype(cp.int8)
-    int8 = 2 * n**3 / _median_seconds(lambda a8=a8, b8=b8: gemm_s8(a8, b8))
-    del a8, b8
+    # the planes' layout (P, moduli, batch, rows, k) as the products read them
+    pa = rng.integers(-128, 128, (1, 1, 1, n, n)).astype(cp.int8)
+    pb = rng.integers(-128, 128, (1, 1, 1, n, n)).astype(cp.int8)
+    int8 = 2 * n**3 / _median_seconds(lambda pa=pa, pb=pb: _int8_products(pa, pb))
+    del pa, pb
     x = cp.empty(COPY_BYTES // 8, dtype=cp.uint64)  # word-wide: a byte copy runs at ~1/10
     bandwidth = 2 * COPY_BYTES / _median_seconds(lambda: x.copy())
     cp.get_default_memory_pool().free_all_blocks()

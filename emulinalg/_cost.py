@@ -182,28 +182,27 @@ _BUILTIN = {
         source="docs/benchmarks/ci-cpu/square.jsonl",
     ),
     "cupy": CostModel(
-        # H200, CUDA kernels of src_cuda/ (tensor-core residues, one-pass CRT, statistics
-        # hooks) with the fused CUTLASS INT8 GEMM (cooperative 256x128, rastered along N), the
-        # levels' refit in the kernels (refit_pick); complex products through the fused GEMM
-        # (3M) with the balance test in fused passes. Fitted with split_complex=True (3M's own
-        # rates) from the bench rows of 2026-12-03 (float64 16384 phi 1 and 2, float32 16384
-        # phi 0.5, complex128 8192 phi 1), with the device's idle time within one product as
-        # the fixed cost (kernel profiles of the same rows, kernels_level_2026-12-03.jsonl:
-        # wall minus device time, the median of the real rows 7.75 ms, complex 15.5 ms): it
-        # does not shrink with N, and keeps float64 N <= 8192 native.
-        native_flops={"float64": 5.44e13, "float32": 5.37e13, "complex128": 5.15e13},
+        # H100, CUDA kernels of src_cuda/ (tensor-core residues, one-pass CRT, statistics
+        # hooks) with the fused CUTLASS INT8 GEMM, the levels' refit in the kernels
+        # (refit_pick); complex products modulo the Gaussian moduli (two fused GEMMs per
+        # modulus). Fitted with split_complex=True from the eager levels' bench rows of
+        # 2026-12-06 (float64 4096-16384, float32 16384, complex128 4096-8192), with a per-call
+        # fixed cost (1.5 ms real, 3 ms complex: the least-squares choice over the rows'
+        # relative errors) that keeps float64 N = 4096 native. Other GPUs move it by their
+        # measured rates (``FITTED_ON``, ``_calibration``).
+        native_flops={"float64": 5.55e13, "float32": 5.39e13, "complex128": 5.18e13},
         int_gemm_ops=1.54e15,
-        entry_seconds=1.46e-12,
-        stats_flops=4.99e14,
-        fixed_seconds=7.75e-3,
-        source="docs/benchmarks/h200/records_16384_2026-12-03.jsonl",
+        entry_seconds=1.22e-12,
+        stats_flops=5.74e14,
+        fixed_seconds=1.5e-3,
+        source="docs/benchmarks/h100/cost_fit_2026-12-06.jsonl",
         complex_model=CostModel(
-            native_flops={"complex128": 5.15e13},
-            int_gemm_ops=1.84e15,
-            entry_seconds=1.34e-12,
-            stats_flops=9.96e13,
-            fixed_seconds=15.5e-3,
-            source="docs/benchmarks/h200/records_16384_2026-12-03.jsonl",
+            native_flops={"complex128": 5.18e13},
+            int_gemm_ops=1.59e15,
+            entry_seconds=1.55e-12,
+            stats_flops=1.28e14,
+            fixed_seconds=3e-3,
+            source="docs/benchmarks/h100/cost_fit_2026-12-06.jsonl",
         ),
     ),
     "amx": CostModel(
@@ -277,15 +276,16 @@ class DeviceRates:
     bandwidth: float
 
 
-# The device each built-in GPU model was fitted on, its rates measured as ``measure`` does
-# (docs/benchmarks/h200/calibration_2026-12-02.jsonl: ``_calibration.measure`` on the H200;
-# the bandwidth there is the device copy's of the device notes, measure's byte copy was slow).
+# The device each built-in GPU model was fitted on, its rates as ``_calibration.measure`` finds
+# them, from the same machine and day as the model's records: the GEMMs' and the copy's from
+# measure (docs/benchmarks/h100/calibration_2026-12-06.jsonl, the mean of two), the INT8 rate
+# the schemes' path reaches at N = 8192 (levels_gemmul8_2026-12-06.jsonl, int8_gemm_s).
 FITTED_ON = {
     "cupy": DeviceRates(
-        "NVIDIA H200",
-        {"float64": 5.78e13, "float32": 4.83e13, "complex128": 6.13e13, "complex64": 5.30e13},
-        int8_ops=8.82e14,
-        bandwidth=4.0e12,
+        "NVIDIA H100 80GB HBM3",
+        {"float64": 5.84e13, "float32": 5.12e13, "complex128": 6.27e13, "complex64": 5.35e13},
+        int8_ops=1.45e15,
+        bandwidth=2.73e12,
     ),
 }
 

@@ -17,7 +17,15 @@ from emulinalg._precision import OzakiII
 # Rates as ``measure`` would find them (about 85 % of the datasheets' dense figures): flop/s of
 # DGEMM, SGEMM, ZGEMM, CGEMM; INT8 GEMM op/s; bytes/s of a device copy (read + write).
 DEVICES = {
-    "H200": _cost.FITTED_ON["cupy"],
+    "H100": _cost.FITTED_ON["cupy"],
+    # measured: the GEMMs (docs/benchmarks/h200/calibration_2026-12-02.jsonl), the INT8 path
+    # at 8192 (levels_gemmul8_2026-12-05c.jsonl, int8_gemm_s), the copy rate of the notes
+    "H200": _cost.DeviceRates(
+        "NVIDIA H200",
+        {"float64": 5.78e13, "float32": 4.83e13, "complex128": 6.13e13, "complex64": 5.30e13},
+        int8_ops=1.46e15,
+        bandwidth=4.0e12,
+    ),
     "A100": _cost.DeviceRates(
         "NVIDIA A100-SXM4-80GB",
         {"float64": 16.6e12, "float32": 16.6e12, "complex128": 16.2e12, "complex64": 16.2e12},
@@ -73,13 +81,14 @@ def test_float32_emulates_where_int8_is_32x_sgemm():
     assert _emulates("A100", "float32", 16384)
 
 
-def test_h200_keeps_the_fitted_model_and_its_measured_verdicts():
+def test_the_fitted_device_keeps_the_model_and_its_measured_verdicts():
     """On the device it was fitted on the model is the built-in one (the same predictions),
-    whose verdicts are the measured ones (docs/benchmarks/h200/records_16384_2026-12-03.jsonl:
-    float64 II(15) 1.29x DGEMM at 16384, float32 II(7) 2.37x SGEMM, complex128 II(16) 1.24x
-    ZGEMM at 8192), and native for float64 at N <= 8192, where the device's idle time within a
-    product (its fixed cost, 7.75 ms) and the stages outweigh the GEMMs' gain."""
-    moved = _cost.for_device("cupy", DEVICES["H200"])
+    whose verdicts are the measured ones (docs/benchmarks/h100/cost_fit_2026-12-06.jsonl: float64
+    II(15) 1.33x DGEMM at 16384 and 1.08x at 8192, float32 II(7) 2.69x SGEMM, complex128 II(16)
+    Gaussian 2.0x ZGEMM at 8192), and native for float64 at N = 4096 (0.53x), where the fixed
+    cost and the stages outweigh the GEMMs' gain; the default's count (one more modulus than the
+    fewest) included."""
+    moved = _cost.for_device("cupy", DEVICES["H100"])
     base = _cost._BUILTIN["cupy"]
     for dt in ("float64", "complex128"):
         s = LEVEL[dt]
@@ -90,11 +99,23 @@ def test_h200_keeps_the_fitted_model_and_its_measured_verdicts():
     def wins(scheme, dt, n):
         return base.emulated_seconds(scheme, dt, n, n, n) < base.native_seconds(dt, n, n, n)
 
-    assert wins(OzakiII(moduli=7), "float32", 16384)
-    assert wins(OzakiII(moduli=15), "float64", 16384)
-    assert wins(OzakiII(moduli=16), "complex128", 8192)
-    assert not wins(OzakiII(moduli=15), "float64", 4096)
-    assert not wins(OzakiII(moduli=15), "float64", 8192)
+    assert wins(OzakiII(moduli=8), "float32", 16384)
+    assert wins(OzakiII(moduli=16), "float64", 16384)
+    assert wins(OzakiII(moduli=17, gaussian=True), "complex128", 8192)
+    assert wins(OzakiII(moduli=16), "float64", 8192)
+    assert not wins(OzakiII(moduli=16), "float64", 4096)
+
+
+@pytest.mark.parametrize("n", [8192, 16384])
+def test_h200_emulates_the_float64_level(n):
+    """The model moved to the H200's measured rates emulates the float64 level from N = 8192
+    (measured there on 2026-12-05: II(15) 1.36x DGEMM at 16384) and keeps N = 4096 native."""
+    model = _cost.for_device("cupy", DEVICES["H200"])
+    s = OzakiII(moduli=16)
+    assert model.emulated_seconds(s, "float64", n, n, n) < model.native_seconds("float64", n, n, n)
+    assert model.emulated_seconds(s, "float64", 4096, 4096, 4096) > model.native_seconds(
+        "float64", 4096, 4096, 4096
+    )
 
 
 def test_int8_rich_gpu_emulates_float64():
