@@ -243,6 +243,73 @@ def refit_case(m, k, n, dtype, seed):
     return split, pre, parts, out, want
 
 
+# refit_buffers' kinds of ratios and indices
+REFIT_BUFFER_KINDS = ("spread", "ties", "equal", "narrow", "subnormal", "zero_q", "huge", "nan")
+
+
+def refit_buffers(rng, W, cap, count, kind):
+    """A cupy backend refit selection's buffers (``backends/cupy/refit.py``, host numpy arrays):
+    ``counts`` (2W,) int64 (per measure the zeros' and the candidates' counts: ``count``, an int
+    or "cap", or "over" beyond the buffers, for the candidates of every measure; the zeros' vary
+    per measure), ``zero`` and ``cand`` (W, cap) int64 and ``q`` (W, cap) float64, garbage
+    beyond the counts (NaN ratios, negative indices). ``kind``: ``spread`` ratios over 13
+    octaves, indices up to 2**40; ``ties`` 4 ratio values; ``equal`` one ratio, 4 index values
+    shared by the zeros, one of them in most slots (identical keys, zeros among the
+    candidates); ``narrow`` indices below 400 (repeats, overlaps); ``subnormal`` subnormal
+    ratios, some at the spread's edge and some inf; ``zero_q`` exact zero ratios among the
+    candidates; ``huge`` ratios whose spread overflows; ``nan`` a NaN ratio in the first
+    measure."""
+    n = {"cap": cap, "over": cap + 17}.get(count, count)
+    counts = []
+    for w in range(W):
+        nz = (n, min(n, 5), 2**40 if count == "over" else n)[w % 3]
+        counts += [nz, n]
+    counts = np.array(counts, dtype=np.int64)
+    size = (W, cap)
+    wide = kind in ("spread", "ties", "subnormal", "zero_q", "huge", "nan")
+    zero, cand = (rng.integers(0, 2**40 if wide else 400, size) for _ in range(2))
+    if kind == "equal":  # the least index in most slots: its key repeated past a kernel's group
+        zero, cand = (rng.choice([0, 0, 0, 0, 1, 3, 4], size) for _ in range(2))
+    q = np.ldexp(rng.random(size) + 0.5, rng.integers(-12, 1, size))
+    if kind == "ties":
+        q = rng.choice([0.75, 1.0, 1.5, 3.0], size)
+    elif kind == "equal":
+        q = np.full(size, 0.375)
+    elif kind == "subnormal":
+        q = rng.integers(1, 600, size) * 5e-324
+        q[:, 0] = 5e-324  # the least subnormal: its spread's edge is 256 of them
+        q[:, 1::7] = 256 * 5e-324
+        q[:, 2::11] = np.inf
+    elif kind == "zero_q":
+        q[:, ::9] = 0.0
+    elif kind == "huge":
+        q = np.ldexp(rng.random(size) + 0.5, rng.integers(1010, 1024, size))
+    elif kind == "nan":
+        q[0, max(0, min(n, cap)) // 2] = np.nan
+    slot = np.arange(cap)
+    for w in range(W):  # garbage beyond the counts
+        nz, nc = (min(max(int(c), 0), cap) for c in counts[2 * w : 2 * w + 2])
+        zero[w, slot >= nz] = -rng.integers(1, 9, cap - nz)
+        cand[w, slot >= nc] = -rng.integers(1, 9, cap - nc)
+        q[w, slot >= nc] = np.nan
+    return counts, zero, cand, q
+
+
+def refit_chain(xp, counts, zero, cand, q):
+    """The host chain ``backends/cupy/refit.py``'s ``refit_choose`` replaces: each measure's
+    ``refit.chosen_fixed`` of the buffers (``refit_buffers``' form, arrays of ``xp``), their union
+    by ``refit.merged``. Returns ``(idx, valid)``."""
+    from emulinalg.algorithm import refit
+
+    idx = valid = None
+    with np.errstate(over="ignore"):  # a huge ratio's spread: inf
+        for w in range(zero.shape[0]):
+            pick, pv = refit.chosen_fixed(xp, zero[w], counts[2 * w], cand[w], q[w],
+                                          counts[2 * w + 1])  # fmt: skip
+            idx, valid = (pick, pv) if idx is None else refit.merged(xp, idx, valid, pick)
+    return idx, valid
+
+
 def parts_lower_of(ar, ai, br, bi):
     """A complex product's ``Prescale.parts_lower`` as the engine makes it on the numpy backend:
     the part check's stage 0 lower bound of T (``parts.balance_sides``' sides, the backend's

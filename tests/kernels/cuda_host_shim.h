@@ -87,6 +87,12 @@ inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
   }
   return old;
 }
+inline unsigned long long atomicAnd(unsigned long long* p, unsigned long long v) {
+  return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST);
+}
+inline unsigned long long atomicOr(unsigned long long* p, unsigned long long v) {
+  return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
+}
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }

@@ -291,6 +291,18 @@ class _Kernel:
                 b = np.floor(np.log2(q[cand] / lo[w]) * 8).astype(np.int64).clip(0, 63)
                 h[w] += np.bincount(b, minlength=64).astype(np.uint64)
 
+    def _refit_choose(self, grid, block, targs, counts, zero_idx, cand_idx, cand_q, cap, spread,
+                      idx, valid):  # fmt: skip
+        W, cap = int(targs[0]), int(cap)
+        assert tuple(grid) == (1,) and tuple(block) == (512,)
+        got = model.refit_choose(
+            _view(counts, np.int64, (2 * W,), (1,)),
+            *(_view(x, np.int64, (W, cap), (cap, 1)) for x in (zero_idx, cand_idx)),
+            _view(cand_q, np.float64, (W, cap), (cap, 1)), float(spread), int(targs[1]),
+        )  # fmt: skip
+        _view(idx, np.int64, got[0].shape, (1,))[...] = got[0]  # 2 W REFIT_ENTRIES slots
+        _view(valid, np.bool_, got[1].shape, (1,))[...] = got[1]
+
     # ozaki2_stats.cu --------------------------------------------------------------------------
 
     def _operand(self, targs, re_, im, sb, sr, sc, B, R, C):
@@ -611,6 +623,9 @@ _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "refit_select": _REFIT_PARAMS + ", const double* thr, const double* low, int cap, "
     "unsigned long long* counts, long long* zero_idx, long long* cand_idx, double* cand_q, "
     "unsigned long long* hist, const unsigned long long* skip",
+    "refit_choose": "const long long* counts, const long long* zero_idx, "
+    "const long long* cand_idx, const double* cand_q, int cap, double spread, long long* idx, "
+    "bool* valid",
     "cert_line_terms": "const double* partial, int nchunks, int B, int R, double l1fac, int l2, "
     "const double* e, double scale, double* norm, double* alpha",
     "cert_entries": "const T* F, const float* c32, long long n_p, long long c_pitch, int B, "
@@ -626,7 +641,7 @@ _BARRIERS = {"ozaki2_residues": True, "ozaki2_residues_mma": True, "ozaki2_crt":
              "cert_operand": True, "cert_line_terms": False, "cert_entries": True,
              "bound_max": True, "suspect_ranks": True, "refine_suspects": True,
              "refine_test": True, "cert_exact_factors": False, "line_shifts": False,
-             "refit_low": True, "refit_select": True}  # fmt: skip
+             "refit_low": True, "refit_select": True, "refit_choose": True}  # fmt: skip
 _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "double": ctypes.c_double}
 _LIBS: dict = {}
 

@@ -438,6 +438,45 @@ def crt(C, mu, nu, n, cplx, out_dtype, gaussian=False):
 
 
 # ----------------------------------------------------------------------------------------------
+# the refit's deferred pick (refit_pick.cu: refit_choose)
+# ----------------------------------------------------------------------------------------------
+
+
+def refit_choose(counts, zero_idx, cand_idx, cand_q, spread, entries):
+    """``refit_choose``'s rule, stated on the buffers' valid prefixes with ``refit.chosen``:
+    ``counts`` (2W,) int64 (per measure the zeros' and the candidates' counts, clamped to
+    [0, cap]), ``zero_idx``/``cand_idx`` (W, cap) int64, ``cand_q`` (W, cap) float64, ``spread``
+    the factor of ``refit.spread_threshold``, ``entries`` REFIT_ENTRIES. Each measure's
+    candidates are trimmed to the spread of their smallest ratio (NaN: none), then ``chosen``
+    picks; W = 1 keeps its pick as it is, W > 1 takes each index once. Returns ``(idx, valid)``,
+    (2 W REFIT_ENTRIES,): the indices ascending padded with int64 max, and idx < int64 max."""
+    import array_api_compat.numpy as xnp
+
+    from emulinalg.algorithm import refit
+
+    W, cap = zero_idx.shape
+    assert spread == refit.spread_threshold(1.0) and entries == refit.REFIT_ENTRIES
+    big = np.iinfo(np.int64).max
+    picks = []
+    for w in range(W):
+        nz, nc = (min(max(int(c), 0), cap) for c in counts[2 * w : 2 * w + 2])
+        q, idx = cand_q[w, :nc], cand_idx[w, :nc]
+        low = q.min() if nc else np.inf
+        with np.errstate(over="ignore"):  # a huge ratio's spread: inf
+            keep = (q <= refit.spread_threshold(low)) & (q < np.inf)
+        order = np.argsort(idx[keep], kind="stable")  # ``chosen`` wants them in flat order
+        got = refit.chosen(xnp, np.sort(zero_idx[w, :nz]), idx[keep][order], q[keep][order])
+        if got is not None:
+            picks.append(got)
+    both = np.concatenate(picks) if picks else np.zeros(0, dtype=np.int64)
+    both = np.sort(both) if W == 1 else np.unique(both)
+    both = both[both < big]
+    out = np.full(2 * W * refit.REFIT_ENTRIES, big, dtype=np.int64)
+    out[: both.size] = both
+    return out, out < big
+
+
+# ----------------------------------------------------------------------------------------------
 # the whole hook
 # ----------------------------------------------------------------------------------------------
 

@@ -2,14 +2,18 @@
 CPU stand-in: the kernels' numpy model and their CUDA code compiled as host C++ give the generic
 ``refit.cancelled_entries`` entries, synchronously and deferred (``refit.Deferred``: chosen on
 the device, ``ok`` false where the bounded buffers cannot hold the pick); and ``refit.refit``
-with the deferred pick writes what the generic refit writes."""
+with the deferred pick writes what the generic refit writes. The deferred pick's last step, the
+choice from the selection's buffers (``refit_choose``), gives the host chain's arrays
+(``refit.chosen_fixed`` per measure, ``refit.merged``) on random buffers."""
 
 from __future__ import annotations
+
+import zlib
 
 import array_api_compat.numpy as xnp
 import numpy as np
 import pytest
-from _helpers import refit_case
+from _helpers import REFIT_BUFFER_KINDS, refit_buffers, refit_case, refit_chain
 
 from emulinalg.algorithm import refit
 from emulinalg.algorithm.scaling import ozaki2_prescale
@@ -134,3 +138,64 @@ def test_refit_with_the_deferred_pick_writes_the_generic_refit(cpu_backend, monk
     assert n_got == n_want > 0
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g), w)
+
+
+def _choose_cases():
+    """(kind, count) pairs: every count for the plain kinds, a few for the special ones."""
+    plain = ("spread", "ties", "equal", "narrow")
+    counts = (-1, 0, 1, 63, 64, 65, 200, "cap", "over")
+    return [(k, c) for k in REFIT_BUFFER_KINDS for c in (counts if k in plain else (1, 65, "over"))]
+
+
+def _assert_choose_is_the_chain(be, cp, W, cap, count, kind, seed):
+    rng = np.random.default_rng(seed)
+    bufs = refit_buffers(rng, W, cap, count, kind)
+    want = refit_chain(xnp, *bufs)
+    got = be.refit.choose(*(cp.asarray(x) for x in bufs))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape == (2 * W * refit.REFIT_ENTRIES,)
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("W", [1, 3])
+@pytest.mark.parametrize("kind,count", _choose_cases())
+def test_refit_choose_is_the_host_chain(cpu_backend, W, kind, count):
+    """The deferred pick's choice in one launch against the host chain it replaces, on buffers
+    of 300 slots: counts beyond the buffers (clamped) or none, ties of ratios and identical keys
+    (the REFIT_ENTRIES-th among them), zeros among the candidates, special ratios."""
+    be, cp = cpu_backend
+    seed = [W, zlib.crc32(f"{kind} {count}".encode())]
+    _assert_choose_is_the_chain(be, cp, W, 300, count, kind, seed)
+
+
+@pytest.fixture(scope="module")
+def model_backend():
+    import fake_cupy
+
+    return fake_cupy.load_backend()
+
+
+@pytest.mark.parametrize("count", ["cap", 5000, "over"])
+@pytest.mark.parametrize("kind", ["spread", "ties", "equal"])
+def test_refit_choose_is_the_host_chain_at_full_size(model_backend, kind, count):
+    """As above on the backend's buffers (CAP slots per measure, complex: three measures), on
+    the model (the CUDA compiled for the CPU runs a thread per CUDA thread: slow at this size)."""
+    be, cp = model_backend
+    _assert_choose_is_the_chain(be, cp, 3, be.refit.CAP, count, kind, [7, len(kind)])
+
+
+@pytest.mark.slow
+def test_refit_choose_native_at_full_size(native_backend):
+    """One full-size case on the CUDA code: full buffers of tied ratios (the rounds that skip
+    the bytes a group's keys share)."""
+    be, cp = native_backend
+    _assert_choose_is_the_chain(be, cp, 3, be.refit.CAP, "cap", "ties", [7, 4])
+
+
+@pytest.mark.parametrize("W,kind,count", [(3, "equal", "cap"), (1, "narrow", "over"),
+                                          (3, "spread", "cap")])  # fmt: skip
+def test_refit_choose_native_samples(native_backend, W, kind, count):
+    """A few of ``test_refit_choose_is_the_host_chain``'s cases on the CUDA code in the fast
+    tier (narrowing rounds over both key words, identical keys beyond the group)."""
+    be, cp = native_backend
+    _assert_choose_is_the_chain(be, cp, W, 300, count, kind, [W, 11])

@@ -7,7 +7,9 @@ a third where a measure has more of those than the buffers hold, as a complex re
 does, with the spread narrowed (``refit.narrowed_thresholds``). A real result of many rows takes
 one pass: the smallest ratio of every ``SAMPLE_STEP``-th row is at least the smallest one, so
 its spread holds the whole true spread and, as a real result's spread holds few entries, fits
-the buffers; the true smallest ratio, which is among them, then trims them to the true spread."""
+the buffers; the true smallest ratio, which is among them, then trims them to the true spread.
+A pick left on the device (``refit.Deferred``) is chosen from the buffers in one launch
+(``choose``) rather than by a chain of cupy sorts."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ CAP = 1 << 16
 _INF_BITS = 0x7FF0000000000000
 _MAX_BLOCKS = 132 * 16  # row-stride loops: a few waves of the H200's 132 SMs
 _BLOCK = (32, 8)  # refit_pick.cu's walk: 4 columns per thread, 128 per block column
+_CHOOSE_THREADS = 512  # refit_choose's one block (its __launch_bounds__)
 # A real result's first pass reads every SAMPLE_STEP-th row (results of fewer rows than
 # 4 * SAMPLE_STEP take the two passes); the sample's smallest ratio is some 16x the smallest one
 # on random data, so its spread holds ~16 x 256 entries (a buffer overflow, which costs the
@@ -37,8 +40,8 @@ def refit_pick(parts, prescale, exclude=None, everything=False, defer=True):
     the flat indices to refit (possibly empty), or None to decline (a product that refits
     every entry, non-contiguous parts, more than ``CAP`` zeros in a measure, or more than ``CAP``
     candidates that ``refit.narrowed_thresholds`` cannot narrow). With ``defer``, a
-    ``refit.Deferred``: the entries chosen on the device (``refit.chosen_fixed``), no read-back
-    here, its ``redo`` this function without ``defer``."""
+    ``refit.Deferred``: the entries chosen on the device (``choose``), no read-back here, its
+    ``redo`` this function without ``defer``."""
     if everything or not kernels_enabled():
         return None
     re = parts[0]
@@ -102,8 +105,9 @@ def refit_pick(parts, prescale, exclude=None, everything=False, defer=True):
         low = smallest(walked(SAMPLE_STEP))
         if defer:  # the sync path's test below, on the device: ok where it would pick here
             launch_select(_spread(low), low)
-            nz, nc = (counts[w].astype(cp.int64) for w in (0, 1))
-            picked, valid = _refit.chosen_fixed(cxp, zero_idx[0], nz, cand_idx[0], cand_q[0], nc)
+            cnt = counts.view(cp.int64)
+            picked, valid = choose(cnt, zero_idx, cand_idx, cand_q)
+            nz, nc = cnt[0], cnt[1]
             ok = (nc > 0) & (nc <= CAP) & (nz <= CAP)
             return _refit.Deferred(picked, valid, ok, redo)
         got = select(_spread(low), low)
@@ -148,8 +152,8 @@ def _two_passes_deferred(xp, launch_select, low, thr, counts, hist, zero_idx, ca
                          redo):  # fmt: skip
     """The two passes' choice left on the device (``refit.Deferred``): the selection, then
     again with each overflowed measure's spread narrowed (a launch that returns at once where
-    none overflowed), each measure's entries by ``refit.chosen_fixed`` and their union; ok
-    where the synchronous form picks the same (no decline, every count within the buffers)."""
+    none overflowed), each measure's entries and their union (``choose``); ok where the
+    synchronous form picks the same (no decline, every count within the buffers)."""
     W = low.shape[0]
     launch_select(thr, low)
     first = counts.astype(cp.int64)
@@ -161,15 +165,27 @@ def _two_passes_deferred(xp, launch_select, low, thr, counts, hist, zero_idx, ca
                   (~anyover).astype(cp.uint64).reshape(1))  # fmt: skip
     got = cp.where(anyover, again.astype(cp.int64), first)
     ok = cp.all(got <= CAP) & (~anyover | (cp.all(first[0::2] <= CAP) & fine))
-    idx = valid = None
-    for w in range(W):
-        pick, pv = _refit.chosen_fixed(xp, zero_idx[w], got[2 * w], cand_idx[w], cand_q[w],
-                                       got[2 * w + 1])  # fmt: skip
-        if idx is None:
-            idx, valid = pick, pv
-        else:
-            idx, valid = _refit.merged(xp, idx, valid, pick)
+    idx, valid = choose(got, zero_idx, cand_idx, cand_q)
     return _refit.Deferred(idx, valid, ok, redo)
+
+
+def choose(counts, zero_idx, cand_idx, cand_q):
+    """The deferred pick from the selection's buffers in one launch (``refit_choose``): each
+    measure's ``refit.chosen_fixed`` and their union by ``refit.merged``, the same arrays.
+    ``counts`` (2W,) int64 on the device: per measure the zeros' and the candidates' counts
+    (any value; clamped to the buffers); ``zero_idx``, ``cand_idx`` (W, cap) int64 and ``cand_q``
+    (W, cap) float64 (non-negative ratios, or NaN), contiguous. Returns ``(idx, valid)``, both
+    (2 W REFIT_ENTRIES,): int64 ascending chosen indices padded with int64 max (W = 1: as
+    ``chosen_fixed``; W > 1: each once), bool idx < int64 max."""
+    W, cap = zero_idx.shape
+    E = _refit.REFIT_ENTRIES
+    idx = cp.empty(2 * W * E, dtype=cp.int64)
+    valid = cp.empty(idx.shape, dtype=cp.bool_)
+    fn = _kernel("refit_pick.cu", f"refit_choose<{W}, {E}>")
+    spread = np.float64(_refit.spread_threshold(1.0))  # the kernel's low * spread
+    fn((1,), (_CHOOSE_THREADS,), (counts, zero_idx, cand_idx, cand_q, _i32(cap), spread, idx,
+                                  valid))  # fmt: skip
+    return idx, valid
 
 
 def _narrowed(xp, thr, low, hist, over):

@@ -1,14 +1,17 @@
 """The cupy backend's refit choice (``backends.cupy.refit.refit_pick``, ``src_cuda/refit_pick.cu``):
 the same entries as the generic ``refit.cancelled_entries`` on the same parts, real and complex
 (each part's measure too), float64 and float32 parts, entries taken from the native product,
-exact zeros and NaN; more candidates than the buffers hold send it back to the generic code."""
+exact zeros and NaN; more candidates than the buffers hold send it back to the generic code.
+The deferred pick's choice from the buffers (``refit_choose``) gives the host chain's arrays."""
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 import pytest
 from _gpu_helpers import require_gpu
-from _helpers import refit_case
+from _helpers import REFIT_BUFFER_KINDS, refit_buffers, refit_case, refit_chain
 
 from emulinalg.algorithm import refit
 from emulinalg.algorithm.scaling import ozaki2_prescale
@@ -192,3 +195,20 @@ def test_refit_with_the_deferred_pick_writes_the_generic_refit(dtype, cap, monke
     assert n_got == n_want > 0
     for g, w in zip(got, want):
         np.testing.assert_array_equal(cp.asnumpy(g), w)
+
+
+@pytest.mark.parametrize("cap", [300, cupy_refit.CAP])
+@pytest.mark.parametrize("count", [-1, 0, 1, 63, 64, 65, 200, "cap", "over"])
+@pytest.mark.parametrize("kind", REFIT_BUFFER_KINDS)
+@pytest.mark.parametrize("W", [1, 3])
+def test_refit_choose_is_the_host_chain(W, kind, count, cap):
+    """``choose`` (one launch of ``refit_choose``) against the chain of cupy sorts it replaces
+    (``refit.chosen_fixed`` per measure, ``refit.merged``) on random buffers: counts beyond the
+    buffers or none, ties, identical keys, zeros among the candidates, special ratios."""
+    rng = np.random.default_rng([W, cap, zlib.crc32(f"{kind} {count}".encode())])
+    bufs = [cp.asarray(x) for x in refit_buffers(rng, W, cap, count, kind)]
+    want = refit_chain(cxp, *bufs)
+    got = cupy_refit.choose(*bufs)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape == (2 * W * refit.REFIT_ENTRIES,)
+        assert cp.array_equal(g, w), (g, w)
