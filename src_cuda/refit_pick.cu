@@ -7,7 +7,8 @@
 //                 bits order as the values), one atomic per block and measure
 //   refit_select  per measure the flat indices of the entries with q == 0, and of those with
 //                 0 < q <= thr (thr = low 2**REFIT_SPREAD_BITS) with their q, appended through
-//                 atomic counters (the host sorts them), and a histogram of the candidates'
+//                 atomic counters (in any order: the synchronous pick sorts them on the host,
+//                 a pick left on the device by refit_choose), and a histogram of the candidates'
 //                 log2(q / low) in kNarrowBins bins per bit: where a measure has more
 //                 candidates than the buffer holds (a complex result's modulus rarely
 //                 cancels, so many entries lie within the spread), the host narrows thr to a
@@ -20,7 +21,7 @@
 //
 // Parts are (B, m, n) contiguous (T float or double); the line factors a1, a2 (B m) and
 // b1, b2 (B n) are refit.line_factors'; ``exclude`` (uint8, or null) marks entries taken from
-// the native product (q = inf). Both kernels walk rows 0, rstep, 2 rstep, ... of each matrix
+// the native product (q = inf). refit_low and refit_select walk rows 0, rstep, 2 rstep, ... of each matrix
 // (refit_low: rstep > 1 for a sample of rows; total: the entries walked) in blocks of (32, 8)
 // threads: thread x of block column bx takes columns 128 bx + 4 x .. + 3, whose factors stay in
 // its registers, and rows y, y + 8, ... of the block row's share (grid (ceil(n / 128), any)).

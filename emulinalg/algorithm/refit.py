@@ -198,7 +198,9 @@ class Deferred(NamedTuple):
 
 
 def chosen_fixed(xp, zero, nz, idx, q, nc):
-    """``chosen``'s rule in fixed-size arrays, for a device that should not wait for the counts:
+    """``chosen``'s rule in fixed-size arrays, for a device that should not wait for the counts
+    (the reference of the cupy backend's one-launch ``refit_choose``, which the tests compare with
+    this and ``merged``; any Array API namespace runs it):
     ``zero`` (cap,) int64 the flat positions of exact zeros, the first ``nz`` valid, ``idx`` and
     ``q`` (cap,) the candidates (positions and ratios), the first ``nc`` valid, each in any
     order (``nz``/``nc`` 0-d integer arrays, at most cap). The candidates are trimmed to the

@@ -85,7 +85,7 @@ def test_the_fitted_device_keeps_the_model_and_its_measured_verdicts():
     """On the device it was fitted on the model is the built-in one (the same predictions),
     whose verdicts are the measured ones (docs/benchmarks/h100/cost_fit_2026-12-06.jsonl: float64
     II(15) 1.33x DGEMM at 16384 and 1.08x at 8192, float32 II(7) 2.69x SGEMM, complex128 II(16)
-    Gaussian 2.0x ZGEMM at 8192), and native for float64 at N = 4096 (0.53x), where the fixed
+    Gaussian 2.0x ZGEMM at 8192), and native for float64 at N = 4096 (0.54x), where the fixed
     cost and the stages outweigh the GEMMs' gain; the default's count (one more modulus than the
     fewest) included."""
     moved = _cost.for_device("cupy", DEVICES["H100"])
@@ -184,12 +184,34 @@ def test_the_plan_names_the_model_and_set_cost_model_overrides(gpu):
         emulinalg.set_cost_model("cupy")
 
 
-def test_the_fitted_device_and_no_gpu_keep_the_builtin_model(monkeypatch):
+def test_the_fitted_device_and_no_gpu_keep_the_builtin_model(monkeypatch, tmp_path):
+    """No measurement and no cache read: a failed measurement (no cupy) would also give the
+    built-in model, so the test counts the calls."""
+    measured = []
     monkeypatch.setattr(_calibration, "_MEMO", {})
+    monkeypatch.setattr(_calibration, "cache_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(_calibration, "measure", lambda b="cupy": measured.append(b))
     monkeypatch.setattr(_calibration, "device_name", lambda b: None)
     assert _cost.get_cost_model("cupy") is _cost._BUILTIN["cupy"]
-    monkeypatch.setattr(_calibration, "device_name", lambda b: "NVIDIA H200")
+    monkeypatch.setattr(_calibration, "device_name", lambda b: _cost.FITTED_ON["cupy"].name)
     assert _cost.get_cost_model("cupy") is _cost._BUILTIN["cupy"]
+    assert measured == [] and os.listdir(tmp_path) == []
+
+
+def test_a_cache_of_an_earlier_rates_format_is_measured_again(gpu, tmp_path):
+    """Rates cached before ``RATES_FORMAT`` (r1: the INT8 rate of gemm_s8, no format in the
+    file name) are not read: the device is measured again, and the new file carries the format."""
+    import json
+
+    old = _calibration.cache_path("cupy", DEVICES["RTX 4090"].name)
+    old = old.replace(f"-{_calibration.RATES_FORMAT}.json", ".json")
+    with open(old, "w") as fh:
+        json.dump({"name": DEVICES["RTX 4090"].name, "native_flops": {"float64": 1.0,
+                   "float32": 1.0}, "int8_ops": 1.0, "bandwidth": 1.0}, fh)  # fmt: skip
+    model = _cost.get_cost_model("cupy")
+    assert gpu == ["cupy"]
+    assert model.native_flops["float64"] == DEVICES["RTX 4090"].native_flops["float64"]
+    assert os.path.exists(_calibration.cache_path("cupy", DEVICES["RTX 4090"].name))
 
 
 def test_unwritable_cache_still_gives_the_model(gpu, monkeypatch, tmp_path):
