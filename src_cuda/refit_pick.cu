@@ -186,8 +186,9 @@ __global__ void __launch_bounds__(kThreads)
         if (bins[k]) atomicAdd(hist + k, static_cast<unsigned long long>(bins[k]));
 }
 
-// refit_choose: the pick of a deferred refit from refit_select's buffers, the host chain
-// refit.chosen_fixed per measure and refit.merged over the measures in one launch of one block.
+// refit_choose: the pick of a deferred refit from refit_select's buffers in one launch of one
+// block: per measure refit.chosen of its valid slots, and their union in refit.merged's form
+// (the tests' reference: tests/_helpers.py chosen_fixed per measure, then refit.merged).
 // Per measure two lists: the zeros (the REFIT_ENTRIES smallest flat indices) and the
 // candidates, trimmed to the spread of their smallest ratio, low 2**REFIT_SPREAD_BITS (low
 // times ``spread``, as refit.spread_threshold), of which the REFIT_ENTRIES smallest (q, index)
@@ -197,7 +198,7 @@ __global__ void __launch_bounds__(kThreads)
 // round narrows every list's group (the keys holding its REFIT_ENTRIES-th smallest) by a byte of
 // the key until the group fits in shared memory; then the keys below the group and the group's
 // are gathered, the group's smallest taken by rank, and the lists' picks sorted into the output
-// (W = 1: as chosen_fixed, every pick; W > 1: each index once, as merged). A round that finds
+// (W = 1: every pick, as chosen_fixed; W > 1: each index once, as merged). A round that finds
 // the whole group in one byte also fixes the bytes after it that all the group's keys share
 // (ties of q, indices of one range), so that ties cost no round per byte.
 

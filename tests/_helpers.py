@@ -295,17 +295,47 @@ def refit_buffers(rng, W, cap, count, kind):
     return counts, zero, cand, q
 
 
+def chosen_fixed(xp, zero, nz, idx, q, nc):
+    """``refit.chosen``'s rule in fixed-size arrays of any Array API namespace, as a device that
+    does not wait for the counts would apply it: the reference of the cupy backend's one-launch
+    ``refit_choose`` (``refit_chain``).
+    ``zero`` (cap,) int64 the flat positions of exact zeros, the first ``nz`` valid, ``idx`` and
+    ``q`` (cap,) the candidates (positions and ratios), the first ``nc`` valid, each in any
+    order (``nz``/``nc`` 0-d integer arrays, at most cap). The candidates are trimmed to the
+    spread of their smallest ratio (``spread_threshold``) first. Returns ``(picked, valid)``,
+    both (2 REFIT_ENTRIES,): ``chosen``'s indices ascending in the first ``sum(valid)`` slots,
+    int64 max in the others."""
+    from emulinalg.algorithm import refit
+
+    E, none = refit.REFIT_ENTRIES, refit._NO_INDEX
+    cap = zero.shape[0]
+    slot = xp.arange(cap, dtype=xp.int64)
+    big = xp.asarray(none, dtype=xp.int64)
+    zs = xp.sort(xp.where(slot < nz, zero, big))[:E]
+    qv = xp.where(slot < nc, q, xp.inf)
+    qv = xp.where(qv <= refit.spread_threshold(xp.min(qv)), qv, xp.inf)
+    iv = xp.where(qv < xp.inf, idx, big)
+    by_idx = xp.argsort(iv, stable=True)  # ties of q in flat order: sort by index first
+    by_q = xp.argsort(xp.take(qv, by_idx), stable=True)[:E]
+    top = xp.take(iv, xp.take(by_idx, by_q))
+    picked = xp.sort(xp.concat([zs, top]))
+    n = picked.shape[0]
+    if n < 2 * E:  # cap < REFIT_ENTRIES: padded to the fixed size
+        picked = xp.concat([picked, xp.full(2 * E - n, none, dtype=xp.int64)])
+    return picked, picked < big
+
+
 def refit_chain(xp, counts, zero, cand, q):
     """The host chain ``backends/cupy/refit.py``'s ``refit_choose`` replaces: each measure's
-    ``refit.chosen_fixed`` of the buffers (``refit_buffers``' form, arrays of ``xp``), their union
+    ``chosen_fixed`` of the buffers (``refit_buffers``' form, arrays of ``xp``), their union
     by ``refit.merged``. Returns ``(idx, valid)``."""
     from emulinalg.algorithm import refit
 
     idx = valid = None
     with np.errstate(over="ignore"):  # a huge ratio's spread: inf
         for w in range(zero.shape[0]):
-            pick, pv = refit.chosen_fixed(xp, zero[w], counts[2 * w], cand[w], q[w],
-                                          counts[2 * w + 1])  # fmt: skip
+            pick, pv = chosen_fixed(xp, zero[w], counts[2 * w], cand[w], q[w],
+                                    counts[2 * w + 1])  # fmt: skip
             idx, valid = (pick, pv) if idx is None else refit.merged(xp, idx, valid, pick)
     return idx, valid
 

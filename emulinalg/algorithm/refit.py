@@ -179,14 +179,14 @@ def chosen(xp, zero, idx, q):
     return xp.sort(xp.concat([zero, idx]))
 
 
-_NO_INDEX = (1 << 63) - 1  # a padded slot of ``chosen_fixed``'s and ``Deferred``'s arrays
+_NO_INDEX = (1 << 63) - 1  # a padded slot of ``Deferred``'s arrays
 
 
 class Deferred(NamedTuple):
     """A backend's pick (``refit_pick``) left on its device, so that the host queues the
     recomputation without waiting for the pick's counts: ``idx`` (S,) int64 flat indices,
-    ascending in the slots where ``valid`` (S,) bool holds and the largest int64 in the others
-    (``chosen_fixed``'s form); ``ok`` a 0-d bool array, false where these are not the pick's
+    ascending in the slots where ``valid`` (S,) bool holds and the largest int64 in the others;
+    ``ok`` a 0-d bool array, false where these are not the pick's
     entries (its buffers overflowed: ``redo()`` then gives the hook's synchronous answer, an
     index array or None for the generic code). ``refit`` reads ``ok`` and the count once, after
     its writes are queued, and where ``ok`` is false puts the old values back and picks again."""
@@ -195,33 +195,6 @@ class Deferred(NamedTuple):
     valid: Any
     ok: Any
     redo: Callable
-
-
-def chosen_fixed(xp, zero, nz, idx, q, nc):
-    """``chosen``'s rule in fixed-size arrays, for a device that should not wait for the counts
-    (the reference of the cupy backend's one-launch ``refit_choose``, which the tests compare with
-    this and ``merged``; any Array API namespace runs it):
-    ``zero`` (cap,) int64 the flat positions of exact zeros, the first ``nz`` valid, ``idx`` and
-    ``q`` (cap,) the candidates (positions and ratios), the first ``nc`` valid, each in any
-    order (``nz``/``nc`` 0-d integer arrays, at most cap). The candidates are trimmed to the
-    spread of their smallest ratio (``spread_threshold``) first. Returns ``(picked, valid)``,
-    both (2 REFIT_ENTRIES,): ``chosen``'s indices ascending in the first ``sum(valid)`` slots,
-    int64 max in the others."""
-    cap = zero.shape[0]
-    slot = xp.arange(cap, dtype=xp.int64)
-    big = xp.asarray(_NO_INDEX, dtype=xp.int64)
-    zs = xp.sort(xp.where(slot < nz, zero, big))[:REFIT_ENTRIES]
-    qv = xp.where(slot < nc, q, xp.inf)
-    qv = xp.where(qv <= spread_threshold(xp.min(qv)), qv, xp.inf)
-    iv = xp.where(qv < xp.inf, idx, big)
-    by_idx = xp.argsort(iv, stable=True)  # ties of q in flat order: sort by index first
-    by_q = xp.argsort(xp.take(qv, by_idx), stable=True)[:REFIT_ENTRIES]
-    top = xp.take(iv, xp.take(by_idx, by_q))
-    picked = xp.sort(xp.concat([zs, top]))
-    n = picked.shape[0]
-    if n < 2 * REFIT_ENTRIES:  # cap < REFIT_ENTRIES: padded to the fixed size
-        picked = xp.concat([picked, xp.full(2 * REFIT_ENTRIES - n, _NO_INDEX, dtype=xp.int64)])
-    return picked, picked < big
 
 
 def union(xp, picks):

@@ -1,9 +1,10 @@
-"""``refit.chosen_fixed``: ``chosen``'s entries from fixed-size buffers (padded, any order)."""
+"""``_helpers.chosen_fixed``: ``chosen``'s entries from fixed-size buffers (padded, any order)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from _helpers import chosen_fixed
 
 from emulinalg.algorithm import refit
 
@@ -24,7 +25,7 @@ def test_chosen_fixed_picks_what_chosen_picks(seed):
     zero = np.concatenate([rng.permutation(zero_pos), rng.integers(0, 9, cap - nz)])
     idx = np.concatenate([cand, rng.integers(0, 9, cap - nc)])
     qq = np.concatenate([q, rng.random(cap - nc)])  # garbage beyond nc
-    got, valid = refit.chosen_fixed(np, zero, np.asarray(nz), idx, qq, np.asarray(nc))
+    got, valid = chosen_fixed(np, zero, np.asarray(nz), idx, qq, np.asarray(nc))
     assert got.shape == valid.shape == (2 * refit.REFIT_ENTRIES,)
     within = q <= refit.spread_threshold(q.min()) if nc else np.zeros(0, dtype=bool)
     order = np.argsort(cand[within])

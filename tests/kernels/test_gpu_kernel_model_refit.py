@@ -4,7 +4,7 @@ CPU stand-in: the kernels' numpy model and their CUDA code compiled as host C++ 
 the device, ``ok`` false where the bounded buffers cannot hold the pick); and ``refit.refit``
 with the deferred pick writes what the generic refit writes. The deferred pick's last step, the
 choice from the selection's buffers (``refit_choose``), gives the host chain's arrays
-(``refit.chosen_fixed`` per measure, ``refit.merged``) on random buffers."""
+(``_helpers.chosen_fixed`` per measure, ``refit.merged``) on random buffers."""
 
 from __future__ import annotations
 

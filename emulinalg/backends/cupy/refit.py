@@ -171,12 +171,14 @@ def _two_passes_deferred(xp, launch_select, low, thr, counts, hist, zero_idx, ca
 
 def choose(counts, zero_idx, cand_idx, cand_q):
     """The deferred pick from the selection's buffers in one launch (``refit_choose``): each
-    measure's ``refit.chosen_fixed`` and their union by ``refit.merged``, the same arrays.
+    measure's ``refit.chosen`` of its valid slots and their union, in ``refit.Deferred``'s form
+    (the tests' reference: ``_helpers.refit_chain``).
     ``counts`` (2W,) int64 on the device: per measure the zeros' and the candidates' counts
     (any value; clamped to the buffers); ``zero_idx``, ``cand_idx`` (W, cap) int64 and ``cand_q``
     (W, cap) float64 (non-negative ratios, or NaN), contiguous. Returns ``(idx, valid)``, both
-    (2 W REFIT_ENTRIES,): int64 ascending chosen indices padded with int64 max (W = 1: as
-    ``chosen_fixed``; W > 1: each once), bool idx < int64 max."""
+    (2 W REFIT_ENTRIES,): int64 ascending chosen indices padded with int64 max (W = 1: an index
+    both a zero and a candidate kept twice, as the reference does; W > 1: each once), and bool
+    idx < int64 max."""
     W, cap = zero_idx.shape
     E = _refit.REFIT_ENTRIES
     idx = cp.empty(2 * W * E, dtype=cp.int64)

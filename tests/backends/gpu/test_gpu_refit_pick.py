@@ -203,7 +203,7 @@ def test_refit_with_the_deferred_pick_writes_the_generic_refit(dtype, cap, monke
 @pytest.mark.parametrize("W", [1, 3])
 def test_refit_choose_is_the_host_chain(W, kind, count, cap):
     """``choose`` (one launch of ``refit_choose``) against the chain of cupy sorts it replaces
-    (``refit.chosen_fixed`` per measure, ``refit.merged``) on random buffers: counts beyond the
+    (``_helpers.chosen_fixed`` per measure, ``refit.merged``) on random buffers: counts beyond the
     buffers or none, ties, identical keys, zeros among the candidates, special ratios."""
     rng = np.random.default_rng([W, cap, zlib.crc32(f"{kind} {count}".encode())])
     bufs = [cp.asarray(x) for x in refit_buffers(rng, W, cap, count, kind)]
