@@ -21,6 +21,7 @@ import argparse
 import concurrent.futures
 import datetime
 import functools
+import gc
 import re
 import sys
 
@@ -93,14 +94,25 @@ def _row(g8, dt, n, phi, ref, args):
         rec["int8_gemm_s"] = _int8_gemm_s(n, args.repeat)
         rec["bound_s"] = count * per * rec["int8_gemm_s"]
     g8_counts = (count, count - 1, count - 2) if gaussian else (count, count - 1)
-    # the level's cached workspace back to the device: GEMMul8's own (35 GB for complex128 at
-    # 16384) does not fit beside it on an 80 GB card
-    cp.get_default_memory_pool().free_all_blocks()
+    # the level's cached workspace back to the device (and whatever a reference cycle still
+    # holds): GEMMul8's own (35 GB for complex128 at 16384) does not fit beside it on an 80 GB
+    # card; a count that still does not fit is recorded as such
+    del level
+    if args.default:
+        del default
+    gc.collect()
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    rec["pool_used_gb"] = round(pool.used_bytes() / 2**30, 2)
     for mod in g8_counts:
         if dt in G8_MAX and 2 <= mod <= G8_MAX[dt]:
             run = functools.partial(g8.matmul, a, b, mod, False)
-            rec[f"g8_{mod}_bits"] = bits(run()[0])
-            rec[f"g8_{mod}_s"] = timed(run, repeat=repeat)
+            try:
+                rec[f"g8_{mod}_bits"] = bits(run()[0])
+                rec[f"g8_{mod}_s"] = timed(run, repeat=repeat)
+            except cp.cuda.memory.OutOfMemoryError as exc:
+                rec[f"g8_{mod}_error"] = str(exc)
+            g8._work.clear()  # the wrapper's one workspace: not held beside the next count's
     rec["native_after_s"] = timed(native, repeat=repeat)
     nat = 0.5 * (rec["native_before_s"] + rec["native_after_s"])
     rec["level_speedup"] = round(nat / rec["level_s"], 3)
