@@ -338,13 +338,18 @@ def _emulate(
         shown = native_mask if fold is None or native_mask is None else fold(native_mask)
         count = 0 if native_mask is None else int(xp.count_nonzero(shown))
         if count and k_split:
-            classes = support.k_classes(xp, ar, ai, br, bi, native_mask, first_split)
+            # performant: only a split predicted to fix every entry and to beat native
+            classes = support.k_classes(xp, ar, ai, br, bi, native_mask, first_split,
+                                        complete=performant)  # fmt: skip
             if classes is not None and (
                 not performant or _planner.k_split_faster(
                     backend.name, scheme, dtype_name, m, n, [c.shape[0] for c in classes]
                 )
             ):  # fmt: skip
                 return _KSplit(classes), None
+        if count and performant:  # the entries beyond take the whole native product
+            plan.fallback = _planner.beyond_note(backend.name, count, scheme)
+            return None, None
         if count:
             done = plan.fallback + "; " if plan.fallback else "precision: "
             plan.fallback = f"{done}{count} entries beyond {scheme} computed natively{beyond_note}"

@@ -328,15 +328,24 @@ def split_note(check):
 
 def k_split_faster(backend_name, scheme, dtype_name, m, n, sizes):
     """Whether a product with entries beyond its certificate runs faster as its contraction
-    classes' products (``sizes``: each class's k; ``scheme`` for each) than as the emulated
-    product plus the native product its beyond entries come from (the cost model's prediction;
-    without a model, the split: it keeps every entry emulated)."""
+    classes' products (``sizes``: each class's k; ``scheme`` for each) than natively (the cost
+    model's prediction; without a model, the split: it keeps every entry emulated). The
+    emulated product with its beyond entries from the native product (``_engine._with_native``)
+    costs the native product and more, so native is the split's only rival."""
     model = _cost.get_cost_model(backend_name)
     if model is None:
         return True
-    k = sum(sizes)
     t_split = sum(model.emulated_seconds(scheme, dtype_name, m, n, kc, 1) for kc in sizes)
-    t_fallback = model.emulated_seconds(scheme, dtype_name, m, n, k, 1) + model.native_seconds(
-        dtype_name, m, n, k, 1
+    return t_split < model.native_seconds(dtype_name, m, n, sum(sizes), 1)
+
+
+def beyond_note(backend_name, count, scheme):
+    """The plan's fallback reason where ``strategy="performant"`` runs a product natively
+    because ``count`` of its entries are beyond ``scheme``'s certificate (and no split of the
+    contraction takes them): they would come from the native product, run on top of the
+    emulation."""
+    return (
+        f"performant: native is faster than emulation on the {backend_name} backend at this "
+        f"precision: {count} entries beyond {scheme}'s certificate would take the native product "
+        "on top of the emulation (strategy='eager' emulates anyway)"
     )
-    return t_split < t_fallback

@@ -69,7 +69,7 @@ def _normalized_log2(xp, re, im, axis):
     return _log2(xp, mag / xp.where(top > 0, top, 1.0))
 
 
-def k_classes(xp, ar, ai, br, bi, beyond, progress=True):
+def k_classes(xp, ar, ai, br, bi, beyond, progress=True, complete=False):
     """The two classes of the contraction index of a 2-D product with entries ``beyond`` its
     certificate, or None where the split would not help (too few sampled entries fixed, or for
     a first split a poor fit) or the votes leave one class empty.
@@ -83,6 +83,10 @@ def k_classes(xp, ar, ai, br, bi, beyond, progress=True):
         Whether a split that fixes few sampled entries itself but fits their sides
         (``MIN_FIT``) is taken: a product's first split, whose classes may split again; theirs
         must fix their entries (``MIN_FIXED``).
+    complete : bool
+        Whether the split must fix every sampled entry (``strategy="performant"``: an entry the
+        classes leave beyond costs the whole native product on top of theirs, more than the
+        native product alone).
 
     Returns
     -------
@@ -151,7 +155,10 @@ def k_classes(xp, ar, ai, br, bi, beyond, progress=True):
         total = peak + xp.log2(xp.sum(xp.pow(2.0, t - peak[:, None]), axis=-1))
         none = (top_a <= _ZERO_LOG2) | (top_b <= _ZERO_LOG2) | (peak <= _ZERO_LOG2)
         fixed = fixed & (none | (top_a + top_b - total <= FIX_BITS))
-    if float(xp.mean(xp.astype(fixed, xp.float64))) >= MIN_FIXED:
+    share = float(xp.mean(xp.astype(fixed, xp.float64)))
+    if complete:
+        return _classes(xp, votes) if share == 1.0 else None
+    if share >= MIN_FIXED:
         return _classes(xp, votes)
     if not progress:
         return None

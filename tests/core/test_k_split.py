@@ -108,11 +108,45 @@ def test_performant_splits_only_where_the_model_says_it_pays(monkeypatch):
     monkeypatch.setattr(_planner, "faster", lambda *args, **kw: (True, "test: faster"))
     monkeypatch.setattr(_planner, "likely_faster", lambda *args, **kw: (True, "test: faster"))
     monkeypatch.setattr(_planner, "k_split_faster", lambda *args: False)
-    _, plan = run(a, b, "performant")
-    assert plan.native_entries > 0 and "symmetry zeros" not in str(plan), plan
+    # the entries beyond would take the native product on top of the emulation: native
+    c, plan = run(a, b, "performant")
+    assert plan.scheme == "native" and "entries beyond" in plan.fallback, plan
+    np.testing.assert_array_equal(c, a @ b)
     monkeypatch.setattr(_planner, "k_split_faster", lambda *args: True)
     _, plan = run(a, b, "performant")
     assert plan.native_entries == 0 and "symmetry zeros" in str(plan), plan
+
+
+def test_performant_runs_native_where_entries_stay_beyond(monkeypatch):
+    """Under "performant" a product whose certificate leaves entries beyond and that no split
+    takes (float32 products do not split) runs natively: its beyond entries would come from the
+    whole native product, computed on top of the emulation (float64 N = 16384, phi = 4 on an
+    H100: the emulation with them took 2.9x cuBLAS's time). Under "eager" it emulates."""
+    rng = np.random.default_rng(5)
+    a, b, _ = mirrored(rng, 40, 96, 48, 1, dtype=np.float32, noise=2.0**-60)
+    monkeypatch.setattr(_planner, "faster", lambda *args, **kw: (True, "test: faster"))
+    monkeypatch.setattr(_planner, "likely_faster", lambda *args, **kw: (True, "test: faster"))
+    c, plan = run(a, b)
+    assert plan.scheme.startswith("OzakiII") and plan.native_entries > 0, plan
+    c, plan = run(a, b, "performant")
+    assert plan.scheme == "native" and "entries beyond" in plan.fallback, plan
+    np.testing.assert_array_equal(c, a @ b)
+
+
+def test_performant_splits_only_where_every_sampled_entry_is_fixed(monkeypatch):
+    """``k_classes(..., complete=True)`` (``strategy="performant"``) takes a split only where it
+    fixes every sampled entry beyond; the eager first split also where the classes fit the
+    entries' sides (``MIN_FIT``) with none fixed."""
+    rng = np.random.default_rng(3)
+    a, b, _ = mirrored(rng, 40, 96, 48, 1)
+    # the symmetry zeros: |A||B| far below the product of the lines' largest magnitudes
+    scale = np.max(np.abs(a), axis=1)[:, None] * np.max(np.abs(b), axis=0)[None, :]
+    beyond = (np.abs(a) @ np.abs(b)) < 2.0**-30 * scale
+    assert beyond.any()
+    assert support.k_classes(xp, a, None, b, None, beyond, complete=True) is not None
+    monkeypatch.setattr(support, "FIX_BITS", -1000)  # no sampled entry counts as fixed
+    assert support.k_classes(xp, a, None, b, None, beyond) is not None
+    assert support.k_classes(xp, a, None, b, None, beyond, complete=True) is None
 
 
 def test_k_split_faster_weighs_the_classes_against_the_native_product(monkeypatch):
