@@ -329,3 +329,23 @@ def test_tied_votes_do_not_take_the_uninformed_fallbacks(seed, shape):
     ref = exact_matmul(a, b)
     got, native = bits(c, a, b, ref), bits(a @ b, a, b, ref)
     assert all(got[n] >= native[n] for n in MEASURES), (got, native, str(plan))
+
+
+def test_wide_exponent_ranges_run_native_under_performant(monkeypatch):
+    """phi = 4 inputs (exponents spread over a wide range, no symmetry zeros): the eager level
+    splits and still leaves entries beyond every class's certificate (native entries of the
+    whole native product); under "performant", even where the model predicts the split and the
+    emulation faster, the split does not fix every sampled entry, so the product runs natively
+    (the H100's float64 N = 16384, phi = 4 default took the split: 0.35x cuBLAS)."""
+    from emulinalg.inputs import phi_matrix
+
+    a = phi_matrix((384, 384), 4.0, "float64", seed=1)
+    b = phi_matrix((384, 384), 4.0, "float64", seed=2)
+    _, plan = run(a, b)
+    assert "symmetry zeros" in str(plan) and plan.native_entries > 0, plan
+    monkeypatch.setattr(_planner, "faster", lambda *args, **kw: (True, "test: faster"))
+    monkeypatch.setattr(_planner, "likely_faster", lambda *args, **kw: (True, "test: faster"))
+    monkeypatch.setattr(_planner, "k_split_faster", lambda *args: True)
+    c, plan = run(a, b, "performant")
+    assert plan.scheme == "native" and "entries beyond" in plan.fallback, plan
+    np.testing.assert_array_equal(c, a @ b)
