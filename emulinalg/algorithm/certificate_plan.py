@@ -61,7 +61,8 @@ def plan(k, target, complex_, m, n, ndim=2, gaussian=False, streaming=False) -> 
     batched products stop after the exact step, as ``refinement.refine_and_patch``);
     ``gaussian``: the counts of the Gaussian moduli (``cert_constants``). ``streaming``: the
     backend's step reads its suspects where they lie (no array per suspect), so the native form
-    takes all of them (SUSPECTS_MAX bounds the generic step's memory).
+    takes all of them (SUSPECTS_MAX bounds the generic step's memory); an int: at most that many
+    (its kernels' counters).
 
     The refinement's limits are read from ``refinement`` at each call (tests change them)."""
     cc = cert_constants(k, target, complex_, gaussian)
@@ -70,7 +71,8 @@ def plan(k, target, complex_, m, n, ndim=2, gaussian=False, streaming=False) -> 
     lines = ndim == 2 and refinement.takes_lines(target)
     suspects_max = refinement.suspects_limit(target)
     if native and streaming:
-        suspects_max = max(suspects_max, m * n)
+        held = m * n if streaming is True else min(m * n, int(streaming))
+        suspects_max = max(suspects_max, held)
     return CertificatePlan(
         constants=cc,
         complex=bool(complex_),

@@ -56,6 +56,13 @@ def test_plan_reads_the_refinement_limits_at_each_call(monkeypatch):
     p = certificate_plan.plan(100, Target(53), False, 64, 64)
     assert (p.steps, p.sample, p.suspects_max, p.patch_cap) == (1, 7, 7, 3)
     assert certificate_plan.plan(100, Target(53, "native"), False, 64, 64).suspects_max == 9
+    # a backend that streams its suspects takes all of them, or as many as its counters hold
+    streamed = certificate_plan.plan(100, Target(53, "native"), False, 64, 64, streaming=True)
+    assert streamed.suspects_max == 64 * 64
+    held = certificate_plan.plan(100, Target(53, "native"), False, 64, 64, streaming=1000)
+    assert held.suspects_max == 1000
+    strict = certificate_plan.plan(100, Target(53), False, 64, 64, streaming=True)
+    assert strict.suspects_max == 7
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -1025,7 +1025,9 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     fexp = (10, 11, low.ma, low.mb) if cplx else 12  # certificate.bound_lower
     consts = (cc.factor, cc.abs_term, cc.cR, cc.c4)
     steps = refinement.REFINE_STEPS if ar.ndim == 2 and br.ndim == 2 else 0
-    limit = refinement.SUSPECTS_MAX if l2 else refinement.REFINE_ENTRIES
+    # the kernels' step takes every suspect their counters hold (certificate.SUSPECTS_HELD)
+    held = min(B * m * n, 2**32 - 1)
+    limit = max(refinement.SUSPECTS_MAX, held) if l2 else refinement.REFINE_ENTRIES
     re = refinement.REFINE_ENTRIES
     lines = steps > 0 and refinement.takes_lines(target)
     patch_cap = refinement.fails_limit(m, n, lines)  # the kernels' patch; kernel_patch decides

@@ -135,11 +135,13 @@ def test_host_code_statistics_refinement(cpu_backend, cplx, target, shape, want,
     """The exact step, the suspects and their refinement steps (the sample's squares and theta:
     the native form) and the patch in the kernels, as the generic code, also with the steps
     launched one at a time (a read-back each) and none before the first read-back; also with
-    no step, one step, too many suspects (the kernels refine none), and a sample of 7 suspects
-    (every ceil(suspects / 7)-th in flat order: the native form)."""
+    no step, one step, too many suspects (the strict form's limit: the kernels refine none; the
+    native form's SUSPECTS_MAX at 0: the kernels take them all, as their counters hold them,
+    ``certificate.SUSPECTS_HELD``), and a sample of 7 suspects (every ceil(suspects / 7)-th in
+    flat order: the native form)."""
     be, cp = cpu_backend
     ar, ai, br, bi = _refined_case(cplx, target, shape, want)
-    _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
+    full = _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))[0][0]
     for speculative in (1, 0):
         with monkeypatch.context() as mp:
             mp.setattr(be.certificate, "_SPECULATIVE_STEPS", speculative)
@@ -149,7 +151,12 @@ def test_host_code_statistics_refinement(cpu_backend, cplx, target, shape, want,
                         ("REFINE_ENTRIES", 7)):  # fmt: skip
         with monkeypatch.context() as mp:
             mp.setattr(refinement, name, value)
-            _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
+            if name == "SUSPECTS_MAX":  # the kernels' step holds no suspect: it takes them all
+                dev = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
+                pre = be.ozaki2_prescale(*dev, "accurate")
+                assert be.ozaki2_certificate(*dev, pre, target)[0] == full
+            else:
+                _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
 
 
 def _second_pass_case(seed):
