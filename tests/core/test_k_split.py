@@ -11,6 +11,8 @@ inputs, with the plain-product behaviour (``K_SPLITS = 0``: those entries native
 
 from __future__ import annotations
 
+import dataclasses
+
 import array_api_compat.numpy as xp
 import numpy as np
 import pytest
@@ -39,6 +41,12 @@ def mirrored(rng, m, k, n, planes=1, dtype=np.float64, noise=2.0**-52):
         return np.where(cross, x * noise, x).astype(dtype)
 
     return make(pr, pk), make(pk, pc), pk
+
+
+def emulation_predicted_faster(monkeypatch):
+    """The cost model's verdicts before and after the statistics: emulation faster."""
+    monkeypatch.setattr(_planner, "faster", lambda *args, **kw: (True, "test: faster"))
+    monkeypatch.setattr(_planner, "likely_faster", lambda *args, **kw: (True, "test: faster"))
 
 
 def run(a, b, strategy="eager"):
@@ -105,8 +113,7 @@ def test_double_double_results_sum_the_classes_exactly():
 def test_performant_splits_only_where_the_model_says_it_pays(monkeypatch):
     rng = np.random.default_rng(5)
     a, b, _ = mirrored(rng, 40, 96, 48, 1)
-    monkeypatch.setattr(_planner, "faster", lambda *args, **kw: (True, "test: faster"))
-    monkeypatch.setattr(_planner, "likely_faster", lambda *args, **kw: (True, "test: faster"))
+    emulation_predicted_faster(monkeypatch)
     monkeypatch.setattr(_planner, "k_split_faster", lambda *args: False)
     # the entries beyond would take the native product on top of the emulation: native
     c, plan = run(a, b, "performant")
@@ -124,8 +131,7 @@ def test_performant_runs_native_where_entries_stay_beyond(monkeypatch):
     H100: the emulation with them took 2.9x cuBLAS's time). Under "eager" it emulates."""
     rng = np.random.default_rng(5)
     a, b, _ = mirrored(rng, 40, 96, 48, 1, dtype=np.float32, noise=2.0**-60)
-    monkeypatch.setattr(_planner, "faster", lambda *args, **kw: (True, "test: faster"))
-    monkeypatch.setattr(_planner, "likely_faster", lambda *args, **kw: (True, "test: faster"))
+    emulation_predicted_faster(monkeypatch)
     c, plan = run(a, b)
     assert plan.scheme.startswith("OzakiII") and plan.native_entries > 0, plan
     c, plan = run(a, b, "performant")
@@ -136,7 +142,7 @@ def test_performant_runs_native_where_entries_stay_beyond(monkeypatch):
 def test_performant_splits_only_where_every_sampled_entry_is_fixed(monkeypatch):
     """``k_classes(..., complete=True)`` (``strategy="performant"``) takes a split only where it
     fixes every sampled entry beyond; the eager first split also where the classes fit the
-    entries' sides (``MIN_FIT``) with none fixed."""
+    entries' sides (``MIN_FIT``) with none fixed, and where half of them are fixed."""
     rng = np.random.default_rng(3)
     a, b, _ = mirrored(rng, 40, 96, 48, 1)
     # the symmetry zeros: |A||B| far below the product of the lines' largest magnitudes
@@ -145,6 +151,10 @@ def test_performant_splits_only_where_every_sampled_entry_is_fixed(monkeypatch):
     assert beyond.any()
     assert support.k_classes(xp, a, None, b, None, beyond, complete=True) is not None
     monkeypatch.setattr(support, "FIX_BITS", -1000)  # no sampled entry counts as fixed
+    assert support.k_classes(xp, a, None, b, None, beyond) is not None  # (MIN_FIT)
+    assert support.k_classes(xp, a, None, b, None, beyond, complete=True) is None
+    monkeypatch.setattr(support, "MIN_FIT", 2.0)  # no fit either: MIN_FIXED alone decides
+    monkeypatch.setattr(support, "MIN_FIXED", 0.0)
     assert support.k_classes(xp, a, None, b, None, beyond) is not None
     assert support.k_classes(xp, a, None, b, None, beyond, complete=True) is None
 
@@ -162,6 +172,11 @@ def test_k_split_faster_weighs_the_classes_against_the_native_product(monkeypatc
     assert _planner.k_split_faster("x", scheme, "float64", 8192, 8192, [4096, 4096])
     # small ones: a second product's fixed cost is more than the native GEMM
     assert not _planner.k_split_faster("x", scheme, "float64", 64, 64, [32, 32])
+    # slower integer GEMMs: the classes (2.07 s) beat the emulation plus the native product its
+    # beyond entries take (3.06 s) but not the native product alone (1.10 s), its only rival
+    slow = dataclasses.replace(model, int_gemm_ops=1e13)
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name: slow)
+    assert not _planner.k_split_faster("x", scheme, "float64", 8192, 8192, [4096, 4096])
     monkeypatch.setattr(_cost, "get_cost_model", lambda name: None)
     assert _planner.k_split_faster("x", scheme, "float64", 64, 64, [32, 32])
 
@@ -343,8 +358,23 @@ def test_wide_exponent_ranges_run_native_under_performant(monkeypatch):
     b = phi_matrix((384, 384), 4.0, "float64", seed=2)
     _, plan = run(a, b)
     assert "symmetry zeros" in str(plan) and plan.native_entries > 0, plan
-    monkeypatch.setattr(_planner, "faster", lambda *args, **kw: (True, "test: faster"))
-    monkeypatch.setattr(_planner, "likely_faster", lambda *args, **kw: (True, "test: faster"))
+    emulation_predicted_faster(monkeypatch)
+    monkeypatch.setattr(_planner, "k_split_faster", lambda *args: True)
+    c, plan = run(a, b, "performant")
+    assert plan.scheme == "native" and "entries beyond" in plan.fallback, plan
+    np.testing.assert_array_equal(c, a @ b)
+
+
+def test_two_mirror_planes_run_native_under_performant(monkeypatch):
+    """Symmetry zeros of two mirror planes: the eager level splits twice and emulates every
+    entry; "performant" takes no split that leaves sampled entries for its classes' own splits
+    (``k_classes(complete=True)``: wide exponent ranges pass that fit test too), so the product
+    runs natively, as fast as native and as accurate."""
+    rng = np.random.default_rng(0)
+    a, b, _ = mirrored(rng, 40, 96, 48, 2)
+    _, plan = run(a, b)
+    assert plan.native_entries == 0 and "a class split again" in str(plan), plan
+    emulation_predicted_faster(monkeypatch)
     monkeypatch.setattr(_planner, "k_split_faster", lambda *args: True)
     c, plan = run(a, b, "performant")
     assert plan.scheme == "native" and "entries beyond" in plan.fallback, plan
