@@ -109,10 +109,7 @@ def faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_share=0.0)
     time, that share of the native product's, is added to the emulation's)."""
     model = _cost.get_cost_model(backend_name)
     if model is None:
-        return False, (
-            f"performant: native is faster than emulation on the {backend_name} backend at this "
-            "precision: no cost model (strategy='eager' emulates anyway)"
-        )
+        return False, native_note(backend_name, "no cost model")
     t_nat = model.native_seconds(dtype_name, m, n, k, batch)
     t_emu = model.emulated_seconds(scheme, dtype_name, m, n, k, batch) + native_share * t_nat
     what = f"{scheme}{_lines_share(native_share)}"
@@ -120,10 +117,8 @@ def faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_share=0.0)
         return True, (
             f"performant: {what} predicted {t_emu:.3g} s < native {t_nat:.3g} s ({model.source})"
         )
-    return False, (
-        f"performant: native is faster than emulation on the {backend_name} backend at this "
-        f"precision: {what} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source}) "
-        "(strategy='eager' emulates anyway)"
+    return False, native_note(
+        backend_name, f"{what} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source})"
     )
 
 
@@ -309,10 +304,8 @@ def split_faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_shar
     if t_emu < t_nat:
         why = f"{what} predicted {t_emu:.3g} s < native {t_nat:.3g} s"
         return True, f"performant: {why}"
-    return False, (
-        f"performant: native is faster than emulation on the {backend_name} backend at this "
-        f"precision: {what} predicted {t_emu:.3g} s vs native "
-        f"{t_nat:.3g} s ({model.source}) (strategy='eager' emulates anyway)"
+    return False, native_note(
+        backend_name, f"{what} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source})"
     )
 
 
@@ -344,8 +337,17 @@ def beyond_note(backend_name, count, scheme):
     because ``count`` of its entries are beyond ``scheme``'s certificate (and no split of the
     contraction takes them): they would come from the native product, run on top of the
     emulation."""
+    return native_note(
+        backend_name,
+        f"{count} entries beyond {scheme}'s certificate would take the native product on top of "
+        "the emulation",
+    )
+
+
+def native_note(backend_name, why):
+    """A performant verdict's fallback reason where native runs: ``why``, in the one form every
+    such verdict takes."""
     return (
         f"performant: native is faster than emulation on the {backend_name} backend at this "
-        f"precision: {count} entries beyond {scheme}'s certificate would take the native product "
-        "on top of the emulation (strategy='eager' emulates anyway)"
+        f"precision: {why} (strategy='eager' emulates anyway)"
     )

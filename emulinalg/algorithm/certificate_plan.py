@@ -25,6 +25,12 @@ from .certificate import (
 )
 from .moduli import MIN_MODULI, crt_constants
 
+# The most suspects a refinement step of the CUDA kernels (src_cuda/ozaki2_stats.cu) takes: they
+# find them where they lie (no array per suspect), ranked in uint32 counters (suspect_ranks,
+# refine_test). Beyond the generic step's SUSPECTS_MAX (2**24, which bounds its memory) this takes
+# the step where every entry of a float32 product of 16384 x 16384 is a suspect.
+CUDA_SUSPECTS_HELD = 2**32 - 1
+
 
 class CertificatePlan(NamedTuple):
     """What a certificate kernel needs for one product (``plan``). Scalars are Python floats

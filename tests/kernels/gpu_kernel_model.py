@@ -1006,7 +1006,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     certificate's words as they leave them."""
     import math
 
-    from emulinalg.algorithm import certificate, refinement
+    from emulinalg.algorithm import certificate, certificate_plan, refinement
     from emulinalg.algorithm.moduli import MAX_MODULI, MIN_MODULI
 
     B, m, k, n, a, b = _logical(ar, ai, br, bi)
@@ -1025,8 +1025,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     fexp = (10, 11, low.ma, low.mb) if cplx else 12  # certificate.bound_lower
     consts = (cc.factor, cc.abs_term, cc.cR, cc.c4)
     steps = refinement.REFINE_STEPS if ar.ndim == 2 and br.ndim == 2 else 0
-    # the kernels' step takes every suspect their counters hold (certificate.SUSPECTS_HELD)
-    held = min(B * m * n, 2**32 - 1)
+    # the kernels' step takes every suspect their counters hold
+    held = min(B * m * n, certificate_plan.CUDA_SUSPECTS_HELD)
     limit = max(refinement.SUSPECTS_MAX, held) if l2 else refinement.REFINE_ENTRIES
     re = refinement.REFINE_ENTRIES
     lines = steps > 0 and refinement.takes_lines(target)

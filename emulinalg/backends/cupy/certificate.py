@@ -36,11 +36,6 @@ _SAMPLE_BLOCKS = 512
 # suspect_ranks' and refine_test's blocks, each a contiguous range of 1024-entry groups of the
 # output (any count gives the same results)
 _SEG_BLOCKS = 4096
-# The most suspects a refinement step takes: its kernels find them where they lie (no array per
-# suspect), ranked in uint32 counters (suspect_ranks, refine_test). Beyond the generic step's
-# SUSPECTS_MAX (2**24, which bounds its memory) this takes the step where every entry of a
-# float32 product of 16384 x 16384 is a suspect (a count the generic step gives up on).
-SUSPECTS_HELD = 2**32 - 1
 # The certificate's refinement steps launched before its read-back: a step mostly ends the
 # refinement, and each launch of the (gated) kernels costs host time; more steps follow only
 # where these all took their counts off (one more read-back)
@@ -97,7 +92,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
     if 0 in (B, m, k, n):
         return None
     plan = certificate_plan.plan(k, target, cplx, m, n, max(ar.ndim, br.ndim), gaussian,
-                                 streaming=SUSPECTS_HELD)  # fmt: skip
+                                 streaming=certificate_plan.CUDA_SUSPECTS_HELD)  # fmt: skip
     cc = plan.constants
     s, t, e, f = prescale
     l2 = plan.native
