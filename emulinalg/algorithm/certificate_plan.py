@@ -25,11 +25,12 @@ from .certificate import (
 )
 from .moduli import MIN_MODULI, crt_constants
 
-# The most suspects a refinement step of the CUDA kernels (src_cuda/ozaki2_stats.cu) takes: they
-# find them where they lie (no array per suspect), ranked in uint32 counters (suspect_ranks,
-# refine_test). Beyond the generic step's SUSPECTS_MAX (2**24, which bounds its memory) this takes
-# the step where every entry of a float32 product of 16384 x 16384 is a suspect.
-CUDA_SUSPECTS_HELD = 2**32 - 1
+# The most suspects a refinement step of the CUDA kernels (src_cuda/ozaki2_stats.cu) takes. They
+# find them where they lie (no array per suspect) and their uint32 counters would hold 2**32 - 1,
+# but a step over more than the generic SUSPECTS_MAX (2**24) ended, at float32 16384 x 16384
+# phi = 1, in a line patch slower than the modulus it saved, which the performant cost model
+# does not price (docs/benchmarks/h100/NOTES.md, 2026-12-06): so the generic limit.
+CUDA_SUSPECTS_MAX = 2**24
 
 
 class CertificatePlan(NamedTuple):
@@ -68,7 +69,7 @@ def plan(k, target, complex_, m, n, ndim=2, gaussian=False, streaming=False) -> 
     ``gaussian``: the counts of the Gaussian moduli (``cert_constants``). ``streaming``: the
     backend's step reads its suspects where they lie (no array per suspect), so the native form
     takes all of them (SUSPECTS_MAX bounds the generic step's memory); an int: at most that many
-    (its kernels' counters).
+    (the backend's cap: ``CUDA_SUSPECTS_MAX``).
 
     The refinement's limits are read from ``refinement`` at each call (tests change them)."""
     cc = cert_constants(k, target, complex_, gaussian)

@@ -1026,7 +1026,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     consts = (cc.factor, cc.abs_term, cc.cR, cc.c4)
     steps = refinement.REFINE_STEPS if ar.ndim == 2 and br.ndim == 2 else 0
     # the kernels' step takes every suspect their counters hold
-    held = min(B * m * n, certificate_plan.CUDA_SUSPECTS_HELD)
+    held = min(B * m * n, certificate_plan.CUDA_SUSPECTS_MAX)
     limit = max(refinement.SUSPECTS_MAX, held) if l2 else refinement.REFINE_ENTRIES
     re = refinement.REFINE_ENTRIES
     lines = steps > 0 and refinement.takes_lines(target)

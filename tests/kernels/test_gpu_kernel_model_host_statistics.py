@@ -136,8 +136,8 @@ def test_host_code_statistics_refinement(cpu_backend, cplx, target, shape, want,
     the native form) and the patch in the kernels, as the generic code, also with the steps
     launched one at a time (a read-back each) and none before the first read-back; also with
     no step, one step, too many suspects (the strict form's limit: the kernels refine none; the
-    native form's SUSPECTS_MAX at 0: the kernels take them all, as their counters hold them,
-    ``certificate_plan.CUDA_SUSPECTS_HELD``), and a sample of 7 suspects (every
+    native form's SUSPECTS_MAX at 0: the kernels take them all, up to
+    ``certificate_plan.CUDA_SUSPECTS_MAX``), and a sample of 7 suspects (every
     ceil(suspects / 7)-th in flat order: the native form)."""
     be, cp = cpu_backend
     ar, ai, br, bi = _refined_case(cplx, target, shape, want)

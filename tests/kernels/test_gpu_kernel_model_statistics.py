@@ -144,7 +144,7 @@ def test_refinement_lowers_the_count_and_is_certified(cplx, target, shape, want,
             _same_certificate(model.ozaki2_certificate(ar, ai, br, bi, mpre, target), want_)
         if steps == 0:
             count_f = want_[0]
-    # the kernels take every suspect they rank (certificate_plan.CUDA_SUSPECTS_HELD)
+    # the kernels take every suspect they rank, up to certificate_plan.CUDA_SUSPECTS_MAX
     if target.guarantee == "native":
         with monkeypatch.context() as mp:
             mp.setattr(refinement, "SUSPECTS_MAX", 0)

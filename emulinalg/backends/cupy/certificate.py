@@ -92,7 +92,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
     if 0 in (B, m, k, n):
         return None
     plan = certificate_plan.plan(k, target, cplx, m, n, max(ar.ndim, br.ndim), gaussian,
-                                 streaming=certificate_plan.CUDA_SUSPECTS_HELD)  # fmt: skip
+                                 streaming=certificate_plan.CUDA_SUSPECTS_MAX)  # fmt: skip
     cc = plan.constants
     s, t, e, f = prescale
     l2 = plan.native
