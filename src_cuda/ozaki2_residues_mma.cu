@@ -34,8 +34,9 @@
 // g + 8, one 16-byte store each. Loads walk whichever axis is contiguous in memory (rows or
 // columns), so both reads and writes are coalesced.
 //
-// Registers (nvcc 13.0, sm_90/sm_90a, -Xptxas -v and the SASS): real 64 (up to 16 moduli,
-// __launch_bounds__(256, 4), 4-12 bytes spilled from 7 moduli on) or 80 (17-20, 16 bytes
+// Registers (nvcc 13.0, sm_90/sm_90a, -Xptxas -v and the SASS): real 64 up to 8 moduli
+// (__launch_bounds__(256, 4); 12 bytes spilled at 7), 72-76 for 9-16 (256, 3: no spill, and
+// faster than 4 blocks with spills: docs/benchmarks/h100/NOTES.md) or 80 (17-20, 16 bytes
 // spilled), complex 91-128. With 8 moduli (real and complex) ptxas kept no register for this
 // lane's A fragment (weights of modulus g, word q) but reloaded it from kModulusTable before each
 // MMA, a constant-memory load with 32 different addresses per warp that the constant cache serves
@@ -303,7 +304,7 @@ __device__ __forceinline__ void row_pass(const uint4* re_slots, const uint4* im_
 }  // namespace
 
 template <int NMOD, bool CPLX, bool NEAR, typename In = double, bool GAUSS = false>
-__global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 16 ? 3 : 4)
+__global__ void __launch_bounds__(kThreads, CPLX ? 2 : NMOD > 8 ? 3 : 4)
     ozaki2_residues_mma(const In* __restrict__ re, const In* __restrict__ im,
                         long long sb, long long sr, long long sc, int B, int R, int C, int Rpad,
                         int Cp, int rows_contiguous, const int* __restrict__ shift,
