@@ -27,9 +27,10 @@ from .moduli import MIN_MODULI, crt_constants
 
 # The most suspects a refinement step of the CUDA kernels (src_cuda/ozaki2_stats.cu) takes. They
 # find them where they lie (no array per suspect) and their uint32 counters would hold 2**32 - 1,
-# but a step over more than the generic SUSPECTS_MAX (2**24) ended, at float32 16384 x 16384
-# phi = 1, in a line patch slower than the modulus it saved, which the performant cost model
-# does not price (docs/benchmarks/h100/NOTES.md, 2026-12-06): so the generic limit.
+# but taking more than the generic SUSPECTS_MAX (2**24) made float32 16384 x 16384 phi = 1 run
+# slower at one modulus fewer (docs/benchmarks/h100/NOTES.md, 2026-12-06): so the same value. A
+# constant of its own all the same: ``plan`` takes max(SUSPECTS_MAX, min(m n, this)), so where
+# the tests lower SUSPECTS_MAX the kernels still take every suspect of a small product.
 CUDA_SUSPECTS_MAX = 2**24
 
 
@@ -53,7 +54,8 @@ class CertificatePlan(NamedTuple):
     # the float64 GEMM of ``certify_moduli``)
     steps: int  # refinement steps: ``refinement.REFINE_STEPS`` for 2-D products, else 0
     suspects_max: int  # the most suspects a step takes (``SUSPECTS_MAX`` native, else
-    # ``REFINE_ENTRIES``; the native form's m n where ``streaming``); more end the refinement
+    # ``REFINE_ENTRIES``; the native form's m n where ``streaming`` is True, and at least
+    # min(m n, streaming) where it is an int); more end the refinement
     sample: int  # ``REFINE_ENTRIES``: the suspects a step sums (an even sample beyond)
     patch_cap: int  # the most entries the patch takes (``patch_limit(m, n)``, >= 0)
     lines: bool  # whether a patch may take lines (``refinement.takes_lines``; 2-D products)
@@ -68,8 +70,8 @@ def plan(k, target, complex_, m, n, ndim=2, gaussian=False, streaming=False) -> 
     batched products stop after the exact step, as ``refinement.refine_and_patch``);
     ``gaussian``: the counts of the Gaussian moduli (``cert_constants``). ``streaming``: the
     backend's step reads its suspects where they lie (no array per suspect), so the native form
-    takes all of them (SUSPECTS_MAX bounds the generic step's memory); an int: at most that many
-    (the backend's cap: ``CUDA_SUSPECTS_MAX``).
+    takes all of them (SUSPECTS_MAX bounds the generic step's memory); an int: the native form
+    takes max(SUSPECTS_MAX, min(m n, streaming)) (the cupy kernels' ``CUDA_SUSPECTS_MAX``).
 
     The refinement's limits are read from ``refinement`` at each call (tests change them)."""
     cc = cert_constants(k, target, complex_, gaussian)

@@ -56,7 +56,8 @@ def test_plan_reads_the_refinement_limits_at_each_call(monkeypatch):
     p = certificate_plan.plan(100, Target(53), False, 64, 64)
     assert (p.steps, p.sample, p.suspects_max, p.patch_cap) == (1, 7, 7, 3)
     assert certificate_plan.plan(100, Target(53, "native"), False, 64, 64).suspects_max == 9
-    # a backend that streams its suspects takes all of them, or as many as its counters hold
+    # a backend that streams its suspects takes all of them, or up to its cap (at least
+    # SUSPECTS_MAX)
     streamed = certificate_plan.plan(100, Target(53, "native"), False, 64, 64, streaming=True)
     assert streamed.suspects_max == 64 * 64
     held = certificate_plan.plan(100, Target(53, "native"), False, 64, 64, streaming=1000)

@@ -1025,7 +1025,7 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, chunk=STAT_CHUNK):
     fexp = (10, 11, low.ma, low.mb) if cplx else 12  # certificate.bound_lower
     consts = (cc.factor, cc.abs_term, cc.cR, cc.c4)
     steps = refinement.REFINE_STEPS if ar.ndim == 2 and br.ndim == 2 else 0
-    # the kernels' step takes every suspect their counters hold
+    # the kernels' step takes every suspect, up to certificate_plan.CUDA_SUSPECTS_MAX
     held = min(B * m * n, certificate_plan.CUDA_SUSPECTS_MAX)
     limit = max(refinement.SUSPECTS_MAX, held) if l2 else refinement.REFINE_ENTRIES
     re = refinement.REFINE_ENTRIES

@@ -26,7 +26,7 @@ from _kernel_model_helpers import (
 )
 
 from emulinalg._precision import OzakiII
-from emulinalg.algorithm import certificate, refinement
+from emulinalg.algorithm import certificate, certificate_plan, refinement
 from emulinalg.algorithm.certificate import Target
 from emulinalg.algorithm.scaling import ozaki2_prescale
 from emulinalg.backends import numpy as npb
@@ -155,6 +155,12 @@ def test_host_code_statistics_refinement(cpu_backend, cplx, target, shape, want,
                 dev = [None if x is None else cp.asarray(x) for x in (ar, ai, br, bi)]
                 pre = be.ozaki2_prescale(*dev, "accurate")
                 _same_certificate(be.ozaki2_certificate(*dev, pre, target), full)
+                # ... up to the cap: at 1, the generic step's count at SUSPECTS_MAX 1
+                mp.setattr(certificate_plan, "CUDA_SUSPECTS_MAX", 1)
+                capped = be.ozaki2_certificate(*dev, pre, target)
+                mp.setattr(refinement, "SUSPECTS_MAX", 1)
+                assert capped[0] > full[0]  # the cap binds
+                _same_certificate(capped, _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))[0])
             else:
                 _stat_vs_generic(be, cp, ar, ai, br, bi, (target,))
 

@@ -25,7 +25,7 @@ from _kernel_model_helpers import (
     _stat_operands,
 )
 
-from emulinalg.algorithm import certificate, refinement, scaling
+from emulinalg.algorithm import certificate, certificate_plan, refinement, scaling
 from emulinalg.algorithm.certificate import Target
 from emulinalg.algorithm.moduli import crt_constants
 from emulinalg.algorithm.scaling import ozaki2_prescale
@@ -149,6 +149,13 @@ def test_refinement_lowers_the_count_and_is_certified(cplx, target, shape, want,
         with monkeypatch.context() as mp:
             mp.setattr(refinement, "SUSPECTS_MAX", 0)
             _same_certificate(model.ozaki2_certificate(ar, ai, br, bi, mpre, target), want_)
+            # ... and no more than the cap: at 1, what the generic step takes at SUSPECTS_MAX 1
+            mp.setattr(certificate_plan, "CUDA_SUSPECTS_MAX", 1)
+            capped = model.ozaki2_certificate(ar, ai, br, bi, mpre, target)
+            mp.setattr(refinement, "SUSPECTS_MAX", 1)
+            one = certificate.ozaki2_moduli_needed(np, be, ar, ai, br, bi, pre, target)
+            _same_certificate(capped, one)
+            assert one[0] > want_[0]  # the cap binds: the step cannot take its suspects
     count, beyond, patch = want_
     assert count < count_f and not beyond.any() and (patch is not None) == (want == "patch")
     if target.guarantee == "native":

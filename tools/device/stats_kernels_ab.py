@@ -1,9 +1,9 @@
-"""Device time per statistics kernel of one product at the default level, for A/B builds of
+"""Device time per statistics kernel of one product at the level, for A/B builds of
 ``src_cuda/ozaki2_stats.cu`` (issue #24): ``stats_breakdown.kernel_times`` alone (CUDA events
-around every launch of the statistics in ``emulinalg.matmul``, medians of --repeat calls after one
-warm-up), without that tool's other sweeps. The build under test is whatever source the process
-compiles (edit the installed ``src_cuda`` between runs: NVRTC keys its cache by the text). One
-JSON line per run, with the label given.
+around every launch of the statistics in ``emulinalg.matmul`` with ``strategy="eager"``, the
+level; medians of --repeat calls after one warm-up), without that tool's other sweeps. The
+build under test is whatever source the process compiles (edit the installed ``src_cuda``
+between runs: NVRTC keys its cache by the text). One JSON line per run, with the label given.
 
     python3 tools/device/stats_kernels_ab.py -N 16384 --dtype float64 --phi 1 --label unroll4
 """

@@ -139,8 +139,9 @@ def test_statistics_kernels_refinement(cplx, monkeypatch):
     """The exact step and the refinement's steps (suspects by the exact test, the native form's
     sampled squares and theta, the patch) on the device, against the generic code on phi = 1
     products of several seeds, also with one step, none, too many suspects (the strict form's
-    limit; the native form's SUSPECTS_MAX at 0: the kernels take every suspect, the default
-    certificate) and a sample of 7 (the native form); some of them refine and some patch."""
+    limit; the native form's SUSPECTS_MAX at 0: the kernels take every suspect of these small
+    products, up to certificate_plan.CUDA_SUSPECTS_MAX: the default certificate) and a sample
+    of 7 (the native form); some of them refine and some patch."""
     from emulinalg.algorithm import certificate, refinement
 
     xp = _cxp()
@@ -160,7 +161,7 @@ def test_statistics_kernels_refinement(cplx, monkeypatch):
                                 ("REFINE_ENTRIES", 7)):  # fmt: skip
                 with monkeypatch.context() as mp:
                     mp.setattr(refinement, name, value)
-                    if name == "SUSPECTS_MAX":  # the kernels hold no suspect: they take all
+                    if name == "SUSPECTS_MAX":  # the kernels take all (up to CUDA_SUSPECTS_MAX)
                         got = cupy_backend.ozaki2_certificate(*g, pre, target)
                         _same_certificate(got, want)
                         continue
