@@ -7,6 +7,7 @@ or complex dtype of the same library.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from dataclasses import replace
@@ -83,12 +84,14 @@ def matmul(xp, backend, a, b, request, cfg, dd=False, sides=None):
     value (0 for entries computed natively), so that partial products (the dask layer's K-blocks)
     can be summed without losing the emulation's accuracy.
     """
-    if dd:
-        c, plan = _matmul(xp, backend, a, b, request, cfg, "dd", sides)
-        if not isinstance(c, tuple):
-            c = (c, xp.zeros_like(c))
-        return c, plan
-    return _matmul(xp, backend, a, b, request, cfg, None, sides)
+    kind = ("matmul", str(a.dtype), str(b.dtype), a.ndim > 2, dd)
+    with contextlib.nullcontext() if backend is None else stages(backend).first_use(kind):
+        if dd:
+            c, plan = _matmul(xp, backend, a, b, request, cfg, "dd", sides)
+            if not isinstance(c, tuple):
+                c = (c, xp.zeros_like(c))
+            return c, plan
+        return _matmul(xp, backend, a, b, request, cfg, None, sides)
 
 
 def _matmul(xp, backend, a, b, request, cfg, out, sides=None):

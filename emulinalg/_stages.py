@@ -60,7 +60,9 @@ certifies and runs them so), ``line_pieces`` (its native GEMM of a few output li
 of k in one chain, a GEMV for one line, so the line patch sums pieces of K:
 ``_engine._native_lines``; False where its GEMMs of few lines split k themselves), and
 ``plan_note()`` (a line for every plan, e.g. why another
-backend is not running).
+backend is not running), and ``first_use(what)`` (a context manager around one call of the
+kind ``what``, a tuple naming it and its dtypes: a backend that compiles kernels at first use
+runs the first call of each kind alone, ``emulinalg.backends.cuda.first_use``; default none).
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ class Stages:
     gaussian_moduli: bool = False
     line_pieces: bool = True
     plan_note: Callable[[], str] = lambda: ""
+    first_use: Callable = lambda what: contextlib.nullcontext()
 
 
 _FACTS = ("block_entries", "narrow_statistics", "narrow_products", "native_error_rms",
@@ -175,6 +178,7 @@ def stages(backend) -> Stages:
         int_matmul=getattr(backend, "int_matmul", None) or _missing(backend, "int_matmul"),
         native_matmul=getattr(backend, "native_matmul", None) or _missing(backend, "native_matmul"),
         quiet=getattr(backend, "quiet", contextlib.nullcontext),
+        first_use=getattr(backend, "first_use", None) or Stages.first_use,
         **fields,
     )
 

@@ -29,6 +29,7 @@ from the Python tables by :func:`tables_header`.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from functools import cache
@@ -93,6 +94,32 @@ def compile_lock(key):
     running its own; different modules still compile side by side."""
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
+
+
+_first_locks: dict = {}
+_warm: set = set()
+
+
+@contextlib.contextmanager
+def first_use(key):
+    """Run the body alone in this process while ``key`` (a kind of call: a product's or a dask
+    task's, with its dtypes and device) is cold, then let every later call through at once.
+
+    The first call of a kind compiles its kernels: the project's (NVRTC, under ``compile_lock``)
+    and cupy's own elementwise and reduction kernels, which cupy compiles in every thread that
+    misses its cache. Threads that start the same kind at once (dask's workers on a fresh
+    machine) would each compile the same kernels side by side, on the same cores; here they
+    wait for the first one and find the kernels compiled. A body that raises leaves the key
+    cold (the next caller runs alone in its turn). Reentrant within a thread."""
+    if key not in _warm:
+        with _locks_guard:
+            lock = _first_locks.setdefault(key, threading.RLock())
+        with lock:
+            if key not in _warm:
+                yield
+                _warm.add(key)
+                return
+    yield
 
 
 @cache

@@ -21,7 +21,8 @@ The backend's members (``emulinalg._stages`` declares them) come from its module
   ``balance_stage``, one pass per operand into the bf16 GEMMs' operands and one over their sums
   (the test and the certificate's bound), or ``balance_sides``/``balance_fine`` where it
   declines, where the generic code makes a dozen elementwise passes;
-- ``kernels``: the NVRTC modules and launch helpers the others share.
+- ``kernels``: the NVRTC modules and launch helpers the others share, and ``first_use`` (the
+  first product or dask task of each kind runs alone while it compiles).
 
 Everything else (Scheme I, the fast-mode prescale) is the shared Array API code running on cupy
 arrays. ``EMULINALG_CUPY_KERNELS=0`` in the environment turns the kernels off (the generic path
@@ -37,7 +38,7 @@ from . import balance, certificate, gemm, kernels, products, refit, statistics
 from .balance import balance_fine, balance_sides, balance_stage
 from .certificate import ozaki2_certificate
 from .gemm import int_matmul, k_block, magnitude_lower_matmul, native_matmul
-from .kernels import kernels_enabled
+from .kernels import first_use, kernels_enabled
 from .products import ozaki2_product, product_workspace
 from .refit import refit_pick
 from .statistics import line_scan, ozaki2_prescale
@@ -50,6 +51,7 @@ __all__ = [
     "block_entries",
     "certificate",
     "dask_mode",
+    "first_use",
     "gaussian_moduli",
     "gemm",
     "int_matmul",

@@ -65,6 +65,12 @@ def _kernel(file, expr, tables=None):
     return fn
 
 
+def first_use(what):
+    """The cupy backend's ``first_use``: ``backends.cuda.first_use`` of ``what`` on the current
+    device (each device loads its own modules)."""
+    return _cuda.first_use((cp.cuda.Device().id, *what))
+
+
 def _strides(x):
     return tuple(s // x.itemsize for s in x.strides)
 

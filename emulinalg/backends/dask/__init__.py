@@ -43,7 +43,7 @@ from emulinalg.algorithm import parts as complex_parts
 from emulinalg.algorithm.certificate import magnitude_lower, signed_estimate
 from emulinalg.algorithm.xputil import dd_to_float32, make_complex
 
-from .blocks import _chunk_backend, _dtype_name
+from .blocks import _chunk_backend, _dtype_name, task
 from .dd import _ACC, _graph
 from .shared import _shared_graph
 
@@ -297,6 +297,7 @@ def _split_graph(a, b, request, dtype_name, ops, nonfinite):
     return c, notes
 
 
+@task
 def _combine_block(rr, ii, ri, ir, dtype_name):
     """One output block of the split route from the stacked product's four blocks (hi + i lo):
     ``parts.combine``, rounded once to ``dtype_name`` as the engine rounds it."""

@@ -7,6 +7,7 @@ operands).
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import numpy as np
 
@@ -80,6 +81,63 @@ def _xp_backend(x):
     return xp, for_namespace(xp)
 
 
+def _chunk_arrays(args):
+    """The arrays among a task's arguments: chunks, and those in its lists, tuples and dicts
+    (concatenate=False's lists of chunks, the K-summed partials), nested to any depth."""
+    import array_api_compat
+
+    out = []
+    for x in args:
+        if isinstance(x, (list, tuple)):
+            out.extend(_chunk_arrays(x))
+        elif isinstance(x, dict):
+            out.extend(_chunk_arrays(list(x.values())))
+        elif array_api_compat.is_array_api_obj(x):  # cupy's arrays too (no __array_namespace__)
+            out.append(x)
+    return out
+
+
+def _gating(arrays):
+    """The ``Stages`` of the first backend among the arrays' that gates first uses (a task of
+    cupy chunks may also take small numpy arrays), or None."""
+    import array_api_compat
+
+    from emulinalg._stages import Stages, stages
+
+    from .. import for_namespace
+
+    seen = set()
+    for x in arrays:
+        if type(x) in seen:
+            continue
+        seen.add(type(x))
+        backend = for_namespace(array_api_compat.array_namespace(x))
+        st = None if backend is None else stages(backend)
+        if st is not None and st.first_use is not Stages.first_use:
+            return st
+    return None
+
+
+def task(fn):
+    """A function the graphs run per chunk or block (a dask task): its first run of each kind
+    (the function and its arrays' dtypes) on a backend that compiles kernels at first use runs
+    alone (``Stages.first_use``: cupy chunks), so that dask's worker threads on a fresh machine
+    wait for one compile of the kernels it uses instead of each compiling them at once."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        arrays = _chunk_arrays(args)
+        st = _gating(arrays) if arrays else None
+        if st is None:
+            return fn(*args, **kwargs)
+        kind = ("dask task", name, *sorted({str(x.dtype) for x in arrays}))
+        with st.first_use(kind):
+            return fn(*args, **kwargs)
+
+    return run
+
+
 def _block_index(ix):
     return tuple(int(v[0]) for v in ix)
 
@@ -106,6 +164,7 @@ def _squeeze(x, axis, keepdims):
     return xp.squeeze(x, axis=tuple(axis))
 
 
+@task
 def _lsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
     """K-block partials ``{key: float64 array or None}`` added in float64 (the caller's factor
     covers the rounding: all terms are >= 0); None stays None (nothing was computed)."""

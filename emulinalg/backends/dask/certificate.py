@@ -13,7 +13,7 @@ from emulinalg._planner import (
 )
 from emulinalg.algorithm import certificate
 
-from .blocks import _chunk_quiet, _xp_backend
+from .blocks import _chunk_quiet, _xp_backend, task
 
 
 def _line_norms(xp, aterms, bterms, k, norm):
@@ -55,6 +55,7 @@ def _certified_need(xp, F, pl, fallback, low, q, e, f, aterms, bterms, k, cplx, 
     return certificate.ozaki2_needed(xp, cc, cc.cR * lam, na, nb, e, f)
 
 
+@task
 def _cert_block(F, pl, e, f, aterms, bterms, k, cplx, target):
     """The needed count per entry of one output block with the first pass's lower bound: the
     bound GEMM's (``certificate.bound_lower``: exact) and, for a complex product on the complex
@@ -64,12 +65,14 @@ def _cert_block(F, pl, e, f, aterms, bterms, k, cplx, target):
         return _certified_need(xp, F, pl, False, None, 1, e, f, aterms, bterms, k, cplx, target)
 
 
+@task
 def _fallback_task(summary):
     """Whether any entry of the whole product is beyond with F's bound alone: the engine's
     condition for its ``magnitude_lower`` pass."""
     return bool((np.asarray(summary)[..., 1] > 0).any())
 
 
+@task
 def _cert_fallback_block(need, fallback, low, F, pl, e, f, aterms, bterms, k, q, cplx, target):
     """The final needed counts of one output block: the first pass's where no entry of the
     whole product was beyond, else with lam = max(the first pass's bound, the K-summed
@@ -86,6 +89,7 @@ def _beyond(xp, need):
     return need == certificate.BEYOND
 
 
+@task
 def _cert_summary(need):
     """[largest need over certifiable entries (0: none), any beyond, all beyond] of one output
     block, as a host array of shape (1, ..., 1, 3)."""
@@ -95,12 +99,14 @@ def _cert_summary(need):
     return out.reshape((1,) * need.ndim + (3,))
 
 
+@task
 def _any_bad(lines):
     """Whether a block of lines holds NaN/Inf, as a host array of shape (1, ..., 1)."""
     xp, _ = _xp_backend(lines)
     return np.full((1,) * (lines.ndim - 1), bool(xp.any(lines[..., 1] > 0)))
 
 
+@task
 def _count_task(abad, bbad, summary=None, own=None, *, fixed, level, real_name):
     """The one count task: ``{"count": n (0: none, every entry native), "mask": whether the
     certificate's beyond entries are native, "need": per output block, whether any entry is
@@ -158,6 +164,7 @@ def _exact_fails(xp, need, count, low, fallback, F, pl, e, f, aterms, bterms, k,
 # fewer with the exact shifts, and one task taking that count where none does.
 
 
+@task
 def _exact_block(need, cfg, low, fallback, F, pl, e, f, aterms, bterms, *, k, q, cplx, target):
     """The number of failures at the count task's count - 1 of one output block, as a host
     array of shape (1, ..., 1); -1 where the exact step does not run."""
@@ -171,6 +178,7 @@ def _exact_block(need, cfg, low, fallback, F, pl, e, f, aterms, bterms, *, k, q,
     return np.full((1,) * need.ndim, n, dtype=np.int64)
 
 
+@task
 def _exact_task(cfg, fails):
     """The count task's decision after ``certificate.exact_step`` on the output blocks'
     failures ``fails`` (each block's count of certifiable failures at count - 1)."""

@@ -14,10 +14,19 @@ from emulinalg.algorithm.scaling import (
 )
 from emulinalg.algorithm.xputil import make_complex
 
-from .blocks import _block_index, _chunk_quiet, _finite_parts, _flatten, _gemm_operand, _xp_backend
+from .blocks import (
+    _block_index,
+    _chunk_quiet,
+    _finite_parts,
+    _flatten,
+    _gemm_operand,
+    _xp_backend,
+    task,
+)
 from .certificate import _beyond
 
 
+@task
 def _residues_chunk(x, shift, cfg, *ix, axis, cplx, k, mode):
     """``{"planes": int8 (n, 1 or 3, ..., rows, cols), "raw": the chunk or None}``: the
     residues of the scaled chunk for every modulus (shared by every block product that reads
@@ -38,6 +47,7 @@ def _residues_chunk(x, shift, cfg, *ix, axis, cplx, k, mode):
     return out
 
 
+@task
 def _product_block(ra, rb, cfg, *ix):
     """``{"W": int8 (n, parts, ..., m_i, n_j) residues of A_ik B_kj mod each m_l, "nat": the
     native block product or None}`` with a size-1 K axis implied (the reduction drops it)."""
@@ -61,6 +71,7 @@ def _product_block(ra, rb, cfg, *ix):
     return out
 
 
+@task
 def _wsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
     """Partial products of K-blocks added: residues modulo each m_l (exact small integers, kept
     in the symmetric range as int8), native block products as plain sums."""
@@ -121,6 +132,7 @@ def _native_patch(xp, out, nat, amb, bmb, need, cfg, where):
     return xp.where(mask, nat, out)
 
 
+@task
 def _crt_block(w, mu, nu, amb, bmb, need, cfg, *ix, dtype_name):
     """One output block: the emulated values (``_crt_out``) with the native entries patched in."""
     xp, backend = _xp_backend(mu)
@@ -129,6 +141,7 @@ def _crt_block(w, mu, nu, amb, bmb, need, cfg, *ix, dtype_name):
         return _native_patch(xp, out, w["nat"], amb, bmb, need, cfg, _block_index(ix))
 
 
+@task
 def _crt_emulated(w, mu, nu, cfg, *, dtype_name):
     """``{"out": one output block's emulated values (``_crt_out``), "nat": its native block
     product or None}``, for the refit before the native patch."""

@@ -54,7 +54,7 @@ import numpy as np
 from emulinalg._engine import matmul as engine_matmul
 from emulinalg.algorithm.xputil import ldexp, make_complex
 
-from .blocks import _align, _chunk_quiet, _dtype_name, _flatten, _fmt, _identity, _squeeze
+from .blocks import _align, _chunk_quiet, _dtype_name, _flatten, _fmt, _identity, _squeeze, task
 
 _ACC = {
     "float64": "float64",
@@ -153,6 +153,7 @@ def _overflow_shift(xp, mx):
     return xp.where(e > OVERFLOW_EXP, e - OVERFLOW_EXP, 0)
 
 
+@task
 def _emulated_block(a, b, amax=None, bmax=None, *, request, cfg):
     """``(hi, lo)`` of one emulated block product, stacked on a trailing axis, with a size-1
     axis for the K-block: shape (..., m_i, 1, n_j, 2); with the lines' maxima ``amax`` (...,
@@ -176,6 +177,7 @@ def _emulated_block(a, b, amax=None, bmax=None, *, request, cfg):
     return xp.expand_dims(pair, axis=-3)
 
 
+@task
 def _native_block(a, b):
     import array_api_compat
 
@@ -183,6 +185,7 @@ def _native_block(a, b):
     return xp.expand_dims(xp.matmul(a, b), axis=-2)
 
 
+@task
 def _plain_sum(parts, axis=None, keepdims=False):
     parts = _flatten(parts)
     out = parts[0]
@@ -216,6 +219,7 @@ def _dd_add(x, y, xp):
     return xp.stack([s, e], axis=-1)
 
 
+@task
 def _dd_sum(parts, axis=None, keepdims=False):
     import array_api_compat
 
@@ -229,6 +233,7 @@ def _dd_sum(parts, axis=None, keepdims=False):
     return _squeeze(out, axis, keepdims)
 
 
+@task
 def _round(x, amax=None, bmax=None, *, dtype_name):
     """``hi + lo`` rounded once to the result dtype (and scaled back by the lines'
     ``_overflow_shift``: a power of two >= 1, exact up to overflow, which is the result's)."""

@@ -24,6 +24,7 @@ from .blocks import (
     _line_exponent,
     _lsum,
     _xp_backend,
+    task,
 )
 from .certificate import _exact_fails
 
@@ -43,6 +44,7 @@ def _refine_runs(cfg):
 # returns at once when its step does not run (None).
 
 
+@task
 def _suspects_block(need, cfg, low, fallback, F, pl, e, f, aterms, bterms, *ix, k, q, cplx, target,
                     row0, col0):  # fmt: skip
     """The entries of one output block that fail the count - 1 with the exact shifts
@@ -66,6 +68,7 @@ def _suspects_block(need, cfg, low, fallback, F, pl, e, f, aterms, bterms, *ix, 
     return {"n": total, "rows": r + row0[bi], "cols": c + col0[bj], "terms": terms}
 
 
+@task
 def _refine_select(sus, *, n, target):
     """The whole product's suspects in flat order and the sample ``refinement.refine_sample``
     takes of them, or None where there are too many (``refinement.suspects_limit``) or the
@@ -93,6 +96,7 @@ def _refine_select(sus, *, n, target):
             "ci": xp.searchsorted(uc, cols)}  # fmt: skip
 
 
+@task
 def _refine_lines(x, lines, sel, *ix, axis, starts):
     """The suspects' rows of one A chunk (``axis`` -1) or columns of one B chunk (-2): their
     magnitudes normalized by the global line exponents, in float64 (``refinement.suspect_sums``'
@@ -110,6 +114,7 @@ def _refine_lines(x, lines, sel, *ix, axis, starts):
         return ldexp(xp, magnitude(xp, re, im), -ea)
 
 
+@task
 def _refine_sums(pa, pb, sel, *, squares):
     """``{"S", "S2"}`` of one K-block: per suspect the sum of its normalized magnitude products
     over the block and (``squares``) of their squares, ``refinement.suspect_sums``' operations
@@ -130,6 +135,7 @@ def _refine_sums(pa, pb, sel, *, squares):
         return {"S": S, "S2": S2}
 
 
+@task
 def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
     """The decision after one step of ``refinement.refine_and_patch``'s loop on the (m, n)
     product: one modulus fewer where no suspect fails it with its larger lower bound

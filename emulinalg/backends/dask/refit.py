@@ -24,6 +24,7 @@ from .blocks import (
     _flatten,
     _prescale_shift,
     _xp_backend,
+    task,
 )
 from .certificate import _beyond
 from .crt import _native_patch
@@ -105,6 +106,7 @@ def _refit_runs(cfg):
     return refit_count(cfg["count"])
 
 
+@task
 def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape, every,
                       dd=False):  # fmt: skip
     """The entries of one output block that the whole product's picks can take: per measure
@@ -140,6 +142,7 @@ def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape,
     return {"measures": res}
 
 
+@task
 def _refit_select(cfg, *cands, m, n, every, cancelled, split=None):
     """The entries to recompute, as ``refit.refit`` takes them: the decision's patch and
     (``cancelled``) the whole product's pick (``refit.pick`` of the blocks' candidates in
@@ -224,11 +227,13 @@ def _split_graph_candidates(emul, amb, bmb, e, f, need, cfg, split, obj, kw):
     return [gathered, ()]
 
 
+@task
 def _gathered(blocks):
     """The candidate blocks of a grid (nested lists) as one flat list."""
     return _flatten([blocks])
 
 
+@task
 def _split_candidates(rr, nrr, ii, nii, ri, nri, ir, nir, a0, e0, a1, e1, b0, f0, b1, f1, cfg,
                       *ix, starts, shape):  # fmt: skip
     """The entries of one block of the complex product's output whose combined parts the split
@@ -271,6 +276,7 @@ def _split_candidates(rr, nrr, ii, nii, ri, nri, ir, nir, a0, e0, a1, e1, b0, f0
     return {"ratio": ratio, "idx": np.ravel_multi_index(glob, shape)}
 
 
+@task
 def _refit_lines(x, lines, bound, sel, *ix, axis, cplx, starts, batch, size):
     """The picked entries' rows of one A chunk (``axis`` -1) or columns of one B chunk (-2, as
     rows): ``{"ids": their indices in the batch-flattened lines (ascending), "group": the
@@ -317,6 +323,7 @@ def _whole_lines(xp, pieces):
     return (ids[order], *cat)
 
 
+@task
 def _refit_entries(pa, pb, sel, *, mode, real_name):
     """``{"idx", "parts"}``: the picked entries recomputed with MAX_MODULI moduli as in core
     (``refit.recomputed`` on their whole lines, with the prescale of those lines); None
@@ -340,6 +347,7 @@ def _refit_entries(pa, pb, sel, *, mode, real_name):
     return {"idx": sel["idx"], "parts": parts}
 
 
+@task
 def _final_block(emul, amb, bmb, need, cfg, refitted, *ix, dtype_name, starts, shape):
     """One output block: its emulated values with the refit entries (``_refit_entries``) and
     then the native ones patched in, as the engine orders them."""

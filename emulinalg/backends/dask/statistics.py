@@ -27,9 +27,11 @@ from .blocks import (
     _line_exponent,
     _prescale_shift,
     _xp_backend,
+    task,
 )
 
 
+@task
 def _line_stats(x, axis):
     """[max magnitude, has NaN/Inf] per line of one chunk (A: axis -1, B: axis -2), with a
     size-1 K axis: (..., m, 1, 2) for A, (..., 1, n, 2) for B."""
@@ -41,6 +43,7 @@ def _line_stats(x, axis):
         return xp.expand_dims(xp.stack([mx, bad], axis=-1), axis=-2 if axis == -1 else -3)
 
 
+@task
 def _bound_chunk(x, lines, axis, cplx):
     """int8 ``Ā = floor(2**(s+1) |x|)`` (entries <= 127, ``scaling.bound_operand``) with the
     whole lines' prescale shifts."""
@@ -51,6 +54,7 @@ def _bound_chunk(x, lines, axis, cplx):
         return xp.astype(bound_operand(xp, re, im, s, axis)[0], xp.int8)
 
 
+@task
 def _line_terms(x, lines, axis, cplx, norm):
     """Partial line terms of one chunk, (..., m, 1, 2 to 4) for A, (..., 1, n, .) for B: the
     sum of Ā and the count of nonzero parts (``scaling.bound_operand``'s, exact integers, so
@@ -73,6 +77,7 @@ def _line_terms(x, lines, axis, cplx, norm):
         return xp.expand_dims(xp.stack(terms, axis=-1), axis=-2 if axis == -1 else -3)
 
 
+@task
 def _sq_chunk(x, lines, axis, cplx):
     """The fast mode's partial sums of squares at the whole lines' shifts
     (``scaling.sqnorm_sums``; its ``sqnorm_factor`` is applied to the total)."""
@@ -87,6 +92,7 @@ def _normalized(xp, re, im, lines, axis):
     return ldexp(xp, re, -ea), None if im is None else ldexp(xp, im, -ea)
 
 
+@task
 def _normmag_chunk(x, lines, fallback, axis):
     """Magnitudes normalized by the global line exponents, truncated to float32 (what
     ``certificate.magnitude_lower`` multiplies): 4 bytes per entry; None when the bound GEMM's
@@ -100,6 +106,7 @@ def _normmag_chunk(x, lines, fallback, axis):
         return certificate.down_to_float32(xp, magnitude(xp, re, im))
 
 
+@task
 def _bound_block(xa, xb):
     """One block of the accurate-mode bound GEMM F = Ā B̄ (exact integers), (..., m, 1, n)."""
     xp, backend = _xp_backend(xa)
@@ -109,6 +116,7 @@ def _bound_block(xa, xb):
     return xp.expand_dims(xp.astype(c, xp.float64), axis=-2)
 
 
+@task
 def _upper_block(F, aterms, bterms, cplx):
     """U = ``scaling.bound_upper`` of one output block from the K-summed F and line terms
     (exact integers: the engine's U, so max U / 4 gives its e and f)."""
@@ -116,6 +124,7 @@ def _upper_block(F, aterms, bterms, cplx):
     return bound_upper(xp, F, aterms[..., 0], aterms[..., 1], bterms[..., 0], bterms[..., 1], cplx)
 
 
+@task
 def _lower_block(ma, mb):
     """``{"lam": certificate.magnitude_lower of one block triple's normalized magnitudes (a lower
     bound of |A_k||B_k|), (..., m, n)}``, the K axis implied; lam None when not needed."""
@@ -129,6 +138,7 @@ def _lower_block(ma, mb):
     return {"lam": lam}
 
 
+@task
 def _shift_task(lines, bound, cfg, cplx):
     """mu (or nu) of ``scaling.ozaki2_shifts`` (``scaling.line_shift``) for the count."""
     xp, _ = _xp_backend(lines)
