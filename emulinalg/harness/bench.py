@@ -201,6 +201,9 @@ class Settings:
     chunks: int | None = None
     ref_workers: int = 0  # processes computing exact references while the device measures
     torch: bool = False  # also time torch.matmul on the same host inputs (numpy, amx)
+    # GEMMul8 beside the levels (cupy): the library built by ../shared/peers/build.sh, loaded
+    # through the ``gemmul8`` ctypes wrapper on sys.path (a measuring stick, not a dependency)
+    gemmul8: str | None = None
     quick: bool = False
     command: str = ""
 
@@ -580,7 +583,119 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
             rec["amx_mod_chunk"] = amx.mod_chunk()
         if stages is not None:
             rec["stages"] = stages
+        count = re.search(r"OzakiII\(moduli=(\d+)", rec["scheme"] or "")
+        if settings.gemmul8 and count and isinstance(method.precision, (str, int)):  # levels
+            _gemmul8_rows(settings, dev, a, b, grade, group.dtype, int(count.group(1)), rec,
+                          emit, flops, t_nat)  # fmt: skip
         emit(rec)
+    if settings.gemmul8 or group.family == "cupy":  # the board drifts: native again after them
+        _, t_after, runs = measure(dev, lambda: dev.xp.matmul(a, b),
+                                   max(settings.repeat, NATIVE_MIN_RUNS), 1,
+                                   settings.case_seconds)  # fmt: skip
+        emit({**base, "backend": group.family, "precision": "native", "method": "native",
+              "when": "after", "scheme": "native", "seconds": t_after, "runs": runs,
+              "tflops": flops / t_after / 1e12 if t_after > 0 else None,
+              "speedup": t_nat / t_after if t_after > 0 else None,
+              "bits_maxrel": base["native_bits_maxrel"],
+              "bits_cw": base["native_bits_cw"]})  # fmt: skip
+
+
+# GEMMul8's counts per dtype (its float32 path stops at 13; it has no complex64)
+GEMMUL8_MODULI = {"float64": (2, 20), "float32": (2, 13), "complex128": (2, 20)}
+
+
+def fewest_matching(bits_at, start: int, lo: int, hi: int, native) -> tuple[int | None, dict]:
+    """The fewest count in [lo, hi] whose bits ``bits_at(count)`` (maxrel, componentwise; None
+    where the count failed) are both at least ``native``'s, searched from ``start``: down while
+    the count below still matches, else up until one does (the bits grow with the count).
+    Returns ``(count or None, {count: bits} of every count tried)``."""
+    tried: dict = {}
+
+    def ok(c):
+        if c not in tried:
+            tried[c] = bits_at(c)
+        b = tried[c]
+        return b is not None and b[0] >= native[0] and b[1] >= native[1]
+
+    c = min(max(start, lo), hi)
+    if ok(c):
+        while c - 1 >= lo and ok(c - 1):
+            c -= 1
+        return c, tried
+    while c + 1 <= hi:
+        c += 1
+        if ok(c):
+            return c, tried
+    return None, tried
+
+
+def _gemmul8(settings):
+    """The GEMMul8 wrapper loaded from ``settings.gemmul8`` (once per run), or the error text."""
+    if not hasattr(_gemmul8, "cache"):
+        _gemmul8.cache = {}
+    if settings.gemmul8 not in _gemmul8.cache:
+        try:
+            import gemmul8  # ../shared/peers' ctypes wrapper, on sys.path for the run
+
+            _gemmul8.cache[settings.gemmul8] = gemmul8.load(settings.gemmul8)
+        except Exception as exc:  # reported in the records, the run goes on
+            _gemmul8.cache[settings.gemmul8] = f"{type(exc).__name__}: {exc}"
+    return _gemmul8.cache[settings.gemmul8]
+
+
+def _gemmul8_rows(settings, dev, a, b, grade, dtype, count, rec, emit, flops, t_nat):
+    """GEMMul8 (accurate mode) beside a level's record ``rec`` of ``count`` moduli: the same
+    count, then the fewest count whose bits match the native product's (``fewest_matching``),
+    one record per count tried (method ``GEMMul8(moduli=c)``); ``rec`` gets the summary
+    (``gemmul8_same_count_*``, ``gemmul8_best_moduli``, ``gemmul8_best_*``)."""
+    g8 = _gemmul8(settings)
+    if isinstance(g8, str):
+        rec["gemmul8_error"] = g8
+        return
+    lo, hi = GEMMUL8_MODULI.get(dtype, (0, -1))
+    if lo > hi:
+        rec["gemmul8_error"] = f"GEMMul8 has no {dtype} product"
+        return
+    native = (rec["native_bits_maxrel"] or -math.inf, rec["native_bits_cw"] or -math.inf)
+    rows = {}
+
+    def bits_at(c):
+        row = {k: rec[k] for k in ("family", "op", "shape", "size", "dtype", "m", "n", "k",
+                                   "batch", "phi", "native_seconds", "native_tflops",
+                                   "native_bits_maxrel", "native_bits_cw", "reference",
+                                   "ref_rows", "ref_cols", "native", "device", "emulinalg",
+                                   "date", "command") if k in rec}  # fmt: skip
+        name = f"GEMMul8(moduli={c})"
+        row.update(backend="gemmul8", precision=name, method=name,
+                   scheme=f"GEMMul8 accurate, {c} moduli", peer=True)  # fmt: skip
+        try:
+            out, t, runs = measure(dev, lambda: g8.matmul(a, b, c, False)[0], settings.repeat,
+                                   settings.warmup, settings.case_seconds)  # fmt: skip
+            acc = grade(out)
+            del out
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {exc}"
+            emit(row)
+            return None
+        finally:
+            getattr(g8, "_work", {}).clear()  # its workspace, not held beside the next count's
+        row.update(seconds=t, runs=runs, tflops=flops / t / 1e12 if t > 0 else None,
+                   speedup=t_nat / t if t > 0 else None, bits_maxrel=_finite(acc["bits_maxrel"]),
+                   bits_cw=_finite(acc["bits_cw"]))  # fmt: skip
+        rows[c] = row
+        emit(row)
+        return (acc["bits_maxrel"], acc["bits_cw"])
+
+    best, _ = fewest_matching(bits_at, count, lo, hi, native)
+    same = rows.get(min(max(count, lo), hi))
+    if same is not None:
+        rec["gemmul8_same_count_moduli"] = min(max(count, lo), hi)
+        rec["gemmul8_same_count_speedup"] = same["speedup"]
+    rec["gemmul8_best_moduli"] = best
+    if best is not None:
+        rec["gemmul8_best_speedup"] = rows[best]["speedup"]
+        rec["gemmul8_best_bits_maxrel"] = rows[best]["bits_maxrel"]
+        rec["gemmul8_best_bits_cw"] = rows[best]["bits_cw"]
 
 
 def _torch_native(settings, dev, a, b, grade) -> dict:

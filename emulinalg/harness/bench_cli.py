@@ -181,6 +181,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="numpy/amx: also time torch.matmul (MKL/oneDNN) on the same inputs; records get "
         "torch_seconds, torch_bits_* and speedup_best_native (against the faster native)",
     )
+    p.add_argument(
+        "--gemmul8",
+        metavar="LIB",
+        help="cupy: GEMMul8 (accurate mode) beside each level's row, from the library LIB built "
+        "by ../shared/peers/build.sh through its ctypes wrapper module gemmul8 (on PYTHONPATH): "
+        "the level's count and the fewest count matching the native bits, a record each "
+        "(backend gemmul8), summarized in the level's record (gemmul8_best_*, "
+        "gemmul8_same_count_*); a measuring stick, not a dependency",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed of the inputs (default 0)")
     p.add_argument(
         "--out",
@@ -250,6 +259,7 @@ def settings_from_args(args) -> Settings:
         chunks=args.chunks,
         ref_workers=args.ref_workers,
         torch=bool(args.torch),
+        gemmul8=args.gemmul8,
         quick=quick,
     )
     if any(n < 1 for n in s.sizes or []) or s.repeat < 1 or s.warmup < 0:
@@ -282,6 +292,8 @@ def command_line(s: Settings) -> str:
         parts += ["--ref-workers", str(s.ref_workers)]
     if s.torch:
         parts.append("--torch")
+    if s.gemmul8:
+        parts += ["--gemmul8", s.gemmul8]
     return " ".join(shlex.quote(p) for p in parts)
 
 
