@@ -479,6 +479,11 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
     )
     acc_nat = grade(c)
     del c
+    t_int8 = None  # one INT8 GEMM of the product's shape: the zero-overhead bound's unit
+    if dev.int8_gemm is not None:
+        gemm = dev.int8_gemm(m, n, k)
+        _, t_int8, _ = measure(dev, gemm, settings.repeat, 1, settings.case_seconds)
+        del gemm
     extra = {}
     if settings.torch and group.family in ("numpy", "amx"):
         extra = _torch_native(settings, dev, a, b, grade)
@@ -575,6 +580,11 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
                 "bits_cw": _finite(acc["bits_cw"]),
             }
         )
+        if t_int8 is not None and rec["gemms"]:  # the scheme's INT8 GEMMs and nothing else
+            bound = rec["gemms"] * batch * t_int8
+            rec.update(int8_gemm_seconds=t_int8, bound_seconds=bound,
+                       bound_speedup=t_nat / bound if bound > 0 else None,
+                       share_of_bound=bound / t if t > 0 else None)  # fmt: skip
         if "torch_seconds" in base and t > 0:  # against the faster of numpy and torch
             rec["speedup_best_native"] = min(t_nat, base["torch_seconds"]) / t
         if rec["backend"] == "amx":  # the mod GEMMs' K chunk this process timed

@@ -28,7 +28,9 @@ class Device:
     ``put``/``get`` move host numpy arrays there and back (``get`` of a finished result);
     ``run(fn) -> (result, seconds)`` calls ``fn`` once with the result complete when the clock
     stops (device events on cupy; lazy dask graphs are computed inside); ``sync`` makes host
-    clocks see device work (stage timings).
+    clocks see device work (stage timings). ``int8_gemm(m, n, k)``, where the family has one:
+    a function that runs one m x k by k x n INT8 GEMM of full-range operands as the backend's
+    Scheme II products run theirs (the zero-overhead bound's unit).
     """
 
     family: str
@@ -39,6 +41,7 @@ class Device:
     sync: Callable[[], object] | None
     description: str
     native: str
+    int8_gemm: Callable[[int, int, int], Callable[[], Any]] | None = None
 
 
 def _wall(fn):
@@ -78,6 +81,19 @@ def _cupy_device(chunks):
     def sync():
         cupy.cuda.get_current_stream().synchronize()
 
+    def int8_gemm(m, n, k):
+        """One INT8 GEMM of full-range planes as the level's modular GEMMs see them (the fused
+        kernel's INT32 epilogue where it runs, else cuBLAS: ``gemm._int8_products``)."""
+        from emulinalg.backends.cupy.gemm import _int8_products
+        from emulinalg.backends.cupy.kernels import _KP_ALIGN, _NP_ALIGN, _ceil
+
+        rng = cupy.random.default_rng(0)
+        pa = rng.integers(-128, 128, size=(1, 1, 1, m, _ceil(k, _KP_ALIGN)), dtype=cupy.int32)
+        pb = rng.integers(-128, 128, size=(1, 1, 1, _ceil(n, _NP_ALIGN), _ceil(k, _KP_ALIGN)),
+                          dtype=cupy.int32)  # fmt: skip
+        pa, pb = pa.astype(cupy.int8), pb.astype(cupy.int8)
+        return lambda: _int8_products(pa, pb)
+
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = props["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
@@ -91,6 +107,7 @@ def _cupy_device(chunks):
         sync,
         f"{name} (CUDA runtime {v // 1000}.{v % 1000 // 10})",
         f"cupy.matmul (cupy {cupy.__version__}, cuBLAS)",
+        int8_gemm,
     )
 
 

@@ -107,3 +107,39 @@ def test_a_missing_peer_is_reported_in_the_row(monkeypatch):
     (level,) = [r for r in recs if r["method"] == "float32"]
     assert "gemmul8" in level["gemmul8_error"] and "seconds" in level
     assert not [r for r in recs if r["backend"] == "gemmul8"]
+
+
+def test_zero_overhead_bound_from_the_devices_int8_gemm(monkeypatch):
+    """Where the family's device has an INT8 GEMM (cupy), each Scheme II row gets the bound:
+    its plan's INT8 GEMMs at the time of one such GEMM measured in the same group; the numpy
+    family has none and its rows no bound."""
+    import dataclasses
+
+    import numpy as np
+
+    from emulinalg.harness import devices
+
+    shapes = []
+
+    def int8_gemm(m, n, k):
+        shapes.append((m, n, k))
+        x = np.ones((m, k), dtype=np.int8)
+        y = np.ones((k, n), dtype=np.int8)
+        return lambda: x.astype(np.int32) @ y.astype(np.int32)
+
+    plain = devices.DEVICES["numpy"]
+    monkeypatch.setitem(bench.DEVICES, "numpy",
+                        lambda chunks: dataclasses.replace(plain(chunks), int8_gemm=int8_gemm))
+    s = Settings(backends=["numpy"], sizes=[64], shapes=["square", "batched"],
+                 dtypes=["float64"], phis=[1.0], methods=[parse_method("OzakiII(13)")],
+                 repeat=3, warmup=0, stages=False, ref_rows=0)  # fmt: skip
+    recs = [r for r in bench.run(s, notify=lambda text: None) if r["method"] != "native"]
+    assert shapes == [(64, 64, 64), (32, 32, 32)]  # one per group, of its product's shape
+    for r in recs:
+        assert r["gemms"] >= 13 and r["int8_gemm_seconds"] > 0
+        assert r["bound_seconds"] == r["gemms"] * r["batch"] * r["int8_gemm_seconds"]
+        assert r["share_of_bound"] == r["bound_seconds"] / r["seconds"]
+    monkeypatch.setitem(bench.DEVICES, "numpy", plain)
+    (r,) = [r for r in bench.run(dataclasses.replace(s, shapes=["square"]),
+                                 notify=lambda text: None) if r["method"] != "native"]  # fmt: skip
+    assert "bound_seconds" not in r
