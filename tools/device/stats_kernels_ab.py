@@ -11,7 +11,6 @@ between runs: NVRTC keys its cache by the text). One JSON line per run, with the
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs" / "benchmarks" / "tools"))
 
 import cupy as cp  # noqa: E402
+from gpu_records import emit  # noqa: E402  (this folder: the A/B runs append their lines)
 from stats_breakdown import kernel_times  # noqa: E402
 
 from emulinalg.inputs import phi_matrix  # noqa: E402
@@ -38,11 +38,7 @@ def main(argv=None):
     rec = {"label": args.label, "N": args.N, "dtype": args.dtype, "phi": args.phi,
            "repeat": args.repeat, "ms": kernel_times(a, b, args.repeat),
            "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode()}  # fmt: skip
-    line = json.dumps(rec)
-    print(line)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(line + "\n")
+    emit(rec, args.out)  # printed, and appended to --out across the A/B processes
 
 
 if __name__ == "__main__":
