@@ -28,7 +28,7 @@ from ._precision import (
     OzakiII,
     level_for_dtype,
 )
-from ._stages import gaussian_keywords, stages
+from ._stages import UNGATED, gaussian_keywords, stages
 from ._timing import stage
 from .algorithm import (
     bf16,
@@ -84,14 +84,18 @@ def matmul(xp, backend, a, b, request, cfg, dd=False, sides=None):
     value (0 for entries computed natively), so that partial products (the dask layer's K-blocks)
     can be summed without losing the emulation's accuracy.
     """
-    kind = ("matmul", str(a.dtype), str(b.dtype), a.ndim > 2, dd)
-    with contextlib.nullcontext() if backend is None else stages(backend).first_use(kind):
-        if dd:
-            c, plan = _matmul(xp, backend, a, b, request, cfg, "dd", sides)
-            if not isinstance(c, tuple):
-                c = (c, xp.zeros_like(c))
-            return c, plan
-        return _matmul(xp, backend, a, b, request, cfg, None, sides)
+    # a backend compiling kernels at first use runs the first product of a kind alone (the
+    # kernels differ with the dtypes, batching, the requested scheme and family)
+    kind = ("matmul", str(a.dtype), str(b.dtype), a.ndim > 2, dd, str(request), cfg.scheme)
+    with contextlib.nullcontext(UNGATED) if backend is None else stages(backend).first_use(
+        kind
+    ) as gate:  # fmt: skip
+        c, plan = _matmul(xp, backend, a, b, request, cfg, "dd" if dd else None, sides)
+        if plan.scheme == "native":  # nothing emulated: the kind's kernels are still to come
+            gate.idle()
+    if dd and not isinstance(c, tuple):
+        c = (c, xp.zeros_like(c))
+    return c, plan
 
 
 def _matmul(xp, backend, a, b, request, cfg, out, sides=None):

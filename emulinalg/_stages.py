@@ -61,8 +61,9 @@ of k in one chain, a GEMV for one line, so the line patch sums pieces of K:
 ``_engine._native_lines``; False where its GEMMs of few lines split k themselves), and
 ``plan_note()`` (a line for every plan, e.g. why another
 backend is not running), and ``first_use(what)`` (a context manager around one call of the
-kind ``what``, a tuple naming it and its dtypes: a backend that compiles kernels at first use
-runs the first call of each kind alone, ``emulinalg.backends.cuda.first_use``; default none).
+kind ``what``, a tuple naming it and its dtypes, yielding an object whose ``idle()`` says the
+call did none of the kind's work: a backend that compiles kernels at first use runs the first
+call of each kind alone, ``emulinalg.backends.cuda.first_use``; default none).
 """
 
 from __future__ import annotations
@@ -77,6 +78,16 @@ from typing import Any, Protocol, runtime_checkable
 # 1/sqrt(12); a GEMM that adds chains of kb and then their sums, sqrt(kb / k) of that. A backend
 # declares its own (``native_error_rms``, ``native_chain_k``); this default is the single chain.
 NATIVE_ERROR_RMS = 0.29
+
+
+class _Ungated:
+    """What a backend without ``first_use`` gives the gated call (nothing to mark)."""
+
+    def idle(self):
+        pass
+
+
+UNGATED = _Ungated()
 
 
 @runtime_checkable
@@ -149,7 +160,7 @@ class Stages:
     gaussian_moduli: bool = False
     line_pieces: bool = True
     plan_note: Callable[[], str] = lambda: ""
-    first_use: Callable = lambda what: contextlib.nullcontext()
+    first_use: Callable = lambda what: contextlib.nullcontext(UNGATED)
 
 
 _FACTS = ("block_entries", "narrow_statistics", "narrow_products", "native_error_rms",

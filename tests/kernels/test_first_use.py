@@ -143,3 +143,38 @@ def test_kinds_do_not_wait_for_each_other():
     release.set()
     t.join(timeout=10)
     assert got == ["b"] and a in cuda._warm and b in cuda._warm
+
+
+def test_an_idle_call_leaves_the_kind_cold():
+    key = ("test", "idle", object())
+    with cuda.first_use(key) as gate:
+        gate.idle()  # e.g. a product that went native: none of the kind's kernels compiled
+    assert key not in cuda._warm
+    with cuda.first_use(key):
+        pass
+    assert key in cuda._warm
+
+
+def test_a_nested_call_does_not_warm_the_kind_before_the_outer_one_ends():
+    key = ("test", "nested order", object())
+    inner_done, order = threading.Event(), []
+
+    def outer():
+        with cuda.first_use(key):
+            with cuda.first_use(key):
+                order.append("inner")
+            inner_done.set()
+            time.sleep(0.2)
+            order.append("outer end")
+
+    def later():
+        inner_done.wait(10)
+        with cuda.first_use(key):  # arrives while the outer first call still runs
+            order.append("later")
+
+    threads = [threading.Thread(target=outer), threading.Thread(target=later)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert order == ["inner", "outer end", "later"] and key in cuda._warm

@@ -98,28 +98,50 @@ def compile_lock(key):
 
 _first_locks: dict = {}
 _warm: set = set()
+_held = threading.local()  # per thread: the cold keys it runs alone, outermost first
+
+
+class FirstUse:
+    """What ``first_use`` yields: ``idle()`` says the body did none of its kind's work (an
+    early return, a native verdict), so the kind stays cold for the next caller."""
+
+    def __init__(self):
+        self.worked = True
+
+    def idle(self):
+        self.worked = False
 
 
 @contextlib.contextmanager
 def first_use(key):
-    """Run the body alone in this process while ``key`` (a kind of call: a product's or a dask
-    task's, with its dtypes and device) is cold, then let every later call through at once.
+    """Run the body alone among the calls of its kind (``key``: a product's or a dask task's,
+    with its dtypes and device) while that kind is cold, then let every later call of it run at
+    once; calls of other kinds are not held up. Yields a ``FirstUse``.
 
-    The first call of a kind compiles its kernels: the project's (NVRTC, under ``compile_lock``)
-    and cupy's own elementwise and reduction kernels, which cupy compiles in every thread that
-    misses its cache. Threads that start the same kind at once (dask's workers on a fresh
-    machine) would each compile the same kernels side by side, on the same cores; here they
-    wait for the first one and find the kernels compiled. A body that raises leaves the key
-    cold (the next caller runs alone in its turn). Reentrant within a thread."""
+    The first call of a kind compiles its kernels: the project's (NVRTC, under
+    ``compile_lock``) and cupy's own elementwise and reduction kernels, which cupy compiles in
+    every thread that misses its cache. Threads that start the same kind at once (dask's
+    workers on a fresh machine) would each compile the same kernels side by side, on the same
+    cores; here they wait for the first one and find the kernels compiled. The kind turns warm
+    when its outermost first call returns having worked (not ``idle()``); a body that raises
+    leaves it cold. Reentrant within a thread."""
+    gate = FirstUse()
     if key not in _warm:
         with _locks_guard:
             lock = _first_locks.setdefault(key, threading.RLock())
         with lock:
+            held = _held.__dict__.setdefault("keys", [])
             if key not in _warm:
-                yield
-                _warm.add(key)
+                outermost = key not in held
+                held.append(key)
+                try:
+                    yield gate
+                finally:
+                    held.pop()
+                if outermost and gate.worked:
+                    _warm.add(key)
                 return
-    yield
+    yield gate
 
 
 @cache

@@ -97,43 +97,65 @@ def _chunk_arrays(args):
     return out
 
 
-def _gating(arrays):
-    """The ``Stages`` of the first backend among the arrays' that gates first uses (a task of
-    cupy chunks may also take small numpy arrays), or None."""
-    import array_api_compat
+# array type -> its backend module, resolved once (for_namespace costs microseconds per task;
+# for numpy types it depends on EMULINALG_AMX, but neither numpy backend gates first uses)
+_BACKENDS: dict = {}
 
-    from emulinalg._stages import Stages, stages
 
-    from .. import for_namespace
-
+def _gate(arrays):
+    """The ``first_use`` of the first backend among the arrays' that declares one (a task of
+    cupy chunks may also take small numpy arrays), or None (numpy chunks: no gate)."""
     seen = set()
     for x in arrays:
-        if type(x) in seen:
+        t = type(x)
+        if t in seen:
             continue
-        seen.add(type(x))
-        backend = for_namespace(array_api_compat.array_namespace(x))
-        st = None if backend is None else stages(backend)
-        if st is not None and st.first_use is not Stages.first_use:
-            return st
+        seen.add(t)
+        if t not in _BACKENDS:
+            import array_api_compat
+
+            from .. import for_namespace
+
+            _BACKENDS[t] = for_namespace(array_api_compat.array_namespace(x))
+        gate = getattr(_BACKENDS[t], "first_use", None)
+        if gate is not None:
+            return gate
     return None
+
+
+class Idle:
+    """A task's result when it did none of its kind's work (an early return): its first use
+    then leaves the kind cold for the next run (``task``)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def idle(value):
+    """``value`` as an early return of a ``task`` (``Idle``)."""
+    return Idle(value)
 
 
 def task(fn):
     """A function the graphs run per chunk or block (a dask task): its first run of each kind
-    (the function and its arrays' dtypes) on a backend that compiles kernels at first use runs
-    alone (``Stages.first_use``: cupy chunks), so that dask's worker threads on a fresh machine
-    wait for one compile of the kernels it uses instead of each compiling them at once."""
+    (the function and its arrays' dtypes) that does its work (not an ``idle`` return) on a
+    backend that compiles kernels at first use runs alone among that kind's runs (the backend's
+    ``first_use``: cupy chunks), so that dask's worker threads on a fresh machine wait for one
+    compile of the kernels it uses instead of each compiling them at once."""
     name = f"{fn.__module__}.{fn.__qualname__}"
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
         arrays = _chunk_arrays(args)
-        st = _gating(arrays) if arrays else None
-        if st is None:
-            return fn(*args, **kwargs)
-        kind = ("dask task", name, *sorted({str(x.dtype) for x in arrays}))
-        with st.first_use(kind):
-            return fn(*args, **kwargs)
+        first_use = _gate(arrays) if arrays else None
+        if first_use is None:
+            out = fn(*args, **kwargs)
+        else:
+            with first_use(("dask task", name, *sorted({str(x.dtype) for x in arrays}))) as g:
+                out = fn(*args, **kwargs)
+                if isinstance(out, Idle):
+                    g.idle()
+        return out.value if isinstance(out, Idle) else out
 
     return run
 

@@ -13,7 +13,7 @@ from emulinalg._planner import (
 )
 from emulinalg.algorithm import certificate
 
-from .blocks import _chunk_quiet, _xp_backend, task
+from .blocks import _chunk_quiet, _xp_backend, idle, task
 
 
 def _line_norms(xp, aterms, bterms, k, norm):
@@ -175,7 +175,8 @@ def _exact_block(need, cfg, low, fallback, F, pl, e, f, aterms, bterms, *, k, q,
             fail, *_ = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, pl, e, f,
                                     aterms, bterms, k, q, cplx, target)  # fmt: skip
             n = int(xp.count_nonzero(fail))
-    return np.full((1,) * need.ndim, n, dtype=np.int64)
+    out = np.full((1,) * need.ndim, n, dtype=np.int64)
+    return out if n >= 0 else idle(out)
 
 
 @task

@@ -24,6 +24,7 @@ from .blocks import (
     _line_exponent,
     _lsum,
     _xp_backend,
+    idle,
     task,
 )
 from .certificate import _exact_fails
@@ -52,7 +53,7 @@ def _suspects_block(need, cfg, low, fallback, F, pl, e, f, aterms, bterms, *ix, 
     indices, "terms": [lam, na, nb, e, f] per entry}`` (only "n" when there are too many for
     the whole product anyway); None when the refinement does not run at this decision."""
     if not _refine_runs(cfg):
-        return None
+        return idle(None)
     xp, backend = _xp_backend(need)
     with _chunk_quiet(xp, backend):
         fail, lam, na, nb = _exact_fails(xp, need, cfg["count"] - 1, low, fallback, F, pl, e, f,
@@ -78,7 +79,7 @@ def _refine_select(sus, *, n, target):
     when it is 0: then one modulus fewer, as ``refine_and_patch`` decides)."""
     parts = [x for x in _flatten(sus) if x is not None]
     if not parts or sum(x["n"] for x in parts) > refinement.suspects_limit(target):
-        return None
+        return idle(None)
     parts = [x for x in parts if x["n"]]
     if not parts:
         return {"n": 0}
@@ -102,7 +103,7 @@ def _refine_lines(x, lines, sel, *ix, axis, starts):
     magnitudes normalized by the global line exponents, in float64 (``refinement.suspect_sums``'
     operands, restricted to the chunk); None without refinement."""
     if sel is None or not sel["n"]:
-        return None
+        return idle(None)
     xp, backend = _xp_backend(x)
     blk = _block_index(ix)[0]
     lo, hi = starts[blk], starts[blk + 1]
@@ -143,7 +144,7 @@ def _refine_task(cfg, sel, sums, *, k, cplx, target, m, n):
     ``refinement.patch_limit(m, n)`` do, with ``"patch"`` their flat indices (ascending, on the
     host) for the refit's tasks, and the loop stops; else the same count, and it stops."""
     if not _refine_runs(cfg):
-        return cfg
+        return idle(cfg)
     count = cfg["count"]
     if sel is None:  # too many suspects
         step = refinement.next_step(np, count, None)

@@ -24,6 +24,7 @@ from .blocks import (
     _flatten,
     _prescale_shift,
     _xp_backend,
+    idle,
     task,
 )
 from .certificate import _beyond
@@ -116,7 +117,7 @@ def _refit_candidates(emul, amb, bmb, e, f, need, cfg, *ix, cplx, starts, shape,
     into the whole output}, None where it has none]}``; None without refit."""
     out = emul["out"]
     if out is None or not _refit_runs(cfg):
-        return None
+        return idle(None)
     xp, backend = _xp_backend(out)
     with _chunk_quiet(xp, backend):
         parts = (xp.real(out),) if dd else (out,) if not cplx else (xp.real(out), xp.imag(out))
@@ -179,7 +180,7 @@ def _refit_select(cfg, *cands, m, n, every, cancelled, split=None):
             four = complex_parts.stacked_indices(np, sidx[order][pick], *split)
             idx = four if idx is None else np.unique(np.concatenate([idx, four]))
     if idx is None:
-        return None
+        return idle(None)
     rows, cols = refit.entry_lines(idx, m, n)
     return {"idx": idx, "rows": rows, "cols": cols, "urows": np.unique(rows),
             "ucols": np.unique(cols), "patched": 0 if patch is None else int(patch.shape[0]),
@@ -243,7 +244,7 @@ def _split_candidates(rr, nrr, ii, nii, ri, nri, ir, nir, a0, e0, a1, e1, b0, f0
     product's output); None without refit."""
     emuls, needs = (rr, ii, ri, ir), (nrr, nii, nri, nir)
     if any(x["out"] is None for x in emuls) or not _refit_runs(cfg):
-        return None
+        return idle(None)
     xp, backend = _xp_backend(rr["out"])
     with _chunk_quiet(xp, backend):
         pairs = [(xp.real(x["out"]), xp.imag(x["out"])) for x in emuls]
@@ -283,7 +284,7 @@ def _refit_lines(x, lines, bound, sel, *ix, axis, cplx, starts, batch, size):
     chunk's block indices but K's, "k0": its K offset, "re", "im": their finite float64 parts
     (L, k_c), "s", "e": their prescale shifts and bounds}``; None without refit."""
     if sel is None:
-        return None
+        return idle(None)
     xp, backend = _xp_backend(x)
     where = _block_index(ix)  # batch blocks..., the line block, the K block
     nb = len(batch)
@@ -329,7 +330,7 @@ def _refit_entries(pa, pb, sel, *, mode, real_name):
     (``refit.recomputed`` on their whole lines, with the prescale of those lines); None
     without refit."""
     if sel is None:
-        return None
+        return idle(None)
     pa, pb = _flatten(pa), _flatten(pb)
     xp, backend = _xp_backend(pa[0]["re"])
     with _chunk_quiet(xp, backend):

@@ -27,6 +27,7 @@ from .blocks import (
     _line_exponent,
     _prescale_shift,
     _xp_backend,
+    idle,
     task,
 )
 
@@ -98,7 +99,7 @@ def _normmag_chunk(x, lines, fallback, axis):
     ``certificate.magnitude_lower`` multiplies): 4 bytes per entry; None when the bound GEMM's
     certificate left no entry beyond (``fallback`` False)."""
     if not fallback:
-        return None
+        return idle(None)
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
         re, im, _ = _finite_parts(xp, x)

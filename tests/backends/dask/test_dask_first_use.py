@@ -35,8 +35,8 @@ class _Recorder:
     @contextlib.contextmanager
     def __call__(self, what):
         key = ("dask first-use test", self.token, *what)
-        with cuda.first_use(key):
-            cold = key not in cuda._warm  # only the first run of a kind is inside cold
+        with cuda.first_use(key) as gate:
+            cold = key not in cuda._warm  # only a kind's first (working) runs are inside cold
             with self.lock:
                 self.runs[what] = self.runs.get(what, 0) + 1
                 if what in self.cold_running:
@@ -46,7 +46,7 @@ class _Recorder:
             try:
                 if cold:
                     time.sleep(0.02)  # a compile's time: others of the kind would start now
-                yield
+                yield gate
             finally:
                 with self.lock:
                     self.cold_running.discard(what)
@@ -83,7 +83,31 @@ def test_tasks_run_through_the_first_use_gate(mode, monkeypatch):
                 "crt._product_block", "crt._wsum"}  # fmt: skip
     else:  # the block products are the engine's, gated as products of their dtypes
         want = {"dd._emulated_block", "dd._round"}
-        assert rec.runs[("matmul", "float64", "float64", False, True)] == 3 * 2 * 4
+        (kind,) = [w for w in rec.runs if w[0] == "matmul"]  # the block products' one kind
+        assert kind[:5] == ("matmul", "float64", "float64", False, True)
+        assert rec.runs[kind] == 3 * 2 * 4
     assert want <= names, sorted(names)
     # every kind ran more often than once (the graph has several chunks and blocks of each)
     assert sum(rec.runs.values()) > 2 * len(rec.runs)
+
+
+def test_an_idle_run_leaves_its_kind_cold(monkeypatch):
+    """A task run that returns early (``blocks.idle``) does none of its kind's work: the kind
+    stays cold, and the first run that works warms it; the caller gets the plain value."""
+    from emulinalg.backends.dask import blocks
+
+    rec = _Recorder()
+    backend = emulinalg.backends.for_namespace(np)
+    monkeypatch.setattr(backend, "first_use", rec, raising=False)
+
+    @blocks.task
+    def chunk_task(x, work):
+        return x.sum() if work else blocks.idle(None)
+
+    x = np.ones(4)
+    key = ("dask first-use test", rec.token, "dask task",
+           f"{chunk_task.__module__}.{chunk_task.__qualname__}", "float64")  # fmt: skip
+    assert chunk_task(x, False) is None and key not in cuda._warm
+    assert chunk_task(x, False) is None and key not in cuda._warm
+    assert chunk_task(x, True) == 4.0 and key in cuda._warm
+    assert rec.runs[key[2:]] == 3
