@@ -14,8 +14,6 @@ set -u
 group=$1
 budget=${2:-520}
 t0=$SECONDS
-(bash .device/peers/build.sh > "$OUT/g8build.log" 2>&1; echo "g8 build rc=$? $((SECONDS - t0)) s" >> "$OUT/g8build.log") &
-source tools/device/build_fused.sh
 phis=0.5,1,2,4
 case $group in
   16384) dtypes="float64 float32"; n=16384 ;;
@@ -23,8 +21,7 @@ case $group in
   complex) dtypes="complex128 complex64"; n=16384; phis=1 ;;
   *) echo "unknown group $group"; exit 2 ;;
 esac
-wait
-tail -n 1 "$OUT/g8build.log"
+source tools/device/build_with_gemmul8.sh
 out="$OUT/bench_$group.jsonl"
 for d in $dtypes; do
   level=float64; case $d in float32 | complex64) level=float32 ;; esac

@@ -12,8 +12,6 @@ set -u
 group=$1
 budget=${2:-520}
 t0=$SECONDS
-(bash .device/peers/build.sh > "$OUT/g8build.log" 2>&1; echo "g8 build rc=$? $((SECONDS - t0)) s" >> "$OUT/g8build.log") &
-source tools/device/build_fused.sh
 rows=()
 case $group in
   16384) for d in float64 float32; do for p in 0.5 1 2 4; do rows+=("$d:$p:16384"); done; done ;;
@@ -21,8 +19,7 @@ case $group in
   complex) rows=("complex128:1:16384" "complex64:1:16384") ;;
   *) echo "unknown group $group"; exit 2 ;;
 esac
-wait
-tail -n 1 "$OUT/g8build.log"
+source tools/device/build_with_gemmul8.sh
 spec=$(IFS=,; echo "${rows[*]}")
 left=$((budget - SECONDS + t0))
 PYTHONPATH=tools/device:.device/peers:$PYTHONPATH timeout "$left" python3 tools/device/gemmul8_levels.py \
