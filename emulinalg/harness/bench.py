@@ -596,7 +596,7 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
         count = re.search(r"OzakiII\(moduli=(\d+)", rec["scheme"] or "")
         if settings.gemmul8 and count and isinstance(method.precision, (str, int)):  # levels
             _gemmul8_rows(settings, dev, a, b, grade, group.dtype, int(count.group(1)), rec,
-                          emit, flops, t_nat)  # fmt: skip
+                          base, emit, flops, t_nat)  # fmt: skip
         emit(rec)
     if settings.gemmul8 or group.family == "cupy":  # the board drifts: native again after them
         _, t_after, runs = measure(dev, lambda: dev.xp.matmul(a, b),
@@ -639,22 +639,25 @@ def fewest_matching(bits_at, start: int, lo: int, hi: int, native) -> tuple[int 
     return None, tried
 
 
+_PEERS: dict = {}  # library path -> the loaded GEMMul8 wrapper, or why it did not load
+
+
 def _gemmul8(settings):
-    """The GEMMul8 wrapper loaded from ``settings.gemmul8`` (once per run), or the error text."""
-    if not hasattr(_gemmul8, "cache"):
-        _gemmul8.cache = {}
-    if settings.gemmul8 not in _gemmul8.cache:
+    """The GEMMul8 wrapper loaded from ``settings.gemmul8`` (once per process), or the error
+    text."""
+    if settings.gemmul8 not in _PEERS:
         try:
             import gemmul8  # ../shared/peers' ctypes wrapper, on sys.path for the run
 
-            _gemmul8.cache[settings.gemmul8] = gemmul8.load(settings.gemmul8)
+            _PEERS[settings.gemmul8] = gemmul8.load(settings.gemmul8)
         except Exception as exc:  # reported in the records, the run goes on
-            _gemmul8.cache[settings.gemmul8] = f"{type(exc).__name__}: {exc}"
-    return _gemmul8.cache[settings.gemmul8]
+            _PEERS[settings.gemmul8] = f"{type(exc).__name__}: {exc}"
+    return _PEERS[settings.gemmul8]
 
 
-def _gemmul8_rows(settings, dev, a, b, grade, dtype, count, rec, emit, flops, t_nat):
-    """GEMMul8 (accurate mode) beside a level's record ``rec`` of ``count`` moduli: the same
+def _gemmul8_rows(settings, dev, a, b, grade, dtype, count, rec, base, emit, flops, t_nat):
+    """GEMMul8 (accurate mode) beside a level's record ``rec`` of ``count`` moduli (the
+    group's common fields ``base``): the same
     count, then the fewest count whose bits match the native product's (``fewest_matching``),
     one record per count tried (method ``GEMMul8(moduli=c)``); ``rec`` gets the summary
     (``gemmul8_same_count_*``, ``gemmul8_best_moduli``, ``gemmul8_best_*``)."""
@@ -670,14 +673,9 @@ def _gemmul8_rows(settings, dev, a, b, grade, dtype, count, rec, emit, flops, t_
     rows = {}
 
     def bits_at(c):
-        row = {k: rec[k] for k in ("family", "op", "shape", "size", "dtype", "m", "n", "k",
-                                   "batch", "phi", "native_seconds", "native_tflops",
-                                   "native_bits_maxrel", "native_bits_cw", "reference",
-                                   "ref_rows", "ref_cols", "native", "device", "emulinalg",
-                                   "date", "command") if k in rec}  # fmt: skip
         name = f"GEMMul8(moduli={c})"
-        row.update(backend="gemmul8", precision=name, method=name,
-                   scheme=f"GEMMul8 accurate, {c} moduli", peer=True)  # fmt: skip
+        row = {**base, "backend": "gemmul8", "precision": name, "method": name,
+               "scheme": f"GEMMul8 accurate, {c} moduli", "peer": True}  # fmt: skip
         try:
             out, t, runs = measure(dev, lambda: g8.matmul(a, b, c, False)[0], settings.repeat,
                                    settings.warmup, settings.case_seconds)  # fmt: skip

@@ -61,7 +61,7 @@ def stand_in(monkeypatch):
         return made[-1]
 
     monkeypatch.setitem(sys.modules, "gemmul8", types.SimpleNamespace(load=load))
-    monkeypatch.setattr(bench._gemmul8, "cache", {}, raising=False)
+    monkeypatch.setattr(bench, "_PEERS", {})
     return made
 
 
@@ -99,7 +99,7 @@ def test_bench_puts_the_peer_beside_the_level(stand_in):
 
 def test_a_missing_peer_is_reported_in_the_row(monkeypatch):
     monkeypatch.setitem(sys.modules, "gemmul8", None)  # import fails
-    monkeypatch.setattr(bench._gemmul8, "cache", {}, raising=False)
+    monkeypatch.setattr(bench, "_PEERS", {})
     s = Settings(backends=["numpy"], sizes=[64], shapes=["square"], dtypes=["float32"],
                  phis=[1.0], methods=[parse_method("float32")], repeat=1, warmup=0,
                  stages=False, ref_rows=0, gemmul8="/nowhere.so")  # fmt: skip
