@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,9 +218,12 @@ class Settings:
         return list(self.sizes or DEFAULT_SIZES[family])
 
 
-def measure(dev: Device, fn, repeat: int, warmup: int, budget: float):
+def measure(dev: Device, fn, repeat: int, warmup: int, budget: float, board=None,
+            prefix: str = ""):  # fmt: skip
     """Median seconds of ``repeat`` runs of ``fn`` after ``warmup`` runs; stops early (after at
-    least one timed run) once the timed runs have taken ``budget`` seconds.
+    least one timed run) once the timed runs have taken ``budget`` seconds. ``board``: a record
+    (dict) that gets the board's clock and power over the timed runs (``board.Monitor``'s
+    fields, names led by ``prefix``) where the device can read them.
 
     Returns ``(last result, median seconds, number of timed runs)``.
     """
@@ -228,12 +232,16 @@ def measure(dev: Device, fn, repeat: int, warmup: int, budget: float):
     times: list[float] = []
     out = None
     spent = 0.0
-    while len(times) < max(1, repeat):
-        out, t = dev.run(fn)
-        times.append(t)
-        spent += t
-        if spent >= budget:
-            break
+    watch = dev.monitor() if board is not None and dev.monitor is not None else nullcontext()
+    with watch:
+        while len(times) < max(1, repeat):
+            out, t = dev.run(fn)
+            times.append(t)
+            spent += t
+            if spent >= budget:
+                break
+    if hasattr(watch, "summary"):
+        board.update(watch.summary(prefix))
     return out, statistics.median(times), len(times)
 
 
@@ -470,12 +478,15 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
         return acc
 
     flops = 2.0 * batch * m * n * k * (4 if group.dtype.startswith("complex") else 1)
+    nat_board: dict = {}
     c, t_nat, runs = measure(
         dev,
         lambda: dev.xp.matmul(a, b),
         max(settings.repeat, NATIVE_MIN_RUNS),
         max(settings.warmup, 1),
         settings.case_seconds,
+        nat_board,
+        "native_",
     )
     acc_nat = grade(c)
     del c
@@ -505,6 +516,7 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
         "native_tflops": flops / t_nat / 1e12 if t_nat > 0 else None,
         "native_bits_maxrel": _finite(acc_nat["bits_maxrel"]),
         "native_bits_cw": _finite(acc_nat["bits_cw"]),
+        **nat_board,
         **extra,
         "reference": "exact",
         "ref_rows": len(range(m)[rows]),
@@ -551,7 +563,7 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
         try:
             with emulinalg.config(**cfg):
                 c, t, runs = measure(
-                    dev, fn, settings.repeat, settings.warmup, settings.case_seconds
+                    dev, fn, settings.repeat, settings.warmup, settings.case_seconds, rec
                 )
                 plan = emulinalg.last_plan()
                 acc = grade(c)
@@ -599,10 +611,11 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
                           base, emit, flops, t_nat)  # fmt: skip
         emit(rec)
     if settings.gemmul8 or group.family == "cupy":  # the board drifts: native again after them
+        after: dict = {}
         _, t_after, runs = measure(dev, lambda: dev.xp.matmul(a, b),
                                    max(settings.repeat, NATIVE_MIN_RUNS), 1,
-                                   settings.case_seconds)  # fmt: skip
-        emit({**base, "backend": group.family, "precision": "native", "method": "native",
+                                   settings.case_seconds, after)  # fmt: skip
+        emit({**base, **after, "backend": group.family, "precision": "native", "method": "native",
               "when": "after", "scheme": "native", "seconds": t_after, "runs": runs,
               "tflops": flops / t_after / 1e12 if t_after > 0 else None,
               "speedup": t_nat / t_after if t_after > 0 else None,
@@ -678,7 +691,7 @@ def _gemmul8_rows(settings, dev, a, b, grade, dtype, count, rec, base, emit, flo
                "scheme": f"GEMMul8 accurate, {c} moduli", "peer": True}  # fmt: skip
         try:
             out, t, runs = measure(dev, lambda: g8.matmul(a, b, c, False)[0], settings.repeat,
-                                   settings.warmup, settings.case_seconds)  # fmt: skip
+                                   settings.warmup, settings.case_seconds, row)  # fmt: skip
             acc = grade(out)
             del out
         except Exception as exc:

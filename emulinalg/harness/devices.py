@@ -14,6 +14,7 @@ import numpy as np
 
 from emulinalg import _extras
 
+from . import board
 from .machine import backend_env, blas, cpu_description
 
 FAMILIES = ("numpy", "cupy", "dask", "amx")
@@ -30,7 +31,8 @@ class Device:
     stops (device events on cupy; lazy dask graphs are computed inside); ``sync`` makes host
     clocks see device work (stage timings). ``int8_gemm(m, n, k)``, where the family has one:
     a function that runs one m x k by k x n INT8 GEMM of full-range operands as the backend's
-    Scheme II products run theirs (the zero-overhead bound's unit).
+    Scheme II products run theirs (the zero-overhead bound's unit). ``monitor()``, where the
+    board can be read: a ``board.Monitor`` sampling its clock and power around timed runs.
     """
 
     family: str
@@ -42,6 +44,7 @@ class Device:
     description: str
     native: str
     int8_gemm: Callable[[int, int, int], Callable[[], Any]] | None = None
+    monitor: Callable[[], Any] | None = None
 
 
 def _wall(fn):
@@ -94,6 +97,7 @@ def _cupy_device(chunks):
         pa, pb = pa.astype(cupy.int8), pb.astype(cupy.int8)
         return lambda: _int8_products(pa, pb)
 
+    read = board.reader(cupy.cuda.Device().pci_bus_id)
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = props["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
@@ -108,6 +112,7 @@ def _cupy_device(chunks):
         f"{name} (CUDA runtime {v // 1000}.{v % 1000 // 10})",
         f"cupy.matmul (cupy {cupy.__version__}, cuBLAS)",
         int8_gemm,
+        None if read is None else (lambda: board.Monitor(read)),
     )
 
 
