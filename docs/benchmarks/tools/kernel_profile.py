@@ -3,7 +3,9 @@
 CUPTI (through ``torch.profiler``, a measuring tool of the GPU machine, not a dependency of the
 project) records every kernel the process launches, cupy's included: per kernel name the total
 device time and the number of launches, for one product at the default level and one at a
-fixed scheme on the same inputs, after a warm-up call of each. One JSON line per product.
+fixed scheme on the same inputs, after a warm-up call of each (``--schemes``: ``level`` under
+``strategy="eager"``, ``default`` under the default strategy, ``native``, ``OzakiII(N)``).
+One JSON line per product.
 A run ``g8:N`` profiles GEMMul8's accurate mode with N moduli on the same inputs (the measuring
 stick of issue #24, loaded from ``--g8`` only when asked; ``.device/peers`` on sys.path).
 
@@ -83,8 +85,10 @@ def main():
 
                 _report(name, call, plans, dt, args)
                 continue
-            if name == "level":
+            strategy = "eager"
+            if name in ("level", "default"):  # default: the level under the default strategy
                 prec = None
+                strategy = "eager" if name == "level" else emulinalg.get_config().strategy
             elif name == "native":
                 prec = "native"
             else:
@@ -92,8 +96,8 @@ def main():
             xp = emulinalg.namespace(a)
             plans = []
 
-            def call(prec=prec, xp=xp, a=a, b=b, plans=plans):
-                with emulinalg.config(strategy="eager"):
+            def call(prec=prec, xp=xp, a=a, b=b, plans=plans, strategy=strategy):
+                with emulinalg.config(strategy=strategy):
                     plans.append(xp.matmul(a, b, precision=prec, explain=True)[1])
 
             _report(name, call, plans, dt, args)
