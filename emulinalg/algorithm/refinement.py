@@ -245,7 +245,8 @@ def line_patch(failed, m, n):
         idx = np.unique(idx)  # sorted, each once
     r, c = idx // n, idx % n
     rows_fail, cols_fail = np.bincount(r, minlength=m), np.bincount(c, minlength=n)
-    by_col = np.argsort(c, kind="stable")
+    # (numpy's stable sort of 16-bit keys is a radix sort: ~10x faster than of int64 ones)
+    by_col = np.argsort(c.astype(np.uint16) if n <= 1 << 16 else c, kind="stable")
     row_at = np.searchsorted(r, np.arange(m + 1))  # flat order: ascending rows
     col_at = np.searchsorted(c[by_col], np.arange(n + 1))
     live = np.ones(idx.shape[0], dtype=bool)

@@ -141,3 +141,16 @@ def test_hopeless_failures_stop_early():
         mp.setattr(np.subtract, "at", counted, raising=False)
         assert line_patch(idx, m, n) is None
     assert len(calls) <= 2
+
+
+@pytest.mark.parametrize("n", [65536, 70000])
+def test_columns_past_16_bits_keep_their_index(n):
+    """The columns' order is sorted on 16-bit keys where they fit (numpy's radix sort): at
+    n = 65536 the last column still fits, at 70,000 columns past 65,535 must not wrap."""
+    m = 512  # more failures than the 256 entries a patch takes: two columns are lines
+    cols = [5000, n - 1]  # past 16 bits, n - 1 would wrap below 5000
+    idx = np.union1d(_flat(np.arange(m), cols, n), [2 * n + 5, 6 * n + 7])
+    p = line_patch(idx, m, n)
+    assert p.cols.tolist() == cols and p.rows.tolist() == []
+    assert p.entries.tolist() == sorted([2 * n + 5, 6 * n + 7])
+    assert _covered(p, idx, n).all()

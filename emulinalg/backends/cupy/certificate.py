@@ -254,7 +254,8 @@ def ozaki2_certificate(ar, ai, br, bi, prescale, target, gaussian=False):
     if not w[W + 6]:
         return count, beyond, None
     at = step_word(steps)
-    failed = np.sort(cp.asnumpy(words[0][at : at + w[W + 7]]).astype(np.int64))
+    # sorted on the device (the kernels append them in any order; up to fails_limit, millions)
+    failed = cp.asnumpy(cp.sort(words[0][at : at + w[W + 7]])).astype(np.int64)
     count, patch = refinement.kernel_patch(count, failed, m, n, plan.lines)
     if isinstance(patch, np.ndarray):
         patch = cp.asarray(patch)
