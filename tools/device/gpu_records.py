@@ -70,6 +70,46 @@ def records(path, script, argv, summary, **common):
         yield emit
 
 
+def constant_ab(module, attr, variants, rows, out, check=None, rounds=7):
+    """A/B of a module constant in one process: for each row ``"dtype:N:phi"`` (``phi_matrix``
+    seeds 1, 2) the eager level with ``module.attr`` set to each value of ``variants`` (name ->
+    value), ``rounds`` interleaved rounds of three timed calls each (the median round:
+    ``<name>_s``), cuBLAS before and after. ``check(rec, run)`` adds fields before the timing
+    (``run(value)``: the level's result with that value). One JSON line per row in ``out``."""
+    shipped = getattr(module, attr)
+    for row in rows:
+        dt, n, phi = row.split(":")
+        n, phi = int(n), float(phi)
+        a = cp.asarray(phi_matrix((n, n), phi, dt, seed=1))
+        b = cp.asarray(phi_matrix((n, n), phi, dt, seed=2))
+
+        def native(a=a, b=b):
+            return cp.matmul(a, b)
+
+        def level(value, a=a, b=b):
+            setattr(module, attr, value)
+            try:
+                return emulinalg.matmul(a, b)
+            finally:
+                setattr(module, attr, shipped)
+
+        rec = {"dtype": dt, "n": n, "phi": phi, attr: {k: str(v) for k, v in variants.items()}}
+        with emulinalg.config(strategy="eager"):
+            if check is not None:
+                check(rec, level)
+            rec["native_before_s"] = timed(native, repeat=5)
+            got = {name: [] for name in variants}
+            for _ in range(rounds):
+                for name, value in variants.items():
+                    got[name].append(timed(level, value, repeat=3))
+            rec["plan"] = str(emulinalg.last_plan())[:300]
+        for name, ts in got.items():
+            rec[f"{name}_s"] = sorted(ts)[len(ts) // 2]
+        rec["native_after_s"] = timed(native, repeat=5)
+        emit(rec, out)
+        del a, b
+
+
 def median_ms(fn, repeat):
     """``timed`` in milliseconds after two warm-up calls (the kernel-level scripts)."""
     return 1e3 * timed(fn, repeat=repeat, warmup=2)
