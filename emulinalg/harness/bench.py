@@ -218,12 +218,11 @@ class Settings:
         return list(self.sizes or DEFAULT_SIZES[family])
 
 
-def measure(dev: Device, fn, repeat: int, warmup: int, budget: float, board=None,
-            prefix: str = ""):  # fmt: skip
+def measure(dev: Device, fn, repeat: int, warmup: int, budget: float, board=None):
     """Median seconds of ``repeat`` runs of ``fn`` after ``warmup`` runs; stops early (after at
     least one timed run) once the timed runs have taken ``budget`` seconds. ``board``: a record
     (dict) that gets the board's clock and power over the timed runs (``board.Monitor``'s
-    fields, names led by ``prefix``) where the device can read them.
+    fields) where the device can read them.
 
     Returns ``(last result, median seconds, number of timed runs)``.
     """
@@ -241,7 +240,7 @@ def measure(dev: Device, fn, repeat: int, warmup: int, budget: float, board=None
             if spent >= budget:
                 break
     if hasattr(watch, "summary"):
-        board.update(watch.summary(prefix))
+        board.update(watch.summary())
     return out, statistics.median(times), len(times)
 
 
@@ -486,7 +485,6 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
         max(settings.warmup, 1),
         settings.case_seconds,
         nat_board,
-        "native_",
     )
     acc_nat = grade(c)
     del c
@@ -516,7 +514,7 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
         "native_tflops": flops / t_nat / 1e12 if t_nat > 0 else None,
         "native_bits_maxrel": _finite(acc_nat["bits_maxrel"]),
         "native_bits_cw": _finite(acc_nat["bits_cw"]),
-        **nat_board,
+        **{f"native_{key}": v for key, v in nat_board.items()},
         **extra,
         "reference": "exact",
         "ref_rows": len(range(m)[rows]),
@@ -530,6 +528,7 @@ def _measure_group(settings, dev, group, ref, date, emit, progress):
     emit(
         {
             **base,
+            **nat_board,
             "backend": group.family,
             "precision": "native",
             "method": "native",

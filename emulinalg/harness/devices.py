@@ -97,7 +97,7 @@ def _cupy_device(chunks):
         pa, pb = pa.astype(cupy.int8), pb.astype(cupy.int8)
         return lambda: _int8_products(pa, pb)
 
-    read = board.reader(cupy.cuda.Device().pci_bus_id)
+    readings = board.reader(cupy.cuda.Device().pci_bus_id)
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = props["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
@@ -112,7 +112,7 @@ def _cupy_device(chunks):
         f"{name} (CUDA runtime {v // 1000}.{v % 1000 // 10})",
         f"cupy.matmul (cupy {cupy.__version__}, cuBLAS)",
         int8_gemm,
-        None if read is None else (lambda: board.Monitor(read)),
+        None if readings is None else (lambda: board.Monitor(readings)),
     )
 
 
