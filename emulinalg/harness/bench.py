@@ -231,16 +231,16 @@ def measure(dev: Device, fn, repeat: int, warmup: int, budget: float, board=None
     times: list[float] = []
     out = None
     spent = 0.0
-    watch = dev.monitor() if board is not None and dev.monitor is not None else nullcontext()
-    with watch:
+    monitor = dev.monitor() if board is not None and dev.monitor is not None else None
+    with monitor or nullcontext():
         while len(times) < max(1, repeat):
             out, t = dev.run(fn)
             times.append(t)
             spent += t
             if spent >= budget:
                 break
-    if hasattr(watch, "summary"):
-        board.update(watch.summary())
+    if monitor is not None:
+        board.update(monitor.summary())
     return out, statistics.median(times), len(times)
 
 

@@ -85,10 +85,10 @@ def main():
 
                 _report(name, call, plans, dt, args)
                 continue
-            strategy = "eager"
-            if name in ("level", "default"):  # default: the level under the default strategy
+            # default: the level under the default strategy; every other run eager
+            strategy = emulinalg.get_config().strategy if name == "default" else "eager"
+            if name in ("level", "default"):
                 prec = None
-                strategy = "eager" if name == "level" else emulinalg.get_config().strategy
             elif name == "native":
                 prec = "native"
             else:
