@@ -25,6 +25,7 @@ EXTRAS = {
     "dask": "dask",
     "dask.array": "dask",
     "distributed": "dask",
+    "dask_cuda": "multigpu",
     "matplotlib": "bench",
     "pyscf": "scf",
     "hypothesis": "test",

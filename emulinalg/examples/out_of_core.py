@@ -153,6 +153,7 @@ def run(
     repeat=1,
     warmup=0,
     report=None,
+    native_graph=False,
 ):
     """Build the product, compute it (on ``client``, or with dask's threaded scheduler when
     ``client`` is None) and grade the sampled entries; returns a dict of results.
@@ -165,7 +166,9 @@ def run(
     then not timed). ``incore``: also time one in-core emulated call on the whole operands
     (materialised once, on the host or the GPU) and grade it on the same entries.
     ``repeat``: timed runs of the graph (the median is reported), after ``warmup`` untimed ones
-    (kernel compilation, memory pools)."""
+    (kernel compilation, memory pools). ``native_graph``: also time dask's own product of the same
+    operands (``dask.array.matmul``, the chunk library's GEMM per block) through the same
+    computation, runs and workers, and grade its sampled entries (``native_graph_*``)."""
     import dask
     import dask.array as da
 
@@ -233,6 +236,11 @@ def run(
             times.append(time.perf_counter() - t0)
     seconds = float(np.median(times))
     c_s, total = to_host(c_s), to_host(total)
+    graph = (
+        _native_graph(client, threads, a, b, rsel, csel, warmup, repeat, say)
+        if native_graph
+        else None
+    )
 
     say(f"computed in {seconds:.1f} s; grading {len(rsel)} x {len(csel)} sampled entries ...")
     # Grade: exact and native on the sampled entries, a group of columns at a time (B is never
@@ -250,7 +258,7 @@ def run(
         nat_seconds = time.perf_counter() - t0
         nat_whole = to_host(C[rsel, :][:, csel])
         A = B = C = None
-    worst = {"emulated": [0.0, 0.0], "native": [0.0, 0.0], "incore": [0.0, 0.0]}
+    worst = {label: [0.0, 0.0] for label in ("emulated", "native", "incore", "graph")}
     mismatch = 0
     for g0 in range(0, len(csel), 256):
         group = csel[g0 : g0 + 256]
@@ -261,6 +269,8 @@ def run(
         graded = [("emulated", c_s[:, g0 : g0 + 256]), ("native", nat)]
         if inc is not None:
             graded.append(("incore", inc["c"][:, g0 : g0 + 256]))
+        if graph is not None:
+            graded.append(("graph", graph["c"][:, g0 : g0 + 256]))
         for label, c_g in graded:
             acc = accuracy(c_g, a_rows_h, b_g_h, ref=ref)
             w = worst[label]
@@ -298,6 +308,13 @@ def run(
     if native == "whole":
         res["native_seconds"] = nat_seconds
         res["native_tflops"] = flops / nat_seconds / 1e12
+    if graph is not None:
+        res["native_graph_seconds"] = graph["seconds"]
+        res["native_graph_tflops"] = flops / graph["seconds"] / 1e12
+        res["native_graph_times"] = graph["times"]
+        res["native_graph_sum"] = graph["sum"]
+        res["native_graph_bits_maxrel"] = effective_bits(worst["graph"][0])
+        res["native_graph_bits_cw"] = effective_bits(worst["graph"][1])
     if inc is not None:
         res["incore_seconds"] = inc["seconds"]
         res["incore_tflops"] = flops / inc["seconds"] / 1e12
@@ -306,6 +323,26 @@ def run(
         res["incore_bits_cw"] = effective_bits(worst["incore"][1])
         res["incore_plan"] = inc["plan"]
     return res
+
+
+def _native_graph(client, threads, a, b, rsel, csel, warmup, repeat, say):
+    """dask's own product ``a @ b`` through the same computation as ``run``'s (the sum of every
+    block and the sampled entries), ``warmup`` untimed runs then ``repeat`` timed ones on the
+    same workers: ``{"c": sampled entries (host), "sum", "seconds" (median), "times"}``."""
+    import dask.array as da
+
+    c = da.matmul(a, b)
+    wanted = (c[rsel, :][:, csel], da.sum(c))
+    say("dask's native product of the same operands, for comparison ...")
+    times = []
+    for run_i in range(warmup + max(1, repeat)):
+        t0 = time.perf_counter()
+        c_s, total = _gather(client, threads, *wanted)
+        _sync(c_s)
+        if run_i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return {"c": to_host(c_s), "sum": float(to_host(total)), "seconds": float(np.median(times)),
+            "times": times}  # fmt: skip
 
 
 # While the graph computes without a progress bar, a line this often (seconds), four times
@@ -637,9 +674,9 @@ def main(argv=None):
     return 0
 
 
-def _record(res, argv):
+def _record(res, argv, prog="python -m emulinalg.examples.out_of_core"):
     """A benchmark record (the fields of docs/performance.md, ``backend: "dask"``) from
-    ``run``'s result."""
+    ``run``'s result; ``prog`` and ``argv``: the command that made it."""
     import datetime
     import shlex
 
@@ -656,7 +693,7 @@ def _record(res, argv):
         "bits_cw": res["bits_cw"], "native_bits_cw": res["native_bits_cw"],
         "reference": f"exact on {res['rows']} x {res['cols']} sampled entries",
         "device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "command": "python -m emulinalg.examples.out_of_core "
+        "command": prog + " "
         + " ".join(shlex.quote(v) for v in (argv if argv is not None else sys.argv[1:])),
     }  # fmt: skip
     import os
@@ -669,11 +706,15 @@ def _record(res, argv):
                 "incore_bits_maxrel", "incore_bits_cw", "incore_plan", "chunks", "chunk_library",
                 "workers", "operand_bytes", "times", "warmup", "persist", "native",
                 "worker_peak_rss", "sum", "nonfinite_mismatch", "rows", "cols",
-                "build_seconds"):  # fmt: skip
+                "build_seconds", "native_graph_seconds", "native_graph_tflops",
+                "native_graph_times", "native_graph_bits_maxrel", "native_graph_bits_cw",
+                "gpus", "scaling_efficiency"):  # fmt: skip
         if key in res:
             rec[key] = res[key]
     if "native_tflops" in res:
         rec["speedup"] = res["tflops"] / res["native_tflops"]
+    if "native_graph_tflops" in res:  # dask's own product on the same workers
+        rec["speedup_native_graph"] = res["tflops"] / res["native_graph_tflops"]
     return rec
 
 

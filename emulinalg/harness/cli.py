@@ -34,12 +34,20 @@ def demo(args) -> int:
         from emulinalg.examples import scf_demo
 
         return scf_demo.main(args)  # checks for PySCF before its first line
+    if getattr(args, "gpus", None) and workload != "dask":
+        print("demo: --gpus is for the dask workload: python -m emulinalg demo dask --gpus N",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if workload == "dask":
         # the hint before anything starts (out_of_core imports them as it goes)
         hint = _extras.missing("dask.array", "distributed", needed_by="demo dask")
         if hint:
             print(hint, file=sys.stderr)
             return _extras.MISSING_EXTRA
+        if getattr(args, "gpus", None):
+            from emulinalg.examples import multi_gpu
+
+            return multi_gpu.demo_main(args)
         from emulinalg.examples import out_of_core
 
         return out_of_core.demo_main(args)
@@ -116,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         "81920 x 64, 680 MiB, on two workers of 300 MiB: they spill to disk and pause, which "
         "distributed logs; minutes on 2 cores) instead of the default 256 x 8192 times 8192 x 64 "
         "with the workers' memory left to dask",
+    )
+    p.add_argument(
+        "--gpus",
+        metavar="N|LIST|all",
+        help="dask only: a dask-cuda cluster of one worker per GPU, the product on 1 then N GPUs "
+        "with dask's native product beside it and the scaling efficiency "
+        '(emulinalg.examples.multi_gpu; needs cupy and dask-cuda: pip install ".[multigpu]")',
     )
     p.add_argument(
         "--size", "-N", type=int, default=512, help="matmul only: matrix size N (default 512)"
