@@ -12,9 +12,10 @@ dask's own product of the same operands on the same workers (``dask.array.matmul
 block), both graded on sampled rows and columns against the exact product.
 
 It does this first on one GPU and then on all ``N`` (``--gpus 1,2,4,8``: on each count in turn),
-and prints per count the median time, the effective TFLOP/s (2mnk / t) and the scaling
-efficiency ``t_1 / (G t_G)`` of both products, and the emulated product's speed over dask's
-native one. NVLink multicast stays off in every process it starts (``NO_MULTICAST``).
+and prints per count the median time, the effective TFLOP/s (2mnk / t), the scaling
+efficiency ``t_1 / (G t_G)`` and the bytes the workers received from one another per run of
+both products, and the emulated product's speed over dask's native one. NVLink multicast
+stays off in every process it starts (``NO_MULTICAST``).
 
 The default product, 32768 x 32768 x 32768 float64 (16 GiB of operands) in chunks of 8192 x
 32768 and 32768 x 8192, fits one GPU; ``--out-of-core`` asks for 131072 x 65536 times 65536 x
@@ -228,16 +229,18 @@ def main(argv=None):
     print(results[-1]["plan"])
     print(f"A: {m} x {k}, B: {k} x {n} float64 in chunks {chunks}; one worker per GPU")
     print(
-        f"{'GPUs':>4}  {'emulated s':>10}  {'TFLOP/s':>8}  {'eff.':>5}  {'dask native s':>13}"
-        f"  {'TFLOP/s':>8}  {'eff.':>5}  {'x native':>8}"
+        f"{'GPUs':>4}  {'emulated s':>10}  {'TFLOP/s':>8}  {'eff.':>5}  {'moved GiB':>9}  "
+        f"{'dask native s':>13}  {'TFLOP/s':>8}  {'eff.':>5}  {'moved GiB':>9}  {'x native':>8}"
     )
     for r in results:
         print(
             f"{r['gpus']:>4}  {r['seconds']:>10.3f}  {r['tflops']:>8.2f}  "
-            f"{r['scaling_efficiency']:>5.2f}  {r['native_graph_seconds']:>13.3f}  "
-            f"{r['native_graph_tflops']:>8.2f}  {r['native_graph_efficiency']:>5.2f}  "
+            f"{r['scaling_efficiency']:>5.2f}  {r['moved_bytes'] / 2**30:>9.2f}  "
+            f"{r['native_graph_seconds']:>13.3f}  {r['native_graph_tflops']:>8.2f}  "
+            f"{r['native_graph_efficiency']:>5.2f}  {r['native_graph_moved_bytes'] / 2**30:>9.2f}  "
             f"{r['native_graph_seconds'] / r['seconds']:>8.2f}"
         )
+    print("(moved: bytes the workers received from one another per run: the chunks' traffic)")
     last = results[-1]
     print(
         f"{last['rows']} x {last['cols']} sampled entries against the exact product: bits "

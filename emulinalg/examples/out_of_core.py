@@ -204,7 +204,10 @@ def run(
     peaks = {}
     times = []
     tasks = _task_count(wanted)
+    moved = None
     for run_i in range(warmup + max(1, repeat)):
+        if run_i == warmup:
+            moved = _moved(client)
         what = "warm-up run" if run_i < warmup else "computing"
         say(
             f"{what}: {tasks} tasks (the sum of C and the sampled entries) on "
@@ -235,6 +238,7 @@ def run(
         if run_i >= warmup:
             times.append(time.perf_counter() - t0)
     seconds = float(np.median(times))
+    moved = None if moved is None else (_moved(client) - moved) / len(times)
     c_s, total = to_host(c_s), to_host(total)
     graph = (
         _native_graph(client, threads, a, b, rsel, csel, warmup, repeat, say)
@@ -304,6 +308,7 @@ def run(
         "times": times,
         "warmup": warmup,
         "persist": persist,
+        "moved_bytes": moved,
     }
     if native == "whole":
         res["native_seconds"] = nat_seconds
@@ -312,6 +317,7 @@ def run(
         res["native_graph_seconds"] = graph["seconds"]
         res["native_graph_tflops"] = flops / graph["seconds"] / 1e12
         res["native_graph_times"] = graph["times"]
+        res["native_graph_moved_bytes"] = graph["moved"]
         res["native_graph_sum"] = graph["sum"]
         res["native_graph_bits_maxrel"] = effective_bits(worst["graph"][0])
         res["native_graph_bits_cw"] = effective_bits(worst["graph"][1])
@@ -334,15 +340,30 @@ def _native_graph(client, threads, a, b, rsel, csel, warmup, repeat, say):
     c = da.matmul(a, b)
     wanted = (c[rsel, :][:, csel], da.sum(c))
     say("dask's native product of the same operands, for comparison ...")
-    times = []
+    times, moved = [], None
     for run_i in range(warmup + max(1, repeat)):
+        if run_i == warmup:
+            moved = _moved(client)
         t0 = time.perf_counter()
         c_s, total = _gather(client, threads, *wanted)
         _sync(c_s)
         if run_i >= warmup:
             times.append(time.perf_counter() - t0)
+    moved = None if moved is None else (_moved(client) - moved) / len(times)
     return {"c": to_host(c_s), "sum": float(to_host(total)), "seconds": float(np.median(times)),
-            "times": times}  # fmt: skip
+            "times": times, "moved": moved}  # fmt: skip
+
+
+def _moved(client):
+    """Bytes the workers of ``client`` have received from one another so far (their transfer
+    logs; None without a client): the traffic of the graph's placement."""
+    if client is None:
+        return None
+
+    def received(dask_worker):
+        return sum(d["total"] for d in dask_worker.transfer_incoming_log)
+
+    return sum(client.run(received).values())
 
 
 # While the graph computes without a progress bar, a line this often (seconds), four times
@@ -657,6 +678,11 @@ def main(argv=None):
             f"computed in {res['seconds']:.1f} s (graph built in {res['build_seconds'] * 1e3:.0f}"
             f" ms); sum of C = {res['sum']:.17g}"
         )
+        if res.get("moved_bytes") is not None:
+            print(
+                f"the workers received {res['moved_bytes'] / 2**20:.1f} MiB from one another "
+                "per run"
+            )
         if res["worker_peak_rss"]:
             print(f"largest worker resident set: {res['worker_peak_rss'] / 2**20:.0f} MiB")
         if "incore_seconds" in res:
@@ -708,6 +734,7 @@ def _record(res, argv, prog="python -m emulinalg.examples.out_of_core"):
                 "worker_peak_rss", "sum", "nonfinite_mismatch", "rows", "cols",
                 "build_seconds", "native_graph_seconds", "native_graph_tflops",
                 "native_graph_times", "native_graph_bits_maxrel", "native_graph_bits_cw",
+                "moved_bytes", "native_graph_moved_bytes",
                 "gpus", "scaling_efficiency"):  # fmt: skip
         if key in res:
             rec[key] = res[key]

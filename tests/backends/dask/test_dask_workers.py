@@ -50,6 +50,9 @@ def test_scaling_gives_the_same_product_on_1_and_2_workers():
     assert one["sum"] == two["sum"] and one["plan"] == two["plan"]
     assert two["scaling_efficiency"] == pytest.approx(one["seconds"] / (2 * two["seconds"]))
     assert one["scaling_efficiency"] == 1.0 and one["native_graph_efficiency"] == 1.0
+    # one worker receives nothing; two exchange chunks (or their residues) for the products
+    assert one["moved_bytes"] == 0 and one["native_graph_moved_bytes"] == 0
+    assert two["moved_bytes"] > 0 and two["native_graph_moved_bytes"] > 0
     for r in res:
         assert r["nonfinite_mismatch"] == 0
         # dask's native product graded on the same entries; the emulated one at least as good
