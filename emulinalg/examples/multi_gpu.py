@@ -151,6 +151,12 @@ def build_parser():
     p.add_argument("--chunks", help=f"chunk sizes cm,ck,cn (default {_DEFAULT['chunks']})")
     p.add_argument("--phi", type=float, default=1.0, help="exponent spread phi (default 1)")
     p.add_argument("--precision", default="float64", help="float64 (default), float32, bits")
+    p.add_argument(
+        "--dtype",
+        default="float64",
+        choices=("float64", "float32", "complex128", "complex64"),
+        help="the operands' dtype (default float64)",
+    )
     p.add_argument("--rows", type=int, default=16, help="sampled rows graded (default 16)")
     p.add_argument("--cols", type=int, default=256, help="sampled columns (default 256)")
     p.add_argument("--seed", type=int, default=0)
@@ -216,7 +222,7 @@ def main(argv=None):
         report=say if not quiet else None,
         m=m, k=k, n=n, chunks=chunks, phi=args.phi, rows=args.rows, cols=args.cols,
         precision=precision, seed=args.seed, progress=False, cupy=True,
-        repeat=args.repeat, warmup=args.warmup,
+        repeat=args.repeat, warmup=args.warmup, dtype=args.dtype,
     )  # fmt: skip
     if args.out:
         with open(args.out, "a") as f:
@@ -227,7 +233,7 @@ def main(argv=None):
         print(json.dumps(results))
         return 0
     print(results[-1]["plan"])
-    print(f"A: {m} x {k}, B: {k} x {n} float64 in chunks {chunks}; one worker per GPU")
+    print(f"A: {m} x {k}, B: {k} x {n} {args.dtype} in chunks {chunks}; one worker per GPU")
     print(
         f"{'GPUs':>4}  {'emulated s':>10}  {'TFLOP/s':>8}  {'eff.':>5}  {'moved GiB':>9}  "
         f"{'dask native s':>13}  {'TFLOP/s':>8}  {'eff.':>5}  {'moved GiB':>9}  {'x native':>8}"
@@ -251,16 +257,9 @@ def main(argv=None):
 
 
 def demo_main(args):
-    """``python -m emulinalg demo dask --gpus N``: ``--gpus``, ``--out-of-core``, ``--phi`` (first
-    value), ``--precision`` (first value), ``--seed``, ``--json`` and ``--quiet`` passed on."""
-    argv = ["--gpus", str(args.gpus), "--seed", str(args.seed)]
-    argv += ["--out-of-core"] * bool(getattr(args, "out_of_core", 0))
-    if args.phi:
-        argv += ["--phi", str(args.phi[0])]
-    if args.precision:
-        argv += ["--precision", str(args.precision[0])]
-    argv += ["--json"] * bool(args.json) + ["--quiet"] * bool(args.quiet)
-    return main(argv)
+    """``python -m emulinalg demo dask --gpus N``: ``--gpus`` and ``out_of_core.demo_argv``'s
+    arguments passed on."""
+    return main(["--gpus", str(args.gpus)] + out_of_core.demo_argv(args))
 
 
 if __name__ == "__main__":

@@ -43,24 +43,38 @@ from emulinalg import _extras
 from emulinalg.algorithm.xputil import to_host
 
 
-def phi_block(block_id=None, block_info=None, phi=1.0, seed=0, stream=0, cupy=False):
-    """One chunk of a phi-matrix, from its own random stream ``(seed, stream, i, j)`` (numpy's
-    generator, or cupy's on the device: the two give different matrices)."""
+def phi_block(block_id=None, block_info=None, phi=1.0, seed=0, stream=0, cupy=False,
+              dtype_name="float64"):  # fmt: skip
+    """One chunk of a phi-matrix of ``dtype_name`` (float64, float32, complex128, complex64: drawn
+    in float64, the imaginary part after the real one, then rounded), from its own random
+    stream ``(seed, stream, i, j)`` (numpy's generator, or cupy's on the device: the two give
+    different matrices)."""
     info = block_info[None]
     shape = info["chunk-shape"]
     i, j = block_id
     if cupy:  # generated on the device (a host stream would dominate at GPU sizes)
-        import cupy as cp
+        import cupy as xp
 
         state = int(np.random.SeedSequence([seed, stream, i, j]).generate_state(1)[0])
-        rs = cp.random.RandomState(state)
-        return (rs.random_sample(shape) - 0.5) * cp.exp(phi * rs.standard_normal(shape))
-    rng = np.random.default_rng([seed, stream, i, j])
-    return (rng.random(shape) - 0.5) * np.exp(phi * rng.standard_normal(shape))
+        rs = xp.random.RandomState(state)
+
+        def draw():
+            return (rs.random_sample(shape) - 0.5) * xp.exp(phi * rs.standard_normal(shape))
+    else:
+        rng = np.random.default_rng([seed, stream, i, j])
+
+        def draw():
+            return (rng.random(shape) - 0.5) * np.exp(phi * rng.standard_normal(shape))
+
+    x = draw()
+    if np.dtype(dtype_name).kind == "c":
+        x = x + 1j * draw()
+    return x.astype(dtype_name, copy=False)
 
 
-def operand(shape, chunks, phi, seed, stream, cupy=False):
-    """A lazy phi-matrix of ``shape`` built chunk by chunk (nothing is generated yet)."""
+def operand(shape, chunks, phi, seed, stream, cupy=False, dtype="float64"):
+    """A lazy phi-matrix of ``shape`` and ``dtype`` built chunk by chunk (nothing is generated
+    yet)."""
     import dask.array as da
 
     rows = _split(shape[0], chunks[0])
@@ -68,18 +82,19 @@ def operand(shape, chunks, phi, seed, stream, cupy=False):
     if cupy:
         import cupy as cp
 
-        meta = cp.empty((0, 0))
+        meta = cp.empty((0, 0), dtype=dtype)
     else:
-        meta = np.empty((0, 0))
+        meta = np.empty((0, 0), dtype=dtype)
     return da.map_blocks(
         phi_block,
         chunks=(rows, cols),
-        dtype=np.float64,
+        dtype=np.dtype(dtype),
         meta=meta,
         phi=phi,
         seed=seed,
         stream=stream,
         cupy=cupy,
+        dtype_name=np.dtype(dtype).name,
     )
 
 
@@ -154,6 +169,7 @@ def run(
     warmup=0,
     report=None,
     native_graph=False,
+    dtype="float64",
 ):
     """Build the product, compute it (on ``client``, or with dask's threaded scheduler when
     ``client`` is None) and grade the sampled entries; returns a dict of results.
@@ -177,8 +193,8 @@ def run(
 
     say = report or (lambda msg: None)
     cm, ck, cn = chunks
-    a = operand((m, k), (cm, ck), phi, seed, 0, cupy)
-    b = operand((k, n), (ck, cn), phi, seed, 1, cupy)
+    a = operand((m, k), (cm, ck), phi, seed, 0, cupy, dtype)
+    b = operand((k, n), (ck, cn), phi, seed, 1, cupy, dtype)
     rsel, csel = _sample(m, rows), _sample(n, cols)
     inc = None
     if incore:  # first, so that its workspace never meets the held chunks
@@ -281,7 +297,8 @@ def run(
             w[0], w[1] = max(w[0], acc["maxrel"]), max(w[1], acc["maxcw"])
             if label == "emulated":
                 mismatch += acc["nonfinite_mismatch"]
-    flops = 2.0 * m * n * k
+    dt = np.dtype(dtype)
+    flops = 2.0 * m * n * k * (4 if dt.kind == "c" else 1)  # a complex product: 4 real ones
     res = {
         "m": m,
         "n": n,
@@ -293,10 +310,11 @@ def run(
         "rows": len(rsel),
         "cols": len(csel),
         "native": native,
-        "operand_bytes": 8 * (m * k + k * n),
+        "dtype": dt.name,
+        "operand_bytes": dt.itemsize * (m * k + k * n),
         "seconds": seconds,
         "build_seconds": build,
-        "sum": float(total),
+        "sum": _number(total),
         "worker_peak_rss": max((v for v in peaks.values() if v), default=None),
         "bits_maxrel": effective_bits(worst["emulated"][0]),
         "bits_cw": effective_bits(worst["emulated"][1]),
@@ -350,8 +368,18 @@ def _native_graph(client, threads, a, b, rsel, csel, warmup, repeat, say):
         if run_i >= warmup:
             times.append(time.perf_counter() - t0)
     moved = None if moved is None else (_moved(client) - moved) / len(times)
-    return {"c": to_host(c_s), "sum": float(to_host(total)), "seconds": float(np.median(times)),
+    return {"c": to_host(c_s), "sum": _number(to_host(total)), "seconds": float(np.median(times)),
             "times": times, "moved": moved}  # fmt: skip
+
+
+def _sum_text(v):
+    return f"{v:.17g}" if isinstance(v, float) else f"{v[0]:.17g} + {v[1]:.17g}j"
+
+
+def _number(x):
+    """A 0-d sum as JSON takes it: a float, or [re, im] for a complex one."""
+    v = complex(x) if np.iscomplexobj(x) else float(x)
+    return [v.real, v.imag] if isinstance(v, complex) else v
 
 
 def _moved(client):
@@ -489,6 +517,12 @@ def build_parser():
         "matrices (materialised once for it)",
     )
     p.add_argument("--precision", default="float64", help="float64 (default), float32, bits")
+    p.add_argument(
+        "--dtype",
+        default="float64",
+        choices=("float64", "float32", "complex128", "complex64"),
+        help="the operands' dtype (default float64)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2, help="LocalCluster workers (default 2)")
     p.add_argument(
@@ -585,7 +619,10 @@ def main(argv=None):
     if args.quiet or args.json:  # no memory warnings from spilling (--out-of-core) either
         log.setLevel(logging.ERROR)
     try:
-        operands = f"A: {m} x {k}, B: {k} x {n} float64, {8 * (m * k + k * n) / 2**20:.0f} MiB"
+        dt = np.dtype(args.dtype)
+        operands = (
+            f"A: {m} x {k}, B: {k} x {n} {dt.name}, {dt.itemsize * (m * k + k * n) / 2**20:.0f} MiB"
+        )
         if args.threads:
             where = f"dask threaded scheduler, {args.threads} threads"
         elif args.scheduler:
@@ -657,6 +694,7 @@ def main(argv=None):
             repeat=args.repeat,
             warmup=args.warmup,
             report=None if args.quiet or args.json else say,
+            dtype=args.dtype,
         )
         res["workers"] = where
     finally:
@@ -676,7 +714,7 @@ def main(argv=None):
         print(res["plan"])
         print(
             f"computed in {res['seconds']:.1f} s (graph built in {res['build_seconds'] * 1e3:.0f}"
-            f" ms); sum of C = {res['sum']:.17g}"
+            f" ms); sum of C = {_sum_text(res['sum'])}"
         )
         if res.get("moved_bytes") is not None:
             print(
@@ -712,7 +750,7 @@ def _record(res, argv, prog="python -m emulinalg.examples.out_of_core"):
 
         device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     rec = {
-        "backend": "dask", "op": "matmul", "dtype": "float64", "precision": res["precision"],
+        "backend": "dask", "op": "matmul", "dtype": res["dtype"], "precision": res["precision"],
         "scheme": res["plan"], "m": res["m"], "n": res["n"], "k": res["k"], "batch": 1,
         "phi": res["phi"], "seconds": res["seconds"], "tflops": res["tflops"],
         "bits_maxrel": res["bits_maxrel"], "native_bits_maxrel": res["native_bits_maxrel"],
@@ -746,16 +784,22 @@ def _record(res, argv, prog="python -m emulinalg.examples.out_of_core"):
 
 
 def demo_main(args):
-    """``python -m emulinalg demo dask``: the defaults above; ``--out-of-core``, ``--phi``
-    (first value), ``--precision`` (first value), ``--seed``, ``--json`` and ``--quiet`` are
-    passed on."""
+    """``python -m emulinalg demo dask``: the defaults above, with ``demo_argv(args)``."""
+    return main(demo_argv(args))
+
+
+def demo_argv(args):
+    """The arguments ``python -m emulinalg demo dask`` passes on to this example (and to
+    ``multi_gpu``): ``--out-of-core``, ``--phi``, ``--precision`` and ``--dtype`` (first
+    values), ``--seed``, ``--json`` and ``--quiet``."""
     argv = ["--seed", str(args.seed)] + ["--out-of-core"] * bool(getattr(args, "out_of_core", 0))
     if args.phi:
         argv += ["--phi", str(args.phi[0])]
     if args.precision:
         argv += ["--precision", str(args.precision[0])]
-    argv += ["--json"] * bool(args.json) + ["--quiet"] * bool(args.quiet)
-    return main(argv)
+    if getattr(args, "dtype", None):
+        argv += ["--dtype", str(args.dtype[0])]
+    return argv + ["--json"] * bool(args.json) + ["--quiet"] * bool(args.quiet)
 
 
 if __name__ == "__main__":

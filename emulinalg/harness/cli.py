@@ -156,8 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_words,
         action="append",
         metavar="D[,D...]",
-        help="matmul only: input dtypes: float64, float32, complex128, complex64 (default "
-        "float64,float32)",
+        help="input dtypes: float64, float32, complex128, complex64 (matmul: default "
+        "float64,float32; dask: the first one, default float64)",
     )
     p.add_argument(
         "--repeat",

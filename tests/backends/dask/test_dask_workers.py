@@ -38,10 +38,11 @@ def _cpu_cluster(workers, memory_limit="auto", device_memory_limit=None, quiet=T
 
 
 @pytest.mark.slow
-def test_scaling_gives_the_same_product_on_1_and_2_workers():
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+def test_scaling_gives_the_same_product_on_1_and_2_workers(dtype):
     res = multi_gpu.scaling(
         [2, 1], factory=_cpu_cluster, m=192, k=256, n=96, chunks=(64, 64, 48), rows=8,
-        cols=0, progress=False, cupy=False, repeat=1, warmup=0,
+        cols=0, progress=False, cupy=False, repeat=1, warmup=0, dtype=dtype,
     )  # fmt: skip
     one, two = res
     assert [one["gpus"], two["gpus"]] == [1, 2]
@@ -59,8 +60,10 @@ def test_scaling_gives_the_same_product_on_1_and_2_workers():
         assert r["bits_maxrel"] >= r["native_graph_bits_maxrel"]
         assert r["bits_cw"] >= r["native_graph_bits_cw"]
         assert r["native_graph_seconds"] > 0 and len(r["native_graph_times"]) == 1
+        assert r["dtype"] == dtype
         # both estimate the same sum; the native one within its error bound's order
-        assert abs(r["native_graph_sum"] - r["sum"]) <= 1e-9 * max(1.0, abs(r["sum"]))
+        diff = np.abs(np.subtract(r["native_graph_sum"], r["sum"])).max()
+        assert diff <= 1e-9 * max(1.0, np.abs(r["sum"]).max())
 
 
 def test_workers_start_without_nvlink_multicast():
