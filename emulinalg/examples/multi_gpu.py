@@ -13,9 +13,10 @@ block), both graded on sampled rows and columns against the exact product.
 
 It does this first on one GPU and then on all ``N`` (``--gpus 1,2,4,8``: on each count in turn),
 and prints per count the median time, the effective TFLOP/s (2mnk / t), the scaling
-efficiency ``t_1 / (G t_G)`` and the bytes the workers received from one another per run of
-both products, and the emulated product's speed over dask's native one. NVLink multicast
-stays off in every process it starts (``NO_MULTICAST``).
+efficiency ``t_s s / (G t_G)`` against the smallest count s and the bytes the workers sent per
+run (to one another; the few results to the client) of both products, and the emulated
+product's speed over dask's native one. NVLink multicast stays off in every process it starts
+(``NO_MULTICAST``).
 
 The default product, 32768 x 32768 x 32768 float64 (16 GiB of operands) in chunks of 8192 x
 32768 and 32768 x 8192, fits one GPU; ``--out-of-core`` asks for 131072 x 65536 times 65536 x
@@ -123,10 +124,9 @@ def scaling(counts, factory=cuda_cluster, cluster_kwargs=None, report=None, **ru
 
 def _describe(client):
     """One line on the cluster's workers: how many, and their memory limits."""
-    workers = client.scheduler_info()["workers"].values()
-    limits = {w.get("memory_limit") or 0 for w in workers}
-    host = ", ".join(f"{v / 2**30:.0f} GiB" for v in sorted(limits) if v) or "no limit"
-    return f"{len(workers)} worker(s), host memory limit {host}"
+    limits = client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit or 0)
+    host = ", ".join(f"{v / 2**30:.0f} GiB" for v in sorted(set(limits.values())) if v)
+    return f"{len(limits)} worker(s), host memory limit {host or 'none'}"
 
 
 def build_parser():
@@ -145,7 +145,8 @@ def build_parser():
         "--out-of-core",
         action="store_true",
         help=f"the operands of {_OUT_OF_CORE['shape']} with chunks {_OUT_OF_CORE['chunks']}: "
-        "beyond one GPU's memory with the residues (spilled to host memory there)",
+        "128 GiB of float64 (complex128 256), beyond one H200's memory (spilled to host memory "
+        "there)",
     )
     p.add_argument("--shape", help=f"m,k,n (default {_DEFAULT['shape']})")
     p.add_argument("--chunks", help=f"chunk sizes cm,ck,cn (default {_DEFAULT['chunks']})")
@@ -175,10 +176,13 @@ def build_parser():
 
 
 def _counts(parser, text, visible):
-    """The worker counts of ``--gpus``: "all", N (1 and N), or a list; within ``visible``."""
+    """The worker counts of ``--gpus``: "all", N (1 and N), or a list; within ``visible`` (None:
+    the form only)."""
+    if visible is not None and visible < 1:
+        parser.error("--gpus: no GPU visible (CUDA_VISIBLE_DEVICES, cupy)")
     try:
         if text == "all":
-            vals = [1, visible]
+            vals = [1, visible or 1]
         else:
             vals = [int(v) for v in text.split(",")]
             if len(vals) == 1:
@@ -187,7 +191,7 @@ def _counts(parser, text, visible):
         vals = []
     if not vals or min(vals) < 1:
         parser.error(f"--gpus: N, a list of counts such as 1,2,4 or all, not {text!r}")
-    if max(vals) > visible:
+    if visible is not None and max(vals) > visible:
         parser.error(f"--gpus: {max(vals)} GPUs asked for, {visible} visible")
     return sorted(set(vals))
 
@@ -195,6 +199,9 @@ def _counts(parser, text, visible):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    _counts(parser, args.gpus, None)  # usage errors before the extras' hint
+    if args.warmup < 0:
+        parser.error(f"--warmup must be at least 0, got {args.warmup}")
     hint = _extras.missing("dask.array", "distributed", "cupy", needed_by=parser.prog)
     if not hint:
         hint = _extras.missing("dask_cuda", needed_by=parser.prog)
@@ -246,7 +253,8 @@ def main(argv=None):
             f"{r['native_graph_efficiency']:>5.2f}  {r['native_graph_moved_bytes'] / 2**30:>9.2f}  "
             f"{r['native_graph_seconds'] / r['seconds']:>8.2f}"
         )
-    print("(moved: bytes the workers received from one another per run: the chunks' traffic)")
+    print("(eff.: against the smallest count; moved: bytes the workers sent per run, to one "
+          "another and the sampled results to the client: the chunks' traffic)")  # fmt: skip
     last = results[-1]
     print(
         f"{last['rows']} x {last['cols']} sampled entries against the exact product: bits "

@@ -205,7 +205,10 @@ def run(
     if persist:
         say("operands computed and held (persist) ...")
         if client is not None:
+            from distributed import wait
+
             a, b = client.persist([a, b])
+            wait([a, b])  # made before the first timed run, with or without a warm-up
         else:
             a, b = dask.persist(a, b, scheduler="threads", num_workers=threads)
 
@@ -373,7 +376,7 @@ def _native_graph(client, threads, a, b, rsel, csel, warmup, repeat, say):
 
 
 def _sum_text(v):
-    return f"{v:.17g}" if isinstance(v, float) else f"{v[0]:.17g} + {v[1]:.17g}j"
+    return f"{v:.17g}" if isinstance(v, float) else f"{complex(*v)!r}"
 
 
 def _number(x):
@@ -383,15 +386,16 @@ def _number(x):
 
 
 def _moved(client):
-    """Bytes the workers of ``client`` have received from one another so far (their transfer
-    logs; None without a client): the traffic of the graph's placement."""
+    """Bytes the workers of ``client`` have sent so far (to one another, and the results to the
+    client; their uncapped counters, not the transfer logs, which keep the last entries only;
+    None without a client): the traffic of the graph's placement."""
     if client is None:
         return None
 
-    def received(dask_worker):
-        return sum(d["total"] for d in dask_worker.transfer_incoming_log)
+    def sent(dask_worker):
+        return dask_worker.transfer_outgoing_bytes_total
 
-    return sum(client.run(received).values())
+    return sum(client.run(sent).values())
 
 
 # While the graph computes without a progress bar, a line this often (seconds), four times
@@ -718,8 +722,8 @@ def main(argv=None):
         )
         if res.get("moved_bytes") is not None:
             print(
-                f"the workers received {res['moved_bytes'] / 2**20:.1f} MiB from one another "
-                "per run"
+                f"the workers sent {res['moved_bytes'] / 2**20:.1f} MiB per run (to one another, "
+                "and the results to the client)"
             )
         if res["worker_peak_rss"]:
             print(f"largest worker resident set: {res['worker_peak_rss'] / 2**20:.0f} MiB")
@@ -772,7 +776,8 @@ def _record(res, argv, prog="python -m emulinalg.examples.out_of_core"):
                 "worker_peak_rss", "sum", "nonfinite_mismatch", "rows", "cols",
                 "build_seconds", "native_graph_seconds", "native_graph_tflops",
                 "native_graph_times", "native_graph_bits_maxrel", "native_graph_bits_cw",
-                "moved_bytes", "native_graph_moved_bytes",
+                "moved_bytes", "native_graph_moved_bytes", "native_graph_efficiency",
+                "native_graph_sum",
                 "gpus", "scaling_efficiency"):  # fmt: skip
         if key in res:
             rec[key] = res[key]

@@ -30,21 +30,21 @@ def _extend(values: list[list]) -> list | None:
 
 def demo(args) -> int:
     workload = getattr(args, "workload", "matmul")
+    if getattr(args, "gpus", None) is not None and workload != "dask":
+        print("demo: --gpus is for the dask workload: python -m emulinalg demo dask --gpus N",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if workload == "scf":
         from emulinalg.examples import scf_demo
 
         return scf_demo.main(args)  # checks for PySCF before its first line
-    if getattr(args, "gpus", None) and workload != "dask":
-        print("demo: --gpus is for the dask workload: python -m emulinalg demo dask --gpus N",
-              file=sys.stderr)  # fmt: skip
-        return 2
     if workload == "dask":
         # the hint before anything starts (out_of_core imports them as it goes)
         hint = _extras.missing("dask.array", "distributed", needed_by="demo dask")
         if hint:
             print(hint, file=sys.stderr)
             return _extras.MISSING_EXTRA
-        if getattr(args, "gpus", None):
+        if getattr(args, "gpus", None) is not None:
             from emulinalg.examples import multi_gpu
 
             return multi_gpu.demo_main(args)
