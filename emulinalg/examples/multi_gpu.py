@@ -196,15 +196,17 @@ def _counts(parser, text, visible):
     return sorted(set(vals))
 
 
-def main(argv=None):
+def main(argv=None, from_demo=False):
     parser = build_parser()
     args = parser.parse_args(argv)
+    args._from_demo = from_demo
     _counts(parser, args.gpus, None)  # usage errors before the extras' hint
     if args.warmup < 0:
         parser.error(f"--warmup must be at least 0, got {args.warmup}")
-    hint = _extras.missing("dask.array", "distributed", "cupy", needed_by=parser.prog)
-    if not hint:
-        hint = _extras.missing("dask_cuda", needed_by=parser.prog)
+    # one extra brings them all: the hint names it, and the command the user typed
+    needed_by = "demo dask --gpus" if getattr(args, "_from_demo", False) else parser.prog
+    hint = _extras.missing("dask.array", "distributed", "cupy", "dask_cuda", extra="multigpu",
+                           needed_by=needed_by)  # fmt: skip
     if hint:
         print(hint, file=sys.stderr)
         return _extras.MISSING_EXTRA
@@ -267,7 +269,7 @@ def main(argv=None):
 def demo_main(args):
     """``python -m emulinalg demo dask --gpus N``: ``--gpus`` and ``out_of_core.demo_argv``'s
     arguments passed on."""
-    return main(["--gpus", str(args.gpus)] + out_of_core.demo_argv(args))
+    return main(["--gpus", str(args.gpus)] + out_of_core.demo_argv(args), from_demo=True)
 
 
 if __name__ == "__main__":

@@ -39,15 +39,15 @@ def demo(args) -> int:
 
         return scf_demo.main(args)  # checks for PySCF before its first line
     if workload == "dask":
+        if getattr(args, "gpus", None) is not None:  # its own hint: the [multigpu] extra
+            from emulinalg.examples import multi_gpu
+
+            return multi_gpu.demo_main(args)
         # the hint before anything starts (out_of_core imports them as it goes)
         hint = _extras.missing("dask.array", "distributed", needed_by="demo dask")
         if hint:
             print(hint, file=sys.stderr)
             return _extras.MISSING_EXTRA
-        if getattr(args, "gpus", None) is not None:
-            from emulinalg.examples import multi_gpu
-
-            return multi_gpu.demo_main(args)
         from emulinalg.examples import out_of_core
 
         return out_of_core.demo_main(args)
