@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from emulinalg import _extras
@@ -37,7 +36,7 @@ from emulinalg import _extras
 from . import out_of_core
 
 # NVLink multicast off (NCCL's NVLS, PyTorch's symmetric memory, NVSHMEM): a program using it can
-# take a shared host's GPUs out of service. Set before the workers start, which inherit it.
+# take a shared host's GPUs out of service. The workers' nannies set it before they start them.
 NO_MULTICAST = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -51,26 +50,22 @@ _OUT_OF_CORE = {"shape": "131072,65536,131072", "chunks": "8192,16384,8192"}
 
 
 def visible_gpus():
-    """The GPU indices this process may use, in order: ``CUDA_VISIBLE_DEVICES`` where set, else
-    every device cupy sees."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip()]
+    """How many GPUs this process sees (cupy's count, within ``CUDA_VISIBLE_DEVICES``)."""
     import cupy as cp
 
-    return [str(i) for i in range(cp.cuda.runtime.getDeviceCount())]
+    return cp.cuda.runtime.getDeviceCount()
 
 
 def cuda_cluster(gpus, memory_limit="auto", device_memory_limit="default", quiet=False):
     """``dask_cuda.LocalCUDACluster`` of ``gpus`` workers, one thread each, on the first
-    ``gpus`` visible GPUs; ``device_memory_limit``: where a worker starts spilling device
-    arrays to host memory (dask-cuda's "default": 80 % of the device)."""
+    ``gpus`` visible GPUs (dask-cuda reads ``CUDA_VISIBLE_DEVICES``); ``device_memory_limit``:
+    where a worker starts spilling device arrays to host memory (dask-cuda's "default": 80 % of
+    the device)."""
     import logging
 
     from dask_cuda import LocalCUDACluster
 
     return LocalCUDACluster(
-        CUDA_VISIBLE_DEVICES=visible_gpus()[:gpus],
         n_workers=gpus,
         threads_per_worker=1,
         memory_limit=memory_limit,
@@ -82,12 +77,16 @@ def cuda_cluster(gpus, memory_limit="auto", device_memory_limit="default", quiet
 
 
 def start_cluster(gpus, factory=cuda_cluster, **kwargs):
-    """``factory(gpus, **kwargs)`` with ``NO_MULTICAST`` in this process's environment first
-    (the cluster's worker processes inherit it): ``(cluster, client)``."""
+    """``factory(gpus, **kwargs)`` with ``NO_MULTICAST`` in the environment its nannies give the
+    worker processes they start (dask's ``distributed.nanny.pre-spawn-environ``; dask-cuda sets
+    the nannies' own ``env`` to each worker's GPU; a variable the environment already sets keeps
+    its value, dask's precedence): ``(cluster, client)``."""
+    import dask
     from distributed import Client
 
-    os.environ.update(NO_MULTICAST)
-    cluster = factory(gpus, **kwargs)
+    environ = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in NO_MULTICAST.items()}
+    with dask.config.set(environ):
+        cluster = factory(gpus, **kwargs)
     return cluster, Client(cluster)
 
 
@@ -216,7 +215,7 @@ def main(argv=None, from_demo=False):
     for name in ("repeat", "rows", "cols"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    counts = _counts(parser, args.gpus, len(visible_gpus()))
+    counts = _counts(parser, args.gpus, visible_gpus())
     precision = int(args.precision) if args.precision.isdigit() else args.precision
     quiet = args.quiet or args.json
 

@@ -68,9 +68,9 @@ def test_scaling_gives_the_same_product_on_1_and_2_workers(dtype):
 
 
 def test_workers_start_without_nvlink_multicast():
-    saved = {key: os.environ.get(key) for key in multi_gpu.NO_MULTICAST}
-    for key in multi_gpu.NO_MULTICAST:
-        os.environ[key] = "unset-by-test"
+    # unset here, so the workers can only have them from the nannies (where the environment
+    # sets them, as on the GPU machine, its values stand: dask's precedence)
+    saved = {key: os.environ.pop(key, None) for key in multi_gpu.NO_MULTICAST}
     try:
         cluster, client = multi_gpu.start_cluster(1, _cpu_cluster)
         try:
