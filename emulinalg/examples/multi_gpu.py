@@ -5,9 +5,9 @@
 limited, spilling to host memory past it, and to disk past the host limit) and a
 ``distributed.Client``, makes the two phi-matrix operands chunk by chunk on the workers
 (``out_of_core.operand``: cupy chunks from their own random streams, held once made), and runs
-the example of :mod:`emulinalg.examples.out_of_core` on them: the emulated product (its Scheme II
-graph: statistics over the whole matrices, residues once per chunk on the worker that holds the
-chunk, block products added modulo each modulus over K-blocks, one CRT per output block), then
+the example of :mod:`emulinalg.examples.out_of_core` on them: the emulated product (cupy chunks
+take the double-double graph: each block product one in-core call of the cupy engine, its
+statistics and residues its own, K-block partials added in double-double; docs/dask.md), then
 dask's own product of the same operands on the same workers (``dask.array.matmul``: cuBLAS per
 block), both graded on sampled rows and columns against the exact product.
 
@@ -198,12 +198,11 @@ def _counts(parser, text, visible):
 def main(argv=None, from_demo=False):
     parser = build_parser()
     args = parser.parse_args(argv)
-    args._from_demo = from_demo
     _counts(parser, args.gpus, None)  # usage errors before the extras' hint
     if args.warmup < 0:
         parser.error(f"--warmup must be at least 0, got {args.warmup}")
     # one extra brings them all: the hint names it, and the command the user typed
-    needed_by = "demo dask --gpus" if getattr(args, "_from_demo", False) else parser.prog
+    needed_by = "demo dask --gpus" if from_demo else parser.prog
     hint = _extras.missing("dask.array", "distributed", "cupy", "dask_cuda", extra="multigpu",
                            needed_by=needed_by)  # fmt: skip
     if hint:
