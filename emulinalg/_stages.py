@@ -44,6 +44,14 @@ member                      stage (reference implementation)
 ``bf16_product(ar, ai,``    the BF16 schedule's product (``algorithm.bf16``)
 ``br, bi, scheme, dt)``
 ``k_block(k, bound)``       the K-block of its integer GEMMs, for the plan (none)
+``chunk_residues(re, im,``  the dask shared graph's steps on one 2-D chunk, in the backend's
+``shift, axis, moduli,``    own layout (all four, or none): a chunk's residue planes
+``nearest)``                (``residues.int8_planes``; None declines for the whole graph),
+``chunk_products(pa, pb,``  a block's modular products (``products.modular_products``), the
+``moduli)``                 K-blocks' sum modulo each modulus, and an output block's CRT
+``chunk_residue_sum(ws)``   (``crt.from_residues``): the same integers and bits as the generic
+``chunk_crt(w, mu, nu,``    steps (``emulinalg/backends/dask/crt.py``)
+``moduli, cplx, out, cols)``
 ==========================  ================================================================
 
 Declared facts: ``block_entries`` (output entries per row block of the generic Scheme II
@@ -123,6 +131,10 @@ _OPTIONAL = (
     "balance_stage",
     "bf16_product",
     "k_block",
+    "chunk_residues",
+    "chunk_products",
+    "chunk_residue_sum",
+    "chunk_crt",
 )
 
 
@@ -150,6 +162,10 @@ class Stages:
     balance_stage: Callable | None = None
     bf16_product: Callable | None = None
     k_block: Callable | None = None
+    chunk_residues: Callable | None = None
+    chunk_products: Callable | None = None
+    chunk_residue_sum: Callable | None = None
+    chunk_crt: Callable | None = None
     block_entries: int | None = None
     narrow_statistics: bool = False
     narrow_products: bool = False

@@ -572,6 +572,9 @@ _REFIT_PARAMS = (
 _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "ozaki2_residues": _RESIDUE_PARAMS,
     "ozaki2_residues_mma": _RESIDUE_PARAMS,
+    "ozaki2_crt_s8": "const signed char* res, long long plane, int B, int mc, int n, int ldr, "
+    "int m_full, int r0, const int* mu, const int* nu, int kind, void* out0, void* out1, "
+    "void* out2, void* out3",
     "ozaki2_crt": "const int* prod, long long kb_stride, int nkb, long long plane, int B, int mc, "
     "int n, int n_p, int m_full, int r0, const int* mu, const int* nu, int kind, void* out0, "
     "void* out1, void* out2, void* out3",
@@ -636,6 +639,7 @@ _PARAMS = {  # the kernels' parameter lists, as in src_cuda/*.cu
     "unsigned long long* hist, const unsigned long long* skip",
 }
 _BARRIERS = {"ozaki2_residues": True, "ozaki2_residues_mma": True, "ozaki2_crt": False,
+             "ozaki2_crt_s8": False,
              "bf16_lower": False, "balance_sides": True, "balance_out": False,
              "line_max_exponent": True, "bound_operand": True,
              "cert_operand": True, "cert_line_terms": False, "cert_entries": True,
@@ -769,8 +773,19 @@ def gemmEx(*args):
 
 
 # The backend's cupy ElementwiseKernels the stand-in runs, by name: what each computes, in numpy
+def _make_complex(dtype):
+    def make(re, im):
+        z = np.empty(np.shape(re), dtype=dtype)
+        z.real, z.imag = re, im
+        return z
+
+    return make
+
+
 _ELEMENTWISE = {
     "emulinalg_scaled_sums": lambda c, f: np.asarray(c).astype(np.float64) * np.float64(f),
+    "emulinalg_make_complex128": _make_complex(np.complex128),
+    "emulinalg_make_complex64": _make_complex(np.complex64),
 }
 
 
@@ -786,8 +801,9 @@ def make_module(native=False):
     """A ``cupy`` module object (with ``cupy.cuda`` and ``cupy.cuda.cublas``); ``native``: run
     the kernels' CUDA sources compiled for the CPU instead of their numpy model."""
     cp = types.ModuleType("cupy")
-    for name in ("int8", "uint8", "int32", "int64", "uint16", "uint32", "uint64", "float32",
-                 "float64"):
+    names = ("int8", "uint8", "int32", "int64", "uint16", "uint32", "uint64", "float32",
+             "float64", "complex64", "complex128")  # fmt: skip
+    for name in names:
         setattr(cp, name, getattr(np, name))
 
     def empty(shape, dtype=np.float64):
@@ -802,6 +818,7 @@ def make_module(native=False):
     cp.full = lambda shape, value, dtype=None: _wrap(np.full(shape, value, dtype=dtype))
     cp.zeros = lambda shape, dtype=np.float64: _wrap(np.zeros(shape, dtype))
     cp.asarray = _wrap
+    cp.astype = lambda x, dtype, copy=True: _wrap(np.asarray(x).astype(dtype, copy=copy))
     cp.asnumpy = lambda x: np.array(x)  # a host copy, a plain numpy array
     cp.ascontiguousarray = lambda x, dtype=None: _wrap(np.ascontiguousarray(x, dtype=dtype))
     cp.broadcast_to = lambda x, shape: _wrap(np.broadcast_to(x, shape))

@@ -21,6 +21,8 @@ The backend's members (``emulinalg._stages`` declares them) come from its module
   ``balance_stage``, one pass per operand into the bf16 GEMMs' operands and one over their sums
   (the test and the certificate's bound), or ``balance_sides``/``balance_fine`` where it
   declines, where the generic code makes a dozen elementwise passes;
+- ``chunks``: the dask shared graph's steps on one chunk (``chunk_residues``,
+  ``chunk_products``, ``chunk_residue_sum``, ``chunk_crt``) in the kernels of ``products``;
 - ``kernels``: the NVRTC modules and launch helpers the others share, and ``first_use`` (the
   first product or dask task of each kind runs alone while it compiles).
 
@@ -34,9 +36,10 @@ from __future__ import annotations
 import contextlib
 
 from ..cuda import fused as _fused
-from . import balance, certificate, gemm, kernels, products, refit, statistics
+from . import balance, certificate, chunks, gemm, kernels, products, refit, statistics
 from .balance import balance_fine, balance_sides, balance_stage
 from .certificate import ozaki2_certificate
+from .chunks import chunk_crt, chunk_products, chunk_residue_sum, chunk_residues
 from .gemm import int_matmul, k_block, magnitude_lower_matmul, native_matmul
 from .kernels import first_use, kernels_enabled
 from .products import ozaki2_product, product_workspace
@@ -50,6 +53,11 @@ __all__ = [
     "balance_stage",
     "block_entries",
     "certificate",
+    "chunk_crt",
+    "chunk_products",
+    "chunk_residue_sum",
+    "chunk_residues",
+    "chunks",
     "dask_mode",
     "first_use",
     "gaussian_moduli",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulinalg._precision import REAL_DTYPE
+from emulinalg._stages import stages
 from emulinalg.algorithm import crt, products, residues
 from emulinalg.algorithm.moduli import crt_constants
 from emulinalg.algorithm.scaling import (
@@ -26,38 +27,57 @@ from .blocks import (
 from .certificate import _beyond
 
 
+def _hooks(backend):
+    """The backend's kernels for the chunk steps (``_stages``: ``chunk_residues``,
+    ``chunk_products``, ``chunk_residue_sum``, ``chunk_crt``), or None: the generic steps."""
+    st = stages(backend)
+    return st if st.chunk_residues is not None else None
+
+
 @task
-def _residues_chunk(x, shift, cfg, *ix, axis, cplx, k, mode):
-    """``{"planes": int8 (n, 1 or 3, ..., rows, cols), "raw": the chunk or None}``: the
-    residues of the scaled chunk for every modulus (shared by every block product that reads
-    the chunk), and the chunk itself when a block product of its row (column) block needs the
-    native product. The scaled chunk is rounded as ``products.product`` rounds the whole
-    operand (``scaling.rounds_to_nearest`` of the whole inner dimension ``k``)."""
+def _residues_chunk(x, shift, cfg, *ix, axis, cplx, k, mode, kernels=False):
+    """``{"planes": int8 planes, "raw": the chunk or None, "layout": "backend" or
+    "generic"}``: the residues of the scaled chunk for every modulus (shared by every block
+    product that reads the chunk), and the chunk itself when a block product of its row
+    (column) block needs the native product. The scaled chunk is rounded as
+    ``products.product`` rounds the whole operand (``scaling.rounds_to_nearest`` of the whole
+    inner dimension ``k``). ``kernels`` (2-D graphs): the backend's ``chunk_residues`` makes the
+    planes in its own layout where it has one (every chunk of a graph has the same backend and
+    dtype, so every chunk takes the same layout); else ``residues.int8_planes`` (n, 1 or 3, ...,
+    rows, cols)."""
     xp, backend = _xp_backend(x)
     where = _block_index(ix)
     need = cfg["need"][where] if axis == -1 else cfg["need"][where[:-1] + (slice(None), where[-1])]
-    out = {"planes": None, "raw": x if bool(np.any(need)) else None}
+    out = {"planes": None, "raw": x if bool(np.any(need)) else None, "layout": "generic"}
     n = cfg["count"]
     if n:
         with _chunk_quiet(xp, backend):
             re, im, _ = _finite_parts(xp, x)
             near = rounds_to_nearest(n, k, mode)
-            planes = residues.int8_planes(xp, re, im, shift, axis, n, near)
-            out["planes"] = xp.stack([xp.stack(p) for p in planes])
+            hooks = _hooks(backend) if kernels else None
+            planes = None if hooks is None else hooks.chunk_residues(re, im, shift, axis, n, near)
+            if planes is not None:
+                out.update(planes=planes, layout="backend")
+            else:
+                planes = residues.int8_planes(xp, re, im, shift, axis, n, near)
+                out["planes"] = xp.stack([xp.stack(p) for p in planes])
     return out
 
 
 @task
 def _product_block(ra, rb, cfg, *ix):
-    """``{"W": int8 (n, parts, ..., m_i, n_j) residues of A_ik B_kj mod each m_l, "nat": the
-    native block product or None}`` with a size-1 K axis implied (the reduction drops it)."""
+    """``{"W": int8 residues of A_ik B_kj mod each m_l, "nat": the native block product or
+    None, "layout"}`` with a size-1 K axis implied (the reduction drops it): W (n, parts, ...,
+    m_i, n_j) in the generic layout, else in the backend's (``chunk_products``)."""
     need = bool(cfg["need"][_block_index(ix)])
     n = cfg["count"]
-    out = {"W": None, "nat": None}
+    out = {"W": None, "nat": None, "layout": ra["layout"]}
     x = ra["raw"] if ra["planes"] is None else ra["planes"]
     xp, backend = _xp_backend(x)
     with _chunk_quiet(xp, backend):
-        if n:
+        if n and ra["layout"] == "backend":
+            out["W"] = _hooks(backend).chunk_products(ra["planes"], rb["planes"], n)
+        elif n:
             pa, pb = ra["planes"], rb["planes"]
             W = []
             for ell, m in enumerate(crt_constants(n).moduli):
@@ -81,7 +101,10 @@ def _wsum(parts, axis=None, keepdims=False, computing_meta=False, **kwargs):
     out = dict(parts[0])
     if len(parts) > 1:
         W = parts[0]["W"]
-        if W is not None:
+        if W is not None and parts[0]["layout"] == "backend":
+            _, backend = _xp_backend(W)
+            out["W"] = _hooks(backend).chunk_residue_sum([x["W"] for x in parts])
+        elif W is not None:
             xp, _ = _xp_backend(W)
             total = xp.astype(W, xp.float64)  # small integers: exact sums
             for x in parts[1:]:
@@ -108,6 +131,11 @@ def _crt_out(xp, w, mu, nu, cfg, dtype_name):
     if not n:
         return None
     W = w["W"]
+    if w["layout"] == "backend":
+        _, backend = _xp_backend(W)
+        cplx = W.shape[0] != 1
+        out = "dd" if dtype_name == "dd" else REAL_DTYPE[dtype_name]
+        return _hooks(backend).chunk_crt(W, mu, nu, n, cplx, out, nu.shape[-1])
     nparts = W.shape[1]
     per_modulus = ([W[ell, t] for t in range(nparts)] for ell in range(n))
     out = "dd" if dtype_name == "dd" else REAL_DTYPE[dtype_name]

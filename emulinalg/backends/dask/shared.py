@@ -380,7 +380,7 @@ def _shared_graph(a, b, request, arrays=None, split=None, t_lower=None):
     # 2. Residues once per chunk.
     with dask.annotate(**_CHUNKS):
         res_kw = {"dtype": object, "meta": obj(nd), "token": "emulinalg-residues", "cplx": cplx,
-                  "k": k, "mode": mode}  # fmt: skip
+                  "k": k, "mode": mode, "kernels": nd == 2}  # fmt: skip
         res_kw["align_arrays"] = False  # the index arrays' chunks are block counts
         ra = da.blockwise(modular._residues_chunk, ai, a, ai, mu, rows, cfg, (), *ix(*rows),
                           axis=-1, **res_kw)  # fmt: skip
