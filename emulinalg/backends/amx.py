@@ -11,7 +11,8 @@ A whole Scheme II product (``ozaki2_product``) runs in ``emulinalg._amx``'s C++
 one tile GEMM per modulus (complex: three with 3M, two modulo the Gaussian moduli) reduced
 modulo m_l in its epilogue, and the CRT (the cupy backend's CUDA sources compiled for the CPU,
 vectorized), bit-identical to the generic numpy code, which is tens of times slower at those
-stages.
+stages. The dask shared graph's chunk steps (``chunk_residues``, ``chunk_products``,
+``chunk_residue_sum``, ``chunk_crt``: ``host_chunks``) use the same residue and CRT code.
 
 The backend is chosen only where :func:`usable` is True; it never executes an AMX instruction
 elsewhere. ``EMULATE = True`` runs the same kernels on ``emulinalg._amx``'s scalar tile model
@@ -25,6 +26,7 @@ import time
 
 import numpy as np
 
+from . import host_chunks as _host_chunks
 from . import numpy as _numpy_backend
 from .cuda import OUT_KIND, crt_table_arrays
 
@@ -625,6 +627,39 @@ def balance_fine(t_lo, s, terms, empty_rows, empty_cols):
         np.ascontiguousarray(t_lo), np.ascontiguousarray(s), np.asarray(terms, dtype=np.float64),
         np.ascontiguousarray(empty_rows).reshape(-1), np.ascontiguousarray(empty_cols).reshape(-1),
     )  # fmt: skip
+
+
+def _chunk_module():
+    """``emulinalg._amx`` where its C++ runs here (AMX, or the tile model under ``EMULATE``),
+    else None: the dask graph's generic chunk steps then run for the whole graph."""
+    amx = _module()
+    return amx if amx is not None and hasattr(amx, "ozaki2_residues") and (
+        EMULATE or amx.available()) else None  # fmt: skip
+
+
+def chunk_residues(re, im, shift, axis, moduli, nearest):
+    """The dask shared graph's residues of one 2-D chunk (``host_chunks.residues``), or None."""
+    amx = _chunk_module()
+    if amx is None or re.ndim != 2 or re.dtype != np.float64:
+        return None
+    return _host_chunks.residues(amx, re, im, shift, axis, moduli, nearest)
+
+
+def chunk_products(pa, pb, moduli):
+    """A block's modular products on the tiles (``host_chunks.products``)."""
+    amx = _module()
+    return _host_chunks.products(lambda a, b: _gemm_s8(amx, a, b), pa, pb, moduli)
+
+
+def chunk_residue_sum(ws):
+    """The K-blocks' residues added modulo each modulus (``host_chunks.residue_sum``)."""
+    return _host_chunks.residue_sum(ws)
+
+
+def chunk_crt(w, mu, nu, moduli, cplx, out_dtype, cols):
+    """An output block's CRT in ``ozaki2_crt`` (``host_chunks.crt``)."""
+    return _host_chunks.crt(_module(), _crt_arrays(moduli), w, mu, nu, moduli, cplx, out_dtype,
+                            cols)  # fmt: skip
 
 
 def _tiles(amx, a, b):
