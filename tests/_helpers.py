@@ -435,3 +435,67 @@ def assert_lines_reach(c, native, a, b, lines):
         assert got["nonfinite_mismatch"] == nat["nonfinite_mismatch"] == 0
         assert got["bits_maxrel"] >= nat["bits_maxrel"], (r, cl, got, nat)
         assert got["bits_cw"] >= nat["bits_cw"], (r, cl, got, nat)
+
+
+def chunk_steps_case(stages, dtype, asarray=lambda x: x, moduli=None):
+    """``(got, whole, A, B)``: a product cut into 2 row, 3 (uneven) K and 2 column chunks through
+    a backend's chunk steps for the dask shared graph (``stages``: an object with
+    ``chunk_residues``, ``chunk_products``, ``chunk_residue_sum``, ``chunk_crt``; ``asarray``
+    moves a host array to its device), each chunk's residues made once, the block products
+    added over K and one CRT per output block, beside the generic in-core product of the whole
+    matrices (``products.product``) with the same count and shifts. The parts are float64, as
+    the graph's tasks give them (``blocks._finite_parts``)."""
+    import itertools
+
+    from emulinalg.algorithm import products
+    from emulinalg.algorithm.moduli import crt_constants
+    from emulinalg.algorithm.scaling import ozaki2_prescale, ozaki2_shifts, rounds_to_nearest
+    from emulinalg.backends import numpy as npb
+    from emulinalg.inputs import phi_matrix
+
+    def parts(x):
+        if np.iscomplexobj(x):
+            return x.real.astype(np.float64), x.imag.astype(np.float64)
+        return x.astype(np.float64), None
+
+    def cuts(size, count):
+        edges = np.linspace(0, size, count + 1).astype(int)
+        return [slice(a, b) for a, b in itertools.pairwise(edges)]
+
+    m, k, n, mode = 37, 150, 29, "accurate"
+    moduli = moduli or (10 if dtype in ("float32", "complex64") else 18)
+    out = "float32" if dtype in ("float32", "complex64") else "float64"
+    A = phi_matrix((m, k), 1.0, dtype, seed=5)
+    B = phi_matrix((k, n), 1.0, dtype, seed=6)
+    (ar, ai), (br, bi) = parts(A), parts(B)
+    cplx = ai is not None
+    pre = ozaki2_prescale(np, npb.int_matmul, ar, ai, br, bi, mode)
+    c = crt_constants(moduli)
+    mu, nu = ozaki2_shifts(np, pre, c.L, c.Q_down)
+    with npb.quiet():
+        whole = products.product(np, npb.int_matmul, ar, ai, br, bi, moduli, mode, out, pre)
+    whole = whole[0] if not cplx else whole[0] + 1j * whole[1]
+    near = rounds_to_nearest(moduli, k, mode)
+
+    def residues(re, im, shift, axis):
+        x = [None if v is None else asarray(np.ascontiguousarray(v)) for v in (re, im)]
+        planes = stages.chunk_residues(x[0], x[1], asarray(shift), axis, moduli, near)
+        assert planes.dtype == np.int8 and planes.shape[:2] == (3 if cplx else 1, moduli)
+        return planes
+
+    got = np.full((m, n), np.nan, dtype=whole.dtype)
+    kcuts = cuts(k, 3)  # uneven K chunks, none a multiple of 16 columns
+    for rows in cuts(m, 2):
+        pas = [residues(ar[rows, q], None if ai is None else ai[rows, q], mu[rows], -1)
+               for q in kcuts]  # fmt: skip
+        for cols in cuts(n, 2):
+            ws = []
+            for q, pa in zip(kcuts, pas):
+                pb = residues(br[q, cols], None if bi is None else bi[q, cols], nu[cols], -2)
+                ws.append(stages.chunk_products(pa, pb, moduli))
+            w = stages.chunk_residue_sum(ws)
+            ncols = cols.stop - cols.start
+            blk = stages.chunk_crt(w, asarray(mu[rows]), asarray(nu[cols]), moduli, cplx, out,
+                                   ncols)  # fmt: skip
+            got[rows, cols] = np.asarray(blk)
+    return got, whole, A, B
