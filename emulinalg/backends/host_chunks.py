@@ -6,9 +6,8 @@ block's CRT (``ozaki2_crt``). The integers are those of ``residues.int8_planes``
 ``products.modular_products`` and ``crt.from_residues``, so an output block holds the generic
 graph's bits.
 
-Layouts: a chunk's planes int8 (P, n, lines, k), P = 1 (real) or 3 (3M: re, im, re + im),
-lines the rows of an A chunk or the columns of a B chunk; a block's residues int8 (parts, n,
-rows, cols), parts 1 or 2 (Re, Im).
+Layouts: a chunk's planes int8 (P, n, rows, cols) as the chunk, P = 1 (real) or 3 (3M: re,
+im, re + im); a block's residues int8 (parts, n, rows, cols), parts 1 or 2 (Re, Im).
 """
 
 from __future__ import annotations
@@ -39,16 +38,19 @@ def _symmetric(x, m):
 
 
 def residues(amx, re, im, shift, axis, moduli, nearest):
-    """int8 planes (P, n, lines, k) of one 2-D float64 chunk scaled by 2**shift along its lines
-    (``axis`` -1: rows; -2: columns), rounded as ``nearest`` says."""
-    if axis != -1:  # the C++ scales the rows of its operand: B's columns as rows (a view)
-        re, im = re.T, None if im is None else im.T
+    """int8 planes (P, n, rows, cols) of one 2-D float64 chunk scaled by 2**shift along its
+    lines (``axis`` -1: rows; -2: columns), rounded as ``nearest`` says: the GEMM's operands as
+    they are."""
+    rows = axis == -1
+    shape = re.shape
+    if not rows:  # the C++ scales its operand's rows: B's columns as rows (a view), the planes
+        re, im = re.T, None if im is None else im.T  # written back as (k, cols)
     s = np.ascontiguousarray(shift, dtype=np.int32)
     if re.size == 0:
-        return np.zeros((1 if im is None else 3, moduli) + re.shape, dtype=np.int8)
+        return np.zeros((1 if im is None else 3, moduli) + shape, dtype=np.int8)
     if im is None:
-        return amx.ozaki2_residues(re, s, moduli, True, nearest=nearest)[None]
-    return amx.ozaki2_residues3(re, im, s, moduli, True, nearest=nearest)
+        return amx.ozaki2_residues(re, s, moduli, rows, nearest=nearest)[None]
+    return amx.ozaki2_residues3(re, im, s, moduli, rows, nearest=nearest)
 
 
 def products(gemm, pa, pb, moduli):
@@ -56,11 +58,11 @@ def products(gemm, pa, pb, moduli):
     ``gemm`` (int8 (m, k) @ int8 (k, n), exact integers) per modulus and 3M product, modulo
     each modulus (3M: T1 - T2, T3 - T1 - T2)."""
     P, _, m, _ = pa.shape
-    n = pb.shape[2]
+    n = pb.shape[3]
     T = np.empty((P, moduli, m, n), dtype=np.float64)  # exact: |T| <= k 2**14 < 2**52
     for p in range(P):
         for ell in range(moduli):
-            T[p, ell] = gemm(pa[p, ell], np.ascontiguousarray(pb[p, ell].T))
+            T[p, ell] = gemm(pa[p, ell], pb[p, ell])
     mods = _moduli(moduli, 4)
     if P == 1:
         return _symmetric(T, mods)
