@@ -71,6 +71,12 @@ def _product_block(ra, rb, cfg, *ix):
     m_i, n_j) in the generic layout, else in the backend's (``chunk_products``)."""
     need = bool(cfg["need"][_block_index(ix)])
     n = cfg["count"]
+    if n and ra["layout"] != rb["layout"]:  # workers whose numpy chunks took other backends
+        raise RuntimeError(
+            f"emulinalg: the chunks of one product took different backends ({ra['layout']} and "
+            f"{rb['layout']} residues): give every dask worker the same EMULINALG_AMX and "
+            "EMULINALG_CUPY_KERNELS settings"
+        )
     out = {"W": None, "nat": None, "layout": ra["layout"]}
     x = ra["raw"] if ra["planes"] is None else ra["planes"]
     xp, backend = _xp_backend(x)

@@ -63,3 +63,16 @@ def test_shared_graph_takes_the_chunk_steps(monkeypatch, dtype):
     # 2 x 2 A chunks and 2 x 2 B chunks; 2 x 2 x 2 block products; 2 x 2 output blocks
     assert calls == {"chunk_residues": 8, "chunk_products": 8, "chunk_residue_sum": 4,
                      "chunk_crt": 4}  # fmt: skip
+
+
+def test_block_product_refuses_mixed_layouts():
+    """A block product whose chunks' residues came from different backends (workers with other
+    EMULINALG_AMX settings) raises a clear error instead of multiplying mismatched layouts."""
+    from emulinalg.backends.dask import crt
+
+    planes = np.zeros((1, 2, 4, 4), dtype=np.int8)
+    ra = {"planes": planes, "raw": None, "layout": "backend"}
+    rb = {"planes": planes, "raw": None, "layout": "generic"}
+    cfg = {"need": np.zeros((1, 1), dtype=bool), "count": 2}
+    with pytest.raises(RuntimeError, match="EMULINALG_AMX"):
+        crt._product_block(ra, rb, cfg, np.array([0]), np.array([0]))
