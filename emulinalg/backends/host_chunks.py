@@ -1,10 +1,10 @@
 """The dask shared graph's Scheme II steps on one numpy chunk in ``emulinalg._amx``'s C++ (the
 amx backend's ``chunk_*`` stages, ``emulinalg/backends/dask/crt.py``): a chunk's residues
-(``ozaki2_residues``, ``ozaki2_residues3``), a block's modular products (one tile GEMM per
-modulus and 3M product, reduced here), the K-blocks' sum modulo each modulus, and an output
-block's CRT (``ozaki2_crt``). The integers are those of ``residues.int8_planes``,
-``products.modular_products`` and ``crt.from_residues``, so an output block holds the generic
-graph's bits.
+(``ozaki2_residues``, ``ozaki2_residues3``), a block's modular products
+(``products.modular_products`` with one tile GEMM per modulus and 3M product), the K-blocks'
+sum modulo each modulus, and an output block's CRT (``ozaki2_crt``). The integers are those of
+``residues.int8_planes``, ``products.modular_products`` and ``crt.from_residues``, so an output
+block holds the generic graph's bits.
 
 Layouts: a chunk's planes int8 (P, n, rows, cols) as the chunk, P = 1 (real) or 3 (3M: re,
 im, re + im); a block's residues int8 (parts, n, rows, cols), parts 1 or 2 (Re, Im).
@@ -15,26 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from emulinalg.algorithm.moduli import MODULI
+from emulinalg.algorithm.products import modular_products
+from emulinalg.algorithm.residues import moduli_axis, symmetric_mod
 from emulinalg.algorithm.xputil import make_complex
 
 from .cuda import OUT_KIND
-
-
-def _moduli(n, ndim):
-    """int64 moduli 0..n-1 along axis 1 of an ``ndim``-array."""
-    return np.asarray(MODULI[:n], dtype=np.int64).reshape((1, n) + (1,) * (ndim - 2))
-
-
-def _symmetric(x, m):
-    """Integers ``x`` (|x| < 2**52) modulo ``m`` in [-(m // 2), (m - 1) // 2], as int8. In
-    float64 (numpy's integer remainder is several times slower): q = round(x / m) is within one
-    of the exact quotient, x - q m is exact, and one correction each way lands in the range."""
-    x = np.asarray(x, dtype=np.float64)
-    m = np.asarray(m, dtype=np.float64)
-    r = x - np.rint(x / m) * m
-    r = np.where(r > (m - 1) // 2, r - m, r)
-    r = np.where(r < -(m // 2), r + m, r)
-    return r.astype(np.int8)
 
 
 def residues(amx, re, im, shift, axis, moduli, nearest):
@@ -54,28 +39,25 @@ def residues(amx, re, im, shift, axis, moduli, nearest):
 
 
 def products(gemm, pa, pb, moduli):
-    """int8 (parts, n, rows, cols): the A planes times the B planes (``residues``' layouts) by
-    ``gemm`` (int8 (m, k) @ int8 (k, n), exact integers) per modulus and 3M product, modulo
-    each modulus (3M: T1 - T2, T3 - T1 - T2)."""
-    P, _, m, _ = pa.shape
-    n = pb.shape[3]
-    T = np.empty((P, moduli, m, n), dtype=np.float64)  # exact: |T| <= k 2**14 < 2**52
-    for p in range(P):
-        for ell in range(moduli):
-            T[p, ell] = gemm(pa[p, ell], pb[p, ell])
-    mods = _moduli(moduli, 4)
-    if P == 1:
-        return _symmetric(T, mods)
-    return np.stack([_symmetric(T[0] - T[1], mods[0]), _symmetric(T[2] - T[0] - T[1], mods[0])])
+    """int8 (parts, n, rows, cols): ``products.modular_products`` of the A planes and the B
+    planes (``residues``' layouts) per modulus, its GEMMs ``gemm`` (int8 (m, k) @ int8 (k, n),
+    exact integers)."""
+
+    def int_matmul(a, b, _bound):  # float64: 3M's differences of int32 sums stay exact
+        return np.asarray(gemm(a, b), dtype=np.float64)
+
+    return np.stack([np.stack(modular_products(np, int_matmul, tuple(pa[:, ell]),
+                                               tuple(pb[:, ell]), m))
+                     for ell, m in enumerate(MODULI[:moduli])], axis=1).astype(np.int8)  # fmt: skip
 
 
 def residue_sum(ws):
     """The K-blocks' residues of one output block added modulo each modulus (int8, the same
     layout)."""
-    total = ws[0].astype(np.int32)
+    total = ws[0].astype(np.float64)
     for w in ws[1:]:
-        total += w  # at most 127 per K-block: exact in int32
-    return _symmetric(total, _moduli(total.shape[1], total.ndim))
+        total += w  # small integers: exact
+    return symmetric_mod(np, total, moduli_axis(np, MODULI[: total.shape[1]], 2)).astype(np.int8)
 
 
 def crt(amx, tables, w, mu, nu, moduli, cplx, out_dtype, cols):
@@ -86,16 +68,12 @@ def crt(amx, tables, w, mu, nu, moduli, cplx, out_dtype, cols):
     dt = np.float32 if out_dtype == "float32" else np.float64
     hi = [np.empty((rows, cols), dtype=dt) for _ in range(2 if cplx else 1)]
     lo = [np.empty((rows, cols), dtype=np.float64) if out_dtype == "dd" else None for _ in hi]
-    if w.size:
+    if w.size:  # else the outputs are empty
         mu32 = np.ascontiguousarray(mu, dtype=np.int32)
         nu32 = np.ascontiguousarray(nu, dtype=np.int32)
         amx.ozaki2_crt(np.ascontiguousarray(w if cplx else w[0]), mu32, nu32, OUT_KIND[out_dtype],
                        *tables, hi[0], lo[0], hi[-1] if cplx else None,
                        lo[-1] if cplx else None)  # fmt: skip
-    else:
-        for x in hi + lo:
-            if x is not None:
-                x[...] = 0
     if out_dtype == "dd":
         return make_complex(np, hi[0], lo[0], np.complex128)
     if cplx:

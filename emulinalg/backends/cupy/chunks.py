@@ -14,10 +14,11 @@ only; the Gaussian moduli are the in-core path's.
 
 from __future__ import annotations
 
+import array_api_compat
 import cupy as cp
-import numpy as np
 
 from emulinalg.algorithm.moduli import MODULI
+from emulinalg.algorithm.residues import moduli_axis, symmetric_mod
 from emulinalg.algorithm.xputil import make_complex
 
 from ..cuda import fused as _fused
@@ -28,18 +29,12 @@ from .products import _residue_planes
 _LDC_ALIGN = 16  # the fused GEMM's int8 rows (TMA): its ldc, kept for the cuBLAS path too
 
 
-def _moduli(n, ndim, axis):
-    """int32 moduli 0..n-1 shaped to broadcast along ``axis`` of an ``ndim``-array."""
-    shape = [1] * ndim
-    shape[axis] = n
-    return cp.asarray(np.asarray(MODULI[:n], dtype=np.int32).reshape(shape))
-
-
-def _symmetric(x, m):
-    """Integers ``x`` modulo ``m`` in [-(m // 2), (m - 1) // 2] (``residues.symmetric_mod``),
-    as int8."""
-    r = x % m  # the sign of m: [0, m)
-    return cp.where(r > (m - 1) // 2, r - m, r).astype(cp.int8)
+def _symmetric(x):
+    """Integers ``x`` (P, n, ...; below 2**53) modulo the moduli along axis 1, symmetric
+    (``residues.symmetric_mod``), as int8."""
+    xp = array_api_compat.array_namespace(x)
+    m = moduli_axis(xp, MODULI[: x.shape[1]], x.ndim - 2, device=x.device)
+    return xp.astype(symmetric_mod(xp, xp.astype(x, xp.float64), m), xp.int8)
 
 
 def chunk_residues(re, im, shift, axis, moduli, nearest):
@@ -73,20 +68,20 @@ def chunk_products(pa, pb, moduli):
     prod = _fused.int8_mod_products(pa, pb, moduli)
     if prod is not None:
         return prod
-    s = _int8_products(pa, pb).astype(cp.int64).sum(axis=0)  # (P, n, 1, m, n_p), exact
+    s = _int8_products(pa, pb).astype(cp.float64).sum(axis=0)  # (P, n, 1, m, n_p), exact
     P, n, _, m, n_p = s.shape
     out = cp.zeros((P, n, 1, m, _ceil(n_p, _LDC_ALIGN)), dtype=cp.int8)
-    out[..., :n_p] = _symmetric(s, _moduli(n, 5, 1).astype(cp.int64))
+    out[..., :n_p] = _symmetric(s)
     return out
 
 
 def chunk_residue_sum(ws):
     """The K-blocks' residues of one output block (``chunk_products``' arrays) added modulo each
     modulus: int8, the same layout."""
-    total = ws[0].astype(cp.int32)
+    total = ws[0].astype(cp.float64)
     for w in ws[1:]:
-        total += w  # at most 127 per K-block: exact in int32
-    return _symmetric(total, _moduli(total.shape[1], total.ndim, 1))
+        total += w  # small integers: exact
+    return _symmetric(total)
 
 
 def chunk_crt(w, mu, nu, moduli, cplx, out_dtype, cols):

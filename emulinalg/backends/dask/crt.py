@@ -137,14 +137,12 @@ def _crt_out(xp, w, mu, nu, cfg, dtype_name):
     if not n:
         return None
     W = w["W"]
+    out = "dd" if dtype_name == "dd" else REAL_DTYPE[dtype_name]
     if w["layout"] == "backend":
         _, backend = _xp_backend(W)
-        cplx = W.shape[0] != 1
-        out = "dd" if dtype_name == "dd" else REAL_DTYPE[dtype_name]
-        return _hooks(backend).chunk_crt(W, mu, nu, n, cplx, out, nu.shape[-1])
+        return _hooks(backend).chunk_crt(W, mu, nu, n, W.shape[0] != 1, out, nu.shape[-1])
     nparts = W.shape[1]
     per_modulus = ([W[ell, t] for t in range(nparts)] for ell in range(n))
-    out = "dd" if dtype_name == "dd" else REAL_DTYPE[dtype_name]
     parts = crt.from_residues(xp, crt_constants(n), per_modulus, W.shape[2:], nparts, mu, nu,
                               out)  # fmt: skip
     if out == "dd":
