@@ -23,27 +23,59 @@ import time
 
 import cupy as cp
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile, record_function
 
 import emulinalg
 from emulinalg.inputs import phi_matrix
 
+_CALL = "emulinalg-call"
+
 
 def _kernels(fn):
-    """``(wall_ms, {kernel: [device_ms, launches]})`` of one call of ``fn`` (warmed up)."""
+    """``(wall_ms, {kernel: [device_ms, launches]}, idle)`` of one call of ``fn`` (warmed up);
+    ``idle``: the device's idle time inside the call (see ``_idle``)."""
     fn()
     cp.cuda.Device().synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
-        fn()
-        cp.cuda.Device().synchronize()
+        with record_function(_CALL):
+            fn()
+            cp.cuda.Device().synchronize()
         wall = 1e3 * (time.perf_counter() - t0)
     out = {}
     for ev in prof.key_averages():
         dev = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
-        if dev > 0:
+        if dev > 0 and ev.device_type == DeviceType.CUDA and ev.key != _CALL:
             out[ev.key[:120]] = [round(dev / 1e3, 3), ev.count]
-    return wall, dict(sorted(out.items(), key=lambda kv: -kv[1][0]))
+    return wall, dict(sorted(out.items(), key=lambda kv: -kv[1][0])), _idle(prof)
+
+
+def _idle(prof, top=12):
+    """Where the device waits for the host within the call: the call's span, the busy time (the
+    union of the kernels' intervals), and the largest gaps (ms) with the kernels on either side
+    (a gap before the first kernel is the host's work ahead of it)."""
+    evs = prof.events()
+    call = next(e for e in evs if e.name == _CALL and e.device_type == DeviceType.CPU)
+    c0, c1 = call.time_range.start, call.time_range.end
+    # the call's own range has a device-side twin (kineto's annotation): not a kernel
+    ker = sorted((e for e in evs if e.device_type == DeviceType.CUDA and e.name != _CALL
+                  and e.time_range.start >= c0), key=lambda e: e.time_range.start)  # fmt: skip
+    gaps, busy, end, prev = [], 0.0, c0, "(call start)"
+    for e in ker:
+        s, t = e.time_range.start, e.time_range.end
+        if s > end:
+            gaps.append((s - end, prev, e.name))
+        busy += max(0.0, t - max(s, end))
+        if t > end:
+            end, prev = t, e.name
+    gaps.append((max(0.0, c1 - end), prev, "(call end)"))
+    gaps.sort(key=lambda g: -g[0])
+    return {"span_ms": round((c1 - c0) / 1e3, 3), "busy_ms": round(busy / 1e3, 3),
+            "gaps": [[round(g / 1e3, 3), a[:60], b[:60]] for g, a, b in gaps[:top]],
+            "events": [[round((e.time_range.start - c0) / 1e3, 4),
+                        round((e.time_range.end - c0) / 1e3, 4), e.name[:60]]
+                       for e in ker]}  # fmt: skip
 
 
 def _host_profile(fn, top):
@@ -105,18 +137,23 @@ def main():
 
 def _report(name, call, plans, dt, args):
     """Profile ``call`` (one product), print its kernels and append its record."""
-    wall, ker = _kernels(call)
+    wall, ker, idle = _kernels(call)
     if args.host:
         _host_profile(call, args.host)
     plan = str(plans[-1])
     rec = {"dtype": dt, "N": args.N, "phi": args.phi, "run": name,
            "wall_ms": round(wall, 2),
            "device_ms": round(sum(v[0] for v in ker.values()), 2), "kernels": ker,
+           "idle": {k: v for k, v in idle.items() if k != "events"},
            "plan": plan[:300]}  # fmt: skip
     print(json.dumps({k: v for k, v in rec.items() if k != "kernels"}), flush=True)
+    print(f"  span {idle['span_ms']} ms, device busy {idle['busy_ms']} ms; largest idle gaps:")
+    for g in idle["gaps"]:
+        print(f"    {g[0]:8.3f} ms  after {g[1]}  before {g[2]}", flush=True)
     for k, v in list(ker.items())[:18]:
         print(f"  {v[0]:9.3f} ms {v[1]:5d}x  {k}", flush=True)
     if args.out:
+        rec["idle"] = idle  # the device timeline (ms from the call's start) in the record only
         with open(args.out, "a") as fh:
             fh.write(json.dumps(rec) + "\n")
     cp.get_default_memory_pool().free_all_blocks()
