@@ -214,6 +214,7 @@ py::dict tuning_dict(const amx::Tuning& t) {
     d["nest"] = t.nest;
     d["stream"] = t.stream;
     d["widen"] = t.widen;
+    d["panels"] = t.panels;
     d["spec"] = amx::format_tuning(t);
     return d;
 }
@@ -304,6 +305,9 @@ PYBIND11_MODULE(_amx, m) {
         "time (CPUID, XCR0, Linux arch_prctl permission), and the same kernels on a scalar tile "
         "model (emulate=True) that runs on any CPU.";
     m.attr("MAX_K_S8") = amx::kMaxKS8;
+    m.attr("PANEL_CHUNK") = amx::kPanelChunk;  // K tiles per chunk of ozaki2_pack's panels
+    // INT8 GEMMs of a longer K take chunked panels (K in elements)
+    m.attr("CHUNKED_MIN_K") = amx::kChunkedMinTiles * amx::k_per_tile<std::int8_t>();
     m.def(
         "available", [] { return status().available; },
         "True when the AMX kernels can run here: built with AMX support, CPUID reports "

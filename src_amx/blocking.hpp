@@ -65,6 +65,8 @@ struct Tuning {
     int widen = 1;        // widened slice products: 0 adds each FP32 block to C after its dot
                           // products; 1 adds it one row per K step of the next block's (the
                           // vector work overlaps the tile unit's); same additions, same order
+    int panels = 1;       // Scheme II's residue panels (ozaki2_pack): 1 chunked pairs, 0 plain
+                          // (pack.hpp's TileSource); same products
 };
 
 // Defaults: the best of the sweep on the 16-core AMX host, 16 threads, N = 8192
@@ -82,6 +84,16 @@ constexpr int kDefaultNest = 1;
 constexpr std::int64_t kInt8Mc = 128;
 constexpr std::int64_t kInt8Nc = 512;
 constexpr int kInt8Nest = 0;
+// The mod GEMMs in K chunks on chunked-pair panels (pack.hpp: kc = kPanelChunk, A's strip of a
+// chunk in L1, each chunk's B panel in L2 for all the C block's rows, the C block's int32
+// partial sums, 512 KiB, in L2 too): a taller, narrower C block (docs/benchmarks/ci-cpu/README.md,
+// 2026-12-07).
+constexpr std::int64_t kInt8ChunkMc = 512;
+constexpr std::int64_t kInt8ChunkNc = 256;
+// INT8 GEMMs of more K tiles than this take the chunked panels (32: K = 2048; up to it a plain
+// panel's strip of a register block nearly fits L1 and K in one chunk measured faster;
+// emulinalg/backends/amx.py's CHUNKED_MIN_K is this in elements).
+constexpr std::int64_t kChunkedMinTiles = 32;
 
 // t with its unset C block and nest taken from the INT8 GEMMs' defaults.
 inline Tuning int8_defaults(Tuning t) {
@@ -109,6 +121,7 @@ inline std::string validate(const Tuning& t) {
         return "nest must be 0 (jc, ic, pc), 1 (jc, pc, ic) or -1 (the kernel's default)";
     if (t.stream < 0 || t.stream > 1) return "stream must be 0 or 1";
     if (t.widen < 0 || t.widen > 1) return "widen must be 0 or 1";
+    if (t.panels < 0 || t.panels > 1) return "panels must be 0 (plain) or 1 (chunked pairs)";
     return "";
 }
 
@@ -125,8 +138,9 @@ inline std::string set_knob(Tuning& t, const std::string& key, long long v) {
     else if (key == "nest") t.nest = static_cast<int>(v);
     else if (key == "stream") t.stream = static_cast<int>(v);
     else if (key == "widen") t.widen = static_cast<int>(v);
+    else if (key == "panels") t.panels = static_cast<int>(v);
     else return "unknown blocking key '" + key + "' (mc, nc, kc, order, sched, prefetch, "
-                "partition, pack_a, nest, stream, widen)";
+                "partition, pack_a, nest, stream, widen, panels)";
     return "";
 }
 
@@ -166,7 +180,7 @@ inline std::string format_tuning(const Tuning& t) {
            ",sched=" + std::to_string(t.sched) + ",prefetch=" + std::to_string(t.prefetch) +
            ",partition=" + std::to_string(t.partition) + ",pack_a=" + std::to_string(t.pack_a) +
            ",nest=" + std::to_string(t.nest) + ",stream=" + std::to_string(t.stream) +
-           ",widen=" + std::to_string(t.widen);
+           ",widen=" + std::to_string(t.widen) + ",panels=" + std::to_string(t.panels);
 }
 
 // The process-wide knobs (emulinalg._amx.set_blocking, EMULINALG_AMX_BLOCKING). Each GEMM call
@@ -194,6 +208,7 @@ struct Plan {
     std::int64_t rows = 0, cols = 0, ktiles = 0;  // register blocks of C; K tiles
     std::int64_t mcr = 0, ncr = 0, kc = 0;        // C block (register blocks), K chunk (tiles)
     int order = 0, sched = 0, prefetch = 0, partition = 0, nest = 0, stream = 0, widen = 1;
+    bool local_c = false;  // C's partial sums in each thread's C block, C written once (INT8)
     int grid_rows = 1, grid_cols = 1;  // static partition: threads = grid_rows x grid_cols
     int team = 1;                      // threads started
     std::int64_t tasks = 1;            // dynamic partition: mc x nc tasks

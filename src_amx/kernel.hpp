@@ -107,10 +107,11 @@ inline void prefetch_tile(const std::uint8_t* t, std::int64_t row_stride) {
 // or which operand (1 = A, 2 = B) is loaded with TILELOADDT1 (not kept in L1). pf (or null):
 // the operand whose tiles (pf_block, pf_block + 1) from kt0 on are prefetched into L1, one K
 // step per K step (the next register block's streamed tiles).
+// (One run: K tiles [kt0, kt1) lie kt_stride apart in every operand; k_steps splits.)
 template <class Traits, int Sched, int Stream, class Ops>
-inline void k_steps(Ops& ops, const TileSource& a, const TileSource& b, std::int64_t ia,
-                    std::int64_t jb, std::int64_t kt0, std::int64_t kt1, const TileSource* pf,
-                    std::int64_t pf_block) {
+inline void k_run(Ops& ops, const TileSource& a, const TileSource& b, std::int64_t ia,
+                  std::int64_t jb, std::int64_t kt0, std::int64_t kt1, const TileSource* pf,
+                  std::int64_t pf_block) {
     const std::int64_t sa = a.row_stride, sb = b.row_stride;
     const std::uint8_t* a0 = a.tile(ia, kt0);
     const std::uint8_t* a1 = a.tile(ia + 1, kt0);
@@ -193,6 +194,18 @@ inline void k_steps(Ops& ops, const TileSource& a, const TileSource& b, std::int
     }
 }
 
+template <class Traits, int Sched, int Stream, class Ops>
+inline void k_steps(Ops& ops, const TileSource& a, const TileSource& b, std::int64_t ia,
+                    std::int64_t jb, std::int64_t kt0, std::int64_t kt1, const TileSource* pf,
+                    std::int64_t pf_block) {
+    for (std::int64_t kt = kt0; kt < kt1;) {  // runs that end where a chunk of a layout ends
+        std::int64_t n = b.run(kt, a.run(kt, kt1 - kt));
+        if (pf != nullptr) n = pf->run(kt, n);
+        k_run<Traits, Sched, Stream>(ops, a, b, ia, jb, kt, kt + n, pf, pf_block);
+        kt += n;
+    }
+}
+
 template <class Traits, int Stream, class Ops>
 inline void k_steps_sched(int sched, Ops& ops, const TileSource& a, const TileSource& b,
                           std::int64_t ia, std::int64_t jb, std::int64_t kt0, std::int64_t kt1,
@@ -264,7 +277,7 @@ public:
     // 0) keeps that block's int32 partial sums in a buffer of its own thread (mc x nc, 256 KiB
     // for 256 x 256: it stays in L2), not in an m x n buffer in memory.
     static bool local_partials(const Plan& p, bool mod) {
-        return mod && p.nest == 0 && p.kc < p.ktiles;
+        return (mod || p.local_c) && p.nest == 0 && p.kc < p.ktiles;
     }
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
@@ -376,12 +389,22 @@ private:
         // no C at all (c_ null): a mod-epilogue GEMM with K in one chunk, whose only chunk
         // never loads or stores C
         const bool own = local_ == nullptr && (edge || c_ == nullptr);
-        Acc* c = local_ != nullptr ? local_ + (i - lr0_) * kRegRows * ldl_ + (j - lc0_) * kRegCols
-                 : own            ? scratch_
-                                  : c_ + row0 * n_ + col0;
-        const std::int64_t ldc = local_ != nullptr ? ldl_ : own ? kRegCols : n_;
-        const std::int64_t stride = ldc * static_cast<std::int64_t>(sizeof(Acc));
-        Acc* c10 = c + 16 * ldc;
+        // the four C tiles: c, c01, c10, c11. Local partial sums: a register block's tiles one
+        // after the other (4 KiB, rows 64 bytes apart: each tile load and store one contiguous
+        // run), the C block's register blocks row by row.
+        Acc *c, *c01, *c10, *c11;
+        std::int64_t stride;
+        if (local_ != nullptr) {
+            constexpr std::int64_t tile = kTileRows * kTileRows;  // int32 / fp32 entries
+            c = local_ + ((i - lr0_) * (ldl_ / kRegCols) + (j - lc0_)) * 4 * tile;
+            c01 = c + tile, c10 = c + 2 * tile, c11 = c + 3 * tile;
+            stride = kTileBytes;
+        } else {
+            const std::int64_t ldc = own ? kRegCols : n_;
+            c = own ? scratch_ : c_ + row0 * n_ + col0;
+            c01 = c + 16, c10 = c + 16 * ldc, c11 = c10 + 16;
+            stride = ldc * static_cast<std::int64_t>(sizeof(Acc));
+        }
         if (first) {
             ops_.template zero<kC00>();
             ops_.template zero<kC01>();
@@ -393,9 +416,9 @@ private:
                 ops_.fence();  // the tile loads below must see the scratch just written
             }
             ops_.template load<kC00>(c, stride);
-            ops_.template load<kC01>(c + 16, stride);
+            ops_.template load<kC01>(c01, stride);
             ops_.template load<kC10>(c10, stride);
-            ops_.template load<kC11>(c10 + 16, stride);
+            ops_.template load<kC11>(c11, stride);
         }
         const int sched = plan_.sched;
         if (sp_ != nullptr) {
@@ -420,10 +443,26 @@ private:
                 return;
             }
         }
+        if (local_ != nullptr && kt1 == plan_.ktiles && mod_ == nullptr) {
+            // the block's last K chunk of a GEMM with local partial sums: into C itself
+            const bool part = rows < kRegRows || cols < kRegCols;
+            Acc* d = part ? scratch_ : c_ + row0 * n_ + col0;
+            const std::int64_t ld = part ? kRegCols : n_;
+            const std::int64_t s = ld * static_cast<std::int64_t>(sizeof(Acc));
+            ops_.template store<kC00>(d, s);
+            ops_.template store<kC01>(d + 16, s);
+            ops_.template store<kC10>(d + 16 * ld, s);
+            ops_.template store<kC11>(d + 16 * ld + 16, s);
+            if (part) {
+                ops_.fence();  // the copy below must see the stores
+                scratch_out(row0, col0, rows, cols);
+            }
+            return;
+        }
         ops_.template store<kC00>(c, stride);
-        ops_.template store<kC01>(c + 16, stride);
+        ops_.template store<kC01>(c01, stride);
         ops_.template store<kC10>(c10, stride);
-        ops_.template store<kC11>(c10 + 16, stride);
+        ops_.template store<kC11>(c11, stride);
         if (edge) scratch_out(row0, col0, rows, cols);
     }
 
@@ -508,7 +547,7 @@ private:
     const ModEpilogue* mod_;
     Acc* local_ = nullptr;                // local partial sums (local_partials), or none
     bool local_failed_ = false;           // wanted, but not allocated
-    std::int64_t ldl_ = 0, lr0_ = 0, lc0_ = 0;  // their row length; block origin (reg. blocks)
+    std::int64_t ldl_ = 0, lr0_ = 0, lc0_ = 0;  // their C block's columns; its origin (reg. blocks)
     alignas(64) Acc scratch_[kRegRows * kRegCols];
     alignas(64) Acc scratch2_[2][kRegRows * kRegCols];  // widened slice products' blocks
 };
@@ -589,21 +628,34 @@ bool gemm(const typename Traits::In* a, const typename Traits::In* b, typename T
         return true;
     }
     Tuning tuning = current_tuning();
-    if constexpr (std::is_same_v<In, std::int8_t>) tuning = int8_defaults(tuning);
     const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
     const std::int64_t ktiles = ceil_div(k, KT);
-    const Panel pb = pack_b_vnni(b, k, n, n, np / 16, threads);
+    // INT8 with long K and no K chunk set: the mod GEMMs' form (chunked panels, K chunks of
+    // kPanelChunk tiles, the chunked C block with its partial sums in each thread's buffer)
+    bool chunked = false;
+    if constexpr (std::is_same_v<In, std::int8_t>) {
+        chunked = tuning.panels == 1 && tuning.kc == 0 && ktiles > kChunkedMinTiles;
+        if (chunked) {
+            tuning.kc = kPanelChunk;
+            tuning.nest = 0;
+            if (tuning.mc == 0) tuning.mc = kInt8ChunkMc;
+            if (tuning.nc == 0) tuning.nc = kInt8ChunkNc;
+        }
+        tuning = int8_defaults(tuning);
+    }
+    const Panel pb = pack_b_vnni(b, k, n, n, np / 16, threads, chunked);
     Panel pa;
     TileSource as;
-    if (tuning.pack_a == 0 && m % kRegRows == 0 && k % KT == 0) {
+    if (!chunked && tuning.pack_a == 0 && m % kRegRows == 0 && k % KT == 0) {
         const std::int64_t lda = k * static_cast<std::int64_t>(sizeof(In));  // bytes
         as = {reinterpret_cast<const std::uint8_t*>(a), kTileRows * lda, kTileBytes, lda};
     } else {
-        pa = pack_a(a, m, k, k, mp / 16, threads);
+        pa = pack_a(a, m, k, k, mp / 16, threads, chunked);
         as = pa.source();
     }
-    const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
+    Plan plan = make_plan(tuning, mp, np, ktiles, threads);
+    plan.local_c = chunked;
     return gemm_tiles<Traits, Ops>(as, pb.source(), c, m, n, plan);
 }
 
@@ -630,6 +682,10 @@ bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, st
     // 1.90 s with the plain GEMM's default kc = 64); beyond, the outer operand's strip
     // (2 kc KiB) would outgrow the L2.
     if (tuning.kc == 0) tuning.kc = std::min<std::int64_t>(ktiles, 128);
+    if (tuning.kc < ktiles) {  // K in chunks: the chunked C block unless one was set
+        if (tuning.mc == 0) tuning.mc = kInt8ChunkMc;
+        if (tuning.nc == 0) tuning.nc = kInt8ChunkNc;
+    }
     tuning = int8_defaults(tuning);
     const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
     PooledBytes partial;

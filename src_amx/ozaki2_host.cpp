@@ -400,11 +400,20 @@ struct Ozaki2Panels {
   bool gauss = false;    // complex, modulo the Gaussian moduli (kGaussianModuli)
   bool stream = false;   // panels written with non-temporal stores
   bool nearest = false;  // the scaled operands rounded to nearest (else toward zero)
-  // The tiles of panel (set, l) in the stack at `stack` (a's or b's bytes; panel bytes each).
-  amx::TileSource source(const amx::PooledBytes& stack, long long panel, int set, int l) const {
+  // The tiles of panel (set, l) in the stack at `stack` (a's or b's bytes; panel bytes each),
+  // in pack.hpp's chunked-pair layout (`blocks`: ablocks or bblocks, even).
+  amx::TileSource source(const amx::PooledBytes& stack, long long panel, long long blocks,
+                         int set, int l) const {
     const std::uint8_t* base = stack.get() + (static_cast<long long>(set) * nmod + l) * panel;
-    return {base, ktiles * amx::kTileSize, amx::kTileSize, amx::kTileBytes};
+    if (!chunked) return {base, ktiles * amx::kTileSize, amx::kTileSize, amx::kTileBytes};
+    return amx::chunked_source(base, blocks, ktiles);
   }
+  // Tile (block, kt) of the first panel of a stack (the others lie panel bytes apart).
+  std::uint8_t* tile(const amx::PooledBytes& stack, long long blocks, long long block,
+                     long long kt) const {
+    return const_cast<std::uint8_t*>(source(stack, 0, blocks, 0, 0).tile(block, kt));
+  }
+  bool chunked = true;  // the blocking's `panels` knob when packed
 };
 
 // A (m x k, lines = rows) into its panels: row i's K tile kt is tile row (i / 16, kt, i % 16),
@@ -413,16 +422,14 @@ template <class T>
 void pack_rows(const T* x, long long sr, long long sc, const T* y, long long yr,
                long long yc, const int* shift, Ozaki2Panels& P) {
   const ShiftFactors f = shift_factors(shift, static_cast<int>(P.m));
-  std::uint8_t* base = P.a->get();
   const long long set = static_cast<long long>(P.nmod) * P.apanel;
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait
     for (long long i = 0; i < P.ablocks * amx::kTileRows; ++i) {
-      std::uint8_t* row = base + (i / amx::kTileRows) * P.ktiles * amx::kTileSize +
-                          (i % amx::kTileRows) * amx::kTileBytes;
       for (long long kt = 0; kt < P.ktiles; ++kt) {
-        signed char* out = reinterpret_cast<signed char*>(row + kt * amx::kTileSize);
+        signed char* out = reinterpret_cast<signed char*>(
+            P.tile(*P.a, P.ablocks, i / amx::kTileRows, kt) + (i % amx::kTileRows) * amx::kTileBytes);
         if (i >= P.m) {
           for (int q = 0; q < P.sets * P.nmod; ++q) std::memset(out + q * P.apanel, 0, kRun);
           continue;
@@ -475,8 +482,8 @@ void pack_columns(const T* x, long long sr, long long sc, const T* y, long long 
             const std::int8_t* rows[4];
             for (int g = 0; g < 4; ++g)
               rows[g] = reinterpret_cast<const std::int8_t*>(src + g * kRun + 16 * jb);
-            std::uint8_t* dst = P.b->get() + u * P.bpanel +
-                                (block * P.ktiles + kt) * amx::kTileSize + r * amx::kTileBytes;
+            std::uint8_t* dst =
+                P.tile(*P.b, P.bblocks, block, kt) + u * P.bpanel + r * amx::kTileBytes;
             if (P.stream) {
               alignas(64) std::uint8_t line[amx::kTileBytes];
               amx::vnni_row<std::int8_t>(rows, line);
@@ -499,7 +506,8 @@ std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array
                                          py::array_t<int, py::array::c_style> mu,
                                          py::array_t<int, py::array::c_style> nu, int nmod,
                                          const py::object& ai, const py::object& bi,
-                                         const py::object& stream, bool nearest, bool gaussian) {
+                                         const py::object& stream, bool nearest, bool gaussian,
+                                         const py::object& chunked) {
   check_moduli(nmod);
   if (ai.is_none() != bi.is_none())
     throw std::invalid_argument("ozaki2_pack: give both imaginary parts or neither");
@@ -524,6 +532,7 @@ std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array
   P->gauss = cplx && gaussian;
   P->sets = cplx ? (P->gauss ? 2 : 3) : 1;
   P->nearest = nearest;
+  P->chunked = chunked.is_none() ? amx::current_tuning().panels == 1 : chunked.cast<bool>();
   P->ablocks = amx::ceil_div(P->m, amx::kRegRows) * 2;
   P->bblocks = amx::ceil_div(P->n, amx::kRegCols) * 2;
   P->ktiles = std::max<long long>(1, amx::ceil_div(P->k, kRun));
@@ -540,6 +549,10 @@ std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array
   P->res = amx::PooledBytes(static_cast<std::size_t>(std::max<long long>(
       1, (cplx ? 2 : 1) * nmod * P->m * P->n)));
   py::gil_scoped_release nogil;
+  // A fresh buffer's pages faulted in by every thread now, not one by one in the GEMMs'
+  // epilogues (the first product's GEMMs ran at half speed, and the K chunk timed on them chose
+  // wrongly); a buffer from the cache is mapped already and costs a write per page.
+  amx::touch_pages(P->res.get(), static_cast<std::size_t>((cplx ? 2 : 1) * nmod * P->m * P->n));
   pack_rows(A.p, A.sr, A.sc, AI.p, AI.sr, AI.sc, mu.data(), *P);
   pack_columns(B.p, B.sr, B.sc, BI.p, BI.sr, BI.sc, nu.data(), *P);
   return P;
@@ -551,10 +564,10 @@ std::shared_ptr<Ozaki2Panels> pack(py::array ar, py::array br,
                                    py::array_t<int, py::array::c_style> mu,
                                    py::array_t<int, py::array::c_style> nu, int nmod,
                                    py::object ai, py::object bi, py::object stream,
-                                   bool nearest, bool gaussian) {
+                                   bool nearest, bool gaussian, py::object chunked) {
   if (emu_host::is_float32(ar) && emu_host::is_float32(br))
-    return pack_parts<float>(ar, br, mu, nu, nmod, ai, bi, stream, nearest, gaussian);
-  return pack_parts<double>(ar, br, mu, nu, nmod, ai, bi, stream, nearest, gaussian);
+    return pack_parts<float>(ar, br, mu, nu, nmod, ai, bi, stream, nearest, gaussian, chunked);
+  return pack_parts<double>(ar, br, mu, nu, nmod, ai, bi, stream, nearest, gaussian, chunked);
 }
 
 // out (int8, m x n, C-contiguous, writable) or ValueError.
@@ -591,8 +604,8 @@ void multiply(const Ozaki2Panels& P, int l, py::object re, py::object im, bool e
   const std::shared_ptr<amx::PooledBytes> pa = P.a, pb = P.b;  // read with the GIL held
   if (!pa || !pb)
     throw std::invalid_argument("ozaki2_multiply: the operands' panels were released");
-  auto ta = [&](int set) { return P.source(*pa, P.apanel, set, l); };
-  auto tb = [&](int set) { return P.source(*pb, P.bpanel, set, l); };
+  auto ta = [&](int set) { return P.source(*pa, P.apanel, P.ablocks, set, l); };
+  auto tb = [&](int set) { return P.source(*pb, P.bpanel, P.bblocks, set, l); };
   const amx::Status& st = amx::status(amx::kAmxCompiled);
   if (!emulate && !st.available)
     throw std::runtime_error("ozaki2_multiply: AMX is not available: " +
@@ -1146,6 +1159,7 @@ void register_ozaki2_host(py::module_& m) {
       .def_property_readonly("moduli", [](const Ozaki2Panels& p) { return p.nmod; })
       .def_property_readonly("complex", [](const Ozaki2Panels& p) { return p.sets > 1; })
       .def_property_readonly("gaussian", [](const Ozaki2Panels& p) { return p.gauss; })
+      .def_property_readonly("chunked", [](const Ozaki2Panels& p) { return p.chunked; })
       .def_property_readonly(
           "residues",
           [](py::object self) {
@@ -1167,13 +1181,15 @@ void register_ozaki2_host(py::module_& m) {
   m.def("ozaki2_pack", &pack, py::arg("ar"), py::arg("br"), py::arg("mu"), py::arg("nu"),
         py::arg("moduli"), py::arg("ai") = py::none(), py::arg("bi") = py::none(), py::kw_only(),
         py::arg("stream") = py::none(), py::arg("nearest") = false, py::arg("gaussian") = false,
+        py::arg("chunked") = py::none(),
         "Scheme II residues of A (m, k) with row shifts mu and of B (k, n) with column shifts nu "
         "for the first `moduli` moduli, written straight into the int8 tile panels of the GEMMs "
         "(with ai, bi: the 3M sets re, im, re + im, or with gaussian the sets u = re + iota im, "
         "v = re - iota im of the first `moduli` Gaussian moduli). The scaled operands are rounded to nearest, "
         "ties to even (nearest: emulinalg.algorithm.scaling.rounds_to_nearest), or toward zero. "
         "Panels come from the panel cache. stream: write them with non-temporal stores (None: from 64 "
-        "MiB of panels on; same bytes).");
+        "MiB of panels on; same bytes). chunked: the panels in chunked pairs of PANEL_CHUNK K tiles, "
+        "else plain (None: the blocking's panels knob); same products.");
   m.def("ozaki2_multiply", &multiply, py::arg("panels"), py::arg("l"), py::arg("re"),
         py::arg("im") = py::none(), py::kw_only(), py::arg("emulate") = false,
         py::arg("threads") = 0, py::arg("kc") = 0,

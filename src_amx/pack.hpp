@@ -248,28 +248,67 @@ private:
     std::size_t cap_ = 0;
 };
 
+// Writes a zero to every 4 KiB page of [p, p + bytes), the threads taking page ranges: maps a
+// fresh buffer's pages in parallel.
+inline void touch_pages(std::uint8_t* p, std::size_t bytes) {
+    const std::int64_t pages = static_cast<std::int64_t>((bytes + 4095) / 4096);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t q = 0; q < pages; ++q) p[q * 4096] = 0;
+}
+
 // ---- tiles ---------------------------------------------------------------------------------
 
-// Where the tiles of an operand are: tile (block, kt) starts at base + block * block_stride +
-// kt * kt_stride and has 16 rows `row_stride` bytes apart (the TILELOADD stride). Blocks are
-// 16-row blocks of A or 16-column blocks of B.
+// K tiles per chunk of Scheme II's residue panels (chunked_source): the mod GEMMs' K chunk
+// when they keep A's strip in L1 (emulinalg/backends/amx.py's CHUNK_KC is this).
+constexpr std::int64_t kPanelChunk = 8;
+
+// Where the tiles of an operand are: tile (block, kt) has 16 rows `row_stride` bytes apart (the
+// TILELOADD stride). Blocks are 16-row blocks of A or 16-column blocks of B.
+// Plain (chunk = 0): it starts at base + block * block_stride + kt * kt_stride.
+// Chunked pairs (chunk > 0, an even number of blocks; Scheme II's panels): K in chunks of
+// `chunk` tiles (the last one shorter when ktiles is not a multiple), one after the other;
+// within a chunk the pairs of blocks (2p, 2p + 1) one after the other, and within a pair the
+// two blocks' tiles alternating, K tile by K tile (block_stride = one tile, kt_stride = two).
+// A register block's K steps within a chunk then read one contiguous run, and the blocks of a
+// C block's columns one after the other the next runs: the hardware prefetchers stream them,
+// where the plain layout's 2 x kc tiles of a pair lie a whole K row of tiles apart.
 struct TileSource {
     const std::uint8_t* base = nullptr;
     std::int64_t block_stride = 0, kt_stride = 0, row_stride = 0;
+    std::int64_t chunk = 0, ktiles = 0, blocks = 0;  // chunked pairs only
     const std::uint8_t* tile(std::int64_t block, std::int64_t kt) const {
-        return base + block * block_stride + kt * kt_stride;
+        if (chunk == 0) return base + block * block_stride + kt * kt_stride;
+        const std::int64_t c = kt / chunk, in = kt - c * chunk;
+        const std::int64_t len = std::min(chunk, ktiles - c * chunk);  // this chunk's K tiles
+        return base + (c * chunk * blocks + (block >> 1) * 2 * len) * block_stride +
+               in * kt_stride + (block & 1) * block_stride;
+    }
+    // The K tiles from kt on (at most n) that lie kt_stride apart: to the end of kt's chunk.
+    std::int64_t run(std::int64_t kt, std::int64_t n) const {
+        return chunk == 0 ? n : std::min(n, chunk - kt % chunk);
     }
 };
+
+// The chunked-pair layout (TileSource) of `blocks` (even) x `ktiles` tiles from base; its
+// bytes: blocks * ktiles tiles, as the plain layout's.
+inline TileSource chunked_source(const std::uint8_t* base, std::int64_t blocks,
+                                 std::int64_t ktiles) {
+    return {base, kTileSize, 2 * kTileSize, kTileBytes, kPanelChunk, ktiles, blocks};
+}
 
 // A packed panel of `blocks` x `ktiles` contiguous tiles.
 struct Panel {
     PooledBytes bytes;
     std::int64_t blocks = 0, ktiles = 0;
+    bool chunked = false;  // chunked pairs (TileSource), else plain
 
     std::uint8_t* tile(std::int64_t block, std::int64_t kt) const {
-        return bytes.get() + (block * ktiles + kt) * kTileSize;
+        return const_cast<std::uint8_t*>(source().tile(block, kt));
     }
-    TileSource source() const { return {bytes.get(), ktiles * kTileSize, kTileSize, kTileBytes}; }
+    TileSource source() const {
+        if (chunked) return chunked_source(bytes.get(), blocks, ktiles);
+        return {bytes.get(), ktiles * kTileSize, kTileSize, kTileBytes};
+    }
 };
 
 template <class T>
@@ -278,10 +317,11 @@ constexpr std::int64_t k_per_tile() {
 }
 
 // A panel of `blocks` x `ktiles` tiles, sized (at least one tile) but not filled.
-inline Panel new_panel(std::int64_t blocks, std::int64_t ktiles) {
+inline Panel new_panel(std::int64_t blocks, std::int64_t ktiles, bool chunked = false) {
     Panel p;
     p.blocks = blocks;
     p.ktiles = ktiles;
+    p.chunked = chunked;
     p.bytes = PooledBytes(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks * ktiles)) *
                           kTileSize);
     return p;
@@ -290,9 +330,9 @@ inline Panel new_panel(std::int64_t blocks, std::int64_t ktiles) {
 // Pack A (m x k, row stride lda elements) into `blocks` 16-row blocks (blocks * 16 >= m).
 template <class T>
 Panel pack_a(const T* a, std::int64_t m, std::int64_t k, std::int64_t lda, std::int64_t blocks,
-             int threads) {
+             int threads, bool chunked = false) {
     constexpr std::int64_t KT = k_per_tile<T>();
-    Panel p = new_panel(blocks, ceil_div(k, KT));
+    Panel p = new_panel(blocks, ceil_div(k, KT), chunked);
     const std::int64_t ktiles = p.ktiles;
 #pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
     for (std::int64_t ib = 0; ib < blocks; ++ib) {
@@ -346,11 +386,11 @@ inline void vnni_row(const T* const* src, std::uint8_t* dst) {
 // Pack B (k x n, row stride ldb elements) into `blocks` 16-column VNNI blocks (blocks*16 >= n).
 template <class T>
 Panel pack_b_vnni(const T* b, std::int64_t k, std::int64_t n, std::int64_t ldb,
-                  std::int64_t blocks, int threads) {
+                  std::int64_t blocks, int threads, bool chunked = false) {
     constexpr std::int64_t KT = k_per_tile<T>();
     constexpr int G = 4 / sizeof(T);
     static_assert(G * sizeof(T) == 4 && KT == kTileRows * G, "VNNI groups fill one dword");
-    Panel p = new_panel(blocks, ceil_div(k, KT));
+    Panel p = new_panel(blocks, ceil_div(k, KT), chunked);
     const std::int64_t ktiles = p.ktiles;
     // kt outer: a thread's tiles read a contiguous band of B's rows; the 64 source lines of one
     // tile serve the next 3 (int8) / 1 (bf16) column blocks from L1.

@@ -44,10 +44,16 @@ SMALL_BOUND_WORK = 1 << 20
 # blocking): the kernel's default (0: K in one chunk up to 128 K tiles, no partial sums in
 # memory; the faster in a round robin on the 16-vCPU host, whose hyperthread pairs share a core's
 # L1) or CHUNK_KC K tiles per chunk (A's strip held in L1, C's partial sums in L2; the faster on
-# cores of their own: the mod GEMMs 1.3-1.4x on the 2-core workstation).
-# docs/benchmarks/ci-cpu/README.md (2026-12-06) has the figures. Under EMULATE the tile model is
-# what is timed (tests).
+# cores of their own: the mod GEMMs 1.3-1.4x on the 2-core workstation). ozaki2_pack's panels
+# come in chunks of this many K tiles (``_amx.PANEL_CHUNK``, chunked pairs: one contiguous run
+# per register block and chunk), on which CHUNK_KC chunks gain most.
+# docs/benchmarks/ci-cpu/README.md (2026-12-06, 2026-12-07) has the figures. Under EMULATE the
+# tile model is what is timed (tests).
 CHUNK_KC = 8
+# Longer K than this packs the chunked panels (and times the K chunk on them); up to it the
+# plain panels with K in one chunk (32 K tiles: A's strip of a register block fits L1 anyway,
+# and the plain layout measured faster there).
+CHUNKED_MIN_K = 2048
 CHUNK_TIMED = 6  # the first large product's first mod GEMMs timed, the two alternating
 CHUNK_MIN = 2048  # m, n and k of the product that times them
 CHUNK_MARGIN = 0.95  # CHUNK_KC where its fastest GEMM is below this share of the default's fastest
@@ -61,15 +67,21 @@ def mod_chunk():
     return _chunk_kc
 
 
-def mod_chunks(amx, m, n, k, moduli):
+def chunked_panels(amx, k):
+    """Whether a product of inner dimension ``k`` packs chunked panels (``ozaki2_pack``'s
+    ``chunked``): beyond CHUNKED_MIN_K, unless the blocking's ``panels`` knob asks for plain."""
+    return k > CHUNKED_MIN_K and amx.blocking()["panels"] == 1
+
+
+def mod_chunks(amx, m, n, k, moduli, chunked=True):
     """The K chunk of each of a product's mod GEMMs (``ozaki2_multiply``'s ``kc``; 0: the
     blocking's) and whether their times decide ``_chunk_kc`` (``_choose_chunk``, then releasing
-    ``_chunk_lock``): 0 where a user set the K chunk (``set_blocking``'s kc,
-    ``EMULINALG_AMX_BLOCKING``; kc=128 pins the kernel's default up to K = 8192); the choice
-    once made; else, on a product of at least CHUNK_MIN per side with more than CHUNK_TIMED
-    moduli that takes the lock, the first CHUNK_TIMED alternating between CHUNK_KC and 0 and
-    the rest the default until they are timed; 0 everywhere on the others."""
-    if amx.blocking()["kc"] != 0:
+    ``_chunk_lock``): 0 on plain panels (``chunked`` False) and where a user set the K chunk
+    (``set_blocking``'s kc, ``EMULINALG_AMX_BLOCKING``; kc=128 pins the kernel's default up to
+    K = 8192); the choice once made; else, on a product of at least CHUNK_MIN per side with more
+    than CHUNK_TIMED moduli that takes the lock, the first CHUNK_TIMED alternating between
+    CHUNK_KC and 0 and the rest the default until they are timed; 0 everywhere on the others."""
+    if not chunked or amx.blocking()["kc"] != 0:
         return [0] * moduli, False
     if _chunk_kc is not None:
         return [_chunk_kc] * moduli, False
@@ -249,10 +261,11 @@ def ozaki2_product(ar, ai, br, bi, moduli, mode, out_dtype, prescale, gaussian=F
     m, n = ar.shape[0], br.shape[1]
     near = rounds_to_nearest(moduli, ar.shape[-1], mode, gaussian)
     with stage("slicing"):  # the residues straight into the GEMMs' int8 tile panels
+        chunked = chunked_panels(amx, ar.shape[1])
         panels = amx.ozaki2_pack(ar, br, mu32, nu32, moduli, ai, bi, nearest=near,
-                                 gaussian=gaussian)  # fmt: skip
+                                 gaussian=gaussian, chunked=chunked)  # fmt: skip
     res = panels.residues  # (parts, moduli, m, n) from the panel cache, alive with the panels
-    chunks, timing = mod_chunks(amx, m, n, ar.shape[1], moduli)
+    chunks, timing = mod_chunks(amx, m, n, ar.shape[1], moduli, chunked)
     times = {0: [], CHUNK_KC: []}
     try:
         with stage("products"):  # each GEMM reduced mod m_l in its epilogue (3M: three; u, v: two)

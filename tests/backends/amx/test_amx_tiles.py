@@ -153,14 +153,16 @@ def test_bf16_model_bit_identical_under_every_blocking(rng, restore_blocking, m,
 
 def test_set_blocking_interface(restore_blocking):
     assert _amx.blocking()["spec"] == (
-        "mc=0,nc=0,kc=0,order=0,sched=2,prefetch=1,partition=1,pack_a=1,nest=-1,stream=0,widen=1"
+        "mc=0,nc=0,kc=0,order=0,sched=2,prefetch=1,partition=1,pack_a=1,nest=-1,stream=0,widen=1,"
+        "panels=1"
     )  # the defaults: the sweep's best on the AMX host (blocking.hpp)
     before = _amx.set_blocking("mc=64,kc=4", order=1)
     assert before["mc"] == 0 and before["order"] == 0
     now = _amx.blocking()
     assert (now["mc"], now["kc"], now["order"], now["nc"]) == (64, 4, 1, 0)
     assert _amx.set_blocking(prefetch=0)["spec"] == now["spec"]  # returns the previous
-    bad_specs = ("mc=33", "order=2", "sched=4", "prefetch=4", "nc=-32", "kc=x", "mc", "nest=2")
+    bad_specs = ("mc=33", "order=2", "sched=4", "prefetch=4", "nc=-32", "kc=x", "mc", "nest=2",
+                 "panels=2")  # fmt: skip
     for bad in bad_specs + ("nest=-2",):
         with pytest.raises(ValueError):
             _amx.set_blocking(bad)
