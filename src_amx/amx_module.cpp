@@ -247,11 +247,13 @@ py::dict plan(std::int64_t m, std::int64_t n, std::int64_t k, const std::string&
     else if (dtype == "bf16") kt = amx::k_per_tile<std::uint16_t>();
     else throw py::value_error("plan: dtype must be 'int8' or 'bf16'");
     amx::Tuning t = amx::current_tuning();
-    if (dtype == "int8") t = amx::int8_defaults(t);
+    bool chunked = false;
+    if (dtype == "int8") t = amx::int8_gemm_tuning(t, amx::ceil_div(k, kt), chunked);
     const std::int64_t mp = amx::ceil_div(m, amx::kRegRows) * amx::kRegRows;
     const std::int64_t np = amx::ceil_div(n, amx::kRegCols) * amx::kRegCols;
     const amx::Plan p = amx::make_plan(t, mp, np, amx::ceil_div(k, kt), amx::resolve_threads(threads));
     py::dict d;
+    d["chunked"] = chunked;  // chunked panels and each thread's partial sums (INT8, long K)
     d["rows"] = p.rows;
     d["cols"] = p.cols;
     d["ktiles"] = p.ktiles;
@@ -335,13 +337,15 @@ PYBIND11_MODULE(_amx, m) {
           "padding is needed; nest: 0 = loops jc, ic, pc (C block in L2), 1 = jc, pc, ic, -1 = "
           "the kernel's default; "
           "stream: 1 loads the streamed operand with TILELOADDT1; widen: 1 overlaps a widened slice "
-          "product's float64 additions with the next block's dot products. "
+          "product's float64 additions with the next block's dot products; panels: 1 = Scheme "
+          "II's residue panels (and an INT8 GEMM's beyond K = CHUNKED_MIN_K with kc unset, which "
+          "then runs K chunks of PANEL_CHUNK tiles, nest 0, A packed) in chunked pairs, 0 = plain. "
           "Results do not depend on the knobs (INT8 exact; BF16 sums each "
           "entry's K tiles in ascending order). Returns the previous settings.");
     m.def("plan", &plan, py::arg("m"), py::arg("n"), py::arg("k"), py::kw_only(),
           py::arg("dtype") = "int8", py::arg("threads") = 0,
           "The blocking a plain GEMM (gemm_s8s8s32, gemm_bf16bf16f32) of this size would run "
-          "with the current knobs (dict: grid, team, resolved mc/nc/kc, ...).");
+          "with the current knobs (dict: grid, team, resolved mc/nc/kc, chunked, ...).");
     m.def("cache_info", &cache_info,
           "Packed-panel buffers cached between calls: cached_bytes (at most the smaller of "
           "limit_bytes and peak_bytes), limit_bytes (EMULINALG_AMX_CACHE_MB; default an eighth "

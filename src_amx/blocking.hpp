@@ -84,10 +84,12 @@ constexpr int kDefaultNest = 1;
 constexpr std::int64_t kInt8Mc = 128;
 constexpr std::int64_t kInt8Nc = 512;
 constexpr int kInt8Nest = 0;
-// The mod GEMMs in K chunks on chunked-pair panels (pack.hpp: kc = kPanelChunk, A's strip of a
-// chunk in L1, each chunk's B panel in L2 for all the C block's rows, the C block's int32
-// partial sums, 512 KiB, in L2 too): a taller, narrower C block (docs/benchmarks/ci-cpu/README.md,
-// 2026-12-07).
+// K tiles per chunk of chunked panels (pack.hpp's chunked_source): the mod GEMMs' K chunk when
+// they keep A's strip in L1 (emulinalg/backends/amx.py's CHUNK_KC is this).
+constexpr std::int64_t kPanelChunk = 8;
+// The mod GEMMs in K chunks on chunked-pair panels (kc = kPanelChunk, A's strip of a chunk in
+// L1, each chunk's B panel in L2 for all the C block's rows, the C block's int32 partial sums,
+// 512 KiB, in L2 too): a taller, narrower C block (docs/benchmarks/ci-cpu/README.md, 2026-12-07).
 constexpr std::int64_t kInt8ChunkMc = 512;
 constexpr std::int64_t kInt8ChunkNc = 256;
 // INT8 GEMMs of more K tiles than this take the chunked panels (32: K = 2048; up to it a plain
@@ -101,6 +103,22 @@ inline Tuning int8_defaults(Tuning t) {
     if (t.nc == 0) t.nc = kInt8Nc;
     if (t.nest < 0) t.nest = kInt8Nest;
     return t;
+}
+
+// What a plain INT8 GEMM (gemm_s8s8s32, the statistics' bound GEMM) of `ktiles` K tiles runs
+// with: with long K and no K chunk set, the mod GEMMs' form (chunked panels, K chunks of
+// kPanelChunk tiles, the C block's partial sums in each thread's buffer, C written once:
+// `chunked` true; nest 0 and A packed then, whatever was set), else t with the INT8 defaults.
+inline Tuning int8_gemm_tuning(Tuning t, std::int64_t ktiles, bool& chunked) {
+    chunked = t.panels == 1 && t.kc == 0 && ktiles > kChunkedMinTiles;
+    if (chunked) {
+        t.kc = kPanelChunk;
+        t.nest = 0;
+        t.pack_a = 1;
+        if (t.mc == 0) t.mc = kInt8ChunkMc;
+        if (t.nc == 0) t.nc = kInt8ChunkNc;
+    }
+    return int8_defaults(t);
 }
 
 // "" when t is valid, else what is wrong.

@@ -631,23 +631,12 @@ bool gemm(const typename Traits::In* a, const typename Traits::In* b, typename T
     const std::int64_t mp = ceil_div(m, kRegRows) * kRegRows;
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
     const std::int64_t ktiles = ceil_div(k, KT);
-    // INT8 with long K and no K chunk set: the mod GEMMs' form (chunked panels, K chunks of
-    // kPanelChunk tiles, the chunked C block with its partial sums in each thread's buffer)
-    bool chunked = false;
-    if constexpr (std::is_same_v<In, std::int8_t>) {
-        chunked = tuning.panels == 1 && tuning.kc == 0 && ktiles > kChunkedMinTiles;
-        if (chunked) {
-            tuning.kc = kPanelChunk;
-            tuning.nest = 0;
-            if (tuning.mc == 0) tuning.mc = kInt8ChunkMc;
-            if (tuning.nc == 0) tuning.nc = kInt8ChunkNc;
-        }
-        tuning = int8_defaults(tuning);
-    }
+    bool chunked = false;  // INT8 with long K: the mod GEMMs' form (blocking.hpp)
+    if constexpr (std::is_same_v<In, std::int8_t>) tuning = int8_gemm_tuning(tuning, ktiles, chunked);
     const Panel pb = pack_b_vnni(b, k, n, n, np / 16, threads, chunked);
     Panel pa;
     TileSource as;
-    if (!chunked && tuning.pack_a == 0 && m % kRegRows == 0 && k % KT == 0) {
+    if (tuning.pack_a == 0 && m % kRegRows == 0 && k % KT == 0) {
         const std::int64_t lda = k * static_cast<std::int64_t>(sizeof(In));  // bytes
         as = {reinterpret_cast<const std::uint8_t*>(a), kTileRows * lda, kTileBytes, lda};
     } else {

@@ -258,10 +258,6 @@ inline void touch_pages(std::uint8_t* p, std::size_t bytes) {
 
 // ---- tiles ---------------------------------------------------------------------------------
 
-// K tiles per chunk of Scheme II's residue panels (chunked_source): the mod GEMMs' K chunk
-// when they keep A's strip in L1 (emulinalg/backends/amx.py's CHUNK_KC is this).
-constexpr std::int64_t kPanelChunk = 8;
-
 // Where the tiles of an operand are: tile (block, kt) has 16 rows `row_stride` bytes apart (the
 // TILELOADD stride). Blocks are 16-row blocks of A or 16-column blocks of B.
 // Plain (chunk = 0): it starts at base + block * block_stride + kt * kt_stride.

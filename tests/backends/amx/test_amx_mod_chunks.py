@@ -156,6 +156,22 @@ def test_the_chunked_panels_threshold_is_the_kernels():
     assert amx.CHUNKED_MIN_K == _amx.CHUNKED_MIN_K
 
 
+def test_plan_names_the_chunked_form_of_long_int8_gemms(restore_blocking):
+    """plan() says what gemm_s8s8s32 runs: beyond CHUNKED_MIN_K with kc unset, K chunks of
+    PANEL_CHUNK tiles, nest 0 and A packed whatever was set (the chunked C block unless mc / nc
+    were); not with K up to the threshold, a K chunk set, or panels=0."""
+    long_k, short_k = _amx.CHUNKED_MIN_K + 64, _amx.CHUNKED_MIN_K
+    _amx.set_blocking("default,nest=1,pack_a=0")
+    p = _amx.plan(4096, 4096, long_k, threads=1)
+    assert p["chunked"] and (p["kc"], p["nest"], p["pack_a"]) == (_amx.PANEL_CHUNK, 0, True)
+    assert (p["mc"], p["nc"]) == (512, 256)
+    q = _amx.plan(4096, 4096, short_k, threads=1)
+    assert not q["chunked"] and (q["nest"], q["pack_a"]) == (1, False)
+    for spec in ("default,kc=4", "default,panels=0"):
+        _amx.set_blocking(spec)
+        assert not _amx.plan(4096, 4096, long_k, threads=1)["chunked"], spec
+
+
 @pytest.mark.parametrize(
     "emulate", [True, pytest.param(False, marks=[pytest.mark.amx, amx_only])], ids=["model", "amx"]
 )
