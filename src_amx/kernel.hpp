@@ -547,7 +547,7 @@ private:
     const ModEpilogue* mod_;
     Acc* local_ = nullptr;                // local partial sums (local_partials), or none
     bool local_failed_ = false;           // wanted, but not allocated
-    std::int64_t ldl_ = 0, lr0_ = 0, lc0_ = 0;  // their C block's columns; its origin (reg. blocks)
+    std::int64_t ldl_ = 0, lr0_ = 0, lc0_ = 0;  // its C block's columns; origin (reg. blocks)
     alignas(64) Acc scratch_[kRegRows * kRegCols];
     alignas(64) Acc scratch2_[2][kRegRows * kRegCols];  // widened slice products' blocks
 };
@@ -632,7 +632,9 @@ bool gemm(const typename Traits::In* a, const typename Traits::In* b, typename T
     const std::int64_t np = ceil_div(n, kRegCols) * kRegCols;
     const std::int64_t ktiles = ceil_div(k, KT);
     bool chunked = false;  // INT8 with long K: the mod GEMMs' form (blocking.hpp)
-    if constexpr (std::is_same_v<In, std::int8_t>) tuning = int8_gemm_tuning(tuning, ktiles, chunked);
+    if constexpr (std::is_same_v<In, std::int8_t>) {
+        tuning = int8_gemm_tuning(tuning, ktiles, chunked);
+    }
     const Panel pb = pack_b_vnni(b, k, n, n, np / 16, threads, chunked);
     Panel pa;
     TileSource as;

@@ -428,8 +428,9 @@ void pack_rows(const T* x, long long sr, long long sc, const T* y, long long yr,
 #pragma omp for schedule(static) nowait
     for (long long i = 0; i < P.ablocks * amx::kTileRows; ++i) {
       for (long long kt = 0; kt < P.ktiles; ++kt) {
-        signed char* out = reinterpret_cast<signed char*>(
-            P.tile(*P.a, P.ablocks, i / amx::kTileRows, kt) + (i % amx::kTileRows) * amx::kTileBytes);
+        std::uint8_t* tile = P.tile(*P.a, P.ablocks, i / amx::kTileRows, kt);
+        signed char* out =
+            reinterpret_cast<signed char*>(tile + (i % amx::kTileRows) * amx::kTileBytes);
         if (i >= P.m) {
           for (int q = 0; q < P.sets * P.nmod; ++q) std::memset(out + q * P.apanel, 0, kRun);
           continue;
@@ -1188,8 +1189,8 @@ void register_ozaki2_host(py::module_& m) {
         "v = re - iota im of the first `moduli` Gaussian moduli). The scaled operands are rounded to nearest, "
         "ties to even (nearest: emulinalg.algorithm.scaling.rounds_to_nearest), or toward zero. "
         "Panels come from the panel cache. stream: write them with non-temporal stores (None: from 64 "
-        "MiB of panels on; same bytes). chunked: the panels in chunked pairs of PANEL_CHUNK K tiles, "
-        "else plain (None: the blocking's panels knob); same products.");
+        "MiB of panels on; same bytes). chunked: the panels in chunked pairs of PANEL_CHUNK K "
+        "tiles, else plain (None: the blocking's panels knob); same products.");
   m.def("ozaki2_multiply", &multiply, py::arg("panels"), py::arg("l"), py::arg("re"),
         py::arg("im") = py::none(), py::kw_only(), py::arg("emulate") = false,
         py::arg("threads") = 0, py::arg("kc") = 0,
