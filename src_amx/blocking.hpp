@@ -84,7 +84,7 @@ constexpr int kDefaultNest = 1;
 constexpr std::int64_t kInt8Mc = 128;
 constexpr std::int64_t kInt8Nc = 512;
 constexpr int kInt8Nest = 0;
-// K tiles per chunk of chunked panels (pack.hpp's chunked_source): the mod GEMMs' K chunk when
+// K tiles per chunk of chunked panels (pack.hpp's panel_source): the mod GEMMs' K chunk when
 // they keep A's strip in L1 (emulinalg/backends/amx.py's CHUNK_KC is this).
 constexpr std::int64_t kPanelChunk = 8;
 // The mod GEMMs in K chunks on chunked-pair panels (kc = kPanelChunk, A's strip of a chunk in
@@ -105,6 +105,13 @@ inline Tuning int8_defaults(Tuning t) {
     return t;
 }
 
+// t with its unset C block the one for K in chunks (kInt8ChunkMc x kInt8ChunkNc).
+inline Tuning chunked_block(Tuning t) {
+    if (t.mc == 0) t.mc = kInt8ChunkMc;
+    if (t.nc == 0) t.nc = kInt8ChunkNc;
+    return t;
+}
+
 // What a plain INT8 GEMM (gemm_s8s8s32, the statistics' bound GEMM) of `ktiles` K tiles runs
 // with: with long K and no K chunk set, the mod GEMMs' form (chunked panels, K chunks of
 // kPanelChunk tiles, the C block's partial sums in each thread's buffer, C written once:
@@ -115,8 +122,7 @@ inline Tuning int8_gemm_tuning(Tuning t, std::int64_t ktiles, bool& chunked) {
         t.kc = kPanelChunk;
         t.nest = 0;
         t.pack_a = 1;
-        if (t.mc == 0) t.mc = kInt8ChunkMc;
-        if (t.nc == 0) t.nc = kInt8ChunkNc;
+        t = chunked_block(t);
     }
     return int8_defaults(t);
 }

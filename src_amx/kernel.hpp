@@ -673,10 +673,7 @@ bool gemm_s8_mod_tiles(const TileSource& a, const TileSource& b, int modulus, st
     // 1.90 s with the plain GEMM's default kc = 64); beyond, the outer operand's strip
     // (2 kc KiB) would outgrow the L2.
     if (tuning.kc == 0) tuning.kc = std::min<std::int64_t>(ktiles, 128);
-    if (tuning.kc < ktiles) {  // K in chunks: the chunked C block unless one was set
-        if (tuning.mc == 0) tuning.mc = kInt8ChunkMc;
-        if (tuning.nc == 0) tuning.nc = kInt8ChunkNc;
-    }
+    if (tuning.kc < ktiles) tuning = chunked_block(tuning);  // K in chunks
     tuning = int8_defaults(tuning);
     const Plan plan = make_plan(tuning, mp, np, ktiles, threads);
     PooledBytes partial;

@@ -401,19 +401,18 @@ struct Ozaki2Panels {
   bool stream = false;   // panels written with non-temporal stores
   bool nearest = false;  // the scaled operands rounded to nearest (else toward zero)
   // The tiles of panel (set, l) in the stack at `stack` (a's or b's bytes; panel bytes each),
-  // in pack.hpp's chunked-pair layout (`blocks`: ablocks or bblocks, even).
+  // in pack.hpp's layouts (`blocks`: ablocks or bblocks).
   amx::TileSource source(const amx::PooledBytes& stack, long long panel, long long blocks,
                          int set, int l) const {
     const std::uint8_t* base = stack.get() + (static_cast<long long>(set) * nmod + l) * panel;
-    if (!chunked) return {base, ktiles * amx::kTileSize, amx::kTileSize, amx::kTileBytes};
-    return amx::chunked_source(base, blocks, ktiles);
+    return amx::panel_source(base, blocks, ktiles, chunked);
   }
   // Tile (block, kt) of the first panel of a stack (the others lie panel bytes apart).
   std::uint8_t* tile(const amx::PooledBytes& stack, long long blocks, long long block,
                      long long kt) const {
     return const_cast<std::uint8_t*>(source(stack, 0, blocks, 0, 0).tile(block, kt));
   }
-  bool chunked = true;  // the blocking's `panels` knob when packed
+  bool chunked = true;  // chunked pairs, else plain (ozaki2_pack's `chunked`)
 };
 
 // A (m x k, lines = rows) into its panels: row i's K tile kt is tile row (i / 16, kt, i % 16),
@@ -547,13 +546,13 @@ std::shared_ptr<Ozaki2Panels> pack_parts(const py::array& ar_in, const py::array
   P->b = std::make_shared<amx::PooledBytes>(static_cast<std::size_t>(P->sets * nmod * P->bpanel));
   // pooled too: a repeated product finds its 1.2 GB of residues (N = 8192) mapped already
   // (their first touch cost 0.19 s on the AMX host)
-  P->res = amx::PooledBytes(static_cast<std::size_t>(std::max<long long>(
-      1, (cplx ? 2 : 1) * nmod * P->m * P->n)));
+  const auto res_bytes = static_cast<std::size_t>((cplx ? 2 : 1) * nmod * P->m * P->n);
+  P->res = amx::PooledBytes(std::max<std::size_t>(1, res_bytes));
   py::gil_scoped_release nogil;
   // A fresh buffer's pages faulted in by every thread now, not one by one in the GEMMs'
   // epilogues (the first product's GEMMs ran at half speed, and the K chunk timed on them chose
   // wrongly); a buffer from the cache is mapped already and costs a write per page.
-  amx::touch_pages(P->res.get(), static_cast<std::size_t>((cplx ? 2 : 1) * nmod * P->m * P->n));
+  amx::touch_pages(P->res.get(), res_bytes);
   pack_rows(A.p, A.sr, A.sc, AI.p, AI.sr, AI.sc, mu.data(), *P);
   pack_columns(B.p, B.sr, B.sc, BI.p, BI.sr, BI.sc, nu.data(), *P);
   return P;

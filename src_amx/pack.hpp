@@ -285,10 +285,11 @@ struct TileSource {
     }
 };
 
-// The chunked-pair layout (TileSource) of `blocks` (even) x `ktiles` tiles from base; its
-// bytes: blocks * ktiles tiles, as the plain layout's.
-inline TileSource chunked_source(const std::uint8_t* base, std::int64_t blocks,
-                                 std::int64_t ktiles) {
+// The tiles of a packed panel of `blocks` (even when chunked) x `ktiles` tiles from base, in
+// the chunked-pair layout or the plain one; either takes blocks * ktiles tiles.
+inline TileSource panel_source(const std::uint8_t* base, std::int64_t blocks,
+                               std::int64_t ktiles, bool chunked) {
+    if (!chunked) return {base, ktiles * kTileSize, kTileSize, kTileBytes};
     return {base, kTileSize, 2 * kTileSize, kTileBytes, kPanelChunk, ktiles, blocks};
 }
 
@@ -301,10 +302,7 @@ struct Panel {
     std::uint8_t* tile(std::int64_t block, std::int64_t kt) const {
         return const_cast<std::uint8_t*>(source().tile(block, kt));
     }
-    TileSource source() const {
-        if (chunked) return chunked_source(bytes.get(), blocks, ktiles);
-        return {bytes.get(), ktiles * kTileSize, kTileSize, kTileBytes};
-    }
+    TileSource source() const { return panel_source(bytes.get(), blocks, ktiles, chunked); }
 };
 
 template <class T>

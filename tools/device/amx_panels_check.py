@@ -43,26 +43,17 @@ def mod_gemms(n, k, nmod, threads, rounds, emit, half=0):
             _amx.set_blocking(f"default,panels={panels}")
             packed = _amx.ozaki2_pack(a, b, mu, nu, nmod)
             for kc in (0, amx.CHUNK_KC):
+                # one thread per core too, for chunked 8-tile chunks (SMT pairs share L1)
+                for team in (threads, half) if half and panels == 1 and kc else (threads,):
 
-                def run(packed=packed, kc=kc):
-                    for ell in range(nmod):
-                        _amx.ozaki2_multiply(packed, ell, re, None, threads=threads, kc=kc)
-
-                best = _best(run, 2)[0]
-                want = re.copy() if want is None else want
-                emit({"bench": "mod_gemms", "round": rnd, "panels": panels, "kc": kc,
-                      "n": n, "k": k, "moduli": nmod, "threads": threads,
-                      "tops_best": round(2 * n * n * k * nmod / best / 1e12, 2),
-                      "same_bits": bool(np.array_equal(re, want))})  # fmt: skip
-                if half and panels == 1 and kc:  # one thread per core, where SMT pairs share L1
-
-                    def run_half(packed=packed, kc=kc):
+                    def run(packed=packed, kc=kc, team=team):
                         for ell in range(nmod):
-                            _amx.ozaki2_multiply(packed, ell, re, None, threads=half, kc=kc)
+                            _amx.ozaki2_multiply(packed, ell, re, None, threads=team, kc=kc)
 
-                    best = _best(run_half, 2)[0]
+                    best = _best(run, 2)[0]
+                    want = re.copy() if want is None else want
                     emit({"bench": "mod_gemms", "round": rnd, "panels": panels, "kc": kc,
-                          "n": n, "k": k, "moduli": nmod, "threads": half,
+                          "n": n, "k": k, "moduli": nmod, "threads": team,
                           "tops_best": round(2 * n * n * k * nmod / best / 1e12, 2),
                           "same_bits": bool(np.array_equal(re, want))})  # fmt: skip
             del packed
