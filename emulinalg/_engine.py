@@ -667,9 +667,15 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
         # by pieces of K of about sqrt(k): a line's GEMM (a GEMV for one line) sums all of k in
         # one chain, above the native GEMM's blocked chains; these chains are shorter. Each
         # piece gathers its own lines: small buffers that the allocator reuses (fresh pages
-        # of a whole gathered operand cost more than its copy), widened piece by piece.
+        # of a whole gathered operand cost more than its copy), widened piece by piece. A block
+        # of at least LINE_K_MIN rows and columns is a GEMM like the native one (its blocked
+        # chains): pieces only as long as its gathered lines fit LINE_BLOCK_BYTES.
         k = ar.shape[-1]
-        step = line_step(k) if pieces else k
+        step = k
+        if pieces and (i is None or j is None or min(len(i), len(j)) < LINE_K_MIN):
+            step = line_step(k)
+        elif pieces:
+            step = block_step(k, len(i) + len(j))
         total = None
         for k0 in range(0, k, step):
             ks = slice(k0, k0 + step)
@@ -716,6 +722,20 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
 
 # The shortest pieces of K of a line patch's native products (``_native_lines``)
 LINE_K_MIN = 32
+
+
+# The bytes of a line patch block's gathered lines per piece of K (``_native_lines``)
+LINE_BLOCK_BYTES = 64 << 20
+
+
+def block_step(k, lines):
+    """The pieces of K of a line patch block's native product of ``lines`` rows and columns in
+    all: as long as their float64 copies fit LINE_BLOCK_BYTES, a power of two of at least
+    ``line_step(k)`` (or all of k)."""
+    step = line_step(k)
+    while step < k and 2 * step * lines * 8 <= LINE_BLOCK_BYTES:
+        step *= 2
+    return min(step, k)
 
 
 def line_step(k):

@@ -542,3 +542,42 @@ def test_levels_above_the_dtypes_are_never_worse_than_native(kind, precision):
     assert own.native_entries and plan.native_entries == own.native_entries
     assert "not certified on every entry" in plan.fallback
     assert f"{own.native_entries} entries beyond" in plan.fallback
+
+
+def test_line_patch_block_is_one_gemm_per_piece_of_k(monkeypatch):
+    """A line patch block of at least LINE_K_MIN rows and columns is a GEMM like the native one:
+    its native products take pieces of K as long as its gathered lines fit LINE_BLOCK_BYTES
+    (``_engine.block_step``; lines alone keep pieces of about sqrt(k)), and its entries still
+    reach the native product's bits on the same entries against the exact product."""
+    from emulinalg import _engine
+    from emulinalg.algorithm import refinement
+
+    assert _engine.block_step(8192, 687 + 758) == 4096  # 2 x 47 MB of float64 lines
+    assert _engine.block_step(8192, 1 << 20) == _engine.line_step(8192)  # no room: sqrt(k)
+    assert _engine.block_step(300, 64) == 300  # all of k
+    k = 1024
+    a, b = phi_matrix((96, k), 1.0, seed=5), phi_matrix((k, 80), 1.0, seed=6)
+    rows, cols = np.arange(3, 96, 2), np.arange(1, 80, 2)  # 47 x 40: a block
+    lines = refinement.LinePatch(np.array([0]), np.array([2]), (rows, cols), np.zeros(0, np.int64))
+    steps = []
+    real = npb.native_matmul
+
+    def counted(x, y):
+        steps.append(x.shape[-1])
+        return real(x, y)
+
+    monkeypatch.setattr(npb, "native_matmul", counted)
+    c = np.zeros((96, 80))
+    _engine._native_lines(xp, npb, a, None, b, None, (c,), lines, None)
+    # the row and the column by pieces of sqrt(k), the block in one piece (its lines fit)
+    piece = _engine.line_step(k)
+    assert steps == [piece] * (2 * k // piece) + [k], steps
+    assert_lines_reach(c, a @ b, a, b, lines)
+    held = np.zeros(c.shape, dtype=bool)
+    held[0], held[:, 2], held[np.ix_(rows, cols)] = True, True, True
+    assert c[held].all() and not c[~held].any()  # those entries and no other
+    # a block too narrow for a GEMM keeps the pieces of the lines
+    steps.clear()
+    narrow = refinement.LinePatch(rows[:0], cols[:0], (rows, cols[:3]), np.zeros(0, np.int64))
+    _engine._native_lines(xp, npb, a, None, b, None, (np.zeros((96, 80)),), narrow, None)
+    assert steps == [piece] * (k // piece), steps
