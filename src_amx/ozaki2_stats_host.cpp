@@ -306,6 +306,72 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void block_row_avx
   }
 }
 
+// Rows of memory per run of block_rows_avx512 (a multiple of kLanes). A walk down one cache line
+// of each row meets the same few cache sets where the rows' pitch is a power of two (N = 4096,
+// 8192): 32 rows stay in L2 for the other lines of the block; 64 or 256 measured slower than
+// the per-row accumulators, 16 and 32 1.3-1.9x faster (docs/benchmarks/ci-cpu/README.md).
+constexpr int kBoundRowRun = 32;
+
+// block_terms' rows c0 .. c1 - 1 (multiples of kLanes, c1 at most the last whole group of kLanes:
+// entry c's sums in lane c % kLanes) on AVX-512 (F, DQ, BW, VL), 8 lines at a time with their
+// accumulators in registers across the rows: block_row_avx512's operations per entry, the same
+// sums in the same order per line and lane, the accumulators loaded and stored once per 8 lines
+// and run of rows instead of once per row.
+template <class T, bool CPLX>
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void block_rows_avx512(
+    const T* __restrict__ x, long long sc, const T* __restrict__ y, long long yc, int len,
+    int c0, int c1, const double* u0, const double* u1, const double* d0, const double* d1,
+    signed char* __restrict__ out, long long oc, long long* __restrict__ sum,
+    long long* __restrict__ nz, long long* __restrict__ mixed, double (*l1)[kBoundLines],
+    double (*sq)[kBoundLines]) {
+  static_assert(kLanes == 8, "one vector of partial sums per lane");
+  const __m512d zero = _mm512_setzero_pd();
+  const __m512i one = _mm512_set1_epi64(1);
+  for (int t = 0; t < len; t += 8) {
+    const __mmask8 v = static_cast<__mmask8>(len - t >= 8 ? 0xff : (1u << (len - t)) - 1u);
+    const __m512d U0 = _mm512_maskz_loadu_pd(v, u0 + t), U1 = _mm512_maskz_loadu_pd(v, u1 + t);
+    const __m512d D0 = _mm512_maskz_loadu_pd(v, d0 + t), D1 = _mm512_maskz_loadu_pd(v, d1 + t);
+    __m512i S = _mm512_maskz_loadu_epi64(v, sum + t), N = _mm512_maskz_loadu_epi64(v, nz + t);
+    __m512i M = CPLX ? _mm512_maskz_loadu_epi64(v, mixed + t) : _mm512_setzero_si512();
+    __m512d L[kLanes], Q[kLanes];
+#pragma GCC unroll 8
+    for (int j = 0; j < kLanes; ++j) {
+      L[j] = _mm512_maskz_loadu_pd(v, l1[j] + t);
+      Q[j] = _mm512_maskz_loadu_pd(v, sq[j] + t);
+    }
+    for (long long c = c0; c < c1; c += kLanes) {
+#pragma GCC unroll 8
+      for (int j = 0; j < kLanes; ++j) {
+        const __m512d a = abs8(x + (c + j) * sc + t, v);
+        __m256i b = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(a, U0), U1));
+        __m512d l = _mm512_mul_pd(_mm512_mul_pd(a, D0), D1);
+        const __mmask8 za = _mm512_cmp_pd_mask(a, zero, _CMP_NEQ_UQ);
+        N = _mm512_mask_add_epi64(N, za, N, one);
+        if constexpr (CPLX) {
+          const __m512d w = abs8(y + (c + j) * yc + t, v);
+          b = _mm256_add_epi32(b, _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(w, U0), U1)));
+          l = _mm512_add_pd(l, _mm512_mul_pd(_mm512_mul_pd(w, D0), D1));
+          const __mmask8 zw = _mm512_cmp_pd_mask(w, zero, _CMP_NEQ_UQ);
+          N = _mm512_mask_add_epi64(N, zw, N, one);
+          M = _mm512_mask_add_epi64(M, za & zw, M, one);
+        }
+        _mm_mask_storeu_epi8(out + (c + j) * oc + t, v, _mm256_cvtepi32_epi8(b));
+        S = _mm512_add_epi64(S, _mm512_cvtepi32_epi64(b));
+        L[j] = _mm512_add_pd(L[j], l);
+        Q[j] = _mm512_add_pd(Q[j], _mm512_mul_pd(l, l));
+      }
+    }
+    _mm512_mask_storeu_epi64(sum + t, v, S);
+    _mm512_mask_storeu_epi64(nz + t, v, N);
+    if (CPLX) _mm512_mask_storeu_epi64(mixed + t, v, M);
+#pragma GCC unroll 8
+    for (int j = 0; j < kLanes; ++j) {
+      _mm512_mask_storeu_pd(l1[j] + t, v, L[j]);
+      _mm512_mask_storeu_pd(sq[j] + t, v, Q[j]);
+    }
+  }
+}
+
 // kBoundLines lines across memory (line t at x + t sx, entry c at + c sc; len <= kBoundLines of
 // them): both passes, the shifts s[t] out. ex (or null): the lines' exponents as line_exponents
 // gives them, which spare the first pass. The per-line accumulators live in arrays (L1) and
@@ -337,7 +403,20 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void block_terms(
   alignas(64) double l1[kLanes][kBoundLines] = {}, sq[kLanes][kBoundLines] = {};
   const int whole = C / kLanes * kLanes;
   const bool fast = sx == 1 && ot == 1 && (y == nullptr || yx == 1) && emu_host::avx512_loops();
-  for (int c = 0; c < C; ++c) {
+  int c = 0;
+  if (fast) {  // the whole groups of kLanes rows in runs, 8 lines at a time; the tail below
+    for (; c < whole; c += kBoundRowRun) {
+      const int c1 = std::min(whole, c + kBoundRowRun);
+      if (y == nullptr)
+        block_rows_avx512<T, false>(x, sc, y, yc, len, c, c1, u0, u1, d0, d1, out, oc, sum, nz,
+                                    mixed, l1, sq);
+      else
+        block_rows_avx512<T, true>(x, sc, y, yc, len, c, c1, u0, u1, d0, d1, out, oc, sum, nz,
+                                   mixed, l1, sq);
+    }
+    c = whole;
+  }
+  for (; c < C; ++c) {
     const int j = c < whole ? c % kLanes : 0;
     const T* __restrict__ xc = x + c * sc;
     signed char* __restrict__ oc_ = out + c * oc;

@@ -426,23 +426,28 @@ def test_host_bound_max_equals_bound_upper(rng):
             assert np.array_equal(f, U.max(axis=0) * 0.25)
 
 
-def test_host_bound_operand_line_terms(rng):
+@pytest.mark.parametrize(("dtype", "C"), [("float64", 70), ("float32", 70), ("float64", 150)])
+def test_host_bound_operand_line_terms(rng, dtype, C):
     """ozaki2_bound_operand's operand, sums and nonzero counts equal scaling.bound_operand's;
     its l1 and sq are the sums of the normalized x = |re| + |im| and of x**2 (certificate.
     line_norm's, before its factor and root) in 8 partial sums per line, the same in either
-    memory layout."""
+    memory layout (lines across memory: runs of rows, 8 lines at a time, then the tail past the
+    last 8 entries). float32 operands are read as they are."""
     import array_api_compat.numpy as xp
 
     from emulinalg.algorithm import scaling
 
-    a = rng.standard_normal((13, 70)) * np.exp2(rng.integers(-60, 60, (13, 70)))
-    ai = rng.standard_normal((13, 70))
+    a = rng.standard_normal((13, C)) * np.exp2(rng.integers(-60, 60, (13, C)))
+    ai = rng.standard_normal((13, C))
     a[2] = 0
     ai[2, 5] = -0.0
-    a[4, 3:9] = 5e-324
+    a[4, 3:9] = 5e-324 if dtype == "float64" else 1e-45
+    a, ai = (x.astype(dtype) for x in (a, ai))
     for im in (None, ai):
         cplx = im is not None
         s, bound, sums, nz, l1, mixed, sq = _amx.ozaki2_bound_operand(a, True, im)
+        a, ai = a.astype(np.float64), ai.astype(np.float64)  # exact: the references widen them
+        im = None if im is None else ai
         ea = scaling.max_exponent(xp, a, im, axis=-1)
         assert s.dtype == np.int64 and np.array_equal(s, 5 - int(cplx) - ea)
         want, wsums, wnz = scaling.bound_operand(xp, a, im, s, axis=-1)
@@ -457,8 +462,8 @@ def test_host_bound_operand_line_terms(rng):
         # 8 partial sums per line: entry c in lane c % 8, the tail past 64 in lane 0, then the
         # lanes in order (any order is covered: certificate_plan.norms_from_sums)
         lanes, lanes2 = np.zeros((8, 13)), np.zeros((8, 13))
-        for c in range(70):
-            j = c % 8 if c < 64 else 0
+        for c in range(C):
+            j = c % 8 if c < C // 8 * 8 else 0
             lanes[j] = lanes[j] + x[:, c]
             lanes2[j] = lanes2[j] + x[:, c] * x[:, c]
         seq, seq2 = np.zeros(13), np.zeros(13)
@@ -467,12 +472,14 @@ def test_host_bound_operand_line_terms(rng):
         assert np.array_equal(l1, seq) and np.array_equal(sq, seq2)
         for r in range(13):  # within the recursive sum's bound of the exact sums
             exact, exact2 = math.fsum(x[r]), math.fsum(x[r] * x[r])  # of the same rounded squares
-            assert abs(l1[r] - exact) <= 70 * 2.0**-53 * exact
-            assert abs(sq[r] - exact2) <= 70 * 2.0**-53 * exact2
+            assert abs(l1[r] - exact) <= C * 2.0**-53 * exact
+            assert abs(sq[r] - exact2) <= C * 2.0**-53 * exact2
         # lines across memory (the other loop order) and the (C, R) layout: same values
         t, bound_t, *terms = _amx.ozaki2_bound_operand(
-            np.asfortranarray(a), False, None if im is None else np.asfortranarray(im)
-        )
+            np.asfortranarray(a.astype(dtype)), False,
+            None if im is None else np.asfortranarray(im.astype(dtype)),
+        )  # fmt: skip
+        a, ai = a.astype(dtype), ai.astype(dtype)
         assert np.array_equal(t, s) and np.array_equal(bound_t, bound.T)
         for got, w in zip(terms, (sums, nz, l1, mixed, sq)):
             assert np.array_equal(got, w)
