@@ -266,6 +266,27 @@ inline int scanned_exponent(std::int32_t e) {
   return e == std::numeric_limits<std::int32_t>::min() ? 0 : e;
 }
 
+// One entry of 8 lines (a = |re|, and *w = |im| where w is given; masked lanes zero) with
+// the lines' scales: the int8 bounds b, the l1 terms l, and the nonzero (N) and mixed (M)
+// counts advanced: the step of block_row_avx512 and block_rows_avx512 alike.
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline void
+bound_step8(__m512d a, const __m512d* w, __m512d U0, __m512d U1, __m512d D0, __m512d D1,
+            __m256i& b, __m512d& l, __m512i& N, __m512i& M) {
+  const __m512d zero = _mm512_setzero_pd();
+  const __m512i one = _mm512_set1_epi64(1);
+  b = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(a, U0), U1));
+  l = _mm512_mul_pd(_mm512_mul_pd(a, D0), D1);
+  const __mmask8 za = _mm512_cmp_pd_mask(a, zero, _CMP_NEQ_UQ);  // a != 0.0
+  N = _mm512_mask_add_epi64(N, za, N, one);
+  if (w != nullptr) {
+    b = _mm256_add_epi32(b, _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(*w, U0), U1)));
+    l = _mm512_add_pd(l, _mm512_mul_pd(_mm512_mul_pd(*w, D0), D1));
+    const __mmask8 zw = _mm512_cmp_pd_mask(*w, zero, _CMP_NEQ_UQ);
+    N = _mm512_mask_add_epi64(N, zw, N, one);
+    M = _mm512_mask_add_epi64(M, za & zw, M, one);
+  }
+}
+
 // block_terms' work on one entry of each of its len lines (consecutive in memory: x[t], y[t]),
 // on AVX-512 (F, DQ, BW, VL), 8 lines per vector with masked tails: the same operations in the
 // same order per line, the int8 bounds to out[t].
@@ -275,27 +296,18 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void block_row_avx
     const double* u1, const double* d0, const double* d1, signed char* __restrict__ out,
     long long* __restrict__ sum, long long* __restrict__ nz, long long* __restrict__ mixed,
     double* __restrict__ l1, double* __restrict__ sq) {
-  const __m512d zero = _mm512_setzero_pd();
-  const __m512i one = _mm512_set1_epi64(1);
   for (int t = 0; t < len; t += 8) {
     const __mmask8 v = static_cast<__mmask8>(len - t >= 8 ? 0xff : (1u << (len - t)) - 1u);
     const __m512d a = abs8(x + t, v);
     const __m512d U0 = _mm512_maskz_loadu_pd(v, u0 + t), U1 = _mm512_maskz_loadu_pd(v, u1 + t);
     const __m512d D0 = _mm512_maskz_loadu_pd(v, d0 + t), D1 = _mm512_maskz_loadu_pd(v, d1 + t);
-    __m256i b = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(a, U0), U1));
-    __m512d l = _mm512_mul_pd(_mm512_mul_pd(a, D0), D1);
-    const __mmask8 za = _mm512_cmp_pd_mask(a, zero, _CMP_NEQ_UQ);
-    __m512i n = _mm512_mask_add_epi64(_mm512_maskz_loadu_epi64(v, nz + t), za,
-                                      _mm512_maskz_loadu_epi64(v, nz + t), one);
-    if (y != nullptr) {
-      const __m512d w = abs8(y + t, v);
-      b = _mm256_add_epi32(b, _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(w, U0), U1)));
-      l = _mm512_add_pd(l, _mm512_mul_pd(_mm512_mul_pd(w, D0), D1));
-      const __mmask8 zw = _mm512_cmp_pd_mask(w, zero, _CMP_NEQ_UQ);
-      n = _mm512_mask_add_epi64(n, zw, n, one);
-      const __m512i mx = _mm512_maskz_loadu_epi64(v, mixed + t);
-      _mm512_mask_storeu_epi64(mixed + t, v, _mm512_mask_add_epi64(mx, za & zw, mx, one));
-    }
+    __m512i n = _mm512_maskz_loadu_epi64(v, nz + t);
+    __m512i mx = y != nullptr ? _mm512_maskz_loadu_epi64(v, mixed + t) : _mm512_setzero_si512();
+    __m256i b;
+    __m512d l, w = _mm512_setzero_pd();
+    if (y != nullptr) w = abs8(y + t, v);
+    bound_step8(a, y != nullptr ? &w : nullptr, U0, U1, D0, D1, b, l, n, mx);
+    if (y != nullptr) _mm512_mask_storeu_epi64(mixed + t, v, mx);
     _mm_mask_storeu_epi8(out + t, v, _mm256_cvtepi32_epi8(b));
     _mm512_mask_storeu_epi64(nz + t, v, n);
     _mm512_mask_storeu_epi64(
@@ -325,8 +337,6 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void block_rows_av
     long long* __restrict__ nz, long long* __restrict__ mixed, double (*l1)[kBoundLines],
     double (*sq)[kBoundLines]) {
   static_assert(kLanes == 8, "one vector of partial sums per lane");
-  const __m512d zero = _mm512_setzero_pd();
-  const __m512i one = _mm512_set1_epi64(1);
   for (int t = 0; t < len; t += 8) {
     const __mmask8 v = static_cast<__mmask8>(len - t >= 8 ? 0xff : (1u << (len - t)) - 1u);
     const __m512d U0 = _mm512_maskz_loadu_pd(v, u0 + t), U1 = _mm512_maskz_loadu_pd(v, u1 + t);
@@ -343,18 +353,10 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void block_rows_av
 #pragma GCC unroll 8
       for (int j = 0; j < kLanes; ++j) {
         const __m512d a = abs8(x + (c + j) * sc + t, v);
-        __m256i b = _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(a, U0), U1));
-        __m512d l = _mm512_mul_pd(_mm512_mul_pd(a, D0), D1);
-        const __mmask8 za = _mm512_cmp_pd_mask(a, zero, _CMP_NEQ_UQ);
-        N = _mm512_mask_add_epi64(N, za, N, one);
-        if constexpr (CPLX) {
-          const __m512d w = abs8(y + (c + j) * yc + t, v);
-          b = _mm256_add_epi32(b, _mm512_cvttpd_epi32(_mm512_mul_pd(_mm512_mul_pd(w, U0), U1)));
-          l = _mm512_add_pd(l, _mm512_mul_pd(_mm512_mul_pd(w, D0), D1));
-          const __mmask8 zw = _mm512_cmp_pd_mask(w, zero, _CMP_NEQ_UQ);
-          N = _mm512_mask_add_epi64(N, zw, N, one);
-          M = _mm512_mask_add_epi64(M, za & zw, M, one);
-        }
+        __m256i b;
+        __m512d l, w = _mm512_setzero_pd();
+        if constexpr (CPLX) w = abs8(y + (c + j) * yc + t, v);
+        bound_step8(a, CPLX ? &w : nullptr, U0, U1, D0, D1, b, l, N, M);
         _mm_mask_storeu_epi8(out + (c + j) * oc + t, v, _mm256_cvtepi32_epi8(b));
         S = _mm512_add_epi64(S, _mm512_cvtepi32_epi64(b));
         L[j] = _mm512_add_pd(L[j], l);
