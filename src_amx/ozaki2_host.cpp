@@ -239,7 +239,10 @@ __attribute__((target_clones("avx2", "default"))) void residue_run_generic(
 
 // The symmetric residues of 8 entries' pieces (h0, h1, h2 at p + g) mod c.m, as int8 at o + g:
 // residues_mod's operations, fused where the product is exact (every product and sum here is
-// an exact integer below 2**53, so fusing changes no value).
+// an exact integer below 2**53, so fusing changes no value). Without `fold`, m = 256's tie
+// stays 128 (odd moduli never exceed (m - 1) / 2): right only where pack64's truncation to
+// int8 comes next (128 -> -128), which saves a compare and a masked subtraction per vector.
+template <bool fold = true>
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d
 residue8(const Pieces& p, int g, __m512d m, __m512d inv, __m512d c28, __m512d c56,
          __m512d half) {
@@ -249,6 +252,7 @@ residue8(const Pieces& p, int g, __m512d m, __m512d inv, __m512d c28, __m512d c5
   const __m512d q = _mm512_roundscale_pd(_mm512_mul_pd(s, inv),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512d u = _mm512_fnmadd_pd(q, m, s);
+  if (!fold) return u;
   return _mm512_mask_sub_pd(u, _mm512_cmp_pd_mask(u, half, _CMP_GT_OQ), u, m);
 }
 
@@ -278,6 +282,62 @@ emit_run(__m512i v, int out_len, signed char* out, long long so, bool stream) {
   }
 }
 
+// 8 entries from x (float64, or float32 widened exactly).
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d
+load8(const double* x) {
+  return _mm512_loadu_pd(x);
+}
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d
+load8(const float* x) {
+  return _mm512_cvtps_pd(_mm256_loadu_ps(x));
+}
+
+// floor_small and emu_host::rne, 8 at a time: the same operations, so the same values.
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d
+rne8(__m512d y) {
+  const __m512d magic = _mm512_set1_pd(6755399441055744.0);  // 1.5 * 2**52, as rne
+  return _mm512_sub_pd(_mm512_add_pd(y, magic), magic);
+}
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d
+floor8(__m512d y, __m512d step) {
+  const __m512d r = rne8(y);
+  return _mm512_mask_sub_pd(r, _mm512_cmp_pd_mask(r, y, _CMP_GT_OQ), r, step);
+}
+
+// pieces() for a whole run along memory (sx = 1, len = kRun) on CPUs with AVX-512: its
+// operations 8 entries at a time in registers (every product by a power of two below is exact,
+// so fusing it into the subtraction changes no value), the signed pieces stored once; other
+// runs take pieces().
+template <class T>
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline void
+pieces_avx512(const T* x, long long sx, int len, const double* f1, const double* f2,
+              bool per_value, bool nearest, Pieces& p) {
+  if (sx != 1 || len != kRun) {
+    pieces(x, sx, len, f1, f2, per_value, nearest, p);
+    return;
+  }
+  const __m512d one = _mm512_set1_pd(1.0), minus = _mm512_set1_pd(-1.0);
+  const __m512d down = nearest ? _mm512_setzero_pd() : one, zero = _mm512_setzero_pd();
+  const __m512d lo56 = _mm512_set1_pd(0x1p-56), hi56 = _mm512_set1_pd(0x1p56);
+  const __m512d lo28 = _mm512_set1_pd(0x1p-28), hi28 = _mm512_set1_pd(0x1p28);
+  const __m512d g1 = _mm512_set1_pd(f1[0]), g2 = _mm512_set1_pd(f2[0]);
+  for (int g = 0; g < kRun; g += 8) {
+    const __m512d xv = load8(x + g);
+    const __m512d a1 = per_value ? _mm512_loadu_pd(f1 + g) : g1;
+    const __m512d a2 = per_value ? _mm512_loadu_pd(f2 + g) : g2;
+    const __m512d v = _mm512_mul_pd(_mm512_mul_pd(_mm512_abs_pd(xv), a1), a2);
+    const __m512d sg = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(xv, zero, _CMP_LT_OQ), one, minus);
+    const __m512d h2 = floor8(_mm512_mul_pd(v, lo56), one);
+    const __m512d r1 = _mm512_fnmadd_pd(h2, hi56, v);
+    const __m512d h1 = floor8(_mm512_mul_pd(r1, lo28), one);
+    const __m512d r0 = _mm512_fnmadd_pd(h1, hi28, r1);
+    const __m512d h0 = floor8(r0, down);  // rne(r0), less `down` where it rounded up
+    _mm512_store_pd(p.h2 + g, _mm512_mul_pd(h2, sg));
+    _mm512_store_pd(p.h1 + g, _mm512_mul_pd(h1, sg));
+    _mm512_store_pd(p.h0 + g, _mm512_mul_pd(h0, sg));
+  }
+}
+
 // residue_run on CPUs with AVX-512 (F, DQ, BW, VL): the same residues, 8 entries at a time
 // through every modulus with the constants in registers and a run's 64 residues stored at once,
 // instead of residue_run_generic's passes over run-long arrays per modulus (what GCC makes of
@@ -288,8 +348,8 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void residue_run_a
     const double* f2, bool per_value, bool nearest, int nmod, bool gauss, signed char* out,
     long long so, long long plane, long long set, int out_len, bool stream) {
   Pieces px, py;
-  pieces(x, sx, len, f1, f2, per_value, nearest, px);
-  if (y != nullptr) pieces(y, sy, len, f1, f2, per_value, nearest, py);
+  pieces_avx512(x, sx, len, f1, f2, per_value, nearest, px);
+  if (y != nullptr) pieces_avx512(y, sy, len, f1, f2, per_value, nearest, py);
   gauss = gauss && y != nullptr;
   const ModTable& tab = gauss ? kGaussTable : kModTable;
   for (int l = 0; l < nmod; ++l) {
@@ -298,11 +358,12 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) void residue_run_a
     const __m512d c28 = _mm512_set1_pd(c.c28), c56 = _mm512_set1_pd(c.c56);
     const __m512d half = _mm512_set1_pd(c.half), low = _mm512_set1_pd(c.low);
     __m512d rr[8], ri[8];
-    for (int g = 0; g < 8; ++g) rr[g] = residue8(px, 8 * g, m, inv, c28, c56, half);
-    if (y == nullptr) {
+    if (y == nullptr) {  // straight to int8 (residue8<false>)
+      for (int g = 0; g < 8; ++g) rr[g] = residue8<false>(px, 8 * g, m, inv, c28, c56, half);
       emit_run(pack64(rr), out_len, out + l * plane, so, stream);
       continue;
     }
+    for (int g = 0; g < 8; ++g) rr[g] = residue8(px, 8 * g, m, inv, c28, c56, half);
     for (int g = 0; g < 8; ++g) ri[g] = residue8(py, 8 * g, m, inv, c28, c56, half);
     if (gauss) {  // re +- iota im, as residue_run_generic: exact, one rounded quotient
       const __m512d iota = _mm512_set1_pd(c.iota);
