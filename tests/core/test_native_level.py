@@ -562,16 +562,17 @@ def test_line_patch_block_is_one_gemm_per_piece_of_k(monkeypatch):
     steps = []
     real = npb.native_matmul
 
-    def counted(x, y):
-        steps.append(x.shape[-1])
+    def counted(x, y):  # (pieces of K in one call, their length)
+        steps.append((x.shape[0] if x.ndim == 3 else 1, x.shape[-1]))
         return real(x, y)
 
     monkeypatch.setattr(npb, "native_matmul", counted)
     c = np.zeros((96, 80))
     _engine._native_lines(xp, npb, a, None, b, None, (c,), lines, None)
-    # the row and the column by pieces of sqrt(k), the block in one piece (its lines fit)
+    # the row and the column by pieces of sqrt(k) (one batched call each), the block in one
+    # piece (its lines fit)
     piece = _engine.line_step(k)
-    assert steps == [piece] * (2 * k // piece) + [k], steps
+    assert steps == [(k // piece, piece)] * 2 + [(1, k)], steps
     assert_lines_reach(c, a @ b, a, b, lines)
     held = np.zeros(c.shape, dtype=bool)
     held[0], held[:, 2], held[np.ix_(rows, cols)] = True, True, True
@@ -580,4 +581,58 @@ def test_line_patch_block_is_one_gemm_per_piece_of_k(monkeypatch):
     steps.clear()
     narrow = refinement.LinePatch(rows[:0], cols[:0], (rows, cols[:3]), np.zeros(0, np.int64))
     _engine._native_lines(xp, npb, a, None, b, None, (np.zeros((96, 80)),), narrow, None)
-    assert steps == [piece] * (k // piece), steps
+    assert steps == [(1, piece)] * (k // piece), steps
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_line_patch_lines_batched_sum_their_pieces_in_order(monkeypatch, dtype):
+    """The lines of a line patch take their pieces of K of about sqrt(k) in batched GEMMs (at
+    most LINE_BLOCK_BYTES each, the rest of k a piece of its own): the same sums in the same
+    order as one GEMM per piece, bit for bit (float32 parts widened, complex as its four real
+    products), and nothing else written."""
+    from emulinalg import _engine
+    from emulinalg.algorithm import refinement
+
+    k, m, n = 1000, 40, 36  # line_step 32: 31 pieces and a rest of 8
+    cplx = np.dtype(dtype).kind == "c"
+    a, b = phi_matrix((m, k), 1.0, seed=7), phi_matrix((k, n), 1.0, seed=8)
+    if cplx:
+        a = a + 1j * phi_matrix((m, k), 1.0, seed=9)
+        b = b - 1j * phi_matrix((k, n), 1.0, seed=10)
+    a, b = a.astype(dtype), b.astype(dtype)
+    parts = lambda x: (x.real, x.imag) if cplx else (x, None)  # noqa: E731
+    (ar, ai), (br, bi) = parts(a), parts(b)
+    piece = _engine.line_step(k)
+    # room for 3 pieces of the widest batch (the columns: m rows each) per call
+    monkeypatch.setattr(_engine, "LINE_BLOCK_BYTES", 3 * 8 * m * (1 + piece) * (2 if cplx else 1))
+    rows, cols = np.array([1, 7, 30]), np.array([0, 35])
+    lines = refinement.LinePatch(rows, cols, None, np.zeros(0, np.int64))
+    out = tuple(np.zeros((m, n)) for _ in range(2 if cplx else 1))
+    _engine._native_lines(xp, npb, ar, ai, br, bi, out, lines, None)
+
+    def wide(x):
+        return None if x is None else np.asarray(x, dtype=np.float64)
+
+    def one_by_one(x_r, x_i, y_r, y_i):  # one GEMM per piece, summed in order
+        total = None
+        for k0 in range(0, k, piece):
+            ks = slice(k0, k0 + piece)
+            p_r = [wide(v[..., ks]) if v is not None else None for v in (x_r, x_i)]
+            q_r = [wide(v[ks]) if v is not None else None for v in (y_r, y_i)]
+            re = p_r[0] @ q_r[0] - (p_r[1] @ q_r[1] if cplx else 0.0)
+            got = [re] + ([p_r[0] @ q_r[1] + p_r[1] @ q_r[0]] if cplx else [])
+            total = got if total is None else [t + g for t, g in zip(total, got)]
+        return total
+
+    want_rows = one_by_one(ar[rows], None if ai is None else ai[rows], br, bi)
+    T = lambda x: None if x is None else x.T  # noqa: E731
+    # the columns as rows of the transposed product: (B^T A^T)^T
+    want_cols = [x.T for x in one_by_one(T(br[:, cols]), T(None if bi is None else bi[:, cols]),
+                                         T(ar), T(ai))]
+    rest = ~np.isin(np.arange(n), cols)  # the columns' pass writes their entries last
+    for c, wr, wc in zip(out, want_rows, want_cols):
+        np.testing.assert_array_equal(c[rows][:, rest], wr[:, rest])
+        np.testing.assert_array_equal(c[:, cols], wc)
+        held = np.zeros(c.shape, dtype=bool)
+        held[rows], held[:, cols] = True, True
+        assert not c[~held].any()
