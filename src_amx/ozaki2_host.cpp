@@ -949,42 +949,51 @@ EMU_AVX512_CRT __attribute__((always_inline)) inline bool finish8(
   return true;
 }
 
+// emu_wdig as float64 (exact: 32-bit integers), set with it under the tables' lock.
+double wdig_f64[kMaxModuli * kDigitStride];
+
 // One run of len <= kRun entries of an output row (residues at src, plane bytes apart; the
 // row's mu, the run's nu) to out, or false where finish8 declines (the caller then redoes the
 // whole run with finish(), overwriting what was stored). The sums of G groups of 8 run
-// together: the quotient's float additions are one dependent chain per entry.
+// together: the quotient's float additions are one dependent chain per entry. The words'
+// sums are float64 FMAs (two ports, where VPMULDQ has one, and the float64 residue is the
+// quotient's already): each term |w| 2**31 < 2**38 and every partial sum of up to 20 below
+// 2**43, all exact integers, converted to int64 once at the end.
 template <int NMOD, int MANT, int EMIN, int EMAX>
 EMU_AVX512_CRT bool crt_run_avx512(const signed char* src, long long plane, int len,
                                    long long mu_row, const int* nu, void* out) {
   constexpr int NW = kCrtWords[NMOD];
   constexpr int G = 4;
   constexpr int kOutBytes = MANT == 53 ? 8 : 4;
+  static_assert(NMOD <= 20, "the float64 sums stay exact for up to 20 terms");
   for (int g0 = 0; g0 < len; g0 += 8 * G) {
-    __m512i acc[G][NW];
+    __m512d accd[G][NW];
     __m512d qf[G];
     __mmask8 valid[G];
     for (int h = 0; h < G; ++h) {
       const int cnt = std::max(0, std::min(8, len - g0 - 8 * h));
       valid[h] = static_cast<__mmask8>((1u << cnt) - 1u);
-      for (int i = 0; i < NW; ++i) acc[h][i] = _mm512_setzero_si512();
+      for (int i = 0; i < NW; ++i) accd[h][i] = _mm512_setzero_pd();
       qf[h] = _mm512_setzero_pd();
     }
     for (int l = 0; l < NMOD; ++l) {  // crt_sums_generic's sums, in modulus order
-      __m512i dig[NW];
-      for (int i = 0; i < NW; ++i) dig[i] = _mm512_set1_epi64(emu_wdig[l * kDigitStride + i]);
+      __m512d dig[NW];
+      for (int i = 0; i < NW; ++i) dig[i] = _mm512_set1_pd(wdig_f64[l * kDigitStride + i]);
       const __m512d ratio = _mm512_set1_pd(emu_ratio[l]);
       for (int h = 0; h < G; ++h) {
         const __m128i w8 = _mm_maskz_loadu_epi8(valid[h], src + l * plane + g0 + 8 * h);
-        const __m512i wl = _mm512_cvtepi8_epi64(w8);
-        for (int i = 0; i < NW; ++i)
-          acc[h][i] = _mm512_add_epi64(acc[h][i], _mm512_mul_epi32(wl, dig[i]));
         const __m512d wd = _mm512_cvtepi32_pd(_mm256_cvtepi8_epi32(w8));
-        qf[h] = _mm512_add_pd(qf[h], _mm512_mul_pd(wd, ratio));
+        for (int i = 0; i < NW; ++i) accd[h][i] = _mm512_fmadd_pd(wd, dig[i], accd[h][i]);
+        qf[h] = _mm512_add_pd(qf[h], _mm512_mul_pd(wd, ratio));  // two roundings, as numpy
       }
     }
-    for (int h = 0; h < G && g0 + 8 * h < len; ++h) {
+#pragma GCC unroll 4
+    for (int h = 0; h < G; ++h) {  // unrolled: the sums stay in registers, not stack arrays
       const int g = g0 + 8 * h;
-      if (!finish8<NW, MANT, EMIN, EMAX>(acc[h], qf[h], valid[h], mu_row, nu + g,
+      if (g >= len) break;
+      __m512i acc[NW];
+      for (int i = 0; i < NW; ++i) acc[i] = _mm512_cvtpd_epi64(accd[h][i]);  // exact integers
+      if (!finish8<NW, MANT, EMIN, EMAX>(acc, qf[h], valid[h], mu_row, nu + g,
                                          static_cast<char*>(out) + g * kOutBytes))
         return false;
     }
@@ -1161,6 +1170,7 @@ void crt(py::array_t<signed char, py::array::c_style> res,
   std::memcpy(emu_wdig, wdig.data(), sizeof(emu_wdig));
   std::memcpy(emu_pdig, pdig.data(), sizeof(emu_pdig));
   std::memcpy(emu_ratio, ratio.data(), sizeof(emu_ratio));
+  for (int q = 0; q < kMaxModuli * kDigitStride; ++q) wdig_f64[q] = emu_wdig[q];
   const long long plane = static_cast<long long>(m) * n;
   dispatch_nmod(nmod, [&](auto N) {
     if (np == 1)
