@@ -645,10 +645,8 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
     of K of about sqrt(k) (at least LINE_K_MIN), so that its rounding errors stay below the
     native GEMM's blocked sums (a GEMV's one chain of k does not); elsewhere its GEMM of the
     lines splits k itself. Only the lines are copied (and widened where the parts are
-    float32), a batch of pieces of K at a time: whole lines take their pieces in batched GEMMs
-    of at most LINE_BLOCK_BYTES (summed one piece after another, as a GEMM per piece would),
-    and columns are the rows of the transposed product (a BLAS GEMM of a few output columns
-    is the slow shape)."""
+    float32), a piece of K at a time; columns are the rows of the transposed product (a BLAS
+    GEMM of a few output columns is the slow shape)."""
     dd = out == "dd"
     pieces = stages(backend).line_pieces
     targets = [parts[i : i + 2] for i in range(0, len(parts), 2)] if dd else [(p,) for p in parts]
@@ -681,50 +679,23 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
         # of at least LINE_K_MIN rows and columns is a GEMM like the native one (its blocked
         # chains): pieces only as long as its gathered lines fit LINE_BLOCK_BYTES.
         k = ar.shape[-1]
-        step, full = k, 0
+        step = k
         if pieces and (i is None or j is None or min(len(i), len(j)) < LINE_K_MIN):
             step = line_step(k)
-            if (i is None) != (j is None):  # whole lines: their pieces in batched GEMMs
-                full = k - k % step
         elif pieces:
             step = block_step(k, len(i) + len(j))
         total = None
-        for k0, k1, p in batches(ar, ai, br, full, step, i, j) + [(k0, k0 + step, 0)
-                                                      for k0 in range(full, k, step)]:
-            ks = slice(k0, k1)
+        for k0 in range(0, k, step):
+            ks = slice(k0, k0 + step)
             ops = [lines_of(x, (slice(None), ks), i, 0) for x in (ar, ai)]
             ops += [lines_of(x, (ks, slice(None)), j, 1) for x in (br, bi)]
-            if p:  # (p, lines, step) @ (p, step, n) or (p, m, step) @ (p, step, lines)
-                ops = [split_k(x, p, a) for x, a in zip(ops, (0, 0, 1, 1))]
             part = products(*ops)
-            stacks = part if p else [[q] for q in part]  # each piece's product, in order
             if total is None:
-                total, stacks = [s[0] for s in stacks], [s[1:] for s in stacks]
-            for t, s in zip(total, stacks):
-                for q in s:  # one piece at a time: the sums of a GEMM per piece, bit for bit
+                total = part
+            else:
+                for t, q in zip(total, part):
                     t += q
         return total
-
-    def batches(ar, ai, br, full, step, i, j):
-        # (k0, k1, pieces of K of step in k0:k1) with at most LINE_BLOCK_BYTES of products and
-        # widened copies per batch: one NumPy call each instead of a GEMM per piece (a few
-        # lines' GEMMs are short: calls and gathers took most of their time)
-        if not full:
-            return []
-        other = br.shape[-1] if j is None else ar.shape[-2]
-        lines = len(i) if j is None else len(j)
-        wide = ar.dtype != xp.float64
-        each = 8 * other * (lines + (step if wide else 0)) * (2 if ai is not None else 1)
-        group = step * max(1, LINE_BLOCK_BYTES // each)
-        return [(g, min(full, g + group), (min(full, g + group) - g) // step)
-                for g in range(0, full, group)]
-
-    def split_k(x, p, axis):  # (r, p step) -> (p, r, step); (p step, c) -> (p, step, c)
-        if x is None:
-            return None
-        if axis == 1:
-            return xp.reshape(x, (p, x.shape[0] // p, x.shape[1]))
-        return xp.permute_dims(xp.reshape(x, (x.shape[0], p, x.shape[1] // p)), (1, 0, 2))
 
     def lines_of(x, piece, idx, axis):  # the lines idx (along axis) of a piece of K
         if x is None:

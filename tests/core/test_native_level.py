@@ -562,17 +562,16 @@ def test_line_patch_block_is_one_gemm_per_piece_of_k(monkeypatch):
     steps = []
     real = npb.native_matmul
 
-    def counted(x, y):  # (pieces of K in one call, their length)
-        steps.append((x.shape[0] if x.ndim == 3 else 1, x.shape[-1]))
+    def counted(x, y):
+        steps.append(x.shape[-1])
         return real(x, y)
 
     monkeypatch.setattr(npb, "native_matmul", counted)
     c = np.zeros((96, 80))
     _engine._native_lines(xp, npb, a, None, b, None, (c,), lines, None)
-    # the row and the column by pieces of sqrt(k) (one batched call each), the block in one
-    # piece (its lines fit)
+    # the row and the column by pieces of sqrt(k), the block in one piece (its lines fit)
     piece = _engine.line_step(k)
-    assert steps == [(k // piece, piece)] * 2 + [(1, k)], steps
+    assert steps == [piece] * (2 * k // piece) + [k], steps
     assert_lines_reach(c, a @ b, a, b, lines)
     held = np.zeros(c.shape, dtype=bool)
     held[0], held[:, 2], held[np.ix_(rows, cols)] = True, True, True
@@ -581,15 +580,15 @@ def test_line_patch_block_is_one_gemm_per_piece_of_k(monkeypatch):
     steps.clear()
     narrow = refinement.LinePatch(rows[:0], cols[:0], (rows, cols[:3]), np.zeros(0, np.int64))
     _engine._native_lines(xp, npb, a, None, b, None, (np.zeros((96, 80)),), narrow, None)
-    assert steps == [(1, piece)] * (k // piece), steps
+    assert steps == [piece] * (k // piece), steps
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
-def test_line_patch_lines_batched_sum_their_pieces_in_order(monkeypatch, dtype):
-    """The lines of a line patch take their pieces of K of about sqrt(k) in batched GEMMs (at
-    most LINE_BLOCK_BYTES each, the rest of k a piece of its own): the same sums in the same
-    order as one GEMM per piece, bit for bit (float32 parts widened, complex as its four real
-    products), and nothing else written."""
+def test_line_patch_lines_sum_their_pieces_in_order(dtype):
+    """The lines of a line patch sum a GEMM per piece of K of about sqrt(k) in order (the rest of
+    k a piece of its own), rows as rows of the product and columns as rows of the transposed
+    product, bit for bit (float32 parts widened, complex as its four real products), and
+    nothing else is written."""
     from emulinalg import _engine
     from emulinalg.algorithm import refinement
 
@@ -603,8 +602,6 @@ def test_line_patch_lines_batched_sum_their_pieces_in_order(monkeypatch, dtype):
     parts = lambda x: (x.real, x.imag) if cplx else (x, None)  # noqa: E731
     (ar, ai), (br, bi) = parts(a), parts(b)
     piece = _engine.line_step(k)
-    # room for 3 pieces of the widest batch (the columns: m rows each) per call
-    monkeypatch.setattr(_engine, "LINE_BLOCK_BYTES", 3 * 8 * m * (1 + piece) * (2 if cplx else 1))
     rows, cols = np.array([1, 7, 30]), np.array([0, 35])
     lines = refinement.LinePatch(rows, cols, None, np.zeros(0, np.int64))
     out = tuple(np.zeros((m, n)) for _ in range(2 if cplx else 1))
