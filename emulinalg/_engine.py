@@ -649,6 +649,7 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
     GEMM of a few output columns is the slow shape)."""
     dd = out == "dd"
     pieces = stages(backend).line_pieces
+    take_columns = stages(backend).take_columns
     targets = [parts[i : i + 2] for i in range(0, len(parts), 2)] if dd else [(p,) for p in parts]
 
     def conv(x):  # float64 products (float32 parts widened: above either level's native)
@@ -705,6 +706,9 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
         if axis == 0:  # indexed, not taken: a take copies a strided piece whole first
             return conv(x[idx, piece[1]])
         y = x[piece]  # the rows of a C-ordered B: taken (its gather and GEMM are the faster)
+        took = None if take_columns is None else take_columns(y, idx)
+        if took is not None:  # the backend's gather (float64)
+            return took
         flags = getattr(y, "flags", None)
         strided = flags is not None and not flags.c_contiguous  # B.T's, a complex part's
         return conv(y[:, idx] if strided else xp.take(y, idx, axis=1))

@@ -44,6 +44,8 @@ member                      stage (reference implementation)
 ``bf16_product(ar, ai,``    the BF16 schedule's product (``algorithm.bf16``)
 ``br, bi, scheme, dt)``
 ``k_block(k, bound)``       the K-block of its integer GEMMs, for the plan (none)
+``take_columns(x, cols)``   float64 ``x[:, cols]`` of a 2-D part, the line patch's columns of
+                            a piece of B (``xp.take``, widened)
 ``chunk_residues(re, im,``  the dask shared graph's steps on one 2-D chunk, in the backend's
 ``shift, axis, moduli,``    own layout (all four, or none): a chunk's residue planes
 ``nearest)``                (``residues.int8_planes``; None declines for the whole graph),
@@ -131,6 +133,7 @@ _OPTIONAL = (
     "balance_stage",
     "bf16_product",
     "k_block",
+    "take_columns",
     "chunk_residues",
     "chunk_products",
     "chunk_residue_sum",
@@ -162,6 +165,7 @@ class Stages:
     balance_stage: Callable | None = None
     bf16_product: Callable | None = None
     k_block: Callable | None = None
+    take_columns: Callable | None = None
     chunk_residues: Callable | None = None
     chunk_products: Callable | None = None
     chunk_residue_sum: Callable | None = None

@@ -611,6 +611,43 @@ py::array_t<double> to_float64(const py::array& xa) {
   return out;
 }
 
+// float64 x[:, cols] (C-contiguous, float32 widened exactly) of a 2-D float64 or float32 array
+// (any whole-element strides), rows shared out by OpenMP: the line patch's columns of a piece
+// of B (numpy's take gathers them on one thread).
+template <class T>
+py::array_t<double> take_columns_of(const py::array& xa, const std::int64_t* cols, long long n) {
+  const auto x = py::reinterpret_borrow<py::array_t<T>>(xa);
+  const long long R = x.shape(0), C = x.shape(1);
+  const long long sr = x.strides(0) / static_cast<long long>(sizeof(T));
+  const long long sc = x.strides(1) / static_cast<long long>(sizeof(T));
+  for (long long j = 0; j < n; ++j)
+    if (cols[j] < 0 || cols[j] >= C)
+      throw std::invalid_argument("take_columns: column index out of range");
+  py::array_t<double> out({static_cast<py::ssize_t>(R), static_cast<py::ssize_t>(n)});
+  const T* p = x.data();
+  double* o = out.mutable_data();
+  py::gil_scoped_release release;
+#pragma omp parallel for schedule(static)
+  for (long long r = 0; r < R; ++r) {
+    const T* row = p + r * sr;
+    for (long long j = 0; j < n; ++j) o[r * n + j] = static_cast<double>(row[cols[j] * sc]);
+  }
+  return out;
+}
+
+py::array_t<double> take_columns(const py::array& xa,
+                                 const py::array_t<std::int64_t, py::array::c_style>& cols) {
+  const bool f32 = py::isinstance<py::array_t<float>>(xa);
+  const long long item = f32 ? 4 : 8;
+  if ((!f32 && !py::isinstance<py::array_t<double>>(xa)) || xa.ndim() != 2 ||
+      xa.strides(0) % item != 0 || xa.strides(1) % item != 0)
+    throw std::invalid_argument(
+        "take_columns: x must be a 2-D float64 or float32 array of whole elements");
+  if (cols.ndim() != 1) throw std::invalid_argument("take_columns: cols must be 1-D");
+  return f32 ? take_columns_of<float>(xa, cols.data(), cols.size())
+             : take_columns_of<double>(xa, cols.data(), cols.size());
+}
+
 // complex128 C-contiguous (R, C) from 2-D float64 parts of one shape (any element strides),
 // interleaved with OpenMP: the engine's output assembly (numpy's astype and imaginary
 // assignment are two single-threaded passes). Parts as they are: inf/nan kept.
@@ -700,6 +737,9 @@ void register_bf16_host(py::module_& m) {
         "(kind 'float': one FP32 accumulator) or float64 (kind 'fixed': widened per 1024 of K).");
   m.def("to_float64", &to_float64, py::arg("x"),
         "float64 C-contiguous copy of a 2-D float32 array (OpenMP, huge-page memory).");
+  m.def("take_columns", &take_columns, py::arg("x"), py::arg("cols"),
+        "float64 C-contiguous x[:, cols] of a 2-D float64 or float32 array (OpenMP; cols int64, "
+        "each in range, else ValueError).");
   m.def("make_complex", &make_complex, py::arg("re"), py::arg("im"),
         "complex128 C-contiguous array from 2-D float64 parts of one shape (OpenMP; inf/nan "
         "parts kept as they are).");

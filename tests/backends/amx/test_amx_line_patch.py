@@ -41,3 +41,58 @@ def test_amx_level_takes_the_generic_lines(name, emulate, monkeypatch):
         assert all(np.array_equal(x, y) for x, y in zip(lines.block, want_lines.block))
     assert np.array_equal(c[lines.rows], want[lines.rows])  # both from float64 products
     assert np.array_equal(lines.entries, want_lines.entries)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("layout", ["C", "F", "T"])
+def test_take_columns_is_numpys_take_widened(dtype, layout, rng):
+    """``emulinalg._amx.take_columns`` (OpenMP over rows) gives numpy's ``take`` along axis 1,
+    widened to float64, for any whole-element strides; bad columns and dtypes raise."""
+    x = rng.standard_normal((70, 45)).astype(dtype)
+    x[3, 4], x[5, 6] = np.inf, np.nan
+    if layout == "F":
+        x = np.asfortranarray(x)
+    elif layout == "T":
+        x = np.ascontiguousarray(x.T).T[10:60]  # a strided piece of a transposed array
+    cols = np.array([44, 0, 6, 6, 3, 17])
+    got = _amx.take_columns(x, cols)
+    assert got.dtype == np.float64 and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, np.take(x, cols, axis=1).astype(np.float64))
+    assert _amx.take_columns(x, cols[:0]).shape == (x.shape[0], 0)
+    with pytest.raises(ValueError, match="out of range"):
+        _amx.take_columns(x, np.array([0, 45]))
+    with pytest.raises(ValueError, match="out of range"):
+        _amx.take_columns(x, np.array([-1]))
+    with pytest.raises(ValueError, match="float64 or float32"):
+        _amx.take_columns(np.zeros((4, 45), np.int32), cols)
+
+
+def test_line_patch_block_columns_gathered_by_the_backend(monkeypatch):
+    """The line patch's block on the amx backend gathers B's columns with ``take_columns`` and
+    writes the numpy backend's values bit for bit."""
+    import array_api_compat.numpy as xp
+
+    from emulinalg import _engine
+    from emulinalg.algorithm import refinement
+    from emulinalg.backends import amx as amx_backend
+    from emulinalg.backends import numpy as npb
+    from emulinalg.inputs import phi_matrix
+
+    k = 700
+    a, b = phi_matrix((90, k), 1.0, seed=3), phi_matrix((k, 80), 1.0, seed=4)
+    rows, cols = np.arange(2, 90, 2), np.arange(1, 80, 2)  # 44 x 40: a block
+    lines = refinement.LinePatch(np.array([0]), np.array([3]), (rows, cols), np.zeros(0, np.int64))
+    calls = []
+    real = amx_backend.take_columns
+
+    def spy(x, idx):
+        calls.append((x.shape, len(idx)))
+        return real(x, idx)
+
+    monkeypatch.setattr(amx_backend, "take_columns", spy)
+    got, want = np.zeros((90, 80)), np.zeros((90, 80))
+    _engine._native_lines(xp, amx_backend, a, None, b, None, (got,), lines, None)
+    _engine._native_lines(xp, npb, a, None, b, None, (want,), lines, None)
+    assert calls and all(n == len(cols) for _, n in calls)  # the block's pieces of K
+    np.testing.assert_array_equal(got, want)
+    assert got[np.ix_(rows, cols)].all()
