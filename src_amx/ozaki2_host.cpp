@@ -240,8 +240,9 @@ __attribute__((target_clones("avx2", "default"))) void residue_run_generic(
 // The symmetric residues of 8 entries' pieces (h0, h1, h2 at p + g) mod c.m, as int8 at o + g:
 // residues_mod's operations, fused where the product is exact (every product and sum here is
 // an exact integer below 2**53, so fusing changes no value). Without `fold`, m = 256's tie
-// stays 128 (odd moduli never exceed (m - 1) / 2): right only where pack64's truncation to
-// int8 comes next (128 -> -128), which saves a compare and a masked subtraction per vector.
+// stays 128 (for |X| < 2**96, the contract, odd moduli never exceed (m - 1) / 2): right only
+// where pack64's truncation to int8 comes next (128 -> -128), which saves a compare and a
+// masked subtraction per vector.
 template <bool fold = true>
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d
 residue8(const Pieces& p, int g, __m512d m, __m512d inv, __m512d c28, __m512d c56,
@@ -957,7 +958,7 @@ double wdig_f64[kMaxModuli * kDigitStride];
 // whole run with finish(), overwriting what was stored). The sums of G groups of 8 run
 // together: the quotient's float additions are one dependent chain per entry. The words'
 // sums are float64 FMAs (two ports, where VPMULDQ has one, and the float64 residue is the
-// quotient's already): each term |w| 2**31 < 2**38 and every partial sum of up to 20 below
+// quotient's already): each term |w| 2**31 <= 2**38 and every partial sum of up to 20 below
 // 2**43, all exact integers, converted to int64 once at the end.
 template <int NMOD, int MANT, int EMIN, int EMAX>
 EMU_AVX512_CRT bool crt_run_avx512(const signed char* src, long long plane, int len,

@@ -350,11 +350,14 @@ def take_columns(x, cols):
     float64 level's line patch block at N = 8192 on the AMX host), or None (numpy then takes
     them)."""
     amx = _module()
-    if amx is None or not hasattr(amx, "take_columns") or x.ndim != 2:
+    if amx is None or not hasattr(amx, "take_columns") or x.ndim != 2 or not x.flags.aligned:
         return None
     if x.dtype not in (np.float64, np.float32) or any(st % x.itemsize for st in x.strides):
         return None
-    return amx.take_columns(x, np.asarray(cols, dtype=np.int64))
+    cols = np.asarray(cols)
+    if cols.dtype.kind not in "iu" or (cols.size and cols.min() < 0):  # numpy's take's rules
+        return None
+    return amx.take_columns(x, cols.astype(np.int64, copy=False))
 
 
 def all_finite(x):

@@ -53,8 +53,8 @@ def test_take_columns_is_numpys_take_widened(dtype, layout, rng):
     if layout == "F":
         x = np.asfortranarray(x)
     elif layout == "T":
-        x = np.ascontiguousarray(x.T).T[10:60]  # a strided piece of a transposed array
-    cols = np.array([44, 0, 6, 6, 3, 17])
+        x = np.ascontiguousarray(x.T).T[2:60]  # a strided piece of a transposed array
+    cols = np.array([44, 0, 6, 6, 3, 17, 4])  # the Inf (3, 4) and the NaN (5, 6) among them
     got = _amx.take_columns(x, cols)
     assert got.dtype == np.float64 and got.flags.c_contiguous
     np.testing.assert_array_equal(got, np.take(x, cols, axis=1).astype(np.float64))
@@ -67,9 +67,12 @@ def test_take_columns_is_numpys_take_widened(dtype, layout, rng):
         _amx.take_columns(np.zeros((4, 45), np.int32), cols)
 
 
-def test_line_patch_block_columns_gathered_by_the_backend(monkeypatch):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_line_patch_block_columns_gathered_by_the_backend(monkeypatch, dtype, order):
     """The line patch's block on the amx backend gathers B's columns with ``take_columns`` and
-    writes the numpy backend's values bit for bit."""
+    writes the numpy backend's values bit for bit (float32 parts widened, complex parts, B in
+    either memory order); indices numpy's take would treat otherwise are left to numpy."""
     import array_api_compat.numpy as xp
 
     from emulinalg import _engine
@@ -80,6 +83,12 @@ def test_line_patch_block_columns_gathered_by_the_backend(monkeypatch):
 
     k = 700
     a, b = phi_matrix((90, k), 1.0, seed=3), phi_matrix((k, 80), 1.0, seed=4)
+    cplx = np.dtype(dtype).kind == "c"
+    if cplx:
+        a = a - 0.5j * phi_matrix((90, k), 1.0, seed=5)
+        b = b + 2j * phi_matrix((k, 80), 1.0, seed=6)
+    a, b = a.astype(dtype), np.asarray(b.astype(dtype), order=order)
+    (ar, ai), (br, bi) = ((x.real, x.imag) if cplx else (x, None) for x in (a, b))
     rows, cols = np.arange(2, 90, 2), np.arange(1, 80, 2)  # 44 x 40: a block
     lines = refinement.LinePatch(np.array([0]), np.array([3]), (rows, cols), np.zeros(0, np.int64))
     calls = []
@@ -90,9 +99,12 @@ def test_line_patch_block_columns_gathered_by_the_backend(monkeypatch):
         return real(x, idx)
 
     monkeypatch.setattr(amx_backend, "take_columns", spy)
-    got, want = np.zeros((90, 80)), np.zeros((90, 80))
-    _engine._native_lines(xp, amx_backend, a, None, b, None, (got,), lines, None)
-    _engine._native_lines(xp, npb, a, None, b, None, (want,), lines, None)
+    got = tuple(np.zeros((90, 80)) for _ in range(2 if cplx else 1))
+    want = tuple(np.zeros((90, 80)) for _ in got)
+    _engine._native_lines(xp, amx_backend, ar, ai, br, bi, got, lines, None)
+    _engine._native_lines(xp, npb, ar, ai, br, bi, want, lines, None)
     assert calls and all(n == len(cols) for _, n in calls)  # the block's pieces of K
-    np.testing.assert_array_equal(got, want)
-    assert got[np.ix_(rows, cols)].all()
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+        assert g[np.ix_(rows, cols)].all()
+    assert real(br, np.array([-1])) is None and real(br, np.array([1.0])) is None
