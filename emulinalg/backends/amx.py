@@ -346,9 +346,8 @@ def as_float64(x):
 
 def take_columns(x, cols):
     """float64 ``x[:, cols]`` (C-contiguous) of a 2-D float64 or float32 part, gathered with
-    OpenMP (``emulinalg._amx.take_columns``; numpy's take runs on one thread: 40 ms of the
-    float64 level's line patch block at N = 8192 on the AMX host), or None (numpy then takes
-    them)."""
+    OpenMP (``emulinalg._amx.take_columns``; numpy's take runs on one thread), or None (numpy
+    then takes them)."""
     amx = _module()
     if amx is None or not hasattr(amx, "take_columns") or x.ndim != 2 or not x.flags.aligned:
         return None
