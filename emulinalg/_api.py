@@ -293,7 +293,7 @@ def _reused_verdict(key, x1, x2):
     """The native product of a call whose signature ``key`` had the native verdict under the
     cost model still in force, its plan recorded; None otherwise."""
     got = _VERDICTS.get(key)
-    if got is None or _cost.get_cost_model(got.backend.name) is not got.model:
+    if got is None or _cost.get_cost_model(got.backend.name, _flops(x1, x2)) is not got.model:
         return None
     c = got.backend.native_matmul(x1, x2)  # a product that raises leaves no plan behind
     record(_copied(got.plan))
@@ -307,12 +307,18 @@ def _copied(p):
                 notes=list(p.notes), shape=p.shape)  # fmt: skip
 
 
-def _keep_verdict(key, backend, model):
+def _flops(x1, x2):
+    """2 m n k (x4 complex) of a 2-D product: what ``_cost.get_cost_model`` asks of it."""
+    return _cost._flops(x1.dtype.name, x1.shape[0], x2.shape[1], x1.shape[1], 1)
+
+
+def _keep_verdict(key, backend, model, flops):
     """Keep the native verdict of the call just made (signature ``key``) where the cost model
     gave it from the shapes alone (before any statistics) and ``model``, the one in force when
     the call began, still is (another thread may have set another during the call)."""
     plan = last_plan()
-    if plan is None or not plan._shape_verdict or _cost.get_cost_model(backend.name) is not model:
+    if (plan is None or not plan._shape_verdict
+            or _cost.get_cost_model(backend.name, flops) is not model):  # fmt: skip
         return
     with _VERDICTS_LOCK:
         if len(_VERDICTS) >= _VERDICTS_MAX:
@@ -329,10 +335,11 @@ def _matmul(x1, x2, precision):
         return got
     # numpy's and cupy's arrays (``_signature``) always have a backend: numpy, amx or cupy
     backend = _backend(array_api_compat.array_namespace(x1))
-    model = _cost.get_cost_model(backend.name)
+    flops = _flops(x1, x2)
+    model = _cost.get_cost_model(backend.name, flops)
     c = _matmul_checked(x1, x2, precision)
     if model is not None:
-        _keep_verdict(key, backend, model)
+        _keep_verdict(key, backend, model, flops)
     return c
 
 

@@ -1,13 +1,16 @@
-"""The cost model on the device it runs on: a short calibration of a GPU's rates, cached.
+"""The cost model on the device it runs on: a short calibration of its rates, cached.
 
-The built-in cupy model (``_cost``) was fitted on one device (``_cost.FITTED_ON``). On any other
-GPU the first product that asks the cost model measures the device here (``measure``: the
-native GEMM's flop/s per dtype, the INT8 GEMM's rate, a device copy's bandwidth; about a
-second), moves the fitted model to those rates (``_cost.for_device``) and caches the rates on
-disk per device and library version (``cache_path``: the user cache directory of platformdirs),
-so later processes read them. ``python -m emulinalg calibrate`` measures explicitly (and
-rewrites the cache); ``emulinalg.set_cost_model`` overrides all of it; the plan's verdict line
-names the model's source.
+The built-in cupy and amx models (``_cost``) were each fitted on one device
+(``_cost.FITTED_ON``). On any other GPU, and on every AMX host (CPUs of one model run their AMX
+GEMMs at rates up to 2.3x apart from one cloud host to another), the first product that asks the
+cost model measures the device here (``measure``: the native GEMM's flop/s per dtype, the INT8
+GEMM's rate, a threaded copy's bandwidth; about a second), moves the fitted model to those rates
+(``_cost.for_device``) and caches the rates on disk per device and library version
+(``cache_path``: the user cache directory of platformdirs), so later processes read them.
+Products too small for the emulation to win on any host of the backend (``MEASURE_MIN_FLOPS``)
+do not measure a device that has no rates yet. ``python -m emulinalg calibrate`` measures
+explicitly (and rewrites the cache); ``emulinalg.set_cost_model`` overrides all of it; the
+plan's verdict line names the model's source.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import dataclasses
 import datetime
 import json
 import os
+import platform
 import re
 import threading
+import time
 
 from . import _cost
 
@@ -26,9 +31,18 @@ _LOCK = threading.Lock()
 N_NATIVE = 4096  # square sizes of the timed GEMMs: big enough to run at the device's rate
 N_INT8 = 8192
 COPY_BYTES = 1 << 28
+# The amx backend's sizes: OpenBLAS/MKL reach their rate from N ~ 2048 on 16 cores, and the mod
+# GEMM of one modulus at 4096 runs ~10 ms (long enough to time, short enough for a first call)
+N_NATIVE_CPU = 2048
+N_INT8_CPU = 4096
 # What ``measure`` times, in the cache's file name: rates an earlier form measured differently
 # (r1: the INT8 rate of a cuBLAS GEMM with padding copies) are measured again
 RATES_FORMAT = "r2"
+# Backends whose device name does not pin its rates: measured even on the fitted device's name
+MEASURE_SAME_NAME = {"amx"}
+# 2 m n k below which a product does not start a device's measurement (the built-in model
+# decides it): the amx level measured 0.47-0.49x numpy at N = 2048 on the fastest host
+MEASURE_MIN_FLOPS = {"amx": 2.0 * 2048**3}
 
 
 def cache_dir():
@@ -47,11 +61,33 @@ def cache_path(backend_name, device):
                         f"rates-{backend_name}-{slug}-{__version__}-{RATES_FORMAT}.json")
 
 
-_NAMES: dict = {}  # device id -> name
+_NAMES: dict = {}  # GPU id -> name; "amx" -> the CPU's (None: AMX not usable)
+_UNMEASURED: set = set()  # (backend, device) with no cached rates, left unmeasured so far
+
+
+def cpu_model():
+    """The CPU's model name (/proc/cpuinfo's, else the platform's)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            names = (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name"))
+            model = next(names, "")
+    except OSError:
+        model = ""
+    return model or platform.processor() or platform.machine()
 
 
 def device_name(backend_name):
-    """The current device of a backend ("cupy": the current GPU's name), or None."""
+    """The current device of a backend, or None: "cupy", the current GPU's name; "amx", the
+    CPU model and the OpenMP threads its kernels run on, where AMX is usable."""
+    if backend_name == "amx":
+        if "amx" not in _NAMES:
+            from .backends import amx
+
+            _NAMES["amx"] = None
+            if amx.usable():
+                threads = amx._module().features()["max_threads"]
+                _NAMES["amx"] = f"{cpu_model()} ({threads} threads)"
+        return _NAMES["amx"]
     if backend_name != "cupy":
         return None
     try:
@@ -81,18 +117,37 @@ def _median_seconds(fn, repeat=3):
     return sorted(times)[len(times) // 2]
 
 
+def _median_wall(fn, repeat=3):
+    fn()  # warm-up (thread team, first touch of the output)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
 def measure(backend_name="cupy"):
-    """``_cost.DeviceRates`` of the current device, measured: cuBLAS's GEMM per dtype at
-    N_NATIVE, the INT8 GEMM the schemes run (``backends.cupy.gemm._int8_products`` on one pair
-    of full-range residue planes: the fused kernel where it runs, else cuBLAS) at N_INT8, and a
-    device copy of COPY_BYTES.
+    """``_cost.DeviceRates`` of the current device, measured.
+
+    "cupy": cuBLAS's GEMM per dtype at N_NATIVE, the INT8 GEMM the schemes run
+    (``backends.cupy.gemm._int8_products`` on one pair of full-range residue planes: the fused
+    kernel where it runs, else cuBLAS) at N_INT8, and a device copy of COPY_BYTES. "amx":
+    numpy.matmul per dtype at N_NATIVE_CPU (the native product numpy users get), one modulus's
+    mod-reducing tile GEMM (``_amx.ozaki2_multiply`` on packed panels) at N_INT8_CPU, and a
+    threaded copy (``_amx.take_columns`` of every column) of COPY_BYTES.
 
     Raises
     ------
     ValueError
-        For a backend other than "cupy" (the CPU backends keep their fitted models)."""
+        For a backend other than "cupy" and "amx" (the numpy backend keeps its fitted model).
+    RuntimeError
+        "amx" where AMX is not usable here."""
+    if backend_name == "amx":
+        return _measure_amx()
     if backend_name != "cupy":
-        raise ValueError(f"calibration measures GPUs (cupy), not {backend_name!r}")
+        raise ValueError(f"calibration measures GPUs (cupy) and AMX hosts (amx), not "
+                         f"{backend_name!r}")  # fmt: skip
     import cupy as cp
 
     from .backends.cupy.gemm import _int8_products
@@ -116,6 +171,43 @@ def measure(backend_name="cupy"):
     bandwidth = 2 * COPY_BYTES / _median_seconds(lambda: x.copy())
     cp.get_default_memory_pool().free_all_blocks()
     return _cost.DeviceRates(device_name(backend_name), native, int8, bandwidth)
+
+
+def _measure_amx():
+    import numpy as np
+
+    name = device_name("amx")
+    if name is None:
+        from .backends import amx
+
+        raise RuntimeError(f"amx calibration: AMX is not usable here: {amx.reason()}")
+    from .backends import amx
+
+    mod = amx._module()
+    rng = np.random.default_rng(0)
+    native = {}
+    n = N_NATIVE_CPU
+    for dt in ("float64", "float32", "complex128", "complex64"):
+        a = rng.standard_normal((n, n))
+        if dt.startswith("complex"):
+            a = a + 1j * rng.standard_normal((n, n))
+        a = a.astype(dt)
+        b = np.ascontiguousarray(a.T)
+        flops = 2 * n**3 * (4 if dt.startswith("complex") else 1)
+        native[dt] = flops / _median_wall(lambda a=a, b=b: np.matmul(a, b))
+    n = N_INT8_CPU
+    # integer-valued operands with zero shifts: residues of full range, as the level's are
+    a = rng.integers(-(2**20), 2**20, (n, n)).astype(np.float64)
+    b = rng.integers(-(2**20), 2**20, (n, n)).astype(np.float64)
+    zeros = np.zeros(n, dtype=np.int32)
+    panels = mod.ozaki2_pack(a, b, zeros, zeros, 2, chunked=amx.chunked_panels(mod, n))
+    out = panels.residues[0, 0]
+    int8 = 2 * n**3 / _median_wall(lambda: mod.ozaki2_multiply(panels, 0, out))
+    panels.release_operands()
+    x = np.ones((COPY_BYTES // 8 // n, n))
+    cols = np.arange(n, dtype=np.int64)
+    bandwidth = 2 * COPY_BYTES / _median_wall(lambda: mod.take_columns(x, cols))
+    return _cost.DeviceRates(name, native, int8, bandwidth)
 
 
 def save(backend_name, rates):
@@ -168,20 +260,29 @@ def _model(backend_name, rates, date, path):
     )
 
 
-def device_model(backend_name):
+def device_model(backend_name, flops=None):
     """The cost model of the current device (``_cost.get_cost_model``): None where it is the
-    device the built-in model was fitted on, or where there is none; else the fitted model
-    moved to the device's cached rates, measured now if not cached (once per process and
-    device, under a lock: concurrent first calls measure once)."""
+    device the built-in model was fitted on (by name, except for ``MEASURE_SAME_NAME``), or
+    where there is none; else the fitted model moved to the device's cached rates, measured
+    now if not cached (once per process and device, under a lock: concurrent first calls
+    measure once). ``flops``: 2 m n k of the product asking; below the backend's
+    ``MEASURE_MIN_FLOPS`` a device without rates yet is not measured (None)."""
     device = device_name(backend_name)
-    if device is None or device == _cost.FITTED_ON[backend_name].name:
+    if device is None or (device == _cost.FITTED_ON[backend_name].name
+                          and backend_name not in MEASURE_SAME_NAME):  # fmt: skip
         return None
     key = (backend_name, device)
+    small = flops is not None and flops < MEASURE_MIN_FLOPS.get(backend_name, 0)
     with _LOCK:
         if key not in _MEMO:
+            if small and key in _UNMEASURED:  # looked for cached rates once: none
+                return None
             got = load(backend_name, device)
             if got is not None:
                 _MEMO[key] = _model(backend_name, got[0], got[1], cache_path(backend_name, device))
+            elif small:
+                _UNMEASURED.add(key)
+                return None
             else:
                 try:
                     _MEMO[key] = _measured(backend_name)

@@ -294,7 +294,9 @@ def for_device(backend_name: str, rates: DeviceRates, source: str | None = None)
     """The backend's fitted model moved to another device of its kind: the native rates are
     the device's own; the integer GEMMs and the certificate's GEMM scale with its INT8 rate, the
     per-entry stages (memory-bound kernels) with its bandwidth, both relative to the device the
-    model was fitted on (``FITTED_ON``). ``source``: the plan's note of where the figures come
+    model was fitted on (``FITTED_ON``); a native rate curve (``native_curve``) keeps its shape,
+    scaled by the dtype's measured rate over the fitted device's. ``source``: the plan's note of
+    where the figures come
     from (default: the rates' device).
 
     Raises
@@ -313,8 +315,13 @@ def for_device(backend_name: str, rates: DeviceRates, source: str | None = None)
         native = {d: rates.native_flops.get(d) or rates.native_flops[REAL_DTYPE[d]]
                   for d in m.native_flops}  # fmt: skip
         native.update({d: v for d, v in rates.native_flops.items() if v})
+        # a native rate that changes with the size keeps its shape, moved by the measured rate
+        # against the fitted device's (a dtype either did not measure: the measured rate alone)
+        curve = {d: tuple((f, r * rates.native_flops[d] / ref.native_flops[d]) for f, r in pts)
+                 for d, pts in m.native_curve.items()
+                 if rates.native_flops.get(d) and ref.native_flops.get(d)}  # fmt: skip
         return dataclasses.replace(
-            m, native_flops=native, native_curve={}, int_gemm_ops=m.int_gemm_ops * g,
+            m, native_flops=native, native_curve=curve, int_gemm_ops=m.int_gemm_ops * g,
             int_gemm_curve=tuple((f, r * g) for f, r in m.int_gemm_curve),
             entry_seconds=m.entry_seconds / bw, stats_flops=m.stats_flops * g, source=source,
             complex_model=None if m.complex_model is None else move(m.complex_model),
@@ -325,16 +332,21 @@ def for_device(backend_name: str, rates: DeviceRates, source: str | None = None)
     return model
 
 
-def get_cost_model(backend_name: str) -> CostModel | None:
+def get_cost_model(backend_name: str, flops: float | None = None) -> CostModel | None:
     """The cost model used for ``backend_name`` ("numpy", "cupy", "amx"), or None: the one set
     with ``set_cost_model``; else, for a GPU other than the one the built-in model was fitted
-    on, the model moved to its measured rates (``emulinalg._calibration``: measured on first
-    use, cached per device and library version); else the built-in one.
+    on and for any AMX host, the model moved to its measured rates
+    (``emulinalg._calibration``: measured on first use, cached per device and library
+    version); else the built-in one.
 
     Parameters
     ----------
     backend_name : str
         A backend's name, as ``Plan.backend`` gives it.
+    flops : float, optional
+        2 m n k (x4 complex) of the product asking: one too small for the emulation to win on
+        any host of the backend (``_calibration.MEASURE_MIN_FLOPS``) does not start a
+        measurement; it gets the measured model where the rates are known, else the built-in.
 
     Returns
     -------
@@ -349,7 +361,7 @@ def get_cost_model(backend_name: str) -> CostModel | None:
     if backend_name in FITTED_ON:
         from . import _calibration
 
-        moved = _calibration.device_model(backend_name)
+        moved = _calibration.device_model(backend_name, flops)
         if moved is not None:
             return moved
     return _BUILTIN.get(backend_name)

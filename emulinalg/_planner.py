@@ -107,7 +107,7 @@ def faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_share=0.0)
     with the line the plan records (a note when faster, the fallback reason otherwise).
     ``native_share``: the share of the output a line patch takes from native products (their
     time, that share of the native product's, is added to the emulation's)."""
-    model = _cost.get_cost_model(backend_name)
+    model = _cost.get_cost_model(backend_name, _cost._flops(dtype_name, m, n, k, batch))
     if model is None:
         return False, native_note(backend_name, "no cost model")
     t_nat = model.native_seconds(dtype_name, m, n, k, batch)
@@ -295,7 +295,7 @@ def part_form(level, fam, k, outputs, real_name, backend=None):
 def split_faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_share=0.0):
     """``(faster, why)`` as ``faster``, for the split route: ``scheme`` on the real (..., 2m, k)
     x (..., k, 2n) product of the stacked parts against the native complex product."""
-    model = _cost.get_cost_model(backend_name)
+    model = _cost.get_cost_model(backend_name, _cost._flops(dtype_name, m, n, k, batch))
     if model is None:
         return faster(backend_name, scheme, dtype_name, m, n, k, batch, native_share)
     t_nat = model.native_seconds(dtype_name, m, n, k, batch)
@@ -325,7 +325,7 @@ def k_split_faster(backend_name, scheme, dtype_name, m, n, sizes):
     model's prediction; without a model, the split: it keeps every entry emulated). The
     emulated product with its beyond entries from the native product (``_engine._with_native``)
     costs the native product and more, so native is the split's only rival."""
-    model = _cost.get_cost_model(backend_name)
+    model = _cost.get_cost_model(backend_name, _cost._flops(dtype_name, m, n, sum(sizes), 1))
     if model is None:
         return True
     t_split = sum(model.emulated_seconds(scheme, dtype_name, m, n, kc, 1) for kc in sizes)

@@ -57,19 +57,27 @@ def demo(args) -> int:
 
 
 def calibrate(args) -> int:
-    """``python -m emulinalg calibrate``: the current GPU's rates, cached, and its cost model."""
+    """``python -m emulinalg calibrate``: the current GPU's or AMX host's rates, cached, and the
+    cost model they give."""
     from emulinalg import _calibration
 
-    hint = _extras.missing("cupy", needed_by="calibrate")
-    if hint:
-        print(hint, file=sys.stderr)
-        return _extras.MISSING_EXTRA
-    if _calibration.device_name("cupy") is None:
-        print("calibrate: no CUDA GPU with cupy here (the CPU backends keep their fitted "
-              "models; emulinalg.set_cost_model overrides any model)", file=sys.stderr)  # fmt: skip
+    backend = args.backend
+    if backend is None:  # the GPU where cupy sees one, else the AMX host where AMX is usable
+        no_gpu = _extras.missing("cupy") or _calibration.device_name("cupy") is None
+        amx_host = _calibration.device_name("amx") is not None
+        backend = "amx" if no_gpu and amx_host else "cupy"
+    if backend == "cupy":
+        hint = _extras.missing("cupy", needed_by="calibrate")
+        if hint:
+            print(hint, file=sys.stderr)
+            return _extras.MISSING_EXTRA
+    if _calibration.device_name(backend) is None:
+        what = "no CUDA GPU with cupy" if backend == "cupy" else "AMX is not usable"
+        print(f"calibrate: {what} here (the numpy backend keeps its fitted model; "
+              "emulinalg.set_cost_model overrides any model)", file=sys.stderr)  # fmt: skip
         return 2
-    model = _calibration.calibrate_device("cupy")
-    print(f"cost model for cupy: {model.source}")
+    model = _calibration.calibrate_device(backend)
+    print(f"cost model for {backend}: {model.source}")
     for name in ("native_flops", "int_gemm_ops", "entry_seconds", "stats_flops"):
         print(f"  {name}: {getattr(model, name)}")
     return 0
@@ -182,12 +190,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "calibrate",
-        help="measure this GPU's rates for the cost model (cached per device and version)",
-        description="Time cuBLAS's GEMM per dtype, the INT8 GEMM and a device copy on the "
-        "current GPU (about a second), cache the rates in the user cache directory and print "
-        "the cost model the default strategy then uses on this device. The first product on a "
-        "GPU other than the one the built-in model was fitted on does the same by itself.",
+        help="measure this GPU's or AMX host's rates for the cost model (cached per device "
+        "and version)",
+        description="Time the native GEMM per dtype (cuBLAS; numpy.matmul on an AMX host), the "
+        "INT8 GEMM the schemes run and a copy on the current GPU or AMX host (about a second), "
+        "cache the rates in the user cache directory and print the cost model the default "
+        "strategy then uses there. The first product large enough to ask does the same by "
+        "itself on a GPU other than the one the built-in model was fitted on, and on any AMX "
+        "host.",
     )
+    p.add_argument("--backend", choices=("cupy", "amx"), default=None,
+                   help="the device to measure (default: the GPU where cupy sees one, else "
+                   "the AMX host)")  # fmt: skip
     p.set_defaults(func=calibrate)
 
     bench_cli.add_parser(sub)

@@ -206,7 +206,7 @@ def test_cost_and_performant_guess_count_the_gaussian_moduli(monkeypatch):
     t3m = model.emulated_seconds(OzakiII(16), "complex128", N, N, N)
     tg = model.emulated_seconds(OzakiII(16, gaussian=True), "complex128", N, N, N)
     assert tg / t3m == pytest.approx((2 * 16 + 1) / (3 * 16 + 1))
-    monkeypatch.setattr(_cost, "get_cost_model", lambda name: model)
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name, flops=None: model)
     args = (npb, "numpy", parse("float64"), "ozaki2", "complex128", N, N, N)
 
     def guessed(gaussian):

@@ -233,3 +233,107 @@ def test_cli_without_a_gpu_says_so(monkeypatch, capsys):
     assert cli.main(["calibrate"]) == 2
     err = capsys.readouterr().err
     assert "no CUDA GPU" in err and err.count("\n") == 1
+
+
+# An AMX host twice as fast at INT8 as the fitted one and 10 % slower at numpy's GEMMs
+def _amx_host(ref):
+    return _cost.DeviceRates(
+        ref.name, {d: 0.9 * r for d, r in ref.native_flops.items()},
+        int8_ops=2 * ref.int8_ops, bandwidth=ref.bandwidth,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def amx_host(monkeypatch, tmp_path):
+    """A pretend AMX host of the fitted host's CPU model (its name), the cache in tmp_path;
+    returns the list of measurements made."""
+    ref = _cost.FITTED_ON.get("amx") or _cost.DeviceRates(
+        "Pretend Xeon (16 threads)", {"float64": 6e11, "float32": 1.2e12, "complex128": 5.7e11},
+        int8_ops=2e13, bandwidth=5e10,
+    )  # fmt: skip
+    monkeypatch.setitem(_cost.FITTED_ON, "amx", ref)
+    monkeypatch.setattr(_calibration, "cache_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(_calibration, "device_name", lambda b: ref.name if b == "amx" else None)
+    monkeypatch.setattr(_calibration, "_MEMO", {})
+    monkeypatch.setattr(_calibration, "_UNMEASURED", set())
+    measured = []
+
+    def measure(backend_name="cupy"):
+        measured.append(backend_name)
+        return _amx_host(ref)
+
+    monkeypatch.setattr(_calibration, "measure", measure)
+    return measured
+
+
+def test_an_amx_host_of_the_fitted_model_name_is_measured(amx_host):
+    """CPUs of one model differ from host to host (AMX rates 2.3x apart on two starts of the
+    same cloud machine): the name does not pin the rates, so the host is measured."""
+    n = 8192
+    model = _cost.get_cost_model("amx", 2.0 * n**3)
+    assert amx_host == ["amx"]
+    base, ref = _cost._BUILTIN["amx"], _cost.FITTED_ON["amx"]
+    assert model is not base
+    assert model.int_gemm_ops == pytest.approx(2 * base.int_gemm_ops)
+    nat = model.native_seconds("float64", n, n, n) / base.native_seconds("float64", n, n, n)
+    assert nat == pytest.approx(1 / 0.9)  # the curve's shape kept, moved by the measured rate
+    assert ref.name in model.source
+
+
+def test_small_products_do_not_start_the_amx_measurement(amx_host, tmp_path):
+    """Below MEASURE_MIN_FLOPS a host without cached rates keeps the built-in model and is
+    not measured; the first product large enough measures it, and from then on small products
+    get the measured model too."""
+    small = 2.0 * 512**3
+    assert small < _calibration.MEASURE_MIN_FLOPS["amx"]
+    assert _cost.get_cost_model("amx", small) is _cost._BUILTIN["amx"]
+    assert _cost.get_cost_model("amx", small) is _cost._BUILTIN["amx"]
+    assert amx_host == [] and os.listdir(tmp_path) == []
+    big = _cost.get_cost_model("amx", _calibration.MEASURE_MIN_FLOPS["amx"])
+    assert amx_host == ["amx"] and big is not _cost._BUILTIN["amx"]
+    assert _cost.get_cost_model("amx", small) is big
+    # a new process with the rates cached: small products read them (no measurement)
+    _calibration._MEMO.clear()
+    _calibration._UNMEASURED.clear()
+    assert _cost.get_cost_model("amx", small).int_gemm_ops == big.int_gemm_ops
+    assert amx_host == ["amx"]
+
+
+def test_the_amx_planner_asks_with_the_product_size(amx_host):
+    """The performant verdict of a small numpy-sized product does not measure the host; a
+    large one's does, and names the measured host in its line."""
+    level = OzakiII(moduli=16)
+    _planner.faster("amx", level, "float64", 256, 256, 256)
+    assert amx_host == []
+    _, why = _planner.faster("amx", level, "float64", 8192, 8192, 8192)
+    assert amx_host == ["amx"] and "rates measured" in why
+
+
+def test_moving_a_native_curve_keeps_its_shape():
+    base = _cost._BUILTIN["amx"]
+    ref = _cost.FITTED_ON.get("amx") or _cost.DeviceRates(
+        "x", {"float64": 6e11, "float32": 1.2e12, "complex128": 5.7e11}, 2e13, 5e10)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(_cost.FITTED_ON, "amx", ref)
+        moved = _cost.for_device("amx", _amx_host(ref))
+    for dt, points in base.native_curve.items():
+        assert [f for f, _ in moved.native_curve[dt]] == [f for f, _ in points]
+        for (_, r), (_, got) in zip(points, moved.native_curve[dt]):
+            assert got == pytest.approx(0.9 * r)
+
+
+def test_cli_amx_without_amx_says_so(monkeypatch, capsys):
+    from emulinalg.harness import cli
+
+    monkeypatch.setattr(_calibration, "device_name", lambda b: None)
+    assert cli.main(["calibrate", "--backend", "amx"]) == 2
+    err = capsys.readouterr().err
+    assert "AMX is not usable" in err and err.count("\n") == 1
+
+
+def test_cli_measures_the_amx_host_where_there_is_no_gpu(amx_host, capsys):
+    from emulinalg.harness import cli
+
+    assert cli.main(["calibrate"]) == 0
+    assert amx_host == ["amx"]
+    assert "cost model for amx" in capsys.readouterr().out

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("name", ["numpy", "cupy", "amx"])
 def test_builtin_models_are_the_fit_of_their_records(name):
-    model = _cost.get_cost_model(name)
+    model = _cost._BUILTIN[name]
     path = ROOT / model.source
     if not path.exists():
         pytest.skip("benchmark records not in this checkout")
@@ -56,7 +56,7 @@ def test_builtin_models_agree_with_their_records_verdicts(name):
     import json
     import statistics
 
-    model = _cost.get_cost_model(name)
+    model = _cost._BUILTIN[name]
     path = ROOT / model.source
     if not path.exists():
         pytest.skip("benchmark records not in this checkout")
@@ -383,7 +383,8 @@ def test_performant_asks_one_modulus_of_margin_before_the_statistics(monkeypatch
     target = _planner.target_for(level, k, None, None)
     weight = target.weight if target.guarantee == "native" else None
     fewest = _cost.likely_count("ozaki2", level.bits, k, weight).moduli
-    monkeypatch.setattr(_cost, "get_cost_model", lambda name: _CountModel(fewest + margin))
+    model = _CountModel(fewest + margin)
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name, flops=None: model)
     ok, why = _planner.likely_faster(None, "test", level, "ozaki2", "float64", 512, 512, k)
     assert ok is faster
     assert f"OzakiII(moduli={fewest + 1}, mode=accurate) predicted" in why
@@ -503,7 +504,7 @@ def test_the_verdict_counts_a_line_patchs_native_products(monkeypatch):
         native_flops={"float64": 1e12}, int_gemm_ops=1e14, entry_seconds=1e-10,
         stats_flops=1e14, fixed_seconds=1e-3, source="test",
     )  # fmt: skip
-    monkeypatch.setattr(_cost, "get_cost_model", lambda name: model)
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name, flops=None: model)
     args = ("x", scheme, "float64", 8192, 8192, 8192)
     t_emu = model.emulated_seconds(scheme, "float64", 8192, 8192, 8192)
     t_nat = model.native_seconds("float64", 8192, 8192, 8192)
@@ -517,7 +518,7 @@ def test_the_verdict_counts_a_line_patchs_native_products(monkeypatch):
         native_flops={"float64": 1e9}, int_gemm_ops=1e18, entry_seconds=0.0,
         stats_flops=math.inf, fixed_seconds=0.0, source="test",
     )  # fmt: skip
-    monkeypatch.setattr(_cost, "get_cost_model", lambda name: fast)
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name, flops=None: fast)
     seen = []
     real = _planner.faster
     monkeypatch.setattr(_planner, "faster", lambda *a: seen.append(a[-1]) or real(*a))

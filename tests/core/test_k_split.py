@@ -167,7 +167,7 @@ def test_k_split_faster_weighs_the_classes_against_the_native_product(monkeypatc
         native_flops={"float64": 1e12}, int_gemm_ops=1e14, entry_seconds=1e-10,
         stats_flops=1e14, fixed_seconds=1e-3, source="test",
     )  # fmt: skip
-    monkeypatch.setattr(_cost, "get_cost_model", lambda name: model)
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name, flops=None: model)
     # large products: the native GEMM costs more than the classes' fixed costs
     assert _planner.k_split_faster("x", scheme, "float64", 8192, 8192, [4096, 4096])
     # small ones: a second product's fixed cost is more than the native GEMM
@@ -175,9 +175,9 @@ def test_k_split_faster_weighs_the_classes_against_the_native_product(monkeypatc
     # slower integer GEMMs: the classes (2.07 s) beat the emulation plus the native product its
     # beyond entries take (3.06 s) but not the native product alone (1.10 s), its only rival
     slow = dataclasses.replace(model, int_gemm_ops=1e13)
-    monkeypatch.setattr(_cost, "get_cost_model", lambda name: slow)
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name, flops=None: slow)
     assert not _planner.k_split_faster("x", scheme, "float64", 8192, 8192, [4096, 4096])
-    monkeypatch.setattr(_cost, "get_cost_model", lambda name: None)
+    monkeypatch.setattr(_cost, "get_cost_model", lambda name, flops=None: None)
     assert _planner.k_split_faster("x", scheme, "float64", 64, 64, [32, 32])
 
 

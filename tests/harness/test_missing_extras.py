@@ -79,6 +79,12 @@ def test_bench_plot_checks_matplotlib_before_measuring(monkeypatch, capsys, tmp_
 
 def test_calibrate_and_grade_name_the_cuda_extra(monkeypatch, capsys):
     _block(monkeypatch, "cupy")
+    assert cli(["calibrate", "--backend", "cupy"]) == 2
+    _only_line(capsys, 'calibrate needs cupy (not installed): pip install ".[cuda]"')
+    # without a backend named: the GPU's, unless an AMX host is here to measure instead
+    from emulinalg import _calibration
+
+    monkeypatch.setattr(_calibration, "device_name", lambda b: None)
     assert cli(["calibrate"]) == 2
     _only_line(capsys, 'calibrate needs cupy (not installed): pip install ".[cuda]"')
     assert cli(["grade", "--backend", "cupy"]) == 2
