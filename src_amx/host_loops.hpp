@@ -123,10 +123,9 @@ inline double pow2(int p) {
 
 // Round to nearest even integer (|y| < 2**51; default rounding mode, no FMA contraction): two
 // additions, which vectorize where std::nearbyint and std::floor do not (-ftrapping-math).
-inline double rne(double y) {
-  constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2**52
-  return (y + kMagic) - kMagic;
-}
+// kRneMagic = 1.5 * 2**52: the vector forms (ozaki2_host.cpp's rne8) add the same constant.
+constexpr double kRneMagic = 6755399441055744.0;
+inline double rne(double y) { return (y + kRneMagic) - kRneMagic; }
 
 // An uninitialised C-contiguous array of `shape`, owned by the array, in pack.hpp's
 // alloc_bytes memory: 64-byte aligned, from 2 MiB on 2 MiB aligned and advised for transparent

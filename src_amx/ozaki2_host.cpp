@@ -296,7 +296,7 @@ load8(const float* x) {
 // floor_small and emu_host::rne, 8 at a time: the same operations, so the same values.
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d
 rne8(__m512d y) {
-  const __m512d magic = _mm512_set1_pd(6755399441055744.0);  // 1.5 * 2**52, as rne
+  const __m512d magic = _mm512_set1_pd(emu_host::kRneMagic);
   return _mm512_sub_pd(_mm512_add_pd(y, magic), magic);
 }
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), always_inline)) inline __m512d

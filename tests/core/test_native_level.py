@@ -608,7 +608,7 @@ def test_line_patch_lines_sum_their_pieces_in_order(dtype):
     _engine._native_lines(xp, npb, ar, ai, br, bi, out, lines, None)
 
     def wide(x):
-        return None if x is None else np.asarray(x, dtype=np.float64)
+        return np.asarray(x, dtype=np.float64)
 
     def one_by_one(x_r, x_i, y_r, y_i):  # one GEMM per piece, summed in order
         total = None
