@@ -51,14 +51,9 @@ def blas() -> str:
 
 def cpu_description() -> str:
     """CPU model and logical CPU count, e.g. ``"Intel(R) Xeon(R) ... (16 CPUs)"``."""
-    model = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            names = (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name"))
-            model = next(names, "")
-    except OSError:
-        pass
-    return f"{model or platform.processor() or platform.machine()} ({os.cpu_count()} CPUs)"
+    from emulinalg._calibration import cpu_model
+
+    return f"{cpu_model()} ({os.cpu_count()} CPUs)"
 
 
 @contextlib.contextmanager
