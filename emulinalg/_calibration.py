@@ -238,19 +238,22 @@ def load(backend_name, device):
 
 
 def calibrate_device(backend_name="cupy"):
-    """Measure the current device, cache the rates and return the moved model (its source
-    names the device, the date and the cache file)."""
-    model = _measured(backend_name)
+    """Measure the current device and cache the rates: ``(rates, model)``, the model moved to
+    them (its source names the device, the date and the cache file), or None for a backend
+    without the fitted device's rates (``_cost.FITTED_ON``: nothing to move its model by)."""
+    rates, model = _measured(backend_name)
     with _LOCK:
         _MEMO[(backend_name, device_name(backend_name))] = model
-    return model
+    return rates, model
 
 
 def _measured(backend_name):
-    """The moved model of the current device, measured now and cached on disk."""
+    """``(rates, moved model or None)`` of the current device, measured now, cached on disk."""
     rates = measure(backend_name)
     path = save(backend_name, rates)
-    return _model(backend_name, rates, datetime.date.today().isoformat(), path)
+    if backend_name not in _cost.FITTED_ON:
+        return rates, None
+    return rates, _model(backend_name, rates, datetime.date.today().isoformat(), path)
 
 
 def _model(backend_name, rates, date, path):
@@ -285,7 +288,7 @@ def device_model(backend_name, flops=None):
                 return None
             else:
                 try:
-                    _MEMO[key] = _measured(backend_name)
+                    _MEMO[key] = _measured(backend_name)[1]
                 except Exception:  # measurement failed (memory): the built-in model stands
                     _MEMO[key] = None
         return _MEMO[key]

@@ -76,11 +76,21 @@ def calibrate(args) -> int:
         print(f"calibrate: {what} here (the numpy backend keeps its fitted model; "
               "emulinalg.set_cost_model overrides any model)", file=sys.stderr)  # fmt: skip
         return 2
-    model = _calibration.calibrate_device(backend)
+    rates, model = _calibration.calibrate_device(backend)
+    print(f"rates of {rates.name}: native GEMM flop/s {_rates(rates.native_flops)}; INT8 GEMM "
+          f"{rates.int8_ops:.3g} op/s; copy {rates.bandwidth:.3g} B/s")  # fmt: skip
+    if model is None:  # rates cached, but no fitted device's rates to move the model by
+        print(f"cost model for {backend}: the built-in one (fitted without these rates: "
+              "docs/backends.md)")  # fmt: skip
+        return 0
     print(f"cost model for {backend}: {model.source}")
     for name in ("native_flops", "int_gemm_ops", "entry_seconds", "stats_flops"):
         print(f"  {name}: {getattr(model, name)}")
     return 0
+
+
+def _rates(flops):
+    return ", ".join(f"{d} {v:.3g}" for d, v in flops.items())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -337,3 +337,17 @@ def test_cli_measures_the_amx_host_where_there_is_no_gpu(amx_host, capsys):
     assert cli.main(["calibrate"]) == 0
     assert amx_host == ["amx"]
     assert "cost model for amx" in capsys.readouterr().out
+
+
+def test_cli_caches_amx_rates_before_a_fitted_host_exists(amx_host, monkeypatch, capsys, tmp_path):
+    """Without the fitted host's rates (``FITTED_ON``) there is nothing to move the amx model
+    by: the rates are measured and cached (records of a fit need them), the built-in model
+    stays, and the output says so."""
+    from emulinalg.harness import cli
+
+    monkeypatch.delitem(_cost.FITTED_ON, "amx")
+    assert cli.main(["calibrate", "--backend", "amx"]) == 0
+    out = capsys.readouterr().out
+    assert amx_host == ["amx"] and "the built-in one" in out and "INT8 GEMM" in out
+    assert len(os.listdir(tmp_path)) == 1
+    assert _cost.get_cost_model("amx", 2.0 * 8192**3) is _cost._BUILTIN["amx"]
