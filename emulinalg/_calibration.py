@@ -4,9 +4,10 @@ The built-in cupy and amx models (``_cost``) were each fitted on one device
 (``_cost.FITTED_ON``). On any other GPU, and on every AMX host (CPUs of one model run their AMX
 GEMMs at rates up to 2.3x apart from one cloud host to another), the first product that asks the
 cost model measures the device here (``measure``: the native GEMM's flop/s per dtype, the INT8
-GEMM's rate, a threaded copy's bandwidth; about a second), moves the fitted model to those rates
-(``_cost.for_device``) and caches the rates on disk per device and library version
-(``cache_path``: the user cache directory of platformdirs), so later processes read them.
+GEMM's rate, a bandwidth: a device copy's, the residue pack's on AMX; about a second), moves the
+fitted model to those rates (``_cost.for_device``) and caches the rates on disk per device and
+library version (``cache_path``: the user cache directory of platformdirs), so later processes
+read them.
 Products too small for the emulation to win on any host of the backend (``MEASURE_MIN_FLOPS``)
 do not measure a device that has no rates yet. ``python -m emulinalg calibrate`` measures
 explicitly (and rewrites the cache); ``emulinalg.set_cost_model`` overrides all of it; the
@@ -63,6 +64,7 @@ def cache_path(backend_name, device):
 
 _NAMES: dict = {}  # GPU id -> name; "amx" -> the CPU's (None: AMX not usable)
 _UNMEASURED: set = set()  # (backend, device) with no cached rates, left unmeasured so far
+_MEASURING: set = set()  # (backend, device) being measured now (small products do not wait)
 
 
 def cpu_model():
@@ -81,12 +83,16 @@ def device_name(backend_name):
     CPU model and the OpenMP threads its kernels run on, where AMX is usable."""
     if backend_name == "amx":
         if "amx" not in _NAMES:
-            from .backends import amx
+            name = None
+            try:
+                from .backends import amx
 
-            _NAMES["amx"] = None
-            if amx.usable():
-                threads = amx._module().features()["max_threads"]
-                _NAMES["amx"] = f"{cpu_model()} ({threads} threads)"
+                if amx.usable():
+                    threads = amx._module().features()["max_threads"]
+                    name = f"{cpu_model()} ({threads} threads)"
+            except Exception:  # no usable AMX: the built-in model stands
+                pass
+            _NAMES["amx"] = name
         return _NAMES["amx"]
     if backend_name != "cupy":
         return None
@@ -134,8 +140,9 @@ def measure(backend_name="cupy"):
     (``backends.cupy.gemm._int8_products`` on one pair of full-range residue planes: the fused
     kernel where it runs, else cuBLAS) at N_INT8, and a device copy of COPY_BYTES. "amx":
     numpy.matmul per dtype at N_NATIVE_CPU (the native product numpy users get), one modulus's
-    mod-reducing tile GEMM (``_amx.ozaki2_multiply`` on packed panels) at N_INT8_CPU, and a
-    threaded copy (``_amx.take_columns`` of every column) of COPY_BYTES.
+    mod-reducing tile GEMM (``_amx.ozaki2_multiply`` on packed panels; the faster K chunk, as
+    products choose) at N_INT8_CPU, and as the bandwidth the bytes of the residue pack
+    (``_amx.ozaki2_pack``: float64 operands read, two moduli's panels written) per second.
 
     Raises
     ------
@@ -200,14 +207,22 @@ def _measure_amx():
     a = rng.integers(-(2**20), 2**20, (n, n)).astype(np.float64)
     b = rng.integers(-(2**20), 2**20, (n, n)).astype(np.float64)
     zeros = np.zeros(n, dtype=np.int32)
-    panels = mod.ozaki2_pack(a, b, zeros, zeros, 2, chunked=amx.chunked_panels(mod, n))
+    chunked = amx.chunked_panels(mod, n)
+
+    def pack():
+        return mod.ozaki2_pack(a, b, zeros, zeros, 2, chunked=chunked)
+
+    # the stages' memory rate: the residue pack's bytes (A and B read as float64, two moduli's
+    # int8 panels written) over its time, its panels from the warm panel cache as in products
+    bandwidth = (2 * 8 + 2 * 2) * n * n / _median_wall(pack)
+    panels = pack()
     out = panels.residues[0, 0]
-    int8 = 2 * n**3 / _median_wall(lambda: mod.ozaki2_multiply(panels, 0, out))
+    # the mod GEMM at both K chunks where products time them (``amx.mod_chunks``): the faster
+    kcs = (0, amx.CHUNK_KC) if chunked and mod.blocking()["kc"] == 0 else (0,)
+    seconds = min(_median_wall(lambda kc=kc: mod.ozaki2_multiply(panels, 0, out, kc=kc))
+                  for kc in kcs)  # fmt: skip
     panels.release_operands()
-    x = np.ones((COPY_BYTES // 8 // n, n))
-    cols = np.arange(n, dtype=np.int64)
-    bandwidth = 2 * COPY_BYTES / _median_wall(lambda: mod.take_columns(x, cols))
-    return _cost.DeviceRates(name, native, int8, bandwidth)
+    return _cost.DeviceRates(name, native, 2 * n**3 / seconds, bandwidth)
 
 
 def save(backend_name, rates):
@@ -276,6 +291,8 @@ def device_model(backend_name, flops=None):
         return None
     key = (backend_name, device)
     small = flops is not None and flops < MEASURE_MIN_FLOPS.get(backend_name, 0)
+    if small and key in _MEASURING and key not in _MEMO:  # the built-in model meanwhile
+        return None
     with _LOCK:
         if key not in _MEMO:
             if small and key in _UNMEASURED:  # looked for cached rates once: none
@@ -287,8 +304,11 @@ def device_model(backend_name, flops=None):
                 _UNMEASURED.add(key)
                 return None
             else:
+                _MEASURING.add(key)
                 try:
                     _MEMO[key] = _measured(backend_name)[1]
                 except Exception:  # measurement failed (memory): the built-in model stands
                     _MEMO[key] = None
+                finally:
+                    _MEASURING.discard(key)
         return _MEMO[key]

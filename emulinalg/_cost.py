@@ -267,7 +267,8 @@ class DeviceRates:
     int8_ops : float
         INT8 GEMM operations per second (2 m n k per GEMM).
     bandwidth : float
-        Bytes per second read and written by a device copy.
+        Bytes per second read and written by a device copy (on AMX hosts: by the residue pack,
+        ``emulinalg._calibration.measure``).
     """
 
     name: str
@@ -441,7 +442,7 @@ def emulation_faster(
 ) -> bool:
     """True when ``scheme`` is predicted faster than the native product (False without a
     model: native is the safe default)."""
-    model = get_cost_model(backend_name)
+    model = get_cost_model(backend_name, _flops(dtype, m, n, k, batch))
     if model is None:
         return False
     return model.emulated_seconds(scheme, dtype, m, n, k, batch) < model.native_seconds(

@@ -78,7 +78,7 @@ def calibrate(args) -> int:
         return 2
     rates, model = _calibration.calibrate_device(backend)
     print(f"rates of {rates.name}: native GEMM flop/s {_rates(rates.native_flops)}; INT8 GEMM "
-          f"{rates.int8_ops:.3g} op/s; copy {rates.bandwidth:.3g} B/s")  # fmt: skip
+          f"{rates.int8_ops:.3g} op/s; bandwidth {rates.bandwidth:.3g} B/s")  # fmt: skip
     if model is None:  # rates cached, but no fitted device's rates to move the model by
         print(f"cost model for {backend}: the built-in one (fitted without these rates: "
               "docs/backends.md)")  # fmt: skip

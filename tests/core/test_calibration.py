@@ -351,3 +351,30 @@ def test_cli_caches_amx_rates_before_a_fitted_host_exists(amx_host, monkeypatch,
     assert amx_host == ["amx"] and "the built-in one" in out and "INT8 GEMM" in out
     assert len(os.listdir(tmp_path)) == 1
     assert _cost.get_cost_model("amx", 2.0 * 8192**3) is _cost._BUILTIN["amx"]
+
+
+def test_small_products_do_not_wait_for_a_measurement(amx_host, monkeypatch):
+    """While one thread measures the host (about a second), another's small product takes the
+    built-in model at once instead of waiting on the lock."""
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    measure = _calibration.measure
+
+    def slow(backend_name="cupy"):
+        started.set()
+        release.wait(10)
+        return measure(backend_name)
+
+    monkeypatch.setattr(_calibration, "measure", slow)
+    big = threading.Thread(target=_cost.get_cost_model, args=("amx", 2.0 * 8192**3))
+    big.start()
+    try:
+        assert started.wait(10)
+        assert _cost.get_cost_model("amx", 2.0 * 64**3) is _cost._BUILTIN["amx"]
+        assert not release.is_set()  # answered while the measurement still ran
+    finally:
+        release.set()
+        big.join(10)
+    assert amx_host == ["amx"]
+    assert _cost.get_cost_model("amx", 2.0 * 64**3) is not _cost._BUILTIN["amx"]
