@@ -102,6 +102,16 @@ def likely_faster(
     return faster(backend_name, guess, dtype_name, m, n, k, batch)
 
 
+# The native product each backend's verdicts weigh the emulation against (what its users would
+# otherwise get): the plan's verdict line names it
+NATIVE_PRODUCT = {"numpy": "numpy.matmul", "amx": "numpy.matmul", "cupy": "cuBLAS"}
+
+
+def _native(backend_name):
+    name = NATIVE_PRODUCT.get(backend_name)
+    return f"native ({name})" if name else "native"
+
+
 def faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_share=0.0):
     """``(faster, why)``: the cost model's verdict on ``scheme`` against the native product,
     with the line the plan records (a note when faster, the fallback reason otherwise).
@@ -115,10 +125,12 @@ def faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_share=0.0)
     what = f"{scheme}{_lines_share(native_share)}"
     if t_emu < t_nat:
         return True, (
-            f"performant: {what} predicted {t_emu:.3g} s < native {t_nat:.3g} s ({model.source})"
+            f"performant: {what} predicted {t_emu:.3g} s < {_native(backend_name)} {t_nat:.3g} s "
+            f"({model.source})"
         )
     return False, native_note(
-        backend_name, f"{what} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source})"
+        backend_name,
+        f"{what} predicted {t_emu:.3g} s vs {_native(backend_name)} {t_nat:.3g} s ({model.source})",
     )
 
 
@@ -302,10 +314,11 @@ def split_faster(backend_name, scheme, dtype_name, m, n, k, batch=1, native_shar
     t_emu = model.emulated_seconds(scheme, "float64", 2 * m, 2 * n, k, batch) + native_share * t_nat
     what = f"{scheme} on the split parts{_lines_share(native_share)}"
     if t_emu < t_nat:
-        why = f"{what} predicted {t_emu:.3g} s < native {t_nat:.3g} s"
+        why = f"{what} predicted {t_emu:.3g} s < {_native(backend_name)} {t_nat:.3g} s"
         return True, f"performant: {why}"
     return False, native_note(
-        backend_name, f"{what} predicted {t_emu:.3g} s vs native {t_nat:.3g} s ({model.source})"
+        backend_name,
+        f"{what} predicted {t_emu:.3g} s vs {_native(backend_name)} {t_nat:.3g} s ({model.source})",
     )
 
 

@@ -273,6 +273,7 @@ def test_set_cost_model_switches_the_engine_and_restores():
     c = emulinalg.matmul(a, b)
     plan = emulinalg.last_plan()
     assert not plan.emulated and "predicted" in plan.fallback and "performant" in plan.fallback
+    assert "native (numpy.matmul)" in plan.fallback  # what numpy users would otherwise get
     np.testing.assert_array_equal(c, native)
     try:  # a machine where the integer GEMMs are free: performant now emulates
         emulinalg.set_cost_model("numpy", int_gemm_ops=math.inf, entry_seconds=0.0)
