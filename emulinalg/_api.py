@@ -289,11 +289,12 @@ def _signature(x1, x2, precision):
     return key
 
 
-def _reused_verdict(key, x1, x2):
+def _reused_verdict(key, x1, x2, flops):
     """The native product of a call whose signature ``key`` had the native verdict under the
-    cost model still in force, its plan recorded; None otherwise."""
+    cost model still in force (``flops``: the product's, as ``_flops`` gives them), its plan
+    recorded; None otherwise."""
     got = _VERDICTS.get(key)
-    if got is None or _cost.get_cost_model(got.backend.name, _flops(x1, x2)) is not got.model:
+    if got is None or _cost.get_cost_model(got.backend.name, flops) is not got.model:
         return None
     c = got.backend.native_matmul(x1, x2)  # a product that raises leaves no plan behind
     record(_copied(got.plan))
@@ -330,12 +331,12 @@ def _matmul(x1, x2, precision):
     key = _signature(x1, x2, precision)
     if key is None:
         return _matmul_checked(x1, x2, precision)
-    got = _reused_verdict(key, x1, x2)
+    flops = _flops(x1, x2)
+    got = _reused_verdict(key, x1, x2, flops)
     if got is not None:
         return got
     # numpy's and cupy's arrays (``_signature``) always have a backend: numpy, amx or cupy
     backend = _backend(array_api_compat.array_namespace(x1))
-    flops = _flops(x1, x2)
     model = _cost.get_cost_model(backend.name, flops)
     c = _matmul_checked(x1, x2, precision)
     if model is not None:

@@ -183,13 +183,11 @@ def measure(backend_name="cupy"):
 def _measure_amx():
     import numpy as np
 
-    name = device_name("amx")
-    if name is None:
-        from .backends import amx
-
-        raise RuntimeError(f"amx calibration: AMX is not usable here: {amx.reason()}")
     from .backends import amx
 
+    name = device_name("amx")
+    if name is None:
+        raise RuntimeError(f"amx calibration: AMX is not usable here: {amx.reason()}")
     mod = amx._module()
     rng = np.random.default_rng(0)
     native = {}

@@ -297,8 +297,7 @@ def for_device(backend_name: str, rates: DeviceRates, source: str | None = None)
     per-entry stages (memory-bound kernels) with its bandwidth, both relative to the device the
     model was fitted on (``FITTED_ON``); a native rate curve (``native_curve``) keeps its shape,
     scaled by the dtype's measured rate over the fitted device's. ``source``: the plan's note of
-    where the figures come
-    from (default: the rates' device).
+    where the figures come from (default: the rates' device).
 
     Raises
     ------

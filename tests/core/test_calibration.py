@@ -235,6 +235,14 @@ def test_cli_without_a_gpu_says_so(monkeypatch, capsys):
     assert "no CUDA GPU" in err and err.count("\n") == 1
 
 
+def _fitted_amx():
+    """The fitted AMX host's rates (``FITTED_ON["amx"]``), or a stand-in where none is in yet."""
+    return _cost.FITTED_ON.get("amx") or _cost.DeviceRates(
+        "Pretend Xeon (16 threads)", {"float64": 6e11, "float32": 1.2e12, "complex128": 5.7e11},
+        int8_ops=2e13, bandwidth=5e10,
+    )  # fmt: skip
+
+
 # An AMX host twice as fast at INT8 as the fitted one and 10 % slower at numpy's GEMMs
 def _amx_host(ref):
     return _cost.DeviceRates(
@@ -247,10 +255,7 @@ def _amx_host(ref):
 def amx_host(monkeypatch, tmp_path):
     """A pretend AMX host of the fitted host's CPU model (its name), the cache in tmp_path;
     returns the list of measurements made."""
-    ref = _cost.FITTED_ON.get("amx") or _cost.DeviceRates(
-        "Pretend Xeon (16 threads)", {"float64": 6e11, "float32": 1.2e12, "complex128": 5.7e11},
-        int8_ops=2e13, bandwidth=5e10,
-    )  # fmt: skip
+    ref = _fitted_amx()
     monkeypatch.setitem(_cost.FITTED_ON, "amx", ref)
     monkeypatch.setattr(_calibration, "cache_dir", lambda: str(tmp_path))
     monkeypatch.setattr(_calibration, "device_name", lambda b: ref.name if b == "amx" else None)
@@ -311,8 +316,7 @@ def test_the_amx_planner_asks_with_the_product_size(amx_host):
 
 def test_moving_a_native_curve_keeps_its_shape():
     base = _cost._BUILTIN["amx"]
-    ref = _cost.FITTED_ON.get("amx") or _cost.DeviceRates(
-        "x", {"float64": 6e11, "float32": 1.2e12, "complex128": 5.7e11}, 2e13, 5e10)
+    ref = _fitted_amx()
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(_cost.FITTED_ON, "amx", ref)
         moved = _cost.for_device("amx", _amx_host(ref))
