@@ -210,34 +210,36 @@ _BUILTIN = {
         # in C++, one mod-reducing INT8 tile GEMM per modulus, the certificate, refinement and
         # refit in C++ (one pass for the counts and the exact needs), the complex part check in
         # C++. native is numpy's OpenBLAS (torch's MKL is faster still). Fitted (``_FIT``) from
-        # the bench rows with phi <= 1 of 2026-12-03 (third and fourth sessions) and 2026-12-04,
-        # N = 2048-16384: rates per size (OpenBLAS's; the tile GEMMs' 13-20 Top/s up to 8192,
-        # 12 at 16384), the statistics as a GEMM and a per-output-entry term (their passes over
-        # C dominate), the stages scaled to the timed medians. It keeps float32 native (measured
-        # 0.29-0.80x), float64 native up to ~8192 (there 1.00x predicted, 0.83-1.12x measured
-        # across host starts; 0.85x at 16384), complex128 emulated from N ~ 6000 (1.31x at 8192).
-        native_flops={"float64": 6.23e11, "float32": 1.20e12, "complex128": 5.72e11},
+        # the eager bench rows of one start of the host (2026-12-07: float64 and float32 N =
+        # 2048-8192 phi 0.5 and 1, float64 16384, complex128 4096 and 8192), whose rates were
+        # measured in the same start (``FITTED_ON``): rates per size (OpenBLAS's; the tile
+        # GEMMs' 11-19 Top/s), the statistics as a GEMM and a per-output-entry term, the stages
+        # scaled to the timed medians. There it takes float64 emulated from N ~ 6000 (1.13x
+        # predicted at 8192, 1.00-1.13x measured), float32 native (0.92x predicted at 8192,
+        # 0.99-1.07x measured), complex128 emulated at 8192 (1.76x; 1.79x measured). Other
+        # starts and hosts move it by their measured rates (``_calibration``).
+        native_flops={"float64": 5.63e11, "float32": 1.10e12, "complex128": 5.74e11},
         native_curve={
-            "complex128": ((6.87e10, 5.72e11), (5.50e11, 6.03e11), (4.40e12, 5.56e11)),
-            "float64": ((1.72e10, 5.73e11), (1.37e11, 6.23e11), (1.10e12, 6.29e11),
-                        (8.80e12, 6.38e11)),
-            "float32": ((1.72e10, 1.18e12), (1.37e11, 1.17e12), (1.10e12, 1.25e12),
-                        (8.80e12, 1.33e12)),
+            "complex128": ((5.50e11, 5.74e11), (4.40e12, 5.63e11)),
+            "float64": ((1.72e10, 5.50e11), (1.37e11, 5.63e11), (1.10e12, 5.83e11),
+                        (8.80e12, 6.19e11)),
+            "float32": ((1.72e10, 1.06e12), (1.37e11, 1.15e12), (1.10e12, 1.16e12),
+                        (8.80e12, 1.07e12)),
         },
-        int_gemm_ops=1.22e13,
-        int_gemm_curve=((1.72e10, 1.34e13), (1.37e11, 1.98e13), (1.10e12, 1.62e13),
-                        (8.80e12, 1.22e13)),
-        entry_seconds=1.04e-10,
-        stats_flops=5.27e13,
-        stats_entry_seconds=4.70e-9,
-        source="docs/benchmarks/xeon-amx-16c/cost_fit_2026-12-04.jsonl",
+        int_gemm_ops=1.50e13,
+        int_gemm_curve=((1.72e10, 1.09e13), (1.37e11, 1.85e13), (1.10e12, 1.60e13),
+                        (8.80e12, 1.50e13)),
+        entry_seconds=1.06e-10,
+        stats_flops=1.45e13,
+        stats_entry_seconds=3.54e-9,
+        source="docs/benchmarks/xeon-amx-16c/cost_fit_2026-12-07.jsonl",
         complex_model=CostModel(
-            native_flops={"complex128": 5.72e11},
-            int_gemm_ops=1.40e13,
-            int_gemm_curve=((1.72e10, 1.00e13), (1.37e11, 1.26e13), (1.10e12, 1.47e13)),
-            entry_seconds=9.27e-11,
-            stats_entry_seconds=2.01e-8,
-            source="docs/benchmarks/xeon-amx-16c/cost_fit_2026-12-04.jsonl (complex records)",
+            native_flops={"complex128": 5.74e11},
+            int_gemm_ops=1.46e13,
+            int_gemm_curve=((1.37e11, 1.21e13), (1.10e12, 1.50e13)),
+            entry_seconds=9.44e-11,
+            stats_entry_seconds=1.95e-8,
+            source="docs/benchmarks/xeon-amx-16c/cost_fit_2026-12-07.jsonl (complex records)",
         ),
     ),
 }
@@ -277,8 +279,8 @@ class DeviceRates:
     bandwidth: float
 
 
-# The device each built-in GPU model was fitted on, its rates as ``_calibration.measure`` finds
-# them, from the same machine and day as the model's records: the GEMMs' and the copy's from
+# The device each built-in model was fitted on, its rates as ``_calibration.measure`` finds
+# them, from the same machine and day as the model's records. cupy: the GEMMs' and the copy's from
 # measure (docs/benchmarks/h100/calibration_2026-12-06.jsonl, the mean of two), the INT8 rate
 # the schemes' path reaches at N = 8192 (levels_gemmul8_2026-12-06.jsonl, int8_gemm_s).
 FITTED_ON = {
@@ -287,6 +289,14 @@ FITTED_ON = {
         {"float64": 5.84e13, "float32": 5.12e13, "complex128": 6.27e13, "complex64": 5.35e13},
         int8_ops=1.45e15,
         bandwidth=2.73e12,
+    ),
+    # the mean of three measurements (before, between and after the model's rows) on the same
+    # start: docs/benchmarks/xeon-amx-16c/calibration_2026-12-07.jsonl
+    "amx": DeviceRates(
+        "Intel(R) Xeon(R) Processor (16 threads)",
+        {"float64": 5.38e11, "float32": 1.11e12, "complex128": 5.92e11, "complex64": 1.18e12},
+        int8_ops=1.56e13,
+        bandwidth=5.43e10,
     ),
 }
 
