@@ -37,12 +37,13 @@ COPY_BYTES = 1 << 28
 N_NATIVE_CPU = 2048
 N_INT8_CPU = 4096
 # What ``measure`` times, in the cache's file name: rates an earlier form measured differently
-# (r1: the INT8 rate of a cuBLAS GEMM with padding copies) are measured again
-RATES_FORMAT = "r2"
+# (r1: the INT8 rate of a cuBLAS GEMM with padding copies; r2: an AMX host's medians of 3) are
+# measured again
+RATES_FORMAT = "r3"
 # Backends whose device name does not pin its rates: measured even on the fitted device's name
 MEASURE_SAME_NAME = {"amx"}
 # 2 m n k below which a product does not start a device's measurement (the built-in model
-# decides it): the amx level measured 0.47-0.49x numpy at N = 2048 on the fastest host
+# decides it): the amx level measured 0.32-0.57x numpy at N = 2048 on two starts of the host
 MEASURE_MIN_FLOPS = {"amx": 2.0 * 2048**3}
 
 

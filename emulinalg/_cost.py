@@ -215,8 +215,8 @@ _BUILTIN = {
         # measured in the same start (``FITTED_ON``): rates per size (OpenBLAS's; the tile
         # GEMMs' 11-19 Top/s), the statistics as a GEMM and a per-output-entry term, the stages
         # scaled to the timed medians. There it takes float64 emulated from N ~ 6000 (1.13x
-        # predicted at 8192, 1.00-1.13x measured), float32 native (0.92x predicted at 8192,
-        # 0.99-1.07x measured), complex128 emulated at 8192 (1.76x; 1.79x measured). Other
+        # predicted at 8192, 0.99-1.14x measured), float32 native (0.92x predicted at 8192,
+        # 0.98-1.07x measured), complex128 emulated at 8192 (1.76x; 1.79x measured). Other
         # starts and hosts move it by their measured rates (``_calibration``).
         native_flops={"float64": 5.63e11, "float32": 1.10e12, "complex128": 5.74e11},
         native_curve={

@@ -646,17 +646,19 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
     native GEMM's blocked sums (a GEMV's one chain of k does not); elsewhere its GEMM of the
     lines splits k itself. Only the lines are copied (and widened where the parts are
     float32), a piece of K at a time; columns are the rows of the transposed product (a BLAS
-    GEMM of a few output columns is the slow shape)."""
+    GEMM of a few output columns is the slow shape). A backend's ``line_products`` takes a
+    whole product of few lines (rows, columns, a block thinner than LINE_K_MIN) in one call, by
+    the same pieces."""
     dd = out == "dd"
     pieces = stages(backend).line_pieces
     take_columns = stages(backend).take_columns
+    line_products = stages(backend).line_products
     targets = [parts[i : i + 2] for i in range(0, len(parts), 2)] if dd else [(p,) for p in parts]
 
     def conv(x):  # float64 products (float32 parts widened: above either level's native)
         return x if x is None or x.dtype == xp.float64 else xp.astype(x, xp.float64)
 
-    def products(a_r, a_i, b_r, b_i):
-        mm = backend.native_matmul
+    def products(a_r, a_i, b_r, b_i, mm=backend.native_matmul):
         re = mm(a_r, b_r)
         if a_i is not None and b_i is not None:
             re = re - mm(a_i, b_i)
@@ -666,11 +668,30 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
         return [re, xp.zeros_like(re) if not im else im[0] if len(im) == 1 else im[0] + im[1]]
 
     def native(i, j):
+        thin = i is None or j is None or min(len(i), len(j)) < LINE_K_MIN
+        if pieces and thin and line_products is not None:
+            got = whole_lines(i, j)
+            if got is not None:
+                return got
         if i is None and j is not None and pieces:  # columns: rows of the transposed product
             t = xp.matrix_transpose
             tops = [None if x is None else t(x) for x in (br, bi, ar, ai)]
             return [t(q) for q in native_of(*tops, j, None)]
         return native_of(ar, ai, br, bi, i, j)
+
+    def whole_lines(i, j):  # the backend's product of the lines (None: it declines one)
+        step = line_step(ar.shape[-1])
+
+        def mm(x, y):
+            got = line_products(x, y, i, j, step)
+            if got is None:
+                raise _Declined
+            return got
+
+        try:
+            return products(ar, ai, br, bi, mm)
+        except _Declined:
+            return None
 
     def native_of(ar, ai, br, bi, i, j):
         # by pieces of K of about sqrt(k): a line's GEMM (a GEMV for one line) sums all of k in
@@ -730,6 +751,10 @@ def _native_lines(xp, backend, ar, ai, br, bi, parts, lines, out):
             for x, val in zip(group, (xp.astype(v, group[0].dtype), 0.0)):  # (hi, lo): lo 0
                 x[at] = val
     return parts
+
+
+class _Declined(Exception):
+    """A backend's ``line_products`` declined one of a line patch's products."""
 
 
 # The shortest pieces of K of a line patch's native products (``_native_lines``)

@@ -46,6 +46,9 @@ member                      stage (reference implementation)
 ``k_block(k, bound)``       the K-block of its integer GEMMs, for the plan (none)
 ``take_columns(x, cols)``   float64 ``x[:, cols]`` of a 2-D part, the line patch's columns of
                             a piece of B (``xp.take``, widened)
+``line_products(x, y,``     float64 product of a few rows of 2-D x and columns of 2-D y (None:
+``rows, cols, step)``       all), each entry summed over pieces of K of ``step``: the line
+                            patch's thin products in one call (its pieces' GEMMs)
 ``chunk_residues(re, im,``  the dask shared graph's steps on one 2-D chunk, in the backend's
 ``shift, axis, moduli,``    own layout (all four, or none): a chunk's residue planes
 ``nearest)``                (``residues.int8_planes``; None declines for the whole graph),
@@ -134,6 +137,7 @@ _OPTIONAL = (
     "bf16_product",
     "k_block",
     "take_columns",
+    "line_products",
     "chunk_residues",
     "chunk_products",
     "chunk_residue_sum",
@@ -166,6 +170,7 @@ class Stages:
     bf16_product: Callable | None = None
     k_block: Callable | None = None
     take_columns: Callable | None = None
+    line_products: Callable | None = None
     chunk_residues: Callable | None = None
     chunk_products: Callable | None = None
     chunk_residue_sum: Callable | None = None

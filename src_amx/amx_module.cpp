@@ -289,6 +289,7 @@ py::dict cache_info() {
 void register_ozaki2_host(py::module_& m);  // ozaki2_host.cpp: Scheme II residues and CRT
 void register_ozaki2_stats_host(py::module_& m);  // ozaki2_stats_host.cpp: prescale, certificate
 void register_bf16_host(py::module_& m);  // bf16_host.cpp: BF16 slices, unscaling
+void register_lines_host(py::module_& m);  // lines_host.cpp: the line patch's native products
 void register_refit_host(py::module_& m);  // refit_host.cpp: the refit's choice of entries
 
 PYBIND11_MODULE(_amx, m) {
@@ -384,5 +385,6 @@ PYBIND11_MODULE(_amx, m) {
     register_ozaki2_host(m);
     register_ozaki2_stats_host(m);
     register_bf16_host(m);
+    register_lines_host(m);
     register_refit_host(m);
 }

@@ -359,6 +359,36 @@ def take_columns(x, cols):
     return amx.take_columns(x, cols.astype(np.int64, copy=False))
 
 
+# The most lines (rows or columns) on the thin side of a product ``line_products`` takes: its
+# few-columns pass reads the gathered columns whole for every output row, so beyond a few the
+# pieces' GEMMs are faster
+LINES_MAX = 8
+
+
+def line_products(x, y, rows, cols, step):
+    """float64 ``x[rows] @ y[:, cols]`` (int indices, None: all) of 2-D float64 or float32 parts,
+    each entry summed over pieces of K of ``step`` whose sums are added in order, in one OpenMP
+    call (``emulinalg._amx.line_products``: the other operand streamed once), or None (the
+    engine then takes a GEMM per piece): the line patch's rows, columns and thin blocks
+    (``_engine._native_lines``). Declines more than LINES_MAX lines on the thin side."""
+    amx = _module()
+    if amx is None or not hasattr(amx, "line_products") or x.ndim != 2 or y.ndim != 2:
+        return None
+    if x.dtype != y.dtype or x.dtype not in (np.float64, np.float32):
+        return None
+    if not (x.flags.aligned and y.flags.aligned) or any(
+        st % x.itemsize for st in x.strides + y.strides
+    ):
+        return None
+    sizes = [x.shape[0] if rows is None else len(rows), y.shape[1] if cols is None else len(cols)]
+    if min(sizes) > LINES_MAX:
+        return None
+    idx = [None if v is None else np.asarray(v) for v in (rows, cols)]
+    if any(v is not None and (v.dtype.kind not in "iu" or (v.size and v.min() < 0)) for v in idx):
+        return None
+    return amx.line_products(x, y, *idx, int(step))
+
+
 def all_finite(x):
     """Whether every entry of float64 ``x`` is finite (the engine's NaN/Inf check; OpenMP in
     ``emulinalg._amx`` for 2-D arrays)."""
